@@ -1,0 +1,77 @@
+#!/bin/bash
+# Usage errors exit 2 with exactly one `muster: error: ...` line on stderr and start nothing;
+# --help and --version work and the help names every torchrun flag.
+. "$(dirname "$0")/lib.sh"
+
+cd "$T" || fail "cd $T"
+printf 'open("%s/STARTED", "w")\n' "$T" > train.py
+printf '#!/bin/sh\n: > %s/STARTED\n' "$T" > prog.sh
+chmod +x prog.sh
+
+# expect_usage_error WHAT [VAR=VALUE...] -- ARGS...
+expect_usage_error() {
+    local what=$1
+    shift
+    IT_TIMEOUT=20 mrun -u PET_NPROC_PER_NODE -u PET_NNODES "$@"
+    if [ "$RC" != 2 ]; then
+        show_output
+        fail "$what: expected exit code 2, got $RC"
+    fi
+    local n
+    n=$(wc -l < "$T/err")
+    if [ "$n" != 1 ] || ! grep -q '^muster: error: ' "$T/err"; then
+        show_output
+        fail "$what: expected exactly one stderr line starting 'muster: error: ', got $n line(s)"
+    fi
+    [ -e "$T/STARTED" ] && fail "$what: a worker was started"
+    LAST_ERR=$(cat "$T/err")
+    return 0
+}
+
+expect_usage_error "unknown flag" -- run --standalone --no-such-flag 1 train.py
+expect_usage_error "--nnodes 0" -- run --nnodes 0 --standalone train.py
+expect_usage_error "--nnodes 3:2" -- run --nnodes 3:2 --standalone train.py
+expect_usage_error "--nnodes x" -- run --nnodes x --standalone train.py
+expect_usage_error "--nnodes 1:x" -- run --nnodes 1:x --standalone train.py
+expect_usage_error "--nproc-per-node abc" -- run --standalone --nproc-per-node abc train.py
+expect_usage_error "--nproc-per-node 0" -- run --standalone --nproc-per-node 0 train.py
+expect_usage_error "--nproc-per-node -1" -- run --standalone --nproc-per-node -1 train.py
+expect_usage_error "missing script file" -- run --standalone --nproc-per-node 1 no_such_script.py
+expect_usage_error "missing --no-python executable" -- run --standalone --no-python ./no_such_prog
+expect_usage_error "no script" -- run --standalone --nproc-per-node 2
+expect_usage_error "-m with --no-python" -- run --standalone -m --no-python train.py
+expect_usage_error "--max-restarts -1" -- run --standalone --max-restarts -1 train.py
+expect_usage_error "--max-restarts abc" -- run --standalone --max-restarts abc train.py
+expect_usage_error "--rdzv-conf join_timeout=abc" -- run --standalone --rdzv-conf join_timeout=abc train.py
+expect_usage_error "--redirects 7" -- run --standalone --redirects 7 train.py
+expect_usage_error "--tee x" -- run --standalone --tee x train.py
+expect_usage_error "--nproc-per-node value missing" -- run --standalone --nproc-per-node
+if ! ls /dev/nvidia0 >/dev/null 2>&1 && ! command -v nvidia-smi >/dev/null 2>&1; then
+    expect_usage_error "--nproc-per-node gpu without GPUs" -- run --standalone --nproc-per-node gpu train.py
+    echo "$LAST_ERR" | grep -qi 'gpu' || fail "--nproc-per-node gpu: the error does not mention GPUs: $LAST_ERR"
+else
+    note "GPU present: not testing --nproc-per-node gpu as an error"
+fi
+
+expect_usage_error "PET_NPROC_PER_NODE=abc" PET_NPROC_PER_NODE=abc -- run --standalone train.py
+
+# help and version
+flags="nnodes nproc-per-node rdzv-backend rdzv-endpoint rdzv-id rdzv-conf standalone max-restarts
+monitor-interval start-method role module no-python run-path log-dir redirects tee local-ranks-filter
+node-rank master-addr master-port local-addr shutdown-timeout"
+for h in "--help" "run --help"; do
+    # shellcheck disable=SC2086
+    IT_TIMEOUT=20 mrun -- $h
+    expect_rc "muster $h" 0
+    [ -s "$T/out" ] || fail "muster $h printed nothing on stdout"
+    for f in $flags; do
+        re="--${f//-/[-_]}"
+        grep -qE -- "$re" "$T/out" || fail "muster $h does not mention --$f"
+    done
+    grep -qE -- '(^|[^a-z-])-m([^a-z]|$)' "$T/out" || fail "muster $h does not mention -m"
+done
+IT_TIMEOUT=20 mrun -- --version
+expect_rc "muster --version" 0
+grep -qE '[0-9]+\.[0-9]+' "$T/out" || fail "muster --version prints no version number: $(cat "$T/out")"
+[ -e "$T/STARTED" ] && fail "a worker was started by a help/usage call"
+exit 0
