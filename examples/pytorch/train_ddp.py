@@ -63,7 +63,8 @@ def main():
     torch.set_num_threads(1)
 
     print(f"rank {rank}/{world} local_rank {local_rank} restart_count {restart} "
-          f"master {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}", flush=True)
+          f"master {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
+          f"run_id {os.environ.get('TORCHELASTIC_RUN_ID')}", flush=True)
 
     model = DDP(torch.nn.Linear(FEATURES, 1))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
