@@ -1,0 +1,593 @@
+/* The agent's state machine. Everything is an event on one loop: rendezvous messages, worker
+ * exits (libuv reaps children from its SIGCHLD handler), signals and timers. There is no
+ * polling interval anywhere, which is what makes a restart take milliseconds. */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "env.h"
+#include "failure.h"
+#include "group.h"
+#include "port.h"
+#include "server.h"
+
+extern char **environ;
+
+enum next_step { NEXT_NONE, NEXT_REJOIN, NEXT_EXIT };
+
+static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+#define NSIGNALS ((int)(sizeof(handled_signals) / sizeof(handled_signals[0])))
+
+struct agent {
+    uv_loop_t loop;
+    const struct agent_options *o;
+    struct rdzv_server *server;
+    struct rdzv_client *client;
+    struct agent_group *group; /* this attempt's workers; NULL between attempts */
+    uv_signal_t sig[NSIGNALS];
+    int port_fd;
+    unsigned port;
+    struct rdzv_assign as;
+    int round_failed;            /* a local worker of this round failed (FAILED sent) */
+    struct rdzv_failure local_failure;
+    char local_error_file[PATH_MAX];
+    struct rdzv_job_failed job_failed;
+    int have_job_failed;
+    enum next_step next;
+    int exit_code;
+    int stop_signal;  /* the signal that is stopping muster, 0 when none */
+    int finished;     /* handles are closing; the loop ends when they are closed */
+    char base_dir[PATH_MAX]; /* <log_dir>/<run_id> or a private temporary directory */
+    int remove_base;
+    char host[256];
+    uint64_t node_id;
+    char exe[PATH_MAX];
+};
+
+static void do_join(struct agent *a);
+static void finish(struct agent *a, int code);
+
+static void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void agent_log(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "muster: %s\n", buf);
+    fflush(stderr);
+}
+
+/* ---- directories -------------------------------------------------------------------- */
+
+static int mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(path);
+
+    if (len == 0 || len >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, path, len + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    remove(path);
+    return 0;
+}
+
+static int wants_files(const struct agent_options *o)
+{
+    for (unsigned i = 0; i < o->nproc; i++)
+        if (o->redirect[i] | o->tee[i])
+            return 1;
+    return 0;
+}
+
+static int prepare_base_dir(struct agent *a)
+{
+    const struct agent_options *o = a->o;
+    const char *tmp = getenv("TMPDIR");
+    int rc;
+
+    if (o->logs_disabled)
+        return 0;
+    if (o->log_dir != NULL) {
+        snprintf(a->base_dir, sizeof(a->base_dir), "%s/%s", o->log_dir, o->run_id);
+        if ((rc = mkdir_p(a->base_dir)) != 0)
+            agent_log("error: cannot create log directory %s: %s", a->base_dir, strerror(-rc));
+        return rc;
+    }
+    snprintf(a->base_dir, sizeof(a->base_dir), "%s/muster-%s-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp", o->run_id);
+    if (mkdtemp(a->base_dir) == NULL) {
+        rc = -errno;
+        agent_log("error: cannot create a directory in %s: %s", tmp ? tmp : "/tmp",
+                  strerror(errno));
+        return rc;
+    }
+    /* the private directory only holds error files, unless output goes to files */
+    a->remove_base = !wants_files(o);
+    if (!a->remove_base)
+        agent_log("worker logs in %s", a->base_dir);
+    return 0;
+}
+
+/* ---- starting an attempt ------------------------------------------------------------ */
+
+static int open_log(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+    if (fd < 0)
+        agent_log("cannot open %s: %s; that stream is not logged", path, strerror(errno));
+    return fd;
+}
+
+static void worker_info(const struct agent *a, int i, const char *error_file,
+                        struct agent_worker_info *w)
+{
+    const struct rdzv_assign *as = &a->as;
+    memset(w, 0, sizeof(*w));
+    w->rank = (int)as->rank_offset + i;
+    w->local_rank = i;
+    w->local_world_size = (int)a->o->nproc;
+    w->group_rank = (int)as->group_rank;
+    w->group_world_size = (int)as->group_world_size;
+    w->role_rank = w->rank; /* one role per job, as torchrun's CLI allows */
+    w->role_world_size = (int)as->world_size;
+    w->world_size = (int)as->world_size;
+    w->role = a->o->role;
+    w->master_addr = as->master_addr;
+    w->master_port = as->master_port;
+    w->restart_count = as->restart_count;
+    w->max_restarts = a->o->max_restarts;
+    w->run_id = a->o->run_id;
+    w->error_file = error_file;
+}
+
+/* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
+static int spawn_one(struct agent *a, int i)
+{
+    const struct agent_options *o = a->o;
+    struct agent_worker_spec spec = {.exe = a->exe, .argv = o->argv, .file = {-1, -1}};
+    struct agent_worker_info info;
+    struct agent_env env, full;
+    char dir[PATH_MAX] = "", error_file[PATH_MAX] = "";
+    int rc;
+
+    agent_env_init(&env);
+    agent_env_init(&full);
+    if (a->base_dir[0] != '\0') {
+        snprintf(dir, sizeof(dir), "%s/attempt_%u/%d", a->base_dir, a->as.restart_count, i);
+        if ((rc = mkdir_p(dir)) != 0) {
+            agent_log("cannot create %s: %s", dir, strerror(-rc));
+            goto out;
+        }
+        snprintf(error_file, sizeof(error_file), "%s/error.json", dir);
+        unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
+    }
+    for (int s = 0; s < 2; s++) {
+        int bit = 1 << s;
+        int to_file = (o->redirect[i] | o->tee[i]) & bit;
+        spec.console[s] = o->shown[i] && !(o->redirect[i] & bit) ? 1 + s : -1;
+        if (to_file && dir[0] != '\0')
+            spec.file[s] = open_log(dir, s ? "stderr.log" : "stdout.log");
+    }
+    worker_info(a, i, error_file, &info);
+    rc = agent_env_for_worker(&env, &info, environ);
+    if (rc == 0 && o->signals_to_handle != NULL)
+        rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
+    if (rc == 0)
+        rc = agent_env_merge(&env, environ, &full);
+    if (rc != 0) {
+        for (int s = 0; s < 2; s++)
+            if (spec.file[s] >= 0)
+                close(spec.file[s]);
+        goto out;
+    }
+    spec.env = full.vars;
+    rc = agent_group_spawn(a->group, i, info.rank, &spec);
+out:
+    agent_env_free(&env);
+    agent_env_free(&full);
+    return rc;
+}
+
+static void fill_failure(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->round = a->as.round;
+    f->rank = w->rank;
+    f->local_rank = w->local_rank;
+    f->exit_code = w->term_signal ? -1 : (int32_t)w->exit_status;
+    f->signal = w->term_signal;
+    f->time_ms = w->exit_time_ms;
+    snprintf(f->host, sizeof(f->host), "%s", a->host);
+    snprintf(a->local_error_file, sizeof(a->local_error_file), "%s/attempt_%u/%d/error.json",
+             a->base_dir, a->as.restart_count, w->local_rank);
+    if (a->base_dir[0] == '\0' ||
+        agent_error_file_message(a->local_error_file, f->text, sizeof(f->text)) == -ENOENT)
+        a->local_error_file[0] = '\0';
+}
+
+static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
+{
+    struct agent *a = g->data;
+    char how[128];
+
+    if (w->exit_status == 0 && w->term_signal == 0)
+        return;
+    if (a->round_failed || a->stop_signal || a->next != NEXT_NONE || a->finished)
+        return; /* already stopping: a worker dying of our SIGTERM is no new failure */
+    a->round_failed = 1;
+    fill_failure(a, w, &a->local_failure);
+    agent_failure_describe(&a->local_failure, how, sizeof(how));
+    agent_log("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers", w->rank,
+              w->local_rank, w->pid, how);
+    /* Stop first, report second: the others' SIGTERM is on its way before any round trip. */
+    agent_group_stop(g, SIGTERM, a->o->shutdown_timeout_ms);
+    if (rdzv_client_report_failure(a->client, &a->local_failure, 0) != 0) {
+        a->next = NEXT_EXIT;
+        a->exit_code = AGENT_EXIT_RDZV;
+    }
+}
+
+static void after_group_closed(void *data)
+{
+    (void)data;
+}
+
+static void print_job_failed(struct agent *a)
+{
+    const struct rdzv_failure *f = &a->job_failed.cause;
+    int ours = a->round_failed && f->rank == a->local_failure.rank &&
+               strcmp(f->host, a->host) == 0;
+    agent_failure_print_summary(stderr, a->o->run_id, a->job_failed.restarts, f,
+                                ours ? a->local_error_file : NULL);
+}
+
+/* Every worker of the attempt is gone: act on what the server (or a signal) decided. */
+static void on_all_exited(struct agent_group *g)
+{
+    struct agent *a = g->data;
+    int failed = a->round_failed || g->stopping;
+
+    agent_group_close(g, after_group_closed, a);
+    a->group = NULL;
+    if (a->port_fd >= 0) {
+        close(a->port_fd);
+        a->port_fd = -1;
+    }
+    if (!failed && a->next == NEXT_NONE) {
+        if (rdzv_client_report_done(a->client, a->as.round) != 0)
+            finish(a, AGENT_EXIT_RDZV);
+        return; /* JOB_DONE comes from the server once every node is done */
+    }
+    if (a->next == NEXT_REJOIN)
+        do_join(a);
+    else if (a->next == NEXT_EXIT)
+        finish(a, a->exit_code);
+    /* NEXT_NONE after a failure: the server's RESTART or JOB_FAILED is on its way */
+}
+
+static const struct agent_group_cbs group_cbs = {
+    .exit_cb = on_worker_exit,
+    .all_exited_cb = on_all_exited,
+};
+
+static void start_workers(struct agent *a)
+{
+    int rc = agent_group_new(&a->loop, (int)a->o->nproc, &group_cbs, a, &a->group);
+    if (rc != 0) {
+        agent_log("error: %s", strerror(-rc));
+        finish(a, AGENT_EXIT_INTERNAL);
+        return;
+    }
+    a->round_failed = 0;
+    for (unsigned i = 0; i < a->o->nproc; i++) {
+        if ((rc = spawn_one(a, (int)i)) == 0)
+            continue;
+        agent_log("error: cannot start worker local_rank %u: %s", i, uv_strerror(rc));
+        a->next = NEXT_EXIT;
+        a->exit_code = AGENT_EXIT_INTERNAL;
+        rdzv_client_report_failure(a->client, &(struct rdzv_failure){.round = a->as.round,
+                                                                       .rank = -1,
+                                                                       .exit_code = -1},
+                                   1);
+        break;
+    }
+    if (a->next == NEXT_EXIT) {
+        if (a->group->alive > 0)
+            agent_group_stop(a->group, SIGKILL, 0);
+        else
+            on_all_exited(a->group);
+    }
+}
+
+/* ---- rendezvous events -------------------------------------------------------------- */
+
+static void on_waiting(struct rdzv_client *c, const struct rdzv_waiting *w)
+{
+    struct agent *a = rdzv_client_data(c);
+    char last[48] = "";
+
+    if (a->o->max_nodes <= 1)
+        return;
+    if (w->last_call_ms_left >= 0)
+        snprintf(last, sizeof(last), ", last call in %d s", (w->last_call_ms_left + 999) / 1000);
+    agent_log("rendezvous %s: %u/%u nodes%s", a->o->run_id, w->joined, w->max_nodes, last);
+}
+
+static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
+{
+    struct agent *a = rdzv_client_data(c);
+
+    if (a->finished || a->next != NEXT_NONE)
+        return;
+    a->as = *as;
+    start_workers(a);
+}
+
+static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
+{
+    struct agent *a = rdzv_client_data(c);
+    char how[RDZV_TEXT_MAX + 64];
+
+    if (a->finished || a->next == NEXT_EXIT)
+        return;
+    agent_failure_describe(&r->cause, how, sizeof(how));
+    if (r->cause.rank >= 0)
+        agent_log("restarting workers (restart %u/%u): rank %d %s", r->restart_count,
+                  a->o->max_restarts, r->cause.rank, how);
+    else
+        agent_log("restarting workers (restart %u/%u): %s", r->restart_count,
+                  a->o->max_restarts, how);
+    a->next = NEXT_REJOIN;
+    if (a->group == NULL)
+        do_join(a);
+    else
+        agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
+}
+
+static void exit_after_workers(struct agent *a, int code)
+{
+    a->next = NEXT_EXIT;
+    a->exit_code = code;
+    if (a->group == NULL)
+        finish(a, code);
+    else
+        agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
+}
+
+static void on_job_done(struct rdzv_client *c)
+{
+    exit_after_workers(rdzv_client_data(c), 0);
+}
+
+static void on_job_failed(struct rdzv_client *c, const struct rdzv_job_failed *f)
+{
+    struct agent *a = rdzv_client_data(c);
+
+    if (a->finished || a->stop_signal)
+        return;
+    a->job_failed = *f;
+    a->have_job_failed = 1;
+    exit_after_workers(a, agent_failure_exit_code(&f->cause));
+}
+
+static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)
+{
+    struct agent *a = rdzv_client_data(c);
+
+    a->client = NULL; /* no more callbacks; closed in finish() */
+    if (a->finished || a->next == NEXT_EXIT) {
+        rdzv_client_close(c, NULL, NULL);
+        return;
+    }
+    agent_log("error: rendezvous failed: %s", text);
+    rdzv_client_close(c, NULL, NULL);
+    exit_after_workers(a, AGENT_EXIT_RDZV);
+}
+
+static const struct rdzv_client_cbs client_cbs = {
+    .waiting_cb = on_waiting,
+    .assign_cb = on_assign,
+    .restart_cb = on_restart,
+    .job_done_cb = on_job_done,
+    .job_failed_cb = on_job_failed,
+    .error_cb = on_rdzv_error,
+};
+
+static void do_join(struct agent *a)
+{
+    const struct agent_options *o = a->o;
+    struct rdzv_join j;
+    int rc;
+
+    a->next = NEXT_NONE;
+    memset(&j, 0, sizeof(j));
+    snprintf(j.job_id, sizeof(j.job_id), "%s", o->run_id);
+    j.min_nodes = o->min_nodes;
+    j.max_nodes = o->max_nodes;
+    j.nproc = o->nproc;
+    snprintf(j.host, sizeof(j.host), "%s", a->host);
+    snprintf(j.addr, sizeof(j.addr), "%s", o->local_addr ? o->local_addr : "");
+    j.master_port = o->master_port;
+    if (j.master_port == 0) {
+        if ((rc = agent_port_reserve(&a->port_fd, &a->port)) != 0) {
+            agent_log("error: cannot find a free port for MASTER_PORT: %s", strerror(-rc));
+            finish(a, AGENT_EXIT_INTERNAL);
+            return;
+        }
+        j.master_port = a->port;
+    }
+    j.max_restarts = o->max_restarts;
+    j.last_call_ms = o->last_call_ms;
+    j.join_timeout_ms = o->join_timeout_ms;
+    j.node_id = a->node_id;
+    if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
+        agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
+        finish(a, AGENT_EXIT_RDZV);
+    }
+}
+
+/* ---- signals and shutdown ----------------------------------------------------------- */
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct agent *a = h->data;
+
+    if (a->stop_signal) {
+        /* a second signal: the user does not want to wait for the grace period */
+        if (a->group != NULL)
+            agent_group_stop(a->group, SIGKILL, 0);
+        return;
+    }
+    a->stop_signal = signum;
+    agent_log("received SIG%s: stopping the workers", sigabbrev_np(signum));
+    if (a->client != NULL && a->group != NULL) {
+        struct rdzv_failure f = {.round = a->as.round, .rank = -1, .exit_code = -1};
+        snprintf(f.host, sizeof(f.host), "%s", a->host);
+        snprintf(f.text, sizeof(f.text), "agent on %s stopped by SIG%s", a->host,
+                 sigabbrev_np(signum));
+        rdzv_client_report_failure(a->client, &f, 1);
+    }
+    a->next = NEXT_EXIT;
+    a->exit_code = 128 + signum;
+    if (a->group == NULL)
+        finish(a, a->exit_code);
+    else
+        agent_group_stop(a->group, signum, a->o->shutdown_timeout_ms);
+}
+
+static void close_handle_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void finish(struct agent *a, int code)
+{
+    if (a->finished)
+        return;
+    a->finished = 1;
+    a->exit_code = code;
+    if (a->have_job_failed && !a->stop_signal)
+        print_job_failed(a);
+    rdzv_client_close(a->client, NULL, NULL);
+    a->client = NULL;
+    rdzv_server_close(a->server, NULL, NULL);
+    a->server = NULL;
+    for (int i = 0; i < NSIGNALS; i++)
+        uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
+    if (a->group != NULL) {
+        agent_group_close(a->group, after_group_closed, a); /* kills what is left */
+        a->group = NULL;
+    }
+}
+
+/* ---- entry point -------------------------------------------------------------------- */
+
+static int start_rendezvous(struct agent *a)
+{
+    const struct agent_options *o = a->o;
+    const char *connect_host = o->rdzv_host;
+    unsigned port = o->rdzv_port;
+    int rc = 0;
+
+    if (o->host_mode != AGENT_HOST_NEVER) {
+        const char *bind_host = strcmp(o->rdzv_host, "localhost") == 0 ? "127.0.0.1"
+                                                                       : o->rdzv_host;
+        rc = rdzv_server_new(&a->loop, bind_host, o->rdzv_port, o->token, &a->server);
+        if (rc == 0) {
+            port = rdzv_server_port(a->server);
+            if (strcmp(bind_host, "0.0.0.0") == 0 || strcmp(bind_host, "::") == 0)
+                connect_host = "127.0.0.1";
+        } else if (o->host_mode == AGENT_HOST_ALWAYS) {
+            agent_log("error: cannot start the rendezvous server on %s:%u: %s", bind_host,
+                      o->rdzv_port, uv_strerror(rc));
+            return rc;
+        }
+        /* AGENT_HOST_IF_LOCAL: not this machine's address, or a server already runs there */
+    }
+    rc = rdzv_client_new(&a->loop, connect_host, port, o->token, &client_cbs, a, &a->client);
+    if (rc != 0)
+        agent_log("error: rendezvous client: %s", uv_strerror(rc));
+    return rc;
+}
+
+static int agent_init(struct agent *a, const struct agent_options *o)
+{
+    size_t len = sizeof(a->exe);
+    int rc;
+
+    memset(a, 0, sizeof(*a));
+    a->o = o;
+    a->port_fd = -1;
+    if ((rc = uv_loop_init(&a->loop)) != 0)
+        return rc;
+    if (gethostname(a->host, sizeof(a->host) - 1) != 0)
+        snprintf(a->host, sizeof(a->host), "localhost");
+    if ((rc = uv_exepath(a->exe, &len)) != 0)
+        return rc;
+    if ((rc = uv_random(NULL, NULL, &a->node_id, sizeof(a->node_id), 0, NULL)) != 0)
+        return rc;
+    signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
+    for (int i = 0; i < NSIGNALS; i++) {
+        uv_signal_init(&a->loop, &a->sig[i]);
+        a->sig[i].data = a;
+        uv_signal_start(&a->sig[i], on_signal, handled_signals[i]);
+    }
+    return 0;
+}
+
+int agent_run(const struct agent_options *o)
+{
+    struct agent a;
+    int rc = agent_init(&a, o);
+
+    if (rc != 0) {
+        agent_log("error: cannot start the agent: %s", uv_strerror(rc));
+        return AGENT_EXIT_INTERNAL;
+    }
+    if (prepare_base_dir(&a) != 0)
+        finish(&a, AGENT_EXIT_INTERNAL);
+    else if (start_rendezvous(&a) != 0)
+        finish(&a, AGENT_EXIT_RDZV);
+    else
+        do_join(&a);
+    uv_run(&a.loop, UV_RUN_DEFAULT);
+    if (a.port_fd >= 0)
+        close(a.port_fd);
+    rc = uv_loop_close(&a.loop);
+    if (rc != 0)
+        agent_log("internal error: handles left open at exit: %s", uv_strerror(rc));
+    if (a.remove_base)
+        nftw(a.base_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return a.exit_code;
+}

@@ -1,0 +1,43 @@
+/* The per-node agent: joins the rendezvous (hosting it in-process when asked), starts the
+ * workers of each round, watches them and follows the server's restart / done / failed
+ * decisions. One libuv loop; never touches CUDA. */
+#ifndef MUSTER_AGENT_AGENT_H
+#define MUSTER_AGENT_AGENT_H
+
+/* Exit codes of the agent itself (a worker's own code is returned as is). */
+#define AGENT_EXIT_USAGE 2
+#define AGENT_EXIT_RDZV 3
+#define AGENT_EXIT_INTERNAL 70 /* EX_SOFTWARE: muster itself could not go on */
+
+enum agent_host_mode {
+    AGENT_HOST_NEVER,    /* connect to rdzv_host:rdzv_port */
+    AGENT_HOST_ALWAYS,   /* run the server here on rdzv_host:rdzv_port (port 0: ephemeral) */
+    AGENT_HOST_IF_LOCAL, /* host it when the address is this machine's and free, else connect */
+};
+
+struct agent_options {
+    const char *run_id;
+    const char *rdzv_host;
+    unsigned rdzv_port;
+    enum agent_host_mode host_mode;
+    const char *token; /* may be NULL */
+    unsigned min_nodes, max_nodes;
+    unsigned nproc;
+    unsigned max_restarts;
+    unsigned join_timeout_ms, last_call_ms, shutdown_timeout_ms;
+    const char *role;
+    const char *local_addr; /* NULL: the server uses the address this agent connects from */
+    unsigned master_port;   /* 0: reserve a free port for every round */
+    char **argv;            /* worker command, NULL-terminated */
+    const char *log_dir;    /* NULL: a private directory, removed at exit */
+    int logs_disabled;      /* --log-dir /dev/null */
+    const unsigned char *redirect; /* per local rank: bit 1 stdout, bit 2 stderr to file only */
+    const unsigned char *tee;      /* per local rank: to file and console */
+    const unsigned char *shown;    /* per local rank: 1 = console output wanted */
+    const char *signals_to_handle; /* NULL or exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
+};
+
+/* Runs the job on this node until it ends. Borrows opts. Returns the process exit code. */
+int agent_run(const struct agent_options *opts);
+
+#endif

@@ -1,0 +1,153 @@
+#include "env.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void agent_env_init(struct agent_env *env)
+{
+    env->vars = NULL;
+    env->len = 0;
+    env->cap = 0;
+}
+
+void agent_env_free(struct agent_env *env)
+{
+    if (env == NULL)
+        return;
+    for (size_t i = 0; i < env->len; i++)
+        free(env->vars[i]);
+    free(env->vars);
+    agent_env_init(env);
+}
+
+static size_t key_len(const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    return eq ? (size_t)(eq - kv) : strlen(kv);
+}
+
+static long find(const struct agent_env *env, const char *key, size_t klen)
+{
+    for (size_t i = 0; i < env->len; i++)
+        if (key_len(env->vars[i]) == klen && memcmp(env->vars[i], key, klen) == 0)
+            return (long)i;
+    return -1;
+}
+
+/* Takes ownership of kv. Keeps the array NULL-terminated so it can go to uv_spawn as is. */
+static int put(struct agent_env *env, char *kv)
+{
+    long at = find(env, kv, key_len(kv));
+    if (at >= 0) {
+        free(env->vars[at]);
+        env->vars[at] = kv;
+        return 0;
+    }
+    if (env->len + 2 > env->cap) {
+        size_t cap = env->cap ? env->cap * 2 : 64;
+        char **v = realloc(env->vars, cap * sizeof(*v));
+        if (v == NULL) {
+            free(kv);
+            return -ENOMEM;
+        }
+        env->vars = v;
+        env->cap = cap;
+    }
+    env->vars[env->len++] = kv;
+    env->vars[env->len] = NULL;
+    return 0;
+}
+
+int agent_env_set(struct agent_env *env, const char *key, const char *value)
+{
+    size_t kl = strlen(key), vl = strlen(value);
+    char *kv = malloc(kl + vl + 2);
+    if (kv == NULL)
+        return -ENOMEM;
+    memcpy(kv, key, kl);
+    kv[kl] = '=';
+    memcpy(kv + kl + 1, value, vl + 1);
+    return put(env, kv);
+}
+
+int agent_env_setf(struct agent_env *env, const char *key, const char *fmt, ...)
+{
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return -EINVAL;
+    return agent_env_set(env, key, buf);
+}
+
+const char *agent_env_get(const struct agent_env *env, const char *key)
+{
+    long at = find(env, key, strlen(key));
+    return at >= 0 ? env->vars[at] + strlen(key) + 1 : NULL;
+}
+
+static const char *parent_get(char *const *parent, const char *key)
+{
+    size_t kl = strlen(key);
+    for (; parent && *parent; parent++)
+        if (strncmp(*parent, key, kl) == 0 && (*parent)[kl] == '=')
+            return *parent + kl + 1;
+    return NULL;
+}
+
+int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *w,
+                         char *const *parent)
+{
+    const char *nccl = parent_get(parent, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
+    int rc = 0;
+
+    rc |= agent_env_setf(env, "RANK", "%d", w->rank);
+    rc |= agent_env_setf(env, "LOCAL_RANK", "%d", w->local_rank);
+    rc |= agent_env_setf(env, "GROUP_RANK", "%d", w->group_rank);
+    rc |= agent_env_setf(env, "ROLE_RANK", "%d", w->role_rank);
+    rc |= agent_env_set(env, "ROLE_NAME", w->role);
+    rc |= agent_env_setf(env, "LOCAL_WORLD_SIZE", "%d", w->local_world_size);
+    rc |= agent_env_setf(env, "WORLD_SIZE", "%d", w->world_size);
+    rc |= agent_env_setf(env, "GROUP_WORLD_SIZE", "%d", w->group_world_size);
+    rc |= agent_env_setf(env, "ROLE_WORLD_SIZE", "%d", w->role_world_size);
+    rc |= agent_env_set(env, "MASTER_ADDR", w->master_addr);
+    rc |= agent_env_setf(env, "MASTER_PORT", "%u", w->master_port);
+    rc |= agent_env_setf(env, "TORCHELASTIC_RESTART_COUNT", "%u", w->restart_count);
+    rc |= agent_env_setf(env, "TORCHELASTIC_MAX_RESTARTS", "%u", w->max_restarts);
+    rc |= agent_env_set(env, "TORCHELASTIC_RUN_ID", w->run_id);
+    /* False: muster serves no TCPStore, so rank 0's init_process_group must create it. */
+    rc |= agent_env_set(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
+    rc |= agent_env_set(env, "TORCHELASTIC_ERROR_FILE", w->error_file);
+    rc |= agent_env_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
+    if (parent_get(parent, "OMP_NUM_THREADS") == NULL && w->local_world_size > 1)
+        rc |= agent_env_set(env, "OMP_NUM_THREADS", "1");
+    rc |= agent_env_set(env, "MUSTER_JOB_ID", w->run_id);
+    rc |= agent_env_setf(env, "MUSTER_RESTART_COUNT", "%u", w->restart_count);
+    return rc ? -ENOMEM : 0;
+}
+
+int agent_env_merge(const struct agent_env *env, char *const *parent, struct agent_env *out)
+{
+    agent_env_init(out);
+    for (; parent && *parent; parent++) {
+        if (strchr(*parent, '=') == NULL || find(env, *parent, key_len(*parent)) >= 0)
+            continue;
+        char *kv = strdup(*parent);
+        if (kv == NULL || put(out, kv) != 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < env->len; i++) {
+        char *kv = strdup(env->vars[i]);
+        if (kv == NULL || put(out, kv) != 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    agent_env_free(out);
+    return -ENOMEM;
+}

@@ -1,0 +1,48 @@
+/* Worker environment: torchrun's variables plus muster's, built as an ordered KEY=VALUE list
+ * and merged over the agent's own environment for spawning. */
+#ifndef MUSTER_AGENT_ENV_H
+#define MUSTER_AGENT_ENV_H
+
+#include <stddef.h>
+
+struct agent_env {
+    char **vars; /* "KEY=VALUE" strings, owned; NULL-terminated once non-empty */
+    size_t len, cap;
+};
+
+/* What one worker is: everything its environment is computed from. Strings are borrowed. */
+struct agent_worker_info {
+    int rank, local_rank, local_world_size;
+    int group_rank, group_world_size;
+    int role_rank, role_world_size;
+    int world_size;
+    const char *role;
+    const char *master_addr;
+    unsigned master_port;
+    unsigned restart_count, max_restarts;
+    const char *run_id;
+    const char *error_file; /* "" when logs are disabled */
+};
+
+void agent_env_init(struct agent_env *env);
+void agent_env_free(struct agent_env *env);
+
+/* Sets KEY=VALUE, replacing an earlier KEY. Returns 0 or -ENOMEM. */
+int agent_env_set(struct agent_env *env, const char *key, const char *value);
+int agent_env_setf(struct agent_env *env, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Returns KEY's value in env, or NULL. */
+const char *agent_env_get(const struct agent_env *env, const char *key);
+
+/* Fills env with the variables muster sets for one worker (torchrun's set, then MUSTER_*).
+ * `parent` is the agent's environment (e.g. environ): inherited values such as
+ * TORCH_NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS are honoured. Returns 0 or -ENOMEM. */
+int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *w,
+                         char *const *parent);
+
+/* Builds the full environment for spawning: every entry of `parent` whose key env does not
+ * set, then env's entries. The result is a new env the caller frees. Returns 0 or -ENOMEM. */
+int agent_env_merge(const struct agent_env *env, char *const *parent, struct agent_env *out);
+
+#endif

@@ -1,0 +1,86 @@
+#include "failure.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <string.h>
+#include <time.h>
+
+static void copy_first_line(char *dst, size_t len, const char *src)
+{
+    size_t n = strcspn(src, "\n");
+    if (n >= len)
+        n = len - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+int agent_error_file_message(const char *path, char *text, size_t len)
+{
+    json_error_t jerr;
+    json_t *root, *msg;
+    int rc = -EINVAL;
+
+    text[0] = '\0';
+    if (path == NULL || *path == '\0')
+        return -ENOENT;
+    root = json_load_file(path, 0, &jerr);
+    if (root == NULL)
+        return jerr.position == 0 && jerr.line <= 0 ? -ENOENT : -EINVAL;
+    msg = json_object_get(root, "message");
+    if (json_is_object(msg))
+        msg = json_object_get(msg, "message");
+    if (json_is_string(msg)) {
+        copy_first_line(text, len, json_string_value(msg));
+        rc = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
+void agent_failure_describe(const struct rdzv_failure *f, char *buf, size_t len)
+{
+    if (f->signal > 0)
+        snprintf(buf, len, "was killed by signal %d (SIG%s)", f->signal,
+                 sigabbrev_np(f->signal) ? sigabbrev_np(f->signal) : "?");
+    else if (f->rank < 0)
+        snprintf(buf, len, "%s", f->text);
+    else
+        snprintf(buf, len, "exited with code %d", f->exit_code);
+}
+
+int agent_failure_exit_code(const struct rdzv_failure *f)
+{
+    if (f->signal > 0)
+        return 128 + f->signal;
+    return f->exit_code > 0 && f->exit_code < 256 ? f->exit_code : 1;
+}
+
+void agent_failure_print_summary(FILE *out, const char *run_id, unsigned restarts,
+                                 const struct rdzv_failure *f, const char *error_file)
+{
+    time_t t = (time_t)(f->time_ms / 1000);
+    struct tm tm;
+    char when[32] = "?";
+
+    if (gmtime_r(&t, &tm) != NULL)
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(out, "muster: job %s failed after %u restart(s)\n", run_id, restarts);
+    fprintf(out, "muster: root cause (first observed failure):\n");
+    if (f->rank >= 0)
+        fprintf(out, "muster:   rank       : %d (local_rank %d)\n", f->rank, f->local_rank);
+    fprintf(out, "muster:   host       : %s\n", f->host);
+    if (f->signal > 0)
+        fprintf(out, "muster:   signal     : %d (SIG%s)\n", f->signal,
+                sigabbrev_np(f->signal) ? sigabbrev_np(f->signal) : "?");
+    else if (f->rank >= 0)
+        fprintf(out, "muster:   exit code  : %d\n", f->exit_code);
+    fprintf(out, "muster:   time       : %s\n", when);
+    if (error_file != NULL && *error_file != '\0')
+        fprintf(out, "muster:   error file : %s\n", error_file);
+    if (f->text[0] != '\0')
+        fprintf(out, "muster:   message    : %s\n", f->text);
+    else if (f->rank >= 0)
+        fprintf(out, "muster:   message    : none (decorate the entry point with "
+                     "torch.distributed.elastic.multiprocessing.errors.record for a traceback)\n");
+    fflush(out);
+}

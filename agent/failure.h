@@ -1,0 +1,26 @@
+/* Worker failures: what the root-cause summary says about them. */
+#ifndef MUSTER_AGENT_FAILURE_H
+#define MUSTER_AGENT_FAILURE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "message.h"
+
+/* Reads torchelastic's error file (written by @record / ErrorHandler):
+ * {"message": {"message": "ValueError: boom", "extraInfo": {...}}} or {"message": "text"}.
+ * Copies the message's first line into text (always NUL-terminated). Returns 0, -ENOENT when
+ * there is no file, -EINVAL when it holds no message. */
+int agent_error_file_message(const char *path, char *text, size_t len);
+
+/* Describes how a worker ended: "exited with code 3" / "was killed by signal 9 (SIGKILL)". */
+void agent_failure_describe(const struct rdzv_failure *f, char *buf, size_t len);
+
+/* The exit code muster returns for this failure: the worker's code, or 128 + signal. */
+int agent_failure_exit_code(const struct rdzv_failure *f);
+
+/* Prints the root-cause summary (several "muster: " lines) to out. */
+void agent_failure_print_summary(FILE *out, const char *run_id, unsigned restarts,
+                                 const struct rdzv_failure *f, const char *error_file);
+
+#endif

@@ -1,0 +1,686 @@
+/* `muster run` argument parsing. torchrun's flags are accepted in both spellings: option names
+ * are normalised ('_' -> '-') before lookup, so --nproc_per_node and --nproc-per-node are one.
+ * Every option not given on the command line is then looked up as PET_<NAME>, like torchrun's
+ * argparse `env` action: command line first, then PET_*, then the default. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpus.h"
+
+enum opt_kind { OPT_FLAG, OPT_VALUE };
+
+enum opt_id {
+    O_NNODES, O_NPROC, O_RDZV_BACKEND, O_RDZV_ENDPOINT, O_RDZV_ID, O_RDZV_CONF, O_STANDALONE,
+    O_MAX_RESTARTS, O_MONITOR_INTERVAL, O_START_METHOD, O_EVENT_LOG_HANDLER, O_ROLE, O_MODULE,
+    O_NO_PYTHON, O_RUN_PATH, O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_RANKS_FILTER, O_NODE_RANK,
+    O_MASTER_ADDR, O_MASTER_PORT, O_LOCAL_ADDR, O_SHUTDOWN_TIMEOUT, O_SIGNALS_TO_HANDLE,
+    O_DRY_RUN, O_HELP, O_COUNT_
+};
+
+struct opt {
+    const char *name; /* dash spelling, without "--" */
+    char short_name;  /* 0 = none */
+    enum opt_kind kind;
+    const char *pet;  /* PET_<NAME>, NULL = no environment override */
+};
+
+static const struct opt opts[O_COUNT_] = {
+    [O_NNODES] = {"nnodes", 0, OPT_VALUE, "PET_NNODES"},
+    [O_NPROC] = {"nproc-per-node", 0, OPT_VALUE, "PET_NPROC_PER_NODE"},
+    [O_RDZV_BACKEND] = {"rdzv-backend", 0, OPT_VALUE, "PET_RDZV_BACKEND"},
+    [O_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, OPT_VALUE, "PET_RDZV_ENDPOINT"},
+    [O_RDZV_ID] = {"rdzv-id", 0, OPT_VALUE, "PET_RDZV_ID"},
+    [O_RDZV_CONF] = {"rdzv-conf", 0, OPT_VALUE, "PET_RDZV_CONF"},
+    [O_STANDALONE] = {"standalone", 0, OPT_FLAG, "PET_STANDALONE"},
+    [O_MAX_RESTARTS] = {"max-restarts", 0, OPT_VALUE, "PET_MAX_RESTARTS"},
+    [O_MONITOR_INTERVAL] = {"monitor-interval", 0, OPT_VALUE, "PET_MONITOR_INTERVAL"},
+    [O_START_METHOD] = {"start-method", 0, OPT_VALUE, "PET_START_METHOD"},
+    [O_EVENT_LOG_HANDLER] = {"event-log-handler", 0, OPT_VALUE, "PET_EVENT_LOG_HANDLER"},
+    [O_ROLE] = {"role", 0, OPT_VALUE, "PET_ROLE"},
+    [O_MODULE] = {"module", 'm', OPT_FLAG, "PET_MODULE"},
+    [O_NO_PYTHON] = {"no-python", 0, OPT_FLAG, "PET_NO_PYTHON"},
+    [O_RUN_PATH] = {"run-path", 0, OPT_FLAG, "PET_RUN_PATH"},
+    [O_LOG_DIR] = {"log-dir", 0, OPT_VALUE, "PET_LOG_DIR"},
+    [O_REDIRECTS] = {"redirects", 'r', OPT_VALUE, "PET_REDIRECTS"},
+    [O_TEE] = {"tee", 't', OPT_VALUE, "PET_TEE"},
+    [O_LOCAL_RANKS_FILTER] = {"local-ranks-filter", 0, OPT_VALUE, "PET_LOCAL_RANKS_FILTER"},
+    [O_NODE_RANK] = {"node-rank", 0, OPT_VALUE, "PET_NODE_RANK"},
+    [O_MASTER_ADDR] = {"master-addr", 0, OPT_VALUE, "PET_MASTER_ADDR"},
+    [O_MASTER_PORT] = {"master-port", 0, OPT_VALUE, "PET_MASTER_PORT"},
+    [O_LOCAL_ADDR] = {"local-addr", 0, OPT_VALUE, "PET_LOCAL_ADDR"},
+    [O_SHUTDOWN_TIMEOUT] = {"shutdown-timeout", 0, OPT_VALUE, "PET_SHUTDOWN_TIMEOUT"},
+    [O_SIGNALS_TO_HANDLE] = {"signals-to-handle", 0, OPT_VALUE, "PET_SIGNALS_TO_HANDLE"},
+    [O_DRY_RUN] = {"dry-run", 0, OPT_FLAG, NULL},
+    [O_HELP] = {"help", 'h', OPT_FLAG, NULL},
+};
+
+struct parse {
+    struct launcher_config *cfg;
+    const char *val[O_COUNT_]; /* raw values; flags hold "1" */
+    const char *src[O_COUNT_]; /* "--name" or "PET_NAME", for error messages */
+    char *err;
+    size_t errlen;
+};
+
+static int fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(struct parse *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, p->errlen, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+/* Strict integer: the whole string, base 10, within [lo, hi]. */
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi || isspace((unsigned char)*s))
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* Seconds as a non-negative decimal ("30", "0.5") converted to milliseconds. */
+static int parse_seconds_ms(const char *s, unsigned *ms)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !isfinite(v) || v < 0 || v > 86400.0 * 365)
+        return -EINVAL;
+    *ms = (unsigned)llround(v * 1000.0);
+    return 0;
+}
+
+static const struct opt *lookup_long(const char *name, size_t len, int *id)
+{
+    char norm[64];
+    if (len == 0 || len >= sizeof(norm))
+        return NULL;
+    for (size_t i = 0; i < len; i++)
+        norm[i] = name[i] == '_' ? '-' : name[i];
+    norm[len] = '\0';
+    for (int i = 0; i < O_COUNT_; i++) {
+        if (strcmp(opts[i].name, norm) == 0) {
+            *id = i;
+            return &opts[i];
+        }
+    }
+    return NULL;
+}
+
+static const struct opt *lookup_short(char c, int *id)
+{
+    for (int i = 0; i < O_COUNT_; i++) {
+        if (opts[i].short_name == c) {
+            *id = i;
+            return &opts[i];
+        }
+    }
+    return NULL;
+}
+
+/* Consumes one option at argv[*i]. Returns 0 or -EINVAL. */
+static int take_option(struct parse *p, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *inline_val = NULL;
+    const struct opt *o;
+    int id = -1;
+
+    if (a[1] == '-') {
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        o = lookup_long(name, len, &id);
+        if (eq)
+            inline_val = eq + 1;
+    } else {
+        o = lookup_short(a[1], &id);
+        if (o != NULL && a[2] != '\0') {
+            if (o->kind == OPT_FLAG)
+                o = NULL; /* no bundling of short flags */
+            else
+                inline_val = a + 2; /* -r3, like argparse */
+        }
+    }
+    if (o == NULL)
+        return fail(p, "unknown option '%s' (see 'muster run --help')", a);
+    if (o->kind == OPT_FLAG) {
+        if (inline_val != NULL)
+            return fail(p, "option '--%s' takes no value", o->name);
+        p->val[id] = "1";
+    } else if (inline_val != NULL) {
+        p->val[id] = inline_val;
+    } else {
+        if (*i + 1 >= argc)
+            return fail(p, "option '%s' needs a value", a);
+        p->val[id] = argv[++*i];
+    }
+    p->src[id] = a;
+    return 0;
+}
+
+static void env_fallbacks(struct parse *p)
+{
+    for (int i = 0; i < O_COUNT_; i++) {
+        if (p->val[i] != NULL || opts[i].pet == NULL)
+            continue;
+        const char *v = getenv(opts[i].pet);
+        if (v != NULL && *v != '\0') {
+            p->val[i] = v;
+            p->src[i] = opts[i].pet;
+        }
+    }
+}
+
+static int flag_on(struct parse *p, int id, int *out)
+{
+    const char *v = p->val[id];
+    if (v == NULL) {
+        *out = 0;
+        return 0;
+    }
+    if (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0) {
+        *out = 1;
+        return 0;
+    }
+    if (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0) {
+        *out = 0;
+        return 0;
+    }
+    return fail(p, "%s must be 0 or 1, not '%s'", p->src[id], v);
+}
+
+static int parse_nnodes(struct parse *p)
+{
+    const char *v = p->val[O_NNODES] ? p->val[O_NNODES] : "1";
+    const char *colon = strchr(v, ':');
+    long lo, hi;
+    char buf[32];
+
+    if (colon == NULL) {
+        if (parse_int(v, 1, 65536, &lo) != 0)
+            goto bad;
+        hi = lo;
+    } else {
+        size_t n = (size_t)(colon - v);
+        if (n >= sizeof(buf))
+            goto bad;
+        memcpy(buf, v, n);
+        buf[n] = '\0';
+        if (parse_int(buf, 1, 65536, &lo) != 0 || parse_int(colon + 1, 1, 65536, &hi) != 0)
+            goto bad;
+        if (lo > hi)
+            return fail(p, "--nnodes %s: MIN must not exceed MAX", v);
+    }
+    p->cfg->min_nodes = (int)lo;
+    p->cfg->max_nodes = (int)hi;
+    return 0;
+bad:
+    return fail(p, "--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, not '%s'", v);
+}
+
+static int parse_nproc(struct parse *p)
+{
+    const char *v = p->val[O_NPROC] ? p->val[O_NPROC] : "1";
+    struct launcher_config *cfg = p->cfg;
+    long n;
+
+    snprintf(cfg->nproc_spec, sizeof(cfg->nproc_spec), "%s", v);
+    if (strcmp(v, "cpu") == 0) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    } else if (strcmp(v, "gpu") == 0 || strcmp(v, "auto") == 0) {
+        n = launcher_count_gpus(LAUNCHER_NVIDIA_PROC_DIR, getenv("CUDA_VISIBLE_DEVICES"));
+        if (n <= 0 && strcmp(v, "auto") == 0)
+            n = sysconf(_SC_NPROCESSORS_ONLN);
+        else if (n <= 0)
+            return fail(p, "--nproc-per-node gpu: no NVIDIA GPU visible on this node "
+                           "(%s is empty or CUDA_VISIBLE_DEVICES hides them)",
+                        LAUNCHER_NVIDIA_PROC_DIR);
+    } else if (parse_int(v, 1, 4096, &n) != 0) {
+        return fail(p, "--nproc-per-node must be a positive number, cpu, gpu or auto, not '%s'", v);
+    }
+    cfg->nproc_per_node = n > 0 ? (int)n : 1;
+    return 0;
+}
+
+/* host:port, [v6]:port or host (default port). */
+static int split_endpoint(struct parse *p, const char *v, unsigned defport)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *host = v, *port = NULL;
+    size_t hlen;
+    long n;
+
+    if (v[0] == '[') {
+        const char *close = strchr(v, ']');
+        if (close == NULL || (close[1] != '\0' && close[1] != ':'))
+            goto bad;
+        host = v + 1;
+        hlen = (size_t)(close - host);
+        port = close[1] == ':' ? close + 2 : NULL;
+    } else {
+        const char *colon = strrchr(v, ':');
+        if (colon != NULL && strchr(v, ':') != colon)
+            goto bad; /* bare IPv6 needs brackets */
+        hlen = colon ? (size_t)(colon - v) : strlen(v);
+        port = colon ? colon + 1 : NULL;
+    }
+    if (hlen == 0 || hlen > 255)
+        goto bad;
+    if (port != NULL && parse_int(port, 0, 65535, &n) != 0)
+        goto bad;
+    cfg->rdzv_host = strndup(host, hlen);
+    cfg->rdzv_port = port ? (unsigned)n : defport;
+    return cfg->rdzv_host ? 0 : -ENOMEM;
+bad:
+    return fail(p, "--rdzv-endpoint must be HOST[:PORT] or [IPV6][:PORT], not '%s'", v);
+}
+
+static int parse_rdzv_conf(struct parse *p)
+{
+    static const char *const ignored[] = {"keep_alive_max_attempt", "read_timeout", "is_host",
+                                          "store_type", "timeout", "rank", NULL};
+    struct launcher_config *cfg = p->cfg;
+    const char *v = p->val[O_RDZV_CONF];
+    char *copy = NULL, *save = NULL;
+    int rc = 0;
+
+    if (v == NULL || *v == '\0')
+        return 0;
+    copy = strdup(v);
+    if (copy == NULL)
+        return -ENOMEM;
+    for (char *kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        unsigned *target = NULL;
+        if (eq == NULL) {
+            rc = fail(p, "--rdzv-conf entries must be KEY=VALUE, not '%s'", kv);
+            goto out;
+        }
+        *eq = '\0';
+        if (strcmp(kv, "join_timeout") == 0)
+            target = &cfg->join_timeout_ms;
+        else if (strcmp(kv, "last_call_timeout") == 0)
+            target = &cfg->last_call_timeout_ms;
+        else if (strcmp(kv, "close_timeout") == 0)
+            target = &cfg->close_timeout_ms;
+        else if (strcmp(kv, "heartbeat_timeout") == 0)
+            target = &cfg->heartbeat_timeout_ms;
+        else if (strcmp(kv, "keep_alive_interval") == 0)
+            target = &cfg->keep_alive_interval_ms;
+        if (target != NULL) {
+            if (parse_seconds_ms(eq + 1, target) != 0) {
+                rc = fail(p, "--rdzv-conf %s must be a number of seconds, not '%s'", kv, eq + 1);
+                goto out;
+            }
+            continue;
+        }
+        int known = 0;
+        for (int i = 0; ignored[i]; i++)
+            known |= strcmp(kv, ignored[i]) == 0;
+        if (!known) {
+            rc = fail(p, "--rdzv-conf: unknown key '%s' (known: join_timeout, last_call_timeout, "
+                         "close_timeout, heartbeat_timeout, keep_alive_interval)", kv);
+            goto out;
+        }
+    }
+out:
+    free(copy);
+    return rc;
+}
+
+static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spec)
+{
+    const char *v = p->val[id];
+    long n, r;
+
+    spec->all = 0;
+    spec->map_len = 0;
+    if (v == NULL)
+        return 0;
+    if (strchr(v, ':') == NULL) {
+        if (parse_int(v, 0, 3, &n) != 0)
+            goto bad;
+        spec->all = (int)n;
+        return 0;
+    }
+    spec->all = -1;
+    const char *s = v;
+    while (*s) {
+        char item[32];
+        size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof(item) || spec->map_len == 64)
+            goto bad;
+        memcpy(item, s, len);
+        item[len] = '\0';
+        char *colon = strchr(item, ':');
+        if (colon == NULL)
+            goto bad;
+        *colon = '\0';
+        if (parse_int(item, 0, 4095, &r) != 0 || parse_int(colon + 1, 0, 3, &n) != 0)
+            goto bad;
+        spec->map_rank[spec->map_len] = (int)r;
+        spec->map_val[spec->map_len++] = (int)n;
+        s += len + (s[len] == ',');
+    }
+    return 0;
+bad:
+    return fail(p, "%s must be 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,..., not '%s'",
+                p->src[id], v);
+}
+
+static int parse_ranks_filter(struct parse *p)
+{
+    const char *v = p->val[O_LOCAL_RANKS_FILTER];
+    struct launcher_config *cfg = p->cfg;
+    long r;
+
+    if (v == NULL || *v == '\0')
+        return 0;
+    cfg->local_ranks_filter = calloc(strlen(v) / 2 + 1, sizeof(int));
+    if (cfg->local_ranks_filter == NULL)
+        return -ENOMEM;
+    for (const char *s = v; *s;) {
+        char item[16];
+        size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof(item))
+            goto bad;
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (parse_int(item, 0, 4095, &r) != 0)
+            goto bad;
+        cfg->local_ranks_filter[cfg->local_ranks_filter_len++] = (int)r;
+        s += len + (s[len] == ',');
+    }
+    return 0;
+bad:
+    return fail(p, "--local-ranks-filter must be a comma list of local ranks, not '%s'", v);
+}
+
+static int parse_backend(struct parse *p)
+{
+    const char *v = p->val[O_RDZV_BACKEND];
+    struct launcher_config *cfg = p->cfg;
+
+    if (v == NULL || strcmp(v, "muster") == 0)
+        cfg->backend = LAUNCHER_BACKEND_MUSTER;
+    else if (strcmp(v, "c10d") == 0)
+        cfg->backend = LAUNCHER_BACKEND_C10D;
+    else if (strcmp(v, "static") == 0)
+        cfg->backend = LAUNCHER_BACKEND_STATIC;
+    else
+        return fail(p, "--rdzv-backend must be muster, c10d or static, not '%s'", v);
+    return 0;
+}
+
+/* A version-4 UUID string, like torchrun's --standalone run id. */
+static char *random_uuid(void)
+{
+    unsigned char b[16];
+    char *s = malloc(37);
+    if (s == NULL)
+        return NULL;
+    if (getentropy(b, sizeof(b)) != 0) {
+        free(s);
+        return NULL;
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(s, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+    return s;
+}
+
+static int parse_rdzv(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *id = p->val[O_RDZV_ID];
+    int rc;
+
+    if ((rc = parse_backend(p)) != 0 || (rc = flag_on(p, O_STANDALONE, &cfg->standalone)) != 0)
+        return rc;
+    if (cfg->standalone && cfg->max_nodes > 1)
+        return fail(p, "--standalone runs a single node; it cannot be combined with --nnodes %d",
+                    cfg->max_nodes);
+    if (cfg->standalone) {
+        /* Like torchrun: --standalone overrides endpoint and id. Unlike torchrun the
+         * embedded server never uses a fixed port, so two standalone jobs cannot collide. */
+        cfg->backend = LAUNCHER_BACKEND_MUSTER;
+        cfg->rdzv_id = random_uuid();
+        return cfg->rdzv_id ? 0 : -ENOMEM;
+    }
+    if (id != NULL && (*id == '\0' || strlen(id) > 128 || strpbrk(id, "/\\ \t\n") != NULL))
+        return fail(p, "--rdzv-id must be 1-128 characters without '/', '\\' or spaces");
+    cfg->rdzv_id = (id && strcmp(id, "none") != 0) ? strdup(id) : random_uuid();
+    if (cfg->rdzv_id == NULL)
+        return -ENOMEM;
+    if (p->val[O_RDZV_ENDPOINT] != NULL && *p->val[O_RDZV_ENDPOINT] != '\0') {
+        cfg->rdzv_endpoint = strdup(p->val[O_RDZV_ENDPOINT]);
+        if (cfg->rdzv_endpoint == NULL)
+            return -ENOMEM;
+        return split_endpoint(p, cfg->rdzv_endpoint, 29400);
+    }
+    if (cfg->max_nodes > 1 && cfg->backend != LAUNCHER_BACKEND_STATIC)
+        return fail(p, "a multi-node run (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT",
+                    cfg->min_nodes, cfg->max_nodes);
+    if (cfg->max_nodes > 1)
+        return fail(p, "the static backend across several nodes is not supported yet; "
+                       "use --rdzv-endpoint with the muster backend");
+    return 0;
+}
+
+static int parse_numbers(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *v;
+    long n;
+
+    if ((v = p->val[O_MAX_RESTARTS]) != NULL) {
+        if (parse_int(v, 0, 1000000, &n) != 0)
+            return fail(p, "--max-restarts must be a number >= 0, not '%s'", v);
+        cfg->max_restarts = (int)n;
+    }
+    if ((v = p->val[O_MONITOR_INTERVAL]) != NULL) {
+        unsigned ms;
+        if (parse_seconds_ms(v, &ms) != 0)
+            return fail(p, "--monitor-interval must be a number of seconds, not '%s'", v);
+        cfg->monitor_interval = ms / 1000.0;
+    }
+    v = p->val[O_SHUTDOWN_TIMEOUT] ? p->val[O_SHUTDOWN_TIMEOUT]
+                                   : getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    if (v != NULL && parse_seconds_ms(v, &cfg->shutdown_timeout_ms) != 0)
+        return fail(p, "--shutdown-timeout must be a number of seconds, not '%s'", v);
+    if ((v = p->val[O_NODE_RANK]) != NULL) {
+        if (parse_int(v, 0, 65535, &n) != 0)
+            return fail(p, "--node-rank must be a number >= 0, not '%s'", v);
+        cfg->node_rank = (int)n;
+    }
+    if ((v = p->val[O_MASTER_PORT]) != NULL) {
+        if (parse_int(v, 1, 65535, &n) != 0)
+            return fail(p, "--master-port must be a port number 1-65535, not '%s'", v);
+        cfg->master_port = (int)n;
+    }
+    if ((v = p->val[O_START_METHOD]) != NULL && strcmp(v, "spawn") && strcmp(v, "fork") &&
+        strcmp(v, "forkserver"))
+        return fail(p, "--start-method must be spawn, fork or forkserver, not '%s'", v);
+    return 0;
+}
+
+static int dup_opt(struct parse *p, int id, const char *def, char **out)
+{
+    const char *v = p->val[id] ? p->val[id] : def;
+    if (v == NULL)
+        return 0;
+    *out = strdup(v);
+    return *out ? 0 : -ENOMEM;
+}
+
+static int parse_strings(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *py = getenv("PYTHON_EXEC");
+    const char *tok = getenv("MUSTER_TOKEN");
+    int rc = 0;
+
+    rc = rc ? rc : dup_opt(p, O_ROLE, "default", &cfg->role);
+    rc = rc ? rc : dup_opt(p, O_MASTER_ADDR, "127.0.0.1", &cfg->master_addr);
+    rc = rc ? rc : dup_opt(p, O_LOCAL_ADDR, NULL, &cfg->local_addr);
+    rc = rc ? rc : dup_opt(p, O_LOG_DIR, NULL, &cfg->log_dir);
+    rc = rc ? rc : dup_opt(p, O_SIGNALS_TO_HANDLE, NULL, &cfg->signals_to_handle);
+    if (rc == 0 && (cfg->python_exec = strdup(py && *py ? py : "python3")) == NULL)
+        rc = -ENOMEM;
+    if (rc == 0 && tok && *tok && (cfg->token = strdup(tok)) == NULL)
+        rc = -ENOMEM;
+    if (rc == 0 && cfg->role[0] == '\0')
+        rc = fail(p, "--role must not be empty");
+    if (rc == 0 && cfg->log_dir != NULL && cfg->log_dir[0] == '\0')
+        rc = fail(p, "--log-dir must not be empty");
+    return rc;
+}
+
+/* The script must exist for `python3 SCRIPT` (torchrun would only fail inside every worker). */
+static int check_script(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    struct stat st;
+
+    if (cfg->module && cfg->no_python)
+        return fail(p, "-m/--module and --no-python cannot be used together");
+    if (cfg->script == NULL)
+        return fail(p, "no training script given (usage: muster run [options] SCRIPT [ARGS...])");
+    if (cfg->module)
+        return 0;
+    if (cfg->no_python && strchr(cfg->script, '/') == NULL)
+        return 0; /* looked up on PATH when the worker starts */
+    if (stat(cfg->script, &st) != 0)
+        return fail(p, "training script '%s' not found", cfg->script);
+    if (S_ISDIR(st.st_mode))
+        return fail(p, "training script '%s' is a directory", cfg->script);
+    if (cfg->no_python && access(cfg->script, X_OK) != 0)
+        return fail(p, "'%s' is not executable (--no-python runs it directly)", cfg->script);
+    return 0;
+}
+
+static void set_defaults(struct launcher_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->min_nodes = cfg->max_nodes = 1;
+    cfg->nproc_per_node = 1;
+    cfg->join_timeout_ms = 600000;
+    cfg->last_call_timeout_ms = 30000;
+    cfg->close_timeout_ms = 30000;
+    cfg->heartbeat_timeout_ms = 3000;
+    cfg->keep_alive_interval_ms = 1000;
+    cfg->monitor_interval = 0.1;
+    cfg->shutdown_timeout_ms = 30000;
+}
+
+static int parse_values(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    int rc;
+
+    if ((rc = flag_on(p, O_MODULE, &cfg->module)) != 0 ||
+        (rc = flag_on(p, O_NO_PYTHON, &cfg->no_python)) != 0 ||
+        (rc = flag_on(p, O_RUN_PATH, &cfg->run_path)) != 0 ||
+        (rc = flag_on(p, O_DRY_RUN, &cfg->dry_run)) != 0)
+        return rc;
+    if ((rc = parse_nnodes(p)) != 0 || (rc = parse_nproc(p)) != 0 || (rc = parse_rdzv(p)) != 0 ||
+        (rc = parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
+        (rc = parse_strings(p)) != 0 || (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
+        (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0)
+        return rc;
+    if (cfg->run_path)
+        cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
+    return check_script(p);
+}
+
+int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, char *err,
+                          size_t errlen)
+{
+    struct parse p = {.cfg = cfg, .err = err, .errlen = errlen};
+    int i, rc;
+
+    set_defaults(cfg);
+    if (errlen > 0)
+        err[0] = '\0';
+    for (i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0')
+            break; /* the script: everything after it belongs to the script */
+        if ((rc = take_option(&p, argc, argv, &i)) != 0)
+            return rc;
+        if (p.val[O_HELP] != NULL) {
+            cfg->help = 1;
+            return 0;
+        }
+    }
+    if (i < argc) {
+        cfg->script = argv[i];
+        cfg->script_argv = argv + i + 1;
+        cfg->script_argc = argc - i - 1;
+    }
+    env_fallbacks(&p);
+    rc = parse_values(&p);
+    if (rc == -ENOMEM)
+        fail(&p, "out of memory");
+    return rc;
+}
+
+void launcher_config_free(struct launcher_config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    free(cfg->rdzv_endpoint);
+    free(cfg->rdzv_host);
+    free(cfg->rdzv_id);
+    free(cfg->role);
+    free(cfg->master_addr);
+    free(cfg->local_addr);
+    free(cfg->python_exec);
+    free(cfg->log_dir);
+    free(cfg->signals_to_handle);
+    free(cfg->local_ranks_filter);
+    if (cfg->token != NULL)
+        explicit_bzero(cfg->token, strlen(cfg->token));
+    free(cfg->token);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+int launcher_std_for_rank(const struct launcher_std_spec *spec, int local_rank)
+{
+    for (int i = 0; i < spec->map_len; i++)
+        if (spec->map_rank[i] == local_rank)
+            return spec->map_val[i];
+    return spec->all < 0 ? 0 : spec->all;
+}
+
+int launcher_rank_shown(const struct launcher_config *cfg, int local_rank)
+{
+    if (cfg->local_ranks_filter == NULL)
+        return 1;
+    for (int i = 0; i < cfg->local_ranks_filter_len; i++)
+        if (cfg->local_ranks_filter[i] == local_rank)
+            return 1;
+    return 0;
+}

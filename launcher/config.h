@@ -1,0 +1,80 @@
+/* `muster run` options: torchrun's flags (both --dash-case and --under_score spellings, each
+ * also read from PET_<NAME>) plus muster's own. Parsing only: no I/O besides stat() checks. */
+#ifndef MUSTER_LAUNCHER_CONFIG_H
+#define MUSTER_LAUNCHER_CONFIG_H
+
+#include <stddef.h>
+
+#define LAUNCHER_ERR_MAX 512
+
+enum launcher_backend { LAUNCHER_BACKEND_MUSTER, LAUNCHER_BACKEND_C10D, LAUNCHER_BACKEND_STATIC };
+
+/* Per-local-rank stream selection for --redirects / --tee: bit 1 stdout, bit 2 stderr. */
+struct launcher_std_spec {
+    int all;           /* value for ranks not in the map; -1 when only a map was given */
+    int map_len;
+    int map_rank[64];
+    int map_val[64];
+};
+
+struct launcher_config {
+    /* nodes and rendezvous */
+    int min_nodes, max_nodes;     /* --nnodes N or MIN:MAX */
+    int nproc_per_node;           /* resolved number (cpu/gpu/auto already counted) */
+    char nproc_spec[16];          /* as given: "4", "cpu", "gpu", "auto" */
+    enum launcher_backend backend;
+    char *rdzv_endpoint;          /* "host:port" or NULL */
+    char *rdzv_host;              /* parsed from endpoint (brackets stripped for IPv6) */
+    unsigned rdzv_port;
+    char *rdzv_id;                /* job id; random uuid for --standalone */
+    int standalone;
+    /* --rdzv-conf, milliseconds */
+    unsigned join_timeout_ms, last_call_timeout_ms, close_timeout_ms;
+    unsigned heartbeat_timeout_ms, keep_alive_interval_ms;
+    /* supervision */
+    int max_restarts;
+    double monitor_interval;      /* accepted and ignored: muster is event-driven */
+    unsigned shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace, default 30 s */
+    char *role;                   /* default "default" */
+    /* static backend */
+    int node_rank;
+    char *master_addr;
+    int master_port;              /* 0 = not given */
+    char *local_addr;
+    /* what to run */
+    int module;                   /* -m */
+    int no_python;
+    int run_path;                 /* --run-path: accepted, runs like a script */
+    char *python_exec;            /* PYTHON_EXEC or "python3" */
+    char *script;                 /* training script, module or binary */
+    int script_argc;
+    char **script_argv;           /* borrowed from argv */
+    /* output */
+    char *log_dir;                /* NULL: a private temporary directory */
+    struct launcher_std_spec redirects, tee;
+    int *local_ranks_filter;      /* NULL = all */
+    int local_ranks_filter_len;
+    /* muster's own */
+    int dry_run;
+    int help;                     /* -h/--help seen: nothing else was checked */
+    char *token;                  /* from MUSTER_TOKEN; never printed */
+    char *signals_to_handle;      /* exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
+};
+
+/* Parses `muster run` arguments (argv[0] is the first option, not the program name) with env
+ * lookups through getenv(). Fills *cfg (call launcher_config_free later even on error).
+ * Returns 0, or -EINVAL with a one-line reason in err (no trailing newline). */
+int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, char *err,
+                          size_t errlen);
+
+/* Releases what parse allocated. Accepts a zeroed or half-filled config. */
+void launcher_config_free(struct launcher_config *cfg);
+
+/* Returns the stream bits (1 stdout, 2 stderr) spec selects for local_rank. */
+int launcher_std_for_rank(const struct launcher_std_spec *spec, int local_rank);
+
+/* Returns 1 when local_rank's console output is shown (--local-ranks-filter). */
+int launcher_rank_shown(const struct launcher_config *cfg, int local_rank);
+
+
+#endif

@@ -1,0 +1,10 @@
+#ifndef MUSTER_LAUNCHER_HELP_H
+#define MUSTER_LAUNCHER_HELP_H
+
+/* Prints the complete `muster run --help` text to stdout. */
+void launcher_print_run_help(void);
+
+/* Prints `muster --help` to stdout. */
+void launcher_print_main_help(void);
+
+#endif

@@ -1,0 +1,30 @@
+/* muster: thin main. Picks the command and hands over to the launcher. */
+#include <stdio.h>
+#include <string.h>
+
+#include "help.h"
+#include "run.h"
+
+int main(int argc, char **argv)
+{
+    /* first: the exec wrapper runs for every worker start, keep its path short */
+    if (argc > 1 && strcmp(argv[1], "__worker") == 0)
+        return launcher_exec_worker(argc - 1, argv + 1);
+    if (argc < 2) {
+        launcher_print_main_help();
+        return 2;
+    }
+    if (strcmp(argv[1], "run") == 0)
+        return launcher_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        launcher_print_main_help();
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("muster %s\n", MUSTER_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "muster: error: unknown command '%s' (see 'muster --help')\n", argv[1]);
+    return 2;
+}

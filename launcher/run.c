@@ -1,0 +1,218 @@
+#include "run.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "config.h"
+#include "env.h"
+#include "help.h"
+#include "port.h"
+
+extern char **environ;
+
+/* argv of one worker: [python -u [-m]] script args..., NULL-terminated. Borrows strings. */
+static char **worker_argv(const struct launcher_config *cfg)
+{
+    char **v = calloc((size_t)cfg->script_argc + 5, sizeof(*v));
+    int n = 0;
+
+    if (v == NULL)
+        return NULL;
+    if (!cfg->no_python) {
+        v[n++] = cfg->python_exec;
+        v[n++] = "-u";
+        if (cfg->module)
+            v[n++] = "-m";
+    }
+    v[n++] = cfg->script;
+    for (int i = 0; i < cfg->script_argc; i++)
+        v[n++] = cfg->script_argv[i];
+    return v;
+}
+
+static void print_command(char **argv)
+{
+    fputs("command:", stdout);
+    for (; *argv; argv++) {
+        /* quote what a shell would split, so the line can be pasted back */
+        if (**argv == '\0' || strpbrk(*argv, " \t\n'\"\\$`*?;&|<>()") != NULL) {
+            fputs(" '", stdout);
+            for (const char *c = *argv; *c; c++)
+                fputs(*c == '\'' ? "'\\''" : (char[]){*c, 0}, stdout);
+            fputc('\'', stdout);
+        } else {
+            printf(" %s", *argv);
+        }
+    }
+    fputc('\n', stdout);
+}
+
+static const char *endpoint_text(const struct launcher_config *cfg, char *buf, size_t len)
+{
+    if (cfg->rdzv_host == NULL)
+        snprintf(buf, len, "127.0.0.1:0 (embedded, port chosen at start)");
+    else
+        snprintf(buf, len, "%s:%u", cfg->rdzv_host, cfg->rdzv_port);
+    return buf;
+}
+
+/* The plan is what this node would do as group rank --node-rank with every node running
+ * the same number of workers; a real rendezvous may decide otherwise, and says so. */
+static int dry_run(const struct launcher_config *cfg, char **argv)
+{
+    static const char *backends[] = {"muster", "c10d", "static"};
+    int group_rank = cfg->max_nodes > 1 ? cfg->node_rank : 0;
+    int world = cfg->nproc_per_node * cfg->max_nodes;
+    unsigned port = (unsigned)cfg->master_port;
+    char ep[300];
+    int fd;
+
+    if (port == 0 && agent_port_reserve(&fd, &port) == 0)
+        close(fd); /* a port that is free now, to show a realistic plan */
+    printf("run_id=%s\nrdzv_backend=%s\nrdzv_endpoint=%s\nnnodes=%d:%d\nnproc_per_node=%d\n"
+           "world_size=%d\nmax_restarts=%d\n",
+           cfg->rdzv_id, backends[cfg->backend], endpoint_text(cfg, ep, sizeof(ep)),
+           cfg->min_nodes, cfg->max_nodes, cfg->nproc_per_node, world, cfg->max_restarts);
+    if (cfg->max_nodes > 1)
+        printf("# ranks assume group rank %d and %d workers on every node; the rendezvous "
+               "decides\n", group_rank, cfg->nproc_per_node);
+    printf("# MASTER_PORT is reserved again when the job starts\n");
+    for (int i = 0; i < cfg->nproc_per_node; i++) {
+        struct agent_worker_info w = {
+            .rank = group_rank * cfg->nproc_per_node + i,
+            .local_rank = i,
+            .local_world_size = cfg->nproc_per_node,
+            .group_rank = group_rank,
+            .group_world_size = cfg->max_nodes,
+            .world_size = world,
+            .role = cfg->role,
+            .master_addr = cfg->local_addr ? cfg->local_addr : cfg->master_addr,
+            .master_port = port,
+            .max_restarts = (unsigned)cfg->max_restarts,
+            .run_id = cfg->rdzv_id,
+        };
+        struct agent_env env;
+        char error_file[4096] = "";
+
+        w.role_rank = w.rank;
+        w.role_world_size = world;
+        if (cfg->log_dir == NULL || strcmp(cfg->log_dir, "/dev/null") != 0)
+            snprintf(error_file, sizeof(error_file), "%s/%s/attempt_0/%d/error.json",
+                     cfg->log_dir ? cfg->log_dir : "<private temporary directory>",
+                     cfg->rdzv_id, i);
+        w.error_file = error_file;
+        agent_env_init(&env);
+        if (agent_env_for_worker(&env, &w, environ) != 0 ||
+            (cfg->signals_to_handle &&
+             agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_to_handle))) {
+            agent_env_free(&env);
+            return AGENT_EXIT_INTERNAL;
+        }
+        printf("\n[worker %d]\n", i);
+        print_command(argv);
+        for (size_t k = 0; k < env.len; k++)
+            printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0
+                               ? "MUSTER_TOKEN=<hidden>" : env.vars[k]);
+        agent_env_free(&env);
+    }
+    return fflush(stdout) == 0 ? 0 : AGENT_EXIT_INTERNAL;
+}
+
+static enum agent_host_mode host_mode(const struct launcher_config *cfg)
+{
+    if (cfg->rdzv_host == NULL)
+        return AGENT_HOST_ALWAYS; /* --standalone, or one node with no endpoint */
+    return AGENT_HOST_IF_LOCAL;
+}
+
+static int run_agent(const struct launcher_config *cfg, char **argv)
+{
+    int n = cfg->nproc_per_node;
+    unsigned char *flags = calloc((size_t)n * 3, 1);
+    struct agent_options o = {0};
+    int rc;
+
+    if (flags == NULL)
+        return AGENT_EXIT_INTERNAL;
+    for (int i = 0; i < n; i++) {
+        flags[i] = (unsigned char)launcher_std_for_rank(&cfg->redirects, i);
+        flags[n + i] = (unsigned char)launcher_std_for_rank(&cfg->tee, i);
+        flags[2 * n + i] = (unsigned char)launcher_rank_shown(cfg, i);
+    }
+    o.run_id = cfg->rdzv_id;
+    o.rdzv_host = cfg->rdzv_host ? cfg->rdzv_host : "127.0.0.1";
+    o.rdzv_port = cfg->rdzv_host ? cfg->rdzv_port : 0;
+    o.host_mode = host_mode(cfg);
+    o.token = cfg->token;
+    o.min_nodes = (unsigned)cfg->min_nodes;
+    o.max_nodes = (unsigned)cfg->max_nodes;
+    o.nproc = (unsigned)n;
+    o.max_restarts = (unsigned)cfg->max_restarts;
+    o.join_timeout_ms = cfg->join_timeout_ms;
+    o.last_call_ms = cfg->last_call_timeout_ms;
+    o.shutdown_timeout_ms = cfg->shutdown_timeout_ms;
+    o.role = cfg->role;
+    o.local_addr = cfg->local_addr;
+    if (cfg->backend == LAUNCHER_BACKEND_STATIC) {
+        o.local_addr = cfg->master_addr; /* one node: it is the master */
+        o.master_port = (unsigned)cfg->master_port;
+    }
+    o.argv = argv;
+    o.logs_disabled = cfg->log_dir != NULL && strcmp(cfg->log_dir, "/dev/null") == 0;
+    o.log_dir = o.logs_disabled ? NULL : cfg->log_dir;
+    o.redirect = flags;
+    o.tee = flags + n;
+    o.shown = flags + 2 * n;
+    o.signals_to_handle = cfg->signals_to_handle;
+    rc = agent_run(&o);
+    free(flags);
+    return rc;
+}
+
+int launcher_run(int argc, char **argv)
+{
+    struct launcher_config cfg;
+    char err[LAUNCHER_ERR_MAX];
+    char **wargv = NULL;
+    int rc;
+
+    if (launcher_config_parse(argc, argv, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "muster: error: %s\n", err);
+        launcher_config_free(&cfg);
+        return AGENT_EXIT_USAGE;
+    }
+    if (cfg.help) {
+        launcher_print_run_help();
+        launcher_config_free(&cfg);
+        return 0;
+    }
+    if ((wargv = worker_argv(&cfg)) == NULL)
+        rc = AGENT_EXIT_INTERNAL;
+    else if (cfg.dry_run)
+        rc = dry_run(&cfg, wargv);
+    else
+        rc = run_agent(&cfg, wargv);
+    free(wargv);
+    launcher_config_free(&cfg);
+    return rc;
+}
+
+int launcher_exec_worker(int argc, char **argv)
+{
+    /* argv: __worker PPID CMD [ARGS...] */
+    if (argc < 3)
+        return 127;
+    /* SIGKILL: the agent is gone, nobody would stop this worker any more. Checking the parent
+     * after arming closes the race where the agent died between fork and prctl. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != (pid_t)atol(argv[1]))
+        return 127;
+    execvp(argv[2], argv + 2);
+    fprintf(stderr, "muster: cannot execute '%s': %s\n", argv[2], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+}
