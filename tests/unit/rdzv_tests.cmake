@@ -1,0 +1,11 @@
+# Rendezvous unit tests; include()d from tests/unit/CMakeLists.txt.
+if(NOT TARGET PkgConfig::CMOCKA)
+  pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
+endif()
+
+foreach(name IN ITEMS message job server)
+  add_executable(test_rdzv_${name} ${CMAKE_CURRENT_LIST_DIR}/test_rdzv_${name}.c)
+  target_link_libraries(test_rdzv_${name} PRIVATE muster_rdzv PkgConfig::CMOCKA)
+  add_test(NAME rdzv_${name} COMMAND test_rdzv_${name})
+  set_tests_properties(rdzv_${name} PROPERTIES LABELS unit TIMEOUT 60)
+endforeach()

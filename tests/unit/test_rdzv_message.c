@@ -1,0 +1,229 @@
+/* Codec tests: every message type round-trips, and malformed frames are rejected before any
+ * allocation or out-of-bounds read. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "message.h"
+
+#define BUF_CAP (RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD)
+
+static uint8_t buf[BUF_CAP];
+
+static void fill_failure(struct rdzv_failure *f)
+{
+    f->round = 3;
+    f->rank = -1;
+    f->local_rank = 7;
+    f->exit_code = -2147483647 - 1; /* INT32_MIN survives the two's complement path */
+    f->signal = 9;
+    f->time_ms = 0x0123456789abcdefULL;
+    strcpy(f->host, "node-a");
+    strcpy(f->text, "worker 7 exited with code 1: CUDA error");
+}
+
+/* One filled example of every type. */
+static void example(uint8_t type, struct rdzv_msg *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = type;
+    switch (type) {
+    case RDZV_MSG_HELLO:
+        m->u.hello = (struct rdzv_hello){.version = RDZV_PROTO_VERSION, .role = RDZV_ROLE_AGENT};
+        strcpy(m->u.hello.token, "s3cret");
+        break;
+    case RDZV_MSG_ERROR:
+        m->u.error.code = RDZV_ERR_AUTH;
+        strcpy(m->u.error.text, "nope");
+        break;
+    case RDZV_MSG_JOIN:
+        m->u.join = (struct rdzv_join){.min_nodes = 2, .max_nodes = 4, .nproc = 8,
+                                       .master_port = 29500, .max_restarts = 3,
+                                       .last_call_ms = 30000, .join_timeout_ms = 600000,
+                                       .node_id = 0xfedcba9876543210ULL};
+        strcpy(m->u.join.job_id, "job-1");
+        strcpy(m->u.join.host, "node-a");
+        strcpy(m->u.join.addr, "fe80::1");
+        break;
+    case RDZV_MSG_WAITING:
+        m->u.waiting = (struct rdzv_waiting){1, 2, 4, -1, 12345};
+        break;
+    case RDZV_MSG_ASSIGN:
+        m->u.assign = (struct rdzv_assign){.round = 5, .group_rank = 1, .group_world_size = 3,
+                                           .rank_offset = 8, .world_size = 24,
+                                           .restart_count = 2, .master_port = 29500};
+        strcpy(m->u.assign.master_addr, "10.0.0.1");
+        break;
+    case RDZV_MSG_FAILED:
+    case RDZV_MSG_LEAVE:
+        fill_failure(&m->u.failed);
+        break;
+    case RDZV_MSG_RESTART:
+        m->u.restart.restart_count = 1;
+        fill_failure(&m->u.restart.cause);
+        break;
+    case RDZV_MSG_DONE:
+        m->u.done.round = 42;
+        break;
+    case RDZV_MSG_JOB_FAILED:
+        m->u.job_failed.restarts = 3;
+        fill_failure(&m->u.job_failed.cause);
+        break;
+    default:
+        break;
+    }
+}
+
+static void test_roundtrip_all(void **state)
+{
+    (void)state;
+    for (unsigned t = 1; t < RDZV_MSG_TYPE_MAX_; t++) {
+        struct rdzv_msg in, out;
+        uint8_t type;
+        uint32_t plen;
+        size_t len;
+
+        example((uint8_t)t, &in);
+        assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+        assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+        assert_int_equal(type, t);
+        assert_int_equal(plen + RDZV_HEADER_SIZE, len);
+        assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+        /* Examples are memset first and the decoder zeroes msg, so whole structs compare. */
+        assert_memory_equal(&in, &out, sizeof(in));
+        assert_string_not_equal(rdzv_msg_name(t), "UNKNOWN");
+    }
+    assert_string_equal(rdzv_msg_name(0), "UNKNOWN");
+    assert_string_equal(rdzv_msg_name(RDZV_MSG_TYPE_MAX_), "UNKNOWN");
+    assert_string_equal(rdzv_msg_name(RDZV_MSG_JOB_FAILED), "JOB_FAILED");
+}
+
+static void test_header_bytes(void **state)
+{
+    struct rdzv_msg m;
+    size_t len;
+    static const uint8_t want[] = {'M', 'S', 'T', 'R', RDZV_PROTO_VERSION, RDZV_MSG_DONE,
+                                   0, 0, 0, 0, 0, 4, 0, 0, 0, 42};
+
+    (void)state;
+    example(RDZV_MSG_DONE, &m);
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, sizeof(want));
+    assert_memory_equal(buf, want, sizeof(want));
+}
+
+static void test_header_rejects(void **state)
+{
+    uint8_t h[RDZV_HEADER_SIZE] = {'M', 'S', 'T', 'R', RDZV_PROTO_VERSION, 1, 0, 0, 0, 1, 0, 0};
+    uint8_t type;
+    uint32_t plen;
+
+    (void)state;
+    assert_int_equal(rdzv_header_decode(h, &type, &plen), 0);
+    assert_int_equal(plen, RDZV_MAX_PAYLOAD);
+    h[10] = 0;
+    h[11] = 1; /* 65537: one byte over */
+    assert_int_equal(rdzv_header_decode(h, &type, &plen), -EMSGSIZE);
+    h[8] = 0xff; /* 4 GiB: must not be trusted for an allocation */
+    assert_int_equal(rdzv_header_decode(h, &type, &plen), -EMSGSIZE);
+    h[8] = 0;
+    h[4] = RDZV_PROTO_VERSION + 1;
+    assert_int_equal(rdzv_header_decode(h, &type, &plen), -EPROTONOSUPPORT);
+    h[4] = RDZV_PROTO_VERSION;
+    h[0] = 'G'; /* "GET / HTTP/1.1" from a confused browser */
+    assert_int_equal(rdzv_header_decode(h, &type, &plen), -EPROTO);
+}
+
+static void test_unknown_type(void **state)
+{
+    struct rdzv_msg m;
+    size_t len;
+
+    (void)state;
+    assert_int_equal(rdzv_msg_decode(0, buf, 0, &m), -ENOTSUP);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_TYPE_MAX_, buf, 0, &m), -ENOTSUP);
+    assert_int_equal(rdzv_msg_decode(200, buf, 0, &m), -ENOTSUP);
+    memset(&m, 0, sizeof(m));
+    m.type = 99;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+}
+
+/* Every strict prefix of every payload is short (-EPROTO), and one extra byte is trailing. */
+static void test_truncated_and_trailing(void **state)
+{
+    (void)state;
+    for (unsigned t = 1; t < RDZV_MSG_TYPE_MAX_; t++) {
+        struct rdzv_msg in, out;
+        size_t len, plen;
+
+        example((uint8_t)t, &in);
+        assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+        plen = len - RDZV_HEADER_SIZE;
+        for (size_t cut = 0; cut < plen; cut++)
+            assert_int_equal(rdzv_msg_decode((uint8_t)t, buf + RDZV_HEADER_SIZE, cut, &out),
+                             -EPROTO);
+        buf[len] = 0;
+        assert_int_equal(rdzv_msg_decode((uint8_t)t, buf + RDZV_HEADER_SIZE, plen + 1, &out),
+                         -EPROTO);
+    }
+}
+
+static void test_small_buffer(void **state)
+{
+    struct rdzv_msg m;
+    size_t len;
+
+    (void)state;
+    example(RDZV_MSG_JOIN, &m);
+    assert_int_equal(rdzv_msg_encode(&m, buf, 20, &len), -ENOBUFS);
+    assert_int_equal(rdzv_msg_encode(&m, buf, 0, &len), -ENOBUFS);
+}
+
+static void test_overlong_strings(void **state)
+{
+    struct rdzv_msg m;
+    uint8_t p[64] = {0};
+    size_t len;
+
+    (void)state;
+    /* Encoder: an unterminated job id (129 bytes) is over the limit. */
+    example(RDZV_MSG_JOIN, &m);
+    memset(m.u.join.job_id, 'x', sizeof(m.u.join.job_id));
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    /* Decoder: ERROR whose text claims 1025 bytes (over RDZV_TEXT_MAX) with enough data. */
+    memset(buf, 'a', 2000);
+    buf[0] = buf[1] = buf[2] = 0;
+    buf[3] = RDZV_ERR_PROTOCOL;
+    buf[4] = (RDZV_TEXT_MAX + 1) >> 8;
+    buf[5] = (RDZV_TEXT_MAX + 1) & 0xff;
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_ERROR, buf, 6 + RDZV_TEXT_MAX + 1, &m), -EPROTO);
+    buf[4] = RDZV_TEXT_MAX >> 8; /* exactly the limit is fine */
+    buf[5] = RDZV_TEXT_MAX & 0xff;
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_ERROR, buf, 6 + RDZV_TEXT_MAX, &m), 0);
+    assert_int_equal(strlen(m.u.error.text), RDZV_TEXT_MAX);
+    /* Decoder: a NUL inside a string. */
+    p[3] = 1;
+    p[5] = 3;
+    memcpy(p + 6, "a\0b", 3);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_ERROR, p, 9, &m), -EPROTO);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_all),
+        cmocka_unit_test(test_header_bytes),
+        cmocka_unit_test(test_header_rejects),
+        cmocka_unit_test(test_unknown_type),
+        cmocka_unit_test(test_truncated_and_trailing),
+        cmocka_unit_test(test_small_buffer),
+        cmocka_unit_test(test_overlong_strings),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
