@@ -1,0 +1,382 @@
+/* Round logic of one job. Pure: time comes in as arguments, decisions go out as events.
+ * All allocation happens in rdzv_job_join(), so that failure, restart and loss handling can
+ * never fail half-way through. */
+#include "job.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rdzv_job_validate_join(const struct rdzv_join *j)
+{
+    if (j->job_id[0] == '\0' || j->min_nodes < 1 || j->min_nodes > j->max_nodes)
+        return -EINVAL;
+    if (j->max_nodes > RDZV_JOB_MAX_NODES || j->nproc < 1 || j->nproc > RDZV_JOB_MAX_NPROC)
+        return -EINVAL;
+    if (j->master_port > 65535)
+        return -EINVAL;
+    return 0;
+}
+
+int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out)
+{
+    struct rdzv_job *job;
+
+    if (rdzv_job_validate_join(j) < 0)
+        return -EINVAL;
+    job = calloc(1, sizeof(*job));
+    if (job == NULL)
+        return -ENOMEM;
+    snprintf(job->id, sizeof(job->id), "%s", j->job_id);
+    job->min_nodes = j->min_nodes;
+    job->max_nodes = j->max_nodes;
+    job->max_restarts = j->max_restarts;
+    job->last_call_ms = j->last_call_ms;
+    job->join_timeout_ms = j->join_timeout_ms;
+    job->state = RDZV_JOB_FILLING;
+    *out = job;
+    return 0;
+}
+
+void rdzv_job_free(struct rdzv_job *job)
+{
+    if (job == NULL)
+        return;
+    free(job->members);
+    free(job->prev);
+    free(job->by_rank);
+    free(job);
+}
+
+int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j)
+{
+    if (j->min_nodes != job->min_nodes || j->max_nodes != job->max_nodes)
+        return -EINVAL;
+    return 0;
+}
+
+int rdzv_job_find(const struct rdzv_job *job, const void *peer)
+{
+    if (peer == NULL)
+        return -1;
+    for (size_t i = 0; i < job->n_members; i++)
+        if (job->members[i].peer == peer)
+            return (int)i;
+    return -1;
+}
+
+/* prev[] and by_rank[] grow with members[] so that a restart, which copies members into prev,
+ * needs no allocation. */
+static int grow(struct rdzv_job *job)
+{
+    size_t cap = job->cap_members ? job->cap_members * 2 : 4;
+    void *p;
+
+    if (job->n_members < job->cap_members)
+        return 0;
+    p = realloc(job->members, cap * sizeof(*job->members));
+    if (p == NULL)
+        return -ENOMEM;
+    job->members = p;
+    p = realloc(job->prev, cap * sizeof(*job->prev));
+    if (p == NULL)
+        return -ENOMEM;
+    job->prev = p;
+    p = realloc(job->by_rank, cap * sizeof(*job->by_rank));
+    if (p == NULL)
+        return -ENOMEM;
+    job->by_rank = p;
+    job->cap_members = cap;
+    return 0;
+}
+
+static int64_t prev_rank(const struct rdzv_job *job, uint64_t node_id)
+{
+    for (size_t i = 0; i < job->n_prev; i++)
+        if (job->prev[i].node_id == node_id)
+            return job->prev[i].group_rank;
+    return -1;
+}
+
+/* Nodes of the previous round keep their group rank when it still fits (rank 0 is where the
+ * newest checkpoint is); the others fill the gaps in join order. Quadratic in the node count
+ * through prev_rank(), which is fine for the few thousand nodes a job has at most. */
+static void close_round(struct rdzv_job *job)
+{
+    size_t n = job->n_members, next = 0;
+    uint64_t offset = 0;
+
+    memset(job->by_rank, 0, n * sizeof(*job->by_rank));
+    for (size_t i = 0; i < n; i++) {
+        int64_t r = prev_rank(job, job->members[i].node_id);
+
+        job->members[i].group_rank = UINT32_MAX;
+        if (r >= 0 && (size_t)r < n && job->by_rank[r] == 0) {
+            job->members[i].group_rank = (uint32_t)r;
+            job->by_rank[r] = (uint32_t)i + 1;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (job->members[i].group_rank != UINT32_MAX)
+            continue;
+        while (job->by_rank[next] != 0)
+            next++;
+        job->members[i].group_rank = (uint32_t)next;
+        job->by_rank[next] = (uint32_t)i + 1;
+    }
+    for (size_t r = 0; r < n; r++) {
+        struct rdzv_job_member *m = &job->members[job->by_rank[r] - 1];
+
+        m->rank_offset = (uint32_t)offset;
+        m->done = 0;
+        offset += m->nproc;
+    }
+    job->master = job->by_rank[0] - 1;
+    job->world_size = (uint32_t)offset;
+    job->n_done = 0;
+    job->state = RDZV_JOB_RUNNING;
+}
+
+static int in_round(const struct rdzv_job *job, const void *peer, uint64_t node_id)
+{
+    for (size_t i = 0; i < job->n_members; i++)
+        if (job->members[i].peer == peer || job->members[i].node_id == node_id)
+            return 1;
+    return 0;
+}
+
+int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
+                  uint64_t now_ms, enum rdzv_job_event *ev)
+{
+    struct rdzv_job_member *m;
+    int err;
+
+    if (job->state == RDZV_JOB_FINISHED)
+        return -ESHUTDOWN;
+    if (job->state == RDZV_JOB_RUNNING)
+        return -EBUSY;
+    if (in_round(job, peer, j->node_id))
+        return -EEXIST;
+    err = grow(job);
+    if (err < 0)
+        return err;
+    m = &job->members[job->n_members++];
+    memset(m, 0, sizeof(*m));
+    m->node_id = j->node_id;
+    m->peer = peer;
+    m->nproc = j->nproc;
+    m->master_port = j->master_port;
+    snprintf(m->host, sizeof(m->host), "%s", j->host);
+    snprintf(m->addr, sizeof(m->addr), "%s", addr);
+    if (job->n_members == 1)
+        job->first_join_ms = now_ms;
+    if (job->n_members >= job->min_nodes && !job->min_reached) {
+        job->min_reached = 1;
+        job->min_reached_ms = now_ms;
+    }
+    *ev = RDZV_JOB_EV_WAITING;
+    if (job->n_members == job->max_nodes || (job->min_reached && job->last_call_ms == 0)) {
+        close_round(job);
+        *ev = RDZV_JOB_EV_ASSIGNED;
+    }
+    return 0;
+}
+
+int64_t rdzv_job_deadline(const struct rdzv_job *job)
+{
+    int64_t d = -1;
+
+    if (job->state != RDZV_JOB_FILLING || job->n_members == 0)
+        return -1;
+    if (job->join_timeout_ms > 0)
+        d = (int64_t)(job->first_join_ms + job->join_timeout_ms);
+    if (job->min_reached) {
+        int64_t lc = (int64_t)(job->min_reached_ms + job->last_call_ms);
+
+        if (d < 0 || lc < d)
+            d = lc;
+    }
+    return d;
+}
+
+/* A round that reached min_nodes closes at its join deadline instead of timing out: the job can
+ * run, and failing it would only make the user retry with the same nodes. */
+enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms)
+{
+    int64_t now = (int64_t)now_ms;
+    int timed_out;
+
+    if (job->state != RDZV_JOB_FILLING || job->n_members == 0)
+        return RDZV_JOB_EV_NONE;
+    timed_out = job->join_timeout_ms > 0 &&
+                now >= (int64_t)(job->first_join_ms + job->join_timeout_ms);
+    if (job->min_reached &&
+        (timed_out || now >= (int64_t)(job->min_reached_ms + job->last_call_ms))) {
+        close_round(job);
+        return RDZV_JOB_EV_ASSIGNED;
+    }
+    if (timed_out) {
+        job->state = RDZV_JOB_FINISHED;
+        return RDZV_JOB_EV_TIMEOUT;
+    }
+    return RDZV_JOB_EV_NONE;
+}
+
+static int32_t ms_left(uint64_t deadline, uint64_t now)
+{
+    if (deadline <= now)
+        return 0;
+    return deadline - now > INT32_MAX ? INT32_MAX : (int32_t)(deadline - now);
+}
+
+void rdzv_job_waiting(const struct rdzv_job *job, uint64_t now_ms, struct rdzv_waiting *w)
+{
+    w->joined = (uint32_t)job->n_members;
+    w->min_nodes = job->min_nodes;
+    w->max_nodes = job->max_nodes;
+    w->last_call_ms_left = -1;
+    w->join_ms_left = -1;
+    if (job->min_reached)
+        w->last_call_ms_left = ms_left(job->min_reached_ms + job->last_call_ms, now_ms);
+    if (job->join_timeout_ms > 0 && job->n_members > 0)
+        w->join_ms_left = ms_left(job->first_join_ms + job->join_timeout_ms, now_ms);
+}
+
+void rdzv_job_assign(const struct rdzv_job *job, size_t i, struct rdzv_assign *a)
+{
+    const struct rdzv_job_member *m = &job->members[i];
+    const struct rdzv_job_member *master = &job->members[job->master];
+
+    memset(a, 0, sizeof(*a));
+    a->round = job->round;
+    a->group_rank = m->group_rank;
+    a->group_world_size = (uint32_t)job->n_members;
+    a->rank_offset = m->rank_offset;
+    a->world_size = job->world_size;
+    a->restart_count = job->restart_count;
+    snprintf(a->master_addr, sizeof(a->master_addr), "%s", master->addr);
+    a->master_port = master->master_port;
+}
+
+void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len)
+{
+    snprintf(buf, len, "rendezvous of job %s timed out after %g s: %zu of %" PRIu32
+             " nodes joined (need %" PRIu32 ")",
+             job->id, job->join_timeout_ms / 1000.0, job->n_members, job->max_nodes,
+             job->min_nodes);
+}
+
+static void remove_member(struct rdzv_job *job, size_t i)
+{
+    if (job->state == RDZV_JOB_RUNNING && job->members[i].done)
+        job->n_done--;
+    memmove(&job->members[i], &job->members[i + 1],
+            (job->n_members - i - 1) * sizeof(*job->members));
+    job->n_members--;
+    if (job->n_members < job->min_nodes)
+        job->min_reached = 0;
+}
+
+/* The first failure of a running round decides: a new round, or the end of the job. */
+static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f)
+{
+    job->cause = *f;
+    if (job->restart_count >= job->max_restarts) {
+        job->state = RDZV_JOB_FINISHED;
+        return RDZV_JOB_EV_FAILED;
+    }
+    job->restart_count++;
+    for (size_t i = 0; i < job->n_members; i++) {
+        job->prev[i].node_id = job->members[i].node_id;
+        job->prev[i].group_rank = job->members[i].group_rank;
+        job->prev[i].peer = job->members[i].peer;
+    }
+    job->n_prev = job->n_members;
+    job->n_members = 0;
+    job->min_reached = 0;
+    job->round++;
+    job->state = RDZV_JOB_FILLING;
+    return RDZV_JOB_EV_RESTART;
+}
+
+enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer,
+                                    const struct rdzv_failure *f, int leaving)
+{
+    int i = rdzv_job_find(job, peer);
+    struct rdzv_failure cause;
+
+    if (job->state == RDZV_JOB_FINISHED || i < 0)
+        return RDZV_JOB_EV_NONE;
+    if (leaving && job->state == RDZV_JOB_FILLING) {
+        remove_member(job, (size_t)i);
+        return RDZV_JOB_EV_WAITING;
+    }
+    /* A FAILED naming another round, or one for a round still filling, is stale: its sender
+     * already got RESTART for it (the first failure of a round wins). */
+    if (job->state != RDZV_JOB_RUNNING || (!leaving && f->round != job->round))
+        return RDZV_JOB_EV_NONE;
+    cause = *f;
+    cause.round = job->round;
+    if (cause.host[0] == '\0')
+        snprintf(cause.host, sizeof(cause.host), "%s", job->members[i].host);
+    if (leaving)
+        remove_member(job, (size_t)i);
+    return restart_or_fail(job, &cause);
+}
+
+enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round)
+{
+    int i = rdzv_job_find(job, peer);
+
+    if (job->state != RDZV_JOB_RUNNING || round != job->round || i < 0)
+        return RDZV_JOB_EV_NONE;
+    if (!job->members[i].done) {
+        job->members[i].done = 1;
+        job->n_done++;
+    }
+    if (job->n_done < job->n_members)
+        return RDZV_JOB_EV_NONE;
+    job->state = RDZV_JOB_FINISHED;
+    return RDZV_JOB_EV_DONE;
+}
+
+static void forget_prev(struct rdzv_job *job, const void *peer)
+{
+    for (size_t i = 0; i < job->n_prev; i++)
+        if (job->prev[i].peer == peer)
+            job->prev[i].peer = NULL;
+}
+
+enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, uint64_t wall_ms)
+{
+    int i = rdzv_job_find(job, peer);
+    struct rdzv_job_member *m;
+    struct rdzv_failure f;
+
+    forget_prev(job, peer);
+    if (i < 0)
+        return RDZV_JOB_EV_NONE;
+    m = &job->members[i];
+    /* A node that already reported DONE may hang up before JOB_DONE arrives; its workers
+     * succeeded, so that is no failure. Finished jobs only forget the pointer. */
+    if (job->state == RDZV_JOB_FINISHED || (job->state == RDZV_JOB_RUNNING && m->done)) {
+        m->peer = NULL;
+        return RDZV_JOB_EV_NONE;
+    }
+    if (job->state == RDZV_JOB_FILLING) {
+        remove_member(job, (size_t)i);
+        return RDZV_JOB_EV_WAITING;
+    }
+    memset(&f, 0, sizeof(f));
+    f.round = job->round;
+    f.rank = -1;
+    f.local_rank = -1;
+    f.exit_code = -1;
+    f.time_ms = wall_ms;
+    snprintf(f.host, sizeof(f.host), "%s", m->host);
+    snprintf(f.text, sizeof(f.text), "lost node %s: connection closed", m->host);
+    remove_member(job, (size_t)i);
+    return restart_or_fail(job, &f);
+}

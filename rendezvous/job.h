@@ -1,0 +1,133 @@
+/* One job's rendezvous rounds, as pure logic: who is in the current round, when it closes, which
+ * group rank each node gets, restart and done accounting. No I/O and no libuv: the server feeds
+ * it events with the current monotonic time in ms, turns the returned rdzv_job_event into
+ * messages, and arms a timer for rdzv_job_deadline(). That keeps every rule unit-testable.
+ *
+ * Members are identified to the job by an opaque `peer` pointer (the server's connection) and
+ * to each other across rounds by node_id. The struct is visible so that the server and tests can
+ * read members[]/prev[]; only the functions below change it. */
+#ifndef MUSTER_RDZV_JOB_H
+#define MUSTER_RDZV_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "message.h"
+
+/* Per-node and per-job bounds; with both, the world size (sum of nproc) fits in a uint32_t. */
+#define RDZV_JOB_MAX_NODES 65535u
+#define RDZV_JOB_MAX_NPROC 65535u
+
+enum rdzv_job_state {
+    RDZV_JOB_FILLING = 0, /* the current round accepts JOINs */
+    RDZV_JOB_RUNNING,     /* the current round closed and was assigned */
+    RDZV_JOB_FINISHED,    /* JOB_DONE or JOB_FAILED was decided; nothing changes any more */
+};
+
+/* What the server has to send after a call. */
+enum rdzv_job_event {
+    RDZV_JOB_EV_NONE = 0, /* nothing (also: the input was stale or ignored) */
+    RDZV_JOB_EV_WAITING,  /* the filling round's count changed: WAITING to every member */
+    RDZV_JOB_EV_ASSIGNED, /* the round closed: ASSIGN (rdzv_job_assign) to every member */
+    RDZV_JOB_EV_RESTART,  /* a new round opened: RESTART to every prev[] entry with a peer */
+    RDZV_JOB_EV_FAILED,   /* restarts exhausted: JOB_FAILED to every member; job finished */
+    RDZV_JOB_EV_DONE,     /* every member sent DONE: JOB_DONE to every member; job finished */
+    RDZV_JOB_EV_TIMEOUT,  /* join timeout: ERROR TIMEOUT to every member, then drop the job */
+};
+
+struct rdzv_job_member {
+    uint64_t node_id;
+    void *peer; /* borrowed, opaque to the job */
+    uint32_t nproc, master_port;
+    char host[RDZV_HOST_MAX + 1];
+    char addr[RDZV_HOST_MAX + 1];
+    uint32_t group_rank, rank_offset; /* valid while RUNNING */
+    int done;
+};
+
+/* A member of the previous round: keeps its group rank if it joins again, and gets RESTART. */
+struct rdzv_job_prev {
+    uint64_t node_id;
+    uint32_t group_rank;
+    void *peer; /* NULL once that connection went away */
+};
+
+struct rdzv_job {
+    char id[RDZV_ID_MAX + 1];
+    /* fixed by the first JOIN */
+    uint32_t min_nodes, max_nodes, max_restarts, last_call_ms, join_timeout_ms;
+
+    enum rdzv_job_state state;
+    uint32_t round;         /* number of the current round, from 0 */
+    uint32_t restart_count; /* restarts so far; carried by ASSIGN */
+
+    struct rdzv_job_member *members; /* current round, in join order */
+    size_t n_members, cap_members;
+    struct rdzv_job_prev *prev; /* previous round (empty before the first restart) */
+    size_t n_prev;
+
+    uint64_t first_join_ms;  /* of the current round; valid when n_members > 0 */
+    uint64_t min_reached_ms; /* when the min-th node joined; valid when min_reached */
+    int min_reached;
+
+    uint32_t world_size; /* valid while RUNNING */
+    size_t master;       /* index in members[] of group rank 0; valid while RUNNING */
+    size_t n_done;       /* members of the running round that sent DONE */
+    uint32_t *by_rank;   /* scratch for rank assignment: member index + 1 per group rank */
+    struct rdzv_failure cause; /* valid after RESTART or FAILED */
+};
+
+/* Checks a JOIN's own fields (job id, node counts, nproc, port). Returns 0 or -EINVAL. */
+int rdzv_job_validate_join(const struct rdzv_join *j);
+
+/* Creates a job whose parameters come from the first JOIN `j` (borrowed; validate it first).
+ * The job starts FILLING round 0 with no member. Returns 0, -EINVAL or -ENOMEM; *out is set on
+ * success only. */
+int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out);
+
+/* Frees the job. Accepts NULL. Never touches the peers. */
+void rdzv_job_free(struct rdzv_job *job);
+
+/* Returns 0 when a later JOIN agrees with the job's min/max nodes, -EINVAL otherwise. */
+int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j);
+
+/* Adds the node of `j` (borrowed) reached at `addr` (copied) through `peer` to the filling round.
+ * Returns 0 and sets *ev to WAITING or ASSIGNED (round full); -ESHUTDOWN when the job finished,
+ * -EBUSY while the round runs, -EEXIST when the peer or node_id is already in the round. */
+int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
+                  uint64_t now_ms, enum rdzv_job_event *ev);
+
+/* The deadline (monotonic ms) at which rdzv_job_tick() has something to do, or -1 for none. */
+int64_t rdzv_job_deadline(const struct rdzv_job *job);
+
+/* Runs the deadlines due at now_ms. Returns TIMEOUT (the caller drops the job), ASSIGNED (last
+ * call expired with at least min nodes) or NONE. */
+enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms);
+
+/* Fills the WAITING message for the filling round. */
+void rdzv_job_waiting(const struct rdzv_job *job, uint64_t now_ms, struct rdzv_waiting *w);
+
+/* Fills the ASSIGN message for members[i] of the running round. */
+void rdzv_job_assign(const struct rdzv_job *job, size_t i, struct rdzv_assign *a);
+
+/* Writes the timeout reason ("rendezvous of job X timed out after ...") into buf. */
+void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len);
+
+/* FAILED (leaving == 0) or LEAVE from `peer`. Borrows f. A FAILED that does not name the running
+ * round, or comes from a non-member, is stale: NONE. A LEAVE removes the member; while the round
+ * fills that gives WAITING. Otherwise returns RESTART or FAILED (see rdzv_job_event). */
+enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer,
+                                    const struct rdzv_failure *f, int leaving);
+
+/* DONE(round) from `peer`. Returns DONE when every member of the running round is done. */
+enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round);
+
+/* The connection of `peer` closed. Forgets the peer everywhere; a member of the running round is
+ * a lost node (a FAILED with "lost node <host>: connection closed", time_ms = wall_ms). Returns
+ * what rdzv_job_failed() would, or WAITING when a filling round lost a member. */
+enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, uint64_t wall_ms);
+
+/* Index of peer in members[], or -1. */
+int rdzv_job_find(const struct rdzv_job *job, const void *peer);
+
+#endif
