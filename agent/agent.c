@@ -73,6 +73,23 @@ static void agent_log(const char *fmt, ...)
 
 /* ---- directories -------------------------------------------------------------------- */
 
+/* snprintf for paths: a truncated path would name another file, so it is an error. */
+static int path_fmt(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int path_fmt(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= len) {
+        buf[0] = '\0';
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
 static int mkdir_p(const char *path)
 {
     char buf[PATH_MAX];
@@ -117,17 +134,17 @@ static int prepare_base_dir(struct agent *a)
     if (o->logs_disabled)
         return 0;
     if (o->log_dir != NULL) {
-        snprintf(a->base_dir, sizeof(a->base_dir), "%s/%s", o->log_dir, o->run_id);
-        if ((rc = mkdir_p(a->base_dir)) != 0)
+        rc = path_fmt(a->base_dir, sizeof(a->base_dir), "%s/%s", o->log_dir, o->run_id);
+        if (rc != 0 || (rc = mkdir_p(a->base_dir)) != 0)
             agent_log("error: cannot create log directory %s: %s", a->base_dir, strerror(-rc));
         return rc;
     }
-    snprintf(a->base_dir, sizeof(a->base_dir), "%s/muster-%s-XXXXXX",
-             tmp && *tmp ? tmp : "/tmp", o->run_id);
-    if (mkdtemp(a->base_dir) == NULL) {
-        rc = -errno;
+    rc = path_fmt(a->base_dir, sizeof(a->base_dir), "%s/muster-%s-XXXXXX",
+                  tmp && *tmp ? tmp : "/tmp", o->run_id);
+    if (rc != 0 || mkdtemp(a->base_dir) == NULL) {
+        rc = rc ? rc : -errno;
         agent_log("error: cannot create a directory in %s: %s", tmp ? tmp : "/tmp",
-                  strerror(errno));
+                  strerror(-rc));
         return rc;
     }
     /* the private directory only holds error files, unless output goes to files */
@@ -142,7 +159,8 @@ static int prepare_base_dir(struct agent *a)
 static int open_log(const char *dir, const char *name)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (path_fmt(path, sizeof(path), "%s/%s", dir, name) != 0)
+        return -1;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
     if (fd < 0)
         agent_log("cannot open %s: %s; that stream is not logged", path, strerror(errno));
@@ -184,17 +202,19 @@ static int spawn_one(struct agent *a, int i)
     agent_env_init(&env);
     agent_env_init(&full);
     if (a->base_dir[0] != '\0') {
-        snprintf(dir, sizeof(dir), "%s/attempt_%u/%d", a->base_dir, a->as.restart_count, i);
-        if ((rc = mkdir_p(dir)) != 0) {
+        rc = path_fmt(dir, sizeof(dir), "%s/attempt_%u/%d", a->base_dir, a->as.restart_count, i);
+        if (rc != 0 || (rc = mkdir_p(dir)) != 0) {
             agent_log("cannot create %s: %s", dir, strerror(-rc));
             goto out;
         }
-        snprintf(error_file, sizeof(error_file), "%s/error.json", dir);
+        path_fmt(error_file, sizeof(error_file), "%s/error.json", dir);
         unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
     }
     for (int s = 0; s < 2; s++) {
         int bit = 1 << s;
-        int to_file = (o->redirect[i] | o->tee[i]) & bit;
+        /* an explicit --log-dir keeps every stream; the private directory only what
+         * --redirects/--tee send there */
+        int to_file = o->log_dir != NULL || ((o->redirect[i] | o->tee[i]) & bit);
         spec.console[s] = o->shown[i] && !(o->redirect[i] & bit) ? 1 + s : -1;
         if (to_file && dir[0] != '\0')
             spec.file[s] = open_log(dir, s ? "stderr.log" : "stdout.log");
@@ -229,7 +249,7 @@ static void fill_failure(struct agent *a, const struct agent_worker *w, struct r
     f->signal = w->term_signal;
     f->time_ms = w->exit_time_ms;
     snprintf(f->host, sizeof(f->host), "%s", a->host);
-    snprintf(a->local_error_file, sizeof(a->local_error_file), "%s/attempt_%u/%d/error.json",
+    path_fmt(a->local_error_file, sizeof(a->local_error_file), "%s/attempt_%u/%d/error.json",
              a->base_dir, a->as.restart_count, w->local_rank);
     if (a->base_dir[0] == '\0' ||
         agent_error_file_message(a->local_error_file, f->text, sizeof(f->text)) == -ENOENT)

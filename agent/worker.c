@@ -155,6 +155,16 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
     if (rc == 0) {
         w->pid = w->proc.pid;
         w->alive = 1;
+        for (int i = 0; i < 2 && rc == 0; i++)
+            if (w->pipe_open[i])
+                rc = uv_read_start((uv_stream_t *)&w->pipe[i], alloc_cb, read_cb);
+        if (rc != 0) {
+            /* cannot happen for a fresh pipe; if it does, the worker must not run unseen:
+             * it dies and is reported like any other failed worker */
+            fprintf(stderr, "muster: cannot read worker output: %s\n", uv_strerror(rc));
+            uv_kill(w->pid, SIGKILL);
+            rc = 0;
+        }
     } else {
         w->proc_open = 0;
         uv_close((uv_handle_t *)&w->proc, on_handle_closed);

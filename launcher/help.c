@@ -53,9 +53,11 @@ static const char run_help[] =
     "  --role NAME                 ROLE_NAME of the workers (default \"default\")\n"
     "\n"
     "Output:\n"
-    "  --log-dir DIR               worker logs in DIR/RUN_ID/attempt_N/LOCAL_RANK/\n"
-    "                              {stdout,stderr}.log and error.json (TORCHELASTIC_ERROR_FILE);\n"
-    "                              /dev/null disables files\n"
+    "  --log-dir DIR               every worker stream is also written to\n"
+    "                              DIR/RUN_ID/attempt_N/LOCAL_RANK/{stdout,stderr}.log, with\n"
+    "                              error.json (TORCHELASTIC_ERROR_FILE) beside them; /dev/null\n"
+    "                              disables files. Without it, a private directory holds the\n"
+    "                              error files and what --redirects/--tee send to files\n"
     "  -r, --redirects SPEC        streams that go only to the log files: 0 none, 1 stdout,\n"
     "                              2 stderr, 3 both, or per local rank: 0:1,1:3\n"
     "  -t, --tee SPEC              streams written to the log files and the console (same SPEC)\n"
@@ -101,4 +103,6 @@ void launcher_print_run_help(void)
 void launcher_print_main_help(void)
 {
     fputs(main_help, stdout);
+    fputs("\n", stdout);
+    fputs(run_help, stdout);
 }
