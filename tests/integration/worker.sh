@@ -4,7 +4,8 @@
 #
 #   worker.sh dump DIR [SLEEP_S]       write `env` to DIR/env.<RANK>.<restart>, print one line on
 #                                      stdout and one on stderr, optionally sleep, exit 0
-#   worker.sh fail-once DIR RANK CODE  dump; the worker with RANK exits CODE in attempt 0
+#   worker.sh fail-once DIR RANK CODE  dump; the worker with RANK exits CODE in attempt 0 once
+#                                      every worker of the attempt has dumped
 #   worker.sh exit DIR RANK CODE       dump; the worker with RANK exits CODE (every attempt),
 #                                      after the others are ready; the others sleep 60 s
 #   worker.sh killself DIR RANK        dump; the worker with RANK SIGKILLs itself; others sleep
@@ -48,7 +49,9 @@ dump)
     ;;
 fail-once)
     dump
+    ready
     if [ "$r" = "$1" ] && [ "$n" = 0 ]; then
+        wait_all_ready
         echo "rank $r failing with $2 in attempt $n" >&2
         exit "$2"
     fi
@@ -99,7 +102,9 @@ sleep)
     ;;
 errorfile)
     dump
+    ready
     if [ "$r" = "$1" ]; then
+        wait_all_ready
         cat > "$TORCHELASTIC_ERROR_FILE" <<EOF
 {"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\nValueError: boom\n", "timestamp": "1700000000"}}}
 EOF
