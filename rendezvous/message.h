@@ -1,0 +1,147 @@
+/* Rendezvous protocol messages: the structs both sides exchange and their wire codec.
+ *
+ * Wire format (see PROTOCOL.md, the single source of truth for the byte layout):
+ * a 12-byte big-endian header {magic "MSTR", version u8, type u8, flags u16, length u32}
+ * followed by `length` payload bytes. Payload fields are encoded one by one, big-endian,
+ * strings as u16 length + bytes (no NUL). Never write a C struct to the wire. */
+#ifndef MUSTER_RDZV_MESSAGE_H
+#define MUSTER_RDZV_MESSAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RDZV_MAGIC 0x4D535452u /* "MSTR" */
+#define RDZV_PROTO_VERSION 1
+#define RDZV_HEADER_SIZE 12
+#define RDZV_MAX_PAYLOAD (64 * 1024) /* checked before any allocation */
+#define RDZV_ID_MAX 128              /* job id */
+#define RDZV_HOST_MAX 255            /* host names and addresses */
+#define RDZV_TEXT_MAX 1024           /* error and failure messages */
+#define RDZV_TOKEN_MAX 256
+
+/* Append-only: never renumber; add new types at the end and document them in PROTOCOL.md. */
+enum rdzv_msg_type {
+    RDZV_MSG_HELLO = 1,      /* C->S first message: version, token, role */
+    RDZV_MSG_WELCOME = 2,    /* S->C HELLO accepted */
+    RDZV_MSG_ERROR = 3,      /* either way: code + text; sender closes afterwards */
+    RDZV_MSG_JOIN = 4,       /* agent->S join the job's next round */
+    RDZV_MSG_WAITING = 5,    /* S->agent progress while the round fills */
+    RDZV_MSG_ASSIGN = 6,     /* S->agent round closed: your ranks */
+    RDZV_MSG_FAILED = 7,     /* agent->S a local worker failed in round R */
+    RDZV_MSG_RESTART = 8,    /* S->agent stop your workers and JOIN again */
+    RDZV_MSG_DONE = 9,       /* agent->S all local workers of round R exited 0 */
+    RDZV_MSG_JOB_DONE = 10,  /* S->agent every node of the round is done */
+    RDZV_MSG_JOB_FAILED = 11,/* S->agent restarts exhausted: root cause */
+    RDZV_MSG_LEAVE = 12,     /* agent->S leaving (signal); S treats it like a failure */
+    RDZV_MSG_TYPE_MAX_
+};
+
+/* Error codes carried in RDZV_MSG_ERROR (append-only). */
+enum rdzv_err {
+    RDZV_ERR_PROTOCOL = 1,  /* malformed frame or message out of order */
+    RDZV_ERR_VERSION = 2,   /* unsupported protocol version */
+    RDZV_ERR_AUTH = 3,      /* wrong or missing token */
+    RDZV_ERR_TIMEOUT = 4,   /* join_timeout expired before the round filled */
+    RDZV_ERR_MISMATCH = 5,  /* JOIN parameters disagree with the job (e.g. nnodes) */
+    RDZV_ERR_CLOSED = 6,    /* the job already finished or failed */
+    RDZV_ERR_UNKNOWN_TYPE = 7,
+};
+
+enum rdzv_role { RDZV_ROLE_AGENT = 1, RDZV_ROLE_WORKER = 2, RDZV_ROLE_OBSERVER = 3 };
+
+struct rdzv_hello {
+    uint32_t version;
+    uint8_t role;
+    char token[RDZV_TOKEN_MAX + 1];
+};
+
+struct rdzv_error {
+    uint32_t code; /* enum rdzv_err */
+    char text[RDZV_TEXT_MAX + 1];
+};
+
+struct rdzv_join {
+    char job_id[RDZV_ID_MAX + 1];
+    uint32_t min_nodes, max_nodes;
+    uint32_t nproc;                  /* workers on this node */
+    char host[RDZV_HOST_MAX + 1];    /* host name, for messages */
+    char addr[RDZV_HOST_MAX + 1];    /* address peers reach this node at; "" = the server
+                                        uses the address the connection came from */
+    uint32_t master_port;            /* a port this node verified free, for MASTER_PORT */
+    uint32_t max_restarts;
+    uint32_t last_call_ms, join_timeout_ms;
+    uint64_t node_id;                /* random per agent; keeps the group rank across rounds */
+};
+
+struct rdzv_waiting {
+    uint32_t joined, min_nodes, max_nodes;
+    int32_t last_call_ms_left; /* -1: no last call running */
+    int32_t join_ms_left;      /* -1: no join deadline */
+};
+
+struct rdzv_assign {
+    uint32_t round;
+    uint32_t group_rank, group_world_size;
+    uint32_t rank_offset, world_size;
+    uint32_t restart_count;
+    char master_addr[RDZV_HOST_MAX + 1];
+    uint32_t master_port;
+};
+
+/* One worker failure: what the root-cause summary prints. */
+struct rdzv_failure {
+    uint32_t round;
+    int32_t rank, local_rank;
+    int32_t exit_code;  /* -1 when killed by a signal */
+    int32_t signal;     /* 0 when it exited */
+    uint64_t time_ms;   /* wall clock, ms since the epoch; display only, never compared */
+    char host[RDZV_HOST_MAX + 1];
+    char text[RDZV_TEXT_MAX + 1]; /* error file message or reason (lost node, hang...) */
+};
+
+struct rdzv_restart {
+    uint32_t restart_count; /* the count the next round will carry */
+    struct rdzv_failure cause;
+};
+
+struct rdzv_job_failed {
+    uint32_t restarts; /* restarts that happened before giving up */
+    struct rdzv_failure cause;
+};
+
+struct rdzv_round_ref { /* DONE */
+    uint32_t round;
+};
+
+/* One decoded message. `type` selects the member. */
+struct rdzv_msg {
+    uint8_t type;
+    union {
+        struct rdzv_hello hello;
+        struct rdzv_error error;
+        struct rdzv_join join;
+        struct rdzv_waiting waiting;
+        struct rdzv_assign assign;
+        struct rdzv_failure failed; /* FAILED and LEAVE */
+        struct rdzv_restart restart;
+        struct rdzv_round_ref done;
+        struct rdzv_job_failed job_failed;
+    } u;
+};
+
+/* Returns the message type's name ("HELLO"...), or "UNKNOWN". */
+const char *rdzv_msg_name(unsigned type);
+
+/* Encodes header + payload of `msg` into buf (cap bytes). On success sets *len and returns 0;
+ * -ENOBUFS if it does not fit, -EINVAL for an unknown type or an over-long string. */
+int rdzv_msg_encode(const struct rdzv_msg *msg, uint8_t *buf, size_t cap, size_t *len);
+
+/* Parses a 12-byte header. Returns 0 and sets *type and *payload_len; -EPROTO for a bad magic,
+ * -EPROTONOSUPPORT for another version, -EMSGSIZE when length > RDZV_MAX_PAYLOAD. */
+int rdzv_header_decode(const uint8_t *hdr, uint8_t *type, uint32_t *payload_len);
+
+/* Decodes one payload of the given type into *msg. Returns 0, -EPROTO when the payload is
+ * short, long, or a string is over its limit or holds a NUL, -ENOTSUP for an unknown type. */
+int rdzv_msg_decode(uint8_t type, const uint8_t *payload, size_t len, struct rdzv_msg *msg);
+
+#endif
