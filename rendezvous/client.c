@@ -31,11 +31,11 @@ struct rdzv_client {
     char token[RDZV_TOKEN_MAX + 1];
 
     enum client_state state;
-    uint32_t server_error;       /* code of the server's ERROR, 0 if none */
-    struct rdzv_join join;       /* queued until WELCOME */
+    uint32_t server_error; /* code of the server's ERROR, 0 if none */
+    struct rdzv_join join; /* queued until WELCOME */
     int join_queued;
-    int gai_pending;             /* the getaddrinfo callback still has to run */
-    int connected;               /* the TCP connect succeeded */
+    int gai_pending; /* the getaddrinfo callback still has to run */
+    int connected;   /* the TCP connect succeeded */
     int closing, conn_closed;
     void (*close_cb)(void *data);
     void *close_data;

@@ -1,6 +1,6 @@
 /* Agent side of the rendezvous protocol: one TCP connection to a server (embedded or remote).
  *
- * Life cycle: rdzv_client_init() -> rdzv_client_join() (connects, HELLO, JOIN) -> callbacks
+ * Life cycle: rdzv_client_new() -> rdzv_client_join() (connects, HELLO, JOIN) -> callbacks
  * (waiting..., assign) -> report_failure()/report_done() -> restart / job_done / job_failed.
  * After a restart callback the agent stops its workers and calls rdzv_client_join() again on
  * the same connection. Every callback runs on the loop thread. */
@@ -46,6 +46,7 @@ int rdzv_client_report_failure(struct rdzv_client *c, const struct rdzv_failure 
 /* Reports that every local worker of `round` exited 0 (DONE). Returns as report_failure. */
 int rdzv_client_report_done(struct rdzv_client *c, uint32_t round);
 
+/* The `data` pointer given to rdzv_client_new(). */
 void *rdzv_client_data(const struct rdzv_client *c);
 
 /* The code (enum rdzv_err) of the ERROR the server sent, or 0 when the failure was local or

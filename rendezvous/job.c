@@ -210,8 +210,8 @@ enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms)
 
     if (job->state != RDZV_JOB_FILLING || job->n_members == 0)
         return RDZV_JOB_EV_NONE;
-    timed_out = job->join_timeout_ms > 0 &&
-                now >= (int64_t)(job->first_join_ms + job->join_timeout_ms);
+    timed_out =
+        job->join_timeout_ms > 0 && now >= (int64_t)(job->first_join_ms + job->join_timeout_ms);
     if (job->min_reached &&
         (timed_out || now >= (int64_t)(job->min_reached_ms + job->last_call_ms))) {
         close_round(job);
@@ -262,7 +262,8 @@ void rdzv_job_assign(const struct rdzv_job *job, size_t i, struct rdzv_assign *a
 
 void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len)
 {
-    snprintf(buf, len, "rendezvous of job %s timed out after %g s: %zu of %" PRIu32
+    snprintf(buf, len,
+             "rendezvous of job %s timed out after %g s: %zu of %" PRIu32
              " nodes joined (need %" PRIu32 ")",
              job->id, job->join_timeout_ms / 1000.0, job->n_members, job->max_nodes,
              job->min_nodes);
@@ -301,8 +302,8 @@ static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rd
     return RDZV_JOB_EV_RESTART;
 }
 
-enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer,
-                                    const struct rdzv_failure *f, int leaving)
+enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const struct rdzv_failure *f,
+                                    int leaving)
 {
     int i = rdzv_job_find(job, peer);
     struct rdzv_failure cause;

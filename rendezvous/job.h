@@ -70,10 +70,10 @@ struct rdzv_job {
     uint64_t min_reached_ms; /* when the min-th node joined; valid when min_reached */
     int min_reached;
 
-    uint32_t world_size; /* valid while RUNNING */
-    size_t master;       /* index in members[] of group rank 0; valid while RUNNING */
-    size_t n_done;       /* members of the running round that sent DONE */
-    uint32_t *by_rank;   /* scratch for rank assignment: member index + 1 per group rank */
+    uint32_t world_size;       /* valid while RUNNING */
+    size_t master;             /* index in members[] of group rank 0; valid while RUNNING */
+    size_t n_done;             /* members of the running round that sent DONE */
+    uint32_t *by_rank;         /* scratch for rank assignment: member index + 1 per group rank */
     struct rdzv_failure cause; /* valid after RESTART or FAILED */
 };
 
@@ -116,8 +116,8 @@ void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len);
 /* FAILED (leaving == 0) or LEAVE from `peer`. Borrows f. A FAILED that does not name the running
  * round, or comes from a non-member, is stale: NONE. A LEAVE removes the member; while the round
  * fills that gives WAITING. Otherwise returns RESTART or FAILED (see rdzv_job_event). */
-enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer,
-                                    const struct rdzv_failure *f, int leaving);
+enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const struct rdzv_failure *f,
+                                    int leaving);
 
 /* DONE(round) from `peer`. Returns DONE when every member of the running round is done. */
 enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round);

@@ -345,8 +345,10 @@ static void on_hello(struct peer *p, const struct rdzv_hello *h)
     struct rdzv_msg m = {.type = RDZV_MSG_WELCOME};
 
     if (h->version != RDZV_PROTO_VERSION) {
-        send_error(p, RDZV_ERR_VERSION, "protocol version %" PRIu32 " not supported (server "
-                   "speaks %d)", h->version, RDZV_PROTO_VERSION);
+        send_error(p, RDZV_ERR_VERSION,
+                   "protocol version %" PRIu32 " not supported (server "
+                   "speaks %d)",
+                   h->version, RDZV_PROTO_VERSION);
         return;
     }
     if (!token_ok(p->srv, h->token)) {
@@ -374,9 +376,10 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
         return sj;
     }
     if (rdzv_job_check(sj->job, j) < 0) {
-        send_error(p, RDZV_ERR_MISMATCH, "job %s has nnodes %" PRIu32 ":%" PRIu32 ", this node "
-                   "asked for %" PRIu32 ":%" PRIu32, sj->job->id, sj->job->min_nodes,
-                   sj->job->max_nodes, j->min_nodes, j->max_nodes);
+        send_error(p, RDZV_ERR_MISMATCH,
+                   "job %s has nnodes %" PRIu32 ":%" PRIu32 ", this node "
+                   "asked for %" PRIu32 ":%" PRIu32,
+                   sj->job->id, sj->job->min_nodes, sj->job->max_nodes, j->min_nodes, j->max_nodes);
         return NULL;
     }
     return sj;
@@ -389,11 +392,14 @@ static void join_error(struct peer *p, struct sjob *sj, int err, const struct rd
     if (err == -ESHUTDOWN)
         send_error(p, RDZV_ERR_CLOSED, "job %s already finished", job->id);
     else if (err == -EBUSY)
-        send_error(p, RDZV_ERR_CLOSED, "round %" PRIu32 " of job %s is running; joining a "
-                   "running job is not supported", job->round, job->id);
+        send_error(p, RDZV_ERR_CLOSED,
+                   "round %" PRIu32 " of job %s is running; joining a "
+                   "running job is not supported",
+                   job->round, job->id);
     else if (err == -EEXIST)
-        send_error(p, RDZV_ERR_PROTOCOL, "node %016" PRIx64 " already joined round %" PRIu32
-                   " of job %s", j->node_id, job->round, job->id);
+        send_error(p, RDZV_ERR_PROTOCOL,
+                   "node %016" PRIx64 " already joined round %" PRIu32 " of job %s", j->node_id,
+                   job->round, job->id);
     else
         send_error(p, RDZV_ERR_PROTOCOL, "join failed: %s", strerror(-err));
 }
@@ -406,9 +412,10 @@ static void on_join(struct peer *p, const struct rdzv_join *j)
     int err;
 
     if (rdzv_job_validate_join(j) < 0) {
-        send_error(p, RDZV_ERR_PROTOCOL, "invalid JOIN: need a job id, 1 <= min_nodes <= "
-                   "max_nodes <= %u, 1 <= nproc <= %u, port <= 65535", RDZV_JOB_MAX_NODES,
-                   RDZV_JOB_MAX_NPROC);
+        send_error(p, RDZV_ERR_PROTOCOL,
+                   "invalid JOIN: need a job id, 1 <= min_nodes <= "
+                   "max_nodes <= %u, 1 <= nproc <= %u, port <= 65535",
+                   RDZV_JOB_MAX_NODES, RDZV_JOB_MAX_NPROC);
         return;
     }
     sj = join_target(p, j);
@@ -418,13 +425,17 @@ static void on_join(struct peer *p, const struct rdzv_join *j)
     if (addr[0] == '\0')
         peer_addr(p, addr, sizeof(addr));
     err = rdzv_job_join(sj->job, j, addr, p, uv_now(p->srv->loop), &ev);
-    if (err < 0)
-        join_error(p, sj, err, j);
-    else if (p->job == NULL) {
+    if (err < 0) {
+        join_error(p, sj, err, j); /* closes p, which may have dropped the job already */
+        if (sj->npeers == 0)
+            sjob_drop(sj); /* e.g. created for this very JOIN */
+        return;
+    }
+    if (p->job == NULL) {
         p->job = sj;
         sj->npeers++;
     }
-    sjob_apply(sj, ev); /* also drops a job that was just created for a JOIN that failed */
+    sjob_apply(sj, ev);
 }
 
 static void on_failed(struct peer *p, const struct rdzv_failure *f, int leaving)
@@ -520,8 +531,8 @@ static void on_connection(uv_stream_t *listener, int status)
  * is fine once at start-up. */
 static int resolve(uv_loop_t *loop, const char *host, unsigned port, struct sockaddr_storage *ss)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     uv_getaddrinfo_t req;
 
     if (host == NULL || host[0] == '\0')

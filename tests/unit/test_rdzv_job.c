@@ -15,9 +15,13 @@ static char peers[8]; /* &peers[i] is node i's connection */
 
 static struct rdzv_join mkjoin(unsigned node, unsigned min, unsigned max, unsigned nproc)
 {
-    struct rdzv_join j = {.min_nodes = min, .max_nodes = max, .nproc = nproc,
-                          .master_port = 29500 + node, .max_restarts = 2,
-                          .last_call_ms = 1000, .join_timeout_ms = 10000,
+    struct rdzv_join j = {.min_nodes = min,
+                          .max_nodes = max,
+                          .nproc = nproc,
+                          .master_port = 29500 + node,
+                          .max_restarts = 2,
+                          .last_call_ms = 1000,
+                          .join_timeout_ms = 10000,
                           .node_id = 100 + node};
 
     strcpy(j.job_id, "job");
@@ -34,8 +38,7 @@ static struct rdzv_job *new_job(unsigned min, unsigned max)
     return job;
 }
 
-static enum rdzv_job_event join(struct rdzv_job *job, unsigned node, unsigned nproc,
-                                uint64_t now)
+static enum rdzv_job_event join(struct rdzv_job *job, unsigned node, unsigned nproc, uint64_t now)
 {
     struct rdzv_join j = mkjoin(node, job->min_nodes, job->max_nodes, nproc);
     enum rdzv_job_event ev = RDZV_JOB_EV_NONE;

@@ -42,9 +42,13 @@ static void example(uint8_t type, struct rdzv_msg *m)
         strcpy(m->u.error.text, "nope");
         break;
     case RDZV_MSG_JOIN:
-        m->u.join = (struct rdzv_join){.min_nodes = 2, .max_nodes = 4, .nproc = 8,
-                                       .master_port = 29500, .max_restarts = 3,
-                                       .last_call_ms = 30000, .join_timeout_ms = 600000,
+        m->u.join = (struct rdzv_join){.min_nodes = 2,
+                                       .max_nodes = 4,
+                                       .nproc = 8,
+                                       .master_port = 29500,
+                                       .max_restarts = 3,
+                                       .last_call_ms = 30000,
+                                       .join_timeout_ms = 600000,
                                        .node_id = 0xfedcba9876543210ULL};
         strcpy(m->u.join.job_id, "job-1");
         strcpy(m->u.join.host, "node-a");
@@ -54,9 +58,13 @@ static void example(uint8_t type, struct rdzv_msg *m)
         m->u.waiting = (struct rdzv_waiting){1, 2, 4, -1, 12345};
         break;
     case RDZV_MSG_ASSIGN:
-        m->u.assign = (struct rdzv_assign){.round = 5, .group_rank = 1, .group_world_size = 3,
-                                           .rank_offset = 8, .world_size = 24,
-                                           .restart_count = 2, .master_port = 29500};
+        m->u.assign = (struct rdzv_assign){.round = 5,
+                                           .group_rank = 1,
+                                           .group_world_size = 3,
+                                           .rank_offset = 8,
+                                           .world_size = 24,
+                                           .restart_count = 2,
+                                           .master_port = 29500};
         strcpy(m->u.assign.master_addr, "10.0.0.1");
         break;
     case RDZV_MSG_FAILED:
@@ -107,8 +115,8 @@ static void test_header_bytes(void **state)
 {
     struct rdzv_msg m;
     size_t len;
-    static const uint8_t want[] = {'M', 'S', 'T', 'R', RDZV_PROTO_VERSION, RDZV_MSG_DONE,
-                                   0, 0, 0, 0, 0, 4, 0, 0, 0, 42};
+    static const uint8_t want[] = {
+        'M', 'S', 'T', 'R', RDZV_PROTO_VERSION, RDZV_MSG_DONE, 0, 0, 0, 0, 0, 4, 0, 0, 0, 42};
 
     (void)state;
     example(RDZV_MSG_DONE, &m);
@@ -216,12 +224,9 @@ static void test_overlong_strings(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_all),
-        cmocka_unit_test(test_header_bytes),
-        cmocka_unit_test(test_header_rejects),
-        cmocka_unit_test(test_unknown_type),
-        cmocka_unit_test(test_truncated_and_trailing),
-        cmocka_unit_test(test_small_buffer),
+        cmocka_unit_test(test_roundtrip_all),          cmocka_unit_test(test_header_bytes),
+        cmocka_unit_test(test_header_rejects),         cmocka_unit_test(test_unknown_type),
+        cmocka_unit_test(test_truncated_and_trailing), cmocka_unit_test(test_small_buffer),
         cmocka_unit_test(test_overlong_strings),
     };
 

@@ -25,8 +25,8 @@ struct node {
     struct rdzv_client *c;
     struct rdzv_join join;
     /* behaviour */
-    int fail_round;    /* report FAILED when assigned this round; -1: never */
-    int close_round;   /* close the client when assigned this round; -1: never */
+    int fail_round;  /* report FAILED when assigned this round; -1: never */
+    int close_round; /* close the client when assigned this round; -1: never */
     int done_on_assign;
     /* what happened */
     int waiting, assigned, restarts, job_done, job_failed, errors;
@@ -152,7 +152,7 @@ static void error_cb(struct rdzv_client *c, int err, const char *text)
     check(n->fx);
 }
 
-static const struct rdzv_client_cbs cbs = {waiting_cb, assign_cb, restart_cb,
+static const struct rdzv_client_cbs cbs = {waiting_cb,  assign_cb,     restart_cb,
                                            job_done_cb, job_failed_cb, error_cb};
 
 /* --- fixture ------------------------------------------------------------------------------- */
@@ -214,7 +214,9 @@ static struct node *start_node(struct fixture *fx, int i, const char *job, unsig
     n->fail_round = -1;
     n->close_round = -1;
     n->done_on_assign = 1;
-    n->join = (struct rdzv_join){.min_nodes = min, .max_nodes = max, .nproc = nproc,
+    n->join = (struct rdzv_join){.min_nodes = min,
+                                 .max_nodes = max,
+                                 .nproc = nproc,
                                  .master_port = 29500 + (unsigned)i,
                                  .max_restarts = fx->max_restarts,
                                  .last_call_ms = fx->last_call_ms,
@@ -222,8 +224,7 @@ static struct node *start_node(struct fixture *fx, int i, const char *job, unsig
                                  .node_id = 1000 + (unsigned)i};
     snprintf(n->join.job_id, sizeof(n->join.job_id), "%s", job);
     snprintf(n->join.host, sizeof(n->join.host), "host%d", i);
-    assert_int_equal(rdzv_client_new(&fx->loop, "127.0.0.1", fx->port, token, &cbs, n, &n->c),
-                     0);
+    assert_int_equal(rdzv_client_new(&fx->loop, "127.0.0.1", fx->port, token, &cbs, n, &n->c), 0);
     assert_int_equal(rdzv_client_join(n->c, &n->join), 0);
     return n;
 }
@@ -523,8 +524,8 @@ static uint32_t raw_exchange(struct fixture *fx, const uint8_t *bytes, size_t le
     assert_int_equal(uv_ip4_addr("127.0.0.1", (int)fx->port, &sin), 0);
     assert_int_equal(rdzv_conn_init(&fx->loop, &r.conn, raw_msg_cb, raw_error_cb, &r), 0);
     r.connect.data = &r;
-    assert_int_equal(uv_tcp_connect(&r.connect, &r.conn.tcp, (struct sockaddr *)&sin,
-                                    raw_connect_cb), 0);
+    assert_int_equal(
+        uv_tcp_connect(&r.connect, &r.conn.tcp, (struct sockaddr *)&sin, raw_connect_cb), 0);
     uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
     while (!r.closed && !fx->fired)
         uv_run(&fx->loop, UV_RUN_DEFAULT);
@@ -539,8 +540,8 @@ static void test_garbage_frames(void **state)
 {
     struct fixture *fx = *state;
     static const uint8_t garbage[12] = "GET / HTTP/1";
-    static const uint8_t oversized[12] = {'M', 'S', 'T', 'R', RDZV_PROTO_VERSION,
-                                          RDZV_MSG_HELLO, 0, 0, 0x10, 0, 0, 0};
+    static const uint8_t oversized[12] = {
+        'M', 'S', 'T', 'R', RDZV_PROTO_VERSION, RDZV_MSG_HELLO, 0, 0, 0x10, 0, 0, 0};
     static const uint8_t old_version[12] = {'M', 'S', 'T', 'R', 99, RDZV_MSG_HELLO};
     static const uint8_t unknown_type[12] = {'M', 'S', 'T', 'R', RDZV_PROTO_VERSION, 99};
     uint8_t frame[64];
@@ -550,8 +551,7 @@ static void test_garbage_frames(void **state)
     assert_int_equal(raw_exchange(fx, garbage, sizeof(garbage)), RDZV_ERR_PROTOCOL);
     assert_int_equal(raw_exchange(fx, oversized, sizeof(oversized)), RDZV_ERR_PROTOCOL);
     assert_int_equal(raw_exchange(fx, old_version, sizeof(old_version)), RDZV_ERR_VERSION);
-    assert_int_equal(raw_exchange(fx, unknown_type, sizeof(unknown_type)),
-                     RDZV_ERR_UNKNOWN_TYPE);
+    assert_int_equal(raw_exchange(fx, unknown_type, sizeof(unknown_type)), RDZV_ERR_UNKNOWN_TYPE);
     /* a well-formed DONE before HELLO is out of order */
     assert_int_equal(rdzv_msg_encode(&m, frame, sizeof(frame), &len), 0);
     assert_int_equal(raw_exchange(fx, frame, len), RDZV_ERR_PROTOCOL);
@@ -563,6 +563,50 @@ static void test_garbage_frames(void **state)
     /* and the server still serves a whole job */
     start_node(fx, 0, "after-garbage", 1, 1, 1, NULL);
     run_until(fx, one_done);
+}
+
+/* --- client edge cases ---------------------------------------------------------------------- */
+static void test_connection_refused(void **state)
+{
+    struct fixture *fx = *state;
+    unsigned port = fx->port;
+    struct node *n;
+
+    /* a port nobody listens on: the server's, after closing it */
+    rdzv_server_close(fx->srv, NULL, NULL);
+    assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", 0, NULL, &fx->srv), 0);
+    fx->port = port;
+    n = start_node(fx, 0, "nowhere", 1, 1, 1, NULL);
+    run_until(fx, one_error);
+    assert_int_equal(n->err, UV_ECONNREFUSED);
+    assert_int_equal(n->server_err, 0);
+    assert_int_equal(rdzv_client_join(n->c, &n->join), UV_ENOTCONN);
+    assert_int_equal(rdzv_client_report_done(n->c, 0), UV_ENOTCONN);
+}
+
+static void closed_cb(void *data)
+{
+    (*(int *)data)++;
+}
+
+/* Closing right after join (resolving), and after a later join, frees without any callback. */
+static void test_close_early(void **state)
+{
+    struct fixture *fx = *state;
+    struct node *n = start_node(fx, 0, "early", 1, 1, 1, NULL);
+    int closed = 0;
+
+    assert_int_equal(rdzv_client_join(n->c, &n->join), UV_EALREADY);
+    rdzv_client_close(n->c, closed_cb, &closed);
+    n->c = NULL;
+    while (closed == 0)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(n->errors + n->assigned + n->waiting, 0);
+    /* the server never saw that JOIN: a new node creates the job with other nnodes */
+    fx->last_call_ms = 0;
+    start_node(fx, 1, "early", 1, 2, 1, NULL);
+    run_until(fx, one_done);
+    assert_int_equal(fx->nodes[1].assign.group_world_size, 1);
 }
 
 int main(void)
@@ -578,6 +622,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_join_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_last_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_frames, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_connection_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_early, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
