@@ -1,0 +1,404 @@
+/* Unit tests for agent/output.c: raw bytes to the log file, "[rankN]: " lines to the console.
+ * The console is a pipe enlarged to 1 MiB, so the writes never block a test that reads only
+ * afterwards; the log file is a temp file re-read by path. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "output.h"
+
+#define PIPE_SIZE (1024 * 1024)
+#define RANK 3
+#define PFX "[rank3]: "
+
+struct fx {
+    int pipe[2];
+    char path[64];
+    struct agent_output o;
+    char *got; /* last console read, owned */
+    size_t got_len;
+    char *want, *buf; /* scratch, owned: freed in teardown even when an assertion fails */
+};
+
+static int setup(void **state)
+{
+    struct fx *fx = calloc(1, sizeof(*fx));
+    if (fx == NULL)
+        return -1;
+    fx->pipe[0] = fx->pipe[1] = -1;
+    if (pipe2(fx->pipe, O_CLOEXEC) != 0)
+        goto fail;
+    if (fcntl(fx->pipe[1], F_SETPIPE_SZ, PIPE_SIZE) < PIPE_SIZE)
+        goto fail;
+    if (fcntl(fx->pipe[0], F_SETFL, O_NONBLOCK) != 0)
+        goto fail;
+    snprintf(fx->path, sizeof(fx->path), "/tmp/muster-output-XXXXXX");
+    int fd = mkstemp(fx->path);
+    if (fd < 0)
+        goto fail;
+    agent_output_init(&fx->o, fx->pipe[1], fd, RANK);
+    *state = fx;
+    return 0;
+fail:
+    if (fx->pipe[0] >= 0)
+        close(fx->pipe[0]);
+    if (fx->pipe[1] >= 0)
+        close(fx->pipe[1]);
+    free(fx);
+    return -1;
+}
+
+static int teardown(void **state)
+{
+    struct fx *fx = *state;
+    agent_output_close(&fx->o);
+    if (fx->pipe[0] >= 0)
+        close(fx->pipe[0]);
+    if (fx->pipe[1] >= 0)
+        close(fx->pipe[1]);
+    unlink(fx->path);
+    free(fx->got);
+    free(fx->want);
+    free(fx->buf);
+    free(fx);
+    return 0;
+}
+
+/* Everything written to the console so far (the pipe read end is non-blocking). */
+static const char *console(struct fx *fx)
+{
+    size_t cap = 2 * PIPE_SIZE;
+    free(fx->got);
+    fx->got = malloc(cap + 1);
+    assert_non_null(fx->got);
+    fx->got_len = 0;
+    for (;;) {
+        ssize_t n = read(fx->pipe[0], fx->got + fx->got_len, cap - fx->got_len);
+        if (n > 0) {
+            fx->got_len += (size_t)n;
+            continue;
+        }
+        assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+        break;
+    }
+    fx->got[fx->got_len] = '\0';
+    return fx->got;
+}
+
+/* The log file's bytes, in fx->buf. */
+static char *file_contents(struct fx *fx, size_t *len)
+{
+    FILE *f = fopen(fx->path, "rb");
+    assert_non_null(f);
+    free(fx->buf);
+    char *buf = fx->buf = malloc(4 * AGENT_OUTPUT_LINE_MAX);
+    assert_non_null(buf);
+    *len = fread(buf, 1, 4 * AGENT_OUTPUT_LINE_MAX - 1, f);
+    buf[*len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void feed(struct fx *fx, const char *s)
+{
+    agent_output_feed(&fx->o, s, strlen(s));
+}
+
+static void test_one_line(void **state)
+{
+    struct fx *fx = *state;
+    feed(fx, "hello\n");
+    assert_string_equal(console(fx), PFX "hello\n");
+}
+
+static void test_partial_line_in_pieces(void **state)
+{
+    struct fx *fx = *state;
+    feed(fx, "hel");
+    assert_string_equal(console(fx), "");
+    feed(fx, "lo wo");
+    assert_string_equal(console(fx), "");
+    feed(fx, "rld\n");
+    assert_string_equal(console(fx), PFX "hello world\n");
+}
+
+static void test_several_lines_in_one_piece(void **state)
+{
+    struct fx *fx = *state;
+    feed(fx, "a\nbb\n\nccc\n");
+    assert_string_equal(console(fx), PFX "a\n" PFX "bb\n" PFX "\n" PFX "ccc\n");
+}
+
+static void test_pending_then_several_lines(void **state)
+{
+    struct fx *fx = *state;
+    feed(fx, "x");
+    feed(fx, "y\nz\nta");
+    assert_string_equal(console(fx), PFX "xy\n" PFX "z\n");
+    feed(fx, "il\n");
+    assert_string_equal(console(fx), PFX "tail\n");
+}
+
+static void test_flush_adds_newline(void **state)
+{
+    struct fx *fx = *state;
+    agent_output_flush(&fx->o); /* nothing pending: nothing written */
+    assert_string_equal(console(fx), "");
+    feed(fx, "done\nno newline");
+    agent_output_flush(&fx->o);
+    assert_string_equal(console(fx), PFX "done\n" PFX "no newline\n");
+    agent_output_flush(&fx->o);
+    assert_string_equal(console(fx), "");
+    /* close flushes too */
+    feed(fx, "last");
+    agent_output_close(&fx->o);
+    assert_string_equal(console(fx), PFX "last\n");
+}
+
+static void test_prefix_has_rank(void **state)
+{
+    struct fx *fx = *state;
+    agent_output_close(&fx->o);
+    agent_output_init(&fx->o, fx->pipe[1], -1, 12);
+    feed(fx, "x\n");
+    assert_string_equal(console(fx), "[rank12]: x\n");
+}
+
+/* Expected console text for a line of n 'a's (plus '\n') split at AGENT_OUTPUT_LINE_MAX. */
+static char *split_expect(struct fx *fx, size_t n, size_t *len)
+{
+    size_t parts = n / AGENT_OUTPUT_LINE_MAX + 1;
+    free(fx->want);
+    char *e = fx->want = malloc(n + parts * (strlen(PFX) + 1) + 1), *p = e;
+    assert_non_null(e);
+    for (size_t left = n; left > 0 || p == e;) {
+        size_t k = left < AGENT_OUTPUT_LINE_MAX ? left : AGENT_OUTPUT_LINE_MAX;
+        memcpy(p, PFX, strlen(PFX));
+        p += strlen(PFX);
+        memset(p, 'a', k);
+        p += k;
+        *p++ = '\n';
+        left -= k;
+    }
+    *p = '\0';
+    *len = (size_t)(p - e);
+    return e;
+}
+
+static void assert_console_is(struct fx *fx, const char *want, size_t want_len)
+{
+    console(fx);
+    if (fx->got_len != want_len || memcmp(fx->got, want, want_len) != 0) {
+        size_t lines = 0;
+        for (size_t i = 0; i < fx->got_len; i++)
+            lines += fx->got[i] == '\n';
+        print_error("console has %zu bytes in %zu lines, expected %zu bytes\n", fx->got_len, lines,
+                    want_len);
+    }
+    assert_int_equal(fx->got_len, want_len);
+    assert_memory_equal(fx->got, want, want_len);
+}
+
+/* A line longer than the maximum, arriving in pieces: split, each part prefixed. */
+static void test_long_line_in_pieces(void **state)
+{
+    struct fx *fx = *state;
+    size_t n = AGENT_OUTPUT_LINE_MAX + 10, len;
+    char *chunk = fx->buf = malloc(1000);
+    assert_non_null(chunk);
+    memset(chunk, 'a', 1000);
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < 1000 ? n - done : 1000;
+        agent_output_feed(&fx->o, chunk, k);
+        done += k;
+    }
+    feed(fx, "\n");
+    char *want = split_expect(fx, n, &len);
+    assert_console_is(fx, want, len);
+}
+
+/* The same line arriving in one read must be split the same way. */
+static void test_long_line_in_one_piece(void **state)
+{
+    struct fx *fx = *state;
+    size_t n = 2 * AGENT_OUTPUT_LINE_MAX + 10, len;
+    char *line = fx->buf = malloc(n + 1);
+    assert_non_null(line);
+    memset(line, 'a', n);
+    line[n] = '\n';
+    agent_output_feed(&fx->o, line, n + 1);
+    char *want = split_expect(fx, n, &len);
+    assert_console_is(fx, want, len);
+}
+
+/* A long line without a newline: full parts go out at once, the rest on flush. */
+static void test_long_partial_line_flushed(void **state)
+{
+    struct fx *fx = *state;
+    size_t n = AGENT_OUTPUT_LINE_MAX + 5, len;
+    char *line = fx->buf = malloc(n);
+    assert_non_null(line);
+    memset(line, 'a', n);
+    agent_output_feed(&fx->o, line, n);
+    char *want = split_expect(fx, AGENT_OUTPUT_LINE_MAX, &len);
+    assert_console_is(fx, want, len);
+    agent_output_flush(&fx->o);
+    assert_string_equal(console(fx), PFX "aaaaa\n");
+}
+
+/* A line of exactly AGENT_OUTPUT_LINE_MAX characters is one console line, not that line plus
+ * an empty "[rankN]: " line made of its newline. */
+static void test_line_of_exactly_max(void **state)
+{
+    struct fx *fx = *state;
+    size_t n = AGENT_OUTPUT_LINE_MAX, len;
+    char *line = fx->buf = malloc(n);
+    assert_non_null(line);
+    memset(line, 'a', n);
+    feed(fx, "a");
+    agent_output_feed(&fx->o, line, n - 1);
+    feed(fx, "\n");
+    char *want = split_expect(fx, n, &len);
+    assert_console_is(fx, want, len);
+}
+
+static void test_file_gets_raw_bytes(void **state)
+{
+    struct fx *fx = *state;
+    static const char pieces[][16] = {"par", "tial\nline", "s\n\n", "no end"};
+    char want[64] = "";
+    for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+        feed(fx, pieces[i]);
+        strcat(want, pieces[i]);
+    }
+    agent_output_feed(&fx->o, "\0bin\r", 5);
+    agent_output_close(&fx->o); /* closes the file; adds a newline on the console only */
+    size_t len;
+    char *got = file_contents(fx, &len);
+    size_t wl = strlen(want);
+    assert_int_equal(len, wl + 5);
+    assert_memory_equal(got, want, wl);
+    assert_memory_equal(got + wl, "\0bin\r", 5);
+    console(fx);
+    static const char cons[] = PFX "partial\n" PFX "lines\n" PFX "\n" PFX "no end\0bin\r\n";
+    assert_int_equal(fx->got_len, sizeof(cons) - 1);
+    assert_memory_equal(fx->got, cons, sizeof(cons) - 1);
+}
+
+static void test_no_console(void **state)
+{
+    struct fx *fx = *state;
+    agent_output_close(&fx->o);
+    int fd = open(fx->path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    assert_true(fd >= 0);
+    agent_output_init(&fx->o, -1, fd, 0);
+    feed(fx, "one\ntwo");
+    agent_output_flush(&fx->o);
+    agent_output_close(&fx->o);
+    assert_string_equal(console(fx), "");
+    size_t len;
+    char *got = file_contents(fx, &len);
+    assert_string_equal(got, "one\ntwo");
+}
+
+static void test_no_file(void **state)
+{
+    struct fx *fx = *state;
+    agent_output_close(&fx->o);
+    agent_output_init(&fx->o, fx->pipe[1], -1, RANK);
+    feed(fx, "only console\n");
+    assert_string_equal(console(fx), PFX "only console\n");
+}
+
+/* The console reader going away turns console output off; the agent lives on. */
+static void test_closed_console_epipe(void **state)
+{
+    struct fx *fx = *state;
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+    close(fx->pipe[0]);
+    fx->pipe[0] = -1;
+    feed(fx, "lost\n");
+    assert_int_equal(fx->o.console_fd, -1);
+    feed(fx, "still ");
+    feed(fx, "logged\n");
+    agent_output_close(&fx->o);
+    signal(SIGPIPE, old);
+    size_t len;
+    char *got = file_contents(fx, &len);
+    assert_string_equal(got, "lost\nstill logged\n");
+}
+
+static void test_write_all(void **state)
+{
+    struct fx *fx = *state;
+    assert_int_equal(agent_write_all(fx->pipe[1], "abc", 3), 0);
+    assert_int_equal(agent_write_all(fx->pipe[1], "", 0), 0);
+    assert_string_equal(console(fx), "abc");
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+    close(fx->pipe[0]);
+    fx->pipe[0] = -1;
+    assert_int_equal(agent_write_all(fx->pipe[1], "x", 1), -EPIPE);
+    signal(SIGPIPE, old);
+    assert_int_equal(agent_write_all(-1, "x", 1), -EBADF);
+}
+
+/* Documented: close accepts a zeroed struct. Such a struct must not close fd 0. */
+static void test_close_zeroed_struct(void **state)
+{
+    (void)state;
+    struct agent_output z;
+    int saved = dup(0);
+    int null_fd = -1;
+    if (saved < 0) { /* stdin closed: give fd 0 something for the test */
+        null_fd = open("/dev/null", O_RDONLY);
+        assert_int_equal(null_fd, 0);
+    }
+    memset(&z, 0, sizeof(z));
+    agent_output_close(&z);
+    int still_open = fcntl(0, F_GETFD) != -1;
+    if (saved >= 0) {
+        dup2(saved, 0);
+        close(saved);
+    } else if (still_open) {
+        close(0);
+    }
+    if (!still_open)
+        print_error("agent_output_close() on a zeroed struct closed fd 0\n");
+    assert_true(still_open);
+    agent_output_close(NULL);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_one_line),
+        T(test_partial_line_in_pieces),
+        T(test_several_lines_in_one_piece),
+        T(test_pending_then_several_lines),
+        T(test_flush_adds_newline),
+        T(test_prefix_has_rank),
+        T(test_long_line_in_pieces),
+        T(test_long_line_in_one_piece),
+        T(test_long_partial_line_flushed),
+        T(test_line_of_exactly_max),
+        T(test_file_gets_raw_bytes),
+        T(test_no_console),
+        T(test_no_file),
+        T(test_closed_console_epipe),
+        T(test_write_all),
+        T(test_close_zeroed_struct),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,816 @@
+/* Unit tests for launcher/config.c (`muster run` argument parsing) and launcher/gpus.c. */
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "gpus.h"
+
+#define MAX_ARGS 32
+
+/* Every variable the parser reads; unset before and after each test. */
+static const char *const env_names[] = {"PET_NNODES",
+                                        "PET_NPROC_PER_NODE",
+                                        "PET_RDZV_BACKEND",
+                                        "PET_RDZV_ENDPOINT",
+                                        "PET_RDZV_ID",
+                                        "PET_RDZV_CONF",
+                                        "PET_STANDALONE",
+                                        "PET_MAX_RESTARTS",
+                                        "PET_MONITOR_INTERVAL",
+                                        "PET_START_METHOD",
+                                        "PET_EVENT_LOG_HANDLER",
+                                        "PET_ROLE",
+                                        "PET_MODULE",
+                                        "PET_NO_PYTHON",
+                                        "PET_RUN_PATH",
+                                        "PET_LOG_DIR",
+                                        "PET_REDIRECTS",
+                                        "PET_TEE",
+                                        "PET_LOCAL_RANKS_FILTER",
+                                        "PET_NODE_RANK",
+                                        "PET_MASTER_ADDR",
+                                        "PET_MASTER_PORT",
+                                        "PET_LOCAL_ADDR",
+                                        "PET_SHUTDOWN_TIMEOUT",
+                                        "PET_SIGNALS_TO_HANDLE",
+                                        "PYTHON_EXEC",
+                                        "MUSTER_TOKEN",
+                                        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+                                        NULL};
+
+/* Shared by the whole program: a temp dir with a script, a directory and a fake GPU dir. */
+static char tmpdir[64];
+static char script[128]; /* tmpdir/train.py, exists, not executable */
+static char subdir[128]; /* tmpdir/adir, a directory */
+static char gpudir[128]; /* tmpdir/gpus with 4 entries */
+static char *saved_cuda; /* CUDA_VISIBLE_DEVICES as the test started */
+
+struct fx {
+    struct launcher_config cfg;
+    char err[LAUNCHER_ERR_MAX];
+    char *argv[MAX_ARGS + 1];
+    int argc;
+};
+
+static void clear_env(void)
+{
+    for (int i = 0; env_names[i]; i++)
+        unsetenv(env_names[i]);
+    if (saved_cuda != NULL)
+        setenv("CUDA_VISIBLE_DEVICES", saved_cuda, 1);
+    else
+        unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *c = getenv("CUDA_VISIBLE_DEVICES");
+    saved_cuda = c ? strdup(c) : NULL;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/muster-cfg-XXXXXX");
+    if (mkdtemp(tmpdir) == NULL)
+        return -1;
+    snprintf(script, sizeof(script), "%s/train.py", tmpdir);
+    snprintf(subdir, sizeof(subdir), "%s/adir", tmpdir);
+    snprintf(gpudir, sizeof(gpudir), "%s/gpus", tmpdir);
+    FILE *f = fopen(script, "w");
+    if (f == NULL)
+        return -1;
+    fputs("print('hi')\n", f);
+    fclose(f);
+    chmod(script, 0644);
+    if (mkdir(subdir, 0755) != 0 || mkdir(gpudir, 0755) != 0)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        char p[192];
+        snprintf(p, sizeof(p), "%s/0000:%02x:00.0", gpudir, i + 1);
+        if (mkdir(p, 0755) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    char p[192];
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof(p), "%s/0000:%02x:00.0", gpudir, i + 1);
+        rmdir(p);
+    }
+    rmdir(gpudir);
+    rmdir(subdir);
+    unlink(script);
+    rmdir(tmpdir);
+    clear_env();
+    free(saved_cuda);
+    saved_cuda = NULL;
+    return 0;
+}
+
+static int setup(void **state)
+{
+    struct fx *fx = calloc(1, sizeof(*fx));
+    if (fx == NULL)
+        return -1;
+    clear_env();
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *fx = *state;
+    launcher_config_free(&fx->cfg);
+    for (int i = 0; i < fx->argc; i++)
+        free(fx->argv[i]);
+    free(fx);
+    clear_env();
+    return 0;
+}
+
+/* Parses the NULL-terminated argument list; "@S" stands for the temp script path. The argv
+ * stays alive in the fixture because cfg->script_argv borrows it. */
+static int parse(struct fx *fx, ...)
+{
+    va_list ap;
+    const char *a;
+
+    launcher_config_free(&fx->cfg);
+    for (int i = 0; i < fx->argc; i++)
+        free(fx->argv[i]);
+    fx->argc = 0;
+    va_start(ap, fx);
+    while ((a = va_arg(ap, const char *)) != NULL && fx->argc < MAX_ARGS)
+        fx->argv[fx->argc++] = strdup(strcmp(a, "@S") == 0 ? script : a);
+    va_end(ap);
+    fx->argv[fx->argc] = NULL;
+    memset(fx->err, 'x', sizeof(fx->err) - 1);
+    fx->err[sizeof(fx->err) - 1] = '\0';
+    return launcher_config_parse(fx->argc, fx->argv, &fx->cfg, fx->err, sizeof(fx->err));
+}
+
+/* An error is -EINVAL with a non-empty single-line reason. */
+static void assert_einval(struct fx *fx, int rc)
+{
+    if (rc != -EINVAL)
+        print_error("expected -EINVAL, got %d (err '%s')\n", rc, fx->err);
+    assert_int_equal(rc, -EINVAL);
+    assert_true(strlen(fx->err) > 0);
+    assert_null(strchr(fx->err, '\n'));
+}
+
+static void assert_ok(struct fx *fx, int rc)
+{
+    if (rc != 0)
+        print_error("parse failed: %d '%s'\n", rc, fx->err);
+    assert_int_equal(rc, 0);
+    assert_string_equal(fx->err, "");
+}
+
+static void assert_uuid4(const char *s)
+{
+    assert_non_null(s);
+    assert_int_equal(strlen(s), 36);
+    for (int i = 0; i < 36; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23)
+            assert_int_equal(s[i], '-');
+        else
+            assert_non_null(strchr("0123456789abcdef", s[i]));
+    }
+    assert_int_equal(s[14], '4');
+    assert_non_null(strchr("89ab", s[19]));
+}
+
+/* ---- defaults, spellings ------------------------------------------------------------------ */
+
+static void test_defaults(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "@S", NULL));
+    struct launcher_config *c = &fx->cfg;
+    assert_int_equal(c->min_nodes, 1);
+    assert_int_equal(c->max_nodes, 1);
+    assert_int_equal(c->nproc_per_node, 1);
+    assert_string_equal(c->nproc_spec, "1");
+    assert_int_equal(c->backend, LAUNCHER_BACKEND_MUSTER);
+    assert_null(c->rdzv_endpoint);
+    assert_null(c->rdzv_host);
+    assert_uuid4(c->rdzv_id);
+    assert_int_equal(c->standalone, 0);
+    assert_int_equal(c->join_timeout_ms, 600000);
+    assert_int_equal(c->last_call_timeout_ms, 30000);
+    assert_int_equal(c->close_timeout_ms, 30000);
+    assert_int_equal(c->heartbeat_timeout_ms, 3000);
+    assert_int_equal(c->keep_alive_interval_ms, 1000);
+    assert_int_equal(c->max_restarts, 0);
+    assert_true(c->monitor_interval > 0.0999 && c->monitor_interval < 0.1001);
+    assert_int_equal(c->shutdown_timeout_ms, 30000);
+    assert_string_equal(c->role, "default");
+    assert_int_equal(c->node_rank, 0);
+    assert_string_equal(c->master_addr, "127.0.0.1");
+    assert_int_equal(c->master_port, 0);
+    assert_null(c->local_addr);
+    assert_int_equal(c->module, 0);
+    assert_int_equal(c->no_python, 0);
+    assert_int_equal(c->run_path, 0);
+    assert_string_equal(c->python_exec, "python3");
+    assert_string_equal(c->script, script);
+    assert_int_equal(c->script_argc, 0);
+    assert_null(c->log_dir);
+    assert_int_equal(c->redirects.all, 0);
+    assert_int_equal(c->redirects.map_len, 0);
+    assert_int_equal(c->tee.all, 0);
+    assert_int_equal(c->tee.map_len, 0);
+    assert_null(c->local_ranks_filter);
+    assert_int_equal(c->dry_run, 0);
+    assert_int_equal(c->help, 0);
+    assert_null(c->token);
+    assert_null(c->signals_to_handle);
+}
+
+static void test_dash_and_underscore_spellings(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--nproc-per-node", "4", "--max-restarts", "3", "--rdzv-id", "j1",
+                        "--rdzv-endpoint", "h1:1234", "--node-rank", "2", "--log-dir", "/l1", "@S",
+                        NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 4);
+    assert_int_equal(fx->cfg.max_restarts, 3);
+    assert_string_equal(fx->cfg.rdzv_id, "j1");
+    assert_string_equal(fx->cfg.rdzv_host, "h1");
+    assert_int_equal(fx->cfg.node_rank, 2);
+    assert_string_equal(fx->cfg.log_dir, "/l1");
+
+    assert_ok(fx, parse(fx, "--nproc_per_node", "5", "--max_restarts", "6", "--rdzv_id", "j2",
+                        "--rdzv_endpoint", "h2:99", "--node_rank", "1", "--log_dir", "/l2", "@S",
+                        NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 5);
+    assert_string_equal(fx->cfg.nproc_spec, "5");
+    assert_int_equal(fx->cfg.max_restarts, 6);
+    assert_string_equal(fx->cfg.rdzv_id, "j2");
+    assert_string_equal(fx->cfg.rdzv_endpoint, "h2:99");
+    assert_string_equal(fx->cfg.rdzv_host, "h2");
+    assert_int_equal(fx->cfg.rdzv_port, 99);
+    assert_int_equal(fx->cfg.node_rank, 1);
+    assert_string_equal(fx->cfg.log_dir, "/l2");
+}
+
+static void test_equals_values(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--nnodes=2:3", "--nproc_per_node=2", "--rdzv-endpoint=[::1]:29500",
+                        "--role=trainer", "--monitor-interval=0.5", "--shutdown-timeout=2.5",
+                        "--master-addr=10.1.2.3", "--master_port=1234", "--local-addr=10.9.9.9",
+                        "--signals-to-handle=SIGTERM,SIGINT", "--rdzv-backend=c10d",
+                        "--start-method=spawn", "--dry-run", "@S", NULL));
+    struct launcher_config *c = &fx->cfg;
+    assert_int_equal(c->min_nodes, 2);
+    assert_int_equal(c->max_nodes, 3);
+    assert_int_equal(c->nproc_per_node, 2);
+    assert_string_equal(c->rdzv_host, "::1");
+    assert_int_equal(c->rdzv_port, 29500);
+    assert_string_equal(c->role, "trainer");
+    assert_true(c->monitor_interval > 0.4999 && c->monitor_interval < 0.5001);
+    assert_int_equal(c->shutdown_timeout_ms, 2500);
+    assert_string_equal(c->master_addr, "10.1.2.3");
+    assert_int_equal(c->master_port, 1234);
+    assert_string_equal(c->local_addr, "10.9.9.9");
+    assert_string_equal(c->signals_to_handle, "SIGTERM,SIGINT");
+    assert_int_equal(c->backend, LAUNCHER_BACKEND_C10D);
+    assert_int_equal(c->dry_run, 1);
+}
+
+static void test_module_short_flag(void **state)
+{
+    struct fx *fx = *state;
+    /* A module is not stat()ed. */
+    assert_ok(fx, parse(fx, "-m", "pkg.train", "--lr", "1", NULL));
+    assert_int_equal(fx->cfg.module, 1);
+    assert_string_equal(fx->cfg.script, "pkg.train");
+    assert_int_equal(fx->cfg.script_argc, 2);
+    assert_string_equal(fx->cfg.script_argv[0], "--lr");
+    assert_string_equal(fx->cfg.script_argv[1], "1");
+
+    assert_ok(fx, parse(fx, "--module", "pkg.other", NULL));
+    assert_int_equal(fx->cfg.module, 1);
+    assert_string_equal(fx->cfg.script, "pkg.other");
+
+    /* No bundling of short flags. */
+    assert_einval(fx, parse(fx, "-mx", "pkg", NULL));
+}
+
+static void test_redirects_and_tee(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "-r", "3", "-t", "1", "@S", NULL));
+    assert_int_equal(fx->cfg.redirects.all, 3);
+    assert_int_equal(fx->cfg.redirects.map_len, 0);
+    assert_int_equal(fx->cfg.tee.all, 1);
+
+    assert_ok(fx, parse(fx, "-r2", "-t3", "@S", NULL));
+    assert_int_equal(fx->cfg.redirects.all, 2);
+    assert_int_equal(fx->cfg.tee.all, 3);
+
+    assert_ok(fx, parse(fx, "--redirects", "0:1,2:3", "--tee=1:2", "@S", NULL));
+    const struct launcher_std_spec *r = &fx->cfg.redirects;
+    assert_int_equal(r->all, -1);
+    assert_int_equal(r->map_len, 2);
+    assert_int_equal(r->map_rank[0], 0);
+    assert_int_equal(r->map_val[0], 1);
+    assert_int_equal(r->map_rank[1], 2);
+    assert_int_equal(r->map_val[1], 3);
+    assert_int_equal(launcher_std_for_rank(r, 0), 1);
+    assert_int_equal(launcher_std_for_rank(r, 1), 0);
+    assert_int_equal(launcher_std_for_rank(r, 2), 3);
+    assert_int_equal(launcher_std_for_rank(&fx->cfg.tee, 1), 2);
+    assert_int_equal(launcher_std_for_rank(&fx->cfg.tee, 0), 0);
+
+    assert_einval(fx, parse(fx, "-r", "4", "@S", NULL));
+    assert_einval(fx, parse(fx, "--tee", "x", "@S", NULL));
+    assert_einval(fx, parse(fx, "--redirects", "0:4", "@S", NULL));
+    assert_einval(fx, parse(fx, "--redirects", "0:1,,1:2", "@S", NULL));
+    assert_einval(fx, parse(fx, "--redirects", "a:1", "@S", NULL));
+    assert_einval(fx, parse(fx, "--redirects", "3,0:1", "@S", NULL));
+    assert_einval(fx, parse(fx, "-r", NULL));
+}
+
+static void test_std_for_rank_plain(void **state)
+{
+    (void)state;
+    struct launcher_std_spec all = {.all = 3, .map_len = 0};
+    assert_int_equal(launcher_std_for_rank(&all, 0), 3);
+    assert_int_equal(launcher_std_for_rank(&all, 17), 3);
+    struct launcher_std_spec mixed = {.all = 1, .map_len = 1, .map_rank = {5}, .map_val = {2}};
+    assert_int_equal(launcher_std_for_rank(&mixed, 5), 2);
+    assert_int_equal(launcher_std_for_rank(&mixed, 4), 1);
+    struct launcher_std_spec only_map = {.all = -1, .map_len = 1, .map_rank = {0}, .map_val = {0}};
+    assert_int_equal(launcher_std_for_rank(&only_map, 0), 0);
+    assert_int_equal(launcher_std_for_rank(&only_map, 1), 0);
+}
+
+static void test_local_ranks_filter(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 0), 1);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 7), 1);
+
+    assert_ok(fx, parse(fx, "--local-ranks-filter", "0,2,10", "@S", NULL));
+    assert_int_equal(fx->cfg.local_ranks_filter_len, 3);
+    assert_int_equal(fx->cfg.local_ranks_filter[0], 0);
+    assert_int_equal(fx->cfg.local_ranks_filter[1], 2);
+    assert_int_equal(fx->cfg.local_ranks_filter[2], 10);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 0), 1);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 1), 0);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 2), 1);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 3), 0);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 10), 1);
+
+    assert_ok(fx, parse(fx, "--local_ranks_filter=1", "@S", NULL));
+    assert_int_equal(fx->cfg.local_ranks_filter_len, 1);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 0), 0);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 1), 1);
+
+    assert_einval(fx, parse(fx, "--local-ranks-filter", "a", "@S", NULL));
+    assert_einval(fx, parse(fx, "--local-ranks-filter", "0,,1", "@S", NULL));
+    assert_einval(fx, parse(fx, "--local-ranks-filter", "-1", "@S", NULL));
+}
+
+/* ---- PET_* ----------------------------------------------------------------------------------- */
+
+static void test_pet_env_fallback(void **state)
+{
+    struct fx *fx = *state;
+    setenv("PET_NPROC_PER_NODE", "3", 1);
+    setenv("PET_MAX_RESTARTS", "5", 1);
+    setenv("PET_RDZV_ENDPOINT", "envhost:4321", 1);
+    setenv("PET_NNODES", "1:2", 1);
+    setenv("PET_ROLE", "envrole", 1);
+    setenv("PET_TEE", "3", 1);
+    setenv("PET_RDZV_CONF", "join_timeout=7", 1);
+    setenv("PET_LOCAL_RANKS_FILTER", "1", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 3);
+    assert_int_equal(fx->cfg.max_restarts, 5);
+    assert_string_equal(fx->cfg.rdzv_host, "envhost");
+    assert_int_equal(fx->cfg.rdzv_port, 4321);
+    assert_int_equal(fx->cfg.min_nodes, 1);
+    assert_int_equal(fx->cfg.max_nodes, 2);
+    assert_string_equal(fx->cfg.role, "envrole");
+    assert_int_equal(fx->cfg.tee.all, 3);
+    assert_int_equal(fx->cfg.join_timeout_ms, 7000);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 0), 0);
+    assert_int_equal(launcher_rank_shown(&fx->cfg, 1), 1);
+}
+
+static void test_command_line_beats_pet(void **state)
+{
+    struct fx *fx = *state;
+    setenv("PET_NPROC_PER_NODE", "3", 1);
+    setenv("PET_MAX_RESTARTS", "5", 1);
+    setenv("PET_ROLE", "envrole", 1);
+    setenv("PET_NNODES", "bogus", 1); /* overridden: never parsed */
+    assert_ok(fx, parse(fx, "--nproc_per_node", "2", "--max-restarts=1", "--role", "cli",
+                        "--nnodes", "1", "@S", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 2);
+    assert_int_equal(fx->cfg.max_restarts, 1);
+    assert_string_equal(fx->cfg.role, "cli");
+    assert_int_equal(fx->cfg.max_nodes, 1);
+}
+
+static void test_pet_flags(void **state)
+{
+    struct fx *fx = *state;
+    setenv("PET_MODULE", "1", 1);
+    assert_ok(fx, parse(fx, "pkg.mod", NULL));
+    assert_int_equal(fx->cfg.module, 1);
+    setenv("PET_MODULE", "0", 1);
+    setenv("PET_STANDALONE", "true", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_int_equal(fx->cfg.module, 0);
+    assert_int_equal(fx->cfg.standalone, 1);
+    setenv("PET_STANDALONE", "yes", 1);
+    assert_einval(fx, parse(fx, "@S", NULL));
+    assert_non_null(strstr(fx->err, "PET_STANDALONE"));
+    setenv("PET_STANDALONE", "", 1); /* empty = unset */
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_int_equal(fx->cfg.standalone, 0);
+}
+
+static void test_pet_bad_value_names_variable(void **state)
+{
+    struct fx *fx = *state;
+    setenv("PET_REDIRECTS", "9", 1);
+    assert_einval(fx, parse(fx, "@S", NULL));
+    assert_non_null(strstr(fx->err, "PET_REDIRECTS"));
+    assert_non_null(strstr(fx->err, "'9'"));
+}
+
+static void test_python_exec_and_token(void **state)
+{
+    struct fx *fx = *state;
+    setenv("PYTHON_EXEC", "/opt/py/bin/python", 1);
+    setenv("MUSTER_TOKEN", "s3cret", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_string_equal(fx->cfg.python_exec, "/opt/py/bin/python");
+    assert_string_equal(fx->cfg.token, "s3cret");
+}
+
+static void test_shutdown_timeout_sources(void **state)
+{
+    struct fx *fx = *state;
+    setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_int_equal(fx->cfg.shutdown_timeout_ms, 7000);
+    setenv("PET_SHUTDOWN_TIMEOUT", "4", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_int_equal(fx->cfg.shutdown_timeout_ms, 4000);
+    assert_ok(fx, parse(fx, "--shutdown-timeout", "0.25", "@S", NULL));
+    assert_int_equal(fx->cfg.shutdown_timeout_ms, 250);
+    assert_einval(fx, parse(fx, "--shutdown-timeout", "-1", "@S", NULL));
+    assert_einval(fx, parse(fx, "--shutdown-timeout", "abc", "@S", NULL));
+}
+
+/* ---- rendezvous ------------------------------------------------------------------------------ */
+
+static void test_rdzv_conf(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--rdzv-conf",
+                        "join_timeout=5,last_call_timeout=0.5,close_timeout=2,"
+                        "heartbeat_timeout=10,keep_alive_interval=0.25,read_timeout=60,"
+                        "is_host=1,timeout=9",
+                        "@S", NULL));
+    assert_int_equal(fx->cfg.join_timeout_ms, 5000);
+    assert_int_equal(fx->cfg.last_call_timeout_ms, 500);
+    assert_int_equal(fx->cfg.close_timeout_ms, 2000);
+    assert_int_equal(fx->cfg.heartbeat_timeout_ms, 10000);
+    assert_int_equal(fx->cfg.keep_alive_interval_ms, 250);
+
+    assert_ok(fx, parse(fx, "--rdzv_conf=join_timeout=900", "@S", NULL));
+    assert_int_equal(fx->cfg.join_timeout_ms, 900000);
+    assert_int_equal(fx->cfg.last_call_timeout_ms, 30000);
+
+    assert_einval(fx, parse(fx, "--rdzv-conf", "bogus_key=1", "@S", NULL));
+    assert_non_null(strstr(fx->err, "bogus_key"));
+    assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout=abc", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout=-5", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout=inf", "@S", NULL));
+}
+
+/* A timeout the unsigned millisecond field cannot hold must be refused, not wrapped
+ * (5000000 s = 5e9 ms > UINT_MAX). */
+static void test_rdzv_conf_overflow(void **state)
+{
+    struct fx *fx = *state;
+    int rc = parse(fx, "--rdzv-conf", "join_timeout=5000000", "@S", NULL);
+    if (rc == 0)
+        print_error("join_timeout=5000000 accepted as %u ms\n", fx->cfg.join_timeout_ms);
+    assert_einval(fx, rc);
+    rc = parse(fx, "--shutdown-timeout", "5000000", "@S", NULL);
+    if (rc == 0)
+        print_error("--shutdown-timeout 5000000 accepted as %u ms\n", fx->cfg.shutdown_timeout_ms);
+    assert_einval(fx, rc);
+}
+
+static void test_nnodes(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--nnodes", "3", "--rdzv-endpoint", "h:1", "@S", NULL));
+    assert_int_equal(fx->cfg.min_nodes, 3);
+    assert_int_equal(fx->cfg.max_nodes, 3);
+    assert_ok(fx, parse(fx, "--nnodes", "2:4", "--rdzv-endpoint", "h:1", "@S", NULL));
+    assert_int_equal(fx->cfg.min_nodes, 2);
+    assert_int_equal(fx->cfg.max_nodes, 4);
+    assert_ok(fx, parse(fx, "--nnodes", "1:1", "@S", NULL));
+    assert_int_equal(fx->cfg.max_nodes, 1);
+
+    assert_einval(fx, parse(fx, "--nnodes", "4:2", "--rdzv-endpoint", "h:1", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nnodes", "0", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nnodes", "2:", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nnodes", ":2", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nnodes", "abc", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nnodes", "2x", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nnodes", "", "@S", NULL));
+    /* several nodes need an endpoint */
+    assert_einval(fx, parse(fx, "--nnodes", "2", "@S", NULL));
+    assert_non_null(strstr(fx->err, "rdzv-endpoint"));
+}
+
+static void test_nproc_per_node(void **state)
+{
+    struct fx *fx = *state;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    assert_ok(fx, parse(fx, "--nproc-per-node", "cpu", "@S", NULL));
+    assert_string_equal(fx->cfg.nproc_spec, "cpu");
+    assert_int_equal(fx->cfg.nproc_per_node, cpus);
+
+    /* CUDA_VISIBLE_DEVICES="" hides every GPU: gpu fails, auto falls back to the CPUs. */
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    assert_einval(fx, parse(fx, "--nproc-per-node", "gpu", "@S", NULL));
+    assert_ok(fx, parse(fx, "--nproc-per-node", "auto", "@S", NULL));
+    assert_string_equal(fx->cfg.nproc_spec, "auto");
+    assert_int_equal(fx->cfg.nproc_per_node, cpus);
+
+    assert_ok(fx, parse(fx, "--nproc-per-node", "8", "@S", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 8);
+    assert_einval(fx, parse(fx, "--nproc-per-node", "0", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nproc-per-node", "-2", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nproc-per-node", "two", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nproc-per-node", " 2", "@S", NULL));
+}
+
+static void test_endpoints(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--rdzv-endpoint", "node1", "@S", NULL));
+    assert_string_equal(fx->cfg.rdzv_endpoint, "node1");
+    assert_string_equal(fx->cfg.rdzv_host, "node1");
+    assert_int_equal(fx->cfg.rdzv_port, 29400);
+    assert_ok(fx, parse(fx, "--rdzv-endpoint", "[fe80::1]", "@S", NULL));
+    assert_string_equal(fx->cfg.rdzv_host, "fe80::1");
+    assert_int_equal(fx->cfg.rdzv_port, 29400);
+    assert_ok(fx, parse(fx, "--rdzv-endpoint", "10.0.0.1:65535", "@S", NULL));
+    assert_string_equal(fx->cfg.rdzv_host, "10.0.0.1");
+    assert_int_equal(fx->cfg.rdzv_port, 65535);
+
+    assert_einval(fx, parse(fx, "--rdzv-endpoint", "fe80::1:80", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-endpoint", "host:", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-endpoint", "host:70000", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-endpoint", ":80", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-endpoint", "[::1", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-endpoint", "[::1]x", "@S", NULL));
+}
+
+static void test_backend_and_id(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--rdzv-backend", "static", "--rdzv-id", "none", "@S", NULL));
+    assert_int_equal(fx->cfg.backend, LAUNCHER_BACKEND_STATIC);
+    assert_uuid4(fx->cfg.rdzv_id);
+    assert_ok(fx, parse(fx, "--rdzv-backend", "muster", "--rdzv-id", "abc-123", "@S", NULL));
+    assert_int_equal(fx->cfg.backend, LAUNCHER_BACKEND_MUSTER);
+    assert_string_equal(fx->cfg.rdzv_id, "abc-123");
+
+    assert_einval(fx, parse(fx, "--rdzv-backend", "etcd", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-id", "a b", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-id", "a/b", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-id", "", "@S", NULL));
+    char longid[200];
+    memset(longid, 'a', 129);
+    longid[129] = '\0';
+    assert_einval(fx, parse(fx, "--rdzv-id", longid, "@S", NULL));
+    longid[128] = '\0';
+    assert_ok(fx, parse(fx, "--rdzv-id", longid, "@S", NULL));
+    assert_string_equal(fx->cfg.rdzv_id, longid);
+}
+
+static void test_standalone(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--standalone", "--rdzv-id", "myjob", "--rdzv-endpoint", "h:1",
+                        "--rdzv-backend", "c10d", "@S", NULL));
+    assert_int_equal(fx->cfg.standalone, 1);
+    assert_int_equal(fx->cfg.backend, LAUNCHER_BACKEND_MUSTER);
+    assert_null(fx->cfg.rdzv_endpoint);
+    assert_uuid4(fx->cfg.rdzv_id);
+    assert_string_not_equal(fx->cfg.rdzv_id, "myjob");
+    char first[64];
+    snprintf(first, sizeof(first), "%s", fx->cfg.rdzv_id);
+
+    assert_ok(fx, parse(fx, "--standalone", "@S", NULL));
+    assert_uuid4(fx->cfg.rdzv_id);
+    assert_string_not_equal(fx->cfg.rdzv_id, first);
+
+    assert_einval(fx, parse(fx, "--standalone", "--nnodes", "2", "@S", NULL));
+    assert_einval(fx, parse(fx, "--standalone=1", "@S", NULL));
+}
+
+static void test_numbers(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--rdzv-backend", "static", "--node-rank", "0", "--master-addr", "m1",
+                        "--master-port", "29501", "--start-method", "fork", "@S", NULL));
+    assert_string_equal(fx->cfg.master_addr, "m1");
+    assert_int_equal(fx->cfg.master_port, 29501);
+
+    assert_einval(fx, parse(fx, "--max-restarts", "-1", "@S", NULL));
+    assert_einval(fx, parse(fx, "--max-restarts", "1.5", "@S", NULL));
+    assert_einval(fx, parse(fx, "--master-port", "0", "@S", NULL));
+    assert_einval(fx, parse(fx, "--master-port", "65536", "@S", NULL));
+    assert_einval(fx, parse(fx, "--node-rank", "x", "@S", NULL));
+    assert_einval(fx, parse(fx, "--monitor-interval", "fast", "@S", NULL));
+    assert_einval(fx, parse(fx, "--start-method", "thread", "@S", NULL));
+    assert_einval(fx, parse(fx, "--role", "", "@S", NULL));
+    assert_einval(fx, parse(fx, "--log-dir", "", "@S", NULL));
+}
+
+/* ---- script and its arguments --------------------------------------------------------------- */
+
+static void test_script_args_belong_to_script(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--nproc-per-node", "2", "@S", "--nnodes", "5", "-m", "--", "x", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 2);
+    assert_int_equal(fx->cfg.min_nodes, 1);
+    assert_int_equal(fx->cfg.max_nodes, 1);
+    assert_int_equal(fx->cfg.module, 0);
+    assert_string_equal(fx->cfg.script, script);
+    assert_int_equal(fx->cfg.script_argc, 5);
+    assert_ptr_equal(fx->cfg.script_argv, &fx->argv[3]);
+    assert_string_equal(fx->cfg.script_argv[0], "--nnodes");
+    assert_string_equal(fx->cfg.script_argv[1], "5");
+    assert_string_equal(fx->cfg.script_argv[2], "-m");
+    assert_string_equal(fx->cfg.script_argv[3], "--");
+    assert_string_equal(fx->cfg.script_argv[4], "x");
+    assert_null(fx->cfg.script_argv[5]);
+}
+
+static void test_double_dash_separator(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--nproc-per-node", "2", "--", "@S", "--nproc-per-node", "9", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 2);
+    assert_string_equal(fx->cfg.script, script);
+    assert_int_equal(fx->cfg.script_argc, 2);
+    assert_string_equal(fx->cfg.script_argv[0], "--nproc-per-node");
+    assert_string_equal(fx->cfg.script_argv[1], "9");
+
+    /* after --, even a dash name is the script (here: a binary with --no-python, on PATH) */
+    assert_ok(fx, parse(fx, "--no-python", "--", "-weird", NULL));
+    assert_string_equal(fx->cfg.script, "-weird");
+    assert_int_equal(fx->cfg.script_argc, 0);
+
+    assert_einval(fx, parse(fx, "--nproc-per-node", "2", "--", NULL));
+}
+
+static void test_script_checks(void **state)
+{
+    struct fx *fx = *state;
+    char missing[192];
+    snprintf(missing, sizeof(missing), "%s/missing.py", tmpdir);
+
+    assert_einval(fx, parse(fx, NULL));
+    assert_einval(fx, parse(fx, "--nproc-per-node", "2", NULL));
+    assert_einval(fx, parse(fx, missing, NULL));
+    assert_non_null(strstr(fx->err, missing));
+    assert_einval(fx, parse(fx, subdir, NULL));
+    assert_einval(fx, parse(fx, "-m", "--no-python", "pkg", NULL));
+    /* --no-python runs the file itself: it must be executable */
+    assert_einval(fx, parse(fx, "--no-python", "@S", NULL));
+    assert_ok(fx, parse(fx, "--no-python", "/bin/sh", "-c", "true", NULL));
+    assert_int_equal(fx->cfg.no_python, 1);
+    assert_int_equal(fx->cfg.script_argc, 2);
+    assert_ok(fx, parse(fx, "--no-python", "some-binary-on-path", NULL));
+    assert_string_equal(fx->cfg.script, "some-binary-on-path");
+    /* --run-path wins over --no-python, so the (non-executable) script is fine */
+    assert_ok(fx, parse(fx, "--run-path", "--no-python", "@S", NULL));
+    assert_int_equal(fx->cfg.run_path, 1);
+    assert_int_equal(fx->cfg.no_python, 0);
+}
+
+static void test_option_errors(void **state)
+{
+    struct fx *fx = *state;
+    assert_einval(fx, parse(fx, "--bogus", "@S", NULL));
+    assert_non_null(strstr(fx->err, "--bogus"));
+    assert_einval(fx, parse(fx, "-x", "@S", NULL));
+    assert_einval(fx, parse(fx, "--nnodes", NULL));
+    assert_non_null(strstr(fx->err, "--nnodes"));
+    assert_einval(fx, parse(fx, "--dry-run=yes", "@S", NULL));
+    assert_einval(fx, parse(fx, "--=3", "@S", NULL));
+
+    /* a short error buffer is still NUL-terminated */
+    char small[8];
+    char *argv[] = {"--bogus-option", NULL};
+    assert_int_equal(launcher_config_parse(1, argv, &fx->cfg, small, sizeof(small)), -EINVAL);
+    assert_int_equal(strlen(small), 7);
+}
+
+static void test_help_stops_parsing(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "--help", NULL));
+    assert_int_equal(fx->cfg.help, 1);
+    assert_ok(fx, parse(fx, "--nnodes", "0", "-h", "--bogus", NULL));
+    assert_int_equal(fx->cfg.help, 1);
+    /* after the script, --help belongs to the script */
+    assert_ok(fx, parse(fx, "@S", "--help", NULL));
+    assert_int_equal(fx->cfg.help, 0);
+    assert_int_equal(fx->cfg.script_argc, 1);
+}
+
+/* ---- GPU counting ---------------------------------------------------------------------------- */
+
+static void test_count_gpus(void **state)
+{
+    (void)state;
+    char missing[192];
+    snprintf(missing, sizeof(missing), "%s/nope", tmpdir);
+
+    assert_int_equal(launcher_count_gpus(gpudir, NULL), 4);
+    assert_int_equal(launcher_count_gpus(gpudir, ""), 0);
+    assert_int_equal(launcher_count_gpus(gpudir, "-1"), 0);
+    assert_int_equal(launcher_count_gpus(gpudir, "0,2"), 2);
+    assert_int_equal(launcher_count_gpus(gpudir, "3"), 1);
+    assert_int_equal(launcher_count_gpus(gpudir, "1,7,2"), 1);
+    assert_int_equal(launcher_count_gpus(gpudir, "0,0"), 1);
+    assert_int_equal(launcher_count_gpus(gpudir, "0,1,2,3"), 4);
+    assert_int_equal(launcher_count_gpus(gpudir, "4"), 0);
+    assert_int_equal(launcher_count_gpus(gpudir, "x,0"), 0);
+    assert_int_equal(launcher_count_gpus(gpudir, "0,,1"), 1);
+    assert_int_equal(launcher_count_gpus(gpudir, "GPU-abc,MIG-x"), 2);
+    assert_int_equal(launcher_count_gpus(missing, NULL), 0);
+    assert_int_equal(launcher_count_gpus(missing, "0,1"), 0);
+    assert_int_equal(launcher_count_gpus(missing, "GPU-abc"), 0);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_defaults),
+        T(test_dash_and_underscore_spellings),
+        T(test_equals_values),
+        T(test_module_short_flag),
+        T(test_redirects_and_tee),
+        T(test_std_for_rank_plain),
+        T(test_local_ranks_filter),
+        T(test_pet_env_fallback),
+        T(test_command_line_beats_pet),
+        T(test_pet_flags),
+        T(test_pet_bad_value_names_variable),
+        T(test_python_exec_and_token),
+        T(test_shutdown_timeout_sources),
+        T(test_rdzv_conf),
+        T(test_rdzv_conf_overflow),
+        T(test_nnodes),
+        T(test_nproc_per_node),
+        T(test_endpoints),
+        T(test_backend_and_id),
+        T(test_standalone),
+        T(test_numbers),
+        T(test_script_args_belong_to_script),
+        T(test_double_dash_separator),
+        T(test_script_checks),
+        T(test_option_errors),
+        T(test_help_stops_parsing),
+        T(test_count_gpus),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
