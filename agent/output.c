@@ -70,27 +70,45 @@ static void emit_line(struct agent_output *o, const char *line, size_t len, int 
         o->console_fd = -1;
 }
 
+/* The buffer holds at most AGENT_OUTPUT_LINE_MAX bytes of a line (without its newline). A
+ * longer line is written in parts, each ending with an added newline; swallow_nl then drops
+ * the line's real newline if it comes right after a part, instead of printing an empty line. */
 static void feed_console(struct agent_output *o, const char *data, size_t n)
 {
     while (n > 0) {
-        const char *nl = memchr(data, '\n', n);
-        size_t take = nl ? (size_t)(nl - data) + 1 : n;
-
-        if (o->len == 0 && nl != NULL) {
-            emit_line(o, data, take, 0); /* the common case: no copy */
-        } else {
-            size_t room = AGENT_OUTPUT_LINE_MAX - o->len;
-            size_t part = take < room ? take : room;
-            memcpy(o->line + o->len, data, part);
-            o->len += part;
-            if (o->len == AGENT_OUTPUT_LINE_MAX || (nl != NULL && part == take)) {
-                emit_line(o, o->line, o->len, o->line[o->len - 1] != '\n');
-                o->len = 0;
+        if (o->swallow_nl) {
+            o->swallow_nl = 0;
+            if (data[0] == '\n') {
+                data++;
+                n--;
+                continue;
             }
-            take = part;
         }
-        data += take;
-        n -= take;
+        const char *nl = memchr(data, '\n', n);
+        size_t content = nl ? (size_t)(nl - data) : n;
+
+        if (o->len == 0 && nl != NULL && content <= AGENT_OUTPUT_LINE_MAX) {
+            emit_line(o, data, content + 1, 0); /* the common case: no copy */
+            data += content + 1;
+            n -= content + 1;
+            continue;
+        }
+        size_t room = AGENT_OUTPUT_LINE_MAX - o->len;
+        size_t part = content < room ? content : room;
+        memcpy(o->line + o->len, data, part);
+        o->len += part;
+        data += part;
+        n -= part;
+        if (nl != NULL && part == content) {
+            emit_line(o, o->line, o->len, 1);
+            o->len = 0;
+            data++; /* the newline itself */
+            n--;
+        } else if (o->len == AGENT_OUTPUT_LINE_MAX) {
+            emit_line(o, o->line, o->len, 1);
+            o->len = 0;
+            o->swallow_nl = 1;
+        }
     }
 }
 
@@ -121,7 +139,9 @@ void agent_output_flush(struct agent_output *o)
 
 void agent_output_close(struct agent_output *o)
 {
-    if (o == NULL)
+    /* a zeroed struct was never initialised and owns nothing (its file_fd 0 is not ours);
+     * agent_output_init always sets a non-empty prefix */
+    if (o == NULL || o->prefix_len == 0)
         return;
     agent_output_flush(o);
     if (o->file_fd >= 0)

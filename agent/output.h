@@ -15,6 +15,7 @@ struct agent_output {
     size_t prefix_len;
     char *line; /* partial line, AGENT_OUTPUT_LINE_MAX bytes once allocated */
     size_t len;
+    int swallow_nl; /* the last part of a split line was written: drop a leading newline */
 };
 
 /* console_fd is borrowed, file_fd is owned (closed by agent_output_close). */

@@ -101,7 +101,7 @@ static int parse_seconds_ms(const char *s, unsigned *ms)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || !isfinite(v) || v < 0 || v > 86400.0 * 365)
+    if (errno || end == s || *end != '\0' || !isfinite(v) || v < 0 || v > UINT_MAX / 1000.0)
         return -EINVAL;
     *ms = (unsigned)llround(v * 1000.0);
     return 0;
@@ -377,6 +377,8 @@ static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spe
         spec->map_rank[spec->map_len] = (int)r;
         spec->map_val[spec->map_len++] = (int)n;
         s += len + (s[len] == ',');
+        if (s[-1] == ',' && *s == '\0')
+            goto bad; /* trailing comma */
     }
     return 0;
 bad:
@@ -406,6 +408,8 @@ static int parse_ranks_filter(struct parse *p)
             goto bad;
         cfg->local_ranks_filter[cfg->local_ranks_filter_len++] = (int)r;
         s += len + (s[len] == ',');
+        if (s[-1] == ',' && *s == '\0')
+            goto bad; /* trailing comma */
     }
     return 0;
 bad:
