@@ -192,9 +192,20 @@ static void gai_cb(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 static int start_connect(struct rdzv_client *c)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct sockaddr_storage addr;
     char port[8];
     int err;
 
+    /* A numeric address needs no resolver: skipping uv_getaddrinfo also spares starting
+     * libuv's thread pool, a millisecond of a standalone job's start-up. */
+    if (uv_ip4_addr(c->host, (int)c->port, (struct sockaddr_in *)&addr) == 0 ||
+        uv_ip6_addr(c->host, (int)c->port, (struct sockaddr_in6 *)&addr) == 0) {
+        c->connect.data = c;
+        err = uv_tcp_connect(&c->connect, &c->conn.tcp, (struct sockaddr *)&addr, connect_cb);
+        if (err == 0)
+            c->state = CLIENT_CONNECTING;
+        return err;
+    }
     snprintf(port, sizeof(port), "%u", c->port);
     c->gai.data = c;
     err = uv_getaddrinfo(c->loop, &c->gai, gai_cb, c->host, port, &hints);

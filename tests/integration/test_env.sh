@@ -46,7 +46,10 @@ for r in 0 1 2 3; do
 
     ef=$(envval "$f" TORCHELASTIC_ERROR_FILE) || fail "rank $r: TORCHELASTIC_ERROR_FILE not set"
     [ -n "$ef" ] || fail "rank $r: TORCHELASTIC_ERROR_FILE empty"
-    case "$ef" in */"$r"/error.json) ;; *) fail "rank $r: TORCHELASTIC_ERROR_FILE '$ef' is not .../<local_rank>/error.json" ;; esac
+    # without --log-dir the error files sit flat in a private directory (the documented
+    # attempt_N/LOCAL_RANK layout is for --log-dir, checked in test_logs.sh); each worker
+    # has its own, in a directory that exists while the job runs
+    case "$ef" in */error_0_"$r".json) ;; *) fail "rank $r: TORCHELASTIC_ERROR_FILE '$ef' is not <private dir>/error_<attempt>_<local_rank>.json" ;; esac
 
     # output prefix, same stream
     grep -qxF "[rank$r]: hello-from-rank-$r attempt 0" "$T/out" || { show_output; fail "stdout lacks '[rank$r]: hello-from-rank-$r attempt 0'"; }
