@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -52,7 +53,6 @@ struct agent {
     int remove_base;
     char host[256];
     uint64_t node_id;
-    char exe[PATH_MAX];
 };
 
 static void do_join(struct agent *a);
@@ -225,7 +225,7 @@ static int worker_paths(const struct agent *a, int i, char *dir, char *error_fil
 static int spawn_one(struct agent *a, int i)
 {
     const struct agent_options *o = a->o;
-    struct agent_worker_spec spec = {.exe = a->exe, .argv = o->argv, .file = {-1, -1}};
+    struct agent_worker_spec spec = {.argv = o->argv, .file = {-1, -1}};
     struct agent_worker_info info;
     struct agent_env env, full;
     char dir[PATH_MAX] = "", error_file[PATH_MAX] = "";
@@ -281,26 +281,40 @@ static void fill_failure(struct agent *a, const struct agent_worker *w, struct r
         a->local_error_file[0] = '\0';
 }
 
+/* A local worker failed (the first in this round): stop the others and tell the server,
+ * which answers RESTART or JOB_FAILED. */
+static void local_failure(struct agent *a, const struct rdzv_failure *f, int pid)
+{
+    char how[RDZV_TEXT_MAX + 64];
+
+    a->round_failed = 1;
+    a->local_failure = *f;
+    agent_failure_describe(f, how, sizeof(how));
+    if (pid > 0)
+        agent_log("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers",
+                  f->rank, f->local_rank, pid, how);
+    else
+        agent_log("worker rank %d (local_rank %d) could not start: %s; stopping the other "
+                  "workers", f->rank, f->local_rank, f->text);
+    /* Stop first, report second: the others' SIGTERM is on its way before any round trip. */
+    agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
+    if (rdzv_client_report_failure(a->client, f, 0) != 0) {
+        a->next = NEXT_EXIT;
+        a->exit_code = AGENT_EXIT_RDZV;
+    }
+}
+
 static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
 {
     struct agent *a = g->data;
-    char how[128];
+    struct rdzv_failure f;
 
     if (w->exit_status == 0 && w->term_signal == 0)
         return;
     if (a->round_failed || a->stop_signal || a->next != NEXT_NONE || a->finished)
         return; /* already stopping: a worker dying of our SIGTERM is no new failure */
-    a->round_failed = 1;
-    fill_failure(a, w, &a->local_failure);
-    agent_failure_describe(&a->local_failure, how, sizeof(how));
-    agent_log("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers", w->rank,
-              w->local_rank, w->pid, how);
-    /* Stop first, report second: the others' SIGTERM is on its way before any round trip. */
-    agent_group_stop(g, SIGTERM, a->o->shutdown_timeout_ms);
-    if (rdzv_client_report_failure(a->client, &a->local_failure, 0) != 0) {
-        a->next = NEXT_EXIT;
-        a->exit_code = AGENT_EXIT_RDZV;
-    }
+    fill_failure(a, w, &f);
+    local_failure(a, &f, w->pid);
 }
 
 static void after_group_closed(void *data)
@@ -346,6 +360,22 @@ static const struct agent_group_cbs group_cbs = {
     .all_exited_cb = on_all_exited,
 };
 
+/* The program could not be executed (e.g. PYTHON_EXEC names no interpreter): that worker
+ * failed like one exiting with the shell's code, 127 or 126. */
+static void spawn_failure(struct agent *a, int i, int err)
+{
+    struct agent_worker w = {.local_rank = i, .rank = (int)a->as.rank_offset + i,
+                             .exit_status = err == -ENOENT ? 127 : 126};
+    struct rdzv_failure f;
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    w.exit_time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    fill_failure(a, &w, &f);
+    snprintf(f.text, sizeof(f.text), "cannot execute '%s': %s", a->o->argv[0], strerror(-err));
+    local_failure(a, &f, 0);
+}
+
 static void start_workers(struct agent *a)
 {
     int rc = agent_group_new(&a->loop, (int)a->o->nproc, &group_cbs, a, &a->group);
@@ -356,23 +386,13 @@ static void start_workers(struct agent *a)
     }
     a->round_failed = 0;
     for (unsigned i = 0; i < a->o->nproc; i++) {
-        if ((rc = spawn_one(a, (int)i)) == 0)
-            continue;
-        agent_log("error: cannot start worker local_rank %u: %s", i, uv_strerror(rc));
-        a->next = NEXT_EXIT;
-        a->exit_code = AGENT_EXIT_INTERNAL;
-        rdzv_client_report_failure(a->client, &(struct rdzv_failure){.round = a->as.round,
-                                                                       .rank = -1,
-                                                                       .exit_code = -1},
-                                   1);
-        break;
+        if ((rc = spawn_one(a, (int)i)) != 0) {
+            spawn_failure(a, (int)i, rc);
+            break;
+        }
     }
-    if (a->next == NEXT_EXIT) {
-        if (a->group->alive > 0)
-            agent_group_stop(a->group, SIGKILL, 0);
-        else
-            on_all_exited(a->group);
-    }
+    if (a->round_failed && a->group->alive == 0)
+        on_all_exited(a->group); /* nothing runs: no exit will come to move on */
 }
 
 /* ---- rendezvous events -------------------------------------------------------------- */
@@ -588,7 +608,6 @@ static int start_rendezvous(struct agent *a)
 
 static int agent_init(struct agent *a, const struct agent_options *o)
 {
-    size_t len = sizeof(a->exe);
     int rc;
 
     memset(a, 0, sizeof(*a));
@@ -598,8 +617,6 @@ static int agent_init(struct agent *a, const struct agent_options *o)
         return rc;
     if (gethostname(a->host, sizeof(a->host) - 1) != 0)
         snprintf(a->host, sizeof(a->host), "localhost");
-    if ((rc = uv_exepath(a->exe, &len)) != 0)
-        return rc;
     if ((rc = uv_random(NULL, NULL, &a->node_id, sizeof(a->node_id), 0, NULL)) != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */

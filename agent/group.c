@@ -5,6 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void worker_exited(struct agent_group *g, struct agent_worker *w);
+static void on_closed(uv_handle_t *h);
+
+/* SIGCHLD says some child changed state; several exits may share one signal. */
+static void sigchld_cb(uv_signal_t *h, int signum)
+{
+    struct agent_group *g = h->data;
+    for (int i = 0; i < g->n; i++)
+        if (agent_worker_reap(&g->workers[i]))
+            worker_exited(g, &g->workers[i]);
+}
+
 int agent_group_new(uv_loop_t *loop, int n, const struct agent_group_cbs *cbs, void *data,
                     struct agent_group **out)
 {
@@ -19,7 +31,11 @@ int agent_group_new(uv_loop_t *loop, int n, const struct agent_group_cbs *cbs, v
     g->data = data;
     uv_timer_init(loop, &g->kill_timer);
     g->kill_timer.data = g;
-    g->open_handles = 1;
+    uv_signal_init(loop, &g->sigchld);
+    g->sigchld.data = g;
+    /* armed before the first spawn: a SIGCHLD that came earlier would be lost */
+    uv_signal_start(&g->sigchld, sigchld_cb, SIGCHLD);
+    g->open_handles = 2;
     for (int i = 0; i < n; i++) {
         g->workers[i].group = g;
         g->workers[i].local_rank = i;
@@ -38,12 +54,15 @@ int agent_group_spawn(struct agent_group *g, int i, int rank, const struct agent
     return rc;
 }
 
-/* Called by worker.c from the process exit callback. */
-void agent_group_worker_exited_(struct agent_group *g, struct agent_worker *w)
+static void worker_exited(struct agent_group *g, struct agent_worker *w)
 {
     g->alive--;
-    if (g->closing)
-        return; /* killed by agent_group_close: nobody is listening any more */
+    if (g->closing) {
+        /* killed by agent_group_close: nobody is listening any more */
+        if (g->alive == 0)
+            uv_close((uv_handle_t *)&g->sigchld, on_closed);
+        return;
+    }
     if (g->cbs->exit_cb)
         g->cbs->exit_cb(g, w);
     if (g->alive == 0) {
@@ -69,7 +88,7 @@ void agent_group_handle_closed_(struct agent_group *g)
         free_group(g);
 }
 
-static void on_timer_closed(uv_handle_t *h)
+static void on_closed(uv_handle_t *h)
 {
     agent_group_handle_closed_(h->data);
 }
@@ -103,5 +122,9 @@ void agent_group_close(struct agent_group *g, void (*close_cb)(void *data), void
     /* Whatever a worker left behind in its process group must not outlive the attempt. */
     for (int i = 0; i < g->n; i++)
         agent_worker_kill(&g->workers[i], SIGKILL);
-    uv_close((uv_handle_t *)&g->kill_timer, on_timer_closed);
+    uv_close((uv_handle_t *)&g->kill_timer, on_closed);
+    /* alive workers (killed just above) are still reaped: the SIGCHLD watcher stays until
+     * the last one is gone (see worker_exited) */
+    if (g->alive == 0)
+        uv_close((uv_handle_t *)&g->sigchld, on_closed);
 }

@@ -1,5 +1,5 @@
-/* The workers of one attempt on this node: spawn, watch (event-driven: libuv's SIGCHLD
- * handling calls us at each exit), stop with SIGTERM then SIGKILL after a grace. */
+/* The workers of one attempt on this node: spawn, watch (event-driven: a SIGCHLD watcher
+ * reaps our own pids at once), stop with SIGTERM then SIGKILL after a grace. */
 #ifndef MUSTER_AGENT_GROUP_H
 #define MUSTER_AGENT_GROUP_H
 
@@ -26,6 +26,7 @@ struct agent_group {
     int stopping;
     int closing;
     uv_timer_t kill_timer;
+    uv_signal_t sigchld;
     const struct agent_group_cbs *cbs;
     void (*close_cb)(void *data);
     void *data;

@@ -1,17 +1,19 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "group.h"
+#include "spawn.h"
 
 void agent_group_handle_closed_(struct agent_group *g);
-void agent_group_worker_exited_(struct agent_group *g, struct agent_worker *w);
 
 /* One loop thread, and read_cb consumes the bytes before returning: a single buffer serves
  * every pipe. */
@@ -66,94 +68,73 @@ static void drain_pipe(struct agent_worker *w, int i)
     close_pipe(w, i);
 }
 
-static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
+int agent_worker_reap(struct agent_worker *w)
 {
-    struct agent_worker *w = p->data;
     struct timeval tv;
+    int status;
+    pid_t r;
 
+    if (!w->alive)
+        return 0;
+    while ((r = waitpid(w->pid, &status, WNOHANG)) < 0 && errno == EINTR)
+        ;
+    if (r != w->pid)
+        return 0;
     gettimeofday(&tv, NULL);
     w->exit_time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-    w->exit_status = exit_status;
-    w->term_signal = term_signal;
+    w->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    w->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     w->alive = 0;
     drain_pipe(w, 0);
     drain_pipe(w, 1);
-    w->proc_open = 0;
-    uv_close((uv_handle_t *)p, on_handle_closed);
-    agent_group_worker_exited_(w->group, w);
+    return 1;
 }
 
+/* Decides where stream i goes. Sets *child_fd to what the child gets as fd 1+i and, when
+ * the agent reads the stream, opens the pipe. Returns 0 or a negative errno. */
 static int setup_stream(uv_loop_t *loop, struct agent_worker *w, const struct agent_worker_spec *s,
-                        int i, uv_stdio_container_t *c)
+                        int i, int *child_fd)
 {
-    int rc;
+    int fds[2], rc;
 
-    if (s->console[i] < 0 && s->file[i] >= 0) {
-        /* redirect only: the worker writes the file itself, the agent stays out of it */
-        c->flags = UV_INHERIT_FD;
-        c->data.fd = s->file[i];
-        return 0;
-    }
+    *child_fd = -1;
     if (s->console[i] < 0) {
-        c->flags = UV_IGNORE; /* filtered out and not logged */
+        /* redirect only: the worker writes the file itself and the agent stays out of it;
+         * neither file nor console: /dev/null */
+        *child_fd = s->file[i];
         return 0;
     }
-    if ((rc = uv_pipe_init(loop, &w->pipe[i], 0)) != 0)
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -errno;
+    if ((rc = uv_pipe_init(loop, &w->pipe[i], 0)) != 0) {
+        close(fds[0]);
+        close(fds[1]);
         return rc;
+    }
     w->pipe[i].data = w;
-    w->pipe_open[i] = 1;
+    w->pipe_open[i] = 1; /* from here on close_pipe() owns the handle */
     w->group->open_handles++;
+    if ((rc = uv_pipe_open(&w->pipe[i], fds[0])) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return rc;
+    }
     agent_output_init(&w->out[i], s->console[i], s->file[i], w->rank);
-    c->flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    c->data.stream = (uv_stream_t *)&w->pipe[i];
+    *child_fd = fds[1];
     return 0;
-}
-
-static char **wrapper_argv(const struct agent_worker_spec *s, char *ppid)
-{
-    size_t n = 0;
-    while (s->argv[n])
-        n++;
-    char **argv = calloc(n + 4, sizeof(*argv));
-    if (argv == NULL)
-        return NULL;
-    argv[0] = "muster";
-    argv[1] = "__worker";
-    argv[2] = ppid;
-    memcpy(argv + 3, s->argv, n * sizeof(*argv));
-    return argv;
 }
 
 int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct agent_worker_spec *s)
 {
-    uv_stdio_container_t stdio[3] = {{.flags = UV_INHERIT_FD, .data.fd = 0}};
-    uv_process_options_t o = {0};
-    char ppid[24];
-    char **argv = NULL;
-    int rc;
+    struct agent_spawn_opts o = {.file = s->argv[0], .argv = s->argv, .envp = s->env,
+                                 .stdio = {0, -1, -1}};
+    int rc = 0;
 
-    snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
-    if ((rc = setup_stream(loop, w, s, 0, &stdio[1])) != 0 ||
-        (rc = setup_stream(loop, w, s, 1, &stdio[2])) != 0)
-        goto out;
-    if ((argv = wrapper_argv(s, ppid)) == NULL) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    o.file = s->exe;
-    o.args = argv;
-    o.env = s->env;
-    o.flags = UV_PROCESS_DETACHED; /* setsid(): a process group we can signal as a whole */
-    o.stdio_count = 3;
-    o.stdio = stdio;
-    o.exit_cb = exit_cb;
-    w->proc.data = w;
-    rc = uv_spawn(loop, &w->proc, &o);
-    /* uv_spawn leaves the handle initialised even when it fails: it must be closed */
-    w->proc_open = 1;
-    w->group->open_handles++;
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = setup_stream(loop, w, s, i, &o.stdio[1 + i]);
+    if (rc == 0)
+        rc = agent_spawn(&o, &w->pid);
     if (rc == 0) {
-        w->pid = w->proc.pid;
         w->alive = 1;
         for (int i = 0; i < 2 && rc == 0; i++)
             if (w->pipe_open[i])
@@ -162,16 +143,15 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
             /* cannot happen for a fresh pipe; if it does, the worker must not run unseen:
              * it dies and is reported like any other failed worker */
             fprintf(stderr, "muster: cannot read worker output: %s\n", uv_strerror(rc));
-            uv_kill(w->pid, SIGKILL);
+            kill(w->pid, SIGKILL);
             rc = 0;
         }
     } else {
-        w->proc_open = 0;
-        uv_close((uv_handle_t *)&w->proc, on_handle_closed);
+        w->pid = 0;
     }
-out:
-    free(argv);
     for (int i = 0; i < 2; i++) {
+        if (w->pipe_open[i] && o.stdio[1 + i] >= 0)
+            close(o.stdio[1 + i]); /* the child's end of the pipe */
         /* a redirected file was dup'ed into the child; a tee'd one is owned by out[i] */
         if (s->file[i] >= 0 && !(w->pipe_open[i] && w->out[i].file_fd == s->file[i]))
             close(s->file[i]);
@@ -184,5 +164,5 @@ out:
 void agent_worker_kill(struct agent_worker *w, int sig)
 {
     if (w->pid > 0)
-        uv_kill(-w->pid, sig); /* ESRCH once the whole group is gone: nothing to do */
+        kill(-w->pid, sig); /* ESRCH once the whole group is gone: nothing to do */
 }

@@ -7,9 +7,6 @@
 
 int main(int argc, char **argv)
 {
-    /* first: the exec wrapper runs for every worker start, keep its path short */
-    if (argc > 1 && strcmp(argv[1], "__worker") == 0)
-        return launcher_exec_worker(argc - 1, argv + 1);
     if (argc < 2) {
         launcher_print_main_help();
         return 2;

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -201,18 +200,4 @@ int launcher_run(int argc, char **argv)
     free(wargv);
     launcher_config_free(&cfg);
     return rc;
-}
-
-int launcher_exec_worker(int argc, char **argv)
-{
-    /* argv: __worker PPID CMD [ARGS...] */
-    if (argc < 3)
-        return 127;
-    /* SIGKILL: the agent is gone, nobody would stop this worker any more. Checking the parent
-     * after arming closes the race where the agent died between fork and prctl. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != (pid_t)atol(argv[1]))
-        return 127;
-    execvp(argv[2], argv + 2);
-    fprintf(stderr, "muster: cannot execute '%s': %s\n", argv[2], strerror(errno));
-    return errno == ENOENT ? 127 : 126;
 }

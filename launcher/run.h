@@ -5,9 +5,4 @@
  * the job to the agent. Returns the process exit code. */
 int launcher_run(int argc, char **argv);
 
-/* `muster __worker PPID CMD...`: the exec wrapper every worker starts through. Arms
- * PR_SET_PDEATHSIG so that the worker dies with the agent even when the agent is SIGKILLed,
- * then exec's CMD. Returns only on failure (exit code 127, like a shell). */
-int launcher_exec_worker(int argc, char **argv);
-
 #endif
