@@ -33,6 +33,18 @@ enum rdzv_msg_type {
     RDZV_MSG_JOB_DONE = 10,  /* S->agent every node of the round is done */
     RDZV_MSG_JOB_FAILED = 11,/* S->agent restarts exhausted: root cause */
     RDZV_MSG_LEAVE = 12,     /* agent->S leaving (signal); S treats it like a failure */
+    /* --- issue 3: liveness, server restart, worker KV store, status ------------------ */
+    RDZV_MSG_HEARTBEAT = 13, /* agent->S every keep_alive_interval; S echoes it back */
+    RDZV_MSG_REJOIN = 14,    /* agent->S after a reconnect: "I am in round R with these ranks" */
+    RDZV_MSG_REJOIN_OK = 15, /* S->agent the server (re)adopted the agent's round */
+    RDZV_MSG_ATTACH = 16,    /* worker->S after WELCOME: job, round, rank (KV scope) */
+    RDZV_MSG_ATTACH_OK = 17, /* S->worker */
+    RDZV_MSG_KV_PUT = 18,    /* worker->S req_id, key, value */
+    RDZV_MSG_KV_GET = 19,    /* worker->S req_id, key, wait_ms (0: no wait) */
+    RDZV_MSG_KV_REPLY = 20,  /* S->worker req_id, status, value */
+    RDZV_MSG_BARRIER = 21,   /* worker->S req_id, name, count, wait_ms */
+    RDZV_MSG_STATUS_REQ = 22,/* observer->S job id ("" = all jobs) */
+    RDZV_MSG_STATUS = 23,    /* S->observer JSON text (the same document as HTTP /status) */
     RDZV_MSG_TYPE_MAX_
 };
 
@@ -71,6 +83,10 @@ struct rdzv_join {
     uint32_t max_restarts;
     uint32_t last_call_ms, join_timeout_ms;
     uint64_t node_id;                /* random per agent; keeps the group rank across rounds */
+    /* issue 3 (appended to JOIN before any release; PROTOCOL.md documents the layout): */
+    uint32_t keep_alive_ms;          /* the agent sends HEARTBEAT this often */
+    uint32_t heartbeat_timeout_ms;   /* silent this long = lost node (server side) */
+    uint32_t reconnect_grace_ms;     /* how long a member may be away after a server restart */
 };
 
 struct rdzv_waiting {
@@ -113,6 +129,53 @@ struct rdzv_round_ref { /* DONE */
     uint32_t round;
 };
 
+#define RDZV_KEY_MAX 512           /* KV key */
+#define RDZV_VALUE_MAX (60 * 1024) /* KV value, fits one frame */
+#define RDZV_STATUS_MAX (RDZV_MAX_PAYLOAD - 4) /* STATUS JSON text */
+
+struct rdzv_heartbeat {
+    uint32_t round;
+    uint64_t seq; /* echoed back by the server; lets the agent measure round-trip time */
+};
+
+/* REJOIN: everything a restarted server needs to rebuild the job from its agents. */
+struct rdzv_rejoin {
+    struct rdzv_join join;   /* the agent's original JOIN (job id, nodes, timeouts...) */
+    uint8_t running;         /* 1: workers of `assign.round` run; 0: still waiting for ASSIGN */
+    uint8_t done;            /* 1: DONE was sent for assign.round */
+    struct rdzv_assign assign; /* valid when running */
+};
+
+struct rdzv_attach {
+    char job_id[RDZV_ID_MAX + 1];
+    uint32_t round;
+    int32_t rank;
+};
+
+/* KV_PUT, KV_GET, KV_REPLY and BARRIER share one shape. */
+enum rdzv_kv_status { RDZV_KV_OK = 0, RDZV_KV_NOT_FOUND = 1, RDZV_KV_TIMEOUT = 2,
+                      RDZV_KV_STALE = 3 /* the round ended: the worker is being replaced */,
+                      RDZV_KV_LIMIT = 4 /* job's key or byte quota exceeded */ };
+
+struct rdzv_kv {
+    uint32_t req_id;   /* chosen by the worker, echoed in KV_REPLY */
+    uint32_t wait_ms;  /* KV_GET/BARRIER: how long the server may hold the request */
+    uint32_t count;    /* BARRIER: participants to wait for */
+    uint8_t status;    /* KV_REPLY: enum rdzv_kv_status */
+    char key[RDZV_KEY_MAX + 1]; /* key, or barrier name */
+    uint32_t value_len;
+    uint8_t value[RDZV_VALUE_MAX]; /* bytes, not NUL-terminated */
+};
+
+struct rdzv_status_req {
+    char job_id[RDZV_ID_MAX + 1]; /* "" = every job */
+};
+
+struct rdzv_status {
+    uint32_t len;
+    char json[RDZV_STATUS_MAX + 1]; /* NUL-terminated */
+};
+
 /* One decoded message. `type` selects the member. */
 struct rdzv_msg {
     uint8_t type;
@@ -126,6 +189,13 @@ struct rdzv_msg {
         struct rdzv_restart restart;
         struct rdzv_round_ref done;
         struct rdzv_job_failed job_failed;
+        struct rdzv_heartbeat heartbeat;
+        struct rdzv_rejoin rejoin;
+        struct rdzv_round_ref rejoin_ok;
+        struct rdzv_attach attach;
+        struct rdzv_kv kv; /* KV_PUT, KV_GET, KV_REPLY, BARRIER */
+        struct rdzv_status_req status_req;
+        struct rdzv_status status;
     } u;
 };
 
