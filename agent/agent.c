@@ -52,6 +52,7 @@ struct agent {
     char base_dir[PATH_MAX]; /* <log_dir>/<run_id> or a private temporary directory */
     int remove_base;
     char host[256];
+    char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
     uint64_t node_id;
 };
 
@@ -187,6 +188,9 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->max_restarts = a->o->max_restarts;
     w->run_id = a->o->run_id;
     w->error_file = error_file;
+    w->endpoint = a->endpoint;
+    w->token = a->o->token;
+    w->round = as->round;
 }
 
 /* Where worker i of this attempt logs (dir, "" for none) and leaves its error file. The
@@ -515,6 +519,9 @@ static void do_join(struct agent *a)
     j.max_restarts = o->max_restarts;
     j.last_call_ms = o->last_call_ms;
     j.join_timeout_ms = o->join_timeout_ms;
+    j.keep_alive_ms = o->keep_alive_ms;
+    j.heartbeat_timeout_ms = o->heartbeat_timeout_ms;
+    j.reconnect_grace_ms = o->reconnect_grace_ms;
     j.node_id = a->node_id;
     if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
         agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
@@ -600,6 +607,8 @@ static int start_rendezvous(struct agent *a)
         }
         /* AGENT_HOST_IF_LOCAL: not this machine's address, or a server already runs there */
     }
+    snprintf(a->endpoint, sizeof(a->endpoint), strchr(connect_host, ':') ? "[%s]:%u" : "%s:%u",
+             connect_host, port);
     rc = rdzv_client_new(&a->loop, connect_host, port, o->token, &client_cbs, a, &a->client);
     if (rc != 0)
         agent_log("error: rendezvous client: %s", uv_strerror(rc));

@@ -25,6 +25,7 @@ struct agent_options {
     unsigned nproc;
     unsigned max_restarts;
     unsigned join_timeout_ms, last_call_ms, shutdown_timeout_ms;
+    unsigned keep_alive_ms, heartbeat_timeout_ms, reconnect_grace_ms;
     const char *role;
     const char *local_addr; /* NULL: the server uses the address this agent connects from */
     unsigned master_port;   /* 0: reserve a free port for every round */

@@ -128,6 +128,12 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
         rc |= agent_env_set(env, "OMP_NUM_THREADS", "1");
     rc |= agent_env_set(env, "MUSTER_JOB_ID", w->run_id);
     rc |= agent_env_setf(env, "MUSTER_RESTART_COUNT", "%u", w->restart_count);
+    if (w->endpoint != NULL) {
+        rc |= agent_env_set(env, "MUSTER_ENDPOINT", w->endpoint);
+        rc |= agent_env_setf(env, "MUSTER_ROUND", "%u", w->round);
+    }
+    if (w->token != NULL && w->token[0] != '\0')
+        rc |= agent_env_set(env, "MUSTER_TOKEN", w->token);
     return rc ? -ENOMEM : 0;
 }
 

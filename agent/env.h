@@ -22,6 +22,10 @@ struct agent_worker_info {
     unsigned restart_count, max_restarts;
     const char *run_id;
     const char *error_file; /* "" when logs are disabled */
+    /* for libmuster (muster.h): how workers reach the rendezvous server's KV store */
+    const char *endpoint;   /* "host:port" ("[v6]:port"), NULL: not exported */
+    const char *token;      /* NULL or "": not exported */
+    unsigned round;
 };
 
 void agent_env_init(struct agent_env *env);

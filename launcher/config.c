@@ -323,6 +323,8 @@ static int parse_rdzv_conf(struct parse *p)
             target = &cfg->heartbeat_timeout_ms;
         else if (strcmp(kv, "keep_alive_interval") == 0)
             target = &cfg->keep_alive_interval_ms;
+        else if (strcmp(kv, "reconnect_grace") == 0)
+            target = &cfg->reconnect_grace_ms;
         if (target != NULL) {
             if (parse_seconds_ms(eq + 1, target) != 0) {
                 rc = fail(p, "--rdzv-conf %s must be a number of seconds, not '%s'", kv, eq + 1);
@@ -335,7 +337,7 @@ static int parse_rdzv_conf(struct parse *p)
             known |= strcmp(kv, ignored[i]) == 0;
         if (!known) {
             rc = fail(p, "--rdzv-conf: unknown key '%s' (known: join_timeout, last_call_timeout, "
-                         "close_timeout, heartbeat_timeout, keep_alive_interval)", kv);
+                         "close_timeout, heartbeat_timeout, keep_alive_interval, reconnect_grace)", kv);
             goto out;
         }
     }
@@ -591,6 +593,7 @@ static void set_defaults(struct launcher_config *cfg)
     cfg->close_timeout_ms = 30000;
     cfg->heartbeat_timeout_ms = 3000;
     cfg->keep_alive_interval_ms = 1000;
+    cfg->reconnect_grace_ms = 60000;
     cfg->monitor_interval = 0.1;
     cfg->shutdown_timeout_ms = 30000;
 }

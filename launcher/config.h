@@ -31,6 +31,7 @@ struct launcher_config {
     /* --rdzv-conf, milliseconds */
     unsigned join_timeout_ms, last_call_timeout_ms, close_timeout_ms;
     unsigned heartbeat_timeout_ms, keep_alive_interval_ms;
+    unsigned reconnect_grace_ms;  /* how long agents wait for a restarted server */
     /* supervision */
     int max_restarts;
     double monitor_interval;      /* accepted and ignored: muster is event-driven */

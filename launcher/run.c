@@ -130,8 +130,21 @@ static enum agent_host_mode host_mode(const struct launcher_config *cfg)
     return AGENT_HOST_IF_LOCAL;
 }
 
+/* 32 hex digits from the kernel's random source. */
+static int random_token(char *buf, size_t len)
+{
+    unsigned char b[16];
+    if (len < 2 * sizeof(b) + 1 || getentropy(b, sizeof(b)) != 0)
+        return -EIO;
+    for (size_t i = 0; i < sizeof(b); i++)
+        snprintf(buf + 2 * i, 3, "%02x", b[i]);
+    explicit_bzero(b, sizeof(b));
+    return 0;
+}
+
 static int run_agent(const struct launcher_config *cfg, char **argv)
 {
+    char token[33];
     int n = cfg->nproc_per_node;
     unsigned char *flags = calloc((size_t)n * 3, 1);
     struct agent_options o = {0};
@@ -149,6 +162,15 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.rdzv_port = cfg->rdzv_host ? cfg->rdzv_port : 0;
     o.host_mode = host_mode(cfg);
     o.token = cfg->token;
+    if (o.host_mode == AGENT_HOST_ALWAYS && o.token == NULL) {
+        /* the embedded server is on loopback, but any local user could reach it: only this
+         * job's agent and workers (MUSTER_TOKEN) know the token */
+        if (random_token(token, sizeof(token)) != 0) {
+            free(flags);
+            return AGENT_EXIT_INTERNAL;
+        }
+        o.token = token;
+    }
     o.min_nodes = (unsigned)cfg->min_nodes;
     o.max_nodes = (unsigned)cfg->max_nodes;
     o.nproc = (unsigned)n;
@@ -156,6 +178,9 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.join_timeout_ms = cfg->join_timeout_ms;
     o.last_call_ms = cfg->last_call_timeout_ms;
     o.shutdown_timeout_ms = cfg->shutdown_timeout_ms;
+    o.keep_alive_ms = cfg->keep_alive_interval_ms;
+    o.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
+    o.reconnect_grace_ms = cfg->reconnect_grace_ms;
     o.role = cfg->role;
     o.local_addr = cfg->local_addr;
     if (cfg->backend == LAUNCHER_BACKEND_STATIC) {
@@ -170,6 +195,7 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.shown = flags + 2 * n;
     o.signals_to_handle = cfg->signals_to_handle;
     rc = agent_run(&o);
+    explicit_bzero(token, sizeof(token));
     free(flags);
     return rc;
 }
