@@ -19,6 +19,17 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_JOB_DONE] = "JOB_DONE",
     [RDZV_MSG_JOB_FAILED] = "JOB_FAILED",
     [RDZV_MSG_LEAVE] = "LEAVE",
+    [RDZV_MSG_HEARTBEAT] = "HEARTBEAT",
+    [RDZV_MSG_REJOIN] = "REJOIN",
+    [RDZV_MSG_REJOIN_OK] = "REJOIN_OK",
+    [RDZV_MSG_ATTACH] = "ATTACH",
+    [RDZV_MSG_ATTACH_OK] = "ATTACH_OK",
+    [RDZV_MSG_KV_PUT] = "KV_PUT",
+    [RDZV_MSG_KV_GET] = "KV_GET",
+    [RDZV_MSG_KV_REPLY] = "KV_REPLY",
+    [RDZV_MSG_BARRIER] = "BARRIER",
+    [RDZV_MSG_STATUS_REQ] = "STATUS_REQ",
+    [RDZV_MSG_STATUS] = "STATUS",
 };
 
 const char *rdzv_msg_name(unsigned type)
@@ -190,6 +201,9 @@ static void put_join(struct writer *w, const struct rdzv_join *j)
     put_u32(w, j->last_call_ms);
     put_u32(w, j->join_timeout_ms);
     put_u64(w, j->node_id);
+    put_u32(w, j->keep_alive_ms);
+    put_u32(w, j->heartbeat_timeout_ms);
+    put_u32(w, j->reconnect_grace_ms);
 }
 
 static void get_join(struct reader *r, struct rdzv_join *j)
@@ -205,6 +219,9 @@ static void get_join(struct reader *r, struct rdzv_join *j)
     j->last_call_ms = get_u32(r);
     j->join_timeout_ms = get_u32(r);
     j->node_id = get_u64(r);
+    j->keep_alive_ms = get_u32(r);
+    j->heartbeat_timeout_ms = get_u32(r);
+    j->reconnect_grace_ms = get_u32(r);
 }
 
 static void put_assign(struct writer *w, const struct rdzv_assign *a)
@@ -249,8 +266,153 @@ static void get_waiting(struct reader *r, struct rdzv_waiting *v)
     v->join_ms_left = get_i32(r);
 }
 
+/* Byte strings with a u32 length (KV values, STATUS JSON): checked against `max`. */
+static void put_blob(struct writer *w, const uint8_t *b, uint32_t n, size_t max)
+{
+    if (n > max) {
+        w->err = -EINVAL;
+        return;
+    }
+    put_u32(w, n);
+    for (uint32_t i = 0; i < n; i++)
+        put_u8(w, b[i]);
+}
+
+static uint32_t get_blob(struct reader *r, uint8_t *dst, size_t max)
+{
+    uint32_t n = get_u32(r);
+
+    if (r->err)
+        return 0;
+    if (n > max || !need(r, n)) {
+        r->err = -EPROTO;
+        return 0;
+    }
+    memcpy(dst, r->p + r->pos, n);
+    r->pos += n;
+    return n;
+}
+
+static void put_rejoin(struct writer *w, const struct rdzv_rejoin *j)
+{
+    put_join(w, &j->join);
+    put_u8(w, j->running);
+    put_u8(w, j->done);
+    put_assign(w, &j->assign);
+}
+
+static void get_rejoin(struct reader *r, struct rdzv_rejoin *j)
+{
+    get_join(r, &j->join);
+    j->running = get_u8(r);
+    j->done = get_u8(r);
+    get_assign(r, &j->assign);
+}
+
+static void put_kv(struct writer *w, const struct rdzv_kv *kv)
+{
+    put_u32(w, kv->req_id);
+    put_u32(w, kv->wait_ms);
+    put_u32(w, kv->count);
+    put_u8(w, kv->status);
+    put_str(w, kv->key, RDZV_KEY_MAX);
+    put_blob(w, kv->value, kv->value_len, RDZV_VALUE_MAX);
+}
+
+static void get_kv(struct reader *r, struct rdzv_kv *kv)
+{
+    kv->req_id = get_u32(r);
+    kv->wait_ms = get_u32(r);
+    kv->count = get_u32(r);
+    kv->status = get_u8(r);
+    get_str(r, kv->key, RDZV_KEY_MAX);
+    kv->value_len = get_blob(r, kv->value, RDZV_VALUE_MAX);
+}
+
+/* The JSON is NUL-terminated in the struct; a NUL on the wire would hide the rest of it. */
+static void get_status(struct reader *r, struct rdzv_status *st)
+{
+    st->len = get_blob(r, (uint8_t *)st->json, RDZV_STATUS_MAX);
+    st->json[st->len] = '\0';
+    if (!r->err && memchr(st->json, '\0', st->len) != NULL)
+        r->err = -EPROTO;
+}
+
+/* The issue-3 messages; returns 0 when `m` is none of them. */
+static int put_payload3(struct writer *w, const struct rdzv_msg *m)
+{
+    switch (m->type) {
+    case RDZV_MSG_HEARTBEAT:
+        put_u32(w, m->u.heartbeat.round);
+        put_u64(w, m->u.heartbeat.seq);
+        return 1;
+    case RDZV_MSG_REJOIN:
+        put_rejoin(w, &m->u.rejoin);
+        return 1;
+    case RDZV_MSG_REJOIN_OK:
+        put_u32(w, m->u.rejoin_ok.round);
+        return 1;
+    case RDZV_MSG_ATTACH:
+        put_str(w, m->u.attach.job_id, RDZV_ID_MAX);
+        put_u32(w, m->u.attach.round);
+        put_i32(w, m->u.attach.rank);
+        return 1;
+    case RDZV_MSG_KV_PUT:
+    case RDZV_MSG_KV_GET:
+    case RDZV_MSG_KV_REPLY:
+    case RDZV_MSG_BARRIER:
+        put_kv(w, &m->u.kv);
+        return 1;
+    case RDZV_MSG_STATUS_REQ:
+        put_str(w, m->u.status_req.job_id, RDZV_ID_MAX);
+        return 1;
+    case RDZV_MSG_STATUS:
+        put_blob(w, (const uint8_t *)m->u.status.json, m->u.status.len, RDZV_STATUS_MAX);
+        return 1;
+    default: /* ATTACH_OK carries no payload */
+        return 0;
+    }
+}
+
+static int get_payload3(struct reader *r, struct rdzv_msg *m)
+{
+    switch (m->type) {
+    case RDZV_MSG_HEARTBEAT:
+        m->u.heartbeat.round = get_u32(r);
+        m->u.heartbeat.seq = get_u64(r);
+        return 1;
+    case RDZV_MSG_REJOIN:
+        get_rejoin(r, &m->u.rejoin);
+        return 1;
+    case RDZV_MSG_REJOIN_OK:
+        m->u.rejoin_ok.round = get_u32(r);
+        return 1;
+    case RDZV_MSG_ATTACH:
+        get_str(r, m->u.attach.job_id, RDZV_ID_MAX);
+        m->u.attach.round = get_u32(r);
+        m->u.attach.rank = get_i32(r);
+        return 1;
+    case RDZV_MSG_KV_PUT:
+    case RDZV_MSG_KV_GET:
+    case RDZV_MSG_KV_REPLY:
+    case RDZV_MSG_BARRIER:
+        get_kv(r, &m->u.kv);
+        return 1;
+    case RDZV_MSG_STATUS_REQ:
+        get_str(r, m->u.status_req.job_id, RDZV_ID_MAX);
+        return 1;
+    case RDZV_MSG_STATUS:
+        get_status(r, &m->u.status);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static void put_payload(struct writer *w, const struct rdzv_msg *m)
 {
+    if (put_payload3(w, m))
+        return;
     switch (m->type) {
     case RDZV_MSG_HELLO:
         put_u32(w, m->u.hello.version);
@@ -292,6 +454,8 @@ static void put_payload(struct writer *w, const struct rdzv_msg *m)
 
 static void get_payload(struct reader *r, struct rdzv_msg *m)
 {
+    if (get_payload3(r, m))
+        return;
     switch (m->type) {
     case RDZV_MSG_HELLO:
         m->u.hello.version = get_u32(r);

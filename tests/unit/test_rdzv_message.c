@@ -27,6 +27,8 @@ static void fill_failure(struct rdzv_failure *f)
     strcpy(f->text, "worker 7 exited with code 1: CUDA error");
 }
 
+static void example3(uint8_t type, struct rdzv_msg *m);
+
 /* One filled example of every type. */
 static void example(uint8_t type, struct rdzv_msg *m)
 {
@@ -83,6 +85,56 @@ static void example(uint8_t type, struct rdzv_msg *m)
         fill_failure(&m->u.job_failed.cause);
         break;
     default:
+        example3(type, m);
+        break;
+    }
+}
+
+static void example3(uint8_t type, struct rdzv_msg *m)
+{
+    switch (type) {
+    case RDZV_MSG_HEARTBEAT:
+        m->u.heartbeat.round = 7;
+        m->u.heartbeat.seq = 0x1122334455667788ULL;
+        break;
+    case RDZV_MSG_REJOIN:
+        example(RDZV_MSG_JOIN, m);
+        m->u.rejoin.join.keep_alive_ms = 1000;
+        m->u.rejoin.join.heartbeat_timeout_ms = 3000;
+        m->u.rejoin.join.reconnect_grace_ms = 60000;
+        m->type = RDZV_MSG_REJOIN;
+        m->u.rejoin.running = 1;
+        m->u.rejoin.done = 1;
+        m->u.rejoin.assign = (struct rdzv_assign){5, 1, 3, 8, 24, 2, "10.0.0.1", 29500};
+        break;
+    case RDZV_MSG_REJOIN_OK:
+        m->u.rejoin_ok.round = 9;
+        break;
+    case RDZV_MSG_ATTACH:
+        strcpy(m->u.attach.job_id, "job-1");
+        m->u.attach.round = 3;
+        m->u.attach.rank = -1;
+        break;
+    case RDZV_MSG_KV_PUT:
+    case RDZV_MSG_KV_GET:
+    case RDZV_MSG_KV_REPLY:
+    case RDZV_MSG_BARRIER:
+        m->u.kv.req_id = 77;
+        m->u.kv.wait_ms = 5000;
+        m->u.kv.count = 4;
+        m->u.kv.status = RDZV_KV_STALE;
+        strcpy(m->u.kv.key, "nccl/unique_id");
+        m->u.kv.value_len = 3;
+        memcpy(m->u.kv.value, "\0\1\2", 3); /* binary, NULs allowed */
+        break;
+    case RDZV_MSG_STATUS_REQ:
+        strcpy(m->u.status_req.job_id, "job-1");
+        break;
+    case RDZV_MSG_STATUS:
+        strcpy(m->u.status.json, "{\"jobs\": []}");
+        m->u.status.len = (uint32_t)strlen(m->u.status.json);
+        break;
+    default:
         break;
     }
 }
@@ -91,7 +143,7 @@ static void test_roundtrip_all(void **state)
 {
     (void)state;
     for (unsigned t = 1; t < RDZV_MSG_TYPE_MAX_; t++) {
-        struct rdzv_msg in, out;
+        static struct rdzv_msg in, out; /* ~130 KB each: not on the stack */
         uint8_t type;
         uint32_t plen;
         size_t len;
@@ -113,7 +165,7 @@ static void test_roundtrip_all(void **state)
 
 static void test_header_bytes(void **state)
 {
-    struct rdzv_msg m;
+    static struct rdzv_msg m;
     size_t len;
     static const uint8_t want[] = {
         'M', 'S', 'T', 'R', RDZV_PROTO_VERSION, RDZV_MSG_DONE, 0, 0, 0, 0, 0, 4, 0, 0, 0, 42};
@@ -149,7 +201,7 @@ static void test_header_rejects(void **state)
 
 static void test_unknown_type(void **state)
 {
-    struct rdzv_msg m;
+    static struct rdzv_msg m;
     size_t len;
 
     (void)state;
@@ -166,7 +218,7 @@ static void test_truncated_and_trailing(void **state)
 {
     (void)state;
     for (unsigned t = 1; t < RDZV_MSG_TYPE_MAX_; t++) {
-        struct rdzv_msg in, out;
+        static struct rdzv_msg in, out;
         size_t len, plen;
 
         example((uint8_t)t, &in);
@@ -183,7 +235,7 @@ static void test_truncated_and_trailing(void **state)
 
 static void test_small_buffer(void **state)
 {
-    struct rdzv_msg m;
+    static struct rdzv_msg m;
     size_t len;
 
     (void)state;
@@ -194,7 +246,7 @@ static void test_small_buffer(void **state)
 
 static void test_overlong_strings(void **state)
 {
-    struct rdzv_msg m;
+    static struct rdzv_msg m;
     uint8_t p[64] = {0};
     size_t len;
 
@@ -221,13 +273,46 @@ static void test_overlong_strings(void **state)
     assert_int_equal(rdzv_msg_decode(RDZV_MSG_ERROR, p, 9, &m), -EPROTO);
 }
 
+/* The largest KV value and STATUS text fit one frame; one byte more is refused both ways. */
+static void test_blob_limits(void **state)
+{
+    static struct rdzv_msg m, out;
+    size_t len;
+
+    (void)state;
+    example(RDZV_MSG_KV_PUT, &m);
+    memset(m.u.kv.key, 'k', RDZV_KEY_MAX);
+    m.u.kv.key[RDZV_KEY_MAX] = '\0';
+    m.u.kv.value_len = RDZV_VALUE_MAX;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_KV_PUT, buf + RDZV_HEADER_SIZE,
+                                     len - RDZV_HEADER_SIZE, &out), 0);
+    assert_int_equal(out.u.kv.value_len, RDZV_VALUE_MAX);
+    m.u.kv.value_len = RDZV_VALUE_MAX + 1;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    example(RDZV_MSG_STATUS, &m);
+    memset(m.u.status.json, ' ', RDZV_STATUS_MAX);
+    m.u.status.len = RDZV_STATUS_MAX;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_STATUS, buf + RDZV_HEADER_SIZE,
+                                     len - RDZV_HEADER_SIZE, &out), 0);
+    assert_int_equal(strlen(out.u.status.json), RDZV_STATUS_MAX);
+    /* a NUL inside the JSON text is refused */
+    buf[RDZV_HEADER_SIZE + 10] = 0;
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_STATUS, buf + RDZV_HEADER_SIZE,
+                                     len - RDZV_HEADER_SIZE, &out), -EPROTO);
+    m.u.status.len = RDZV_STATUS_MAX + 1;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_all),          cmocka_unit_test(test_header_bytes),
         cmocka_unit_test(test_header_rejects),         cmocka_unit_test(test_unknown_type),
         cmocka_unit_test(test_truncated_and_trailing), cmocka_unit_test(test_small_buffer),
-        cmocka_unit_test(test_overlong_strings),
+        cmocka_unit_test(test_overlong_strings),       cmocka_unit_test(test_blob_limits),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
