@@ -88,9 +88,14 @@ kill_marked() {
 }
 
 IT_BG_PIDS=""
+# Functions named in IT_CLEANUP_HOOKS run first on exit (netns.sh registers its teardown here).
+IT_CLEANUP_HOOKS=""
 it_cleanup() {
     local rc=$?
-    local pid
+    local pid hook
+    for hook in $IT_CLEANUP_HOOKS; do
+        "$hook" || true
+    done
     for pid in $IT_BG_PIDS; do
         kill -9 "$pid" 2>/dev/null
     done

@@ -13,6 +13,11 @@
 #                                      write the signal name to DIR/sig.<RANK> and exit 0
 #   worker.sh ignore DIR               like trap but ignores SIGTERM/SIGINT (needs SIGKILL)
 #   worker.sh sleep DIR SECONDS        dump, create DIR/ready.<RANK>, sleep
+#   worker.sh hold DIR                 dump, create DIR/ready.<RANK>.<restart>, then wait until
+#                                      DIR/release exists and exit 0; on SIGTERM/SIGINT write
+#                                      the time (date +%s%N) to DIR/stop.<RANK>.<restart>, exit 0.
+#                                      Each start also appends "<RANK> <restart> <pid>" to
+#                                      DIR/starts (the multi-node tests count starts with it)
 #   worker.sh errorfile DIR RANK       dump; the worker with RANK writes a torchelastic error.json
 #                                      ("ValueError: boom") to $TORCHELASTIC_ERROR_FILE, exits 1
 set -u
@@ -99,6 +104,16 @@ sleep)
     dump
     ready
     exec sleep "$1"
+    ;;
+hold)
+    dump
+    echo "$r $n $$" >> "$dir/starts"
+    trap 'date +%s%N > "$dir/stop.$r.$n"; exit 0' TERM INT
+    ready
+    while [ ! -e "$dir/release" ]; do
+        sleep 0.05
+    done
+    exit 0
     ;;
 errorfile)
     dump

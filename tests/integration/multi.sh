@@ -1,0 +1,191 @@
+# shellcheck shell=bash
+# Helpers for the multi-agent tests (several `muster run` agents + `muster server` on one
+# machine). Source after lib.sh:
+#
+#     . "$(dirname "$0")/lib.sh"
+#     . "$(dirname "$0")/multi.sh"
+#
+# Every process is started through mrun_bg, so it carries the test's marker and the EXIT trap
+# kills whatever is left. Output of agent NAME is in $T/NAME.out / $T/NAME.err.
+
+declare -A APID=()  # agent name -> pid of its muster
+
+# free_port: prints a TCP port that nobody listens on now (random in 20000-59999). Used only
+# where a test needs an agent-hosted endpoint; a server is started on port 0 instead.
+free_port() {
+    local p i
+    for i in $(seq 1 50); do
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        if ! ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null | grep -q .; then
+            echo "$p"
+            return 0
+        fi
+    done
+    fail "no free port found"
+}
+
+# start_server [VAR=VALUE...] [-- EXTRA_ARGS...]: starts `muster server --listen
+# ${SERVER_HOST:-127.0.0.1}:${SERVER_PORT:-0} --http ${SERVER_HOST}:0` and waits (10 s) for its
+# "server listening on" line. Sets SPID, SPORT (the real port), SHTTP (HOST:PORT of the HTTP
+# listener, empty if none was printed), SERR (its stderr file). SERVER_TAG names the files
+# (default "server"; use another tag for a second start).
+start_server() {
+    local assigns=() extra=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        assigns+=("$1")
+        shift
+    done
+    [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
+    local host=${SERVER_HOST:-127.0.0.1} port=${SERVER_PORT:-0} tag=${SERVER_TAG:-server}
+    local http=(--http "$host:0")
+    [ "${SERVER_NO_HTTP:-0}" = 1 ] && http=()
+    SERR=$T/$tag.err
+    OUTF=$T/$tag.out ERRF=$SERR mrun_bg ${assigns[@]+"${assigns[@]}"} -- \
+        server --listen "$host:$port" "${http[@]}" ${extra[@]+"${extra[@]}"}
+    SPID=$MPID
+    if ! wait_for 10 grep -q 'server listening on' "$SERR"; then
+        if ! kill -0 "$SPID" 2>/dev/null; then
+            wait "$SPID" 2>/dev/null
+            local rc=$?
+            sed 's/^/  server: /' "$SERR" >&2
+            fail "muster server exited ($rc) before listening (muster server not implemented yet?)"
+        fi
+        sed 's/^/  server: /' "$SERR" >&2
+        fail "muster server printed no 'server listening on' line within 10 s"
+    fi
+    SPORT=$(sed -n 's/.*server listening on .*:\([0-9][0-9]*\).*/\1/p' "$SERR" | head -1)
+    SHTTP=$(sed -n 's/.*http on \([^ ]*:[0-9][0-9]*\).*/\1/p' "$SERR" | head -1)
+    [ -n "$SPORT" ] && [ "$SPORT" != 0 ] || fail "cannot read the server's port from: $(cat "$SERR")"
+}
+
+# agent NAME [VAR=VALUE...] -- RUN_ARGS...: starts `muster run RUN_ARGS` in the background.
+agent() {
+    local name=$1
+    shift
+    local assigns=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        assigns+=("$1")
+        shift
+    done
+    [ "${1:-}" = "--" ] && shift
+    OUTF=$T/$name.out ERRF=$T/$name.err mrun_bg ${assigns[@]+"${assigns[@]}"} -- run "$@"
+    APID[$name]=$MPID
+}
+
+# agent_wait NAME TIMEOUT_S: waits for agent NAME to exit; sets RC (fails the test on timeout,
+# showing the agent's stderr).
+agent_wait() {
+    local name=$1 timeout=$2 pid=${APID[$1]}
+    _agent_gone() { ! kill -0 "$pid" 2>/dev/null || [ "$(awk '/^State:/ {print $2}' /proc/"$pid"/status 2>/dev/null)" = Z ]; }
+    if ! wait_for "$timeout" _agent_gone; then
+        show_agent "$name"
+        fail "agent $name still running after ${timeout}s"
+    fi
+    RC=0
+    wait "$pid" || RC=$?
+}
+
+show_agent() {
+    echo "--- agent $1 stdout ---" >&2
+    tail -n "${2:-20}" "$T/$1.out" >&2
+    echo "--- agent $1 stderr ---" >&2
+    tail -n "${2:-20}" "$T/$1.err" >&2
+}
+
+show_all() {
+    local f
+    for f in "$T"/*.err; do
+        echo "--- $(basename "$f") ---" >&2
+        tail -n 15 "$f" >&2
+    done
+}
+
+# expect_agent_rc NAME EXPECTED
+expect_agent_rc() {
+    if [ "$RC" != "$2" ]; then
+        show_all
+        fail "agent $1: expected exit code $2, got $RC"
+    fi
+}
+
+# mentions TEXT PATTERN: does TEXT contain PATTERN (grep -q)?
+mentions() {
+    grep -q -- "$2" <<< "$1"
+}
+
+# http_get HOST:PORT PATH: prints the body of GET PATH (curl if present, else bash /dev/tcp).
+# Sets HTTP_CODE.
+http_get() {
+    local hp=$1 path=$2 host=${1%:*} port=${1##*:} resp
+    if command -v curl >/dev/null 2>&1; then
+        resp=$(curl -s -m 5 -w '\n%{http_code}' "http://$hp$path") || { HTTP_CODE=000; return 1; }
+        HTTP_CODE=${resp##*$'\n'}
+        printf '%s\n' "${resp%$'\n'*}"
+        return 0
+    fi
+    exec 9<>"/dev/tcp/$host/$port" || { HTTP_CODE=000; return 1; }
+    printf 'GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n' "$path" "$hp" >&9
+    resp=$(timeout 5 cat <&9)
+    exec 9<&-
+    HTTP_CODE=$(head -1 <<< "$resp" | awk '{print $2}')
+    printf '%s\n' "${resp#*$'\r\n\r\n'}"
+}
+
+# check_ranks DIR ATTEMPT WORLD NODES: the env dumps DIR/env.<rank>.<ATTEMPT> of one round
+# (worker.sh dump/hold) describe a consistent world: WORLD files, ranks 0..WORLD-1, NODES group
+# ranks 0..NODES-1, each node's ranks contiguous from offset = prefix sum of the lower nodes'
+# LOCAL_WORLD_SIZE, RANK = offset + LOCAL_RANK, the same WORLD_SIZE, GROUP_WORLD_SIZE,
+# MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT (= ATTEMPT) everywhere.
+check_ranks() {
+    local dir=$1 att=$2 world=$3 nodes=$4 r f g lr lws
+    local -A lws_of=() min_of=() cnt_of=()
+    local maddr="" mport="" v
+    for r in $(seq 0 $((world - 1))); do
+        f=$dir/env.$r.$att
+        [ -f "$f" ] || fail "round $att: no worker with RANK=$r (files: $(ls "$dir" | tr '\n' ' '))"
+        expect_eq "RANK in $f" "$r" "$(envval "$f" RANK)"
+        expect_eq "WORLD_SIZE of rank $r" "$world" "$(envval "$f" WORLD_SIZE)"
+        expect_eq "GROUP_WORLD_SIZE of rank $r" "$nodes" "$(envval "$f" GROUP_WORLD_SIZE)"
+        expect_eq "TORCHELASTIC_RESTART_COUNT of rank $r" "$att" "$(envval "$f" TORCHELASTIC_RESTART_COUNT)"
+        v=$(envval "$f" MUSTER_RESTART_COUNT) && expect_eq "MUSTER_RESTART_COUNT of rank $r" "$att" "$v"
+        g=$(envval "$f" GROUP_RANK)
+        lr=$(envval "$f" LOCAL_RANK)
+        lws=$(envval "$f" LOCAL_WORLD_SIZE)
+        [ "$g" -ge 0 ] && [ "$g" -lt "$nodes" ] || fail "rank $r: GROUP_RANK=$g out of 0..$((nodes - 1))"
+        if [ -n "${lws_of[$g]:-}" ]; then
+            expect_eq "LOCAL_WORLD_SIZE on node $g" "${lws_of[$g]}" "$lws"
+        fi
+        lws_of[$g]=$lws
+        cnt_of[$g]=$(( ${cnt_of[$g]:-0} + 1 ))
+        # the rank minus the local rank is the node's offset: the same for every local rank
+        if [ -n "${min_of[$g]:-}" ]; then
+            expect_eq "RANK-LOCAL_RANK on node $g (rank $r)" "${min_of[$g]}" "$((r - lr))"
+        fi
+        min_of[$g]=$((r - lr))
+        if [ -z "$maddr" ]; then
+            maddr=$(envval "$f" MASTER_ADDR)
+            mport=$(envval "$f" MASTER_PORT)
+        fi
+        expect_eq "MASTER_ADDR of rank $r" "$maddr" "$(envval "$f" MASTER_ADDR)"
+        expect_eq "MASTER_PORT of rank $r" "$mport" "$(envval "$f" MASTER_PORT)"
+    done
+    [ -n "$maddr" ] && [ -n "$mport" ] || fail "round $att: MASTER_ADDR/MASTER_PORT empty"
+    local off=0
+    for g in $(seq 0 $((nodes - 1))); do
+        [ -n "${lws_of[$g]:-}" ] || fail "round $att: no worker has GROUP_RANK=$g"
+        expect_eq "workers on node $g" "${lws_of[$g]}" "${cnt_of[$g]}"
+        expect_eq "rank offset of node $g (prefix sum of LOCAL_WORLD_SIZE)" "$off" "${min_of[$g]}"
+        off=$((off + lws_of[$g]))
+    done
+    expect_eq "sum of LOCAL_WORLD_SIZE" "$world" "$off"
+    [ -e "$dir/env.$world.$att" ] && fail "round $att: a worker has RANK=$world >= WORLD_SIZE"
+    return 0
+}
+
+# stop_server: SIGTERM to the server started last; it must exit 0 within 10 s.
+stop_server() {
+    kill -0 "$SPID" 2>/dev/null || fail "the server (pid $SPID) is not running any more"
+    kill -TERM "$SPID"
+    wait_rc "$SPID" 10
+    [ "$RC" = 0 ] || { sed 's/^/  server: /' "$SERR" >&2; fail "muster server exited $RC after SIGTERM (expected 0)"; }
+}
