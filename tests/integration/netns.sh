@@ -130,10 +130,10 @@ ns_setup() {
         ip -n "$ns" addr add "${HOST_ADDR[$k]}/24" dev "$NS_IF"
         ip -n "$ns" link set "$NS_IF" up
     done
-    # wait until every host reaches host 1 (the bridge ports need a moment to forward)
-    for k in $(seq 2 "$n"); do
-        _ns_ping() { ip netns exec "${NS_HOST[$k]}" ping -c1 -W1 "${HOST_ADDR[1]}" >/dev/null 2>&1; }
-        wait_for 10 _ns_ping || fail "host $k cannot reach host 1 (${HOST_ADDR[1]})"
+    # wait until every bridge port forwards (no ping on this image: the port state tells us)
+    for k in $(seq 1 "$n"); do
+        _ns_fwd() { ip -n "$NS_BR" -d link show "h$1" 2>/dev/null | grep -q 'state forwarding'; }
+        wait_for 10 _ns_fwd "$k" || fail "bridge port of host $k does not forward"
     done
 }
 

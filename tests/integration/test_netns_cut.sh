@@ -1,0 +1,58 @@
+#!/bin/bash
+# A host cut off the network: server in host 4, agents in hosts 1-3 (--nnodes 2:3,
+# heartbeat_timeout=2, keep_alive_interval=0.5, last_call_timeout=0.5, 2 restarts), workers
+# hold. Host 3's link goes down (no FIN, no RST): the server must notice by missed heartbeats;
+# the survivors' workers are stopped within heartbeat_timeout + 1 s of the cut (the benchmark
+# holds muster to + 0.5 s), the agents print "restarting workers (restart 1/2): ... lost node",
+# and the job continues with the 2 remaining nodes (restart 1, WORLD_SIZE 2), which finish.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/multi.sh"
+. "$(dirname "$0")/netns.sh"
+
+HB=2
+ns_setup 4
+JOB=nscut-$$
+P=29400
+mkdir -p "$T/w"
+ns_bg 4 server -- "$MUSTER_BIN" server --listen ${HOST_ADDR[4]}:$P
+SPID=$MPID
+SERR=$T/server.err
+wait_for 10 grep -q 'server listening on' "$SERR" || { cat "$SERR" >&2; fail "muster server in host 4 did not start listening"; }
+for k in 1 2 3; do
+    ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 2:3 --nproc-per-node 1 \
+        --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --local-addr ${HOST_ADDR[$k]} \
+        --rdzv-conf join_timeout=30,last_call_timeout=0.5,heartbeat_timeout=$HB,keep_alive_interval=0.5 \
+        --max-restarts 2 --no-python "$WORKER" hold "$T/w"
+done
+wait_for 30 files_at_least 3 "$T/w/ready.*.0" || { show_all; fail "3 workers of round 0 did not start"; }
+check_ranks "$T/w" 0 3 3
+sleep 1  # a few heartbeats
+surv=""
+for r in 0 1 2; do
+    [ "$(envval "$T/w/env.$r.0" HOSTNO)" != 3 ] && surv="$surv $r"
+done
+t_cut=$(date +%s%N)
+ns_cut 3
+for r in $surv; do
+    wait_for 15 test -s "$T/w/stop.$r.0" || { show_all; fail "survivor rank $r not stopped within 15 s of the cut"; }
+done
+worst=0
+for r in $surv; do
+    d=$(( ($(cat "$T/w/stop.$r.0") - t_cut) / 1000000 ))
+    [ $d -gt $worst ] && worst=$d
+done
+note "host cut -> last survivor worker stopped: ${worst} ms (heartbeat_timeout ${HB} s)"
+[ "$worst" -le $((HB * 1000 + 1000)) ] || fail "cut detected after ${worst} ms (heartbeat_timeout ${HB} s + 1 s allowed)"
+wait_for 20 files_at_least 2 "$T/w/ready.*.1" || { show_all; fail "round 1 with the 2 remaining hosts did not start"; }
+check_ranks "$T/w" 1 2 2
+for k in 1 2; do
+    grep -q 'restarting workers (restart 1/2):.*lost node' "$T/a$k.err" \
+        || { show_all; fail "agent on host $k did not print 'restarting workers (restart 1/2): ... lost node'"; }
+done
+: > "$T/w/release"
+for k in 1 2; do
+    agent_wait a$k 30
+    expect_agent_rc a$k 0
+done
+ns_restore 3
+stop_server

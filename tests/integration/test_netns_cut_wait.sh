@@ -1,0 +1,50 @@
+#!/bin/bash
+# A host cut off with a fixed --nnodes 3: the job cannot go on with 2 nodes, so after the
+# heartbeat timeout the survivors stop their workers and wait ("rendezvous JOB: 2/3 nodes")
+# instead of starting a 2-node round; a replacement agent (a second agent in host 1) fills the
+# round and the job finishes with 3 nodes in restart 1.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/multi.sh"
+. "$(dirname "$0")/netns.sh"
+
+HB=2
+ns_setup 4
+JOB=nscutw-$$
+P=29400
+mkdir -p "$T/w"
+ns_bg 4 server -- "$MUSTER_BIN" server --listen ${HOST_ADDR[4]}:$P
+SPID=$MPID
+SERR=$T/server.err
+wait_for 10 grep -q 'server listening on' "$SERR" || { cat "$SERR" >&2; fail "muster server in host 4 did not start listening"; }
+CONF=join_timeout=30,last_call_timeout=0.5,heartbeat_timeout=$HB,keep_alive_interval=0.5
+for k in 1 2 3; do
+    ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
+        --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --rdzv-conf $CONF \
+        --max-restarts 2 --no-python "$WORKER" hold "$T/w"
+done
+wait_for 30 files_at_least 3 "$T/w/ready.*.0" || { show_all; fail "3 workers of round 0 did not start"; }
+sleep 1
+surv=""
+for r in 0 1 2; do
+    [ "$(envval "$T/w/env.$r.0" HOSTNO)" != 3 ] && surv="$surv $r"
+done
+ns_cut 3
+for r in $surv; do
+    wait_for 15 test -s "$T/w/stop.$r.0" || { show_all; fail "survivor rank $r not stopped within 15 s of the cut"; }
+done
+wait_for 10 grep -q "rendezvous $JOB: 2/3 nodes" "$T/a1.err" "$T/a2.err" \
+    || { show_all; fail "the survivors do not show 'rendezvous $JOB: 2/3 nodes' while waiting"; }
+sleep 2
+ls "$T/w" | grep -q '^ready\..*\.1$' && fail "a round started with 2 of 3 fixed nodes: $(ls "$T/w" | grep ready)"
+ns_bg 1 a4 HOSTNO=1 -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
+    --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --rdzv-conf $CONF \
+    --max-restarts 2 --no-python "$WORKER" hold "$T/w"
+wait_for 20 files_at_least 3 "$T/w/ready.*.1" || { show_all; fail "the replacement did not complete round 1"; }
+check_ranks "$T/w" 1 3 3
+: > "$T/w/release"
+for k in 1 2 4; do
+    agent_wait a$k 30
+    expect_agent_rc a$k 0
+done
+ns_restore 3
+stop_server
