@@ -5,14 +5,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -20,6 +18,7 @@
 #include "env.h"
 #include "failure.h"
 #include "group.h"
+#include "logdir.h"
 #include "port.h"
 #include "server.h"
 
@@ -49,8 +48,7 @@ struct agent {
     int exit_code;
     int stop_signal;  /* the signal that is stopping muster, 0 when none */
     int finished;     /* handles are closing; the loop ends when they are closed */
-    char base_dir[PATH_MAX]; /* <log_dir>/<run_id> or a private temporary directory */
-    int remove_base;
+    struct agent_logdir logdir;
     char host[256];
     char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
     uint64_t node_id;
@@ -72,52 +70,6 @@ static void agent_log(const char *fmt, ...)
     fflush(stderr);
 }
 
-/* ---- directories -------------------------------------------------------------------- */
-
-/* snprintf for paths: a truncated path would name another file, so it is an error. */
-static int path_fmt(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int path_fmt(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= len) {
-        buf[0] = '\0';
-        return -ENAMETOOLONG;
-    }
-    return 0;
-}
-
-static int mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-
-    if (len == 0 || len >= sizeof(buf))
-        return -ENAMETOOLONG;
-    memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    remove(path);
-    return 0;
-}
-
 static int wants_files(const struct agent_options *o)
 {
     for (unsigned i = 0; i < o->nproc; i++)
@@ -126,33 +78,17 @@ static int wants_files(const struct agent_options *o)
     return 0;
 }
 
-static int prepare_base_dir(struct agent *a)
+static int prepare_logdir(struct agent *a)
 {
-    const struct agent_options *o = a->o;
-    const char *tmp = getenv("TMPDIR");
-    int rc;
-
-    if (o->logs_disabled)
-        return 0;
-    if (o->log_dir != NULL) {
-        rc = path_fmt(a->base_dir, sizeof(a->base_dir), "%s/%s", o->log_dir, o->run_id);
-        if (rc != 0 || (rc = mkdir_p(a->base_dir)) != 0)
-            agent_log("error: cannot create log directory %s: %s", a->base_dir, strerror(-rc));
-        return rc;
-    }
-    rc = path_fmt(a->base_dir, sizeof(a->base_dir), "%s/muster-%s-XXXXXX",
-                  tmp && *tmp ? tmp : "/tmp", o->run_id);
-    if (rc != 0 || mkdtemp(a->base_dir) == NULL) {
-        rc = rc ? rc : -errno;
-        agent_log("error: cannot create a directory in %s: %s", tmp ? tmp : "/tmp",
-                  strerror(-rc));
-        return rc;
-    }
-    /* the private directory only holds error files, unless output goes to files */
-    a->remove_base = !wants_files(o);
-    if (!a->remove_base)
-        agent_log("worker logs in %s", a->base_dir);
-    return 0;
+    char err[PATH_MAX + 128];
+    int keep = a->o->log_dir == NULL && wants_files(a->o);
+    int rc = agent_logdir_open(&a->logdir, a->o->logs_disabled ? "/dev/null" : a->o->log_dir,
+                               a->o->run_id, keep, err, sizeof(err));
+    if (rc != 0)
+        agent_log("error: %s", err);
+    else if (keep)
+        agent_log("worker logs in %s", a->logdir.base);
+    return rc;
 }
 
 /* ---- starting an attempt ------------------------------------------------------------ */
@@ -160,7 +96,7 @@ static int prepare_base_dir(struct agent *a)
 static int open_log(const char *dir, const char *name)
 {
     char path[PATH_MAX];
-    if (path_fmt(path, sizeof(path), "%s/%s", dir, name) != 0)
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
         return -1;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
     if (fd < 0)
@@ -193,38 +129,6 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->round = as->round;
 }
 
-/* Where worker i of this attempt logs (dir, "" for none) and leaves its error file. The
- * documented layout <base>/attempt_N/LOCAL_RANK/ is kept wherever logs are written; a private
- * directory that only ever holds error files stays flat, because every directory created and
- * removed costs a quarter of a millisecond on ext4 (measured), a worker's start-up budget. */
-static int error_file_path(const struct agent *a, int i, char *error_file)
-{
-    unsigned attempt = a->as.restart_count;
-
-    error_file[0] = '\0';
-    if (a->base_dir[0] == '\0')
-        return 0;
-    if (a->remove_base)
-        return path_fmt(error_file, PATH_MAX, "%s/error_%u_%d.json", a->base_dir, attempt, i);
-    return path_fmt(error_file, PATH_MAX, "%s/attempt_%u/%d/error.json", a->base_dir, attempt, i);
-}
-
-static int worker_paths(const struct agent *a, int i, char *dir, char *error_file)
-{
-    int rc;
-
-    dir[0] = '\0';
-    if (a->base_dir[0] != '\0' && !a->remove_base) {
-        rc = path_fmt(dir, PATH_MAX, "%s/attempt_%u/%d", a->base_dir, a->as.restart_count, i);
-        if (rc != 0 || (rc = mkdir_p(dir)) != 0) {
-            agent_log("cannot create %s/attempt_%u/%d: %s", a->base_dir, a->as.restart_count, i,
-                      strerror(-rc));
-            return rc;
-        }
-    }
-    return error_file_path(a, i, error_file);
-}
-
 /* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
 static int spawn_one(struct agent *a, int i)
 {
@@ -237,8 +141,11 @@ static int spawn_one(struct agent *a, int i)
 
     agent_env_init(&env);
     agent_env_init(&full);
-    if ((rc = worker_paths(a, i, dir, error_file)) != 0)
+    rc = agent_logdir_worker(&a->logdir, a->as.restart_count, i, 1, dir, error_file);
+    if (rc != 0) {
+        agent_log("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
         goto out;
+    }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
     for (int s = 0; s < 2; s++) {
         int bit = 1 << s;
@@ -279,8 +186,10 @@ static void fill_failure(struct agent *a, const struct agent_worker *w, struct r
     f->signal = w->term_signal;
     f->time_ms = w->exit_time_ms;
     snprintf(f->host, sizeof(f->host), "%s", a->host);
-    error_file_path(a, w->local_rank, a->local_error_file);
-    if (a->base_dir[0] == '\0' ||
+    char dir[PATH_MAX];
+    agent_logdir_worker(&a->logdir, a->as.restart_count, w->local_rank, 0, dir,
+                        a->local_error_file);
+    if (a->local_error_file[0] == '\0' ||
         agent_error_file_message(a->local_error_file, f->text, sizeof(f->text)) == -ENOENT)
         a->local_error_file[0] = '\0';
 }
@@ -420,6 +329,15 @@ static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
     if (a->finished || a->next != NEXT_NONE)
         return;
     a->as = *as;
+    if (a->o->static_ranks) {
+        const struct agent_options *o = a->o;
+        a->as.group_rank = o->static_node_rank;
+        a->as.group_world_size = o->static_nnodes;
+        a->as.rank_offset = o->static_node_rank * o->nproc;
+        a->as.world_size = o->static_nnodes * o->nproc;
+        snprintf(a->as.master_addr, sizeof(a->as.master_addr), "%s", o->static_master_addr);
+        a->as.master_port = o->static_master_port;
+    }
     start_workers(a);
 }
 
@@ -646,7 +564,7 @@ int agent_run(const struct agent_options *o)
         agent_log("error: cannot start the agent: %s", uv_strerror(rc));
         return AGENT_EXIT_INTERNAL;
     }
-    if (prepare_base_dir(&a) != 0)
+    if (prepare_logdir(&a) != 0)
         finish(&a, AGENT_EXIT_INTERNAL);
     else if (start_rendezvous(&a) != 0)
         finish(&a, AGENT_EXIT_RDZV);
@@ -658,7 +576,6 @@ int agent_run(const struct agent_options *o)
     rc = uv_loop_close(&a.loop);
     if (rc != 0)
         agent_log("internal error: handles left open at exit: %s", uv_strerror(rc));
-    if (a.remove_base)
-        nftw(a.base_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    agent_logdir_close(&a.logdir);
     return a.exit_code;
 }

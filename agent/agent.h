@@ -36,6 +36,13 @@ struct agent_options {
     const unsigned char *tee;      /* per local rank: to file and console */
     const unsigned char *shown;    /* per local rank: 1 = console output wanted */
     const char *signals_to_handle; /* NULL or exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
+    /* --rdzv-backend static across nodes: no shared rendezvous. Ranks come from
+     * --node-rank and MASTER_ADDR/PORT from the flags; the agent still runs a private
+     * server for its own restart accounting, so restarts are per node (as torchrun's). */
+    int static_ranks;
+    unsigned static_node_rank, static_nnodes;
+    const char *static_master_addr;
+    unsigned static_master_port;
 };
 
 /* Runs the job on this node until it ends. Borrows opts. Returns the process exit code. */

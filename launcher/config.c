@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "endpoint.h"
 #include "gpus.h"
 
 enum opt_kind { OPT_FLAG, OPT_VALUE };
@@ -258,37 +259,12 @@ static int parse_nproc(struct parse *p)
     return 0;
 }
 
-/* host:port, [v6]:port or host (default port). */
 static int split_endpoint(struct parse *p, const char *v, unsigned defport)
 {
-    struct launcher_config *cfg = p->cfg;
-    const char *host = v, *port = NULL;
-    size_t hlen;
-    long n;
-
-    if (v[0] == '[') {
-        const char *close = strchr(v, ']');
-        if (close == NULL || (close[1] != '\0' && close[1] != ':'))
-            goto bad;
-        host = v + 1;
-        hlen = (size_t)(close - host);
-        port = close[1] == ':' ? close + 2 : NULL;
-    } else {
-        const char *colon = strrchr(v, ':');
-        if (colon != NULL && strchr(v, ':') != colon)
-            goto bad; /* bare IPv6 needs brackets */
-        hlen = colon ? (size_t)(colon - v) : strlen(v);
-        port = colon ? colon + 1 : NULL;
-    }
-    if (hlen == 0 || hlen > 255)
-        goto bad;
-    if (port != NULL && parse_int(port, 0, 65535, &n) != 0)
-        goto bad;
-    cfg->rdzv_host = strndup(host, hlen);
-    cfg->rdzv_port = port ? (unsigned)n : defport;
-    return cfg->rdzv_host ? 0 : -ENOMEM;
-bad:
-    return fail(p, "--rdzv-endpoint must be HOST[:PORT] or [IPV6][:PORT], not '%s'", v);
+    int rc = launcher_parse_endpoint(v, defport, &p->cfg->rdzv_host, &p->cfg->rdzv_port);
+    if (rc == -EINVAL)
+        return fail(p, "--rdzv-endpoint must be HOST[:PORT] or [IPV6][:PORT], not '%s'", v);
+    return rc;
 }
 
 static int parse_rdzv_conf(struct parse *p)
@@ -485,9 +461,9 @@ static int parse_rdzv(struct parse *p)
     if (cfg->max_nodes > 1 && cfg->backend != LAUNCHER_BACKEND_STATIC)
         return fail(p, "a multi-node run (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT",
                     cfg->min_nodes, cfg->max_nodes);
-    if (cfg->max_nodes > 1)
-        return fail(p, "the static backend across several nodes is not supported yet; "
-                       "use --rdzv-endpoint with the muster backend");
+    if (cfg->max_nodes > 1 && cfg->min_nodes != cfg->max_nodes)
+        return fail(p, "the static backend needs a fixed --nnodes N, not %d:%d", cfg->min_nodes,
+                    cfg->max_nodes);
     return 0;
 }
 
@@ -615,6 +591,9 @@ static int parse_values(struct parse *p)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
+    if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL &&
+        cfg->node_rank >= cfg->max_nodes)
+        return fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank, cfg->max_nodes);
     return check_script(p);
 }
 

@@ -90,13 +90,19 @@ static const char main_help[] =
     "Commands:\n"
     "  run [options] SCRIPT [ARGS...]   start and supervise the workers of this node\n"
     "                                   (see muster run --help)\n"
+    "  server --listen HOST:PORT        run a rendezvous server for many jobs (--http for\n"
+    "                                   /metrics and /status; see muster server --help)\n"
+    "  status --rdzv-endpoint HOST:PORT show a server's jobs, nodes, ranks and restarts\n"
     "\n"
     "Options:\n"
     "  -h, --help       this text\n"
     "  --version        print the version\n"
     "\n"
-    "Example:\n"
-    "  muster run --standalone --nproc-per-node 4 train.py --epochs 3\n";
+    "Examples:\n"
+    "  muster run --standalone --nproc-per-node 4 train.py --epochs 3\n"
+    "  muster server --listen 0.0.0.0:29400 --http 127.0.0.1:8080      # on one host\n"
+    "  muster run --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:29400 --rdzv-id job42 \\\n"
+    "      train.py                                                # on each node\n";
 
 void launcher_print_run_help(void)
 {

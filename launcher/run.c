@@ -72,6 +72,8 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
     char ep[300];
     int fd;
 
+    if (port == 0 && cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->max_nodes > 1)
+        port = 29500; /* every node must agree: torchrun's default */
     if (port == 0 && agent_port_reserve(&fd, &port) == 0)
         close(fd); /* a port that is free now, to show a realistic plan */
     printf("run_id=%s\nrdzv_backend=%s\nrdzv_endpoint=%s\nnnodes=%d:%d\nnproc_per_node=%d\n"
@@ -183,9 +185,17 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.reconnect_grace_ms = cfg->reconnect_grace_ms;
     o.role = cfg->role;
     o.local_addr = cfg->local_addr;
-    if (cfg->backend == LAUNCHER_BACKEND_STATIC) {
+    if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL) {
         o.local_addr = cfg->master_addr; /* one node: it is the master */
         o.master_port = (unsigned)cfg->master_port;
+        if (cfg->max_nodes > 1) {
+            o.min_nodes = o.max_nodes = 1; /* the private server knows only this node */
+            o.static_ranks = 1;
+            o.static_node_rank = (unsigned)cfg->node_rank;
+            o.static_nnodes = (unsigned)cfg->max_nodes;
+            o.static_master_addr = cfg->master_addr;
+            o.static_master_port = cfg->master_port ? (unsigned)cfg->master_port : 29500;
+        }
     }
     o.argv = argv;
     o.logs_disabled = cfg->log_dir != NULL && strcmp(cfg->log_dir, "/dev/null") == 0;
