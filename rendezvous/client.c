@@ -1,5 +1,7 @@
-/* Agent side of the rendezvous protocol: see client.h. One connection, opened by the first
- * rdzv_client_join(): resolve -> connect -> HELLO -> (WELCOME) -> the queued JOIN. */
+/* Agent side of the rendezvous protocol: see client.h. One connection at a time, opened by the
+ * first rdzv_client_join(): resolve -> connect -> HELLO -> (WELCOME) -> the queued JOIN. After an
+ * established connection breaks: AWAY -> (backoff) -> connect -> HELLO -> REJOIN/JOIN, under a
+ * grace timer that ends the outage with error_cb. */
 #include "client.h"
 
 #include <errno.h>
@@ -10,44 +12,93 @@
 
 #include "conn.h"
 
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS 2000
+
 enum client_state {
     CLIENT_IDLE = 0,   /* nothing sent yet */
     CLIENT_RESOLVING,  /* uv_getaddrinfo in flight */
     CLIENT_CONNECTING, /* uv_tcp_connect in flight */
     CLIENT_HELLO,      /* HELLO sent, waiting for WELCOME */
     CLIENT_READY,      /* WELCOME received */
+    CLIENT_AWAY,       /* the connection broke: closing it, or waiting to retry */
     CLIENT_FAILED,     /* error_cb ran: no callback any more */
+};
+
+/* A report made while disconnected (FAILED, LEAVE or DONE), sent after the REJOIN's answer. */
+struct pending {
+    struct pending *next;
+    uint8_t type;
+    struct rdzv_failure f; /* FAILED/LEAVE; DONE uses f.round only */
 };
 
 struct rdzv_client {
     uv_loop_t *loop;
-    struct rdzv_conn conn; /* conn.data = this client */
+    struct rdzv_conn conn; /* conn.data = this client; re-initialised for every attempt */
     uv_getaddrinfo_t gai;
     uv_connect_t connect;
+    uv_timer_t hb_timer;    /* sends HEARTBEAT every keep_alive_ms */
+    uv_timer_t idle_timer;  /* nothing received for heartbeat_timeout_ms: the link is dead */
+    uv_timer_t retry_timer; /* backoff between reconnect attempts */
+    uv_timer_t grace_timer; /* the outage lasted reconnect_grace_ms: give up */
     const struct rdzv_client_cbs *cbs;
     void *data;
     char host[RDZV_HOST_MAX + 1];
     unsigned port;
     char token[RDZV_TOKEN_MAX + 1];
+    struct sockaddr_storage addr; /* what the first connection reached; reconnects reuse it */
 
     enum client_state state;
     uint32_t server_error; /* code of the server's ERROR, 0 if none */
-    struct rdzv_join join; /* queued until WELCOME */
-    int join_queued;
+    struct rdzv_join join; /* the newest JOIN, with the defaults filled in */
+    int join_queued;       /* JOIN waits for WELCOME */
+    int join_active;       /* a JOIN went out and no RESTART superseded it */
+    int running, done;     /* ASSIGN for the active JOIN came / DONE was reported for it */
+    struct rdzv_assign assign;
+    int finished; /* JOB_DONE or JOB_FAILED: no heartbeats, no reconnects */
+    int welcomed; /* some connection got WELCOME: breaks from now on mean reconnect */
+    int away;     /* an outage is in progress (from the break until re-registered) */
+    int rejoin_wait;
+    unsigned backoff_ms;
+    uint64_t rng;
+    struct pending *queue, **queue_tail;
+    uint64_t hb_seq, hb_sent_ns;
+    int64_t rtt_us;
+
     int gai_pending; /* the getaddrinfo callback still has to run */
-    int connected;   /* the TCP connect succeeded */
-    int closing, conn_closed;
+    int conn_open;   /* conn was initialised and its close callback has not run */
+    int connected;   /* the current TCP connect succeeded */
+    int timers_open;
+    int closing;
     void (*close_cb)(void *data);
     void *close_data;
+    struct rdzv_msg out; /* scratch for sending: the union is ~64 KiB, too big for a stack */
 };
 
 static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m);
 static void conn_error_cb(struct rdzv_conn *conn, int err);
+static void conn_closed_cb(struct rdzv_conn *conn);
+static void hb_cb(uv_timer_t *t);
+static void idle_cb(uv_timer_t *t);
+static void retry_cb(uv_timer_t *t);
+static void grace_cb(uv_timer_t *t);
+
+static int open_conn(struct rdzv_client *c)
+{
+    int err = rdzv_conn_init(c->loop, &c->conn, msg_cb, conn_error_cb, c);
+
+    if (err == 0) {
+        c->conn_open = 1;
+        c->connected = 0;
+    }
+    return err;
+}
 
 int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
                     const struct rdzv_client_cbs *cbs, void *data, struct rdzv_client **out)
 {
     struct rdzv_client *c;
+    uv_timer_t *timers[4];
     int err;
 
     if (host == NULL || strlen(host) > RDZV_HOST_MAX || port == 0 || port > 65535)
@@ -57,17 +108,29 @@ int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return UV_ENOMEM;
-    err = rdzv_conn_init(loop, &c->conn, msg_cb, conn_error_cb, c);
+    c->loop = loop;
+    err = open_conn(c);
     if (err < 0) {
         free(c);
         return err;
     }
-    c->loop = loop;
+    timers[0] = &c->hb_timer;
+    timers[1] = &c->idle_timer;
+    timers[2] = &c->retry_timer;
+    timers[3] = &c->grace_timer;
+    for (int i = 0; i < 4; i++) {
+        uv_timer_init(loop, timers[i]); /* cannot fail: it only links the handle */
+        timers[i]->data = c;
+        c->timers_open++;
+    }
     c->cbs = cbs;
     c->data = data;
     snprintf(c->host, sizeof(c->host), "%s", host);
     c->port = port;
     snprintf(c->token, sizeof(c->token), "%s", token != NULL ? token : "");
+    c->queue_tail = &c->queue;
+    c->rtt_us = -1;
+    c->rng = uv_hrtime() ^ (uint64_t)(uintptr_t)c;
     *out = c;
     return 0;
 }
@@ -82,6 +145,19 @@ uint32_t rdzv_client_server_error(const struct rdzv_client *c)
     return c->server_error;
 }
 
+int64_t rdzv_client_rtt_us(const struct rdzv_client *c)
+{
+    return c->rtt_us;
+}
+
+static void stop_timers(struct rdzv_client *c)
+{
+    uv_timer_stop(&c->hb_timer);
+    uv_timer_stop(&c->idle_timer);
+    uv_timer_stop(&c->retry_timer);
+    uv_timer_stop(&c->grace_timer);
+}
+
 /* The single exit to error_cb: at most once, and never after rdzv_client_close(). */
 static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
 {
@@ -91,6 +167,7 @@ static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
     if (c->closing || c->state == CLIENT_FAILED)
         return;
     c->state = CLIENT_FAILED;
+    stop_timers(c);
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
@@ -118,12 +195,33 @@ static int err_from_code(uint32_t code)
     }
 }
 
+/* Restarted by every message: a host that was cut off sends neither data nor FIN. */
+static void arm_idle(struct rdzv_client *c)
+{
+    if (!c->finished)
+        uv_timer_start(&c->idle_timer, idle_cb, c->join.heartbeat_timeout_ms, 0);
+}
+
 static int send_join(struct rdzv_client *c)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_JOIN};
+    c->out.type = RDZV_MSG_JOIN;
+    c->out.u.join = c->join;
+    c->join_active = 1;
+    c->running = 0;
+    c->done = 0;
+    if (!uv_is_active((uv_handle_t *)&c->hb_timer))
+        uv_timer_start(&c->hb_timer, hb_cb, c->join.keep_alive_ms, c->join.keep_alive_ms);
+    return rdzv_conn_send(&c->conn, &c->out);
+}
 
-    m.u.join = c->join;
-    return rdzv_conn_send(&c->conn, &m);
+static int send_report(struct rdzv_client *c, uint8_t type, const struct rdzv_failure *f)
+{
+    c->out.type = type;
+    if (type == RDZV_MSG_DONE)
+        c->out.u.done.round = f->round;
+    else
+        c->out.u.failed = *f;
+    return rdzv_conn_send(&c->conn, &c->out);
 }
 
 /* --- connecting ----------------------------------------------------------------------------- */
@@ -131,9 +229,14 @@ static void maybe_free(struct rdzv_client *c)
 {
     void (*cb)(void *data) = c->close_cb;
     void *data = c->close_data;
+    struct pending *p;
 
-    if (!c->conn_closed || c->gai_pending)
+    if (c->conn_open || c->gai_pending || c->timers_open > 0)
         return;
+    while ((p = c->queue) != NULL) {
+        c->queue = p->next;
+        free(p);
+    }
     free(c);
     if (cb != NULL)
         cb(data);
@@ -142,28 +245,45 @@ static void maybe_free(struct rdzv_client *c)
 static void connect_cb(uv_connect_t *req, int status)
 {
     struct rdzv_client *c = req->data;
-    struct rdzv_msg m = {.type = RDZV_MSG_HELLO};
     int err = status;
 
-    if (c->closing)
-        return; /* UV_ECANCELED from uv_close() */
+    /* UV_ECANCELED from uv_close(): the client is closing, or the attempt was abandoned. */
+    if (c->closing || c->state != CLIENT_CONNECTING)
+        return;
     if (err == 0) {
         c->connected = 1;
         err = rdzv_conn_start(&c->conn);
     }
-    if (err < 0) {
-        fail(c, err, "cannot connect to rendezvous %s:%u: %s", c->host, c->port, uv_strerror(err));
+    if (err == 0) {
+        c->out.type = RDZV_MSG_HELLO;
+        c->out.u.hello.version = RDZV_PROTO_VERSION;
+        c->out.u.hello.role = RDZV_ROLE_AGENT;
+        memcpy(c->out.u.hello.token, c->token, sizeof(c->token));
+        err = rdzv_conn_send(&c->conn, &c->out);
+    }
+    if (err == 0) {
+        c->state = CLIENT_HELLO;
         return;
     }
-    m.u.hello.version = RDZV_PROTO_VERSION;
-    m.u.hello.role = RDZV_ROLE_AGENT;
-    memcpy(m.u.hello.token, c->token, sizeof(c->token));
-    err = rdzv_conn_send(&c->conn, &m);
-    if (err < 0) {
-        fail(c, err, "cannot send HELLO: %s", uv_strerror(err));
-        return;
+    if (c->welcomed)
+        conn_error_cb(&c->conn, err);
+    else
+        fail(c, err, "cannot connect to rendezvous %s:%u: %s", c->host, c->port,
+             uv_strerror(err));
+}
+
+static int connect_addr(struct rdzv_client *c, const struct sockaddr *sa, size_t len)
+{
+    int err;
+
+    memcpy(&c->addr, sa, len);
+    c->connect.data = c;
+    err = uv_tcp_connect(&c->connect, &c->conn.tcp, (struct sockaddr *)&c->addr, connect_cb);
+    if (err == 0) {
+        c->state = CLIENT_CONNECTING;
+        arm_idle(c); /* bounds the whole handshake, as a silent server would hang it */
     }
-    c->state = CLIENT_HELLO;
+    return err;
 }
 
 static void gai_cb(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
@@ -178,34 +298,27 @@ static void gai_cb(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         return;
     }
     /* The first address only: an agent's endpoint names one server. */
-    c->connect.data = c;
     if (err == 0)
-        err = uv_tcp_connect(&c->connect, &c->conn.tcp, res->ai_addr, connect_cb);
+        err = connect_addr(c, res->ai_addr, res->ai_addrlen);
     uv_freeaddrinfo(res);
-    if (err < 0) {
+    if (err < 0)
         fail(c, err, "cannot reach rendezvous %s:%u: %s", c->host, c->port, uv_strerror(err));
-        return;
-    }
-    c->state = CLIENT_CONNECTING;
 }
 
 static int start_connect(struct rdzv_client *c)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct sockaddr_storage addr;
+    struct sockaddr_in in4;
+    struct sockaddr_in6 in6;
     char port[8];
     int err;
 
     /* A numeric address needs no resolver: skipping uv_getaddrinfo also spares starting
      * libuv's thread pool, a millisecond of a standalone job's start-up. */
-    if (uv_ip4_addr(c->host, (int)c->port, (struct sockaddr_in *)&addr) == 0 ||
-        uv_ip6_addr(c->host, (int)c->port, (struct sockaddr_in6 *)&addr) == 0) {
-        c->connect.data = c;
-        err = uv_tcp_connect(&c->connect, &c->conn.tcp, (struct sockaddr *)&addr, connect_cb);
-        if (err == 0)
-            c->state = CLIENT_CONNECTING;
-        return err;
-    }
+    if (uv_ip4_addr(c->host, (int)c->port, &in4) == 0)
+        return connect_addr(c, (struct sockaddr *)&in4, sizeof(in4));
+    if (uv_ip6_addr(c->host, (int)c->port, &in6) == 0)
+        return connect_addr(c, (struct sockaddr *)&in6, sizeof(in6));
     snprintf(port, sizeof(port), "%u", c->port);
     c->gai.data = c;
     err = uv_getaddrinfo(c->loop, &c->gai, gai_cb, c->host, port, &hints);
@@ -214,6 +327,157 @@ static int start_connect(struct rdzv_client *c)
     c->gai_pending = 1;
     c->state = CLIENT_RESOLVING;
     return 0;
+}
+
+/* --- outage and reconnection ------------------------------------------------------------------ */
+static void schedule_retry(struct rdzv_client *c)
+{
+    uint64_t delay;
+
+    /* xorshift64: jitter only needs to keep a crowd of agents from reconnecting in step. */
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    delay = c->backoff_ms * (80 + c->rng % 41) / 100; /* +-20 % */
+    c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+    uv_timer_start(&c->retry_timer, retry_cb, delay, 0);
+}
+
+/* The connection (established or a reconnect attempt) is gone: close it and retry once the
+ * handle is closed, because the next attempt re-initialises the same embedded conn. */
+static void lose(struct rdzv_client *c, const char *why)
+{
+    int first = !c->away;
+
+    if (c->closing || c->state == CLIENT_FAILED)
+        return;
+    if (first) {
+        c->away = 1;
+        c->backoff_ms = BACKOFF_FIRST_MS;
+        uv_timer_start(&c->grace_timer, grace_cb, c->join.reconnect_grace_ms, 0);
+    }
+    c->state = CLIENT_AWAY;
+    c->rejoin_wait = 0;
+    uv_timer_stop(&c->hb_timer);
+    uv_timer_stop(&c->idle_timer);
+    if (c->conn_open)
+        rdzv_conn_close(&c->conn, 0, conn_closed_cb); /* retries from conn_closed_cb */
+    else
+        schedule_retry(c);
+    if (first && c->cbs->disconnected_cb != NULL)
+        c->cbs->disconnected_cb(c, why);
+}
+
+static void retry_cb(uv_timer_t *t)
+{
+    struct rdzv_client *c = t->data;
+    int err;
+
+    if (c->state != CLIENT_AWAY)
+        return;
+    err = open_conn(c);
+    if (err < 0) {
+        schedule_retry(c);
+        return;
+    }
+    err = connect_addr(c, (struct sockaddr *)&c->addr,
+                       c->addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                     : sizeof(struct sockaddr_in));
+    if (err < 0)
+        lose(c, uv_strerror(err));
+}
+
+static void grace_cb(uv_timer_t *t)
+{
+    struct rdzv_client *c = t->data;
+    unsigned ms = c->join.reconnect_grace_ms;
+
+    if (!c->away)
+        return;
+    if (ms % 1000 == 0)
+        fail(c, UV_ETIMEDOUT, "rendezvous server unreachable for %u s", ms / 1000);
+    else
+        fail(c, UV_ETIMEDOUT, "rendezvous server unreachable for %u ms", ms);
+}
+
+static void idle_cb(uv_timer_t *t)
+{
+    struct rdzv_client *c = t->data;
+    char why[96];
+
+    snprintf(why, sizeof(why), "no message from the server for %u ms",
+             c->join.heartbeat_timeout_ms);
+    if (c->welcomed && !c->finished)
+        lose(c, why);
+    else
+        fail(c, UV_ETIMEDOUT, "rendezvous %s:%u: %s", c->host, c->port, why);
+}
+
+static void hb_cb(uv_timer_t *t)
+{
+    struct rdzv_client *c = t->data;
+
+    if (c->state != CLIENT_READY || c->finished)
+        return;
+    c->out.type = RDZV_MSG_HEARTBEAT;
+    c->out.u.heartbeat.round = c->assign.round;
+    c->out.u.heartbeat.seq = ++c->hb_seq;
+    c->hb_sent_ns = uv_hrtime();
+    /* A failed write shows up as a read error or, on a dead link, as silence. */
+    (void)rdzv_conn_send(&c->conn, &c->out);
+}
+
+static void flush_queue(struct rdzv_client *c)
+{
+    struct pending *p;
+
+    while ((p = c->queue) != NULL) {
+        c->queue = p->next;
+        if (c->state == CLIENT_READY)
+            (void)send_report(c, p->type, &p->f); /* a failure here is a new outage */
+        free(p);
+    }
+    c->queue_tail = &c->queue;
+}
+
+/* Re-registered (or nothing needed it): reports queued during the outage go out now. */
+static void end_outage(struct rdzv_client *c)
+{
+    c->away = 0;
+    c->rejoin_wait = 0;
+    uv_timer_stop(&c->grace_timer);
+    flush_queue(c);
+    if (c->cbs->reconnected_cb != NULL)
+        c->cbs->reconnected_cb(c);
+}
+
+static void reregister(struct rdzv_client *c)
+{
+    int err = 0;
+
+    if (c->join_queued) { /* the agent re-joined after a RESTART while we were away */
+        c->join_queued = 0;
+        err = send_join(c);
+    } else if (c->join_active && c->running) {
+        c->out.type = RDZV_MSG_REJOIN;
+        c->out.u.rejoin = (struct rdzv_rejoin){
+            .join = c->join, .running = 1, .done = (uint8_t)c->done, .assign = c->assign};
+        err = rdzv_conn_send(&c->conn, &c->out);
+        if (err == 0) {
+            c->rejoin_wait = 1;
+            uv_timer_start(&c->hb_timer, hb_cb, c->join.keep_alive_ms, c->join.keep_alive_ms);
+            return;
+        }
+    } else if (c->join_active) {
+        err = send_join(c); /* the round was still filling: simply join again */
+    }
+    if (err < 0) {
+        lose(c, uv_strerror(err));
+        return;
+    }
+    if (c->join_active)
+        uv_timer_start(&c->hb_timer, hb_cb, c->join.keep_alive_ms, c->join.keep_alive_ms);
+    end_outage(c);
 }
 
 /* --- requests ------------------------------------------------------------------------------- */
@@ -226,35 +490,56 @@ int rdzv_client_join(struct rdzv_client *c, const struct rdzv_join *join)
     if (c->join_queued)
         return UV_EALREADY;
     c->join = *join;
+    if (c->join.keep_alive_ms == 0)
+        c->join.keep_alive_ms = RDZV_CLIENT_KEEP_ALIVE_MS;
+    if (c->join.heartbeat_timeout_ms == 0)
+        c->join.heartbeat_timeout_ms = RDZV_CLIENT_HEARTBEAT_TIMEOUT_MS;
+    if (c->join.reconnect_grace_ms == 0)
+        c->join.reconnect_grace_ms = RDZV_CLIENT_RECONNECT_GRACE_MS;
     if (c->state == CLIENT_READY)
         return send_join(c);
     c->join_queued = 1;
     if (c->state != CLIENT_IDLE)
-        return 0;
+        return 0; /* sent after WELCOME, also after a reconnect's WELCOME */
     err = start_connect(c);
     if (err < 0)
         c->join_queued = 0;
     return err;
 }
 
+/* Sends now, queues while an outage lasts, refuses before the first WELCOME. */
+static int report(struct rdzv_client *c, uint8_t type, const struct rdzv_failure *f)
+{
+    struct pending *p;
+
+    if (c->closing || c->state == CLIENT_FAILED)
+        return UV_ENOTCONN;
+    if (type == RDZV_MSG_DONE && c->running && f->round == c->assign.round)
+        c->done = 1; /* a REJOIN must tell a restarted server */
+    if (c->state == CLIENT_READY && !c->away)
+        return send_report(c, type, f);
+    if (!c->away)
+        return UV_ENOTCONN;
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return UV_ENOMEM;
+    p->type = type;
+    p->f = *f;
+    *c->queue_tail = p;
+    c->queue_tail = &p->next;
+    return 0;
+}
+
 int rdzv_client_report_failure(struct rdzv_client *c, const struct rdzv_failure *f, int leaving)
 {
-    struct rdzv_msg m = {.type = leaving ? RDZV_MSG_LEAVE : RDZV_MSG_FAILED};
-
-    if (c->closing || c->state != CLIENT_READY)
-        return UV_ENOTCONN;
-    m.u.failed = *f;
-    return rdzv_conn_send(&c->conn, &m);
+    return report(c, leaving ? RDZV_MSG_LEAVE : RDZV_MSG_FAILED, f);
 }
 
 int rdzv_client_report_done(struct rdzv_client *c, uint32_t round)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_DONE};
+    struct rdzv_failure f = {.round = round};
 
-    if (c->closing || c->state != CLIENT_READY)
-        return UV_ENOTCONN;
-    m.u.done.round = round;
-    return rdzv_conn_send(&c->conn, &m);
+    return report(c, RDZV_MSG_DONE, &f);
 }
 
 /* --- incoming ------------------------------------------------------------------------------- */
@@ -267,6 +552,11 @@ static void on_welcome(struct rdzv_client *c)
         return;
     }
     c->state = CLIENT_READY;
+    c->welcomed = 1;
+    if (c->away) {
+        reregister(c);
+        return;
+    }
     if (!c->join_queued)
         return;
     c->join_queued = 0;
@@ -275,11 +565,36 @@ static void on_welcome(struct rdzv_client *c)
         fail(c, err, "cannot send JOIN: %s", uv_strerror(err));
 }
 
+/* The state a REJOIN reports must follow what the server told us. */
+static void track_job_msg(struct rdzv_client *c, const struct rdzv_msg *m)
+{
+    switch (m->type) {
+    case RDZV_MSG_ASSIGN:
+        c->assign = m->u.assign;
+        c->running = 1;
+        c->done = 0;
+        break;
+    case RDZV_MSG_RESTART:
+        c->join_active = 0; /* workers stop; the agent JOINs again when they did */
+        c->running = 0;
+        break;
+    case RDZV_MSG_JOB_DONE:
+    case RDZV_MSG_JOB_FAILED:
+        c->finished = 1;
+        uv_timer_stop(&c->hb_timer);
+        uv_timer_stop(&c->idle_timer);
+        break;
+    default:
+        break;
+    }
+}
+
 /* Callbacks may call rdzv_client_close(); nothing here touches c after calling one. */
 static void on_job_msg(struct rdzv_client *c, const struct rdzv_msg *m)
 {
     const struct rdzv_client_cbs *cbs = c->cbs;
 
+    track_job_msg(c, m);
     switch (m->type) {
     case RDZV_MSG_WAITING:
         if (cbs->waiting_cb != NULL)
@@ -306,12 +621,38 @@ static void on_job_msg(struct rdzv_client *c, const struct rdzv_msg *m)
     }
 }
 
+static void on_heartbeat(struct rdzv_client *c, const struct rdzv_heartbeat *hb)
+{
+    /* Only the newest: an older echo would pair with the wrong send time. */
+    if (hb->seq == c->hb_seq && c->hb_sent_ns != 0)
+        c->rtt_us = (int64_t)((uv_hrtime() - c->hb_sent_ns) / 1000);
+}
+
+/* Any answer to a REJOIN ends the outage; end_outage's callback may close the client. */
+static void on_server_msg(struct rdzv_client *c, const struct rdzv_msg *m)
+{
+    if (c->state != CLIENT_READY) {
+        fail(c, -EPROTO, "%s from the server before WELCOME", rdzv_msg_name(m->type));
+        return;
+    }
+    if (c->rejoin_wait) {
+        if (m->type == RDZV_MSG_RESTART)
+            track_job_msg(c, m); /* the flushed reports must not look current */
+        end_outage(c);
+        if (c->closing || c->state == CLIENT_FAILED)
+            return;
+    }
+    if (m->type != RDZV_MSG_REJOIN_OK)
+        on_job_msg(c, m);
+}
+
 static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct rdzv_client *c = conn->data;
 
-    if (c->closing || c->state == CLIENT_FAILED)
+    if (c->closing || c->state == CLIENT_FAILED || c->state == CLIENT_AWAY)
         return;
+    arm_idle(c);
     switch (m->type) {
     case RDZV_MSG_WELCOME:
         on_welcome(c);
@@ -320,15 +661,16 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
         c->server_error = m->u.error.code;
         fail(c, err_from_code(m->u.error.code), "%s", m->u.error.text);
         break;
+    case RDZV_MSG_HEARTBEAT:
+        on_heartbeat(c, &m->u.heartbeat);
+        break;
+    case RDZV_MSG_REJOIN_OK:
     case RDZV_MSG_WAITING:
     case RDZV_MSG_ASSIGN:
     case RDZV_MSG_RESTART:
     case RDZV_MSG_JOB_DONE:
     case RDZV_MSG_JOB_FAILED:
-        if (c->state == CLIENT_READY)
-            on_job_msg(c, m);
-        else
-            fail(c, -EPROTO, "%s from the server before WELCOME", rdzv_msg_name(m->type));
+        on_server_msg(c, m);
         break;
     default:
         fail(c, -EPROTO, "unexpected %s from the server", rdzv_msg_name(m->type));
@@ -336,14 +678,20 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     }
 }
 
+/* Transport errors on an established connection start an outage; a bad frame does not, since
+ * reconnecting to a server that speaks garbage would only repeat it. */
 static void conn_error_cb(struct rdzv_conn *conn, int err)
 {
     struct rdzv_client *c = conn->data;
+    int bad_frame =
+        err == -EPROTO || err == -EPROTONOSUPPORT || err == -EMSGSIZE || err == -ENOTSUP;
 
-    if (err == UV_EOF)
-        fail(c, err, "rendezvous %s:%u closed the connection", c->host, c->port);
-    else if (err == -EPROTO || err == -EPROTONOSUPPORT || err == -EMSGSIZE || err == -ENOTSUP)
+    if (bad_frame)
         fail(c, -EPROTO, "bad frame from rendezvous %s:%u: %s", c->host, c->port, strerror(-err));
+    else if (c->welcomed && !c->finished)
+        lose(c, err == UV_EOF ? "connection closed" : uv_strerror(err));
+    else if (err == UV_EOF)
+        fail(c, err, "rendezvous %s:%u closed the connection", c->host, c->port);
     else
         fail(c, err, "rendezvous %s:%u: %s", c->host, c->port, uv_strerror(err));
 }
@@ -353,7 +701,18 @@ static void conn_closed_cb(struct rdzv_conn *conn)
 {
     struct rdzv_client *c = conn->data;
 
-    c->conn_closed = 1;
+    c->conn_open = 0;
+    if (c->closing)
+        maybe_free(c);
+    else if (c->state == CLIENT_AWAY)
+        schedule_retry(c);
+}
+
+static void timer_closed_cb(uv_handle_t *h)
+{
+    struct rdzv_client *c = h->data;
+
+    c->timers_open--;
     maybe_free(c);
 }
 
@@ -364,9 +723,14 @@ void rdzv_client_close(struct rdzv_client *c, void (*close_cb)(void *data), void
     c->closing = 1;
     c->close_cb = close_cb;
     c->close_data = data;
+    uv_close((uv_handle_t *)&c->hb_timer, timer_closed_cb);
+    uv_close((uv_handle_t *)&c->idle_timer, timer_closed_cb);
+    uv_close((uv_handle_t *)&c->retry_timer, timer_closed_cb);
+    uv_close((uv_handle_t *)&c->grace_timer, timer_closed_cb);
     if (c->gai_pending)
         uv_cancel((uv_req_t *)&c->gai); /* may be too late; gai_cb then sees closing */
     /* Flushing needs a connected stream: a shutdown queued behind a pending connect could
-     * wait forever. */
-    rdzv_conn_close(&c->conn, c->connected, conn_closed_cb);
+     * wait forever. A conn already closing (an outage) closes without flush anyway. */
+    if (c->conn_open)
+        rdzv_conn_close(&c->conn, c->connected, conn_closed_cb);
 }

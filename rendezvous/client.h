@@ -3,13 +3,35 @@
  * Life cycle: rdzv_client_new() -> rdzv_client_join() (connects, HELLO, JOIN) -> callbacks
  * (waiting..., assign) -> report_failure()/report_done() -> restart / job_done / job_failed.
  * After a restart callback the agent stops its workers and calls rdzv_client_join() again on
- * the same connection. Every callback runs on the loop thread. */
+ * the same connection. Every callback runs on the loop thread.
+ *
+ * Liveness: once a JOIN was sent the client sends HEARTBEAT every join.keep_alive_ms (the
+ * server echoes it; rdzv_client_rtt_us() gives the last round trip), and treats a connection
+ * on which nothing arrived for join.heartbeat_timeout_ms as broken (a cut-off host never sends
+ * a FIN).
+ *
+ * Reconnection: when an established connection (one that got WELCOME) breaks — closed, reset
+ * or silent — but NOT when the server sent ERROR, the client calls disconnected_cb and
+ * reconnects with exponential backoff (100 ms doubling to 2 s, +-20 % jitter) to the address
+ * the first connection reached, for up to join.reconnect_grace_ms. After HELLO it re-registers:
+ * REJOIN(saved JOIN, last ASSIGN, done flag) when the current round was assigned, a plain JOIN
+ * when the JOIN was not answered by an ASSIGN yet, nothing when the agent has not re-joined
+ * after a RESTART. Reports made while disconnected are queued and sent once the server answered
+ * the REJOIN (REJOIN_OK, or RESTART which goes to restart_cb as usual); then reconnected_cb
+ * runs. When the grace runs out, error_cb(UV_ETIMEDOUT, "rendezvous server unreachable for
+ * N s"). The client never touches the agent's workers. */
 #ifndef MUSTER_RDZV_CLIENT_H
 #define MUSTER_RDZV_CLIENT_H
 
+#include <stdint.h>
 #include <uv.h>
 
 #include "message.h"
+
+/* Defaults for the JOIN fields that are 0; the JOIN on the wire carries the effective values. */
+#define RDZV_CLIENT_KEEP_ALIVE_MS 1000
+#define RDZV_CLIENT_HEARTBEAT_TIMEOUT_MS 3000
+#define RDZV_CLIENT_RECONNECT_GRACE_MS 60000
 
 struct rdzv_client;
 
@@ -20,12 +42,21 @@ struct rdzv_client_cbs {
     void (*job_done_cb)(struct rdzv_client *c);
     void (*job_failed_cb)(struct rdzv_client *c, const struct rdzv_job_failed *f);
     /* The connection is unusable: connect failure, server ERROR (code = enum rdzv_err, text
-     * from the server), protocol violation or connection closed. `err` is a negative errno
-     * (UV_E*) or -EPROTO; text is a one-line reason. No other callback follows.
+     * from the server), protocol violation, connection closed before WELCOME or after the job
+     * finished, or the server unreachable for longer than the reconnect grace (UV_ETIMEDOUT).
+     * `err` is a negative errno (UV_E*) or -EPROTO; text is a one-line reason. No other
+     * callback follows.
      * A server ERROR maps to: TIMEOUT -> UV_ETIMEDOUT, AUTH -> UV_EACCES, VERSION ->
      * -EPROTONOSUPPORT, MISMATCH -> UV_EINVAL, CLOSED -> UV_ESHUTDOWN, others -> -EPROTO;
      * rdzv_client_server_error() gives the wire code itself. */
     void (*error_cb)(struct rdzv_client *c, int err, const char *text);
+    /* Optional (NULL allowed). The established connection broke (why: one line, e.g.
+     * "connection reset by peer"); the client is reconnecting. Runs once per outage. */
+    void (*disconnected_cb)(struct rdzv_client *c, const char *why);
+    /* Optional (NULL allowed). The outage is over: the server answered the REJOIN (before a
+     * RESTART it answered with goes to restart_cb), or took the plain JOIN / nothing needed
+     * re-registering. Queued reports have been sent. */
+    void (*reconnected_cb)(struct rdzv_client *c);
 };
 
 /* Allocates a client. Borrows loop and cbs (must outlive the client); copies host and token
@@ -33,18 +64,25 @@ struct rdzv_client_cbs {
 int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
                     const struct rdzv_client_cbs *cbs, void *data, struct rdzv_client **out);
 
-/* Sends JOIN (connecting and sending HELLO first if not connected yet). Copies *join.
- * Returns 0 or a negative errno; on error no callback is called for this request.
+/* Sends JOIN (connecting and sending HELLO first if not connected yet). Copies *join; its
+ * keep_alive_ms, heartbeat_timeout_ms and reconnect_grace_ms are replaced by the defaults above
+ * when 0. Returns 0 or a negative errno; on error no callback is called for this request.
  * UV_EALREADY: a JOIN is still queued behind the handshake; UV_ENOTCONN: the client failed or
- * is closing. Connection and handshake errors after a 0 return arrive through error_cb. */
+ * is closing. While reconnecting, the JOIN is queued and sent after the new WELCOME.
+ * Connection and handshake errors after a 0 return arrive through error_cb. */
 int rdzv_client_join(struct rdzv_client *c, const struct rdzv_join *join);
 
 /* Reports a local worker failure (FAILED) or the agent leaving (LEAVE when leaving != 0).
- * Borrows f. Returns 0, UV_ENOTCONN before WELCOME or after a failure, or a send error. */
+ * Borrows f. Returns 0, UV_ENOTCONN before WELCOME or after a failure, UV_ENOMEM, or a send
+ * error. While reconnecting the report is queued (0) and sent after the REJOIN is answered. */
 int rdzv_client_report_failure(struct rdzv_client *c, const struct rdzv_failure *f, int leaving);
 
 /* Reports that every local worker of `round` exited 0 (DONE). Returns as report_failure. */
 int rdzv_client_report_done(struct rdzv_client *c, uint32_t round);
+
+/* The round trip time of the newest echoed HEARTBEAT in microseconds, or -1 before the first
+ * echo. */
+int64_t rdzv_client_rtt_us(const struct rdzv_client *c);
 
 /* The `data` pointer given to rdzv_client_new(). */
 void *rdzv_client_data(const struct rdzv_client *c);
