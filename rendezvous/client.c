@@ -268,8 +268,7 @@ static void connect_cb(uv_connect_t *req, int status)
     if (c->welcomed)
         conn_error_cb(&c->conn, err);
     else
-        fail(c, err, "cannot connect to rendezvous %s:%u: %s", c->host, c->port,
-             uv_strerror(err));
+        fail(c, err, "cannot connect to rendezvous %s:%u: %s", c->host, c->port, uv_strerror(err));
 }
 
 static int connect_addr(struct rdzv_client *c, const struct sockaddr *sa, size_t len)

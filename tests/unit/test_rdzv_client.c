@@ -247,8 +247,7 @@ static int teardown(void **state)
 
 static void start_client(struct fixture *fx)
 {
-    assert_int_equal(rdzv_client_new(&fx->loop, "127.0.0.1", fx->port, NULL, &cbs, fx, &fx->c),
-                     0);
+    assert_int_equal(rdzv_client_new(&fx->loop, "127.0.0.1", fx->port, NULL, &cbs, fx, &fx->c), 0);
     assert_int_equal(rdzv_client_join(fx->c, &fx->join), 0);
 }
 
