@@ -58,10 +58,16 @@ static void log_cb(void *arg, const char *line)
     fx->nlog++;
 }
 
+static void sub(const char *dir, const char *rel, char *out)
+{
+    int n = snprintf(out, PATH_MAX, "%s/%s", dir, rel);
+    assert_true(n > 0 && n < PATH_MAX);
+}
+
 static void put_file(const char *dir, const char *name, const void *data, size_t len)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    sub(dir, name, path);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(data, 1, len, f), len);
@@ -83,13 +89,8 @@ static int exists(const char *dir, const char *name)
 {
     char path[PATH_MAX];
     struct stat st;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    sub(dir, name, path);
     return lstat(path, &st) == 0;
-}
-
-static void sub(const char *dir, const char *rel, char *out)
-{
-    snprintf(out, PATH_MAX, "%s/%s", dir, rel);
 }
 
 static void test_parse_step(void **state)
