@@ -19,6 +19,7 @@
 #include "failure.h"
 #include "group.h"
 #include "logdir.h"
+#include "progress.h"
 #include "port.h"
 #include "server.h"
 
@@ -49,6 +50,7 @@ struct agent {
     int stop_signal;  /* the signal that is stopping muster, 0 when none */
     int finished;     /* handles are closing; the loop ends when they are closed */
     struct agent_logdir logdir;
+    struct agent_progress progress;
     char host[256];
     char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
     uint64_t node_id;
@@ -313,19 +315,16 @@ static void start_workers(struct agent *a)
 static void on_waiting(struct rdzv_client *c, const struct rdzv_waiting *w)
 {
     struct agent *a = rdzv_client_data(c);
-    char last[48] = "";
 
-    if (a->o->max_nodes <= 1)
-        return;
-    if (w->last_call_ms_left >= 0)
-        snprintf(last, sizeof(last), ", last call in %d s", (w->last_call_ms_left + 999) / 1000);
-    agent_log("rendezvous %s: %u/%u nodes%s", a->o->run_id, w->joined, w->max_nodes, last);
+    if (a->o->max_nodes > 1 && !a->finished)
+        agent_progress_update(&a->progress, w);
 }
 
 static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
 {
     struct agent *a = rdzv_client_data(c);
 
+    agent_progress_stop(&a->progress);
     if (a->finished || a->next != NEXT_NONE)
         return;
     a->as = *as;
@@ -402,6 +401,18 @@ static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)
     exit_after_workers(a, AGENT_EXIT_RDZV);
 }
 
+static void on_disconnected(struct rdzv_client *c, const char *why)
+{
+    (void)c;
+    agent_log("rendezvous server lost (%s); reconnecting, workers keep running", why);
+}
+
+static void on_reconnected(struct rdzv_client *c)
+{
+    (void)c;
+    agent_log("rendezvous server reached again; round re-registered");
+}
+
 static const struct rdzv_client_cbs client_cbs = {
     .waiting_cb = on_waiting,
     .assign_cb = on_assign,
@@ -409,6 +420,8 @@ static const struct rdzv_client_cbs client_cbs = {
     .job_done_cb = on_job_done,
     .job_failed_cb = on_job_failed,
     .error_cb = on_rdzv_error,
+    .disconnected_cb = on_disconnected,
+    .reconnected_cb = on_reconnected,
 };
 
 static void do_join(struct agent *a)
@@ -495,6 +508,7 @@ static void finish(struct agent *a, int code)
     a->server = NULL;
     for (int i = 0; i < NSIGNALS; i++)
         uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
+    agent_progress_close(&a->progress, close_handle_cb);
     if (a->group != NULL) {
         agent_group_close(a->group, after_group_closed, a); /* kills what is left */
         a->group = NULL;
@@ -547,6 +561,7 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     if ((rc = uv_random(NULL, NULL, &a->node_id, sizeof(a->node_id), 0, NULL)) != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
+    agent_progress_init(&a->loop, &a->progress, o->run_id);
     for (int i = 0; i < NSIGNALS; i++) {
         uv_signal_init(&a->loop, &a->sig[i]);
         a->sig[i].data = a;

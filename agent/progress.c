@@ -1,0 +1,74 @@
+#include "progress.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+#define PROGRESS_LOG_EVERY_MS 10000
+
+static void draw(struct agent_progress *p)
+{
+    uint64_t now = uv_now(p->timer.loop), gone = now - p->last_at;
+    const struct rdzv_waiting *w = &p->last;
+    char last[48] = "";
+
+    if (w->last_call_ms_left >= 0) {
+        int64_t left = (int64_t)w->last_call_ms_left - (int64_t)gone;
+        snprintf(last, sizeof(last), ", last call in %lld s",
+                 (long long)(left > 0 ? (left + 999) / 1000 : 0));
+    }
+    if (p->tty) {
+        fprintf(stderr, "\r\033[Kmuster: rendezvous %s: %u/%u nodes%s", p->job, w->joined,
+                w->max_nodes, last);
+        p->drawn = 1;
+    } else if (w->joined != p->printed_joined || now - p->printed_at >= PROGRESS_LOG_EVERY_MS) {
+        fprintf(stderr, "muster: rendezvous %s: %u/%u nodes%s\n", p->job, w->joined,
+                w->max_nodes, last);
+        p->printed_at = now;
+        p->printed_joined = w->joined;
+    }
+    fflush(stderr);
+}
+
+static void tick(uv_timer_t *t)
+{
+    draw(t->data);
+}
+
+void agent_progress_init(uv_loop_t *loop, struct agent_progress *p, const char *job)
+{
+    uv_timer_init(loop, &p->timer);
+    p->timer.data = p;
+    p->job = job;
+    p->tty = isatty(STDERR_FILENO);
+    p->drawn = p->active = 0;
+    p->printed_joined = UINT32_MAX;
+}
+
+void agent_progress_update(struct agent_progress *p, const struct rdzv_waiting *w)
+{
+    p->last = *w;
+    p->last_at = uv_now(p->timer.loop);
+    draw(p);
+    if (!p->active) {
+        p->active = 1;
+        uv_timer_start(&p->timer, tick, 1000, 1000);
+    }
+}
+
+void agent_progress_stop(struct agent_progress *p)
+{
+    if (!p->active)
+        return;
+    p->active = 0;
+    uv_timer_stop(&p->timer);
+    if (p->drawn)
+        fputc('\n', stderr);
+    p->drawn = 0;
+    p->printed_joined = UINT32_MAX;
+}
+
+void agent_progress_close(struct agent_progress *p, uv_close_cb close_cb)
+{
+    agent_progress_stop(p);
+    uv_close((uv_handle_t *)&p->timer, close_cb);
+}
