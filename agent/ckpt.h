@@ -44,7 +44,7 @@ int agent_ckpt_registry_remove(struct agent_ckpt_registry *reg, const char *name
 
 /* Checks one entry against dir: exists, same size, same checksum. Returns 0 when it verifies,
  * else a negative errno with a one-line reason in why ("missing", "size 1024 != recorded 4096
- * (truncated?)", "checksum ... != recorded ... (altered)"). */
+ * (truncated?)", "checksum ... != recorded ... (altered?)"). */
 int agent_ckpt_entry_verify(const struct agent_ckpt_entry *e, const char *dir, char *why,
                             size_t whylen);
 
