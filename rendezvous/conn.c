@@ -98,6 +98,7 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         stop(conn, (int)nread);
         return;
     }
+    conn->bytes_in += (uint64_t)nread;
     if (conn->payload == NULL) {
         conn->hdr_got += (uint32_t)nread;
         if (conn->hdr_got == RDZV_HEADER_SIZE)
@@ -150,8 +151,10 @@ int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg)
         wr = shrunk;
     buf = uv_buf_init((char *)wr->data, (unsigned)len);
     err = uv_write(&wr->req, (uv_stream_t *)&conn->tcp, &buf, 1, write_cb);
-    if (err == 0)
+    if (err == 0) {
         wr = NULL; /* write_cb frees it */
+        conn->bytes_out += len;
+    }
 out:
     free(wr);
     return err;

@@ -39,6 +39,7 @@ struct rdzv_conn {
     uint32_t payload_len, payload_got;
     struct rdzv_msg msg; /* decoded here: too big for the stack of every read callback */
 
+    uint64_t bytes_in, bytes_out; /* frame bytes read and queued for writing, for metrics */
     int reading;  /* rdzv_conn_start() succeeded and no error stopped it */
     int closing;  /* rdzv_conn_close() was called */
     int shutting; /* a uv_shutdown is in flight */

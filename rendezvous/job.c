@@ -35,6 +35,8 @@ int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out)
     job->max_restarts = j->max_restarts;
     job->last_call_ms = j->last_call_ms;
     job->join_timeout_ms = j->join_timeout_ms;
+    job->reconnect_grace_ms = j->reconnect_grace_ms ? j->reconnect_grace_ms
+                                                    : RDZV_JOB_RECONNECT_GRACE_MS;
     job->state = RDZV_JOB_FILLING;
     *out = job;
     return 0;
@@ -47,6 +49,7 @@ void rdzv_job_free(struct rdzv_job *job)
     free(job->members);
     free(job->prev);
     free(job->by_rank);
+    free(job->pending);
     free(job);
 }
 
@@ -67,15 +70,25 @@ int rdzv_job_find(const struct rdzv_job *job, const void *peer)
     return -1;
 }
 
-/* prev[] and by_rank[] grow with members[] so that a restart, which copies members into prev,
- * needs no allocation. */
-static int grow(struct rdzv_job *job)
+int rdzv_job_find_pending(const struct rdzv_job *job, const void *peer)
 {
-    size_t cap = job->cap_members ? job->cap_members * 2 : 4;
+    for (size_t i = 0; i < job->n_pending; i++)
+        if (job->pending[i].peer == peer)
+            return (int)i;
+    return -1;
+}
+
+/* prev[] and by_rank[] grow with members[] so that a restart, which copies members into prev
+ * and admits pending joiners into members, needs no allocation. Room for `want` members. */
+static int reserve(struct rdzv_job *job, size_t want)
+{
+    size_t cap = job->cap_members ? job->cap_members : 4;
     void *p;
 
-    if (job->n_members < job->cap_members)
+    if (want <= job->cap_members)
         return 0;
+    while (cap < want)
+        cap *= 2;
     p = realloc(job->members, cap * sizeof(*job->members));
     if (p == NULL)
         return -ENOMEM;
@@ -139,30 +152,18 @@ static void close_round(struct rdzv_job *job)
     job->state = RDZV_JOB_RUNNING;
 }
 
-static int in_round(const struct rdzv_job *job, const void *peer, uint64_t node_id)
+static int in_list(const struct rdzv_job_member *list, size_t n, const void *peer,
+                   uint64_t node_id)
 {
-    for (size_t i = 0; i < job->n_members; i++)
-        if (job->members[i].peer == peer || job->members[i].node_id == node_id)
+    for (size_t i = 0; i < n; i++)
+        if (list[i].peer == peer || list[i].node_id == node_id)
             return 1;
     return 0;
 }
 
-int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
-                  uint64_t now_ms, enum rdzv_job_event *ev)
+static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, const char *addr,
+                        void *peer)
 {
-    struct rdzv_job_member *m;
-    int err;
-
-    if (job->state == RDZV_JOB_FINISHED)
-        return -ESHUTDOWN;
-    if (job->state == RDZV_JOB_RUNNING)
-        return -EBUSY;
-    if (in_round(job, peer, j->node_id))
-        return -EEXIST;
-    err = grow(job);
-    if (err < 0)
-        return err;
-    m = &job->members[job->n_members++];
     memset(m, 0, sizeof(*m));
     m->node_id = j->node_id;
     m->peer = peer;
@@ -170,17 +171,76 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
     m->master_port = j->master_port;
     snprintf(m->host, sizeof(m->host), "%s", j->host);
     snprintf(m->addr, sizeof(m->addr), "%s", addr);
+}
+
+/* Appends m to the filling round (capacity reserved by the caller); returns ASSIGNED when that
+ * closed the round, else WAITING. */
+static enum rdzv_job_event add_member(struct rdzv_job *job, const struct rdzv_job_member *m,
+                                      uint64_t now_ms)
+{
+    job->members[job->n_members++] = *m;
     if (job->n_members == 1)
         job->first_join_ms = now_ms;
     if (job->n_members >= job->min_nodes && !job->min_reached) {
         job->min_reached = 1;
         job->min_reached_ms = now_ms;
     }
-    *ev = RDZV_JOB_EV_WAITING;
     if (job->n_members == job->max_nodes || (job->min_reached && job->last_call_ms == 0)) {
         close_round(job);
-        *ev = RDZV_JOB_EV_ASSIGNED;
+        return RDZV_JOB_EV_ASSIGNED;
     }
+    return RDZV_JOB_EV_WAITING;
+}
+
+static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms);
+
+/* Scale-up: the joiner waits in pending[]; a round with room restarts to take it in. */
+static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, uint64_t now_ms,
+                        enum rdzv_job_event *ev)
+{
+    size_t want = job->n_pending + 1;
+    void *p;
+
+    if (want > job->cap_pending) {
+        size_t cap = job->cap_pending ? job->cap_pending * 2 : 4;
+
+        p = realloc(job->pending, cap * sizeof(*job->pending));
+        if (p == NULL)
+            return -ENOMEM;
+        job->pending = p;
+        job->cap_pending = cap;
+    }
+    if (reserve(job, want > job->n_members ? want : job->n_members) < 0)
+        return -ENOMEM;
+    job->pending[job->n_pending++] = *m;
+    *ev = RDZV_JOB_EV_PENDING;
+    if (job->n_members >= job->max_nodes || job->rebuilding)
+        return 0;
+    memset(&job->cause, 0, sizeof(job->cause));
+    job->cause.round = job->round;
+    job->cause.rank = job->cause.local_rank = job->cause.exit_code = -1;
+    snprintf(job->cause.host, sizeof(job->cause.host), "%s", m->host);
+    snprintf(job->cause.text, sizeof(job->cause.text), RDZV_JOB_SCALE_UP_FMT, m->host);
+    *ev = new_round(job, now_ms);
+    return 0;
+}
+
+int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
+                  uint64_t now_ms, enum rdzv_job_event *ev)
+{
+    struct rdzv_job_member m;
+
+    if (job->state == RDZV_JOB_FINISHED)
+        return -ESHUTDOWN;
+    if (in_list(job->members, job->n_members, peer, j->node_id) ||
+        in_list(job->pending, job->n_pending, peer, j->node_id))
+        return -EEXIST;
+    make_member(&m, j, addr, peer);
+    if (job->state == RDZV_JOB_RUNNING)
+        return join_running(job, &m, now_ms, ev);
+    if (reserve(job, job->n_members + 1) < 0)
+        return -ENOMEM;
+    *ev = add_member(job, &m, now_ms);
     return 0;
 }
 
@@ -188,6 +248,8 @@ int64_t rdzv_job_deadline(const struct rdzv_job *job)
 {
     int64_t d = -1;
 
+    if (job->state == RDZV_JOB_RUNNING && job->rebuilding)
+        return (int64_t)job->grace_deadline_ms;
     if (job->state != RDZV_JOB_FILLING || job->n_members == 0)
         return -1;
     if (job->join_timeout_ms > 0)
@@ -203,11 +265,16 @@ int64_t rdzv_job_deadline(const struct rdzv_job *job)
 
 /* A round that reached min_nodes closes at its join deadline instead of timing out: the job can
  * run, and failing it would only make the user retry with the same nodes. */
-enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms)
+static enum rdzv_job_event grace_over(struct rdzv_job *job, uint64_t now_ms, uint64_t wall_ms);
+
+enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms, uint64_t wall_ms)
 {
     int64_t now = (int64_t)now_ms;
     int timed_out;
 
+    if (job->state == RDZV_JOB_RUNNING && job->rebuilding)
+        return now_ms >= job->grace_deadline_ms ? grace_over(job, now_ms, wall_ms)
+                                                : RDZV_JOB_EV_NONE;
     if (job->state != RDZV_JOB_FILLING || job->n_members == 0)
         return RDZV_JOB_EV_NONE;
     timed_out =
@@ -269,6 +336,13 @@ void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len)
              job->min_nodes);
 }
 
+static void remove_pending(struct rdzv_job *job, size_t i)
+{
+    memmove(&job->pending[i], &job->pending[i + 1],
+            (job->n_pending - i - 1) * sizeof(*job->pending));
+    job->n_pending--;
+}
+
 static void remove_member(struct rdzv_job *job, size_t i)
 {
     if (job->state == RDZV_JOB_RUNNING && job->members[i].done)
@@ -280,15 +354,28 @@ static void remove_member(struct rdzv_job *job, size_t i)
         job->min_reached = 0;
 }
 
-/* The first failure of a running round decides: a new round, or the end of the job. */
-static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f)
+/* Pending joiners fill the new round up to max_nodes minus the previous round's members that
+ * are still connected: those re-join after stopping their workers and must find room. */
+static void admit_pending(struct rdzv_job *job, uint64_t now_ms, enum rdzv_job_event *ev)
 {
-    job->cause = *f;
-    if (job->restart_count >= job->max_restarts) {
-        job->state = RDZV_JOB_FINISHED;
-        return RDZV_JOB_EV_FAILED;
+    size_t keep = 0, room;
+
+    for (size_t i = 0; i < job->n_prev; i++)
+        keep += job->prev[i].peer != NULL;
+    room = job->max_nodes > keep ? job->max_nodes - keep : 0;
+    while (job->n_pending > 0 && room > 0 && job->state == RDZV_JOB_FILLING) {
+        if (add_member(job, &job->pending[0], now_ms) == RDZV_JOB_EV_ASSIGNED)
+            *ev = RDZV_JOB_EV_RESTART; /* the caller sees state RUNNING and sends ASSIGN */
+        remove_pending(job, 0);
+        room--;
     }
-    job->restart_count++;
+}
+
+/* Opens the next round (job->cause says why): members become prev, pending joiners enter. */
+static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
+{
+    enum rdzv_job_event ev = RDZV_JOB_EV_RESTART;
+
     for (size_t i = 0; i < job->n_members; i++) {
         job->prev[i].node_id = job->members[i].node_id;
         job->prev[i].group_rank = job->members[i].group_rank;
@@ -297,17 +384,35 @@ static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rd
     job->n_prev = job->n_members;
     job->n_members = 0;
     job->min_reached = 0;
+    job->rebuilding = 0;
     job->round++;
     job->state = RDZV_JOB_FILLING;
-    return RDZV_JOB_EV_RESTART;
+    admit_pending(job, now_ms, &ev);
+    return ev;
+}
+
+/* The first failure of a running round decides: a new round, or the end of the job. */
+static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f,
+                                           uint64_t now_ms)
+{
+    job->cause = *f;
+    if (job->restart_count >= job->max_restarts) {
+        job->state = RDZV_JOB_FINISHED;
+        return RDZV_JOB_EV_FAILED;
+    }
+    job->restart_count++;
+    return new_round(job, now_ms);
 }
 
 enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const struct rdzv_failure *f,
-                                    int leaving)
+                                    int leaving, uint64_t now_ms)
 {
     int i = rdzv_job_find(job, peer);
+    int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_failure cause;
 
+    if (leaving && pi >= 0)
+        remove_pending(job, (size_t)pi); /* it never ran: nobody else needs to know */
     if (job->state == RDZV_JOB_FINISHED || i < 0)
         return RDZV_JOB_EV_NONE;
     if (leaving && job->state == RDZV_JOB_FILLING) {
@@ -324,7 +429,7 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
         snprintf(cause.host, sizeof(cause.host), "%s", job->members[i].host);
     if (leaving)
         remove_member(job, (size_t)i);
-    return restart_or_fail(job, &cause);
+    return restart_or_fail(job, &cause, now_ms);
 }
 
 enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round)
@@ -337,7 +442,8 @@ enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t rou
         job->members[i].done = 1;
         job->n_done++;
     }
-    if (job->n_done < job->n_members)
+    /* A rebuilt job with members still away cannot know that they are done too. */
+    if (job->n_done < job->n_members || job->rebuilding)
         return RDZV_JOB_EV_NONE;
     job->state = RDZV_JOB_FINISHED;
     return RDZV_JOB_EV_DONE;
@@ -350,13 +456,17 @@ static void forget_prev(struct rdzv_job *job, const void *peer)
             job->prev[i].peer = NULL;
 }
 
-enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, uint64_t wall_ms)
+enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *reason,
+                                  uint64_t now_ms, uint64_t wall_ms)
 {
     int i = rdzv_job_find(job, peer);
+    int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_job_member *m;
     struct rdzv_failure f;
 
     forget_prev(job, peer);
+    if (pi >= 0)
+        remove_pending(job, (size_t)pi);
     if (i < 0)
         return RDZV_JOB_EV_NONE;
     m = &job->members[i];
@@ -377,7 +487,114 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, uint64_t wal
     f.exit_code = -1;
     f.time_ms = wall_ms;
     snprintf(f.host, sizeof(f.host), "%s", m->host);
-    snprintf(f.text, sizeof(f.text), "lost node %s: connection closed", m->host);
+    snprintf(f.text, sizeof(f.text), "lost node %s (%s): %s", m->host, m->addr, reason);
     remove_member(job, (size_t)i);
-    return restart_or_fail(job, &f);
+    return restart_or_fail(job, &f, now_ms);
+}
+
+/* --- server restart: rebuilding a running round from REJOINs ------------------------------ */
+
+static int fresh(const struct rdzv_job *job)
+{
+    return job->state == RDZV_JOB_FILLING && job->round == 0 && job->n_members == 0 &&
+           job->n_prev == 0 && job->n_pending == 0;
+}
+
+/* The first REJOIN of a job this server never saw: adopt the agent's round as it is. */
+static void adopt(struct rdzv_job *job, const struct rdzv_assign *a, uint64_t now_ms)
+{
+    job->state = RDZV_JOB_RUNNING;
+    job->rebuilding = 1;
+    job->round = a->round;
+    job->restart_count = a->restart_count;
+    job->expected = a->group_world_size;
+    job->world_size = a->world_size;
+    job->n_done = 0;
+    job->grace_deadline_ms = now_ms + job->reconnect_grace_ms;
+}
+
+static int rank_taken(const struct rdzv_job *job, uint32_t rank)
+{
+    for (size_t i = 0; i < job->n_members; i++)
+        if (job->members[i].group_rank == rank)
+            return 1;
+    return 0;
+}
+
+/* A member of the rebuilt round comes back with the ranks it runs with. */
+static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
+                   void *peer)
+{
+    const struct rdzv_assign *a = &rj->assign;
+    struct rdzv_job_member *m;
+
+    if (a->group_rank >= job->expected || a->group_world_size != job->expected ||
+        rank_taken(job, a->group_rank) || job->n_members >= job->expected)
+        return -ESTALE;
+    if (reserve(job, job->n_members + 1) < 0)
+        return -ENOMEM;
+    m = &job->members[job->n_members++];
+    make_member(m, &rj->join, addr, peer);
+    m->group_rank = a->group_rank;
+    m->rank_offset = a->rank_offset;
+    if (a->group_rank == 0)
+        job->master = job->n_members - 1;
+    if (job->n_members == job->expected)
+        job->rebuilding = 0;
+    return 0;
+}
+
+static int find_node(const struct rdzv_job *job, uint64_t node_id)
+{
+    for (size_t i = 0; i < job->n_members; i++)
+        if (job->members[i].node_id == node_id)
+            return (int)i;
+    return -1;
+}
+
+int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
+                    void *peer, uint64_t now_ms, void **old_peer, enum rdzv_job_event *ev)
+{
+    int i, err;
+
+    *old_peer = NULL;
+    *ev = RDZV_JOB_EV_NONE;
+    if (job->state == RDZV_JOB_FINISHED)
+        return -ESHUTDOWN;
+    if (fresh(job) && rj->assign.group_world_size > 0)
+        adopt(job, &rj->assign, now_ms);
+    if (job->state != RDZV_JOB_RUNNING || rj->assign.round != job->round)
+        return -ESTALE;
+    i = find_node(job, rj->join.node_id);
+    if (i >= 0) {
+        *old_peer = job->members[i].peer;
+        job->members[i].peer = peer;
+    } else {
+        if (!job->rebuilding)
+            return -ESTALE;
+        err = readmit(job, rj, addr, peer);
+        if (err < 0)
+            return err;
+        i = (int)job->n_members - 1;
+    }
+    if (rj->done)
+        *ev = rdzv_job_done(job, peer, job->round);
+    return 0;
+}
+
+/* Reconnect grace over with members missing: the first missing group rank is the lost node. */
+static enum rdzv_job_event grace_over(struct rdzv_job *job, uint64_t now_ms, uint64_t wall_ms)
+{
+    struct rdzv_failure f = {.round = job->round, .local_rank = -1, .exit_code = -1};
+    uint32_t r = 0;
+
+    while (r < job->expected && rank_taken(job, r))
+        r++;
+    f.rank = -1;
+    f.time_ms = wall_ms;
+    snprintf(f.text, sizeof(f.text),
+             "lost node with group rank %" PRIu32 ": did not reconnect within %.1f s", r,
+             job->reconnect_grace_ms / 1000.0);
+    job->rebuilding = 0;
+    return restart_or_fail(job, &f, now_ms);
 }

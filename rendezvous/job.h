@@ -29,10 +29,14 @@ enum rdzv_job_event {
     RDZV_JOB_EV_NONE = 0, /* nothing (also: the input was stale or ignored) */
     RDZV_JOB_EV_WAITING,  /* the filling round's count changed: WAITING to every member */
     RDZV_JOB_EV_ASSIGNED, /* the round closed: ASSIGN (rdzv_job_assign) to every member */
-    RDZV_JOB_EV_RESTART,  /* a new round opened: RESTART to every prev[] entry with a peer */
+    RDZV_JOB_EV_RESTART,  /* a new round opened: RESTART to every prev[] entry with a peer;
+                             then, if the new round already closed (state RUNNING), ASSIGN to
+                             its members, else WAITING to them (admitted pending joiners) */
     RDZV_JOB_EV_FAILED,   /* restarts exhausted: JOB_FAILED to every member; job finished */
     RDZV_JOB_EV_DONE,     /* every member sent DONE: JOB_DONE to every member; job finished */
     RDZV_JOB_EV_TIMEOUT,  /* join timeout: ERROR TIMEOUT to every member, then drop the job */
+    RDZV_JOB_EV_PENDING,  /* a JOIN while the round runs at max_nodes: the joiner waits in
+                             pending[] for a later round (WAITING to it alone) */
 };
 
 struct rdzv_job_member {
@@ -44,6 +48,9 @@ struct rdzv_job_member {
     uint32_t group_rank, rank_offset; /* valid while RUNNING */
     int done;
 };
+
+/* Why a new round starts without a failure (restart_count unchanged). */
+#define RDZV_JOB_SCALE_UP_FMT "scale-up: %s joined"
 
 /* A member of the previous round: keeps its group rank if it joins again, and gets RESTART. */
 struct rdzv_job_prev {
@@ -65,6 +72,8 @@ struct rdzv_job {
     size_t n_members, cap_members;
     struct rdzv_job_prev *prev; /* previous round (empty before the first restart) */
     size_t n_prev;
+    struct rdzv_job_member *pending; /* joined while the round ran full; join the next round */
+    size_t n_pending, cap_pending;
 
     uint64_t first_join_ms;  /* of the current round; valid when n_members > 0 */
     uint64_t min_reached_ms; /* when the min-th node joined; valid when min_reached */
@@ -75,7 +84,18 @@ struct rdzv_job {
     size_t n_done;             /* members of the running round that sent DONE */
     uint32_t *by_rank;         /* scratch for rank assignment: member index + 1 per group rank */
     struct rdzv_failure cause; /* valid after RESTART or FAILED */
+
+    /* Rebuilt from REJOINs after a server restart: members[] fills up to `expected` nodes
+     * (the round's group world size) until grace_deadline_ms; see rdzv_job_rejoin(). */
+    int rebuilding;
+    uint32_t expected;
+    uint64_t grace_deadline_ms;
+    uint32_t reconnect_grace_ms;
 };
+
+/* Defaults for a JOIN's zero fields. */
+#define RDZV_JOB_HEARTBEAT_TIMEOUT_MS 3000u
+#define RDZV_JOB_RECONNECT_GRACE_MS 60000u
 
 /* Checks a JOIN's own fields (job id, node counts, nproc, port). Returns 0 or -EINVAL. */
 int rdzv_job_validate_join(const struct rdzv_join *j);
@@ -93,7 +113,12 @@ int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j);
 
 /* Adds the node of `j` (borrowed) reached at `addr` (copied) through `peer` to the filling round.
  * Returns 0 and sets *ev to WAITING or ASSIGNED (round full); -ESHUTDOWN when the job finished,
- * -EBUSY while the round runs, -EEXIST when the peer or node_id is already in the round. */
+ * -EEXIST when the peer or node_id is already in the round or pending, -ENOMEM.
+ * While the round runs (scale-up), the joiner goes to pending[]: with fewer than max_nodes
+ * members a new round starts at once (*ev = RESTART, restart_count unchanged, cause text
+ * "scale-up: <host> joined"); at max_nodes it waits for a later round (*ev = PENDING).
+ * Pending joiners enter a new round (any cause) while there is room next to the previous
+ * round's still-connected members, who keep priority. */
 int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
                   uint64_t now_ms, enum rdzv_job_event *ev);
 
@@ -101,8 +126,9 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
 int64_t rdzv_job_deadline(const struct rdzv_job *job);
 
 /* Runs the deadlines due at now_ms. Returns TIMEOUT (the caller drops the job), ASSIGNED (last
- * call expired with at least min nodes) or NONE. */
-enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms);
+ * call expired with at least min nodes), RESTART or FAILED (a rebuilt job's missing member did
+ * not come back within the reconnect grace: a lost node, time_ms = wall_ms) or NONE. */
+enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms, uint64_t wall_ms);
 
 /* Fills the WAITING message for the filling round. */
 void rdzv_job_waiting(const struct rdzv_job *job, uint64_t now_ms, struct rdzv_waiting *w);
@@ -117,15 +143,32 @@ void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len);
  * round, or comes from a non-member, is stale: NONE. A LEAVE removes the member; while the round
  * fills that gives WAITING. Otherwise returns RESTART or FAILED (see rdzv_job_event). */
 enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const struct rdzv_failure *f,
-                                    int leaving);
+                                    int leaving, uint64_t now_ms);
 
 /* DONE(round) from `peer`. Returns DONE when every member of the running round is done. */
 enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round);
 
-/* The connection of `peer` closed. Forgets the peer everywhere; a member of the running round is
- * a lost node (a FAILED with "lost node <host>: connection closed", time_ms = wall_ms). Returns
- * what rdzv_job_failed() would, or WAITING when a filling round lost a member. */
-enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, uint64_t wall_ms);
+/* The connection of `peer` closed or went silent. Forgets the peer everywhere (pending joiners
+ * included); a member of the running round is a lost node (a failure with rank -1 and text
+ * "lost node <host> (<addr>): <reason>", time_ms = wall_ms). Returns what rdzv_job_failed()
+ * would, or WAITING when a filling round lost a member. */
+enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *reason,
+                                  uint64_t now_ms, uint64_t wall_ms);
+
+/* REJOIN `rj` (borrowed, running = 1) from `peer` reached at `addr`, on this server.
+ * A job that never saw a JOIN or REJOIN adopts the agent's round (rebuild after a server
+ * restart: round, restart_count, ranks from rj->assign; waits for the other members until
+ * reconnect_grace_ms, see rdzv_job_deadline()). A job running that round re-attaches the
+ * member with rj->join.node_id to `peer`; *old_peer is set to the connection it replaces (or
+ * NULL), which the caller must forget without treating it as lost. rj->done counts as DONE.
+ * Returns 0 and *ev = NONE (send REJOIN_OK) or DONE (REJOIN_OK, then JOB_DONE to all);
+ * -ESHUTDOWN for a finished job; -ESTALE when the job is in another round or does not know
+ * the node (send RESTART to this peer alone); -ENOMEM. */
+int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
+                    void *peer, uint64_t now_ms, void **old_peer, enum rdzv_job_event *ev);
+
+/* Index of peer in pending[], or -1. */
+int rdzv_job_find_pending(const struct rdzv_job *job, const void *peer);
 
 /* Index of peer in members[], or -1. */
 int rdzv_job_find(const struct rdzv_job *job, const void *peer);

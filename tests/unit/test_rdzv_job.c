@@ -137,10 +137,10 @@ static void test_last_call(void **state)
     rdzv_job_waiting(job, 600, &w);
     assert_int_equal(w.joined, 2);
     assert_int_equal(w.last_call_ms_left, 500);
-    assert_int_equal(rdzv_job_tick(job, 1099), RDZV_JOB_EV_NONE);
+    assert_int_equal(rdzv_job_tick(job, 1099, 0), RDZV_JOB_EV_NONE);
     assert_int_equal(join(job, 2, 1, 1050), RDZV_JOB_EV_WAITING); /* no new last call */
     assert_int_equal(rdzv_job_deadline(job), 1100);
-    assert_int_equal(rdzv_job_tick(job, 1100), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(rdzv_job_tick(job, 1100, 0), RDZV_JOB_EV_ASSIGNED);
     assert_int_equal(job->n_members, 3);
     rdzv_job_free(job);
 }
@@ -152,8 +152,8 @@ static void test_join_timeout(void **state)
 
     (void)state;
     join(job, 0, 1, 0);
-    assert_int_equal(rdzv_job_tick(job, 9999), RDZV_JOB_EV_NONE);
-    assert_int_equal(rdzv_job_tick(job, 10000), RDZV_JOB_EV_TIMEOUT);
+    assert_int_equal(rdzv_job_tick(job, 9999, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(rdzv_job_tick(job, 10000, 0), RDZV_JOB_EV_TIMEOUT);
     rdzv_job_timeout_text(job, text, sizeof(text));
     assert_string_equal(text, "rendezvous of job job timed out after 10 s: 1 of 2 nodes "
                               "joined (need 2)");
@@ -172,7 +172,11 @@ static void test_join_errors(void **state)
     assert_int_equal(rdzv_job_join(job, &j, "", &peers[5], 0, &ev), -EEXIST); /* node_id */
     join(job, 1, 1, 0);
     j = mkjoin(2, 1, 2, 1);
-    assert_int_equal(rdzv_job_join(job, &j, "", &peers[2], 0, &ev), -EBUSY);
+    /* the round runs full (max 2): a third node waits for a later round */
+    assert_int_equal(rdzv_job_join(job, &j, "", &peers[2], 0, &ev), 0);
+    assert_int_equal(ev, RDZV_JOB_EV_PENDING);
+    assert_int_equal(job->n_pending, 1);
+    assert_int_equal(rdzv_job_join(job, &j, "", &peers[2], 0, &ev), -EEXIST);
     assert_int_equal(rdzv_job_done(job, &peers[0], 0), RDZV_JOB_EV_NONE);
     assert_int_equal(rdzv_job_done(job, &peers[0], 0), RDZV_JOB_EV_NONE); /* twice: once */
     assert_int_equal(rdzv_job_done(job, &peers[1], 1), RDZV_JOB_EV_NONE); /* stale round */
@@ -195,7 +199,7 @@ static void test_restart_keeps_ranks(void **state)
     join(job, 2, 1, 0);
     for (unsigned n = 0; n < 3; n++)
         rank[n] = member(job, n)->group_rank;
-    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 0), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->restart_count, 1);
     assert_int_equal(job->round, 1);
     assert_int_equal(job->n_members, 0);
@@ -203,7 +207,7 @@ static void test_restart_keeps_ranks(void **state)
     assert_string_equal(job->cause.text, "boom");
     assert_string_equal(job->cause.host, "node1"); /* filled from the member */
     /* later failures of the old round lose: the first one won */
-    assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 0, 0), RDZV_JOB_EV_NONE);
     join(job, 2, 1, 50);
     join(job, 0, 1, 60);
     assert_int_equal(join(job, 1, 1, 70), RDZV_JOB_EV_ASSIGNED);
@@ -229,13 +233,13 @@ static void test_ranks_fill_gaps(void **state)
     join(job, 2, 1, 0);
     assert_int_equal(member(job, 2)->group_rank, 2);
     /* node 0 is lost: ranks 1 and 2 survive, node 3 joins first */
-    assert_int_equal(rdzv_job_lost(job, &peers[0], 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->n_prev, 2);
     assert_int_equal(job->cause.rank, -1);
-    assert_string_equal(job->cause.text, "lost node node0: connection closed");
+    assert_string_equal(job->cause.text, "lost node node0 (10.0.0.0): connection closed");
     join(job, 3, 1, 0);
     join(job, 2, 1, 0);
-    assert_int_equal(rdzv_job_tick(job, 1000), RDZV_JOB_EV_ASSIGNED); /* last call over */
+    assert_int_equal(rdzv_job_tick(job, 1000, 0), RDZV_JOB_EV_ASSIGNED); /* last call over */
     /* node 2 had rank 2 >= world size 2: it gives it up and takes the gap after node 3 */
     assert_int_equal(member(job, 3)->group_rank, 0);
     assert_int_equal(member(job, 2)->group_rank, 1);
@@ -252,19 +256,19 @@ static void test_restarts_exhausted(void **state)
     join(job, 0, 1, 0);
     join(job, 1, 1, 0);
     f = failure(0);
-    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 0), RDZV_JOB_EV_RESTART);
     join(job, 0, 1, 0);
     join(job, 1, 1, 0);
     f = failure(0); /* stale: names round 0 while round 1 runs */
-    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 0), RDZV_JOB_EV_NONE);
     f = failure(1);
     strcpy(f.text, "root cause");
-    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0), RDZV_JOB_EV_FAILED);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 0), RDZV_JOB_EV_FAILED);
     assert_int_equal(job->state, RDZV_JOB_FINISHED);
     assert_int_equal(job->restart_count, 1);
     assert_string_equal(job->cause.text, "root cause");
     assert_int_equal(job->n_members, 2); /* JOB_FAILED goes to both */
-    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 0), RDZV_JOB_EV_NONE);
     rdzv_job_free(job);
 }
 
@@ -278,14 +282,14 @@ static void test_leave(void **state)
     join(job, 1, 1, 10);
     assert_true(job->min_reached);
     /* leaving a filling round: just removed, and the last call stops */
-    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 1), RDZV_JOB_EV_WAITING);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 1, 0), RDZV_JOB_EV_WAITING);
     assert_false(job->min_reached);
     assert_int_equal(rdzv_job_deadline(job), 10000);
     join(job, 1, 1, 20);
     join(job, 2, 1, 30);
     assert_int_equal(job->state, RDZV_JOB_RUNNING);
     /* leaving a running round: the leaver gets no RESTART, the others do */
-    assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 1), RDZV_JOB_EV_RESTART);
+    assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 1, 0), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->n_prev, 2);
     assert_ptr_not_equal(job->prev[0].peer, &peers[2]);
     assert_ptr_not_equal(job->prev[1].peer, &peers[2]);
@@ -301,7 +305,7 @@ static void test_lost_after_done(void **state)
     join(job, 0, 1, 0);
     join(job, 1, 1, 0);
     assert_int_equal(rdzv_job_done(job, &peers[0], 0), RDZV_JOB_EV_NONE);
-    assert_int_equal(rdzv_job_lost(job, &peers[0], 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_NONE);
     assert_int_equal(rdzv_job_done(job, &peers[1], 0), RDZV_JOB_EV_DONE);
     rdzv_job_free(job);
 }
@@ -312,10 +316,10 @@ static void test_lost_while_filling(void **state)
 
     (void)state;
     join(job, 0, 1, 0);
-    assert_int_equal(rdzv_job_lost(job, &peers[0], 0), RDZV_JOB_EV_WAITING);
+    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_WAITING);
     assert_int_equal(job->n_members, 0);
     assert_int_equal(rdzv_job_deadline(job), -1);
-    assert_int_equal(rdzv_job_lost(job, &peers[1], 0), RDZV_JOB_EV_NONE); /* never joined */
+    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0), RDZV_JOB_EV_NONE); /* never joined */
     rdzv_job_free(job);
 }
 
@@ -328,14 +332,184 @@ static void test_timeout_with_min_closes(void **state)
     job->last_call_ms = 60000;
     join(job, 0, 2, 0);
     assert_int_equal(rdzv_job_deadline(job), 10000);
-    assert_int_equal(rdzv_job_tick(job, 10000), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(rdzv_job_tick(job, 10000, 0), RDZV_JOB_EV_ASSIGNED);
     assert_int_equal(job->world_size, 2);
+    rdzv_job_free(job);
+}
+
+/* A JOIN while a round with room runs starts a new round without counting a restart; the
+ * joiner is in it at once and the old members keep their ranks. */
+static void test_scale_up(void **state)
+{
+    struct rdzv_job *job = new_job(1, 3);
+
+    (void)state;
+    job->last_call_ms = 0;
+    assert_int_equal(join(job, 0, 2, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(job->round, 0);
+    assert_int_equal(join(job, 1, 2, 5), RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->restart_count, 0);
+    assert_int_equal(job->round, 1);
+    assert_string_equal(job->cause.text, "scale-up: node1 joined");
+    assert_int_equal(job->cause.rank, -1);
+    assert_int_equal(job->cause.exit_code, -1);
+    assert_int_equal(job->cause.signal, 0);
+    /* min 1 with no last call: node 1 alone closes the new round... */
+    assert_int_equal(job->state, RDZV_JOB_RUNNING);
+    assert_int_equal(job->n_members, 1);
+    rdzv_job_free(job);
+
+    job = new_job(2, 3);
+    job->last_call_ms = 100;
+    join(job, 0, 1, 0);
+    join(job, 1, 1, 0);
+    assert_int_equal(rdzv_job_tick(job, 100, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(join(job, 2, 1, 200), RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->state, RDZV_JOB_FILLING); /* ...with a last call, it waits */
+    assert_int_equal(job->n_members, 1);
+    assert_int_equal(job->n_prev, 2);
+    join(job, 1, 1, 210);
+    assert_int_equal(join(job, 0, 1, 220), RDZV_JOB_EV_ASSIGNED); /* max reached */
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    assert_int_equal(member(job, 1)->group_rank, 1);
+    assert_int_equal(member(job, 2)->group_rank, 2);
+    assert_int_equal(job->restart_count, 0);
+    rdzv_job_free(job);
+}
+
+/* A pending joiner enters the round after a failure, behind the survivors; a lost pending
+ * joiner just disappears. */
+static void test_pending_enters_next_round(void **state)
+{
+    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_failure f = failure(0);
+
+    (void)state;
+    join(job, 0, 1, 0);
+    join(job, 1, 1, 0);
+    assert_int_equal(join(job, 2, 1, 0), RDZV_JOB_EV_PENDING);
+    assert_int_equal(join(job, 3, 1, 0), RDZV_JOB_EV_PENDING);
+    assert_int_equal(rdzv_job_lost(job, &peers[3], "connection closed", 0, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(job->n_pending, 1);
+    /* node 1 is lost: node 0 survives, the one free place goes to node 2 */
+    assert_int_equal(rdzv_job_lost(job, &peers[1], "no heartbeat for 0.2 s", 10, 0),
+                     RDZV_JOB_EV_RESTART);
+    assert_string_equal(job->cause.text, "lost node node1 (10.0.0.1): no heartbeat for 0.2 s");
+    assert_int_equal(job->restart_count, 1);
+    assert_int_equal(job->n_pending, 0);
+    assert_int_equal(job->n_members, 1);
+    assert_int_equal(join(job, 0, 1, 20), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 0)->group_rank, 0); /* rank 0 stays where it was */
+    assert_int_equal(member(job, 2)->group_rank, 1);
+    (void)f;
+    rdzv_job_free(job);
+}
+
+/* Four nodes, rank 1 lost, min 3: ranks 0 and 2 stay, rank 3 moves into the gap. */
+static void test_rank_gaps_compact(void **state)
+{
+    struct rdzv_job *job = new_job(3, 4);
+
+    (void)state;
+    for (unsigned i = 0; i < 4; i++)
+        join(job, i, 1, 0);
+    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0),
+                     RDZV_JOB_EV_RESTART);
+    join(job, 3, 1, 1);
+    join(job, 2, 1, 2);
+    join(job, 0, 1, 3);
+    assert_int_equal(rdzv_job_tick(job, 1003, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    assert_int_equal(member(job, 2)->group_rank, 2);
+    assert_int_equal(member(job, 3)->group_rank, 1);
+    assert_int_equal(member(job, 3)->rank_offset, 1);
+    rdzv_job_free(job);
+}
+
+static struct rdzv_rejoin mkrejoin(unsigned node, uint32_t round, uint32_t rank, uint32_t n)
+{
+    struct rdzv_rejoin rj = {.join = mkjoin(node, 2, 3, 2), .running = 1};
+
+    rj.join.reconnect_grace_ms = 500;
+    rj.join.max_restarts = 10;
+    rj.assign = (struct rdzv_assign){.round = round,
+                                     .group_rank = rank,
+                                     .group_world_size = n,
+                                     .rank_offset = 2 * rank,
+                                     .world_size = 2 * n,
+                                     .restart_count = 4,
+                                     .master_addr = "10.0.0.9",
+                                     .master_port = 29500};
+    return rj;
+}
+
+/* A fresh job adopts the round of the REJOINs; all members back = an ordinary running round. */
+static void test_rejoin_rebuild(void **state)
+{
+    struct rdzv_rejoin rj = mkrejoin(0, 7, 1, 2);
+    struct rdzv_job *job = NULL;
+    enum rdzv_job_event ev;
+    void *old;
+
+    (void)state;
+    assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", &peers[0], 100, &old, &ev), 0);
+    assert_null(old);
+    assert_int_equal(ev, RDZV_JOB_EV_NONE);
+    assert_int_equal(job->state, RDZV_JOB_RUNNING);
+    assert_int_equal(job->round, 7);
+    assert_int_equal(job->restart_count, 4);
+    assert_true(job->rebuilding);
+    assert_int_equal(rdzv_job_deadline(job), 600);
+    assert_int_equal(rdzv_job_done(job, &peers[0], 7), RDZV_JOB_EV_NONE); /* rank 0 missing */
+    rj = mkrejoin(1, 6, 0, 2); /* an older round */
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[1], 100, &old, &ev), -ESTALE);
+    rj = mkrejoin(1, 7, 1, 2); /* rank taken */
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[1], 100, &old, &ev), -ESTALE);
+    rj = mkrejoin(1, 7, 0, 2);
+    rj.done = 1;
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.1", &peers[1], 100, &old, &ev), 0);
+    assert_int_equal(ev, RDZV_JOB_EV_DONE); /* node 0 was done already, node 1 just said so */
+    rdzv_job_free(job);
+}
+
+/* A member that reconnects to a live job in the same round is re-attached; the grace expiring
+ * with a member missing is a lost node. */
+static void test_rejoin_reattach_and_grace(void **state)
+{
+    struct rdzv_rejoin rj = mkrejoin(0, 0, 0, 3);
+    struct rdzv_job *job = NULL;
+    enum rdzv_job_event ev;
+    void *old;
+
+    (void)state;
+    assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[0], 0, &old, &ev), 0);
+    rj = mkrejoin(1, 0, 1, 3);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[1], 0, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[5], 10, &old, &ev), 0);
+    assert_ptr_equal(old, &peers[1]);
+    assert_int_equal(rdzv_job_find(job, &peers[5]), 1);
+    assert_int_equal(rdzv_job_tick(job, 499, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(rdzv_job_tick(job, 500, 0), RDZV_JOB_EV_RESTART);
+    assert_string_equal(job->cause.text,
+                        "lost node with group rank 2: did not reconnect within 0.5 s");
+    assert_int_equal(job->restart_count, 5);
+    assert_int_equal(job->round, 1);
+    assert_int_equal(job->n_prev, 2);
+    rj = mkrejoin(2, 0, 2, 3); /* too late: the job moved on */
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[2], 600, &old, &ev), -ESTALE);
     rdzv_job_free(job);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scale_up),
+        cmocka_unit_test(test_pending_enters_next_round),
+        cmocka_unit_test(test_rank_gaps_compact),
+        cmocka_unit_test(test_rejoin_rebuild),
+        cmocka_unit_test(test_rejoin_reattach_and_grace),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_full_round_prefix_sums),
         cmocka_unit_test(test_last_call),

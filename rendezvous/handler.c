@@ -1,0 +1,217 @@
+/* Agent messages: one handler per message type. Each validates, asks the job (job.c) what
+ * happens, and lets sjob_apply() send the consequences. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server_priv.h"
+
+/* Constant time over the whole buffer, so that the reply time says nothing about how many
+ * leading bytes of a guessed token were right. Both buffers are zero padded by the codec. */
+static int token_ok(const struct rdzv_server *srv, const char *got)
+{
+    unsigned char diff = 0;
+
+    if (!srv->has_token)
+        return 1;
+    for (size_t i = 0; i < sizeof(srv->token); i++)
+        diff |= (unsigned char)(srv->token[i] ^ got[i]);
+    return diff == 0;
+}
+
+void handle_hello(struct peer *p, const struct rdzv_hello *h)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_WELCOME};
+
+    if (h->version != RDZV_PROTO_VERSION) {
+        srv_send_error(p, RDZV_ERR_VERSION,
+                       "protocol version %" PRIu32 " not supported (server speaks %d)",
+                       h->version, RDZV_PROTO_VERSION);
+        return;
+    }
+    if (!token_ok(p->srv, h->token)) {
+        srv_send_error(p, RDZV_ERR_AUTH, "authentication failed: wrong or missing token");
+        return;
+    }
+    if (h->role < RDZV_ROLE_AGENT || h->role > RDZV_ROLE_OBSERVER) {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "unknown role %u", h->role);
+        return;
+    }
+    p->welcomed = 1;
+    p->role = h->role;
+    srv_send(p, &m);
+}
+
+/* Finds or creates the job a JOIN names, or answers with an ERROR (then returns NULL). */
+static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
+{
+    struct sjob *sj = p->job;
+
+    if (sj != NULL && strcmp(sj->job->id, j->job_id) != 0) {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection already joined job %s",
+                       sj->job->id);
+        return NULL;
+    }
+    if (sj == NULL)
+        sj = sjob_find(p->srv, j->job_id);
+    if (sj == NULL) {
+        if (sjob_new(p->srv, j, &sj) < 0)
+            srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
+        return sj;
+    }
+    if (rdzv_job_check(sj->job, j) < 0) {
+        srv_send_error(p, RDZV_ERR_MISMATCH,
+                       "job %s has nnodes %" PRIu32 ":%" PRIu32 ", this node asked for %" PRIu32
+                       ":%" PRIu32,
+                       sj->job->id, sj->job->min_nodes, sj->job->max_nodes, j->min_nodes,
+                       j->max_nodes);
+        return NULL;
+    }
+    return sj;
+}
+
+static void join_error(struct peer *p, struct sjob *sj, int err, uint64_t node_id)
+{
+    const struct rdzv_job *job = sj->job;
+
+    if (err == -ESHUTDOWN)
+        srv_send_error(p, RDZV_ERR_CLOSED, "job %s already finished", job->id);
+    else if (err == -EEXIST)
+        srv_send_error(p, RDZV_ERR_PROTOCOL,
+                       "node %016" PRIx64 " already joined round %" PRIu32 " of job %s",
+                       node_id, job->round, job->id);
+    else
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "join failed: %s", strerror(-err));
+    if (sj->npeers == 0)
+        sjob_drop(sj); /* e.g. created for this very JOIN */
+}
+
+static int join_valid(struct peer *p, const struct rdzv_join *j)
+{
+    if (rdzv_job_validate_join(j) == 0)
+        return 1;
+    srv_send_error(p, RDZV_ERR_PROTOCOL,
+                   "invalid JOIN: need a job id, 1 <= min_nodes <= max_nodes <= %u, 1 <= nproc "
+                   "<= %u, port <= 65535",
+                   RDZV_JOB_MAX_NODES, RDZV_JOB_MAX_NPROC);
+    return 0;
+}
+
+/* JOIN's addr, or the address the connection came from. */
+static void join_addr(struct peer *p, const struct rdzv_join *j, char *addr, size_t len)
+{
+    snprintf(addr, len, "%s", j->addr);
+    if (addr[0] == '\0')
+        srv_peer_addr(p, addr, len);
+}
+
+void handle_join(struct peer *p, const struct rdzv_join *j)
+{
+    enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
+    char addr[RDZV_HOST_MAX + 1];
+    struct sjob *sj;
+    int err;
+
+    if (!join_valid(p, j) || (sj = join_target(p, j)) == NULL)
+        return;
+    join_addr(p, j, addr, sizeof(addr));
+    err = rdzv_job_join(sj->job, j, addr, p, uv_now(p->srv->loop), &ev);
+    if (err < 0) {
+        join_error(p, sj, err, j->node_id);
+        return;
+    }
+    sjob_attach(sj, p);
+    srv_peer_heartbeat_start(p, j);
+    sjob_apply(sj, ev);
+}
+
+void handle_failed(struct peer *p, const struct rdzv_failure *f, int leaving)
+{
+    if (p->job == NULL)
+        return; /* never joined: nothing to fail */
+    sjob_apply(p->job, rdzv_job_failed(p->job->job, p, f, leaving, uv_now(p->srv->loop)));
+}
+
+void handle_done(struct peer *p, uint32_t round)
+{
+    if (p->job == NULL)
+        return;
+    sjob_apply(p->job, rdzv_job_done(p->job->job, p, round));
+}
+
+/* Receiving it already refreshed last_seen (msg_cb); the echo lets the agent time the server. */
+void handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_HEARTBEAT};
+
+    m.u.heartbeat = *hb;
+    srv_send(p, &m);
+}
+
+/* The server moved on while the agent was away: it must stop its workers and JOIN again. */
+static void rejoin_stale(struct peer *p, struct sjob *sj, const struct rdzv_rejoin *rj)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_RESTART};
+    struct rdzv_failure *c = &m.u.restart.cause;
+
+    m.u.restart.restart_count = sj->job->restart_count;
+    c->round = rj->assign.round;
+    c->rank = c->local_rank = c->exit_code = -1;
+    c->time_ms = srv_wall_ms();
+    snprintf(c->host, sizeof(c->host), "%s", rj->join.host);
+    snprintf(c->text, sizeof(c->text), "round %" PRIu32 " ended while the node was away",
+             rj->assign.round);
+    sjob_attach(sj, p); /* its JOIN comes on this connection */
+    srv_send(p, &m);
+}
+
+/* The connection a reconnecting agent replaces is forgotten without counting a loss. */
+static void rejoin_replace(struct sjob *sj, struct peer *p, struct peer *old)
+{
+    if (old == NULL || old == p)
+        return;
+    if (old->job == sj) {
+        old->job = NULL;
+        sj->npeers--;
+    }
+    srv_peer_close(old, 0);
+}
+
+static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_rejoin *rj)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_REJOIN_OK};
+    enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
+    char addr[RDZV_HOST_MAX + 1];
+    void *old = NULL;
+    int err;
+
+    join_addr(p, &rj->join, addr, sizeof(addr));
+    err = rdzv_job_rejoin(sj->job, rj, addr, p, uv_now(p->srv->loop), &old, &ev);
+    if (err == -ESTALE) {
+        rejoin_stale(p, sj, rj);
+    } else if (err < 0) {
+        join_error(p, sj, err, rj->join.node_id);
+        return;
+    } else {
+        sjob_attach(sj, p);
+        rejoin_replace(sj, p, old);
+        m.u.rejoin_ok.round = sj->job->round;
+        srv_send(p, &m);
+    }
+    srv_peer_heartbeat_start(p, &rj->join);
+    sjob_apply(sj, ev);
+}
+
+void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
+{
+    struct sjob *sj;
+
+    if (!rj->running) {
+        handle_join(p, &rj->join);
+        return;
+    }
+    if (!join_valid(p, &rj->join) || (sj = join_target(p, &rj->join)) == NULL)
+        return;
+    rejoin_running(p, sj, rj);
+}

@@ -1,0 +1,111 @@
+/* Worker messages (ATTACH, KV_PUT, KV_GET, BARRIER) and the observer's STATUS_REQ. A worker
+ * connection is bound to one job by ATTACH and can never name another: that is the whole of
+ * the isolation between jobs. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_priv.h"
+#include "status.h"
+
+void handle_attach(struct peer *p, const struct rdzv_attach *a)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_ATTACH_OK};
+    struct sjob *sj = sjob_find(p->srv, a->job_id);
+
+    if (p->attached) {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection is already attached");
+        return;
+    }
+    if (sj == NULL || sj->job->state == RDZV_JOB_FINISHED) {
+        srv_send_error(p, RDZV_ERR_CLOSED, "job %s is %s", a->job_id,
+                       sj == NULL ? "unknown" : "finished");
+        return;
+    }
+    p->kvjob = sj;
+    p->attached = 1;
+    p->kv_round = a->round;
+    srv_send(p, &m);
+}
+
+/* The store's reply callback (ctx = the server): one KV_REPLY. The message is static because
+ * it is ~130 KB; replies are never sent from within another reply. */
+void sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
+                   const uint8_t *value, uint32_t len)
+{
+    static struct rdzv_msg m;
+
+    (void)ctx;
+    m.type = RDZV_MSG_KV_REPLY;
+    m.u.kv.req_id = req_id;
+    m.u.kv.wait_ms = 0;
+    m.u.kv.count = 0;
+    m.u.kv.status = (uint8_t)status;
+    m.u.kv.key[0] = '\0';
+    m.u.kv.value_len = len;
+    if (len > 0)
+        memcpy(m.u.kv.value, value, len);
+    srv_send(peer, &m);
+}
+
+static int kv_call(struct peer *p, struct sjob *sj, const struct rdzv_msg *m)
+{
+    const struct rdzv_kv *kv = &m->u.kv;
+    uint64_t now = uv_now(p->srv->loop);
+
+    switch (m->type) {
+    case RDZV_MSG_KV_PUT:
+        return rdzv_kv_put(sj->kv, p, kv->req_id, kv->key, kv->value, kv->value_len);
+    case RDZV_MSG_KV_GET:
+        return rdzv_kv_get(sj->kv, p, kv->req_id, kv->key, kv->wait_ms, now);
+    default:
+        return rdzv_kv_barrier(sj->kv, p, kv->req_id, kv->key, kv->count, kv->wait_ms, now);
+    }
+}
+
+/* KV_PUT, KV_GET, BARRIER. A worker of another round than the job's (or of a dropped job)
+ * is being replaced: STALE, whatever it asks. */
+void handle_kv(struct peer *p, const struct rdzv_msg *m)
+{
+    struct sjob *sj = p->kvjob;
+    int err;
+
+    if (!p->attached) {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "%s before ATTACH", rdzv_msg_name(m->type));
+        return;
+    }
+    if (sj == NULL || p->kv_round != rdzv_kv_round(sj->kv) ||
+        p->kv_round != sj->job->round) {
+        sjob_kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
+        return;
+    }
+    err = kv_call(p, sj, m);
+    if (err < 0) {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "%s failed: %s", rdzv_msg_name(m->type),
+                       strerror(-err));
+        return;
+    }
+    sjob_arm(sj);
+}
+
+void handle_status_req(struct peer *p, const struct rdzv_status_req *r)
+{
+    struct rdzv_msg *m = malloc(sizeof(*m));
+    size_t len = 0;
+
+    if (m == NULL) {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
+        return;
+    }
+    m->type = RDZV_MSG_STATUS;
+    if (rdzv_status_json(p->srv, r->job_id, m->u.status.json, sizeof(m->u.status.json),
+                         &len) < 0) {
+        free(m);
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "status document failed");
+        return;
+    }
+    m->u.status.len = (uint32_t)len;
+    srv_send(p, m);
+    free(m);
+}

@@ -1,0 +1,115 @@
+/* Internals of the rendezvous server shared by its files (server.c: listener, connections,
+ * dispatch; sjob.c: jobs and their events; handler.c: agent messages; handler_kv.c: worker and
+ * observer messages; status.c: the JSON document; http.c: the HTTP port). Not installed and not
+ * for other components: they use server.h. */
+#ifndef MUSTER_RDZV_SERVER_PRIV_H
+#define MUSTER_RDZV_SERVER_PRIV_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "conn.h"
+#include "job.h"
+#include "kv.h"
+#include "message.h"
+
+struct sjob;
+struct rdzv_http;
+
+/* One accepted connection: an agent, a worker (KV) or an observer (STATUS). */
+struct peer {
+    struct rdzv_conn conn; /* conn.data = this peer */
+    uv_timer_t hb;         /* liveness deadline of an agent that promised heartbeats */
+    struct rdzv_server *srv;
+    struct peer *prev, *next;
+    int welcomed; /* HELLO accepted */
+    uint8_t role; /* enum rdzv_role from HELLO */
+    int closing;
+    unsigned open; /* handles still open: conn.tcp and hb; freed at 0 */
+    struct sjob *job;   /* agent: the job it joined; NULL before JOIN */
+    struct sjob *kvjob; /* worker: the job it attached to; NULL before ATTACH or once dropped */
+    uint32_t kv_round;  /* worker: the round it attached for */
+    int attached;       /* worker: ATTACH accepted (kvjob may be NULL again later) */
+    uint64_t last_seen_ms; /* uv_now of the last message */
+    uint32_t hb_timeout_ms; /* 0: the agent does not heartbeat; only a close tells */
+};
+
+/* Server side of one job: the round logic, its deadline timer and the workers' KV store. */
+struct sjob {
+    struct rdzv_server *srv;
+    struct rdzv_job *job;
+    struct rdzv_kv_store *kv;
+    uv_timer_t timer; /* timer.data = this sjob; earliest of job and KV deadlines */
+    struct sjob *prev, *next;
+    unsigned npeers; /* agent connections with peer->job == this */
+    int dropped;
+    uint32_t last_restart_count; /* to count restarts in the metrics */
+};
+
+struct rdzv_server_stats {
+    uint64_t rounds_total, restarts_total, lost_nodes_total;
+    uint64_t bytes_received_total, bytes_sent_total; /* of closed connections; + live ones */
+    uint64_t http_requests_total;
+};
+
+struct rdzv_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    char token[RDZV_TOKEN_MAX + 1]; /* zero padded: compared over its whole size */
+    int has_token;
+    unsigned port;
+    struct peer *peers;
+    unsigned n_peers;
+    struct sjob *jobs;
+    unsigned n_jobs;
+    unsigned handles; /* open libuv handles: listener, peers, job timers, HTTP */
+    int closing;
+    void (*close_cb)(void *data);
+    void *close_data;
+    uint64_t start_ms; /* uv_now at creation, for uptime */
+    struct rdzv_server_stats stats;
+    struct rdzv_http *http; /* NULL until rdzv_server_http_listen() */
+};
+
+/* server.c */
+void srv_handle_closed(struct rdzv_server *srv);
+void srv_send(struct peer *p, const struct rdzv_msg *m);
+void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void srv_peer_close(struct peer *p, int flush);
+void srv_peer_addr(struct peer *p, char *buf, size_t len);
+void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j);
+uint64_t srv_wall_ms(void);
+int rdzv_server_resolve(uv_loop_t *loop, const char *host, unsigned port,
+                        struct sockaddr_storage *ss);
+int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connection_cb cb,
+                           unsigned *bound);
+
+/* sjob.c */
+struct sjob *sjob_find(struct rdzv_server *srv, const char *id);
+int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out);
+void sjob_drop(struct sjob *sj);
+void sjob_apply(struct sjob *sj, enum rdzv_job_event ev);
+void sjob_arm(struct sjob *sj);
+void sjob_attach(struct sjob *sj, struct peer *p);
+void sjob_detach(struct sjob *sj, struct peer *p, const char *reason);
+
+/* handler.c: agent messages */
+void handle_hello(struct peer *p, const struct rdzv_hello *h);
+void handle_join(struct peer *p, const struct rdzv_join *j);
+void handle_failed(struct peer *p, const struct rdzv_failure *f, int leaving);
+void handle_done(struct peer *p, uint32_t round);
+void handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb);
+void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj);
+
+/* handler_kv.c: worker and observer messages */
+void handle_attach(struct peer *p, const struct rdzv_attach *a);
+void handle_kv(struct peer *p, const struct rdzv_msg *m);
+void handle_status_req(struct peer *p, const struct rdzv_status_req *r);
+void sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
+                   const uint8_t *value, uint32_t len);
+
+/* http.c */
+void http_close(struct rdzv_http *h);
+
+#endif

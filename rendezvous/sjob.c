@@ -1,0 +1,276 @@
+/* Server side of one job (struct sjob): wraps the pure round logic (job.c) and the workers' KV
+ * store (kv.c) with the one timer they need, and turns the job's decisions into messages. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_priv.h"
+
+static void sjob_closed_cb(uv_handle_t *handle)
+{
+    struct sjob *sj = handle->data;
+    struct rdzv_server *srv = sj->srv;
+
+    rdzv_kv_free(sj->kv);
+    rdzv_job_free(sj->job);
+    free(sj);
+    srv_handle_closed(srv);
+}
+
+/* Unlinks at once, so that a JOIN arriving meanwhile creates a fresh job; frees on close.
+ * Workers still attached lose their job: their held requests get STALE, later ones too. */
+void sjob_drop(struct sjob *sj)
+{
+    struct rdzv_server *srv = sj->srv;
+
+    if (sj->dropped)
+        return;
+    sj->dropped = 1;
+    if (sj->prev != NULL)
+        sj->prev->next = sj->next;
+    else
+        srv->jobs = sj->next;
+    if (sj->next != NULL)
+        sj->next->prev = sj->prev;
+    srv->n_jobs--;
+    for (struct peer *p = srv->peers; p != NULL; p = p->next)
+        if (p->kvjob == sj)
+            p->kvjob = NULL;
+    if (!srv->closing)
+        rdzv_kv_set_round(sj->kv, sj->job->round + 1); /* answers held requests: STALE */
+    uv_close((uv_handle_t *)&sj->timer, sjob_closed_cb);
+}
+
+struct sjob *sjob_find(struct rdzv_server *srv, const char *id)
+{
+    for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next)
+        if (strcmp(sj->job->id, id) == 0)
+            return sj;
+    return NULL;
+}
+
+int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out)
+{
+    struct sjob *sj = calloc(1, sizeof(*sj));
+    int err;
+
+    if (sj == NULL)
+        return -ENOMEM;
+    err = rdzv_job_new(j, &sj->job);
+    if (err == 0)
+        err = rdzv_kv_new(NULL, 0, sjob_kv_reply, srv, &sj->kv);
+    if (err < 0) {
+        rdzv_job_free(sj->job);
+        free(sj);
+        return err;
+    }
+    uv_timer_init(srv->loop, &sj->timer); /* cannot fail on unix */
+    sj->timer.data = sj;
+    sj->srv = srv;
+    srv->handles++;
+    srv->n_jobs++;
+    sj->next = srv->jobs;
+    if (srv->jobs != NULL)
+        srv->jobs->prev = sj;
+    srv->jobs = sj;
+    *out = sj;
+    return 0;
+}
+
+/* --- job events -> messages ------------------------------------------------------------------ */
+static void timer_cb(uv_timer_t *timer)
+{
+    struct sjob *sj = timer->data;
+    uint64_t now = uv_now(sj->srv->loop);
+
+    rdzv_kv_tick(sj->kv, now);
+    sjob_apply(sj, rdzv_job_tick(sj->job, now, srv_wall_ms()));
+}
+
+static int64_t earliest(int64_t a, int64_t b)
+{
+    if (a < 0)
+        return b;
+    if (b < 0)
+        return a;
+    return a < b ? a : b;
+}
+
+void sjob_arm(struct sjob *sj)
+{
+    int64_t deadline = earliest(rdzv_job_deadline(sj->job), rdzv_kv_deadline(sj->kv));
+    uint64_t now = uv_now(sj->srv->loop);
+
+    if (deadline < 0) {
+        uv_timer_stop(&sj->timer);
+        return;
+    }
+    uv_timer_start(&sj->timer, timer_cb, (uint64_t)deadline > now ? deadline - now : 0, 0);
+}
+
+static void send_list(const struct rdzv_job_member *list, size_t n, const struct rdzv_msg *m)
+{
+    for (size_t i = 0; i < n; i++)
+        srv_send(list[i].peer, m);
+}
+
+static void send_members(struct sjob *sj, const struct rdzv_msg *m)
+{
+    send_list(sj->job->members, sj->job->n_members, m);
+}
+
+static void send_assign(struct sjob *sj)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_ASSIGN};
+
+    sj->srv->stats.rounds_total++;
+    for (size_t i = 0; i < sj->job->n_members; i++) {
+        rdzv_job_assign(sj->job, i, &m.u.assign);
+        srv_send(sj->job->members[i].peer, &m);
+    }
+}
+
+static void send_waiting(struct sjob *sj)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+
+    rdzv_job_waiting(sj->job, uv_now(sj->srv->loop), &m.u.waiting);
+    send_members(sj, &m);
+}
+
+/* RESTART to the previous round; the new round may already hold admitted pending joiners
+ * (WAITING) or even have closed with them (ASSIGN). */
+static void send_restart(struct sjob *sj)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_RESTART};
+
+    m.u.restart.restart_count = sj->job->restart_count;
+    m.u.restart.cause = sj->job->cause;
+    for (size_t i = 0; i < sj->job->n_prev; i++)
+        srv_send(sj->job->prev[i].peer, &m);
+    if (sj->job->state == RDZV_JOB_RUNNING)
+        send_assign(sj);
+    else if (sj->job->n_members > 0)
+        send_waiting(sj);
+}
+
+/* A joiner waiting for a later round hears how many wait with it. */
+static void send_pending(struct sjob *sj)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+    const struct rdzv_job *job = sj->job;
+
+    m.u.waiting = (struct rdzv_waiting){(uint32_t)job->n_pending, job->min_nodes,
+                                        job->max_nodes, -1, -1};
+    send_list(job->pending, job->n_pending, &m);
+}
+
+/* The job ended: members and anyone still waiting to join hear it. */
+static void send_final(struct sjob *sj, const struct rdzv_msg *m)
+{
+    send_members(sj, m);
+    send_list(sj->job->pending, sj->job->n_pending, m);
+}
+
+/* Every connection of the job hears about the timeout, also one that has not re-joined after
+ * a RESTART yet: the job is gone for all of them. */
+static void sjob_timeout(struct sjob *sj)
+{
+    struct rdzv_server *srv = sj->srv;
+    char text[RDZV_TEXT_MAX + 1];
+
+    rdzv_job_timeout_text(sj->job, text, sizeof(text));
+    for (struct peer *p = srv->peers, *next; p != NULL; p = next) {
+        next = p->next; /* srv_peer_close() unlinks only from its close callback, but be safe */
+        if (p->job != sj)
+            continue;
+        p->job = NULL;
+        sj->npeers--;
+        srv_send_error(p, RDZV_ERR_TIMEOUT, "%s", text);
+    }
+    sjob_drop(sj);
+}
+
+/* Counters for /metrics, and the KV store follows the job into its new round. */
+static void account(struct sjob *sj, enum rdzv_job_event ev)
+{
+    struct rdzv_job *job = sj->job;
+
+    if (job->restart_count > sj->last_restart_count)
+        sj->srv->stats.restarts_total += job->restart_count - sj->last_restart_count;
+    sj->last_restart_count = job->restart_count;
+    if ((ev == RDZV_JOB_EV_RESTART || ev == RDZV_JOB_EV_FAILED) &&
+        strncmp(job->cause.text, "lost node", 9) == 0)
+        sj->srv->stats.lost_nodes_total++;
+    if (rdzv_kv_round(sj->kv) != job->round)
+        rdzv_kv_set_round(sj->kv, job->round);
+}
+
+static void send_event(struct sjob *sj, enum rdzv_job_event ev)
+{
+    struct rdzv_msg m = {0};
+
+    switch (ev) {
+    case RDZV_JOB_EV_WAITING:
+        send_waiting(sj);
+        break;
+    case RDZV_JOB_EV_ASSIGNED:
+        send_assign(sj);
+        break;
+    case RDZV_JOB_EV_RESTART:
+        send_restart(sj);
+        break;
+    case RDZV_JOB_EV_PENDING:
+        send_pending(sj);
+        break;
+    case RDZV_JOB_EV_FAILED:
+        m.type = RDZV_MSG_JOB_FAILED;
+        m.u.job_failed.restarts = sj->job->restart_count;
+        m.u.job_failed.cause = sj->job->cause;
+        send_final(sj, &m);
+        break;
+    case RDZV_JOB_EV_DONE:
+        m.type = RDZV_MSG_JOB_DONE;
+        send_final(sj, &m);
+        break;
+    default:
+        break;
+    }
+}
+
+/* A job without agent connections has nothing left to tell anyone; dropping it lets the next
+ * JOIN with that id start afresh, and REJOINs rebuild it. */
+void sjob_apply(struct sjob *sj, enum rdzv_job_event ev)
+{
+    if (sj->dropped)
+        return;
+    if (ev == RDZV_JOB_EV_TIMEOUT) {
+        sjob_timeout(sj);
+        return;
+    }
+    account(sj, ev);
+    send_event(sj, ev);
+    if (sj->npeers == 0)
+        sjob_drop(sj);
+    else
+        sjob_arm(sj);
+}
+
+void sjob_attach(struct sjob *sj, struct peer *p)
+{
+    if (p->job == sj)
+        return;
+    p->job = sj;
+    sj->npeers++;
+}
+
+/* The agent connection p leaves the job (closed, silent, or replaced by a reconnect). */
+void sjob_detach(struct sjob *sj, struct peer *p, const char *reason)
+{
+    uint64_t now = uv_now(sj->srv->loop);
+
+    p->job = NULL;
+    sj->npeers--;
+    sjob_apply(sj, rdzv_job_lost(sj->job, p, reason, now, srv_wall_ms()));
+}

@@ -1,0 +1,112 @@
+/* Status document: see status.h. Everything is read from the live server structs; nothing is
+ * cached, so the document is as fresh as the call. */
+#include "status.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server_priv.h"
+
+static const char *job_state(const struct rdzv_job *job)
+{
+    switch (job->state) {
+    case RDZV_JOB_FILLING:
+        return "gathering";
+    case RDZV_JOB_RUNNING:
+        return job->rebuilding ? "recovering" : "running";
+    default:
+        return job->n_members > 0 && job->n_done == job->n_members ? "done" : "failed";
+    }
+}
+
+static const char *node_state(const struct rdzv_job *job, const struct rdzv_job_member *m)
+{
+    if (job->state == RDZV_JOB_FILLING)
+        return "joined";
+    return m->done ? "done" : "running";
+}
+
+/* One member or pending joiner; state == NULL derives it from the job. */
+static json_t *node_json(struct rdzv_server *srv, const struct rdzv_job *job,
+                         const struct rdzv_job_member *m, const char *state)
+{
+    const struct peer *p = m->peer;
+    int placed = state == NULL && job->state != RDZV_JOB_FILLING;
+    char id[17];
+
+    snprintf(id, sizeof(id), "%016" PRIx64, m->node_id);
+    return json_pack("{s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:o}", "host", m->host, "addr",
+                     m->addr, "node_id", id, "group_rank",
+                     placed ? json_integer(m->group_rank) : json_null(), "nproc",
+                     (json_int_t)m->nproc, "rank_offset",
+                     placed ? json_integer(m->rank_offset) : json_null(), "state",
+                     state ? state : node_state(job, m), "last_seen_ms_ago",
+                     p ? json_integer((json_int_t)(uv_now(srv->loop) - p->last_seen_ms))
+                       : json_null());
+}
+
+static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job)
+{
+    json_t *a = json_array();
+
+    for (size_t i = 0; a != NULL && i < job->n_members; i++)
+        json_array_append_new(a, node_json(srv, job, &job->members[i], NULL));
+    for (size_t i = 0; a != NULL && i < job->n_pending; i++)
+        json_array_append_new(a, node_json(srv, job, &job->pending[i], "waiting"));
+    return a;
+}
+
+static json_t *job_json(struct rdzv_server *srv, const struct rdzv_job *job, int with_nodes)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "id", job->id, "state",
+                          job_state(job), "round", (json_int_t)job->round, "restart_count",
+                          (json_int_t)job->restart_count, "max_restarts",
+                          (json_int_t)job->max_restarts, "min_nodes", (json_int_t)job->min_nodes,
+                          "max_nodes", (json_int_t)job->max_nodes, "world_size",
+                          (json_int_t)(job->state == RDZV_JOB_FILLING ? 0 : job->world_size));
+
+    if (o != NULL && with_nodes)
+        json_object_set_new(o, "nodes", nodes_json(srv, job));
+    return o;
+}
+
+static json_t *doc_json(struct rdzv_server *srv, const char *job_id, int with_nodes)
+{
+    json_t *jobs = json_array();
+    json_t *doc;
+
+    for (struct sjob *sj = srv->jobs; jobs != NULL && sj != NULL; sj = sj->next)
+        if (job_id == NULL || job_id[0] == '\0' || strcmp(job_id, sj->job->id) == 0)
+            json_array_append_new(jobs, job_json(srv, sj->job, with_nodes));
+    doc = json_pack("{s:{s:f, s:I, s:I}, s:o}", "server", "uptime_s",
+                    (uv_now(srv->loop) - srv->start_ms) / 1000.0, "connections",
+                    (json_int_t)srv->n_peers, "jobs", (json_int_t)srv->n_jobs, "jobs", jobs);
+    if (doc != NULL && !with_nodes)
+        json_object_set_new(doc, "truncated", json_true());
+    return doc;
+}
+
+int rdzv_status_json(struct rdzv_server *srv, const char *job_id, char *buf, size_t cap,
+                     size_t *len)
+{
+    for (int with_nodes = 1; with_nodes >= 0; with_nodes--) {
+        json_t *doc = doc_json(srv, job_id, with_nodes);
+        size_t n;
+
+        if (doc == NULL)
+            return -ENOMEM;
+        n = json_dumpb(doc, buf, cap, JSON_COMPACT);
+        json_decref(doc);
+        if (n == 0)
+            return -ENOMEM;
+        if (n < cap) {
+            buf[n] = '\0';
+            *len = n;
+            return 0;
+        }
+    }
+    return -EMSGSIZE;
+}

@@ -1,0 +1,677 @@
+/* Server handlers over real loopback TCP with raw protocol clients (the codec and conn.c), on
+ * a private loop: heartbeats and lost nodes, scale-up, REJOIN after a server restart, the
+ * workers' KV store and STATUS. Nothing sleeps: each test runs the loop until a predicate over
+ * the recorded messages holds, under a watchdog. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <uv.h>
+
+#include "conn.h"
+#include "server.h"
+
+#define NRAW 6
+#define WATCHDOG_MS 10000
+
+struct fixture;
+
+/* One raw client: every message it received is counted by type; the last of each kept. */
+struct raw {
+    struct fixture *fx;
+    struct rdzv_conn conn;
+    uv_connect_t connect;
+    uint8_t role;
+    int open, welcomed, eof, closed;
+    int auto_rejoin; /* answer RESTART with the JOIN again */
+    struct rdzv_join join;
+    int count[RDZV_MSG_TYPE_MAX_];
+    uint64_t at[RDZV_MSG_TYPE_MAX_]; /* uv_now of the last one */
+    struct rdzv_assign assign;
+    struct rdzv_restart restart;
+    struct rdzv_heartbeat heartbeat;
+    struct rdzv_error error;
+    uint32_t kv_status[16]; /* by req_id */
+    char kv_value[16][32];
+    char *status_json;
+};
+
+struct fixture {
+    uv_loop_t loop;
+    uv_timer_t watchdog, beat;
+    struct rdzv_server *srv;
+    unsigned port;
+    struct raw *raw[NRAW];
+    int (*pred)(struct fixture *fx);
+    int fired;
+};
+
+static struct fixture *gfx;
+static uint32_t g_keep_alive, g_hb_timeout, g_grace; /* for agent()'s JOINs */
+
+static void check(struct fixture *fx)
+{
+    if (fx->pred != NULL && fx->pred(fx))
+        uv_stop(&fx->loop);
+}
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    struct fixture *fx = t->data;
+
+    fx->fired = 1;
+    uv_stop(&fx->loop);
+}
+
+static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
+{
+    fx->pred = pred;
+    if (!pred(fx)) {
+        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
+        uv_run(&fx->loop, UV_RUN_DEFAULT);
+        uv_timer_stop(&fx->watchdog);
+    }
+    fx->pred = NULL;
+    assert_false(fx->fired);
+    assert_true(pred(fx));
+}
+
+static void send_msg(struct raw *r, const struct rdzv_msg *m)
+{
+    assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
+}
+
+static struct rdzv_msg *msg(uint8_t type)
+{
+    static struct rdzv_msg m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = type;
+    return &m;
+}
+
+static void record(struct raw *r, const struct rdzv_msg *m)
+{
+    r->count[m->type]++;
+    r->at[m->type] = uv_now(&r->fx->loop);
+    if (m->type == RDZV_MSG_ASSIGN)
+        r->assign = m->u.assign;
+    else if (m->type == RDZV_MSG_RESTART)
+        r->restart = m->u.restart;
+    else if (m->type == RDZV_MSG_HEARTBEAT)
+        r->heartbeat = m->u.heartbeat;
+    else if (m->type == RDZV_MSG_ERROR)
+        r->error = m->u.error;
+    else if (m->type == RDZV_MSG_WELCOME)
+        r->welcomed = 1;
+    else if (m->type == RDZV_MSG_STATUS) {
+        free(r->status_json);
+        r->status_json = strdup(m->u.status.json);
+    } else if (m->type == RDZV_MSG_KV_REPLY && m->u.kv.req_id < 16) {
+        r->kv_status[m->u.kv.req_id] = m->u.kv.status;
+        snprintf(r->kv_value[m->u.kv.req_id], 32, "%.*s", (int)m->u.kv.value_len,
+                 (const char *)m->u.kv.value);
+    }
+}
+
+static void raw_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
+{
+    struct raw *r = conn->data;
+
+    record(r, m);
+    if (m->type == RDZV_MSG_RESTART && r->auto_rejoin) {
+        struct rdzv_msg *j = msg(RDZV_MSG_JOIN);
+
+        j->u.join = r->join;
+        send_msg(r, j);
+    }
+    check(r->fx);
+}
+
+static void raw_closed_cb(struct rdzv_conn *conn)
+{
+    struct raw *r = conn->data;
+
+    r->closed = 1;
+    check(r->fx);
+}
+
+static void raw_error_cb(struct rdzv_conn *conn, int err)
+{
+    struct raw *r = conn->data;
+
+    r->eof = 1;
+    (void)err;
+    rdzv_conn_close(conn, 0, raw_closed_cb);
+    check(r->fx);
+}
+
+static void raw_connect_cb(uv_connect_t *req, int status)
+{
+    struct raw *r = req->data;
+
+    assert_int_equal(status, 0);
+    assert_int_equal(rdzv_conn_start(&r->conn), 0);
+}
+
+/* A raw client of `role`, connected, HELLO sent (messages queue behind it). */
+static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
+{
+    struct raw *r = fx->raw[i];
+    struct sockaddr_in sin;
+    struct rdzv_msg *h;
+
+    if (r == NULL)
+        r = fx->raw[i] = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    assert_false(r->open && !r->closed);
+    free(r->status_json);
+    memset(r, 0, sizeof(*r));
+    r->fx = fx;
+    r->role = role;
+    r->open = 1;
+    assert_int_equal(uv_ip4_addr("127.0.0.1", (int)fx->port, &sin), 0);
+    assert_int_equal(rdzv_conn_init(&fx->loop, &r->conn, raw_msg_cb, raw_error_cb, r), 0);
+    r->connect.data = r;
+    assert_int_equal(
+        uv_tcp_connect(&r->connect, &r->conn.tcp, (struct sockaddr *)&sin, raw_connect_cb), 0);
+    /* libuv queues writes behind the connect: HELLO goes first, then what the test sends */
+    h = msg(RDZV_MSG_HELLO);
+    h->u.hello.version = RDZV_PROTO_VERSION;
+    h->u.hello.role = role;
+    send_msg(r, h);
+    return r;
+}
+
+static struct raw *agent(struct fixture *fx, int i, const char *job, unsigned min, unsigned max)
+{
+    struct raw *r = raw_new(fx, i, RDZV_ROLE_AGENT);
+    struct rdzv_msg *m = msg(RDZV_MSG_JOIN);
+
+    r->join = (struct rdzv_join){.min_nodes = min,
+                                 .max_nodes = max,
+                                 .nproc = 2,
+                                 .master_port = 29500 + (unsigned)i,
+                                 .max_restarts = 3,
+                                 .last_call_ms = 100,
+                                 .join_timeout_ms = 5000,
+                                 .node_id = 1000 + (unsigned)i,
+                                 .keep_alive_ms = g_keep_alive,
+                                 .heartbeat_timeout_ms = g_hb_timeout,
+                                 .reconnect_grace_ms = g_grace};
+    snprintf(r->join.job_id, sizeof(r->join.job_id), "%s", job);
+    snprintf(r->join.host, sizeof(r->join.host), "host%d", i);
+    r->auto_rejoin = 1;
+    m->u.join = r->join;
+    send_msg(r, m);
+    return r;
+}
+
+static void raw_close(struct raw *r)
+{
+    if (r != NULL && r->open && !r->conn.closing)
+        rdzv_conn_close(&r->conn, 0, raw_closed_cb);
+}
+
+static int setup(void **state)
+{
+    static struct fixture fx;
+
+    memset(&fx, 0, sizeof(fx));
+    gfx = &fx;
+    g_keep_alive = g_hb_timeout = g_grace = 0;
+    assert_int_equal(uv_loop_init(&fx.loop), 0);
+    assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
+    assert_int_equal(uv_timer_init(&fx.loop, &fx.beat), 0);
+    fx.watchdog.data = &fx;
+    fx.beat.data = &fx;
+    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, NULL, &fx.srv), 0);
+    fx.port = rdzv_server_port(fx.srv);
+    *state = &fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+
+    for (int i = 0; i < NRAW; i++)
+        raw_close(fx->raw[i]);
+    rdzv_server_close(fx->srv, NULL, NULL);
+    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    uv_close((uv_handle_t *)&fx->beat, NULL);
+    assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(uv_loop_close(&fx->loop), 0);
+    for (int i = 0; i < NRAW; i++) {
+        if (fx->raw[i] != NULL)
+            free(fx->raw[i]->status_json);
+        free(fx->raw[i]);
+    }
+    return 0;
+}
+
+#define R(i) (gfx->raw[i])
+#define N(i, type) (R(i)->count[RDZV_MSG_##type])
+
+/* --- liveness ------------------------------------------------------------------------------ */
+static void beat_cb(uv_timer_t *t)
+{
+    struct rdzv_msg *m = msg(RDZV_MSG_HEARTBEAT);
+
+    (void)t;
+    m->u.heartbeat.seq = 1;
+    if (R(1)->open && !R(1)->conn.closing)
+        send_msg(R(1), m);
+}
+
+static int both_assigned(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1;
+}
+
+static int echo_and_lost(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, HEARTBEAT) == 1 && N(1, RESTART) == 1 && R(0)->closed;
+}
+
+/* Node 0 echoes one heartbeat then goes silent; node 1 keeps beating. Node 0 is a lost node
+ * within heartbeat_timeout + 100 ms, and the server closes its connection. */
+static void test_heartbeat_timeout(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+    uint64_t silent_from;
+
+    g_keep_alive = 50;
+    g_hb_timeout = 200;
+    agent(fx, 0, "hb", 2, 2);
+    agent(fx, 1, "hb", 2, 2);
+    run_until(fx, both_assigned);
+    m = msg(RDZV_MSG_HEARTBEAT);
+    m->u.heartbeat = (struct rdzv_heartbeat){.round = 0, .seq = 77};
+    send_msg(R(0), m);
+    silent_from = uv_now(&fx->loop);
+    uv_timer_start(&fx->beat, beat_cb, 50, 50);
+    run_until(fx, echo_and_lost);
+    uv_timer_stop(&fx->beat);
+    assert_int_equal(R(0)->heartbeat.seq, 77);
+    assert_string_equal(R(1)->restart.cause.text,
+                        "lost node host0 (127.0.0.1): no heartbeat for 0.2 s");
+    assert_int_equal(R(1)->restart.restart_count, 1);
+    assert_int_equal(R(1)->restart.cause.rank, -1);
+    assert_true(R(1)->at[RDZV_MSG_RESTART] - silent_from >= 200);
+    assert_true(R(1)->at[RDZV_MSG_RESTART] - silent_from <= 300);
+}
+
+static int three_assigned(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1 && N(2, ASSIGN) == 1;
+}
+
+static int survivors_reassigned(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, ASSIGN) == 2 && N(2, ASSIGN) == 2;
+}
+
+/* 2:3 nodes; the node with group rank 1 closes: the two others restart and run as a round of
+ * two, rank 0 where it was and rank 2 compacted into the gap. */
+static void test_lost_by_close_ranks(void **state)
+{
+    struct fixture *fx = *state;
+    int lost = -1;
+
+    for (int i = 0; i < 3; i++)
+        agent(fx, i, "lossy", 2, 3);
+    run_until(fx, three_assigned);
+    for (int i = 0; i < 3; i++)
+        if (R(i)->assign.group_rank == 1)
+            lost = i;
+    raw_close(R(lost));
+    gfx->raw[lost]->count[RDZV_MSG_ASSIGN] = 2; /* predicate over the survivors only */
+    run_until(fx, survivors_reassigned);
+    for (int i = 0; i < 3; i++) {
+        if (i == lost)
+            continue;
+        assert_int_equal(R(i)->restart.restart_count, 1);
+        assert_true(strstr(R(i)->restart.cause.text, ": connection closed") != NULL);
+        assert_int_equal(R(i)->assign.group_world_size, 2);
+        assert_int_equal(R(i)->assign.round, 1);
+        assert_true(R(i)->assign.group_rank < 2);
+    }
+}
+
+/* --- scale-up ------------------------------------------------------------------------------ */
+static int one_assigned(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, ASSIGN) == 1;
+}
+
+static int scaled(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, ASSIGN) == 2 && N(1, ASSIGN) == 1;
+}
+
+static void test_scale_up(void **state)
+{
+    struct fixture *fx = *state;
+
+    agent(fx, 0, "grow", 1, 3);
+    run_until(fx, one_assigned);
+    agent(fx, 1, "grow", 1, 3);
+    run_until(fx, scaled);
+    assert_int_equal(N(0, RESTART), 1);
+    assert_int_equal(R(0)->restart.restart_count, 0);
+    assert_string_equal(R(0)->restart.cause.text, "scale-up: host1 joined");
+    assert_int_equal(R(0)->restart.cause.rank, -1);
+    assert_int_equal(R(0)->restart.cause.exit_code, -1);
+    assert_true(N(1, WAITING) >= 1);
+    assert_int_equal(R(0)->assign.round, 1);
+    assert_int_equal(R(0)->assign.restart_count, 0);
+    assert_int_equal(R(0)->assign.group_rank, 0);
+    assert_int_equal(R(1)->assign.group_rank, 1);
+    assert_int_equal(R(1)->assign.world_size, 4);
+}
+
+static int pending_done(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, JOB_DONE) == 1 && N(1, JOB_DONE) == 1;
+}
+
+/* At max_nodes the joiner only waits; the job ending tells it too. */
+static void test_scale_up_full(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+
+    agent(fx, 0, "full", 1, 1);
+    run_until(fx, one_assigned);
+    agent(fx, 1, "full", 1, 1);
+    while (N(1, WAITING) == 0)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(N(0, RESTART), 0);
+    m = msg(RDZV_MSG_DONE);
+    m->u.done.round = 0;
+    send_msg(R(0), m);
+    run_until(fx, pending_done);
+    assert_int_equal(N(1, ASSIGN), 0);
+}
+
+/* --- server restart ------------------------------------------------------------------------ */
+static int all_eof(struct fixture *fx)
+{
+    (void)fx;
+    return R(0)->closed && R(1)->closed;
+}
+
+static void restart_server(struct fixture *fx)
+{
+    unsigned port = fx->port;
+
+    rdzv_server_close(fx->srv, NULL, NULL);
+    run_until(fx, all_eof);
+    /* libuv binds with SO_REUSEADDR: the same port is free again at once */
+    assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", port, NULL, &fx->srv), 0);
+    assert_int_equal(rdzv_server_port(fx->srv), port);
+}
+
+static void rejoin(struct fixture *fx, int i, int done)
+{
+    struct rdzv_join j = R(i)->join;
+    struct rdzv_assign a = R(i)->assign;
+    struct raw *r = raw_new(fx, i, RDZV_ROLE_AGENT);
+    struct rdzv_msg *m = msg(RDZV_MSG_REJOIN);
+
+    r->join = j;
+    r->assign = a;
+    r->auto_rejoin = 1;
+    m->u.rejoin = (struct rdzv_rejoin){.join = j, .running = 1, .done = (uint8_t)done,
+                                       .assign = a};
+    send_msg(r, m);
+}
+
+static int rejoined_and_done(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, REJOIN_OK) == 1 && N(1, REJOIN_OK) == 1 && N(0, JOB_DONE) == 1 &&
+           N(1, JOB_DONE) == 1;
+}
+
+/* The server goes away while round 0 runs; a fresh server on the same port rebuilds the job
+ * from the REJOINs (nobody restarts), and DONE still ends it. */
+static void test_rejoin_after_server_restart(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+
+    agent(fx, 0, "phoenix", 2, 2);
+    agent(fx, 1, "phoenix", 2, 2);
+    run_until(fx, both_assigned);
+    restart_server(fx);
+    rejoin(fx, 0, 1); /* node 0 finished while the server was away */
+    rejoin(fx, 1, 0);
+    while (N(1, REJOIN_OK) == 0)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    m = msg(RDZV_MSG_DONE);
+    m->u.done.round = 0;
+    send_msg(R(1), m);
+    run_until(fx, rejoined_and_done);
+    assert_int_equal(N(0, RESTART) + N(1, RESTART), 0);
+}
+
+static int grace_restart(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, RESTART) == 1;
+}
+
+/* Only one of two members comes back: after the grace, the other is a lost node. */
+static void test_rejoin_grace(void **state)
+{
+    struct fixture *fx = *state;
+    uint64_t t0;
+
+    g_grace = 200;
+    agent(fx, 0, "grace", 2, 2);
+    agent(fx, 1, "grace", 2, 2);
+    run_until(fx, both_assigned);
+    restart_server(fx);
+    t0 = uv_now(&fx->loop);
+    rejoin(fx, 0, 0);
+    run_until(fx, grace_restart);
+    assert_int_equal(N(0, REJOIN_OK), 1);
+    assert_int_equal(R(0)->restart.restart_count, 1);
+    assert_true(strstr(R(0)->restart.cause.text, "did not reconnect within 0.2 s") != NULL);
+    assert_true(R(0)->at[RDZV_MSG_RESTART] - t0 >= 200);
+}
+
+static int stale_restart(struct fixture *fx)
+{
+    (void)fx;
+    return N(2, RESTART) == 1;
+}
+
+/* A reconnect naming a round the (live) server already left gets RESTART. */
+static void test_rejoin_stale_round(void **state)
+{
+    struct fixture *fx = *state;
+
+    agent(fx, 0, "moved", 1, 2);
+    run_until(fx, one_assigned);
+    agent(fx, 1, "moved", 1, 2); /* scale-up: round 1 */
+    run_until(fx, scaled);
+    R(2) = calloc(1, sizeof(struct raw));
+    R(2)->join = R(0)->join;
+    R(2)->join.node_id = 999;
+    R(2)->assign = R(0)->assign;
+    R(2)->assign.round = 0;
+    R(2)->open = 0;
+    rejoin(fx, 2, 0);
+    run_until(fx, stale_restart);
+    assert_string_equal(R(2)->restart.cause.text, "round 0 ended while the node was away");
+}
+
+/* --- KV store ---------------------------------------------------------------------------- */
+static struct raw *worker(struct fixture *fx, int i, const char *job, uint32_t round)
+{
+    struct raw *r = raw_new(fx, i, RDZV_ROLE_WORKER);
+    struct rdzv_msg *m = msg(RDZV_MSG_ATTACH);
+
+    snprintf(m->u.attach.job_id, sizeof(m->u.attach.job_id), "%s", job);
+    m->u.attach.round = round;
+    m->u.attach.rank = i;
+    send_msg(r, m);
+    return r;
+}
+
+static void kv(struct raw *r, uint8_t type, uint32_t req, const char *key, const char *value,
+               uint32_t wait_ms, uint32_t count)
+{
+    struct rdzv_msg *m = msg(type);
+
+    m->u.kv.req_id = req;
+    m->u.kv.wait_ms = wait_ms;
+    m->u.kv.count = count;
+    snprintf(m->u.kv.key, sizeof(m->u.kv.key), "%s", key);
+    m->u.kv.value_len = value ? (uint32_t)strlen(value) : 0;
+    if (value)
+        memcpy(m->u.kv.value, value, m->u.kv.value_len);
+    send_msg(r, m);
+}
+
+static int replies(struct fixture *fx, int i, int n)
+{
+    (void)fx;
+    return N(i, KV_REPLY) >= n;
+}
+
+static int w2_3(struct fixture *fx) { return replies(fx, 2, 3) && replies(fx, 3, 1); }
+static int w3_4(struct fixture *fx) { return replies(fx, 3, 3) && replies(fx, 2, 4); }
+static int w4_err(struct fixture *fx) { (void)fx; return N(4, ERROR) == 1 && R(4)->closed; }
+static int w5_2(struct fixture *fx) { return replies(fx, 5, 2); }
+static int stale_all(struct fixture *fx) { return replies(fx, 2, 6) && replies(fx, 3, 4); }
+
+static void test_kv(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+
+    agent(fx, 0, "kv", 1, 1);
+    agent(fx, 1, "other", 1, 1);
+    while (N(0, ASSIGN) + N(1, ASSIGN) < 2)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    worker(fx, 2, "kv", 0);
+    worker(fx, 3, "kv", 0);
+    kv(R(3), RDZV_MSG_KV_GET, 1, "addr", NULL, 5000, 0); /* held */
+    kv(R(2), RDZV_MSG_KV_PUT, 1, "addr", "10.0.0.1:5", 0, 0);
+    kv(R(2), RDZV_MSG_KV_GET, 2, "nope", NULL, 0, 0);
+    kv(R(2), RDZV_MSG_KV_GET, 3, "later", NULL, 30, 0);
+    kv(R(2), RDZV_MSG_BARRIER, 4, "b", NULL, 5000, 2);
+    run_until(fx, w2_3);
+    assert_int_equal(N(3, ATTACH_OK), 1);
+    assert_int_equal(R(2)->kv_status[1], RDZV_KV_OK);
+    assert_int_equal(R(2)->kv_status[2], RDZV_KV_NOT_FOUND);
+    assert_int_equal(R(2)->kv_status[3], RDZV_KV_TIMEOUT);
+    assert_int_equal(R(3)->kv_status[1], RDZV_KV_OK);
+    assert_string_equal(R(3)->kv_value[1], "10.0.0.1:5");
+    kv(R(3), RDZV_MSG_KV_GET, 2, "addr", NULL, 0, 0);
+    kv(R(3), RDZV_MSG_KV_GET, 3, "late", NULL, 5000, 0); /* held until the round ends */
+    kv(R(3), RDZV_MSG_BARRIER, 4, "b", NULL, 5000, 0);
+    run_until(fx, w3_4);
+    assert_int_equal(R(2)->kv_status[4], RDZV_KV_OK);
+    assert_int_equal(R(3)->kv_status[4], RDZV_KV_OK);
+    assert_string_equal(R(3)->kv_value[2], "10.0.0.1:5");
+    /* another job's worker sees nothing of "kv"; an unknown job is refused */
+    worker(fx, 5, "other", 0);
+    kv(R(5), RDZV_MSG_KV_GET, 1, "addr", NULL, 0, 0);
+    kv(R(5), RDZV_MSG_KV_PUT, 2, "addr", "x", 0, 0);
+    run_until(fx, w5_2);
+    assert_int_equal(R(5)->kv_status[1], RDZV_KV_NOT_FOUND);
+    worker(fx, 4, "nosuch", 0);
+    run_until(fx, w4_err);
+    assert_int_equal(R(4)->error.code, RDZV_ERR_CLOSED);
+    /* the job restarts: the held get is STALE, so is a request naming round 0 */
+    m = msg(RDZV_MSG_FAILED);
+    m->u.failed = (struct rdzv_failure){.round = 0, .rank = 0, .exit_code = 1};
+    send_msg(R(0), m);
+    while (N(0, RESTART) == 0)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    kv(R(2), RDZV_MSG_KV_GET, 5, "addr", NULL, 0, 0);
+    kv(R(2), RDZV_MSG_KV_PUT, 6, "addr", "y", 0, 0);
+    run_until(fx, stale_all);
+    assert_int_equal(R(3)->kv_status[3], RDZV_KV_STALE);
+    assert_int_equal(R(2)->kv_status[5], RDZV_KV_STALE);
+    assert_int_equal(R(2)->kv_status[6], RDZV_KV_STALE);
+}
+
+/* --- STATUS ------------------------------------------------------------------------------- */
+static int got_status(struct fixture *fx)
+{
+    (void)fx;
+    return N(2, STATUS) == 1;
+}
+
+static void test_status(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+    json_t *doc, *jobs, *job, *node;
+    json_error_t jerr;
+
+    agent(fx, 0, "seen", 2, 2);
+    agent(fx, 1, "seen", 2, 2);
+    agent(fx, 3, "unseen", 2, 2);
+    run_until(fx, both_assigned);
+    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
+    m = msg(RDZV_MSG_STATUS_REQ);
+    strcpy(m->u.status_req.job_id, "seen");
+    send_msg(R(2), m);
+    run_until(fx, got_status);
+    doc = json_loads(R(2)->status_json, 0, &jerr);
+    assert_non_null(doc);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "server"),
+                                                        "jobs")), 2);
+    jobs = json_object_get(doc, "jobs");
+    assert_int_equal(json_array_size(jobs), 1); /* filtered */
+    job = json_array_get(jobs, 0);
+    assert_string_equal(json_string_value(json_object_get(job, "id")), "seen");
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "running");
+    assert_int_equal(json_integer_value(json_object_get(job, "world_size")), 4);
+    assert_int_equal(json_array_size(json_object_get(job, "nodes")), 2);
+    node = json_array_get(json_object_get(job, "nodes"), 0);
+    assert_string_equal(json_string_value(json_object_get(node, "addr")), "127.0.0.1");
+    assert_string_equal(json_string_value(json_object_get(node, "state")), "running");
+    assert_true(json_is_integer(json_object_get(node, "last_seen_ms_ago")));
+    assert_null(json_object_get(doc, "truncated"));
+    json_decref(doc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_heartbeat_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_by_close_ranks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scale_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scale_up_full, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rejoin_after_server_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rejoin_grace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rejoin_stale_round, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kv, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_status, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
