@@ -1,18 +1,451 @@
-/* HTTP port of the server: placeholder until the HTTP step lands. */
+/* HTTP/1.0 port of the rendezvous server: /metrics, /status and /. One request per connection;
+ * the response is written whole and the connection closed. Read-only by design: nothing here
+ * can change a job, so the port needs no token. */
+#include "http.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "server.h"
 #include "server_priv.h"
+#include "status.h"
+
+/* --- parser ---------------------------------------------------------------------------------- */
+
+/* The end of the head (after the empty line), or NULL. */
+static const char *head_end(const char *buf, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (buf[i] != '\n')
+            continue;
+        if (buf[i + 1] == '\n')
+            return buf + i + 2;
+        if (buf[i + 1] == '\r' && i + 2 < len && buf[i + 2] == '\n')
+            return buf + i + 3;
+    }
+    return NULL;
+}
+
+/* Copies the token at *p up to a space into dst (max bytes); fails on empty or too long. */
+static int token(const char **p, const char *end, char *dst, size_t max)
+{
+    size_t n = 0;
+
+    while (*p < end && **p != ' ' && **p != '\r' && **p != '\n') {
+        if (n == max || !isgraph((unsigned char)**p))
+            return -EINVAL;
+        dst[n++] = *(*p)++;
+    }
+    dst[n] = '\0';
+    return n > 0 ? 0 : -EINVAL;
+}
+
+int rdzv_http_parse(const char *buf, size_t len, struct rdzv_http_req *req)
+{
+    const char *end = head_end(buf, len), *p = buf, *q;
+    char version[16];
+
+    if (end == NULL)
+        return len >= RDZV_HTTP_HEAD_MAX ? -EMSGSIZE : -EAGAIN;
+    if (end - buf > RDZV_HTTP_HEAD_MAX)
+        return -EMSGSIZE;
+    if (token(&p, end, req->method, RDZV_HTTP_METHOD_MAX) < 0 || *p++ != ' ')
+        return -EINVAL;
+    if (token(&p, end, req->path, RDZV_HTTP_PATH_MAX) < 0 || *p++ != ' ')
+        return -EINVAL;
+    if (token(&p, end, version, sizeof(version) - 1) < 0)
+        return -EINVAL;
+    if (strcmp(version, "HTTP/1.0") != 0 && strcmp(version, "HTTP/1.1") != 0)
+        return -EINVAL;
+    if (*p == '\r')
+        p++;
+    if (*p != '\n' || req->path[0] != '/')
+        return -EINVAL;
+    q = strchr(req->path, '?');
+    if (q != NULL)
+        req->path[q - req->path] = '\0';
+    return 0;
+}
+
+/* --- connections ---------------------------------------------------------------------------- */
+struct rdzv_http {
+    uv_tcp_t listener;
+    struct rdzv_server *srv;
+    struct http_conn *conns;
+    int closing;
+};
+
+struct http_conn {
+    uv_tcp_t tcp;
+    uv_timer_t idle;
+    uv_write_t write;
+    uv_shutdown_t shutdown;
+    struct rdzv_http *http;
+    struct http_conn *prev, *next;
+    unsigned open; /* tcp and idle */
+    int done;      /* a response was queued: ignore further input */
+    char *response;
+    size_t len;
+    char head[RDZV_HTTP_HEAD_MAX];
+};
+
+static void conn_release(uv_handle_t *handle)
+{
+    struct http_conn *c = handle->data;
+    struct rdzv_server *srv = c->http->srv;
+
+    if (--c->open > 0)
+        return;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        c->http->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    free(c->response);
+    free(c);
+    srv_handle_closed(srv); /* one count per connection */
+}
+
+static void conn_close(struct http_conn *c)
+{
+    if (!uv_is_closing((uv_handle_t *)&c->tcp))
+        uv_close((uv_handle_t *)&c->tcp, conn_release);
+    if (!uv_is_closing((uv_handle_t *)&c->idle))
+        uv_close((uv_handle_t *)&c->idle, conn_release);
+}
+
+static void shutdown_cb(uv_shutdown_t *req, int status)
+{
+    (void)status;
+    conn_close(req->data);
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+    struct http_conn *c = req->data;
+
+    c->shutdown.data = c;
+    if (status < 0 || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, shutdown_cb) < 0)
+        conn_close(c);
+}
+
+/* Queues the whole response (head + body unless HEAD) and closes once it is written. */
+static void respond(struct http_conn *c, int code, const char *reason, const char *ctype,
+                    const char *body, size_t blen, int head_only)
+{
+    FILE *f = open_memstream(&c->response, &c->len);
+    uv_buf_t buf;
+
+    c->done = 1;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    if (f == NULL) {
+        conn_close(c);
+        return;
+    }
+    fprintf(f,
+            "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            code, reason, ctype, blen);
+    if (!head_only)
+        fwrite(body, 1, blen, f);
+    if (fclose(f) != 0) {
+        conn_close(c);
+        return;
+    }
+    buf = uv_buf_init(c->response, (unsigned)c->len);
+    c->write.data = c;
+    if (uv_write(&c->write, (uv_stream_t *)&c->tcp, &buf, 1, write_cb) < 0)
+        conn_close(c);
+}
+
+static void respond_text(struct http_conn *c, int code, const char *reason, int head_only)
+{
+    char body[64];
+    int n = snprintf(body, sizeof(body), "%d %s\n", code, reason);
+
+    respond(c, code, reason, "text/plain; charset=utf-8", body, (size_t)n, head_only);
+}
+
+/* --- documents ------------------------------------------------------------------------------- */
+static void metric(FILE *f, const char *name, const char *type, const char *help, double v)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+struct totals {
+    uint64_t nodes, kv_keys, bytes_in, bytes_out;
+    double lateness_s;
+};
+
+static void sum_up(struct rdzv_server *srv, struct totals *t)
+{
+    uint64_t now = uv_now(srv->loop);
+
+    memset(t, 0, sizeof(*t));
+    for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next) {
+        t->nodes += sj->job->n_members + sj->job->n_pending;
+        t->kv_keys += rdzv_kv_keys(sj->kv);
+    }
+    t->bytes_in = srv->stats.bytes_received_total;
+    t->bytes_out = srv->stats.bytes_sent_total;
+    for (struct peer *p = srv->peers; p != NULL; p = p->next) {
+        uint64_t late = now - p->last_seen_ms;
+
+        t->bytes_in += p->conn.bytes_in;
+        t->bytes_out += p->conn.bytes_out;
+        if (p->hb_timeout_ms == 0 || p->job == NULL || late <= p->keep_alive_ms)
+            continue;
+        late -= p->keep_alive_ms;
+        if (late / 1000.0 > t->lateness_s)
+            t->lateness_s = late / 1000.0;
+    }
+}
+
+static char *metrics_text(struct rdzv_server *srv, size_t *len)
+{
+    const struct rdzv_server_stats *st = &srv->stats;
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    struct totals t;
+
+    if (f == NULL)
+        return NULL;
+    sum_up(srv, &t);
+    metric(f, "muster_jobs", "gauge", "Jobs the server holds.", srv->n_jobs);
+    metric(f, "muster_nodes", "gauge", "Nodes in the jobs' rounds, waiting ones included.",
+           (double)t.nodes);
+    metric(f, "muster_rounds_total", "counter", "Rounds assigned.", (double)st->rounds_total);
+    metric(f, "muster_restarts_total", "counter", "Restarts counted against max_restarts.",
+           (double)st->restarts_total);
+    metric(f, "muster_lost_nodes_total", "counter", "Nodes lost by close or silence.",
+           (double)st->lost_nodes_total);
+    metric(f, "muster_connections", "gauge", "Open protocol connections.", srv->n_peers);
+    metric(f, "muster_bytes_received_total", "counter", "Protocol bytes received.",
+           (double)t.bytes_in);
+    metric(f, "muster_bytes_sent_total", "counter", "Protocol bytes sent.", (double)t.bytes_out);
+    metric(f, "muster_heartbeat_lateness_seconds", "gauge",
+           "Max over agents of now - last seen - keep-alive interval, floored at 0.",
+           t.lateness_s);
+    metric(f, "muster_kv_keys", "gauge", "Keys in the workers' KV stores.", (double)t.kv_keys);
+    metric(f, "muster_http_requests_total", "counter", "HTTP requests served.",
+           (double)srv->stats.http_requests_total);
+    return fclose(f) == 0 ? text : (free(text), NULL);
+}
+
+static void html_escaped(FILE *f, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&#39;", f); break;
+        default: fputc(*s, f); break;
+        }
+    }
+}
+
+static void html_job(FILE *f, const struct rdzv_job *job)
+{
+    fputs("<h2>", f);
+    html_escaped(f, job->id);
+    fprintf(f, "</h2><p>round %u, restarts %u of %u, nodes %u:%u</p>\n<table><tr><th>host"
+               "<th>addr<th>group rank<th>nproc</tr>\n",
+            job->round, job->restart_count, job->max_restarts, job->min_nodes, job->max_nodes);
+    for (size_t i = 0; i < job->n_members; i++) {
+        const struct rdzv_job_member *m = &job->members[i];
+
+        fputs("<tr><td>", f);
+        html_escaped(f, m->host);
+        fputs("<td>", f);
+        html_escaped(f, m->addr);
+        if (job->state == RDZV_JOB_FILLING)
+            fprintf(f, "<td>-<td>%u</tr>\n", m->nproc);
+        else
+            fprintf(f, "<td>%u<td>%u</tr>\n", m->group_rank, m->nproc);
+    }
+    fputs("</table>\n", f);
+}
+
+static char *html_page(struct rdzv_server *srv, size_t *len)
+{
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+
+    if (f == NULL)
+        return NULL;
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>muster</title>"
+               "</head><body>\n<h1>muster rendezvous</h1><p>%u jobs, %u connections. "
+               "<a href=\"/status\">status</a> <a href=\"/metrics\">metrics</a></p>\n",
+            srv->n_jobs, srv->n_peers);
+    for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next)
+        html_job(f, sj->job);
+    fputs("</body></html>\n", f);
+    return fclose(f) == 0 ? text : (free(text), NULL);
+}
+
+static char *status_text(struct rdzv_server *srv, size_t *len)
+{
+    size_t cap = 16u << 20; /* no frame limit here; nodes are dropped only past 16 MiB */
+    char *buf = malloc(cap);
+
+    if (buf != NULL && rdzv_status_json(srv, NULL, buf, cap, len) < 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* --- requests ------------------------------------------------------------------------------- */
+static void serve(struct http_conn *c, const struct rdzv_http_req *req)
+{
+    struct rdzv_server *srv = c->http->srv;
+    int head = strcmp(req->method, "HEAD") == 0;
+    const char *ctype;
+    char *body = NULL;
+    size_t len = 0;
+
+    srv->stats.http_requests_total++;
+    if (!head && strcmp(req->method, "GET") != 0) {
+        respond_text(c, 405, "Method Not Allowed", 0);
+        return;
+    }
+    if (strcmp(req->path, "/metrics") == 0) {
+        body = metrics_text(srv, &len);
+        ctype = "text/plain; version=0.0.4; charset=utf-8";
+    } else if (strcmp(req->path, "/status") == 0) {
+        body = status_text(srv, &len);
+        ctype = "application/json";
+    } else if (strcmp(req->path, "/") == 0) {
+        body = html_page(srv, &len);
+        ctype = "text/html; charset=utf-8";
+    } else {
+        respond_text(c, 404, "Not Found", head);
+        return;
+    }
+    if (body == NULL)
+        respond_text(c, 500, "Internal Server Error", head);
+    else
+        respond(c, 200, "OK", ctype, body, len, head);
+    free(body);
+}
+
+static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    struct http_conn *c = handle->data;
+
+    (void)suggested;
+    *buf = uv_buf_init(c->head + c->len, (unsigned)(sizeof(c->head) - c->len));
+}
+
+static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct http_conn *c = stream->data;
+    struct rdzv_http_req req;
+    int err;
+
+    (void)buf;
+    if (c->done || nread == 0)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    c->len += (size_t)nread;
+    err = rdzv_http_parse(c->head, c->len, &req);
+    if (err == -EAGAIN && c->len < sizeof(c->head))
+        return;
+    c->len = 0; /* c->head is reused for nothing else; respond() builds its own buffer */
+    if (err == 0)
+        serve(c, &req);
+    else if (err == -EMSGSIZE || err == -EAGAIN)
+        respond_text(c, 431, "Request Header Fields Too Large", 0);
+    else
+        respond_text(c, 400, "Bad Request", 0);
+}
+
+static void idle_cb(uv_timer_t *t)
+{
+    conn_close(t->data); /* slowloris: a head that never completes */
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    struct rdzv_http *h = listener->data;
+    struct http_conn *c;
+
+    if (status < 0 || h->closing || (c = calloc(1, sizeof(*c))) == NULL)
+        return;
+    uv_tcp_init(h->srv->loop, &c->tcp); /* neither can fail on unix */
+    uv_timer_init(h->srv->loop, &c->idle);
+    c->tcp.data = c->idle.data = c;
+    c->http = h;
+    c->open = 2;
+    h->srv->handles++;
+    c->next = h->conns;
+    if (h->conns != NULL)
+        h->conns->prev = c;
+    h->conns = c;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0 ||
+        uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->idle, idle_cb, RDZV_HTTP_IDLE_MS, 0);
+}
+
+static void listener_closed_cb(uv_handle_t *handle)
+{
+    struct rdzv_http *h = handle->data;
+    struct rdzv_server *srv = h->srv;
+
+    free(h);
+    srv_handle_closed(srv);
+}
 
 void http_close(struct rdzv_http *h)
 {
-    (void)h;
+    if (h == NULL || h->closing)
+        return;
+    h->closing = 1;
+    for (struct http_conn *c = h->conns; c != NULL; c = c->next)
+        conn_close(c);
+    uv_close((uv_handle_t *)&h->listener, listener_closed_cb);
 }
 
 int rdzv_server_http_listen(struct rdzv_server *s, const char *host, unsigned port,
                             unsigned *bound_port)
 {
-    (void)s;
-    (void)host;
-    (void)port;
-    (void)bound_port;
-    return UV_ENOSYS;
+    struct sockaddr_storage ss;
+    struct rdzv_http *h;
+    unsigned bound = 0;
+    int err;
+
+    if (s->http != NULL)
+        return UV_EALREADY;
+    err = rdzv_server_resolve(s->loop, host, port, &ss);
+    if (err < 0)
+        return err;
+    h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return UV_ENOMEM;
+    h->srv = s;
+    uv_tcp_init(s->loop, &h->listener); /* cannot fail on unix */
+    h->listener.data = h;
+    s->handles++;
+    err = rdzv_server_listen_tcp(&h->listener, &ss, on_connection, &bound);
+    if (err < 0) {
+        h->closing = 1;
+        uv_close((uv_handle_t *)&h->listener, listener_closed_cb);
+        return err;
+    }
+    s->http = h;
+    if (bound_port != NULL)
+        *bound_port = bound;
+    return 0;
 }

@@ -143,6 +143,7 @@ void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j)
         return;
     p->hb_timeout_ms = j->heartbeat_timeout_ms ? j->heartbeat_timeout_ms
                                                : RDZV_JOB_HEARTBEAT_TIMEOUT_MS;
+    p->keep_alive_ms = j->keep_alive_ms;
     uv_timer_start(&p->hb, hb_cb, p->hb_timeout_ms, 0);
 }
 

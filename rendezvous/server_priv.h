@@ -32,6 +32,7 @@ struct peer {
     int attached;       /* worker: ATTACH accepted (kvjob may be NULL again later) */
     uint64_t last_seen_ms; /* uv_now of the last message */
     uint32_t hb_timeout_ms; /* 0: the agent does not heartbeat; only a close tells */
+    uint32_t keep_alive_ms; /* the agent's heartbeat interval, for the lateness metric */
 };
 
 /* Server side of one job: the round logic, its deadline timer and the workers' KV store. */

@@ -1,0 +1,24 @@
+/* The server's read-only HTTP port (see rdzv_server_http_listen() in server.h). This header
+ * exposes the request parser so that it can be tested without sockets. */
+#ifndef MUSTER_RDZV_HTTP_H
+#define MUSTER_RDZV_HTTP_H
+
+#include <stddef.h>
+
+#define RDZV_HTTP_HEAD_MAX 8192     /* request line + headers */
+#define RDZV_HTTP_IDLE_MS 5000      /* a connection that sends no complete head is closed */
+#define RDZV_HTTP_METHOD_MAX 15
+#define RDZV_HTTP_PATH_MAX 1023
+
+struct rdzv_http_req {
+    char method[RDZV_HTTP_METHOD_MAX + 1];
+    char path[RDZV_HTTP_PATH_MAX + 1]; /* without "?query" */
+};
+
+/* Parses the request head in buf[0..len). Returns 0 when a complete, well-formed head (request
+ * line "METHOD SP PATH SP HTTP/1.x", headers up to an empty line; CRLF or LF) was found and
+ * fills *req; -EAGAIN when more bytes are needed; -EMSGSIZE when no complete head fits in
+ * RDZV_HTTP_HEAD_MAX bytes; -EINVAL for a malformed head (answer 400). */
+int rdzv_http_parse(const char *buf, size_t len, struct rdzv_http_req *req);
+
+#endif

@@ -1,0 +1,192 @@
+/* HTTP port: the request parser on its own, then real requests over loopback to a server on a
+ * private loop (one request per connection, read until the server closes). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "http.h"
+#include "server.h"
+
+static void test_parse(void **state)
+{
+    struct rdzv_http_req r;
+    char big[RDZV_HTTP_HEAD_MAX + 16];
+
+    (void)state;
+    assert_int_equal(rdzv_http_parse("GET /metrics HTTP/1.0\r\n\r\n", 25, &r), 0);
+    assert_string_equal(r.method, "GET");
+    assert_string_equal(r.path, "/metrics");
+    assert_int_equal(rdzv_http_parse("HEAD /status?x=1 HTTP/1.1\nHost: a\n\n", 35, &r), 0);
+    assert_string_equal(r.method, "HEAD");
+    assert_string_equal(r.path, "/status");
+    assert_int_equal(rdzv_http_parse("GET / HTTP/1.0\r\n", 16, &r), -EAGAIN);
+    assert_int_equal(rdzv_http_parse("", 0, &r), -EAGAIN);
+    assert_int_equal(rdzv_http_parse("GET / HTTP/2.0\r\n\r\n", 18, &r), -EINVAL);
+    assert_int_equal(rdzv_http_parse("GET  / HTTP/1.0\r\n\r\n", 19, &r), -EINVAL);
+    assert_int_equal(rdzv_http_parse("GET metrics HTTP/1.0\r\n\r\n", 24, &r), -EINVAL);
+    assert_int_equal(rdzv_http_parse("GET /\r\n\r\n", 9, &r), -EINVAL);
+    assert_int_equal(rdzv_http_parse("\r\n\r\n", 4, &r), -EINVAL);
+    assert_int_equal(rdzv_http_parse("GETTTTTTTTTTTTTTTTTTT / HTTP/1.0\r\n\r\n", 36, &r), -EINVAL);
+    memset(big, 'a', sizeof(big));
+    assert_int_equal(rdzv_http_parse(big, RDZV_HTTP_HEAD_MAX, &r), -EMSGSIZE);
+    assert_int_equal(rdzv_http_parse(big, 100, &r), -EAGAIN);
+}
+
+/* --- loopback ------------------------------------------------------------------------------- */
+struct fixture {
+    uv_loop_t loop;
+    uv_timer_t watchdog;
+    struct rdzv_server *srv;
+    unsigned http_port;
+};
+
+struct client {
+    uv_tcp_t tcp;
+    uv_connect_t connect;
+    uv_write_t write;
+    const char *request;
+    char reply[65536];
+    size_t len;
+    int closed;
+};
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    uv_stop(t->loop);
+}
+
+static int setup(void **state)
+{
+    static struct fixture fx;
+
+    memset(&fx, 0, sizeof(fx));
+    assert_int_equal(uv_loop_init(&fx.loop), 0);
+    assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
+    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, NULL, &fx.srv), 0);
+    assert_int_equal(rdzv_server_http_listen(fx.srv, "127.0.0.1", 0, &fx.http_port), 0);
+    assert_true(fx.http_port > 0);
+    assert_int_equal(rdzv_server_http_listen(fx.srv, "127.0.0.1", 0, NULL), UV_EALREADY);
+    *state = &fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+
+    rdzv_server_close(fx->srv, NULL, NULL);
+    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(uv_loop_close(&fx->loop), 0);
+    return 0;
+}
+
+static void closed_cb(uv_handle_t *h)
+{
+    ((struct client *)h->data)->closed = 1;
+}
+
+static void alloc_cb(uv_handle_t *h, size_t s, uv_buf_t *buf)
+{
+    struct client *c = h->data;
+
+    (void)s;
+    *buf = uv_buf_init(c->reply + c->len, (unsigned)(sizeof(c->reply) - 1 - c->len));
+}
+
+static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    struct client *c = s->data;
+
+    (void)buf;
+    if (n > 0)
+        c->len += (size_t)n;
+    else if (n < 0)
+        uv_close((uv_handle_t *)s, closed_cb);
+}
+
+static void connect_cb(uv_connect_t *req, int status)
+{
+    struct client *c = req->data;
+    uv_buf_t buf = uv_buf_init((char *)c->request, (unsigned)strlen(c->request));
+
+    assert_int_equal(status, 0);
+    assert_int_equal(uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb), 0);
+    assert_int_equal(uv_write(&c->write, (uv_stream_t *)&c->tcp, &buf, 1, NULL), 0);
+}
+
+/* Sends request, returns the whole reply (static; valid until the next call). */
+static const char *http(struct fixture *fx, const char *request)
+{
+    static struct client c;
+    struct sockaddr_in sin;
+
+    memset(&c, 0, sizeof(c));
+    c.request = request;
+    c.tcp.data = &c;
+    c.connect.data = &c;
+    assert_int_equal(uv_ip4_addr("127.0.0.1", (int)fx->http_port, &sin), 0);
+    assert_int_equal(uv_tcp_init(&fx->loop, &c.tcp), 0);
+    assert_int_equal(uv_tcp_connect(&c.connect, &c.tcp, (struct sockaddr *)&sin, connect_cb), 0);
+    uv_timer_start(&fx->watchdog, watchdog_cb, 10000, 0);
+    while (!c.closed && uv_is_active((uv_handle_t *)&fx->watchdog))
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    uv_timer_stop(&fx->watchdog);
+    assert_true(c.closed);
+    c.reply[c.len] = '\0';
+    return c.reply;
+}
+
+static void test_get_metrics(void **state)
+{
+    struct fixture *fx = *state;
+    const char *r = http(fx, "GET /metrics HTTP/1.0\r\n\r\n");
+
+    assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
+    assert_non_null(strstr(r, "Content-Type: text/plain; version=0.0.4"));
+    assert_non_null(strstr(r, "\n# TYPE muster_jobs gauge\nmuster_jobs 0\n"));
+    assert_non_null(strstr(r, "\nmuster_connections 0\n"));
+    assert_non_null(strstr(r, "\nmuster_heartbeat_lateness_seconds 0\n"));
+    assert_non_null(strstr(r, "# TYPE muster_restarts_total counter\n"));
+    assert_non_null(strstr(r, "\nmuster_http_requests_total 1\n"));
+    r = http(fx, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_non_null(strstr(r, "\nmuster_http_requests_total 2\n"));
+}
+
+static void test_other_paths(void **state)
+{
+    struct fixture *fx = *state;
+    const char *r;
+
+    r = http(fx, "GET /status HTTP/1.0\r\n\r\n");
+    assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
+    assert_non_null(strstr(r, "application/json"));
+    assert_non_null(strstr(r, "\"jobs\":[]"));
+    r = http(fx, "GET / HTTP/1.0\r\n\r\n");
+    assert_non_null(strstr(r, "<h1>muster rendezvous</h1>"));
+    r = http(fx, "HEAD / HTTP/1.0\r\n\r\n");
+    assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
+    assert_null(strstr(r, "<h1>"));
+    assert_true(strncmp(http(fx, "POST /metrics HTTP/1.0\r\n\r\n"), "HTTP/1.0 405", 12) == 0);
+    assert_true(strncmp(http(fx, "GET /nope HTTP/1.0\r\n\r\n"), "HTTP/1.0 404", 12) == 0);
+    assert_true(strncmp(http(fx, "hello\r\n\r\n"), "HTTP/1.0 400", 12) == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse),
+        cmocka_unit_test_setup_teardown(test_get_metrics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
