@@ -12,12 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "env.h"
 #include "failure.h"
+#include "ckptwatch.h"
 #include "group.h"
+#include "hang.h"
 #include "logdir.h"
 #include "progress.h"
 #include "port.h"
@@ -29,6 +32,8 @@ enum next_step { NEXT_NONE, NEXT_REJOIN, NEXT_EXIT };
 
 static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define NSIGNALS ((int)(sizeof(handled_signals) / sizeof(handled_signals[0])))
+/* one more handle for a --preempt-signal outside that list (SIGUSR1 for sbatch --signal) */
+#define NSIGHANDLES (NSIGNALS + 1)
 
 struct agent {
     uv_loop_t loop;
@@ -36,7 +41,7 @@ struct agent {
     struct rdzv_server *server;
     struct rdzv_client *client;
     struct agent_group *group; /* this attempt's workers; NULL between attempts */
-    uv_signal_t sig[NSIGNALS];
+    uv_signal_t sig[NSIGHANDLES];
     int port_fd;
     unsigned port;
     struct rdzv_assign as;
@@ -51,6 +56,11 @@ struct agent {
     int finished;     /* handles are closing; the loop ends when they are closed */
     struct agent_logdir logdir;
     struct agent_progress progress;
+    struct agent_hang hang;
+    int hang_on;
+    struct agent_ckptwatch ckpt;
+    int ckpt_on;
+    char resume_from[PATH_MAX]; /* MUSTER_RESUME_FROM of the current attempt, "" = fresh */
     char host[256];
     char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
     uint64_t node_id;
@@ -129,6 +139,8 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->endpoint = a->endpoint;
     w->token = a->o->token;
     w->round = as->round;
+    w->checkpoint_dir = a->o->checkpoint_dir;
+    w->resume_from = a->resume_from;
 }
 
 /* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
@@ -138,7 +150,7 @@ static int spawn_one(struct agent *a, int i)
     struct agent_worker_spec spec = {.argv = o->argv, .file = {-1, -1}};
     struct agent_worker_info info;
     struct agent_env env, full;
-    char dir[PATH_MAX] = "", error_file[PATH_MAX] = "";
+    char dir[PATH_MAX] = "", error_file[PATH_MAX] = "", heartbeat[PATH_MAX] = "";
     int rc;
 
     agent_env_init(&env);
@@ -159,6 +171,10 @@ static int spawn_one(struct agent *a, int i)
             spec.file[s] = open_log(dir, s ? "stderr.log" : "stdout.log");
     }
     worker_info(a, i, error_file, &info);
+    if (a->hang_on) {
+        agent_hang_file(&a->hang, a->as.restart_count, i, heartbeat);
+        info.heartbeat_file = heartbeat;
+    }
     rc = agent_env_for_worker(&env, &info, environ);
     if (rc == 0 && o->signals_to_handle != NULL)
         rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
@@ -224,6 +240,8 @@ static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
     struct agent *a = g->data;
     struct rdzv_failure f;
 
+    if (a->hang_on)
+        agent_hang_disarm(&a->hang, w->local_rank);
     if (w->exit_status == 0 && w->term_signal == 0)
         return;
     if (a->round_failed || a->stop_signal || a->next != NEXT_NONE || a->finished)
@@ -254,6 +272,8 @@ static void on_all_exited(struct agent_group *g)
 
     agent_group_close(g, after_group_closed, a);
     a->group = NULL;
+    if (a->ckpt_on)
+        agent_ckptwatch_sync(&a->ckpt); /* a final checkpoint may have landed just now */
     if (a->port_fd >= 0) {
         close(a->port_fd);
         a->port_fd = -1;
@@ -291,6 +311,24 @@ static void spawn_failure(struct agent *a, int i, int err)
     local_failure(a, &f, 0);
 }
 
+/* Before an attempt: where to resume from (the rank-0 node records new checkpoints; every
+ * node reads the registry it can see, which is the same one when the directory is shared),
+ * and fresh heartbeat files. */
+static void prepare_fault_tolerance(struct agent *a)
+{
+    a->resume_from[0] = '\0';
+    if (a->ckpt_on) {
+        agent_ckptwatch_set_recording(&a->ckpt, a->as.group_rank == 0);
+        if (agent_ckptwatch_pick(&a->ckpt, a->resume_from) == 0)
+            agent_log("attempt %u resumes from %s", a->as.restart_count, a->resume_from);
+        else if (a->as.restart_count > 0)
+            agent_log("attempt %u starts from scratch: no checkpoint in %s verifies",
+                      a->as.restart_count, a->o->checkpoint_dir);
+    }
+    if (a->hang_on)
+        agent_hang_start(&a->hang, a->as.restart_count);
+}
+
 static void start_workers(struct agent *a)
 {
     int rc = agent_group_new(&a->loop, (int)a->o->nproc, &group_cbs, a, &a->group);
@@ -300,6 +338,7 @@ static void start_workers(struct agent *a)
         return;
     }
     a->round_failed = 0;
+    prepare_fault_tolerance(a);
     for (unsigned i = 0; i < a->o->nproc; i++) {
         if ((rc = spawn_one(a, (int)i)) != 0) {
             spawn_failure(a, (int)i, rc);
@@ -462,6 +501,14 @@ static void do_join(struct agent *a)
 
 /* ---- signals and shutdown ----------------------------------------------------------- */
 
+static int is_handled(int signum)
+{
+    for (int i = 0; i < NSIGNALS; i++)
+        if (handled_signals[i] == signum)
+            return 1;
+    return 0;
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct agent *a = h->data;
@@ -473,7 +520,12 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     a->stop_signal = signum;
-    agent_log("received SIG%s: stopping the workers", sigabbrev_np(signum));
+    if (signum == a->o->preempt_signal)
+        agent_log("pre-empted (SIG%s): passing it to the workers, %.0f s for a final checkpoint, "
+                  "then exit %d (requeue)", sigabbrev_np(signum),
+                  a->o->shutdown_timeout_ms / 1000.0, AGENT_EXIT_REQUEUE);
+    else
+        agent_log("received SIG%s: stopping the workers", sigabbrev_np(signum));
     if (a->client != NULL && a->group != NULL) {
         struct rdzv_failure f = {.round = a->as.round, .rank = -1, .exit_code = -1};
         snprintf(f.host, sizeof(f.host), "%s", a->host);
@@ -482,7 +534,7 @@ static void on_signal(uv_signal_t *h, int signum)
         rdzv_client_report_failure(a->client, &f, 1);
     }
     a->next = NEXT_EXIT;
-    a->exit_code = 128 + signum;
+    a->exit_code = signum == a->o->preempt_signal ? AGENT_EXIT_REQUEUE : 128 + signum;
     if (a->group == NULL)
         finish(a, a->exit_code);
     else
@@ -506,13 +558,82 @@ static void finish(struct agent *a, int code)
     a->client = NULL;
     rdzv_server_close(a->server, NULL, NULL);
     a->server = NULL;
-    for (int i = 0; i < NSIGNALS; i++)
+    for (int i = 0; i < NSIGHANDLES; i++)
         uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
     agent_progress_close(&a->progress, close_handle_cb);
+    if (a->hang_on)
+        agent_hang_close(&a->hang, NULL);
+    if (a->ckpt_on) {
+        agent_ckptwatch_sync(&a->ckpt);
+        agent_ckptwatch_close(&a->ckpt, NULL);
+    }
     if (a->group != NULL) {
         agent_group_close(a->group, after_group_closed, a); /* kills what is left */
         a->group = NULL;
     }
+}
+
+/* ---- hangs and checkpoints ---------------------------------------------------------- */
+
+static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
+{
+    struct agent *a = h->data;
+    struct agent_worker *w;
+    struct rdzv_failure f;
+
+    if (a->group == NULL || local_rank >= a->group->n)
+        return;
+    w = &a->group->workers[local_rank];
+    if (!w->alive || a->round_failed || a->stop_signal || a->next != NEXT_NONE || a->finished)
+        return;
+    /* a hung worker gets no grace: it cannot checkpoint, and a SIGSTOPped one would ignore
+     * SIGTERM until the shutdown timeout */
+    agent_worker_kill(w, SIGKILL);
+    fill_failure(a, w, &f);
+    f.exit_code = -1;
+    f.time_ms = (uint64_t)time(NULL) * 1000;
+    snprintf(f.text, sizeof(f.text), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
+             silent_ms / 1000.0, a->o->hang_timeout_ms / 1000.0);
+    local_failure(a, &f, w->pid);
+}
+
+static void ckpt_log(void *data, const char *line)
+{
+    (void)data;
+    agent_log("%s", line);
+}
+
+static int start_fault_tolerance(struct agent *a)
+{
+    const struct agent_options *o = a->o;
+    char dir[PATH_MAX];
+    int rc;
+
+    if (o->checkpoint_dir != NULL) {
+        rc = agent_ckptwatch_init(&a->loop, &a->ckpt, o->checkpoint_dir, o->keep_checkpoints,
+                                  ckpt_log, a);
+        if (rc != 0) {
+            agent_log("error: cannot watch --checkpoint-dir %s: %s", o->checkpoint_dir,
+                      strerror(-rc));
+            return rc;
+        }
+        a->ckpt_on = 1;
+    }
+    if (o->hang_timeout_ms > 0) {
+        if (a->logdir.base[0] != '\0')
+            snprintf(dir, sizeof(dir), "%.4000s/heartbeats", a->logdir.base);
+        else
+            snprintf(dir, sizeof(dir), "%s/muster-heartbeats-%d",
+                     getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+        rc = agent_hang_init(&a->loop, &a->hang, dir, (int)o->nproc, o->hang_timeout_ms, on_hang,
+                             a);
+        if (rc != 0) {
+            agent_log("error: cannot watch heartbeat files in %s: %s", dir, strerror(-rc));
+            return rc;
+        }
+        a->hang_on = 1;
+    }
+    return 0;
 }
 
 /* ---- entry point -------------------------------------------------------------------- */
@@ -562,10 +683,12 @@ static int agent_init(struct agent *a, const struct agent_options *o)
         return rc;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
     agent_progress_init(&a->loop, &a->progress, o->run_id);
-    for (int i = 0; i < NSIGNALS; i++) {
+    for (int i = 0; i < NSIGHANDLES; i++) {
+        int signum = i < NSIGNALS ? handled_signals[i] : o->preempt_signal;
         uv_signal_init(&a->loop, &a->sig[i]);
         a->sig[i].data = a;
-        uv_signal_start(&a->sig[i], on_signal, handled_signals[i]);
+        if (i < NSIGNALS || (signum > 0 && !is_handled(signum)))
+            uv_signal_start(&a->sig[i], on_signal, signum);
     }
     return 0;
 }
@@ -579,7 +702,7 @@ int agent_run(const struct agent_options *o)
         agent_log("error: cannot start the agent: %s", uv_strerror(rc));
         return AGENT_EXIT_INTERNAL;
     }
-    if (prepare_logdir(&a) != 0)
+    if (prepare_logdir(&a) != 0 || start_fault_tolerance(&a) != 0)
         finish(&a, AGENT_EXIT_INTERNAL);
     else if (start_rendezvous(&a) != 0)
         finish(&a, AGENT_EXIT_RDZV);

@@ -8,6 +8,7 @@
 #define AGENT_EXIT_USAGE 2
 #define AGENT_EXIT_RDZV 3
 #define AGENT_EXIT_INTERNAL 70 /* EX_SOFTWARE: muster itself could not go on */
+#define AGENT_EXIT_REQUEUE 75  /* EX_TEMPFAIL: pre-empted, requeue the job (Slurm) */
 
 enum agent_host_mode {
     AGENT_HOST_NEVER,    /* connect to rdzv_host:rdzv_port */
@@ -39,6 +40,11 @@ struct agent_options {
     /* --rdzv-backend static across nodes: no shared rendezvous. Ranks come from
      * --node-rank and MASTER_ADDR/PORT from the flags; the agent still runs a private
      * server for its own restart accounting, so restarts are per node (as torchrun's). */
+    /* fault tolerance (issue 5) */
+    const char *checkpoint_dir;  /* NULL: no checkpoint registry */
+    unsigned keep_checkpoints;   /* 0 = keep all */
+    unsigned hang_timeout_ms;    /* 0 = no hang detection */
+    int preempt_signal;          /* 0 = none: this signal means "pre-empted", exit 75 */
     int static_ranks;
     unsigned static_node_rank, static_nnodes;
     const char *static_master_addr;

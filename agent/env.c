@@ -129,11 +129,18 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
     rc |= agent_env_set(env, "MUSTER_JOB_ID", w->run_id);
     rc |= agent_env_setf(env, "MUSTER_RESTART_COUNT", "%u", w->restart_count);
     if (w->endpoint != NULL) {
+        /* the token goes with the endpoint, empty when the server wants none: a worker never
+         * sees a stale token inherited from elsewhere */
         rc |= agent_env_set(env, "MUSTER_ENDPOINT", w->endpoint);
         rc |= agent_env_setf(env, "MUSTER_ROUND", "%u", w->round);
+        rc |= agent_env_set(env, "MUSTER_TOKEN", w->token ? w->token : "");
     }
-    if (w->token != NULL && w->token[0] != '\0')
-        rc |= agent_env_set(env, "MUSTER_TOKEN", w->token);
+    if (w->checkpoint_dir != NULL && w->checkpoint_dir[0] != '\0')
+        rc |= agent_env_set(env, "MUSTER_CHECKPOINT_DIR", w->checkpoint_dir);
+    if (w->resume_from != NULL && w->resume_from[0] != '\0')
+        rc |= agent_env_set(env, "MUSTER_RESUME_FROM", w->resume_from);
+    if (w->heartbeat_file != NULL && w->heartbeat_file[0] != '\0')
+        rc |= agent_env_set(env, "MUSTER_HEARTBEAT_FILE", w->heartbeat_file);
     return rc ? -ENOMEM : 0;
 }
 

@@ -24,8 +24,12 @@ struct agent_worker_info {
     const char *error_file; /* "" when logs are disabled */
     /* for libmuster (muster.h): how workers reach the rendezvous server's KV store */
     const char *endpoint;   /* "host:port" ("[v6]:port"), NULL: not exported */
-    const char *token;      /* NULL or "": not exported */
+    const char *token;      /* exported with the endpoint; NULL: "" */
     unsigned round;
+    /* fault tolerance (each NULL or "": not exported) */
+    const char *checkpoint_dir; /* MUSTER_CHECKPOINT_DIR */
+    const char *resume_from;    /* MUSTER_RESUME_FROM: the checkpoint to resume from */
+    const char *heartbeat_file; /* MUSTER_HEARTBEAT_FILE (--hang-timeout) */
 };
 
 void agent_env_init(struct agent_env *env);

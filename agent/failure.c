@@ -42,8 +42,8 @@ void agent_failure_describe(const struct rdzv_failure *f, char *buf, size_t len)
     if (f->signal > 0)
         snprintf(buf, len, "was killed by signal %d (SIG%s)", f->signal,
                  sigabbrev_np(f->signal) ? sigabbrev_np(f->signal) : "?");
-    else if (f->rank < 0)
-        snprintf(buf, len, "%s", f->text);
+    else if (f->rank < 0 || f->exit_code < 0)
+        snprintf(buf, len, "%s", f->text); /* a lost node, a hang: the text says what */
     else
         snprintf(buf, len, "exited with code %d", f->exit_code);
 }
@@ -72,7 +72,7 @@ void agent_failure_print_summary(FILE *out, const char *run_id, unsigned restart
     if (f->signal > 0)
         fprintf(out, "muster:   signal     : %d (SIG%s)\n", f->signal,
                 sigabbrev_np(f->signal) ? sigabbrev_np(f->signal) : "?");
-    else if (f->rank >= 0)
+    else if (f->rank >= 0 && f->exit_code >= 0)
         fprintf(out, "muster:   exit code  : %d\n", f->exit_code);
     fprintf(out, "muster:   time       : %s\n", when);
     if (error_file != NULL && *error_file != '\0')

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <signal.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -17,6 +18,7 @@
 
 #include "endpoint.h"
 #include "gpus.h"
+#include "slurm.h"
 
 enum opt_kind { OPT_FLAG, OPT_VALUE };
 
@@ -25,7 +27,8 @@ enum opt_id {
     O_MAX_RESTARTS, O_MONITOR_INTERVAL, O_START_METHOD, O_EVENT_LOG_HANDLER, O_ROLE, O_MODULE,
     O_NO_PYTHON, O_RUN_PATH, O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_RANKS_FILTER, O_NODE_RANK,
     O_MASTER_ADDR, O_MASTER_PORT, O_LOCAL_ADDR, O_SHUTDOWN_TIMEOUT, O_SIGNALS_TO_HANDLE,
-    O_DRY_RUN, O_HELP, O_COUNT_
+    O_DRY_RUN, O_HELP, O_CHECKPOINT_DIR, O_KEEP_CHECKPOINTS, O_HANG_TIMEOUT, O_PREEMPT_SIGNAL,
+    O_COUNT_
 };
 
 struct opt {
@@ -63,10 +66,16 @@ static const struct opt opts[O_COUNT_] = {
     [O_SIGNALS_TO_HANDLE] = {"signals-to-handle", 0, OPT_VALUE, "PET_SIGNALS_TO_HANDLE"},
     [O_DRY_RUN] = {"dry-run", 0, OPT_FLAG, NULL},
     [O_HELP] = {"help", 'h', OPT_FLAG, NULL},
+    [O_CHECKPOINT_DIR] = {"checkpoint-dir", 0, OPT_VALUE, "PET_CHECKPOINT_DIR"},
+    [O_KEEP_CHECKPOINTS] = {"keep-checkpoints", 0, OPT_VALUE, "PET_KEEP_CHECKPOINTS"},
+    [O_HANG_TIMEOUT] = {"hang-timeout", 0, OPT_VALUE, "PET_HANG_TIMEOUT"},
+    [O_PREEMPT_SIGNAL] = {"preempt-signal", 0, OPT_VALUE, "PET_PREEMPT_SIGNAL"},
 };
 
 struct parse {
     struct launcher_config *cfg;
+    struct launcher_slurm slurm; /* backs the p->val strings taken from SLURM_* */
+    char slurm_nnodes[16], slurm_nproc[16];
     const char *val[O_COUNT_]; /* raw values; flags hold "1" */
     const char *src[O_COUNT_]; /* "--name" or "PET_NAME", for error messages */
     char *err;
@@ -186,6 +195,44 @@ static void env_fallbacks(struct parse *p)
             p->src[i] = opts[i].pet;
         }
     }
+}
+
+/* Inside a Slurm allocation, flags that are absent (command line and PET_*) default from
+ * SLURM_*: --nnodes, --rdzv-id, --rdzv-endpoint (first host of the node list) and
+ * --nproc-per-node (the GPUs Slurm gave the task). Malformed SLURM_* values are an error,
+ * never silently ignored. */
+static int slurm_fallbacks(struct parse *p)
+{
+    extern char **environ;
+    struct launcher_slurm *sl = &p->slurm;
+    int rc = launcher_slurm_defaults((const char *const *)environ, sl);
+
+    if (sl->job_id[0] == '\0')
+        return 0; /* not inside an allocation */
+    if (rc != 0)
+        return fail(p, "cannot use the Slurm environment: %s is malformed", sl->bad);
+    if (p->val[O_STANDALONE] != NULL)
+        return 0;
+    if (p->val[O_NNODES] == NULL && sl->nnodes > 0) {
+        snprintf(p->slurm_nnodes, sizeof(p->slurm_nnodes), "%d", sl->nnodes);
+        p->val[O_NNODES] = p->slurm_nnodes;
+        p->src[O_NNODES] = "SLURM_NNODES";
+    }
+    if (p->val[O_RDZV_ID] == NULL) {
+        p->val[O_RDZV_ID] = sl->job_id;
+        p->src[O_RDZV_ID] = "SLURM_JOB_ID";
+    }
+    if (p->val[O_RDZV_ENDPOINT] == NULL && sl->rdzv_endpoint[0] != '\0') {
+        p->val[O_RDZV_ENDPOINT] = sl->rdzv_endpoint;
+        p->src[O_RDZV_ENDPOINT] = sl->nodelist_var;
+    }
+    if (p->val[O_NPROC] == NULL && sl->gpus > 0) {
+        snprintf(p->slurm_nproc, sizeof(p->slurm_nproc), "%d", sl->gpus);
+        p->val[O_NPROC] = p->slurm_nproc;
+        p->src[O_NPROC] = sl->gpus_var;
+    }
+    p->cfg->slurm = 1;
+    return 0;
 }
 
 static int flag_on(struct parse *p, int id, int *out)
@@ -504,6 +551,61 @@ static int parse_numbers(struct parse *p)
     return 0;
 }
 
+/* "TERM", "SIGUSR1", "usr1" or a number. */
+static int parse_signal(const char *v, int *sig)
+{
+    long n;
+    if (parse_int(v, 1, NSIG - 1, &n) == 0) {
+        *sig = (int)n;
+        return 0;
+    }
+    if (strncasecmp(v, "SIG", 3) == 0)
+        v += 3;
+    for (int i = 1; i < NSIG; i++) {
+        const char *name = sigabbrev_np(i);
+        if (name != NULL && strcasecmp(v, name) == 0) {
+            *sig = i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+static int parse_fault_tolerance(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *v;
+    long n;
+
+    if ((v = p->val[O_KEEP_CHECKPOINTS]) != NULL) {
+        if (parse_int(v, 0, 1000000, &n) != 0)
+            return fail(p, "--keep-checkpoints must be a number >= 0 (0 keeps all), not '%s'", v);
+        cfg->keep_checkpoints = (int)n;
+    }
+    if ((v = p->val[O_HANG_TIMEOUT]) != NULL) {
+        if (parse_seconds_ms(v, &cfg->hang_timeout_ms) != 0 || cfg->hang_timeout_ms == 0)
+            return fail(p, "--hang-timeout must be a number of seconds > 0, not '%s'", v);
+    }
+    if (cfg->slurm && p->val[O_PREEMPT_SIGNAL] == NULL)
+        cfg->preempt_signal = SIGTERM; /* Slurm's pre-emption and scancel --signal default */
+    if ((v = p->val[O_PREEMPT_SIGNAL]) != NULL) {
+        if (parse_signal(v, &cfg->preempt_signal) != 0 || cfg->preempt_signal == SIGKILL ||
+            cfg->preempt_signal == SIGSTOP || cfg->preempt_signal == SIGCHLD)
+            return fail(p, "--preempt-signal must name a signal muster can catch (TERM, USR1, "
+                           "USR2...), not '%s'", v);
+    }
+    if ((v = p->val[O_CHECKPOINT_DIR]) != NULL) {
+        struct stat st;
+        if (*v == '\0')
+            return fail(p, "--checkpoint-dir must not be empty");
+        if (stat(v, &st) == 0 && !S_ISDIR(st.st_mode))
+            return fail(p, "--checkpoint-dir %s exists and is not a directory", v);
+        if ((cfg->checkpoint_dir = strdup(v)) == NULL)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
 static int dup_opt(struct parse *p, int id, const char *def, char **out)
 {
     const char *v = p->val[id] ? p->val[id] : def;
@@ -587,7 +689,8 @@ static int parse_values(struct parse *p)
     if ((rc = parse_nnodes(p)) != 0 || (rc = parse_nproc(p)) != 0 || (rc = parse_rdzv(p)) != 0 ||
         (rc = parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
         (rc = parse_strings(p)) != 0 || (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
-        (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0)
+        (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
+        (rc = parse_fault_tolerance(p)) != 0)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
@@ -627,7 +730,9 @@ int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, ch
         cfg->script_argc = argc - i - 1;
     }
     env_fallbacks(&p);
-    rc = parse_values(&p);
+    rc = slurm_fallbacks(&p);
+    if (rc == 0)
+        rc = parse_values(&p);
     if (rc == -ENOMEM)
         fail(&p, "out of memory");
     return rc;
@@ -646,6 +751,7 @@ void launcher_config_free(struct launcher_config *cfg)
     free(cfg->python_exec);
     free(cfg->log_dir);
     free(cfg->signals_to_handle);
+    free(cfg->checkpoint_dir);
     free(cfg->local_ranks_filter);
     if (cfg->token != NULL)
         explicit_bzero(cfg->token, strlen(cfg->token));

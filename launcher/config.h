@@ -60,6 +60,12 @@ struct launcher_config {
     int help;                     /* -h/--help seen: nothing else was checked */
     char *token;                  /* from MUSTER_TOKEN; never printed */
     char *signals_to_handle;      /* exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
+    /* fault tolerance */
+    char *checkpoint_dir;         /* --checkpoint-dir: MUSTER_CHECKPOINT_DIR, watched */
+    int keep_checkpoints;         /* 0 = keep all */
+    unsigned hang_timeout_ms;     /* 0 = no hang detection */
+    int preempt_signal;           /* 0 = none given; SIGTERM by default under Slurm */
+    int slurm;                    /* SLURM_* supplied defaults: inside an allocation */
 };
 
 /* Parses `muster run` arguments (argv[0] is the first option, not the program name) with env

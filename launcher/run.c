@@ -97,6 +97,7 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
             .master_port = port,
             .max_restarts = (unsigned)cfg->max_restarts,
             .run_id = cfg->rdzv_id,
+            .checkpoint_dir = cfg->checkpoint_dir,
         };
         struct agent_env env;
         char error_file[4096] = "";
@@ -204,6 +205,10 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.tee = flags + n;
     o.shown = flags + 2 * n;
     o.signals_to_handle = cfg->signals_to_handle;
+    o.checkpoint_dir = cfg->checkpoint_dir;
+    o.keep_checkpoints = (unsigned)cfg->keep_checkpoints;
+    o.hang_timeout_ms = cfg->hang_timeout_ms;
+    o.preempt_signal = cfg->preempt_signal;
     rc = agent_run(&o);
     explicit_bzero(token, sizeof(token));
     free(flags);

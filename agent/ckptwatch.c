@@ -1,0 +1,165 @@
+#include "ckptwatch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
+{
+    char line[PATH_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    w->log(w->data, line);
+}
+
+static void log_line(void *arg, const char *line)
+{
+    struct agent_ckptwatch *w = arg;
+    w->log(w->data, line);
+}
+
+static const struct agent_ckpt_entry *find(const struct agent_ckptwatch *w, const char *name)
+{
+    for (size_t i = 0; i < w->reg.n; i++)
+        if (strcmp(w->reg.entries[i].name, name) == 0)
+            return &w->reg.entries[i];
+    return NULL;
+}
+
+/* Records one entry; `known` entries are only re-recorded when they changed on disk after a
+ * rename into place (a writer reusing a name). */
+static void record(struct agent_ckptwatch *w, const char *name, int startup)
+{
+    struct agent_ckpt_entry e;
+    const struct agent_ckpt_entry *old = find(w, name);
+    int rc;
+
+    if (agent_ckpt_name_is_temp(name) || !agent_ckpt_name_valid(name))
+        return;
+    rc = agent_ckpt_scan_entry(w->dir, name, &e);
+    if (rc == -ENOENT || rc == -EAGAIN || rc == -EBUSY)
+        return; /* gone again, a temporary name, or still being written: a later event */
+    if (rc != 0) {
+        logf_(w, "checkpoint %s not recorded: %s", name, strerror(-rc));
+        return;
+    }
+    if (old != NULL && old->size == e.size && old->checksum == e.checksum)
+        return;
+    if (startup && old != NULL)
+        return; /* changed while muster was not watching: keep the recorded checksum */
+    if (agent_ckpt_registry_add(&w->reg, &e) != 0)
+        return;
+    logf_(w, "checkpoint %s recorded%s (step %lld, %llu bytes, xxh3 %016llx)", name,
+          startup ? " at start" : "", (long long)e.step, (unsigned long long)e.size,
+          (unsigned long long)e.checksum);
+    if (w->keep > 0)
+        agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
+    if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
+        logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
+}
+
+static void scan_dir(struct agent_ckptwatch *w, int startup)
+{
+    DIR *d = opendir(w->dir);
+    struct dirent *de;
+
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.')
+            record(w, de->d_name, startup);
+    closedir(d);
+}
+
+/* inotify reports the rename into place (UV_RENAME) and writes (UV_CHANGE); scanning the
+ * named entry is idempotent, so both simply lead to record(). */
+static void on_event(uv_fs_event_t *e, const char *name, int events, int status)
+{
+    struct agent_ckptwatch *w = e->data;
+    if (status == 0 && name != NULL && w->recording)
+        record(w, name, 0);
+}
+
+int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
+                         unsigned keep, agent_ckptwatch_log_cb log, void *data)
+{
+    char meta[PATH_MAX];
+    int rc;
+
+    memset(w, 0, sizeof(*w));
+    w->keep = keep;
+    w->log = log;
+    w->data = data;
+    w->recording = 1;
+    agent_ckpt_registry_init(&w->reg);
+    if (snprintf(w->dir, sizeof(w->dir), "%s", dir) >= (int)sizeof(w->dir) ||
+        snprintf(meta, sizeof(meta), "%s/.muster", dir) >= (int)sizeof(meta) ||
+        snprintf(w->registry_path, sizeof(w->registry_path), "%s/registry.json", meta) >=
+            (int)sizeof(w->registry_path))
+        return -ENAMETOOLONG;
+    if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(meta, 0700) != 0 && errno != EEXIST))
+        return -errno;
+    rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
+    if (rc != 0 && rc != -ENOENT)
+        logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
+    scan_dir(w, 1);
+    uv_fs_event_init(loop, &w->event);
+    w->event.data = w;
+    w->open = 1;
+    if ((rc = uv_fs_event_start(&w->event, on_event, dir, 0)) != 0) {
+        agent_ckptwatch_close(w, NULL);
+        return rc;
+    }
+    return 0;
+}
+
+void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording)
+{
+    w->recording = recording;
+}
+
+void agent_ckptwatch_sync(struct agent_ckptwatch *w)
+{
+    if (w->recording)
+        scan_dir(w, 0);
+}
+
+int agent_ckptwatch_pick(struct agent_ckptwatch *w, char *path)
+{
+    struct agent_ckpt_entry e;
+    int rc = agent_ckpt_registry_pick(&w->reg, w->dir, &e, log_line, w);
+
+    path[0] = '\0';
+    if (rc != 0)
+        return rc;
+    if (snprintf(path, PATH_MAX, "%s/%s", w->dir, e.name) >= PATH_MAX) {
+        path[0] = '\0';
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    struct agent_ckptwatch *w = h->data;
+    if (w->close_cb)
+        w->close_cb(w->data);
+}
+
+void agent_ckptwatch_close(struct agent_ckptwatch *w, void (*close_cb)(void *data))
+{
+    agent_ckpt_registry_close(&w->reg);
+    if (!w->open)
+        return;
+    w->open = 0;
+    w->close_cb = close_cb;
+    uv_close((uv_handle_t *)&w->event, on_closed);
+}

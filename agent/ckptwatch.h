@@ -1,0 +1,51 @@
+/* The agent's side of the checkpoint convention (DESIGN.md "Checkpoints"): watches
+ * MUSTER_CHECKPOINT_DIR with inotify (uv_fs_event), records each entry renamed into place with
+ * its xxHash checksum in the registry (kept in DIR/.muster/registry.json, a name the scanner
+ * ignores), prunes behind a verified one (--keep-checkpoints) and, when an attempt starts,
+ * picks the newest entry that still verifies for MUSTER_RESUME_FROM.
+ *
+ * Entries already in the directory but not in the registry (a first run, or a registry file
+ * lost) are recorded at start with the checksum they have then: trust on first use, logged. */
+#ifndef MUSTER_AGENT_CKPTWATCH_H
+#define MUSTER_AGENT_CKPTWATCH_H
+
+#include <limits.h>
+#include <uv.h>
+
+#include "ckpt.h"
+
+typedef void (*agent_ckptwatch_log_cb)(void *data, const char *line);
+
+struct agent_ckptwatch {
+    uv_fs_event_t event;
+    char dir[PATH_MAX];
+    char registry_path[PATH_MAX];
+    struct agent_ckpt_registry reg;
+    unsigned keep;
+    int recording; /* only the node of rank 0 records (its workers write the checkpoints) */
+    agent_ckptwatch_log_cb log;
+    void *data;
+    int open;
+    void (*close_cb)(void *data);
+};
+
+/* Creates dir if missing, loads the registry, records untracked entries and starts watching.
+ * Borrows loop. Returns 0 or a negative errno (nothing to close then). */
+int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
+                         unsigned keep, agent_ckptwatch_log_cb log, void *data);
+
+/* Whether events are recorded (this node holds rank 0 in the current round). */
+void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording);
+
+/* Records what is new in the directory now (the last checkpoint of a stopping job can land
+ * after the last event was read). */
+void agent_ckptwatch_sync(struct agent_ckptwatch *w);
+
+/* Picks the checkpoint to resume from: its full path into path (PATH_MAX), or "" for a fresh
+ * start. Skipped entries are logged. Returns 0 or -ENOENT (fresh start). */
+int agent_ckptwatch_pick(struct agent_ckptwatch *w, char *path);
+
+/* Stops watching, frees the registry; close_cb(data) once the handle is closed (may be NULL). */
+void agent_ckptwatch_close(struct agent_ckptwatch *w, void (*close_cb)(void *data));
+
+#endif
