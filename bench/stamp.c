@@ -10,11 +10,17 @@
  *                                 while the other ranks wait to be stopped; in later attempts
  *                                 every rank exits 0
  *   stamp sleeper DIR SECONDS     create DIR/ready.<pid>, then sleep (for the RSS benchmark)
+ *   stamp mark LOG [SECONDS]      rendezvous benchmark worker: append "start <rank> <ns> <ppid>"
+ *                                 to LOG, then sleep SECONDS (default 0) and exit 0
+ *   stamp hold LOG                lost-agent / host-cut benchmark worker: append
+ *                                 "start <rank> <ns> <ppid>", wait; on SIGTERM/SIGINT append
+ *                                 "stop <rank> <ns> <ppid-at-start>" and exit 0
  *
  * Each log record is one write(2) to an O_APPEND descriptor, so records of concurrent workers
  * never interleave. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +43,46 @@ static void record(int fd, const char *what, const char *restart, const char *ra
         _exit(97);
 }
 
+static int hold_fd;
+static char hold_rank[32];
+static long long hold_ppid;
+
+static void on_term(int sig)
+{
+    char buf[128];
+    int n = snprintf(buf, sizeof buf, "stop %s %lld %lld\n", hold_rank, now_ns(), hold_ppid);
+    (void)sig;
+    if (write(hold_fd, buf, (size_t)n) != n)
+        _exit(97);
+    _exit(0);
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && (strcmp(argv[1], "mark") == 0 || strcmp(argv[1], "hold") == 0)) {
+        long long t = now_ns();
+        const char *rank = getenv("RANK");
+        char buf[128];
+        hold_fd = open(argv[2], O_WRONLY | O_APPEND | O_CREAT, 0644);
+        if (!rank || hold_fd < 0)
+            return 96;
+        snprintf(hold_rank, sizeof hold_rank, "%s", rank);
+        hold_ppid = (long long)getppid();
+        if (argv[1][0] == 'h') {
+            signal(SIGTERM, on_term);
+            signal(SIGINT, on_term);
+        }
+        int n = snprintf(buf, sizeof buf, "start %s %lld %lld\n", rank, t, hold_ppid);
+        if (write(hold_fd, buf, (size_t)n) != n)
+            return 97;
+        if (argv[1][0] == 'm') {
+            if (argc >= 4)
+                sleep((unsigned)atoi(argv[3]));
+            return 0;
+        }
+        for (;;)
+            pause();
+    }
     if (argc >= 2 && strcmp(argv[1], "now") == 0) {
         printf("%lld\n", now_ns());
         return 0;
@@ -91,6 +135,6 @@ int main(int argc, char **argv)
         sleep((unsigned)atoi(argv[3]));
         return 0;
     }
-    fprintf(stderr, "usage: stamp now | time CMD... | worker LOG | sleeper DIR SECONDS\n");
+    fprintf(stderr, "usage: stamp now | time CMD... | worker LOG | sleeper DIR SECONDS | mark LOG [S] | hold LOG\n");
     return 2;
 }
