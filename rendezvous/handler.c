@@ -203,11 +203,33 @@ static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_re
     sjob_apply(sj, ev);
 }
 
+/* A reconnecting agent that was still waiting may find its old, half-open connection in the
+ * round (the server never saw it break): that one is closed first, or the JOIN would clash. */
+static void drop_old_connection(struct peer *p, const struct rdzv_join *j)
+{
+    struct sjob *sj = sjob_find(p->srv, j->job_id);
+    const struct rdzv_job *job;
+
+    if (sj == NULL)
+        return;
+    job = sj->job;
+    for (size_t i = 0; i < job->n_members + job->n_pending; i++) {
+        const struct rdzv_job_member *m =
+            i < job->n_members ? &job->members[i] : &job->pending[i - job->n_members];
+
+        if (m->node_id == j->node_id && m->peer != p && m->peer != NULL) {
+            srv_peer_close(m->peer, 0);
+            return;
+        }
+    }
+}
+
 void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
 {
     struct sjob *sj;
 
     if (!rj->running) {
+        drop_old_connection(p, &rj->join);
         handle_join(p, &rj->join);
         return;
     }

@@ -173,7 +173,7 @@ static void respond_text(struct http_conn *c, int code, const char *reason, int 
 /* --- documents ------------------------------------------------------------------------------- */
 static void metric(FILE *f, const char *name, const char *type, const char *help, double v)
 {
-    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %.15g\n", name, help, name, type, name, v);
 }
 
 struct totals {

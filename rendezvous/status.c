@@ -98,7 +98,7 @@ int rdzv_status_json(struct rdzv_server *srv, const char *job_id, char *buf, siz
 
         if (doc == NULL)
             return -ENOMEM;
-        n = json_dumpb(doc, buf, cap, JSON_COMPACT);
+        n = json_dumpb(doc, buf, cap, JSON_COMPACT | JSON_REAL_PRECISION(6));
         json_decref(doc);
         if (n == 0)
             return -ENOMEM;
