@@ -4,6 +4,8 @@
 
 #include "help.h"
 #include "run.h"
+#include "server_cmd.h"
+#include "status_cmd.h"
 
 int main(int argc, char **argv)
 {
@@ -13,6 +15,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "run") == 0)
         return launcher_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "server") == 0)
+        return launcher_server(argc - 2, argv + 2);
+    if (strcmp(argv[1], "status") == 0)
+        return launcher_status(argc - 2, argv + 2);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {
         launcher_print_main_help();

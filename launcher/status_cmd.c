@@ -1,0 +1,245 @@
+/* `muster status`: an observer connection that asks the server for its jobs (STATUS_REQ) and
+ * prints the answer as a table, or as the raw JSON with --json. */
+#include "status_cmd.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "agent.h"
+#include "conn.h"
+#include "endpoint.h"
+
+#define STATUS_TIMEOUT_MS 5000
+
+struct status_cmd {
+    uv_loop_t loop;
+    struct rdzv_conn conn;
+    uv_connect_t connect;
+    uv_getaddrinfo_t gai;
+    uv_timer_t timer;
+    const char *job_id, *token, *endpoint;
+    int json;
+    int exit_code;
+    char *answer; /* the STATUS JSON text */
+};
+
+static void finish(struct status_cmd *c, int code)
+{
+    c->exit_code = code;
+    uv_timer_stop(&c->timer);
+    if (!uv_is_closing((uv_handle_t *)&c->timer))
+        uv_close((uv_handle_t *)&c->timer, NULL);
+    if (!c->conn.closing)
+        rdzv_conn_close(&c->conn, 0, NULL);
+}
+
+static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
+{
+    struct status_cmd *c = conn->data;
+    struct rdzv_msg req = {.type = RDZV_MSG_STATUS_REQ};
+
+    if (m->type == RDZV_MSG_WELCOME) {
+        snprintf(req.u.status_req.job_id, sizeof(req.u.status_req.job_id), "%s",
+                 c->job_id ? c->job_id : "");
+        if (rdzv_conn_send(conn, &req) != 0)
+            finish(c, AGENT_EXIT_RDZV);
+    } else if (m->type == RDZV_MSG_STATUS) {
+        c->answer = strndup(m->u.status.json, m->u.status.len);
+        finish(c, c->answer ? 0 : AGENT_EXIT_INTERNAL);
+    } else if (m->type == RDZV_MSG_ERROR) {
+        fprintf(stderr, "muster: error: the server refused: %s\n", m->u.error.text);
+        finish(c, AGENT_EXIT_RDZV);
+    }
+}
+
+static void on_conn_error(struct rdzv_conn *conn, int err)
+{
+    struct status_cmd *c = conn->data;
+    fprintf(stderr, "muster: error: connection to %s lost: %s\n", c->endpoint, uv_strerror(err));
+    finish(c, AGENT_EXIT_RDZV);
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+    struct status_cmd *c = req->data;
+    struct rdzv_msg hello = {.type = RDZV_MSG_HELLO};
+
+    if (status == UV_ECANCELED)
+        return;
+    if (status != 0 || rdzv_conn_start(&c->conn) != 0) {
+        fprintf(stderr, "muster: error: cannot connect to %s: %s\n", c->endpoint,
+                uv_strerror(status));
+        finish(c, AGENT_EXIT_RDZV);
+        return;
+    }
+    hello.u.hello.version = RDZV_PROTO_VERSION;
+    hello.u.hello.role = RDZV_ROLE_OBSERVER;
+    snprintf(hello.u.hello.token, sizeof(hello.u.hello.token), "%s", c->token ? c->token : "");
+    if (rdzv_conn_send(&c->conn, &hello) != 0)
+        finish(c, AGENT_EXIT_RDZV);
+    explicit_bzero(hello.u.hello.token, sizeof(hello.u.hello.token));
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    struct status_cmd *c = req->data;
+    int rc = status;
+
+    if (rc == 0)
+        rc = uv_tcp_connect(&c->connect, &c->conn.tcp, res->ai_addr, on_connect);
+    uv_freeaddrinfo(res);
+    if (rc != 0) {
+        fprintf(stderr, "muster: error: cannot reach %s: %s\n", c->endpoint, uv_strerror(rc));
+        finish(c, AGENT_EXIT_RDZV);
+    }
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    struct status_cmd *c = t->data;
+    fprintf(stderr, "muster: error: no answer from %s within %d s\n", c->endpoint,
+            STATUS_TIMEOUT_MS / 1000);
+    finish(c, AGENT_EXIT_RDZV);
+}
+
+static const char *str(json_t *o, const char *k)
+{
+    const char *v = json_string_value(json_object_get(o, k));
+    return v ? v : "-";
+}
+
+static long num(json_t *o, const char *k)
+{
+    return (long)json_number_value(json_object_get(o, k));
+}
+
+static void print_job(json_t *job)
+{
+    size_t i;
+    json_t *n;
+
+    printf("job %s: %s, round %ld, restarts %ld/%ld, nodes %ld..%ld, world size %ld\n",
+           str(job, "id"), str(job, "state"), num(job, "round"), num(job, "restart_count"),
+           num(job, "max_restarts"), num(job, "min_nodes"), num(job, "max_nodes"),
+           num(job, "world_size"));
+    printf("  %-10s %-24s %-16s %-12s %-10s %s\n", "GROUP_RANK", "HOST", "ADDR", "RANKS",
+           "STATE", "LAST SEEN");
+    json_array_foreach(json_object_get(job, "nodes"), i, n)
+    {
+        long first = num(n, "rank_offset"), cnt = num(n, "nproc");
+        char ranks[32];
+        snprintf(ranks, sizeof(ranks), "%ld-%ld", first, first + cnt - 1);
+        printf("  %-10ld %-24s %-16s %-12s %-10s %.1f s ago\n", num(n, "group_rank"),
+               str(n, "host"), str(n, "addr"), ranks, str(n, "state"),
+               num(n, "last_seen_ms_ago") / 1000.0);
+    }
+}
+
+static int print_answer(const struct status_cmd *c)
+{
+    json_error_t jerr;
+    json_t *root, *job;
+    size_t i;
+
+    if (c->json) {
+        printf("%s\n", c->answer);
+        return 0;
+    }
+    if ((root = json_loads(c->answer, 0, &jerr)) == NULL) {
+        fprintf(stderr, "muster: error: the server's status is not JSON: %s\n", jerr.text);
+        return AGENT_EXIT_RDZV;
+    }
+    if (json_array_size(json_object_get(root, "jobs")) == 0)
+        printf(c->job_id ? "no job %s on this server\n" : "no jobs%s\n", c->job_id ? c->job_id : "");
+    json_array_foreach(json_object_get(root, "jobs"), i, job)
+        print_job(job);
+    json_decref(root);
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct status_cmd *c)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        const char **slot = NULL;
+        if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
+            fputs("usage: muster status --rdzv-endpoint HOST:PORT [--rdzv-id ID] [--json]\n"
+                  "Prints the server's jobs: state, round, restarts and each node's group rank,\n"
+                  "host, address, ranks and last heartbeat. MUSTER_TOKEN is sent when set.\n",
+                  stdout);
+            return 1;
+        }
+        if (strcmp(o, "--json") == 0) {
+            c->json = 1;
+            continue;
+        }
+        if (strcmp(o, "--rdzv-endpoint") == 0 || strcmp(o, "--rdzv_endpoint") == 0)
+            slot = &c->endpoint;
+        else if (strcmp(o, "--rdzv-id") == 0 || strcmp(o, "--rdzv_id") == 0)
+            slot = &c->job_id;
+        if (slot == NULL || i + 1 >= argc) {
+            fprintf(stderr, "muster: error: %s '%s' (see 'muster status --help')\n",
+                    slot ? "missing value for" : "unknown option", o);
+            return -EINVAL;
+        }
+        *slot = argv[++i];
+    }
+    if (c->endpoint == NULL && (c->endpoint = getenv("PET_RDZV_ENDPOINT")) == NULL) {
+        fprintf(stderr, "muster: error: muster status needs --rdzv-endpoint HOST:PORT\n");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int start(struct status_cmd *c)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    char *host = NULL, port[8];
+    unsigned p;
+    int rc;
+
+    if (launcher_parse_endpoint(c->endpoint, 29400, &host, &p) != 0) {
+        fprintf(stderr, "muster: error: --rdzv-endpoint must be HOST:PORT, not '%s'\n",
+                c->endpoint);
+        return AGENT_EXIT_USAGE;
+    }
+    snprintf(port, sizeof(port), "%u", p);
+    rc = rdzv_conn_init(&c->loop, &c->conn, on_msg, on_conn_error, c);
+    if (rc == 0) {
+        uv_timer_init(&c->loop, &c->timer);
+        c->timer.data = c;
+        c->gai.data = c->connect.data = c;
+        uv_timer_start(&c->timer, on_timeout, STATUS_TIMEOUT_MS, 0);
+        rc = uv_getaddrinfo(&c->loop, &c->gai, on_resolved, host, port, &hints);
+        if (rc != 0) {
+            fprintf(stderr, "muster: error: %s: %s\n", c->endpoint, uv_strerror(rc));
+            finish(c, AGENT_EXIT_RDZV);
+        }
+    }
+    free(host);
+    return rc == 0 ? 0 : AGENT_EXIT_RDZV;
+}
+
+int launcher_status(int argc, char **argv)
+{
+    struct status_cmd c = {.token = getenv("MUSTER_TOKEN")};
+    int rc = parse_args(argc, argv, &c);
+
+    if (rc != 0)
+        return rc > 0 ? 0 : AGENT_EXIT_USAGE;
+    if (uv_loop_init(&c.loop) != 0)
+        return AGENT_EXIT_INTERNAL;
+    rc = start(&c);
+    uv_run(&c.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&c.loop);
+    if (rc == 0)
+        rc = c.exit_code;
+    if (rc == 0 && c.answer != NULL)
+        rc = print_answer(&c);
+    free(c.answer);
+    return rc;
+}
