@@ -113,22 +113,12 @@ mentions() {
     grep -q -- "$2" <<< "$1"
 }
 
-# http_get HOST:PORT PATH: prints the body of GET PATH (curl if present, else bash /dev/tcp).
-# Sets HTTP_CODE.
+# http_get HOST:PORT PATH: GET PATH; the body goes to $T/http.body, HTTP_CODE is set (000 when
+# no answer). Not for $(...): HTTP_CODE must be set in the test's own shell.
 http_get() {
-    local hp=$1 path=$2 host=${1%:*} port=${1##*:} resp
-    if command -v curl >/dev/null 2>&1; then
-        resp=$(curl -s -m 5 -w '\n%{http_code}' "http://$hp$path") || { HTTP_CODE=000; return 1; }
-        HTTP_CODE=${resp##*$'\n'}
-        printf '%s\n' "${resp%$'\n'*}"
-        return 0
-    fi
-    exec 9<>"/dev/tcp/$host/$port" || { HTTP_CODE=000; return 1; }
-    printf 'GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n' "$path" "$hp" >&9
-    resp=$(timeout 5 cat <&9)
-    exec 9<&-
-    HTTP_CODE=$(head -1 <<< "$resp" | awk '{print $2}')
-    printf '%s\n' "${resp#*$'\r\n\r\n'}"
+    local hp=$1 path=$2
+    HTTP_CODE=$(curl -s -m 5 -o "$T/http.body" -w '%{http_code}' "http://$hp$path") || HTTP_CODE=000
+    return 0
 }
 
 # check_ranks DIR ATTEMPT WORLD NODES: the env dumps DIR/env.<rank>.<ATTEMPT> of one round

@@ -35,21 +35,25 @@ OUTF=$T/st2.out ERRF=$T/st2.err IT_TIMEOUT=10 mrun -- status --rdzv-endpoint 127
 [ "$RC" -lt 64 ] || fail "muster status for an unknown job exited $RC"
 grep -q "$JOB" "$T/st2.out" && fail "muster status --rdzv-id nosuchjob shows $JOB"
 
-# HTTP
-body=$(http_get "$SHTTP" /metrics)
+# HTTP (curl)
+command -v curl >/dev/null 2>&1 || fail "curl is needed for the HTTP checks"
+http_get "$SHTTP" /metrics
+body=$(cat "$T/http.body")
 expect_eq "GET /metrics status" 200 "$HTTP_CODE"
 grep -q '^muster_' <<< "$body" || { echo "$body" | head >&2; fail "/metrics has no muster_* sample"; }
 grep -Ev '^(#.*|[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})? [-+0-9.eEInfa]+( [0-9]+)?|)$' <<< "$body" | head -3 > "$T/badm"
 [ -s "$T/badm" ] && fail "/metrics has lines that are not Prometheus text: $(cat "$T/badm")"
 grep '^muster_' <<< "$body" | grep -v '^muster_[a-z0-9_]*\({[^}]*}\)\? ' | head -1 > "$T/badm"
 [ -s "$T/badm" ] && fail "bad metric line: $(cat "$T/badm")"
-body=$(http_get "$SHTTP" /status)
+http_get "$SHTTP" /status
+body=$(cat "$T/http.body")
 expect_eq "GET /status status" 200 "$HTTP_CODE"
 if command -v jq >/dev/null 2>&1; then
     jq -e . <<< "$body" >/dev/null || { echo "$body" | head -c 500 >&2; fail "/status is not JSON"; }
 fi
 grep -q "$JOB" <<< "$body" || fail "/status does not name $JOB"
-body=$(http_get "$SHTTP" /)
+http_get "$SHTTP" /
+body=$(cat "$T/http.body")
 expect_eq "GET / status" 200 "$HTTP_CODE"
 grep -qi '<html' <<< "$body" || fail "/ is not an HTML page"
 http_get "$SHTTP" /no-such-page >/dev/null
