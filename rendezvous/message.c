@@ -30,6 +30,7 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_BARRIER] = "BARRIER",
     [RDZV_MSG_STATUS_REQ] = "STATUS_REQ",
     [RDZV_MSG_STATUS] = "STATUS",
+    [RDZV_MSG_CKPT] = "CKPT",
 };
 
 const char *rdzv_msg_name(unsigned type)
@@ -77,6 +78,11 @@ static void put_u64(struct writer *w, uint64_t v)
 static void put_i32(struct writer *w, int32_t v)
 {
     put_u32(w, (uint32_t)v);
+}
+
+static void put_i64(struct writer *w, int64_t v)
+{
+    put_u64(w, (uint64_t)v);
 }
 
 /* `max` is the field's limit; the struct arrays are max + 1 so strnlen() stays inside them. */
@@ -145,6 +151,13 @@ static int32_t get_i32(struct reader *r)
     return v <= INT32_MAX ? (int32_t)v : -(int32_t)(~v) - 1;
 }
 
+static int64_t get_i64(struct reader *r)
+{
+    uint64_t v = get_u64(r);
+
+    return v <= INT64_MAX ? (int64_t)v : -(int64_t)(~v) - 1;
+}
+
 /* dst has room for max + 1 bytes. A NUL inside the string is rejected: C code downstream would
  * silently truncate it, so two peers could disagree about a job id or a token. */
 static void get_str(struct reader *r, char *dst, size_t max)
@@ -161,6 +174,54 @@ static void get_str(struct reader *r, char *dst, size_t max)
     memcpy(dst, r->p + r->pos, n);
     dst[n] = '\0';
     r->pos += n;
+}
+
+int rdzv_ckpt_name_ok(const char *name)
+{
+    size_t n = strnlen(name, RDZV_CKPT_NAME_MAX + 1);
+
+    return n <= RDZV_CKPT_NAME_MAX && memchr(name, '/', n) == NULL && strcmp(name, ".") != 0 &&
+           strcmp(name, "..") != 0;
+}
+
+/* A checkpoint name is joined to the agent's checkpoint directory: a '/' or ".." from a
+ * confused or hostile peer would make an agent read or export a path outside it. */
+static void put_ckpt_name(struct writer *w, const char *name)
+{
+    if (!rdzv_ckpt_name_ok(name)) {
+        w->err = -EINVAL;
+        return;
+    }
+    put_str(w, name, RDZV_CKPT_NAME_MAX);
+}
+
+static void get_ckpt_name(struct reader *r, char *dst)
+{
+    get_str(r, dst, RDZV_CKPT_NAME_MAX);
+    if (!r->err && !rdzv_ckpt_name_ok(dst))
+        r->err = -EPROTO;
+}
+
+static void put_ckpt(struct writer *w, const struct rdzv_ckpt *c)
+{
+    put_ckpt_name(w, c->name);
+    put_i64(w, c->step);
+    put_u64(w, c->size);
+    put_u64(w, c->checksum);
+    put_u64(w, c->time_ms);
+    put_u8(w, c->verified_bad);
+    put_str(w, c->reason, RDZV_TEXT_MAX);
+}
+
+static void get_ckpt(struct reader *r, struct rdzv_ckpt *c)
+{
+    get_ckpt_name(r, c->name);
+    c->step = get_i64(r);
+    c->size = get_u64(r);
+    c->checksum = get_u64(r);
+    c->time_ms = get_u64(r);
+    c->verified_bad = get_u8(r);
+    get_str(r, c->reason, RDZV_TEXT_MAX);
 }
 
 /* --- payloads: one encoder and one decoder per struct, fields in PROTOCOL.md order --------- */
@@ -204,6 +265,8 @@ static void put_join(struct writer *w, const struct rdzv_join *j)
     put_u32(w, j->keep_alive_ms);
     put_u32(w, j->heartbeat_timeout_ms);
     put_u32(w, j->reconnect_grace_ms);
+    put_ckpt_name(w, j->resume);
+    put_i64(w, j->resume_step);
 }
 
 static void get_join(struct reader *r, struct rdzv_join *j)
@@ -222,6 +285,8 @@ static void get_join(struct reader *r, struct rdzv_join *j)
     j->keep_alive_ms = get_u32(r);
     j->heartbeat_timeout_ms = get_u32(r);
     j->reconnect_grace_ms = get_u32(r);
+    get_ckpt_name(r, j->resume);
+    j->resume_step = get_i64(r);
 }
 
 static void put_assign(struct writer *w, const struct rdzv_assign *a)
@@ -234,6 +299,8 @@ static void put_assign(struct writer *w, const struct rdzv_assign *a)
     put_u32(w, a->restart_count);
     put_str(w, a->master_addr, RDZV_HOST_MAX);
     put_u32(w, a->master_port);
+    put_ckpt_name(w, a->resume);
+    put_i64(w, a->resume_step);
 }
 
 static void get_assign(struct reader *r, struct rdzv_assign *a)
@@ -246,6 +313,8 @@ static void get_assign(struct reader *r, struct rdzv_assign *a)
     a->restart_count = get_u32(r);
     get_str(r, a->master_addr, RDZV_HOST_MAX);
     a->master_port = get_u32(r);
+    get_ckpt_name(r, a->resume);
+    a->resume_step = get_i64(r);
 }
 
 static void put_waiting(struct writer *w, const struct rdzv_waiting *v)
@@ -338,7 +407,7 @@ static void get_status(struct reader *r, struct rdzv_status *st)
         r->err = -EPROTO;
 }
 
-/* The issue-3 messages; returns 0 when `m` is none of them. */
+/* The issue-3 and issue-5 messages; returns 0 when `m` is none of them. */
 static int put_payload3(struct writer *w, const struct rdzv_msg *m)
 {
     switch (m->type) {
@@ -368,6 +437,9 @@ static int put_payload3(struct writer *w, const struct rdzv_msg *m)
         return 1;
     case RDZV_MSG_STATUS:
         put_blob(w, (const uint8_t *)m->u.status.json, m->u.status.len, RDZV_STATUS_MAX);
+        return 1;
+    case RDZV_MSG_CKPT:
+        put_ckpt(w, &m->u.ckpt);
         return 1;
     default: /* ATTACH_OK carries no payload */
         return 0;
@@ -403,6 +475,9 @@ static int get_payload3(struct reader *r, struct rdzv_msg *m)
         return 1;
     case RDZV_MSG_STATUS:
         get_status(r, &m->u.status);
+        return 1;
+    case RDZV_MSG_CKPT:
+        get_ckpt(r, &m->u.ckpt);
         return 1;
     default:
         return 0;

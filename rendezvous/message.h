@@ -18,6 +18,7 @@
 #define RDZV_HOST_MAX 255            /* host names and addresses */
 #define RDZV_TEXT_MAX 1024           /* error and failure messages */
 #define RDZV_TOKEN_MAX 256
+#define RDZV_CKPT_NAME_MAX 255       /* checkpoint name, relative to the checkpoint directory */
 
 /* Append-only: never renumber; add new types at the end and document them in PROTOCOL.md. */
 enum rdzv_msg_type {
@@ -45,6 +46,8 @@ enum rdzv_msg_type {
     RDZV_MSG_BARRIER = 21,   /* worker->S req_id, name, count, wait_ms */
     RDZV_MSG_STATUS_REQ = 22,/* observer->S job id ("" = all jobs) */
     RDZV_MSG_STATUS = 23,    /* S->observer JSON text (the same document as HTTP /status) */
+    /* --- issue 5: checkpoints ------------------------------------------------------------ */
+    RDZV_MSG_CKPT = 24,      /* agent->S a checkpoint recorded or found bad; no reply */
     RDZV_MSG_TYPE_MAX_
 };
 
@@ -87,6 +90,11 @@ struct rdzv_join {
     uint32_t keep_alive_ms;          /* the agent sends HEARTBEAT this often */
     uint32_t heartbeat_timeout_ms;   /* silent this long = lost node (server side) */
     uint32_t reconnect_grace_ms;     /* how long a member may be away after a server restart */
+    /* issue 5 (appended before any release): the checkpoint THIS node would resume from, its
+     * newest verified one. Only group rank 0's choice is used (see ASSIGN). A name relative to
+     * the checkpoint directory: no '/', not "." or ".."; "" = none. */
+    char resume[RDZV_CKPT_NAME_MAX + 1];
+    int64_t resume_step;             /* its step, -1 when none or not known */
 };
 
 struct rdzv_waiting {
@@ -102,6 +110,10 @@ struct rdzv_assign {
     uint32_t restart_count;
     char master_addr[RDZV_HOST_MAX + 1];
     uint32_t master_port;
+    /* issue 5: where every node resumes, copied from the JOIN of the node with group rank 0
+     * (the only one that can verify checkpoints: they are written there). "" = from scratch. */
+    char resume[RDZV_CKPT_NAME_MAX + 1];
+    int64_t resume_step; /* -1 when none or not known */
 };
 
 /* One worker failure: what the root-cause summary prints. */
@@ -176,6 +188,19 @@ struct rdzv_status {
     char json[RDZV_STATUS_MAX + 1]; /* NUL-terminated */
 };
 
+/* CKPT: one checkpoint the agent of group rank 0 recorded (verified_bad = 0), or found missing,
+ * truncated or altered when it picked the one to resume from (verified_bad = 1, reason says
+ * why). The server keeps the newest records per job for STATUS; it never reads the files. */
+struct rdzv_ckpt {
+    char name[RDZV_CKPT_NAME_MAX + 1]; /* relative to the checkpoint directory; no '/' */
+    int64_t step;                      /* parsed from the name; -1 when it has none */
+    uint64_t size;                     /* bytes (a directory: the sum of its files) */
+    uint64_t checksum;                 /* xxHash64 of the content */
+    uint64_t time_ms;                  /* wall clock when recorded/found bad; display only */
+    uint8_t verified_bad;
+    char reason[RDZV_TEXT_MAX + 1];    /* why it is bad; "" when verified_bad = 0 */
+};
+
 /* One decoded message. `type` selects the member. */
 struct rdzv_msg {
     uint8_t type;
@@ -196,14 +221,20 @@ struct rdzv_msg {
         struct rdzv_kv kv; /* KV_PUT, KV_GET, KV_REPLY, BARRIER */
         struct rdzv_status_req status_req;
         struct rdzv_status status;
+        struct rdzv_ckpt ckpt;
     } u;
 };
 
 /* Returns the message type's name ("HELLO"...), or "UNKNOWN". */
 const char *rdzv_msg_name(unsigned type);
 
+/* Returns 1 when `name` may name a checkpoint on the wire: at most RDZV_CKPT_NAME_MAX bytes, no
+ * '/', not "." or ".." (it must stay inside the checkpoint directory). "" is allowed. */
+int rdzv_ckpt_name_ok(const char *name);
+
 /* Encodes header + payload of `msg` into buf (cap bytes). On success sets *len and returns 0;
- * -ENOBUFS if it does not fit, -EINVAL for an unknown type or an over-long string. */
+ * -ENOBUFS if it does not fit, -EINVAL for an unknown type, an over-long string or a checkpoint
+ * name that rdzv_ckpt_name_ok() refuses. */
 int rdzv_msg_encode(const struct rdzv_msg *msg, uint8_t *buf, size_t cap, size_t *len);
 
 /* Parses a 12-byte header. Returns 0 and sets *type and *payload_len; -EPROTO for a bad magic,
@@ -211,7 +242,8 @@ int rdzv_msg_encode(const struct rdzv_msg *msg, uint8_t *buf, size_t cap, size_t
 int rdzv_header_decode(const uint8_t *hdr, uint8_t *type, uint32_t *payload_len);
 
 /* Decodes one payload of the given type into *msg. Returns 0, -EPROTO when the payload is
- * short, long, or a string is over its limit or holds a NUL, -ENOTSUP for an unknown type. */
+ * short, long, a string is over its limit or holds a NUL, or a checkpoint name is refused by
+ * rdzv_ckpt_name_ok(); -ENOTSUP for an unknown type. */
 int rdzv_msg_decode(uint8_t type, const uint8_t *payload, size_t len, struct rdzv_msg *msg);
 
 #endif

@@ -55,6 +55,8 @@ static void example(uint8_t type, struct rdzv_msg *m)
         strcpy(m->u.join.job_id, "job-1");
         strcpy(m->u.join.host, "node-a");
         strcpy(m->u.join.addr, "fe80::1");
+        strcpy(m->u.join.resume, "ckpt-000120.pt");
+        m->u.join.resume_step = 120;
         break;
     case RDZV_MSG_WAITING:
         m->u.waiting = (struct rdzv_waiting){1, 2, 4, -1, 12345};
@@ -68,6 +70,8 @@ static void example(uint8_t type, struct rdzv_msg *m)
                                            .restart_count = 2,
                                            .master_port = 29500};
         strcpy(m->u.assign.master_addr, "10.0.0.1");
+        strcpy(m->u.assign.resume, "ckpt-000120.pt");
+        m->u.assign.resume_step = -1; /* negative steps survive the two's complement path */
         break;
     case RDZV_MSG_FAILED:
     case RDZV_MSG_LEAVE:
@@ -92,6 +96,8 @@ static void example(uint8_t type, struct rdzv_msg *m)
 
 static void example3(uint8_t type, struct rdzv_msg *m)
 {
+    static struct rdzv_msg a;
+
     switch (type) {
     case RDZV_MSG_HEARTBEAT:
         m->u.heartbeat.round = 7;
@@ -105,7 +111,8 @@ static void example3(uint8_t type, struct rdzv_msg *m)
         m->type = RDZV_MSG_REJOIN;
         m->u.rejoin.running = 1;
         m->u.rejoin.done = 1;
-        m->u.rejoin.assign = (struct rdzv_assign){5, 1, 3, 8, 24, 2, "10.0.0.1", 29500};
+        example(RDZV_MSG_ASSIGN, &a);
+        m->u.rejoin.assign = a.u.assign; /* resume travels back to a restarted server */
         break;
     case RDZV_MSG_REJOIN_OK:
         m->u.rejoin_ok.round = 9;
@@ -133,6 +140,15 @@ static void example3(uint8_t type, struct rdzv_msg *m)
     case RDZV_MSG_STATUS:
         strcpy(m->u.status.json, "{\"jobs\": []}");
         m->u.status.len = (uint32_t)strlen(m->u.status.json);
+        break;
+    case RDZV_MSG_CKPT:
+        strcpy(m->u.ckpt.name, "step-00000042");
+        m->u.ckpt.step = 42;
+        m->u.ckpt.size = 0x0000000123456789ULL;
+        m->u.ckpt.checksum = 0xfedcba9876543210ULL;
+        m->u.ckpt.time_ms = 1700000000123ULL;
+        m->u.ckpt.verified_bad = 1;
+        strcpy(m->u.ckpt.reason, "checksum mismatch");
         break;
     default:
         break;
@@ -306,6 +322,50 @@ static void test_blob_limits(void **state)
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
 }
 
+/* Checkpoint names are joined to the agent's checkpoint directory: no '/', no "." or "..". */
+static void test_ckpt_names(void **state)
+{
+    static struct rdzv_msg m, out;
+    size_t len, plen;
+
+    (void)state;
+    assert_true(rdzv_ckpt_name_ok(""));
+    assert_true(rdzv_ckpt_name_ok("step-1.pt"));
+    assert_true(rdzv_ckpt_name_ok("..x"));
+    assert_false(rdzv_ckpt_name_ok("a/b"));
+    assert_false(rdzv_ckpt_name_ok("/etc/passwd"));
+    assert_false(rdzv_ckpt_name_ok(".."));
+    assert_false(rdzv_ckpt_name_ok("."));
+    /* Encoder refuses, in CKPT, JOIN and ASSIGN (and REJOIN through them). */
+    example(RDZV_MSG_CKPT, &m);
+    strcpy(m.u.ckpt.name, "../x");
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    example(RDZV_MSG_JOIN, &m);
+    strcpy(m.u.join.resume, "dir/ckpt");
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    example(RDZV_MSG_ASSIGN, &m);
+    strcpy(m.u.assign.resume, "..");
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    /* Decoder refuses a '/' a peer put on the wire: CKPT's payload starts with the name. */
+    example(RDZV_MSG_CKPT, &m);
+    strcpy(m.u.ckpt.name, "ab");
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    plen = len - RDZV_HEADER_SIZE;
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    buf[RDZV_HEADER_SIZE + 3] = '/';
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out),
+                     -EPROTO);
+    buf[RDZV_HEADER_SIZE + 2] = buf[RDZV_HEADER_SIZE + 3] = '.';
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out),
+                     -EPROTO);
+    /* An over-long name (256 bytes) is refused. */
+    example(RDZV_MSG_CKPT, &m);
+    memset(m.u.ckpt.name, 'n', sizeof(m.u.ckpt.name));
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    assert_string_equal(rdzv_msg_name(RDZV_MSG_CKPT), "CKPT");
+    assert_int_equal(RDZV_MSG_CKPT, 24);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -313,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_header_rejects),         cmocka_unit_test(test_unknown_type),
         cmocka_unit_test(test_truncated_and_trailing), cmocka_unit_test(test_small_buffer),
         cmocka_unit_test(test_overlong_strings),       cmocka_unit_test(test_blob_limits),
+        cmocka_unit_test(test_ckpt_names),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
