@@ -147,6 +147,10 @@ static void close_round(struct rdzv_job *job)
         offset += m->nproc;
     }
     job->master = job->by_rank[0] - 1;
+    /* Only rank 0's node can verify checkpoints (they are written there): its pick is where
+     * every node resumes, or nodes would load different steps and diverge silently. */
+    snprintf(job->resume, sizeof(job->resume), "%s", job->members[job->master].resume);
+    job->resume_step = job->members[job->master].resume_step;
     job->world_size = (uint32_t)offset;
     job->n_done = 0;
     job->state = RDZV_JOB_RUNNING;
@@ -171,6 +175,8 @@ static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, co
     m->master_port = j->master_port;
     snprintf(m->host, sizeof(m->host), "%s", j->host);
     snprintf(m->addr, sizeof(m->addr), "%s", addr);
+    snprintf(m->resume, sizeof(m->resume), "%s", j->resume);
+    m->resume_step = j->resume[0] != '\0' ? j->resume_step : -1;
 }
 
 /* Appends m to the filling round (capacity reserved by the caller); returns ASSIGNED when that
@@ -325,6 +331,8 @@ void rdzv_job_assign(const struct rdzv_job *job, size_t i, struct rdzv_assign *a
     a->restart_count = job->restart_count;
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", master->addr);
     a->master_port = master->master_port;
+    snprintf(a->resume, sizeof(a->resume), "%s", job->resume);
+    a->resume_step = job->resume_step;
 }
 
 void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len)
@@ -509,6 +517,9 @@ static void adopt(struct rdzv_job *job, const struct rdzv_assign *a, uint64_t no
     job->restart_count = a->restart_count;
     job->expected = a->group_world_size;
     job->world_size = a->world_size;
+    /* The round was decided before the restart: keep its resume point, not a member's JOIN. */
+    snprintf(job->resume, sizeof(job->resume), "%s", a->resume);
+    job->resume_step = a->resume_step;
     job->n_done = 0;
     job->grace_deadline_ms = now_ms + job->reconnect_grace_ms;
 }

@@ -47,6 +47,8 @@ struct rdzv_job_member {
     char addr[RDZV_HOST_MAX + 1];
     uint32_t group_rank, rank_offset; /* valid while RUNNING */
     int done;
+    char resume[RDZV_CKPT_NAME_MAX + 1]; /* from its JOIN: where this node would resume */
+    int64_t resume_step;
 };
 
 /* Why a new round starts without a failure (restart_count unchanged). */
@@ -84,6 +86,11 @@ struct rdzv_job {
     size_t n_done;             /* members of the running round that sent DONE */
     uint32_t *by_rank;         /* scratch for rank assignment: member index + 1 per group rank */
     struct rdzv_failure cause; /* valid after RESTART or FAILED */
+    /* Where the running round resumes: group rank 0's JOIN.resume, fixed when the round closes
+     * (or adopted from a REJOIN's ASSIGN), so every node's ASSIGN carries the same checkpoint
+     * even if rank 0's connection is gone when a late ASSIGN is built. Valid while RUNNING. */
+    char resume[RDZV_CKPT_NAME_MAX + 1];
+    int64_t resume_step;
 
     /* Rebuilt from REJOINs after a server restart: members[] fills up to `expected` nodes
      * (the round's group world size) until grace_deadline_ms; see rdzv_job_rejoin(). */
@@ -133,7 +140,8 @@ enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms, uint64_
 /* Fills the WAITING message for the filling round. */
 void rdzv_job_waiting(const struct rdzv_job *job, uint64_t now_ms, struct rdzv_waiting *w);
 
-/* Fills the ASSIGN message for members[i] of the running round. */
+/* Fills the ASSIGN message for members[i] of the running round; resume and resume_step are
+ * the round's (group rank 0's choice) for every member. */
 void rdzv_job_assign(const struct rdzv_job *job, size_t i, struct rdzv_assign *a);
 
 /* Writes the timeout reason ("rendezvous of job X timed out after ...") into buf. */

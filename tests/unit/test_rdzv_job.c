@@ -502,6 +502,112 @@ static void test_rejoin_reattach_and_grace(void **state)
     rdzv_job_free(job);
 }
 
+/* JOIN of `node` that would resume from "<name>" (step); "" = none. */
+static enum rdzv_job_event join_resume(struct rdzv_job *job, unsigned node, const char *name,
+                                       int64_t step, uint64_t now)
+{
+    struct rdzv_join j = mkjoin(node, job->min_nodes, job->max_nodes, 1);
+    enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
+
+    snprintf(j.resume, sizeof(j.resume), "%s", name);
+    j.resume_step = step;
+    assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", &peers[node], now, &ev), 0);
+    return ev;
+}
+
+/* Every member's ASSIGN names the same resume point. */
+static void assert_all_resume(struct rdzv_job *job, const char *name, int64_t step)
+{
+    assert_int_equal(job->state, RDZV_JOB_RUNNING);
+    for (size_t i = 0; i < job->n_members; i++) {
+        struct rdzv_assign a;
+
+        rdzv_job_assign(job, i, &a);
+        assert_string_equal(a.resume, name);
+        assert_int_equal(a.resume_step, step);
+    }
+}
+
+/* Three nodes would resume from different checkpoints: all get group rank 0's. */
+static void test_resume_from_rank0(void **state)
+{
+    struct rdzv_job *job = new_job(3, 3);
+
+    (void)state;
+    join_resume(job, 1, "step-30", 30, 0); /* first to join: group rank 0 */
+    join_resume(job, 0, "step-10", 10, 0);
+    assert_int_equal(join_resume(job, 2, "", -1, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 1)->group_rank, 0);
+    assert_all_resume(job, "step-30", 30);
+    rdzv_job_free(job);
+}
+
+/* A node other than rank 0 is lost: rank 0 keeps its rank and its NEW choice decides (it may
+ * have found its newest checkpoint corrupt since the last round). */
+static void test_resume_rank0_survives(void **state)
+{
+    struct rdzv_job *job = new_job(2, 3);
+
+    (void)state;
+    join_resume(job, 0, "step-10", 10, 0);
+    join_resume(job, 1, "step-20", 20, 0);
+    join_resume(job, 2, "step-20", 20, 0);
+    assert_all_resume(job, "step-10", 10);
+    assert_int_equal(rdzv_job_lost(job, &peers[2], "connection closed", 0, 0),
+                     RDZV_JOB_EV_RESTART);
+    join_resume(job, 1, "step-20", 20, 10); /* joins first, but node 0 keeps rank 0 */
+    join_resume(job, 0, "step-05", 5, 20);
+    assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    assert_all_resume(job, "step-05", 5);
+    rdzv_job_free(job);
+}
+
+/* The rank-0 node is lost: the node that becomes rank 0 decides, even when it has nothing. */
+static void test_resume_rank0_lost(void **state)
+{
+    struct rdzv_job *job = new_job(2, 3);
+
+    (void)state;
+    join_resume(job, 0, "step-10", 10, 0);
+    join_resume(job, 1, "step-10", 10, 0);
+    join_resume(job, 2, "step-10", 10, 0);
+    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0),
+                     RDZV_JOB_EV_RESTART);
+    join_resume(job, 1, "step-10", 10, 10);
+    join_resume(job, 2, "", -1, 20); /* its rank 2 does not fit 2 nodes: it fills rank 0 */
+    assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 2)->group_rank, 0);
+    assert_int_equal(member(job, 1)->group_rank, 1);
+    assert_all_resume(job, "", -1);
+    rdzv_job_free(job);
+}
+
+/* A job rebuilt after a server restart keeps the resume point of the round it adopted, not
+ * what a member's (saved, older) JOIN said. */
+static void test_resume_rejoin_keeps_round(void **state)
+{
+    struct rdzv_rejoin rj = mkrejoin(0, 3, 1, 2);
+    struct rdzv_job *job = NULL;
+    enum rdzv_job_event ev;
+    void *old;
+
+    (void)state;
+    strcpy(rj.join.resume, "step-99");
+    rj.join.resume_step = 99;
+    strcpy(rj.assign.resume, "step-50");
+    rj.assign.resume_step = 50;
+    assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", &peers[0], 0, &old, &ev), 0);
+    rj = mkrejoin(1, 3, 0, 2);
+    strcpy(rj.assign.resume, "step-50");
+    rj.assign.resume_step = 50;
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.1", &peers[1], 0, &old, &ev), 0);
+    assert_false(job->rebuilding);
+    assert_all_resume(job, "step-50", 50);
+    rdzv_job_free(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -522,6 +628,10 @@ int main(void)
         cmocka_unit_test(test_lost_after_done),
         cmocka_unit_test(test_lost_while_filling),
         cmocka_unit_test(test_timeout_with_min_closes),
+        cmocka_unit_test(test_resume_from_rank0),
+        cmocka_unit_test(test_resume_rank0_survives),
+        cmocka_unit_test(test_resume_rank0_lost),
+        cmocka_unit_test(test_resume_rejoin_keeps_round),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
