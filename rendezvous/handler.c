@@ -237,3 +237,23 @@ void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
         return;
     rejoin_running(p, sj, rj);
 }
+
+/* CKPT: bookkeeping for STATUS only; the round logic never looks at it (the resume point
+ * travels in JOIN and ASSIGN). The job is the one this connection joined: a CKPT names none,
+ * so an agent cannot write into another job's records. */
+void handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
+{
+    struct sjob *sj = p->job;
+
+    if (sj == NULL) {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "CKPT before JOIN: no job to record it for");
+        return;
+    }
+    if (ck->name[0] == '\0') {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "CKPT without a checkpoint name");
+        return;
+    }
+    if (sj->ckpts == NULL && rdzv_ckptlog_new(&sj->ckpts) < 0)
+        return; /* out of memory: the record only feeds STATUS, the job runs on without it */
+    rdzv_ckptlog_add(sj->ckpts, ck);
+}

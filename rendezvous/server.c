@@ -181,6 +181,7 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_DONE:
     case RDZV_MSG_HEARTBEAT:
     case RDZV_MSG_REJOIN:
+    case RDZV_MSG_CKPT:
         return role == RDZV_ROLE_AGENT;
     case RDZV_MSG_ATTACH:
     case RDZV_MSG_KV_PUT:
@@ -212,6 +213,9 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_REJOIN:
         handle_rejoin(p, &m->u.rejoin);
+        break;
+    case RDZV_MSG_CKPT:
+        handle_ckpt(p, &m->u.ckpt);
         break;
     case RDZV_MSG_ATTACH:
         handle_attach(p, &m->u.attach);

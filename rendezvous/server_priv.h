@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "ckptlog.h"
 #include "conn.h"
 #include "job.h"
 #include "kv.h"
@@ -40,6 +41,7 @@ struct sjob {
     struct rdzv_server *srv;
     struct rdzv_job *job;
     struct rdzv_kv_store *kv;
+    struct rdzv_ckptlog *ckpts; /* CKPT records for STATUS; NULL until the first CKPT */
     uv_timer_t timer; /* timer.data = this sjob; earliest of job and KV deadlines */
     struct sjob *prev, *next;
     unsigned npeers; /* agent connections with peer->job == this */
@@ -102,6 +104,7 @@ void handle_failed(struct peer *p, const struct rdzv_failure *f, int leaving);
 void handle_done(struct peer *p, uint32_t round);
 void handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb);
 void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj);
+void handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck);
 
 /* handler_kv.c: worker and observer messages */
 void handle_attach(struct peer *p, const struct rdzv_attach *a);

@@ -13,6 +13,7 @@ static void sjob_closed_cb(uv_handle_t *handle)
     struct rdzv_server *srv = sj->srv;
 
     rdzv_kv_free(sj->kv);
+    rdzv_ckptlog_free(sj->ckpts);
     rdzv_job_free(sj->job);
     free(sj);
     srv_handle_closed(srv);

@@ -59,8 +59,30 @@ static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job)
     return a;
 }
 
-static json_t *job_json(struct rdzv_server *srv, const struct rdzv_job *job, int with_nodes)
+static json_t *ckpt_json(const struct rdzv_ckpt *ck)
 {
+    char sum[17];
+
+    snprintf(sum, sizeof(sum), "%016" PRIx64, ck->checksum);
+    return json_pack("{s:s, s:I, s:I, s:s, s:I, s:s, s:s}", "name", ck->name, "step",
+                     (json_int_t)ck->step, "size", (json_int_t)ck->size, "checksum", sum,
+                     "time_ms", (json_int_t)ck->time_ms, "state",
+                     ck->verified_bad ? "bad" : "recorded", "reason", ck->reason);
+}
+
+/* Newest first, as the log keeps them. */
+static json_t *ckpts_json(const struct rdzv_ckptlog *log)
+{
+    json_t *a = json_array();
+
+    for (size_t i = 0; a != NULL && log != NULL && i < log->n; i++)
+        json_array_append_new(a, ckpt_json(&log->recs[i]));
+    return a;
+}
+
+static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with_nodes)
+{
+    const struct rdzv_job *job = sj->job;
     json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "id", job->id, "state",
                           job_state(job), "round", (json_int_t)job->round, "restart_count",
                           (json_int_t)job->restart_count, "max_restarts",
@@ -68,8 +90,10 @@ static json_t *job_json(struct rdzv_server *srv, const struct rdzv_job *job, int
                           "max_nodes", (json_int_t)job->max_nodes, "world_size",
                           (json_int_t)(job->state == RDZV_JOB_FILLING ? 0 : job->world_size));
 
-    if (o != NULL && with_nodes)
+    if (o != NULL && with_nodes) {
         json_object_set_new(o, "nodes", nodes_json(srv, job));
+        json_object_set_new(o, "checkpoints", ckpts_json(sj->ckpts));
+    }
     return o;
 }
 
@@ -80,7 +104,7 @@ static json_t *doc_json(struct rdzv_server *srv, const char *job_id, int with_no
 
     for (struct sjob *sj = srv->jobs; jobs != NULL && sj != NULL; sj = sj->next)
         if (job_id == NULL || job_id[0] == '\0' || strcmp(job_id, sj->job->id) == 0)
-            json_array_append_new(jobs, job_json(srv, sj->job, with_nodes));
+            json_array_append_new(jobs, job_json(srv, sj, with_nodes));
     doc = json_pack("{s:{s:f, s:I, s:I}, s:o}", "server", "uptime_s",
                     (uv_now(srv->loop) - srv->start_ms) / 1000.0, "connections",
                     (json_int_t)srv->n_peers, "jobs", (json_int_t)srv->n_jobs, "jobs", jobs);

@@ -208,6 +208,8 @@ static struct raw *agent(struct fixture *fx, int i, const char *job, unsigned mi
                                  .reconnect_grace_ms = g_grace};
     snprintf(r->join.job_id, sizeof(r->join.job_id), "%s", job);
     snprintf(r->join.host, sizeof(r->join.host), "host%d", i);
+    snprintf(r->join.resume, sizeof(r->join.resume), "host%d-ckpt", i); /* differ per node */
+    r->join.resume_step = 100 * i;
     r->auto_rejoin = 1;
     m->u.join = r->join;
     send_msg(r, m);
@@ -659,6 +661,94 @@ static void test_status(void **state)
     json_decref(doc);
 }
 
+/* --- CKPT -------------------------------------------------------------------------------- */
+static void ckpt(struct raw *r, const char *name, int bad)
+{
+    struct rdzv_msg *m = msg(RDZV_MSG_CKPT);
+
+    snprintf(m->u.ckpt.name, sizeof(m->u.ckpt.name), "%s", name);
+    m->u.ckpt.step = atoi(name + 1);
+    m->u.ckpt.size = 4096;
+    m->u.ckpt.checksum = 0xabcULL;
+    m->u.ckpt.time_ms = 1700000000000ULL;
+    m->u.ckpt.verified_bad = (uint8_t)bad;
+    if (bad)
+        strcpy(m->u.ckpt.reason, "checksum mismatch");
+    send_msg(r, m);
+}
+
+static int ckpt_sent(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, HEARTBEAT) == 1 && N(2, STATUS) == 1 && N(3, ERROR) == 1 &&
+           N(4, ERROR) == 1 && R(3)->closed && R(4)->closed;
+}
+
+static const char *ckpt_field(json_t *list, size_t i, const char *key)
+{
+    return json_string_value(json_object_get(json_array_get(list, i), key));
+}
+
+/* Every ASSIGN carries the resume point of the node with group rank 0; CKPT records show up in
+ * STATUS newest first, one per name, at most 64; a worker or a not-joined agent is refused. */
+static void test_ckpt_status(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+    json_t *doc, *list;
+    json_error_t jerr;
+    char name[16];
+    int r0;
+
+    agent(fx, 0, "ck", 2, 2);
+    agent(fx, 1, "ck", 2, 2);
+    run_until(fx, both_assigned);
+    r0 = R(0)->assign.group_rank == 0 ? 0 : 1;
+    snprintf(name, sizeof(name), "host%d-ckpt", r0);
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(R(i)->assign.resume, name);
+        assert_int_equal(R(i)->assign.resume_step, 100 * r0);
+    }
+    for (int i = 0; i < 66; i++) {
+        snprintf(name, sizeof(name), "s%02d", i);
+        ckpt(R(0), name, 0);
+    }
+    ckpt(R(0), "s10", 1); /* found bad at pick time: replaces its record, moves to the front */
+    send_msg(R(0), msg(RDZV_MSG_HEARTBEAT)); /* its echo: the CKPTs before it were handled */
+    while (N(0, HEARTBEAT) == 0)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    worker(fx, 3, "ck", 0);
+    ckpt(R(3), "s99", 0);
+    raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
+    ckpt(R(4), "s99", 0);
+    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
+    m = msg(RDZV_MSG_STATUS_REQ);
+    strcpy(m->u.status_req.job_id, "ck");
+    send_msg(R(2), m);
+    run_until(fx, ckpt_sent);
+    assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
+    assert_int_equal(R(4)->error.code, RDZV_ERR_PROTOCOL);
+    doc = json_loads(R(2)->status_json, 0, &jerr);
+    assert_non_null(doc);
+    list = json_object_get(json_array_get(json_object_get(doc, "jobs"), 0), "checkpoints");
+    assert_int_equal(json_array_size(list), 64); /* s00 and s01 fell off */
+    assert_string_equal(ckpt_field(list, 0, "name"), "s10");
+    assert_string_equal(ckpt_field(list, 0, "state"), "bad");
+    assert_string_equal(ckpt_field(list, 0, "reason"), "checksum mismatch");
+    assert_string_equal(ckpt_field(list, 1, "name"), "s65");
+    assert_string_equal(ckpt_field(list, 1, "state"), "recorded");
+    assert_string_equal(ckpt_field(list, 1, "reason"), "");
+    assert_string_equal(ckpt_field(list, 1, "checksum"), "0000000000000abc");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 1), "step")), 65);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 1), "size")), 4096);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 1), "time_ms")),
+                     1700000000000LL);
+    assert_string_equal(ckpt_field(list, 63, "name"), "s02");
+    for (size_t i = 0; i < 64; i++) /* s99 from the refused senders is nowhere */
+        assert_string_not_equal(ckpt_field(list, i, "name"), "s99");
+    json_decref(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +761,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rejoin_stale_round, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kv, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_status, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
