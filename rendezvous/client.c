@@ -25,11 +25,13 @@ enum client_state {
     CLIENT_FAILED,     /* error_cb ran: no callback any more */
 };
 
-/* A report made while disconnected (FAILED, LEAVE or DONE), sent after the REJOIN's answer. */
+/* A report made while disconnected (FAILED, LEAVE, DONE or CKPT), sent after the REJOIN's
+ * answer. */
 struct pending {
     struct pending *next;
     uint8_t type;
     struct rdzv_failure f; /* FAILED/LEAVE; DONE uses f.round only */
+    struct rdzv_ckpt ck;   /* CKPT */
 };
 
 struct rdzv_client {
@@ -214,13 +216,15 @@ static int send_join(struct rdzv_client *c)
     return rdzv_conn_send(&c->conn, &c->out);
 }
 
-static int send_report(struct rdzv_client *c, uint8_t type, const struct rdzv_failure *f)
+static int send_report(struct rdzv_client *c, const struct pending *p)
 {
-    c->out.type = type;
-    if (type == RDZV_MSG_DONE)
-        c->out.u.done.round = f->round;
+    c->out.type = p->type;
+    if (p->type == RDZV_MSG_DONE)
+        c->out.u.done.round = p->f.round;
+    else if (p->type == RDZV_MSG_CKPT)
+        c->out.u.ckpt = p->ck;
     else
-        c->out.u.failed = *f;
+        c->out.u.failed = p->f;
     return rdzv_conn_send(&c->conn, &c->out);
 }
 
@@ -433,7 +437,7 @@ static void flush_queue(struct rdzv_client *c)
     while ((p = c->queue) != NULL) {
         c->queue = p->next;
         if (c->state == CLIENT_READY)
-            (void)send_report(c, p->type, &p->f); /* a failure here is a new outage */
+            (void)send_report(c, p); /* a failure here is a new outage */
         free(p);
     }
     c->queue_tail = &c->queue;
@@ -506,24 +510,24 @@ int rdzv_client_join(struct rdzv_client *c, const struct rdzv_join *join)
     return err;
 }
 
-/* Sends now, queues while an outage lasts, refuses before the first WELCOME. */
-static int report(struct rdzv_client *c, uint8_t type, const struct rdzv_failure *f)
+/* Sends now, queues while an outage lasts, refuses before the first WELCOME. `r` is copied. */
+static int report(struct rdzv_client *c, const struct pending *r)
 {
     struct pending *p;
 
     if (c->closing || c->state == CLIENT_FAILED)
         return UV_ENOTCONN;
-    if (type == RDZV_MSG_DONE && c->running && f->round == c->assign.round)
+    if (r->type == RDZV_MSG_DONE && c->running && r->f.round == c->assign.round)
         c->done = 1; /* a REJOIN must tell a restarted server */
     if (c->state == CLIENT_READY && !c->away)
-        return send_report(c, type, f);
+        return send_report(c, r);
     if (!c->away)
         return UV_ENOTCONN;
-    p = calloc(1, sizeof(*p));
+    p = malloc(sizeof(*p));
     if (p == NULL)
         return UV_ENOMEM;
-    p->type = type;
-    p->f = *f;
+    *p = *r;
+    p->next = NULL;
     *c->queue_tail = p;
     c->queue_tail = &p->next;
     return 0;
@@ -531,14 +535,26 @@ static int report(struct rdzv_client *c, uint8_t type, const struct rdzv_failure
 
 int rdzv_client_report_failure(struct rdzv_client *c, const struct rdzv_failure *f, int leaving)
 {
-    return report(c, leaving ? RDZV_MSG_LEAVE : RDZV_MSG_FAILED, f);
+    struct pending r = {.type = leaving ? RDZV_MSG_LEAVE : RDZV_MSG_FAILED, .f = *f};
+
+    return report(c, &r);
 }
 
 int rdzv_client_report_done(struct rdzv_client *c, uint32_t round)
 {
-    struct rdzv_failure f = {.round = round};
+    struct pending r = {.type = RDZV_MSG_DONE, .f.round = round};
 
-    return report(c, RDZV_MSG_DONE, &f);
+    return report(c, &r);
+}
+
+int rdzv_client_report_ckpt(struct rdzv_client *c, const struct rdzv_ckpt *ck)
+{
+    if (ck->name[0] == '\0' || !rdzv_ckpt_name_ok(ck->name) ||
+        strnlen(ck->reason, RDZV_TEXT_MAX + 1) > RDZV_TEXT_MAX)
+        return UV_EINVAL; /* refused here, not when a queued copy fails to encode later */
+    struct pending r = {.type = RDZV_MSG_CKPT, .ck = *ck};
+
+    return report(c, &r);
 }
 
 /* --- incoming ------------------------------------------------------------------------------- */

@@ -10,6 +10,10 @@
  * on which nothing arrived for join.heartbeat_timeout_ms as broken (a cut-off host never sends
  * a FIN).
  *
+ * Resuming: the agent fills join.resume/resume_step (the checkpoint IT would resume from)
+ * before every rdzv_client_join(); ASSIGN carries group rank 0's choice for every node. A
+ * reconnect re-sends the saved JOIN as it was; the server keeps the round's decision anyway.
+ *
  * Reconnection: when an established connection (one that got WELCOME) breaks — closed, reset
  * or silent — but NOT when the server sent ERROR, the client calls disconnected_cb and
  * reconnects with exponential backoff (100 ms doubling to 2 s, +-20 % jitter) to the address
@@ -79,6 +83,15 @@ int rdzv_client_report_failure(struct rdzv_client *c, const struct rdzv_failure 
 
 /* Reports that every local worker of `round` exited 0 (DONE). Returns as report_failure. */
 int rdzv_client_report_done(struct rdzv_client *c, uint32_t round);
+
+/* Reports one checkpoint (CKPT; the agent of group rank 0 sends one per checkpoint it recorded,
+ * and one with verified_bad = 1 and a reason per checkpoint it found missing or altered when it
+ * picked the resume point). Borrows ck. No reply. Returns 0, UV_EINVAL when ck->name is "",
+ * contains '/', is "." or "..", or name/reason are over RDZV_CKPT_NAME_MAX/RDZV_TEXT_MAX,
+ * UV_ENOTCONN before WELCOME or after a failure, UV_ENOMEM, or a send error. While
+ * reconnecting the report is queued (0) and sent after the REJOIN is answered, in order with
+ * FAILED/DONE reports. The server refuses CKPT (ERROR PROTOCOL) before this agent's JOIN. */
+int rdzv_client_report_ckpt(struct rdzv_client *c, const struct rdzv_ckpt *ck);
 
 /* The round trip time of the newest echoed HEARTBEAT in microseconds, or -1 before the first
  * echo. */

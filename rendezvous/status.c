@@ -90,6 +90,11 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
                           "max_nodes", (json_int_t)job->max_nodes, "world_size",
                           (json_int_t)(job->state == RDZV_JOB_FILLING ? 0 : job->world_size));
 
+    /* The running round's resume point (group rank 0's pick), null before a round closed. */
+    if (o != NULL && job->state != RDZV_JOB_FILLING) {
+        json_object_set_new(o, "resume", job->resume[0] ? json_string(job->resume) : json_null());
+        json_object_set_new(o, "resume_step", json_integer(job->resume_step));
+    }
     if (o != NULL && with_nodes) {
         json_object_set_new(o, "nodes", nodes_json(srv, job));
         json_object_set_new(o, "checkpoints", ckpts_json(sj->ckpts));

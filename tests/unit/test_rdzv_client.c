@@ -18,6 +18,7 @@
 #include "client.h"
 #include "conn.h"
 #include "server.h"
+#include "status.h"
 
 #define WATCHDOG_MS 10000
 
@@ -30,6 +31,7 @@ struct fixture {
     int fired, later_fired;
     int restart_server; /* start a new server on the same port once the old one closed */
     int fail_while_away;
+    int ckpt_while_away;
     /* the one agent */
     struct rdzv_client *c;
     struct rdzv_join join;
@@ -159,6 +161,12 @@ static void disconnected_cb(struct rdzv_client *c, const char *why)
     if (fx->fail_while_away) {
         snprintf(f.text, sizeof(f.text), "boom while away");
         assert_int_equal(rdzv_client_report_failure(c, &f, 0), 0);
+    }
+    if (fx->ckpt_while_away) {
+        struct rdzv_ckpt ck = {.step = 7, .size = 10, .checksum = 0x1234};
+
+        snprintf(ck.name, sizeof(ck.name), "step-7");
+        assert_int_equal(rdzv_client_report_ckpt(c, &ck), 0); /* queued */
     }
     check(fx);
 }
@@ -347,6 +355,38 @@ static void test_grace_expires(void **state)
     assert_int_equal(fx->restarts, 0);
 }
 
+/* CKPT reported during an outage reaches the restarted server after the REJOIN (before the
+ * DONE that follows it); the rebuilt job keeps the round's resume point. */
+static void test_ckpt_while_away(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_ckpt bad = {.step = 1};
+    static char json[RDZV_STATUS_MAX + 1];
+    size_t len;
+
+    snprintf(fx->join.resume, sizeof(fx->join.resume), "step-5");
+    fx->join.resume_step = 5;
+    start_client(fx);
+    run_until(fx, assigned);
+    assert_string_equal(fx->assign.resume, "step-5");
+    assert_int_equal(fx->assign.resume_step, 5);
+    snprintf(bad.name, sizeof(bad.name), "../step-1");
+    assert_int_equal(rdzv_client_report_ckpt(fx->c, &bad), UV_EINVAL);
+    bad.name[0] = '\0';
+    assert_int_equal(rdzv_client_report_ckpt(fx->c, &bad), UV_EINVAL);
+    fx->restart_server = 1;
+    fx->ckpt_while_away = 1;
+    kill_server(fx);
+    run_until(fx, reconnected);
+    assert_int_equal(rdzv_client_report_done(fx->c, fx->assign.round), 0);
+    run_until(fx, job_done);
+    assert_int_equal(rdzv_status_json(fx->srv, "job", json, sizeof(json), &len), 0);
+    assert_non_null(strstr(json, "\"checkpoints\":[{\"name\":\"step-7\""));
+    assert_non_null(strstr(json, "\"checksum\":\"0000000000001234\""));
+    assert_non_null(strstr(json, "\"resume\":\"step-5\""));
+    assert_int_equal(fx->errors, 0);
+}
+
 static int job_failed(struct fixture *fx)
 {
     return fx->job_failed == 1;
@@ -468,6 +508,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_heartbeat_rtt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_restart_rejoin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grace_expires, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ckpt_while_away, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_while_away, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silent_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_is_error, setup, teardown),
