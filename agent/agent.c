@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +62,8 @@ struct agent {
     struct agent_ckptwatch ckpt;
     int ckpt_on;
     char resume_from[PATH_MAX]; /* MUSTER_RESUME_FROM of the current attempt, "" = fresh */
+    int64_t my_resume_step;     /* this node's own pick at the last JOIN, -1 none */
+    int was_rank0;              /* this node held group rank 0 in the last round */
     char host[256];
     char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
     uint64_t node_id;
@@ -311,22 +314,36 @@ static void spawn_failure(struct agent *a, int i, int err)
     local_failure(a, &f, 0);
 }
 
-/* Before an attempt: where to resume from (the rank-0 node records new checkpoints; every
- * node reads the registry it can see, which is the same one when the directory is shared),
- * and fresh heartbeat files. */
+/* Before an attempt: MUSTER_RESUME_FROM is the checkpoint the node of group rank 0 chose (the
+ * server copies its JOIN's pick into every ASSIGN), so every node resumes from the same one;
+ * that node records new checkpoints from now on. Fresh heartbeat files. */
 static void prepare_fault_tolerance(struct agent *a)
 {
+    const struct rdzv_assign *as = &a->as;
+    struct stat st;
+
     a->resume_from[0] = '\0';
     if (a->ckpt_on) {
-        agent_ckptwatch_set_recording(&a->ckpt, a->as.group_rank == 0);
-        if (agent_ckptwatch_pick(&a->ckpt, a->resume_from) == 0)
-            agent_log("attempt %u resumes from %s", a->as.restart_count, a->resume_from);
-        else if (a->as.restart_count > 0)
-            agent_log("attempt %u starts from scratch: no checkpoint in %s verifies",
-                      a->as.restart_count, a->o->checkpoint_dir);
+        agent_ckptwatch_set_recording(&a->ckpt, as->group_rank == 0);
+        if (as->resume[0] != '\0')
+            snprintf(a->resume_from, sizeof(a->resume_from), "%.3800s/%s", a->o->checkpoint_dir,
+                     as->resume);
+        if (a->resume_from[0] != '\0')
+            agent_log("attempt %u resumes from %s", as->restart_count, a->resume_from);
+        else if (as->restart_count > 0 || a->my_resume_step >= 0)
+            agent_log("attempt %u starts from scratch: no checkpoint verifies on the node of "
+                      "group rank 0", as->restart_count);
+        if (a->resume_from[0] != '\0' && stat(a->resume_from, &st) != 0)
+            agent_log("warning: %s is not on this node; its workers cannot read it (share "
+                      "--checkpoint-dir between nodes, or load on rank 0 and broadcast)",
+                      a->resume_from);
+        if (a->my_resume_step > as->resume_step)
+            agent_log("warning: this node has a newer verified checkpoint (step %lld) than the "
+                      "node of group rank 0 can reach; resuming from step %lld instead",
+                      (long long)a->my_resume_step, (long long)as->resume_step);
     }
     if (a->hang_on)
-        agent_hang_start(&a->hang, a->as.restart_count);
+        agent_hang_start(&a->hang, as->restart_count);
 }
 
 static void start_workers(struct agent *a)
@@ -367,6 +384,7 @@ static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
     if (a->finished || a->next != NEXT_NONE)
         return;
     a->as = *as;
+    a->was_rank0 = as->group_rank == 0;
     if (a->o->static_ranks) {
         const struct agent_options *o = a->o;
         a->as.group_rank = o->static_node_rank;
@@ -463,6 +481,25 @@ static const struct rdzv_client_cbs client_cbs = {
     .reconnected_cb = on_reconnected,
 };
 
+/* This node's candidate for where the next round resumes: only the one of the node that gets
+ * group rank 0 is used. Workers are stopped here, so the last checkpoint has landed. */
+static void pick_resume(struct agent *a, struct rdzv_join *j)
+{
+    struct agent_ckpt_entry e;
+
+    j->resume[0] = '\0';
+    j->resume_step = -1;
+    a->my_resume_step = -1;
+    if (!a->ckpt_on)
+        return;
+    agent_ckptwatch_sync(&a->ckpt);
+    if (agent_ckptwatch_pick(&a->ckpt, &e) != 0)
+        return;
+    snprintf(j->resume, sizeof(j->resume), "%s", e.name);
+    j->resume_step = e.step;
+    a->my_resume_step = e.step;
+}
+
 static void do_join(struct agent *a)
 {
     const struct agent_options *o = a->o;
@@ -493,6 +530,7 @@ static void do_join(struct agent *a)
     j.heartbeat_timeout_ms = o->heartbeat_timeout_ms;
     j.reconnect_grace_ms = o->reconnect_grace_ms;
     j.node_id = a->node_id;
+    pick_resume(a, &j);
     if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
         agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
         finish(a, AGENT_EXIT_RDZV);
@@ -603,6 +641,37 @@ static void ckpt_log(void *data, const char *line)
     agent_log("%s", line);
 }
 
+static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const char *why)
+{
+    struct rdzv_ckpt ck = {.step = e->step, .size = e->size, .checksum = e->checksum,
+                           .time_ms = (uint64_t)(e->recorded_ns / 1000000)};
+
+    if (a->client == NULL || !a->was_rank0 || !rdzv_ckpt_name_ok(e->name))
+        return;
+    snprintf(ck.name, sizeof(ck.name), "%s", e->name);
+    if (why != NULL) {
+        ck.verified_bad = 1;
+        snprintf(ck.reason, sizeof(ck.reason), "%s", why);
+    }
+    rdzv_client_report_ckpt(a->client, &ck); /* for `muster status`: losing one is harmless */
+}
+
+static void on_ckpt_recorded(void *data, const struct agent_ckpt_entry *e)
+{
+    report_ckpt(data, e, NULL);
+}
+
+static void on_ckpt_bad(void *data, const struct agent_ckpt_entry *e, const char *why)
+{
+    report_ckpt(data, e, why);
+}
+
+static const struct agent_ckptwatch_cbs ckpt_cbs = {
+    .log = ckpt_log,
+    .recorded_cb = on_ckpt_recorded,
+    .bad_cb = on_ckpt_bad,
+};
+
 static int start_fault_tolerance(struct agent *a)
 {
     const struct agent_options *o = a->o;
@@ -611,7 +680,7 @@ static int start_fault_tolerance(struct agent *a)
 
     if (o->checkpoint_dir != NULL) {
         rc = agent_ckptwatch_init(&a->loop, &a->ckpt, o->checkpoint_dir, o->keep_checkpoints,
-                                  ckpt_log, a);
+                                  &ckpt_cbs, a);
         if (rc != 0) {
             agent_log("error: cannot watch --checkpoint-dir %s: %s", o->checkpoint_dir,
                       strerror(-rc));
@@ -675,6 +744,7 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     memset(a, 0, sizeof(*a));
     a->o = o;
     a->port_fd = -1;
+    a->my_resume_step = -1;
     if ((rc = uv_loop_init(&a->loop)) != 0)
         return rc;
     if (gethostname(a->host, sizeof(a->host) - 1) != 0)

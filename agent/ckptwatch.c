@@ -34,15 +34,21 @@ static const struct agent_ckpt_entry *find(const struct agent_ckptwatch *w, cons
     return NULL;
 }
 
-/* Records one entry; `known` entries are only re-recorded when they changed on disk after a
- * rename into place (a writer reusing a name). */
-static void record(struct agent_ckptwatch *w, const char *name, int startup)
+enum origin { FROM_STARTUP, FROM_SYNC, FROM_RENAME };
+
+/* Records one entry. An entry already in the registry is recorded again only when a rename put
+ * a new one in place under the same name (a writer reusing "latest.pt"): any other change to
+ * a recorded checkpoint — bytes appended, truncated, rewritten in place — is damage, and
+ * recording it would make the damaged file verify and let pruning delete the good ones. */
+static void record(struct agent_ckptwatch *w, const char *name, enum origin from)
 {
     struct agent_ckpt_entry e;
     const struct agent_ckpt_entry *old = find(w, name);
     int rc;
 
     if (agent_ckpt_name_is_temp(name) || !agent_ckpt_name_valid(name))
+        return;
+    if (old != NULL && from != FROM_RENAME)
         return;
     rc = agent_ckpt_scan_entry(w->dir, name, &e);
     if (rc == -ENOENT || rc == -EAGAIN || rc == -EBUSY)
@@ -53,20 +59,20 @@ static void record(struct agent_ckptwatch *w, const char *name, int startup)
     }
     if (old != NULL && old->size == e.size && old->checksum == e.checksum)
         return;
-    if (startup && old != NULL)
-        return; /* changed while muster was not watching: keep the recorded checksum */
     if (agent_ckpt_registry_add(&w->reg, &e) != 0)
         return;
     logf_(w, "checkpoint %s recorded%s (step %lld, %llu bytes, xxh3 %016llx)", name,
-          startup ? " at start" : "", (long long)e.step, (unsigned long long)e.size,
-          (unsigned long long)e.checksum);
+          from == FROM_STARTUP ? " at start (was there before)" : "", (long long)e.step,
+          (unsigned long long)e.size, (unsigned long long)e.checksum);
+    if (w->recorded_cb)
+        w->recorded_cb(w->data, &e);
     if (w->keep > 0)
         agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
     if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
         logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
 }
 
-static void scan_dir(struct agent_ckptwatch *w, int startup)
+static void scan_dir(struct agent_ckptwatch *w, enum origin from)
 {
     DIR *d = opendir(w->dir);
     struct dirent *de;
@@ -75,28 +81,30 @@ static void scan_dir(struct agent_ckptwatch *w, int startup)
         return;
     while ((de = readdir(d)) != NULL)
         if (de->d_name[0] != '.')
-            record(w, de->d_name, startup);
+            record(w, de->d_name, from);
     closedir(d);
 }
 
-/* inotify reports the rename into place (UV_RENAME) and writes (UV_CHANGE); scanning the
- * named entry is idempotent, so both simply lead to record(). */
+/* inotify reports a rename into place (IN_MOVED_TO) or a creation as UV_RENAME; writes into
+ * a file (UV_CHANGE) are not checkpoints landing: the convention is write, fsync, rename. */
 static void on_event(uv_fs_event_t *e, const char *name, int events, int status)
 {
     struct agent_ckptwatch *w = e->data;
-    if (status == 0 && name != NULL && w->recording)
-        record(w, name, 0);
+    if (status == 0 && name != NULL && w->recording && (events & UV_RENAME))
+        record(w, name, FROM_RENAME);
 }
 
 int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
-                         unsigned keep, agent_ckptwatch_log_cb log, void *data)
+                         unsigned keep, const struct agent_ckptwatch_cbs *cbs, void *data)
 {
     char meta[PATH_MAX];
     int rc;
 
     memset(w, 0, sizeof(*w));
     w->keep = keep;
-    w->log = log;
+    w->log = cbs->log;
+    w->recorded_cb = cbs->recorded_cb;
+    w->bad_cb = cbs->bad_cb;
     w->data = data;
     w->recording = 1;
     agent_ckpt_registry_init(&w->reg);
@@ -110,7 +118,7 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
     rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
     if (rc != 0 && rc != -ENOENT)
         logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
-    scan_dir(w, 1);
+    scan_dir(w, FROM_STARTUP);
     uv_fs_event_init(loop, &w->event);
     w->event.data = w;
     w->open = 1;
@@ -129,22 +137,26 @@ void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording)
 void agent_ckptwatch_sync(struct agent_ckptwatch *w)
 {
     if (w->recording)
-        scan_dir(w, 0);
+        scan_dir(w, FROM_SYNC);
 }
 
-int agent_ckptwatch_pick(struct agent_ckptwatch *w, char *path)
+int agent_ckptwatch_pick(struct agent_ckptwatch *w, struct agent_ckpt_entry *chosen)
 {
-    struct agent_ckpt_entry e;
-    int rc = agent_ckpt_registry_pick(&w->reg, w->dir, &e, log_line, w);
+    char why[256];
 
-    path[0] = '\0';
-    if (rc != 0)
-        return rc;
-    if (snprintf(path, PATH_MAX, "%s/%s", w->dir, e.name) >= PATH_MAX) {
-        path[0] = '\0';
-        return -ENAMETOOLONG;
+    /* registry entries are newest first; like agent_ckpt_registry_pick, but each bad entry
+     * is also reported, so that `muster status` can show why it was passed over */
+    for (size_t i = 0; i < w->reg.n; i++) {
+        const struct agent_ckpt_entry *e = &w->reg.entries[i];
+        if (agent_ckpt_entry_verify(e, w->dir, why, sizeof(why)) == 0) {
+            *chosen = *e;
+            return 0;
+        }
+        logf_(w, "checkpoint %s skipped: %s", e->name, why);
+        if (w->bad_cb)
+            w->bad_cb(w->data, e, why);
     }
-    return 0;
+    return -ENOENT;
 }
 
 static void on_closed(uv_handle_t *h)

@@ -16,6 +16,14 @@
 
 typedef void (*agent_ckptwatch_log_cb)(void *data, const char *line);
 
+/* Optional reports (NULL allowed): an entry was recorded; an entry failed verification when an
+ * attempt picked where to resume (why: one line). */
+struct agent_ckptwatch_cbs {
+    agent_ckptwatch_log_cb log;
+    void (*recorded_cb)(void *data, const struct agent_ckpt_entry *e);
+    void (*bad_cb)(void *data, const struct agent_ckpt_entry *e, const char *why);
+};
+
 struct agent_ckptwatch {
     uv_fs_event_t event;
     char dir[PATH_MAX];
@@ -24,15 +32,18 @@ struct agent_ckptwatch {
     unsigned keep;
     int recording; /* only the node of rank 0 records (its workers write the checkpoints) */
     agent_ckptwatch_log_cb log;
+    void (*recorded_cb)(void *data, const struct agent_ckpt_entry *e);
+    void (*bad_cb)(void *data, const struct agent_ckpt_entry *e, const char *why);
     void *data;
     int open;
     void (*close_cb)(void *data);
 };
 
 /* Creates dir if missing, loads the registry, records untracked entries and starts watching.
- * Borrows loop. Returns 0 or a negative errno (nothing to close then). */
+ * Borrows loop; copies cbs (log is required). Returns 0 or a negative errno (nothing to close
+ * then). */
 int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
-                         unsigned keep, agent_ckptwatch_log_cb log, void *data);
+                         unsigned keep, const struct agent_ckptwatch_cbs *cbs, void *data);
 
 /* Whether events are recorded (this node holds rank 0 in the current round). */
 void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording);
@@ -41,9 +52,10 @@ void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording);
  * after the last event was read). */
 void agent_ckptwatch_sync(struct agent_ckptwatch *w);
 
-/* Picks the checkpoint to resume from: its full path into path (PATH_MAX), or "" for a fresh
- * start. Skipped entries are logged. Returns 0 or -ENOENT (fresh start). */
-int agent_ckptwatch_pick(struct agent_ckptwatch *w, char *path);
+/* Picks the checkpoint to resume from: the newest entry that verifies, copied to chosen.
+ * Newer entries that do not verify are logged and reported (bad_cb) and stay registered.
+ * Returns 0 or -ENOENT (none verifies: a fresh start). */
+int agent_ckptwatch_pick(struct agent_ckptwatch *w, struct agent_ckpt_entry *chosen);
 
 /* Stops watching, frees the registry; close_cb(data) once the handle is closed (may be NULL). */
 void agent_ckptwatch_close(struct agent_ckptwatch *w, void (*close_cb)(void *data));

@@ -211,6 +211,7 @@ static int slurm_fallbacks(struct parse *p)
         return 0; /* not inside an allocation */
     if (rc != 0)
         return fail(p, "cannot use the Slurm environment: %s is malformed", sl->bad);
+    p->cfg->slurm = 1; /* pre-emption by SIGTERM holds for --standalone jobs too */
     if (p->val[O_STANDALONE] != NULL)
         return 0;
     if (p->val[O_NNODES] == NULL && sl->nnodes > 0) {
@@ -231,7 +232,6 @@ static int slurm_fallbacks(struct parse *p)
         p->val[O_NPROC] = p->slurm_nproc;
         p->src[O_NPROC] = sl->gpus_var;
     }
-    p->cfg->slurm = 1;
     return 0;
 }
 

@@ -139,6 +139,22 @@ static void print_job(json_t *job)
     }
 }
 
+static void print_checkpoints(json_t *job)
+{
+    json_t *cks = json_object_get(job, "checkpoints"), *ck;
+    size_t i;
+
+    if (json_is_string(json_object_get(job, "resume")))
+        printf("  resumes from %s\n", str(job, "resume"));
+    if (json_array_size(cks) == 0)
+        return;
+    printf("  %-32s %-10s %-12s %-9s %s\n", "CHECKPOINT", "STEP", "BYTES", "STATE", "REASON");
+    json_array_foreach(cks, i, ck)
+        printf("  %-32s %-10ld %-12ld %-9s %s\n", str(ck, "name"), num(ck, "step"),
+               num(ck, "size"), str(ck, "state"),
+               json_is_string(json_object_get(ck, "reason")) ? str(ck, "reason") : "");
+}
+
 static int print_answer(const struct status_cmd *c)
 {
     json_error_t jerr;
@@ -156,7 +172,10 @@ static int print_answer(const struct status_cmd *c)
     if (json_array_size(json_object_get(root, "jobs")) == 0)
         printf(c->job_id ? "no job %s on this server\n" : "no jobs%s\n", c->job_id ? c->job_id : "");
     json_array_foreach(json_object_get(root, "jobs"), i, job)
+    {
         print_job(job);
+        print_checkpoints(job);
+    }
     json_decref(root);
     return 0;
 }
