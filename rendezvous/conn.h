@@ -37,7 +37,6 @@ struct rdzv_conn {
     uint8_t type;
     uint8_t *payload; /* NULL while reading a header */
     uint32_t payload_len, payload_got;
-    struct rdzv_msg msg; /* decoded here: too big for the stack of every read callback */
 
     uint64_t bytes_in, bytes_out; /* frame bytes read and queued for writing, for metrics */
     int reading;  /* rdzv_conn_start() succeeded and no error stopped it */

@@ -47,7 +47,14 @@ struct sjob {
     unsigned npeers; /* agent connections with peer->job == this */
     int dropped;
     uint32_t last_restart_count; /* to count restarts in the metrics */
+    /* WAITING broadcasts are coalesced: one per SJOB_WAITING_EVERY_MS at most. Sending one per
+     * JOIN to every member made a round of N agents cost N^2 messages (10,000 agents: 50
+     * million), measured by bench/rdzv_bench.sh. */
+    uint64_t waiting_sent_at; /* uv_now() of the last WAITING broadcast */
+    int waiting_due;          /* a count change is not yet broadcast */
 };
+
+#define SJOB_WAITING_EVERY_MS 250
 
 struct rdzv_server_stats {
     uint64_t rounds_total, restarts_total, lost_nodes_total;

@@ -80,11 +80,18 @@ int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **o
 }
 
 /* --- job events -> messages ------------------------------------------------------------------ */
+static void broadcast_waiting(struct sjob *sj);
+
 static void timer_cb(uv_timer_t *timer)
 {
     struct sjob *sj = timer->data;
     uint64_t now = uv_now(sj->srv->loop);
 
+    if (sj->waiting_due && now >= sj->waiting_sent_at + SJOB_WAITING_EVERY_MS) {
+        sj->waiting_due = 0;
+        if (sj->job->state == RDZV_JOB_FILLING && sj->job->n_members > 0)
+            broadcast_waiting(sj);
+    }
     rdzv_kv_tick(sj->kv, now);
     sjob_apply(sj, rdzv_job_tick(sj->job, now, srv_wall_ms()));
 }
@@ -102,6 +109,9 @@ void sjob_arm(struct sjob *sj)
 {
     int64_t deadline = earliest(rdzv_job_deadline(sj->job), rdzv_kv_deadline(sj->kv));
     uint64_t now = uv_now(sj->srv->loop);
+
+    if (sj->waiting_due)
+        deadline = earliest(deadline, (int64_t)(sj->waiting_sent_at + SJOB_WAITING_EVERY_MS));
 
     if (deadline < 0) {
         uv_timer_stop(&sj->timer);
@@ -126,18 +136,39 @@ static void send_assign(struct sjob *sj)
     struct rdzv_msg m = {.type = RDZV_MSG_ASSIGN};
 
     sj->srv->stats.rounds_total++;
+    sj->waiting_due = 0; /* the round closed: no count to report */
     for (size_t i = 0; i < sj->job->n_members; i++) {
         rdzv_job_assign(sj->job, i, &m.u.assign);
         srv_send(sj->job->members[i].peer, &m);
     }
 }
 
-static void send_waiting(struct sjob *sj)
+static void broadcast_waiting(struct sjob *sj)
 {
     struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
 
-    rdzv_job_waiting(sj->job, uv_now(sj->srv->loop), &m.u.waiting);
+    sj->waiting_sent_at = uv_now(sj->srv->loop);
+    rdzv_job_waiting(sj->job, sj->waiting_sent_at, &m.u.waiting);
     send_members(sj, &m);
+}
+
+/* The count changed: tell every member now, or at the next SJOB_WAITING_EVERY_MS tick (the
+ * timer is armed by sjob_apply through sjob_arm); the round closing first makes it moot. The
+ * newest member, who just joined, hears it at once either way. */
+static void send_waiting(struct sjob *sj)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+    uint64_t now = uv_now(sj->srv->loop);
+
+    if (now >= sj->waiting_sent_at + SJOB_WAITING_EVERY_MS) {
+        broadcast_waiting(sj);
+        return;
+    }
+    sj->waiting_due = 1;
+    if (sj->job->n_members == 0)
+        return;
+    rdzv_job_waiting(sj->job, now, &m.u.waiting);
+    srv_send(sj->job->members[sj->job->n_members - 1].peer, &m);
 }
 
 /* RESTART to the previous round; the new round may already hold admitted pending joiners

@@ -278,8 +278,10 @@ static void test_three_nodes_prefix_sums(void **state)
     for (int i = 0; i < 3; i++)
         start_node(fx, i, "trio", 3, 3, nproc[i], NULL);
     run_until(fx, three_done);
-    /* the first joiner hears 1 then 2 joined, the second 2: three WAITINGs in all */
-    assert_int_equal(SUM(fx, waiting), 3);
+    /* the first joiner hears "1 joined" at once; later counts are coalesced (one broadcast
+     * per SJOB_WAITING_EVERY_MS) but every joiner hears one when it joins, unless its JOIN
+     * closed the round: 2 or 3 WAITINGs, never one per member per join */
+    assert_true(SUM(fx, waiting) >= 2 && SUM(fx, waiting) <= 3);
     for (int i = 0; i < 3; i++) {
         struct rdzv_assign *a = &fx->nodes[i].assign;
 
