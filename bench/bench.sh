@@ -65,7 +65,7 @@ M_NOPY=(--no-python)
 T_BASE=("$TORCHRUN" --standalone --nproc_per_node $NPROC --monitor_interval 0.1 $TORCHRUN_FIX)
 T_NOPY=(--no_python)
 
-median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 ms() { awk -v v="$1" 'BEGIN {if (v == "n/a") print "n/a"; else printf "%.1f", v / 1e6}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.1fx", a / b}'; }
 

@@ -12,7 +12,7 @@
 #                for muster, A_T_RUNS default 1 for torchrun: 64 python agents take minutes here)
 #   B_AGENTS     simulated agents for (b) (default 10000), B_JOBS jobs (default 1), B_RUNS (3)
 #   C_AGENTS     agents for (c) (default 8), C_RUNS (default 5); C_TORCHRUN=1 also measures
-#                torchrun (4 agents, gives up after 10 s)
+#                torchrun (4 agents); C_WAIT: give up after this many s (default 10)
 #   D_HB         heartbeat_timeout for (d) in s (default 2), D_RUNS (default 3); needs root + ip
 #
 # Figures (CLOCK_MONOTONIC, bench/stamp.c):
@@ -54,7 +54,7 @@ ${CC:-cc} -O2 -Wall -o "$W/stamp" "$SRC/bench/stamp.c" || exit 1
 ${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -o "$W/loadgen" "$SRC/bench/loadgen.c" "$SRC/rendezvous/message.c" || exit 1
 STAMP=$W/stamp
 now() { "$STAMP" now; }
-median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 ms() { awk -v v="$1" 'BEGIN {if (v == "n/a" || v == "") print "n/a"; else printf "%.1f", v / 1e6}'; }
 wait_for() {  # wait_for TIMEOUT_S CMD...
     local end=$(( $(date +%s) + $1 ))
@@ -179,9 +179,9 @@ c_once() {  # c_once m|t -> ns from kill -9 of one agent to the last survivor wo
     victim=$(awk '{print $NF}' <<< "$pids")  # the last agent (not the host of the endpoint)
     t_kill=$(now)
     kill -9 "$victim"
-    wait_for 10 bash -c "[ \$(awk -v v=$victim '\$1 == \"stop\" && \$4 != v' '$lg' | wc -l) -ge $((n - 1)) ]"
-    awk -v v="$victim" -v t="$t_kill" -v n="$n" '$1 == "stop" && $4 != v {c++; if ($3 > m) m = $3}
-        END {if (c < n - 1) print "not-all-stopped(" c + 0 "/" n - 1 "-in-10s)"; else printf "%.0f\n", m - t}' "$lg"
+    wait_for "${C_WAIT:-10}" bash -c "[ \$(awk -v v=$victim '\$1 == \"stop\" && \$4 != v' '$lg' | wc -l) -ge $((n - 1)) ]"
+    awk -v v="$victim" -v t="$t_kill" -v n="$n" -v w="${C_WAIT:-10}" '$1 == "stop" && $4 != v {c++; if ($3 > m) m = $3}
+        END {if (c < n - 1) print "not-noticed(" c + 0 "/" n - 1 "-survivors-stopped-within-" w "s)"; else printf "%.0f\n", m - t}' "$lg"
     kill_all
 }
 if [[ " $PARTS " == *" c "* ]]; then
