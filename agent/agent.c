@@ -687,6 +687,11 @@ static int start_fault_tolerance(struct agent *a)
             return rc;
         }
         a->ckpt_on = 1;
+        /* one node, or ranks fixed by the flags: this node's rank is known now */
+        if (o->max_nodes <= 1 && !o->static_ranks)
+            agent_ckptwatch_set_recording(&a->ckpt, 1);
+        else if (o->static_ranks)
+            agent_ckptwatch_set_recording(&a->ckpt, o->static_node_rank == 0);
     }
     if (o->hang_timeout_ms > 0) {
         if (a->logdir.base[0] != '\0')

@@ -106,7 +106,7 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
     w->recorded_cb = cbs->recorded_cb;
     w->bad_cb = cbs->bad_cb;
     w->data = data;
-    w->recording = 1;
+    w->recording = 0; /* until this node is known to hold group rank 0 */
     agent_ckpt_registry_init(&w->reg);
     if (snprintf(w->dir, sizeof(w->dir), "%s", dir) >= (int)sizeof(w->dir) ||
         snprintf(meta, sizeof(meta), "%s/.muster", dir) >= (int)sizeof(meta) ||
@@ -118,7 +118,6 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
     rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
     if (rc != 0 && rc != -ENOENT)
         logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
-    scan_dir(w, FROM_STARTUP);
     uv_fs_event_init(loop, &w->event);
     w->event.data = w;
     w->open = 1;
@@ -129,8 +128,23 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
     return 0;
 }
 
+/* The registry file is written only by the node that records; the others read it. */
+static void reload(struct agent_ckptwatch *w)
+{
+    int rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
+    if (rc != 0 && rc != -ENOENT)
+        logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
+}
+
 void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording)
 {
+    if (recording && !w->recording) {
+        /* taking over from another node (or starting): its latest records first, then what
+         * it never recorded, trusted as it is now (logged) */
+        reload(w);
+        w->recording = 1;
+        scan_dir(w, FROM_STARTUP);
+    }
     w->recording = recording;
 }
 
@@ -138,6 +152,8 @@ void agent_ckptwatch_sync(struct agent_ckptwatch *w)
 {
     if (w->recording)
         scan_dir(w, FROM_SYNC);
+    else
+        reload(w);
 }
 
 int agent_ckptwatch_pick(struct agent_ckptwatch *w, struct agent_ckpt_entry *chosen)

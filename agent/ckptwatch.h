@@ -4,8 +4,10 @@
  * ignores), prunes behind a verified one (--keep-checkpoints) and, when an attempt starts,
  * picks the newest entry that still verifies for MUSTER_RESUME_FROM.
  *
- * Entries already in the directory but not in the registry (a first run, or a registry file
- * lost) are recorded at start with the checksum they have then: trust on first use, logged. */
+ * Only the node holding group rank 0 records (and writes the registry file); the others read
+ * the file. Entries in the directory but not in the registry (a first run, a registry file
+ * lost, a checkpoint the previous rank-0 node did not get to record) are recorded when a node
+ * starts recording, with the checksum they have then: trust on first use, logged. */
 #ifndef MUSTER_AGENT_CKPTWATCH_H
 #define MUSTER_AGENT_CKPTWATCH_H
 
@@ -45,11 +47,12 @@ struct agent_ckptwatch {
 int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
                          unsigned keep, const struct agent_ckptwatch_cbs *cbs, void *data);
 
-/* Whether events are recorded (this node holds rank 0 in the current round). */
+/* Whether this node records (it holds group rank 0 in the current round). Starts off. */
 void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording);
 
-/* Records what is new in the directory now (the last checkpoint of a stopping job can land
- * after the last event was read). */
+/* Brings the registry up to date: the recording node records what is new in the directory
+ * (the last checkpoint of a stopping job can land after the last event was read); the others
+ * re-read the registry file. */
 void agent_ckptwatch_sync(struct agent_ckptwatch *w);
 
 /* Picks the checkpoint to resume from: the newest entry that verifies, copied to chosen.
