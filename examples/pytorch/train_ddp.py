@@ -37,6 +37,8 @@ def parse_args():
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--fail-once-rank", type=int, default=-1)
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
+                   help="nccl: one GPU per worker (LOCAL_RANK), tensors on the GPU")
     return p.parse_args()
 
 
@@ -51,11 +53,15 @@ def make_dataset():
 
 def main():
     args = parse_args()
-    dist.init_process_group("gloo", init_method="env://")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = torch.device("cpu")
+    if args.backend == "nccl":
+        dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+    dist.init_process_group(args.backend, init_method="env://")
     rank = dist.get_rank()
     world = dist.get_world_size()
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
 
     # Per-rank seed: the model is initialised differently on every rank on purpose, so that
     # the final equality check proves DDP broadcast rank 0's parameters and kept them in sync.
@@ -66,7 +72,8 @@ def main():
           f"master {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
           f"run_id {os.environ.get('TORCHELASTIC_RUN_ID')}", flush=True)
 
-    model = DDP(torch.nn.Linear(FEATURES, 1))
+    model = DDP(torch.nn.Linear(FEATURES, 1).to(dev),
+                device_ids=[local_rank] if dev.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = torch.nn.MSELoss()
 
@@ -84,6 +91,7 @@ def main():
                       flush=True)
                 sys.stdout.flush()
                 os._exit(3)
+            x, y = x.to(dev), y.to(dev)
             opt.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()
@@ -94,7 +102,7 @@ def main():
         epoch += 1
 
     # Global mean of the last loss, and a bit-exact parameter comparison across ranks.
-    avg = loss.detach().clone()
+    avg = loss.detach().clone().to(dev)
     dist.all_reduce(avg, op=dist.ReduceOp.SUM)
     avg /= world
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
