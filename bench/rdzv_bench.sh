@@ -9,7 +9,9 @@
 #                "--redirects 9:0 --tee 9:0", needed by Debian's torch 1.13 on Python 3.11)
 #   A_SIZES      agent counts for muster in (a) (default "16 64 1024")
 #   A_T_SIZES    agent counts for torchrun in (a) (default "16 64"); A_RUNS runs each (default 3
-#                for muster, A_T_RUNS default 1 for torchrun: 64 python agents take minutes here)
+#                for muster, A_T_RUNS default 1 for torchrun: 64 python agents take minutes here);
+#                A_SETTLE / A_T_SETTLE override the settle time in s (muster 0.5 + N/400,
+#                torchrun 5 + 1.5 N)
 #   B_AGENTS     simulated agents for (b) (default 10000), B_JOBS jobs (default 1), B_RUNS (3)
 #   C_AGENTS     agents for (c) (default 8), C_RUNS (default 5); C_TORCHRUN=1 also measures
 #                torchrun (4 agents); C_WAIT: give up after this many s (default 10)
@@ -96,7 +98,8 @@ a_once() {  # a_once m|t N -> ns from the last agent's start to the latest worke
     sleep 0.3  # the first one binds the endpoint and hosts the store / server
     for i in $(seq 2 $((n - 1))); do start_agent; done
     # settle: give the n-1 agents time to start and join (python agents take long)
-    if [ "$who" = m ]; then settle=$(awk -v n="$n" 'BEGIN {print 0.5 + n / 400}'); else settle=$((5 + n * 3 / 2)); fi
+    if [ "$who" = m ]; then settle=${A_SETTLE:-$(awk -v n="$n" 'BEGIN {print 0.5 + n / 400}')}
+    else settle=${A_T_SETTLE:-$((5 + n * 3 / 2))}; fi
     sleep "$settle"
     [ "$(lines "$lg")" = 0 ] || { echo "fail(early)"; kill_all; return; }
     t_last=$(now)
