@@ -1,0 +1,35 @@
+/* TLS 1.2 for every control connection (mbedTLS 2.28), in one of two modes:
+ *  - token (pre-shared key): the shared token is the PSK (identity "muster"), ECDHE-PSK suites
+ *    only, so a passive observer learns nothing and a peer without the token cannot finish the
+ *    handshake;
+ *  - certificates: --tls-cert/--tls-key/--tls-ca, peer verification required on both sides
+ *    (the server verifies client certificates), host name checked by clients.
+ * One struct rdzv_tls (an mbedtls_ssl_config with its DRBG and keys) is shared by all the
+ * connections of a server or a client; each rdzv_conn owns its mbedtls_ssl_context.
+ * mbedTLS errors are mapped to negative errnos here and in conn.c only (STYLE.md rule 3). */
+#ifndef MUSTER_RDZV_TLS_H
+#define MUSTER_RDZV_TLS_H
+
+#include <stddef.h>
+
+struct rdzv_tls_opts {
+    const char *token;       /* token (PSK) mode when set and cert_file is NULL */
+    const char *cert_file;   /* certificate mode: this side's certificate chain (PEM) */
+    const char *key_file;    /* its private key (PEM) */
+    const char *ca_file;     /* the CA that signs the peers' certificates (PEM) */
+    const char *server_name; /* client, certificate mode: the name the server's certificate
+                                must carry (the host of --rdzv-endpoint) */
+};
+
+struct rdzv_tls;
+
+/* Builds a shared configuration. Returns 0, -EINVAL (no token and no certificate, or a
+ * half-given certificate set), -ENOENT/-EACCES for unreadable files, -EBADMSG for files that
+ * do not parse, -ENOMEM; a one-line reason is written to err (never the token). */
+int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls **out, char *err,
+                 size_t errlen);
+
+/* Frees the configuration; every connection using it must be closed first. Accepts NULL. */
+void rdzv_tls_free(struct rdzv_tls *t);
+
+#endif
