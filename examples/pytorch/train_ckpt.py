@@ -154,6 +154,16 @@ def agree_to_stop():
     return bool(flag.item())
 
 
+def settle_ddp_buckets(model, loader):
+    """DDP lays its gradient buckets out again once, after the first iteration, in the order
+    the gradients became ready. A resumed run must use the rebuilt layout from its first step,
+    like an uninterrupted one, or with 3+ ranks the all-reduce adds in another order and the
+    weights drift by rounding. One gradient-only pass (no optimizer step) triggers it."""
+    x, _ = next(iter(loader))
+    model(torch.zeros_like(x)).sum().mul(0.0).backward()
+    model.zero_grad()
+
+
 def train(args, model, opt, loader, sampler, step, rank, world):
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     heartbeat = os.environ.get("MUSTER_HEARTBEAT_FILE")
@@ -203,6 +213,7 @@ def main():
     step = 0
     if args.resume:
         step = load_checkpoint(args.resume, model, opt, world, rank)
+        settle_ddp_buckets(model, loader)
         print(f"resumed from {args.resume} at step {step}", flush=True)
 
     step, stopped = train(args, model, opt, loader, sampler, step, rank, world)
