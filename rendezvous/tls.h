@@ -32,4 +32,11 @@ int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls *
 /* Frees the configuration; every connection using it must be closed first. Accepts NULL. */
 void rdzv_tls_free(struct rdzv_tls *t);
 
+/* For conn.c (and libmuster), which set up one mbedtls_ssl_context per connection: the shared
+ * configuration (borrowed, lives as long as t), and the name a client in certificate mode must
+ * check with mbedtls_ssl_set_hostname (NULL for a server or in token mode). */
+struct mbedtls_ssl_config;
+const struct mbedtls_ssl_config *rdzv_tls_conf(const struct rdzv_tls *t);
+const char *rdzv_tls_server_name(const struct rdzv_tls *t);
+
 #endif

@@ -1,0 +1,223 @@
+/* Shared TLS configuration: see tls.h. */
+#include "tls.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/platform_util.h>
+#include <mbedtls/sha256.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509_crt.h>
+
+#define PSK_IDENTITY "muster"
+
+struct rdzv_tls {
+    mbedtls_entropy_context entropy;
+    mbedtls_ctr_drbg_context drbg;
+    mbedtls_ssl_config conf;
+    mbedtls_x509_crt cert, ca;
+    mbedtls_pk_context key;
+    char *server_name; /* client, certificate mode */
+    int cert_mode;
+};
+
+/* ECDHE-PSK: forward secrecy, so a token that leaks later does not decrypt recorded sessions.
+ * 2.28 has no ECDHE-PSK with AES-GCM; CBC-SHA256 (encrypt-then-MAC) is the fallback. */
+static const int psk_suites[] = {
+    MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
+    MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256,
+    0,
+};
+
+static const int cert_suites[] = {
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    0,
+};
+
+/* mbedTLS reports every unreadable file as FILE_IO_ERROR; ask the OS which it was. */
+static int check_readable(const char *what, const char *path, char *err, size_t errlen)
+{
+    if (access(path, R_OK) == 0)
+        return 0;
+    int e = errno == ENOENT ? -ENOENT : -EACCES;
+
+    snprintf(err, errlen, "cannot read the TLS %s %s: %s", what, path, strerror(-e));
+    return e;
+}
+
+static int load_certs(struct rdzv_tls *t, const struct rdzv_tls_opts *o, char *err,
+                      size_t errlen)
+{
+    int ret;
+
+    if ((ret = check_readable("certificate", o->cert_file, err, errlen)) < 0 ||
+        (ret = check_readable("key", o->key_file, err, errlen)) < 0 ||
+        (ret = check_readable("CA", o->ca_file, err, errlen)) < 0)
+        return ret;
+    if (mbedtls_x509_crt_parse_file(&t->cert, o->cert_file) != 0) {
+        snprintf(err, errlen, "%s: not a PEM certificate chain", o->cert_file);
+        return -EBADMSG;
+    }
+    if (mbedtls_pk_parse_keyfile(&t->key, o->key_file, NULL) != 0) {
+        snprintf(err, errlen, "%s: not an unencrypted PEM private key", o->key_file);
+        return -EBADMSG;
+    }
+    if (mbedtls_x509_crt_parse_file(&t->ca, o->ca_file) != 0) {
+        snprintf(err, errlen, "%s: not a PEM CA certificate", o->ca_file);
+        return -EBADMSG;
+    }
+    if (mbedtls_pk_check_pair(&t->cert.pk, &t->key) != 0) {
+        snprintf(err, errlen, "%s does not match the certificate %s", o->key_file, o->cert_file);
+        return -EBADMSG;
+    }
+    mbedtls_ssl_conf_ca_chain(&t->conf, &t->ca, NULL);
+    if (mbedtls_ssl_conf_own_cert(&t->conf, &t->cert, &t->key) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    /* The server demands a client certificate too (mutual TLS). */
+    mbedtls_ssl_conf_authmode(&t->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
+    mbedtls_ssl_conf_ciphersuites(&t->conf, cert_suites);
+    return 0;
+}
+
+/* The PSK is SHA-256 of the token: any token length gives a full-size key, and the token itself
+ * never sits in mbedTLS's memory. */
+static int set_psk(struct rdzv_tls *t, const char *token, char *err, size_t errlen)
+{
+    unsigned char psk[32];
+    int ret;
+
+    if (mbedtls_sha256_ret((const unsigned char *)token, strlen(token), psk, 0) != 0) {
+        snprintf(err, errlen, "SHA-256 failed");
+        return -EINVAL;
+    }
+    ret = mbedtls_ssl_conf_psk(&t->conf, psk, sizeof(psk), (const unsigned char *)PSK_IDENTITY,
+                               strlen(PSK_IDENTITY));
+    mbedtls_platform_zeroize(psk, sizeof(psk));
+    if (ret != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    mbedtls_ssl_conf_ciphersuites(&t->conf, psk_suites);
+    return 0;
+}
+
+static int check_opts(const struct rdzv_tls_opts *o, char *err, size_t errlen)
+{
+    int certs = (o->cert_file != NULL) + (o->key_file != NULL) + (o->ca_file != NULL);
+
+    if (certs != 0 && certs != 3) {
+        snprintf(err, errlen, "certificate mode needs a certificate, a key and a CA together");
+        return -EINVAL;
+    }
+    if (certs == 0 && (o->token == NULL || o->token[0] == '\0')) {
+        snprintf(err, errlen, "TLS needs a token or a certificate");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_server, char *err,
+                 size_t errlen)
+{
+    static const char pers[] = "muster-rdzv-tls";
+    int ret;
+
+    ret = mbedtls_ctr_drbg_seed(&t->drbg, mbedtls_entropy_func, &t->entropy,
+                                (const unsigned char *)pers, sizeof(pers) - 1);
+    if (ret != 0) {
+        snprintf(err, errlen, "cannot seed the random generator (-0x%04x)", (unsigned)-ret);
+        return -EIO;
+    }
+    ret = mbedtls_ssl_config_defaults(&t->conf,
+                                      is_server ? MBEDTLS_SSL_IS_SERVER : MBEDTLS_SSL_IS_CLIENT,
+                                      MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT);
+    if (ret != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    mbedtls_ssl_conf_rng(&t->conf, mbedtls_ctr_drbg_random, &t->drbg);
+    /* 2.28 has no TLS 1.3 and TLS 1.0/1.1 are broken: exactly 1.2. */
+    mbedtls_ssl_conf_min_version(&t->conf, MBEDTLS_SSL_MAJOR_VERSION_3,
+                                 MBEDTLS_SSL_MINOR_VERSION_3);
+    mbedtls_ssl_conf_max_version(&t->conf, MBEDTLS_SSL_MAJOR_VERSION_3,
+                                 MBEDTLS_SSL_MINOR_VERSION_3);
+    mbedtls_ssl_conf_renegotiation(&t->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
+    if (o->cert_file != NULL) {
+        t->cert_mode = 1;
+        ret = load_certs(t, o, err, errlen);
+        if (ret == 0 && !is_server && o->server_name != NULL) {
+            t->server_name = strdup(o->server_name);
+            if (t->server_name == NULL)
+                ret = -ENOMEM;
+        }
+        return ret;
+    }
+    return set_psk(t, o->token, err, errlen);
+}
+
+int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls **out, char *err,
+                 size_t errlen)
+{
+    struct rdzv_tls *t = NULL;
+    int ret;
+
+    *out = NULL;
+    ret = check_opts(o, err, errlen);
+    if (ret < 0)
+        return ret;
+    t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    mbedtls_entropy_init(&t->entropy);
+    mbedtls_ctr_drbg_init(&t->drbg);
+    mbedtls_ssl_config_init(&t->conf);
+    mbedtls_x509_crt_init(&t->cert);
+    mbedtls_x509_crt_init(&t->ca);
+    mbedtls_pk_init(&t->key);
+    ret = setup(t, o, is_server, err, errlen);
+    if (ret < 0) {
+        rdzv_tls_free(t);
+        return ret;
+    }
+    *out = t;
+    return 0;
+}
+
+void rdzv_tls_free(struct rdzv_tls *t)
+{
+    if (t == NULL)
+        return;
+    mbedtls_ssl_config_free(&t->conf); /* zeroises the PSK */
+    mbedtls_pk_free(&t->key);
+    mbedtls_x509_crt_free(&t->ca);
+    mbedtls_x509_crt_free(&t->cert);
+    mbedtls_ctr_drbg_free(&t->drbg);
+    mbedtls_entropy_free(&t->entropy);
+    free(t->server_name);
+    free(t);
+}
+
+const struct mbedtls_ssl_config *rdzv_tls_conf(const struct rdzv_tls *t)
+{
+    return &t->conf;
+}
+
+const char *rdzv_tls_server_name(const struct rdzv_tls *t)
+{
+    return t->server_name;
+}
