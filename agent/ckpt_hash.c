@@ -1,5 +1,7 @@
 #include "ckpt_hash.h"
 
+#include "path.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +15,8 @@
 
 #include <xxhash.h>
 
+#include "path.h"
+
 /* Large enough that a read() is not dominated by the syscall, small enough for a loop step. */
 #define READ_CHUNK (1u << 20)
 
@@ -23,23 +27,6 @@ struct file_list {
     uint64_t size;    /* sum of the regular files */
     int64_t mtime_ns; /* newest of everything seen */
 };
-
-/* snprintf for paths: a truncated path would name another file, so it is an error. */
-static int path_fmt(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int path_fmt(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= len) {
-        buf[0] = '\0';
-        return -ENAMETOOLONG;
-    }
-    return 0;
-}
 
 static int64_t ts_ns(struct timespec ts)
 {
@@ -143,7 +130,7 @@ static int walk_member(struct file_list *l, const char *root, const char *rel, i
 {
     char path[PATH_MAX];
     struct stat st;
-    int rc = path_fmt(path, sizeof(path), "%s/%s", root, rel);
+    int rc = agent_path_fmt(path, sizeof(path), "%s/%s", root, rel);
 
     if (rc != 0)
         return rc;
@@ -169,8 +156,8 @@ static int walk(struct file_list *l, const char *root, const char *rel, int dept
 
     if (depth > AGENT_CKPT_MAX_DEPTH)
         return -ELOOP;
-    rc = rel[0] ? path_fmt(path, sizeof(path), "%s/%s", root, rel)
-                : path_fmt(path, sizeof(path), "%s", root);
+    rc = rel[0] ? agent_path_fmt(path, sizeof(path), "%s/%s", root, rel)
+                : agent_path_fmt(path, sizeof(path), "%s", root);
     if (rc != 0)
         return rc;
     d = opendir(path);
@@ -180,8 +167,8 @@ static int walk(struct file_list *l, const char *root, const char *rel, int dept
     while (rc == 0 && (de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        rc = rel[0] ? path_fmt(sub, sizeof(sub), "%s/%s", rel, de->d_name)
-                    : path_fmt(sub, sizeof(sub), "%s", de->d_name);
+        rc = rel[0] ? agent_path_fmt(sub, sizeof(sub), "%s/%s", rel, de->d_name)
+                    : agent_path_fmt(sub, sizeof(sub), "%s", de->d_name);
         if (rc == 0)
             rc = walk_member(l, root, sub, depth);
         errno = 0;
@@ -255,7 +242,7 @@ int agent_ckpt_hash_begin(struct agent_ckpt_hash *h, const char *dir, const char
         return -EINVAL;
     if (agent_ckpt_name_is_temp(name))
         return -EAGAIN;
-    rc = path_fmt(h->root, sizeof(h->root), "%s/%s", dir, name);
+    rc = agent_path_fmt(h->root, sizeof(h->root), "%s/%s", dir, name);
     if (rc != 0)
         goto out;
     snprintf(h->entry.name, sizeof(h->entry.name), "%s", name);
@@ -315,8 +302,8 @@ static int open_next(struct agent_ckpt_hash *h)
     struct stat st;
     int rc;
 
-    rc = rel != NULL ? path_fmt(path, sizeof(path), "%s/%s", h->root, rel)
-                     : path_fmt(path, sizeof(path), "%s", h->root);
+    rc = rel != NULL ? agent_path_fmt(path, sizeof(path), "%s/%s", h->root, rel)
+                     : agent_path_fmt(path, sizeof(path), "%s", h->root);
     if (rc != 0)
         return rc;
     if (lstat(path, &st) != 0)

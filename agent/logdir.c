@@ -1,5 +1,7 @@
 #include "logdir.h"
 
+#include "path.h"
+
 #include <errno.h>
 #include <ftw.h>
 #include <stdarg.h>
@@ -7,23 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* snprintf for paths: a truncated path would name another file, so it is an error. */
-static int path_fmt(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int path_fmt(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= len) {
-        buf[0] = '\0';
-        return -ENAMETOOLONG;
-    }
-    return 0;
-}
 
 static int mkdir_p(const char *path)
 {
@@ -56,7 +41,7 @@ int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *r
     if (log_dir != NULL && strcmp(log_dir, "/dev/null") == 0)
         return 0;
     if (log_dir != NULL) {
-        rc = path_fmt(d->base, sizeof(d->base), "%s/%s", log_dir, run_id);
+        rc = agent_path_fmt(d->base, sizeof(d->base), "%s/%s", log_dir, run_id);
         if (rc == 0)
             rc = mkdir_p(d->base);
         if (rc != 0)
@@ -65,7 +50,7 @@ int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *r
         return rc;
     }
     tmp = tmp && *tmp ? tmp : "/tmp";
-    rc = path_fmt(d->base, sizeof(d->base), "%s/muster-%s-XXXXXX", tmp, run_id);
+    rc = agent_path_fmt(d->base, sizeof(d->base), "%s/muster-%s-XXXXXX", tmp, run_id);
     if (rc != 0 || mkdtemp(d->base) == NULL) {
         rc = rc ? rc : -errno;
         snprintf(err, errlen, "cannot create a directory in %s: %s", tmp, strerror(-rc));
@@ -85,13 +70,13 @@ int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int loca
     if (d->base[0] == '\0')
         return 0;
     if (d->flat)
-        return path_fmt(error_file, PATH_MAX, "%s/error_%u_%d.json", d->base, attempt,
+        return agent_path_fmt(error_file, PATH_MAX, "%s/error_%u_%d.json", d->base, attempt,
                         local_rank);
-    rc = path_fmt(dir, PATH_MAX, "%s/attempt_%u/%d", d->base, attempt, local_rank);
+    rc = agent_path_fmt(dir, PATH_MAX, "%s/attempt_%u/%d", d->base, attempt, local_rank);
     if (rc == 0 && create)
         rc = mkdir_p(dir);
     if (rc == 0)
-        rc = path_fmt(error_file, PATH_MAX, "%s/error.json", dir);
+        rc = agent_path_fmt(error_file, PATH_MAX, "%s/error.json", dir);
     return rc;
 }
 
