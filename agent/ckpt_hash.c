@@ -1,7 +1,5 @@
 #include "ckpt_hash.h"
 
-#include "path.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
