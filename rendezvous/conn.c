@@ -3,7 +3,33 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <mbedtls/error.h>
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/platform_util.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509.h>
+
+#include "tls.h"
+
+struct rdzv_conn_tls {
+    mbedtls_ssl_context ssl;
+    size_t in_len, in_off; /* ciphertext of this read in tls_in, and how much mbedTLS took */
+    uint8_t *pending; /* plaintext frames sent before the handshake finished */
+    size_t pending_len;
+    int done;   /* handshake finished */
+    int dead;   /* a fatal mbedTLS error: the context must not be used again */
+    int notify; /* close_notify sent */
+    char reason[192];
+};
+
+/* Ciphertext from one read_cb. tls_pump() always drains it (mbedTLS is called until it wants
+ * more) or abandons it with the connection, so one buffer per loop thread serves every
+ * connection, as with `decoded`; only mbedTLS's own record buffers (~33 KiB) are per conn. */
+static _Thread_local uint8_t tls_in[65536];
 
 /* The encoded frame lives right after the request; freed by write_cb. */
 struct write_req {
@@ -31,6 +57,8 @@ static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
     (void)suggested;
     if (!conn->reading) {
         *buf = uv_buf_init(NULL, 0);
+    } else if (conn->tls != NULL) {
+        *buf = uv_buf_init((char *)tls_in, sizeof(tls_in));
     } else if (conn->payload == NULL) {
         *buf = uv_buf_init((char *)conn->hdr + conn->hdr_got, RDZV_HEADER_SIZE - conn->hdr_got);
     } else {
@@ -92,6 +120,23 @@ static void header_done(struct rdzv_conn *conn)
     conn->payload_got = 0;
 }
 
+/* n frame bytes arrived at the place frame_room() gave. */
+static void consumed(struct rdzv_conn *conn, size_t n)
+{
+    conn->bytes_in += (uint64_t)n;
+    if (conn->payload == NULL) {
+        conn->hdr_got += (uint32_t)n;
+        if (conn->hdr_got == RDZV_HEADER_SIZE)
+            header_done(conn);
+        return;
+    }
+    conn->payload_got += (uint32_t)n;
+    if (conn->payload_got == conn->payload_len)
+        dispatch(conn);
+}
+
+static void tls_read(struct rdzv_conn *conn, ssize_t nread);
+
 static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct rdzv_conn *conn = stream->data;
@@ -99,20 +144,15 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     (void)buf;
     if (nread == 0 || !conn->reading)
         return;
+    if (conn->tls != NULL) {
+        tls_read(conn, nread);
+        return;
+    }
     if (nread < 0) {
         stop(conn, (int)nread);
         return;
     }
-    conn->bytes_in += (uint64_t)nread;
-    if (conn->payload == NULL) {
-        conn->hdr_got += (uint32_t)nread;
-        if (conn->hdr_got == RDZV_HEADER_SIZE)
-            header_done(conn);
-        return;
-    }
-    conn->payload_got += (uint32_t)nread;
-    if (conn->payload_got == conn->payload_len)
-        dispatch(conn);
+    consumed(conn, (size_t)nread);
 }
 
 int rdzv_conn_start(struct rdzv_conn *conn)
@@ -136,6 +176,303 @@ static void write_cb(uv_write_t *req, int status)
     free((struct write_req *)req);
 }
 
+/* Queues a copy of len bytes. */
+static int write_copy(struct rdzv_conn *conn, const uint8_t *data, size_t len)
+{
+    struct write_req *wr = malloc(sizeof(*wr) + len);
+    uv_buf_t buf;
+    int err;
+
+    if (wr == NULL)
+        return -ENOMEM;
+    memcpy(wr->data, data, len);
+    buf = uv_buf_init((char *)wr->data, (unsigned)len);
+    err = uv_write(&wr->req, (uv_stream_t *)&conn->tcp, &buf, 1, write_cb);
+    if (err < 0)
+        free(wr);
+    return err;
+}
+
+/* --- TLS: a memory BIO between libuv and mbedTLS ------------------------------------------- */
+
+/* Never WANT_WRITE: libuv queues without limit, as for plaintext sends. */
+static int bio_send(void *ctx, const unsigned char *buf, size_t len)
+{
+    struct rdzv_conn *conn = ctx;
+
+    if (uv_is_closing((uv_handle_t *)&conn->tcp) || write_copy(conn, buf, len) < 0)
+        return MBEDTLS_ERR_NET_SEND_FAILED;
+    return (int)len;
+}
+
+static int bio_recv(void *ctx, unsigned char *buf, size_t len)
+{
+    struct rdzv_conn_tls *t = ((struct rdzv_conn *)ctx)->tls;
+    size_t n = t->in_len - t->in_off;
+
+    if (n == 0)
+        return MBEDTLS_ERR_SSL_WANT_READ;
+    if (n > len)
+        n = len;
+    memcpy(buf, tls_in + t->in_off, n);
+    t->in_off += n;
+    return (int)n;
+}
+
+/* Alerts a peer sends when it could not authenticate us (or would not let us in). */
+static int alert_is_auth(unsigned a)
+{
+    switch (a) {
+    case MBEDTLS_SSL_ALERT_MSG_BAD_RECORD_MAC:
+    case MBEDTLS_SSL_ALERT_MSG_HANDSHAKE_FAILURE:
+    case MBEDTLS_SSL_ALERT_MSG_NO_CERT:
+    case MBEDTLS_SSL_ALERT_MSG_BAD_CERT:
+    case MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT:
+    case MBEDTLS_SSL_ALERT_MSG_CERT_REVOKED:
+    case MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED:
+    case MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN:
+    case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA:
+    case MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED:
+    case MBEDTLS_SSL_ALERT_MSG_DECRYPT_ERROR:
+    case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_PSK_IDENTITY:
+        return 1;
+    }
+    return 0;
+}
+
+/* The one place mbedTLS errors become errnos (STYLE.md rule 3); fills the reason. */
+static int map_tls_err(struct rdzv_conn_tls *t, int ret)
+{
+    const char *stage = t->done ? "TLS" : "TLS handshake";
+    char detail[96];
+
+    switch (ret) {
+    case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: {
+        unsigned a = t->ssl.in_msg[1]; /* the alert record mbedTLS just parsed */
+
+        snprintf(t->reason, sizeof(t->reason), "%s: the peer sent fatal alert %u%s", stage, a,
+                 alert_is_auth(a) ? " (it did not accept our token or certificate)" : "");
+        return alert_is_auth(a) ? -EACCES : -EPROTO;
+    }
+    case MBEDTLS_ERR_X509_CERT_VERIFY_FAILED:
+        mbedtls_x509_crt_verify_info(detail, sizeof(detail), "",
+                                     mbedtls_ssl_get_verify_result(&t->ssl));
+        detail[strcspn(detail, "\n")] = '\0';
+        snprintf(t->reason, sizeof(t->reason), "%s: peer certificate rejected: %s", stage, detail);
+        return -EACCES;
+    case MBEDTLS_ERR_SSL_INVALID_MAC:
+        if (t->done)
+            break;
+        snprintf(t->reason, sizeof(t->reason), "%s: bad record MAC (wrong token or key)", stage);
+        return -EACCES;
+    case MBEDTLS_ERR_SSL_UNKNOWN_IDENTITY:
+    case MBEDTLS_ERR_SSL_NO_CLIENT_CERTIFICATE:
+    case MBEDTLS_ERR_SSL_PEER_VERIFY_FAILED:
+        mbedtls_strerror(ret, detail, sizeof(detail));
+        snprintf(t->reason, sizeof(t->reason), "%s: %s", stage, detail);
+        return -EACCES;
+    case MBEDTLS_ERR_SSL_ALLOC_FAILED:
+        snprintf(t->reason, sizeof(t->reason), "%s: out of memory", stage);
+        return -ENOMEM;
+    }
+    mbedtls_strerror(ret, detail, sizeof(detail));
+    snprintf(t->reason, sizeof(t->reason), "%s: %s", stage, detail);
+    return -EPROTO;
+}
+
+/* A fatal mbedTLS error: the context is finished (no close_notify), reading stops. */
+static void tls_fail(struct rdzv_conn *conn, int ret)
+{
+    conn->tls->dead = 1;
+    stop(conn, map_tls_err(conn->tls, ret));
+}
+
+/* Returns 0 or an mbedTLS error. The BIO takes everything, so only records over the maximum
+ * fragment make mbedtls_ssl_write return less than asked: loop over those partial writes. */
+static int tls_write_all(struct rdzv_conn_tls *t, const uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        int ret = mbedtls_ssl_write(&t->ssl, p, len);
+
+        if (ret < 0)
+            return ret; /* WANT_* cannot happen (no renegotiation, BIO never blocks) */
+        p += ret;
+        len -= (size_t)ret;
+    }
+    return 0;
+}
+
+/* Returns 1 when the handshake finished (queued frames sent), 0 to wait, -1 after a failure. */
+static int tls_handshake(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+    int ret = mbedtls_ssl_handshake(&t->ssl);
+
+    if (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE)
+        return 0;
+    if (ret != 0) {
+        tls_fail(conn, ret);
+        return -1;
+    }
+    t->done = 1;
+    if (t->pending != NULL) {
+        ret = tls_write_all(t, t->pending, t->pending_len);
+        mbedtls_platform_zeroize(t->pending, t->pending_len);
+        free(t->pending);
+        t->pending = NULL;
+        t->pending_len = 0;
+        if (ret < 0) {
+            tls_fail(conn, ret);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* Feeds the ciphertext of one read to mbedTLS and the plaintext to the frame parser. Reads
+ * exactly the current frame part, as the plaintext path does; records hold more, which
+ * mbedTLS keeps until the next mbedtls_ssl_read, so loop until it wants more ciphertext. */
+static void tls_pump(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+    uint8_t *dst;
+    size_t room;
+    int ret;
+
+    if (!t->done && tls_handshake(conn) <= 0)
+        return;
+    while (conn->reading) {
+        if (conn->payload == NULL) {
+            dst = conn->hdr + conn->hdr_got;
+            room = RDZV_HEADER_SIZE - conn->hdr_got;
+        } else {
+            dst = conn->payload + conn->payload_got;
+            room = conn->payload_len - conn->payload_got;
+        }
+        ret = mbedtls_ssl_read(&t->ssl, dst, room);
+        if (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE)
+            return;
+        if (ret == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || ret == 0) {
+            stop(conn, UV_EOF);
+            return;
+        }
+        if (ret < 0) {
+            tls_fail(conn, ret);
+            return;
+        }
+        consumed(conn, (size_t)ret);
+    }
+}
+
+static void tls_read(struct rdzv_conn *conn, ssize_t nread)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+
+    if (nread < 0 && !t->done) {
+        /* A truncated handshake: a port scanner, a plaintext peer that gave up, a crash. */
+        t->dead = 1;
+        snprintf(t->reason, sizeof(t->reason), "TLS handshake: %s",
+                 nread == UV_EOF ? "connection closed by the peer" : uv_strerror((int)nread));
+        stop(conn, nread == UV_EOF ? -EPROTO : (int)nread);
+        return;
+    }
+    if (nread < 0) {
+        stop(conn, (int)nread);
+        return;
+    }
+    t->in_len = (size_t)nread;
+    t->in_off = 0;
+    tls_pump(conn);
+    t->in_len = t->in_off = 0; /* drained, or abandoned with the connection */
+}
+
+/* rdzv_conn_send's TLS path. Returns 0 or a negative errno. */
+static int tls_send(struct rdzv_conn *conn, const uint8_t *frame, size_t len)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+    uint8_t *grown;
+    int ret;
+
+    if (!t->done) {
+        grown = realloc(t->pending, t->pending_len + len);
+        if (grown == NULL)
+            return -ENOMEM;
+        memcpy(grown + t->pending_len, frame, len);
+        t->pending = grown;
+        t->pending_len += len;
+        return 0;
+    }
+    ret = tls_write_all(t, frame, len);
+    if (ret < 0) {
+        t->dead = 1; /* mbedTLS: a failed write ends the context; the read side reports it */
+        return ret == MBEDTLS_ERR_SSL_ALLOC_FAILED ? -ENOMEM : -EPIPE;
+    }
+    return 0;
+}
+
+static void tls_close_notify(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+
+    if (t == NULL || !t->done || t->dead || t->notify)
+        return;
+    t->notify = 1;
+    (void)mbedtls_ssl_close_notify(&t->ssl); /* best effort: the peer may be gone */
+}
+
+static void tls_free(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+
+    if (t == NULL)
+        return;
+    mbedtls_ssl_free(&t->ssl);
+    if (t->pending != NULL)
+        mbedtls_platform_zeroize(t->pending, t->pending_len);
+    free(t->pending);
+    free(t);
+    conn->tls = NULL;
+}
+
+int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_server)
+{
+    const char *name = rdzv_tls_server_name(tls);
+    struct rdzv_conn_tls *t;
+    int ret;
+
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return -ENOMEM;
+    mbedtls_ssl_init(&t->ssl);
+    conn->tls = t; /* closed_cb frees it from here on */
+    ret = mbedtls_ssl_setup(&t->ssl, rdzv_tls_conf(tls));
+    if (ret == 0 && !is_server && name != NULL)
+        ret = mbedtls_ssl_set_hostname(&t->ssl, name);
+    if (ret != 0)
+        return ret == MBEDTLS_ERR_SSL_ALLOC_FAILED ? -ENOMEM : -EPROTO;
+    mbedtls_ssl_set_bio(&t->ssl, conn, bio_send, bio_recv, NULL);
+    ret = rdzv_conn_start(conn);
+    if (ret < 0 || is_server)
+        return ret;
+    ret = mbedtls_ssl_handshake(&t->ssl); /* the ClientHello */
+    if (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE)
+        return 0;
+    t->dead = 1;
+    conn->reading = 0;
+    uv_read_stop((uv_stream_t *)&conn->tcp);
+    return map_tls_err(t, ret);
+}
+
+int rdzv_conn_handshake_done(const struct rdzv_conn *conn)
+{
+    return conn->tls == NULL || (conn->tls->done && !conn->tls->dead);
+}
+
+const char *rdzv_conn_tls_error(const struct rdzv_conn *conn)
+{
+    return conn->tls != NULL ? conn->tls->reason : "";
+}
+
 int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg)
 {
     struct write_req *wr, *shrunk;
@@ -143,7 +480,7 @@ int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg)
     uv_buf_t buf;
     int err;
 
-    if (conn->closing)
+    if (conn->closing || (conn->tls != NULL && conn->tls->dead))
         return -ENOTCONN;
     wr = malloc(sizeof(*wr) + RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD);
     if (wr == NULL)
@@ -154,6 +491,12 @@ int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg)
     shrunk = realloc(wr, sizeof(*wr) + len); /* frames are small; don't hold 64 KiB each */
     if (shrunk != NULL)
         wr = shrunk;
+    if (conn->tls != NULL) {
+        err = tls_send(conn, wr->data, len);
+        if (err == 0)
+            conn->bytes_out += len;
+        goto out;
+    }
     buf = uv_buf_init((char *)wr->data, (unsigned)len);
     err = uv_write(&wr->req, (uv_stream_t *)&conn->tcp, &buf, 1, write_cb);
     if (err == 0) {
@@ -171,6 +514,7 @@ static void closed_cb(uv_handle_t *handle)
 
     free(conn->payload);
     conn->payload = NULL;
+    tls_free(conn);
     if (conn->close_cb != NULL)
         conn->close_cb(conn);
 }
@@ -198,6 +542,7 @@ void rdzv_conn_close(struct rdzv_conn *conn, int flush, rdzv_conn_close_cb close
         conn->reading = 0;
         uv_read_stop((uv_stream_t *)&conn->tcp);
     }
+    tls_close_notify(conn);
     if (flush && conn->shutting)
         return;
     /* uv_shutdown fails (UV_ENOTCONN) on a handle that never connected: close it at once. */

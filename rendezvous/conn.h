@@ -1,5 +1,9 @@
 /* A framed rendezvous connection over TCP, shared by the server and the client.
  *
+ * TLS: rdzv_conn_start_tls() runs every byte through an mbedtls_ssl_context owned by the conn
+ * (uv read -> ciphertext buffer -> handshake / mbedtls_ssl_read through a memory BIO -> the
+ * same frame parser; rdzv_conn_send -> mbedtls_ssl_write -> BIO -> uv_write of a copy).
+ *
  * Reading: a fixed 12-byte header buffer first; the payload buffer is allocated only after the
  * header's length passed the RDZV_MAX_PAYLOAD check. Each decoded message goes to msg_cb.
  * Writing: rdzv_conn_send() encodes into a heap buffer owned by the write request.
@@ -13,6 +17,8 @@
 #include "message.h"
 
 struct rdzv_conn;
+struct rdzv_tls;
+struct rdzv_conn_tls; /* conn.c's: the mbedtls_ssl_context and its buffers */
 
 /* One decoded message; msg is only valid during the call. The callback may send and may close
  * the connection; once closed, no further msg_cb or error_cb runs. */
@@ -21,6 +27,9 @@ typedef void (*rdzv_conn_msg_cb)(struct rdzv_conn *conn, const struct rdzv_msg *
  * -EPROTO (bad magic, payload), -EPROTONOSUPPORT (header version), -EMSGSIZE (length over the
  * limit) or -ENOTSUP (unknown message type). Runs at most once; the owner decides to close. */
 typedef void (*rdzv_conn_error_cb)(struct rdzv_conn *conn, int err);
+/* On a TLS connection err can also be -EACCES (authentication failed: wrong token, a
+ * certificate that does not verify, the peer's alert saying so), -EPROTO (not TLS, a truncated
+ * handshake, garbage), -ENOMEM; rdzv_conn_tls_error() then has a one-line reason. */
 /* The handle is closed; the owner may free the memory holding the conn. */
 typedef void (*rdzv_conn_close_cb)(struct rdzv_conn *conn);
 
@@ -42,6 +51,7 @@ struct rdzv_conn {
     int reading;  /* rdzv_conn_start() succeeded and no error stopped it */
     int closing;  /* rdzv_conn_close() was called */
     int shutting; /* a uv_shutdown is in flight */
+    struct rdzv_conn_tls *tls; /* NULL on a plaintext connection; freed before close_cb */
 };
 
 /* Initialises conn and its TCP handle on loop. Borrows the callbacks and data. Returns 0 or a
@@ -54,12 +64,28 @@ int rdzv_conn_init(uv_loop_t *loop, struct rdzv_conn *conn, rdzv_conn_msg_cb msg
  * TCP_NODELAY. Returns 0 or a UV_E* error (then no callback runs; close the conn). */
 int rdzv_conn_start(struct rdzv_conn *conn);
 
+/* Like rdzv_conn_start, but TLS (server side when is_server) with the shared configuration tls
+ * (borrowed: it must outlive the conn). A client starts its handshake at once. Messages sent
+ * before the handshake finished are queued and sent after it (dropped if the conn closes
+ * first). Handshake failures arrive through error_cb (see there). Returns 0, -ENOMEM, -EPROTO
+ * (mbedTLS refused the setup) or a UV_E* error; then no callback runs; close the conn. */
+int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_server);
+
+/* 1 once the TLS handshake completed, 0 before or after a failure; 1 on a plaintext conn.
+ * Meaningful until the close callback (the TLS state is freed just before it). */
+int rdzv_conn_handshake_done(const struct rdzv_conn *conn);
+
+/* The one-line reason of the last TLS failure ("" when none, also on a plaintext conn). Never
+ * contains the token. Valid until the close callback. */
+const char *rdzv_conn_tls_error(const struct rdzv_conn *conn);
+
 /* Encodes msg (borrowed) and queues it for writing. Returns 0, -ENOTCONN once closing, the
  * codec's -EINVAL, -ENOMEM, or a uv_write error. Write failures later are not reported here:
  * they show up as a read error. */
 int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg);
 
-/* Stops reading and closes. With flush, queued writes are sent first (uv_shutdown), so an ERROR
+/* Stops reading and closes; a TLS conn whose handshake finished sends close_notify first. With
+ * flush, queued writes are sent first (uv_shutdown), so an ERROR
  * sent just before reaches the peer. Calling it again (e.g. without flush, to hurry a
  * flushing close) is allowed; close_cb is the one given first and runs once. */
 void rdzv_conn_close(struct rdzv_conn *conn, int flush, rdzv_conn_close_cb close_cb);

@@ -10,3 +10,10 @@ foreach(name IN ITEMS message job server handler kv http)
   add_test(NAME unit.test_rdzv_${name} COMMAND test_rdzv_${name})
   set_tests_properties(unit.test_rdzv_${name} PROPERTIES LABELS unit TIMEOUT 60)
 endforeach()
+
+# TLS (rendezvous/tls.c, conn.c): its own stanza so the list above can grow independently.
+add_executable(test_rdzv_tls ${CMAKE_CURRENT_LIST_DIR}/test_rdzv_tls.c)
+target_link_libraries(test_rdzv_tls PRIVATE muster_rdzv PkgConfig::CMOCKA)
+target_include_directories(test_rdzv_tls PRIVATE ${PROJECT_SOURCE_DIR}/rendezvous)
+add_test(NAME unit.test_rdzv_tls COMMAND test_rdzv_tls)
+set_tests_properties(unit.test_rdzv_tls PROPERTIES LABELS unit TIMEOUT 60)

@@ -1,0 +1,376 @@
+/* rdzv_conn over TLS (rendezvous/tls.c + conn.c) on loopback TCP pairs and a private loop:
+ * PSK handshake and frames both ways, a wrong token, plaintext and truncated handshakes, 60 KiB
+ * frames (several TLS records: partial mbedtls_ssl_write), and certificate mode with a CA made
+ * at run time by mbedTLS (good, other CA, expired, wrong host name). Nothing sleeps: the loop
+ * runs until a predicate over callback counters holds, under a watchdog timer. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "conn.h"
+#include "tls.h"
+
+#define WATCHDOG_MS 10000
+#define TOKEN "s3cret-token-value"
+
+struct side {
+    struct rdzv_conn conn;
+    struct fixture *fx;
+    int msgs, err, errors, closed, started;
+    struct rdzv_msg last;
+    char reason[160];
+};
+
+struct fixture {
+    uv_loop_t loop;
+    uv_timer_t watchdog;
+    int fired;
+    int (*pred)(struct fixture *fx);
+    struct side cli, srv;
+    struct rdzv_tls *tc, *ts;
+    int raw; /* the other end of a side left plaintext, or -1 */
+    int echo; /* the server side echoes every message back */
+};
+
+static void check(struct fixture *fx)
+{
+    if (fx->pred != NULL && fx->pred(fx))
+        uv_stop(&fx->loop);
+}
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    struct fixture *fx = t->data;
+
+    fx->fired = 1;
+    uv_stop(&fx->loop);
+}
+
+static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
+{
+    fx->pred = pred;
+    if (!pred(fx)) {
+        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
+        uv_run(&fx->loop, UV_RUN_DEFAULT);
+        uv_timer_stop(&fx->watchdog);
+    }
+    fx->pred = NULL;
+    assert_false(fx->fired);
+    assert_true(pred(fx));
+}
+
+static void closed_cb(struct rdzv_conn *conn)
+{
+    struct side *s = conn->data;
+
+    s->closed = 1;
+    check(s->fx);
+}
+
+static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
+{
+    struct side *s = conn->data;
+
+    s->msgs++;
+    s->last = *m;
+    if (s == &s->fx->srv && s->fx->echo)
+        assert_int_equal(rdzv_conn_send(conn, m), 0);
+    check(s->fx);
+}
+
+static void error_cb(struct rdzv_conn *conn, int err)
+{
+    struct side *s = conn->data;
+
+    s->errors++;
+    s->err = err;
+    snprintf(s->reason, sizeof(s->reason), "%s", rdzv_conn_tls_error(conn));
+    rdzv_conn_close(conn, 1, closed_cb);
+    check(s->fx);
+}
+
+/* A connected loopback TCP pair: fds[0] the client end, fds[1] the server end. */
+static void tcp_pair(int fds[2])
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(l >= 0);
+    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(l, 1), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&a, &alen), 0);
+    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fds[0], (struct sockaddr *)&a, sizeof(a)), 0);
+    fds[1] = accept(l, NULL, NULL);
+    assert_true(fds[1] >= 0);
+    close(l);
+}
+
+static void side_open(struct fixture *fx, struct side *s, int fd)
+{
+    s->fx = fx;
+    assert_int_equal(rdzv_conn_init(&fx->loop, &s->conn, msg_cb, error_cb, s), 0);
+    assert_int_equal(uv_tcp_open(&s->conn.tcp, fd), 0);
+    s->started = 1;
+}
+
+static int setup(void **state)
+{
+    struct fixture *fx = calloc(1, sizeof(*fx));
+
+    assert_non_null(fx);
+    assert_int_equal(uv_loop_init(&fx->loop), 0);
+    assert_int_equal(uv_timer_init(&fx->loop, &fx->watchdog), 0);
+    fx->watchdog.data = fx;
+    fx->raw = -1;
+    *state = fx;
+    return 0;
+}
+
+static int all_closed(struct fixture *fx)
+{
+    return (!fx->cli.started || fx->cli.closed) && (!fx->srv.started || fx->srv.closed);
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+
+    if (fx->cli.started && !fx->cli.conn.closing)
+        rdzv_conn_close(&fx->cli.conn, 0, closed_cb);
+    if (fx->srv.started && !fx->srv.conn.closing)
+        rdzv_conn_close(&fx->srv.conn, 0, closed_cb);
+    run_until(fx, all_closed);
+    if (fx->raw >= 0)
+        close(fx->raw);
+    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    uv_run(&fx->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&fx->loop), 0);
+    rdzv_tls_free(fx->tc);
+    rdzv_tls_free(fx->ts);
+    free(fx);
+    return 0;
+}
+
+static void psk(struct fixture *fx, const char *ctok, const char *stok)
+{
+    struct rdzv_tls_opts co = {.token = ctok}, so = {.token = stok};
+    char err[256];
+
+    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
+    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
+}
+
+/* Both ends TLS over one loopback pair. */
+static void start_both(struct fixture *fx)
+{
+    int fds[2];
+
+    tcp_pair(fds);
+    side_open(fx, &fx->cli, fds[0]);
+    side_open(fx, &fx->srv, fds[1]);
+    assert_int_equal(rdzv_conn_start_tls(&fx->srv.conn, fx->ts, 1), 0);
+    assert_int_equal(rdzv_conn_start_tls(&fx->cli.conn, fx->tc, 0), 0);
+}
+
+static void hello(struct rdzv_msg *m, const char *token)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = RDZV_MSG_HELLO;
+    m->u.hello.version = RDZV_PROTO_VERSION;
+    snprintf(m->u.hello.token, sizeof(m->u.hello.token), "%s", token);
+}
+
+static int both_msg(struct fixture *fx)
+{
+    return fx->cli.msgs >= 1 && fx->srv.msgs >= 1;
+}
+
+static int both_err(struct fixture *fx)
+{
+    return fx->cli.errors && fx->srv.errors;
+}
+
+static int srv_err(struct fixture *fx)
+{
+    return fx->srv.errors;
+}
+
+static int cli_err(struct fixture *fx)
+{
+    return fx->cli.errors;
+}
+
+/* HELLO sent before the handshake finished is queued, then crosses; WELCOME comes back. */
+static void test_psk_frames(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg m;
+
+    psk(fx, TOKEN, TOKEN);
+    start_both(fx);
+    assert_false(rdzv_conn_handshake_done(&fx->cli.conn));
+    hello(&m, TOKEN);
+    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
+    fx->echo = 1;
+    run_until(fx, both_msg);
+    assert_int_equal(fx->srv.last.type, RDZV_MSG_HELLO);
+    assert_string_equal(fx->srv.last.u.hello.token, TOKEN);
+    assert_int_equal(fx->cli.last.type, RDZV_MSG_HELLO);
+    assert_true(rdzv_conn_handshake_done(&fx->cli.conn));
+    assert_true(rdzv_conn_handshake_done(&fx->srv.conn));
+    assert_string_equal(rdzv_conn_tls_error(&fx->cli.conn), "");
+    assert_int_equal(fx->cli.errors + fx->srv.errors, 0);
+}
+
+static void test_wrong_token(void **state)
+{
+    struct fixture *fx = *state;
+
+    psk(fx, "not-the-token", TOKEN);
+    start_both(fx);
+    run_until(fx, both_err);
+    assert_int_equal(fx->cli.err, -EACCES);
+    assert_int_equal(fx->srv.err, -EACCES);
+    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    assert_true(fx->cli.reason[0] != '\0' && fx->srv.reason[0] != '\0');
+    assert_null(strstr(fx->srv.reason, TOKEN));
+    assert_null(strstr(fx->cli.reason, "not-the-token"));
+}
+
+/* A plaintext muster client talking to a TLS endpoint. */
+static void test_plaintext_hello(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t buf[512];
+    struct rdzv_msg m;
+    size_t len;
+    int fds[2];
+
+    psk(fx, TOKEN, TOKEN);
+    tcp_pair(fds);
+    fx->raw = fds[0];
+    side_open(fx, &fx->srv, fds[1]);
+    assert_int_equal(rdzv_conn_start_tls(&fx->srv.conn, fx->ts, 1), 0);
+    hello(&m, TOKEN);
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_int_equal(write(fx->raw, buf, len), (ssize_t)len);
+    run_until(fx, srv_err);
+    assert_int_equal(fx->srv.err, -EPROTO);
+    assert_int_equal(fx->srv.msgs, 0);
+    assert_true(fx->srv.reason[0] != '\0');
+}
+
+/* The client's first record header, then the peer hangs up: each side gets a clean -EPROTO. */
+static void test_truncated_handshake(void **state)
+{
+    struct fixture *fx = *state;
+    static const uint8_t partial[] = {0x16, 0x03, 0x01, 0x00, 0x80, 0x01, 0x00};
+    int fds[2];
+
+    psk(fx, TOKEN, TOKEN);
+    tcp_pair(fds);
+    side_open(fx, &fx->srv, fds[1]);
+    assert_int_equal(rdzv_conn_start_tls(&fx->srv.conn, fx->ts, 1), 0);
+    assert_int_equal(write(fds[0], partial, sizeof(partial)), (ssize_t)sizeof(partial));
+    close(fds[0]);
+    run_until(fx, srv_err);
+    assert_int_equal(fx->srv.err, -EPROTO);
+    assert_non_null(strstr(fx->srv.reason, "closed"));
+}
+
+static void test_truncated_server(void **state)
+{
+    struct fixture *fx = *state;
+    int fds[2];
+
+    psk(fx, TOKEN, TOKEN);
+    tcp_pair(fds);
+    side_open(fx, &fx->cli, fds[0]);
+    assert_int_equal(rdzv_conn_start_tls(&fx->cli.conn, fx->tc, 0), 0);
+    shutdown(fds[1], SHUT_WR); /* the "server" goes away without a word */
+    fx->raw = fds[1];
+    run_until(fx, cli_err);
+    assert_int_equal(fx->cli.err, -EPROTO);
+    assert_non_null(strstr(fx->cli.reason, "handshake"));
+}
+
+static int echoed(struct fixture *fx)
+{
+    return fx->cli.msgs >= 20;
+}
+
+/* 60 KiB KV values span four TLS records each: mbedtls_ssl_write returns partial counts. */
+static void test_large_frames(void **state)
+{
+    struct fixture *fx = *state;
+    static struct rdzv_msg m;
+    int i;
+
+    psk(fx, TOKEN, TOKEN);
+    start_both(fx);
+    fx->echo = 1;
+    memset(&m, 0, sizeof(m));
+    m.type = RDZV_MSG_KV_PUT;
+    snprintf(m.u.kv.key, sizeof(m.u.kv.key), "big");
+    m.u.kv.value_len = RDZV_VALUE_MAX;
+    for (i = 0; i < 20; i++) {
+        m.u.kv.req_id = (uint32_t)i;
+        for (uint32_t j = 0; j < m.u.kv.value_len; j++)
+            m.u.kv.value[j] = (uint8_t)(j * 31 + (uint32_t)i);
+        assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
+    }
+    run_until(fx, echoed);
+    assert_int_equal(fx->cli.last.type, RDZV_MSG_KV_PUT);
+    assert_int_equal(fx->cli.last.u.kv.req_id, 19);
+    assert_int_equal(fx->cli.last.u.kv.value_len, RDZV_VALUE_MAX);
+    assert_memory_equal(fx->cli.last.u.kv.value, m.u.kv.value, RDZV_VALUE_MAX);
+    assert_int_equal(fx->srv.msgs, 20);
+    assert_true(fx->cli.conn.bytes_in > 20u * RDZV_VALUE_MAX);
+}
+
+static void test_opts(void **state)
+{
+    struct rdzv_tls_opts o = {0};
+    struct rdzv_tls *t = NULL;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(rdzv_tls_new(&o, 0, &t, err, sizeof(err)), -EINVAL);
+    o.token = "";
+    assert_int_equal(rdzv_tls_new(&o, 1, &t, err, sizeof(err)), -EINVAL);
+    o.cert_file = "/nonexistent/cert.pem";
+    assert_int_equal(rdzv_tls_new(&o, 1, &t, err, sizeof(err)), -EINVAL); /* half a set */
+    o.key_file = o.ca_file = "/nonexistent/x.pem";
+    assert_int_equal(rdzv_tls_new(&o, 1, &t, err, sizeof(err)), -ENOENT);
+    assert_null(t);
+    rdzv_tls_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_opts),
+        cmocka_unit_test_setup_teardown(test_psk_frames, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plaintext_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated_handshake, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated_server, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_frames, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
