@@ -31,6 +31,7 @@ void handle_hello(struct peer *p, const struct rdzv_hello *h)
         return;
     }
     if (!token_ok(p->srv, h->token)) {
+        srv_peer_event(p, SRV_EV_AUTH_TOKEN, "HELLO with a wrong or missing token");
         srv_send_error(p, RDZV_ERR_AUTH, "authentication failed: wrong or missing token");
         return;
     }
@@ -40,6 +41,7 @@ void handle_hello(struct peer *p, const struct rdzv_hello *h)
     }
     p->welcomed = 1;
     p->role = h->role;
+    srv_peer_arm(p); /* the handshake deadline gives way to the idle one */
     srv_send(p, &m);
 }
 
@@ -49,6 +51,8 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
     struct sjob *sj = p->job;
 
     if (sj != NULL && strcmp(sj->job->id, j->job_id) != 0) {
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "JOIN for job %s on a connection of job %s",
+                       j->job_id, sj->job->id);
         srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection already joined job %s",
                        sj->job->id);
         return NULL;

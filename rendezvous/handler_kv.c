@@ -15,6 +15,12 @@ void handle_attach(struct peer *p, const struct rdzv_attach *a)
     struct sjob *sj = sjob_find(p->srv, a->job_id);
 
     if (p->attached) {
+        if (p->kvjob != NULL && strcmp(p->kvjob->job->id, a->job_id) != 0)
+            srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
+                           "ATTACH to job %s on a connection of job %s", a->job_id,
+                           p->kvjob->job->id);
+        else
+            srv_peer_event(p, SRV_EV_PROTOCOL, "ATTACH sent twice");
         srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection is already attached");
         return;
     }
@@ -26,6 +32,7 @@ void handle_attach(struct peer *p, const struct rdzv_attach *a)
     p->kvjob = sj;
     p->attached = 1;
     p->kv_round = a->round;
+    srv_peer_arm(p); /* in a job now: no idle deadline */
     srv_send(p, &m);
 }
 
@@ -37,6 +44,8 @@ void sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status s
     static struct rdzv_msg m;
 
     (void)ctx;
+    if (status == RDZV_KV_LIMIT)
+        srv_peer_event(peer, SRV_EV_KV_QUOTA, "KV_PUT over the job's quota of keys or bytes");
     m.type = RDZV_MSG_KV_REPLY;
     m.u.kv.req_id = req_id;
     m.u.kv.wait_ms = 0;
@@ -89,17 +98,39 @@ void handle_kv(struct peer *p, const struct rdzv_msg *m)
     sjob_arm(sj);
 }
 
+/* The job a connection belongs to (agent: JOIN, worker: ATTACH), or NULL. */
+static const char *own_job(const struct peer *p)
+{
+    if (p->job != NULL)
+        return p->job->job->id;
+    if (p->kvjob != NULL)
+        return p->kvjob->job->id;
+    return NULL;
+}
+
+/* Observers see every job (they hold the token, as operators do); a connection of a job sees
+ * only its own: "" means its job, another job's id is refused. */
 void handle_status_req(struct peer *p, const struct rdzv_status_req *r)
 {
-    struct rdzv_msg *m = malloc(sizeof(*m));
+    const char *own = own_job(p), *job_id = r->job_id;
+    struct rdzv_msg *m;
     size_t len = 0;
 
+    if (own != NULL && job_id[0] != '\0' && strcmp(own, job_id) != 0) {
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "STATUS_REQ for job %s on a connection of "
+                       "job %s", job_id, own);
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection may only ask about job %s", own);
+        return;
+    }
+    if (own != NULL)
+        job_id = own;
+    m = malloc(sizeof(*m));
     if (m == NULL) {
         srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
         return;
     }
     m->type = RDZV_MSG_STATUS;
-    if (rdzv_status_json(p->srv, r->job_id, m->u.status.json, sizeof(m->u.status.json),
+    if (rdzv_status_json(p->srv, job_id, m->u.status.json, sizeof(m->u.status.json),
                          &len) < 0) {
         free(m);
         srv_send_error(p, RDZV_ERR_PROTOCOL, "status document failed");

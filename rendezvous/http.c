@@ -176,6 +176,22 @@ static void metric(FILE *f, const char *name, const char *type, const char *help
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %.15g\n", name, help, name, type, name, v);
 }
 
+/* One family with a sample per label; every label is written, zeros too, so that dashboards
+ * and alerts see the series before the first hit. */
+static void event_family(FILE *f, const struct rdzv_server *srv, const char *name,
+                         const char *label_name, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (int ev = 0; ev < SRV_EV_COUNT_; ev++) {
+        const char *family, *label;
+
+        srv_event_metric(ev, &family, &label);
+        if (strcmp(family, name) == 0)
+            fprintf(f, "%s{%s=\"%s\"} %llu\n", name, label_name, label,
+                    (unsigned long long)srv->stats.events[ev]);
+    }
+}
+
 struct totals {
     uint64_t nodes, kv_keys, bytes_in, bytes_out;
     double lateness_s;
@@ -233,6 +249,15 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
     metric(f, "muster_kv_keys", "gauge", "Keys in the workers' KV stores.", (double)t.kv_keys);
     metric(f, "muster_http_requests_total", "counter", "HTTP requests served.",
            (double)srv->stats.http_requests_total);
+    event_family(f, srv, "muster_limit_hits_total", "limit",
+                 "Connections or requests refused by a resource limit.");
+    event_family(f, srv, "muster_auth_failures_total", "reason",
+                 "Connections refused for authentication or job scope.");
+    event_family(f, srv, "muster_protocol_errors_total", "reason",
+                 "Connections closed for a malformed frame or a message out of order.");
+    metric(f, "muster_log_suppressed_total", "counter",
+           "Refusals not logged because their address was logged already.",
+           (double)srv->stats.log_suppressed);
     return fclose(f) == 0 ? text : (free(text), NULL);
 }
 

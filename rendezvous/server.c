@@ -57,7 +57,7 @@ static void peer_closed_cb(struct rdzv_conn *conn)
     peer_release(conn->data);
 }
 
-static void hb_closed_cb(uv_handle_t *handle)
+static void timer_closed_cb(uv_handle_t *handle)
 {
     peer_release(handle->data);
 }
@@ -108,9 +108,9 @@ static void peer_lose(struct peer *p, int flush, const char *reason)
     if (p->kvjob != NULL && p->kvjob->kv != NULL)
         rdzv_kv_forget(p->kvjob->kv, p);
     p->kvjob = NULL;
-    uv_timer_stop(&p->hb);
-    if (!uv_is_closing((uv_handle_t *)&p->hb))
-        uv_close((uv_handle_t *)&p->hb, hb_closed_cb);
+    uv_timer_stop(&p->timer);
+    if (!uv_is_closing((uv_handle_t *)&p->timer))
+        uv_close((uv_handle_t *)&p->timer, timer_closed_cb);
     rdzv_conn_close(&p->conn, flush, peer_closed_cb);
 }
 
@@ -119,43 +119,96 @@ void srv_peer_close(struct peer *p, int flush)
     peer_lose(p, flush, "connection closed");
 }
 
-/* Armed at last_seen + timeout; a message since then only moves the deadline, so busy agents
- * cost no timer operation per message. */
-static void hb_cb(uv_timer_t *t)
+/* The deadline that applies to p now, by state, or 0 for none:
+ *  - before HELLO is accepted: accept + handshake_ms, however many bytes trickle in (a
+ *    slowloris client sending one byte a second never gets further);
+ *  - in a job as an agent that promised heartbeats: last message + its heartbeat timeout;
+ *  - in a job otherwise (old agents, attached workers): none. A worker keeps its connection for
+ *    the whole run and may be silent for hours between barriers; its job's end drops it.
+ *  - in no job (observers, not yet joined, job gone): last message + idle_ms. */
+static uint64_t peer_deadline(const struct peer *p, enum srv_event *why)
+{
+    const struct rdzv_limits *l = &p->srv->limits;
+
+    if (!p->welcomed) {
+        *why = SRV_EV_HANDSHAKE_TIMEOUT;
+        return p->accepted_ms + l->handshake_ms;
+    }
+    *why = SRV_EV_COUNT_; /* a lost agent, not a refusal */
+    if (p->job != NULL)
+        return p->hb_timeout_ms > 0 ? p->last_seen_ms + p->hb_timeout_ms : 0;
+    if (p->kvjob != NULL)
+        return 0;
+    *why = SRV_EV_IDLE_TIMEOUT;
+    return p->last_seen_ms + l->idle_ms;
+}
+
+/* Fires at the deadline computed when armed; a message since then only moves the deadline, so
+ * busy peers cost no timer operation per message. */
+static void timer_cb(uv_timer_t *t)
 {
     struct peer *p = t->data;
-    uint64_t now = uv_now(p->srv->loop), silent = now - p->last_seen_ms;
+    uint64_t now = uv_now(p->srv->loop);
+    enum srv_event why;
+    uint64_t deadline = peer_deadline(p, &why);
     char reason[64];
 
-    if (silent < p->hb_timeout_ms) {
-        uv_timer_start(&p->hb, hb_cb, p->hb_timeout_ms - silent, 0);
+    if (deadline == 0 || p->closing)
+        return;
+    if (now < deadline) {
+        uv_timer_start(&p->timer, timer_cb, deadline - now, 0);
         return;
     }
-    snprintf(reason, sizeof(reason), "no heartbeat for %.1f s", p->hb_timeout_ms / 1000.0);
-    peer_lose(p, 0, reason);
+    if (why == SRV_EV_HANDSHAKE_TIMEOUT) {
+        srv_peer_event(p, why, "no HELLO accepted within %u ms of connecting",
+                       p->srv->limits.handshake_ms);
+        srv_peer_close(p, 0);
+    } else if (why == SRV_EV_IDLE_TIMEOUT) {
+        srv_peer_event(p, why, "silent for %u ms while in no job", p->srv->limits.idle_ms);
+        srv_peer_close(p, 0);
+    } else {
+        snprintf(reason, sizeof(reason), "no heartbeat for %.1f s", p->hb_timeout_ms / 1000.0);
+        peer_lose(p, 0, reason);
+    }
+}
+
+/* (Re)arms the timer for the state p is in now; called on every change of state. */
+void srv_peer_arm(struct peer *p)
+{
+    enum srv_event why;
+    uint64_t deadline, now;
+
+    if (p->closing)
+        return;
+    deadline = peer_deadline(p, &why);
+    now = uv_now(p->srv->loop);
+    if (deadline == 0)
+        uv_timer_stop(&p->timer);
+    else
+        uv_timer_start(&p->timer, timer_cb, deadline > now ? deadline - now : 0, 0);
 }
 
 /* Old agents send keep_alive_ms = 0 and no heartbeats: for them only a closed connection
  * counts, or every job longer than 3 s would be torn down. */
 void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j)
 {
-    if (j->keep_alive_ms == 0 || p->closing)
-        return;
-    p->hb_timeout_ms = j->heartbeat_timeout_ms ? j->heartbeat_timeout_ms
-                                               : RDZV_JOB_HEARTBEAT_TIMEOUT_MS;
-    p->keep_alive_ms = j->keep_alive_ms;
-    uv_timer_start(&p->hb, hb_cb, p->hb_timeout_ms, 0);
+    if (j->keep_alive_ms > 0) {
+        p->hb_timeout_ms = j->heartbeat_timeout_ms ? j->heartbeat_timeout_ms
+                                                   : RDZV_JOB_HEARTBEAT_TIMEOUT_MS;
+        p->keep_alive_ms = j->keep_alive_ms;
+    }
+    srv_peer_arm(p);
 }
 
 /* The address the connection came from, without port; IPv6 without brackets, and an IPv4
  * client of a dual-stack listener ("::ffff:10.0.0.1") as plain IPv4 so peers can use it. */
-void srv_peer_addr(struct peer *p, char *buf, size_t len)
+static void tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len)
 {
     struct sockaddr_storage ss;
     int n = sizeof(ss);
 
     buf[0] = '\0';
-    if (uv_tcp_getpeername(&p->conn.tcp, (struct sockaddr *)&ss, &n) < 0)
+    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &n) < 0)
         return;
     if (ss.ss_family == AF_INET) {
         uv_ip4_name((struct sockaddr_in *)&ss, buf, len);
@@ -167,6 +220,109 @@ void srv_peer_addr(struct peer *p, char *buf, size_t len)
         else
             uv_ip6_name(sin6, buf, len);
     }
+}
+
+void srv_peer_addr(struct peer *p, char *buf, size_t len)
+{
+    tcp_addr(&p->conn.tcp, buf, len);
+}
+
+/* --- refusals: counted, logged once per peer address --------------------------------------- */
+void srv_event_metric(enum srv_event ev, const char **family, const char **label)
+{
+    static const char *const labels[SRV_EV_COUNT_] = {
+        [SRV_EV_CONNECTIONS] = "connections",
+        [SRV_EV_HANDSHAKE_TIMEOUT] = "handshake_timeout",
+        [SRV_EV_IDLE_TIMEOUT] = "idle_timeout",
+        [SRV_EV_FRAME_SIZE] = "frame_size",
+        [SRV_EV_KV_QUOTA] = "kv_quota",
+        [SRV_EV_AUTH_TOKEN] = "token",
+        [SRV_EV_AUTH_JOB_SCOPE] = "job_scope",
+        [SRV_EV_AUTH_TLS] = "tls_handshake",
+        [SRV_EV_PROTOCOL] = "protocol",
+    };
+
+    if (ev <= SRV_EV_KV_QUOTA)
+        *family = "muster_limit_hits_total";
+    else if (ev <= SRV_EV_AUTH_TLS)
+        *family = "muster_auth_failures_total";
+    else
+        *family = "muster_protocol_errors_total";
+    *label = labels[ev];
+}
+
+void srv_log(struct rdzv_server *srv, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (srv->log_cb != NULL)
+        srv->log_cb(srv->log_data, line);
+    else
+        fprintf(stderr, "muster: server: %s\n", line);
+}
+
+/* Whether ev from addr is to be logged: the first time per address and kind only. */
+static int log_first(struct rdzv_server *srv, enum srv_event ev, const char *addr)
+{
+    struct srv_logged *e = NULL;
+
+    for (unsigned i = 0; i < SRV_LOG_PEERS && e == NULL; i++)
+        if (strcmp(srv->logged[i].addr, addr) == 0)
+            e = &srv->logged[i];
+    if (e == NULL) {
+        e = &srv->logged[srv->logged_next];
+        srv->logged_next = (srv->logged_next + 1) % SRV_LOG_PEERS;
+        snprintf(e->addr, sizeof(e->addr), "%s", addr);
+        e->events = 0;
+    }
+    if (e->events & (1u << ev))
+        return 0;
+    e->events |= 1u << ev;
+    return 1;
+}
+
+static void event_va(struct rdzv_server *srv, enum srv_event ev, const char *addr,
+                     const char *fmt, va_list ap)
+{
+    const char *family, *label;
+    char text[256];
+
+    srv->stats.events[ev]++;
+    if (addr[0] == '\0')
+        addr = "?"; /* already gone: getpeername failed */
+    if (!log_first(srv, ev, addr)) {
+        srv->stats.log_suppressed++;
+        return;
+    }
+    vsnprintf(text, sizeof(text), fmt, ap);
+    srv_event_metric(ev, &family, &label);
+    srv_log(srv, "refused %s: %s: %s (counted in %s; not logged again for this address)", addr,
+            label, text, family);
+}
+
+void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt,
+               ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    event_va(srv, ev, addr, fmt, ap);
+    va_end(ap);
+}
+
+void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
+{
+    char addr[INET6_ADDRSTRLEN];
+    va_list ap;
+
+    srv_peer_addr(p, addr, sizeof(addr));
+    va_start(ap, fmt);
+    event_va(p->srv, ev, addr, fmt, ap);
+    va_end(ap);
 }
 
 /* --- dispatch ---------------------------------------------------------------------------- */
@@ -235,18 +391,23 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 
     p->last_seen_ms = uv_now(p->srv->loop);
     if (!p->welcomed && m->type != RDZV_MSG_HELLO) {
+        srv_peer_event(p, SRV_EV_PROTOCOL, "%s before HELLO", rdzv_msg_name(m->type));
         srv_send_error(p, RDZV_ERR_PROTOCOL, "expected HELLO first, got %s",
                        rdzv_msg_name(m->type));
         return;
     }
     if (m->type == RDZV_MSG_HELLO) {
-        if (p->welcomed)
+        if (p->welcomed) {
+            srv_peer_event(p, SRV_EV_PROTOCOL, "HELLO sent twice");
             srv_send_error(p, RDZV_ERR_PROTOCOL, "HELLO sent twice");
-        else
+        } else {
             handle_hello(p, &m->u.hello);
+        }
         return;
     }
     if (!allowed(p->role, m->type)) {
+        srv_peer_event(p, SRV_EV_PROTOCOL, "%s from a client of role %u",
+                       rdzv_msg_name(m->type), p->role);
         srv_send_error(p, RDZV_ERR_PROTOCOL, "%s is not a message for this server from a "
                        "client of role %u", rdzv_msg_name(m->type), p->role);
         return;
@@ -254,15 +415,25 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     dispatch(p, m);
 }
 
+/* The codec's verdict on a frame: counted, logged once per address, answered with ERROR. */
 static void error_cb(struct rdzv_conn *conn, int err)
 {
     struct peer *p = conn->data;
 
+    if (err == -EMSGSIZE) {
+        srv_peer_event(p, SRV_EV_FRAME_SIZE, "frame header announces over %d bytes",
+                       RDZV_MAX_PAYLOAD);
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "frame payload over %d bytes", RDZV_MAX_PAYLOAD);
+        return;
+    }
+    if (err == -EPROTONOSUPPORT || err == -ENOTSUP || err == -EPROTO)
+        srv_peer_event(p, SRV_EV_PROTOCOL, "%s", err == -EPROTONOSUPPORT ? "frame version"
+                                                  : err == -ENOTSUP      ? "unknown message type"
+                                                  : conn->type == 0      ? "bad frame magic"
+                                                                         : "malformed payload");
     if (err == -EPROTONOSUPPORT)
         srv_send_error(p, RDZV_ERR_VERSION, "frame version not supported (server speaks %d)",
                        RDZV_PROTO_VERSION);
-    else if (err == -EMSGSIZE)
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "frame payload over %d bytes", RDZV_MAX_PAYLOAD);
     else if (err == -ENOTSUP)
         srv_send_error(p, RDZV_ERR_UNKNOWN_TYPE, "unknown message type %u", conn->type);
     else if (err == -EPROTO && conn->type == 0)
@@ -274,6 +445,35 @@ static void error_cb(struct rdzv_conn *conn, int err)
 }
 
 /* --- listener ------------------------------------------------------------------------------- */
+static void refused_closed_cb(uv_handle_t *handle)
+{
+    struct rdzv_server *srv = handle->data;
+
+    free(handle);
+    srv_handle_closed(srv);
+}
+
+/* Over max_connections: the connection is accepted (or it would sit in the backlog and be
+ * retried by the kernel) and closed at once, without reading a byte. */
+static void refuse(struct rdzv_server *srv, uv_stream_t *listener)
+{
+    uv_tcp_t *tcp = malloc(sizeof(*tcp));
+    char addr[INET6_ADDRSTRLEN];
+
+    if (tcp == NULL || uv_tcp_init(srv->loop, tcp) < 0) {
+        free(tcp);
+        return;
+    }
+    tcp->data = srv;
+    srv->handles++;
+    if (uv_accept(listener, (uv_stream_t *)tcp) == 0) {
+        tcp_addr(tcp, addr, sizeof(addr));
+        srv_event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already",
+                  srv->n_peers);
+    }
+    uv_close((uv_handle_t *)tcp, refused_closed_cb);
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct rdzv_server *srv = listener->data;
@@ -281,6 +481,10 @@ static void on_connection(uv_stream_t *listener, int status)
 
     if (status < 0 || srv->closing)
         return; /* e.g. EMFILE: the client retries; the listener stays up */
+    if (srv->n_peers >= srv->limits.max_connections) {
+        refuse(srv, listener);
+        return;
+    }
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return;
@@ -288,19 +492,22 @@ static void on_connection(uv_stream_t *listener, int status)
         free(p);
         return;
     }
-    uv_timer_init(srv->loop, &p->hb); /* cannot fail on unix */
-    p->hb.data = p;
+    uv_timer_init(srv->loop, &p->timer); /* cannot fail on unix */
+    p->timer.data = p;
     p->open = 2;
     p->srv = srv;
-    p->last_seen_ms = uv_now(srv->loop);
+    p->accepted_ms = p->last_seen_ms = uv_now(srv->loop);
     srv->handles++;
     srv->n_peers++;
     p->next = srv->peers;
     if (srv->peers != NULL)
         srv->peers->prev = p;
     srv->peers = p;
-    if (uv_accept(listener, (uv_stream_t *)&p->conn.tcp) < 0 || rdzv_conn_start(&p->conn) < 0)
+    if (uv_accept(listener, (uv_stream_t *)&p->conn.tcp) < 0 || rdzv_conn_start(&p->conn) < 0) {
         srv_peer_close(p, 0);
+        return;
+    }
+    srv_peer_arm(p);
 }
 
 /* Numeric addresses directly; names (e.g. "localhost") through a synchronous getaddrinfo, which
@@ -340,7 +547,10 @@ int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connec
     err = uv_tcp_bind(tcp, (struct sockaddr *)ss, 0);
     if (err < 0)
         return err;
-    err = uv_listen((uv_stream_t *)tcp, 128, cb);
+    /* a large backlog (the kernel caps it at net.core.somaxconn): with 128, a burst of
+     * thousands of agents overflowed the SYN queue and their connects were retried after 1,
+     * 3, 7 s, which made 10,000 agents take 1.6 to 20 s (bench/rdzv_bench.sh b) */
+    err = uv_listen((uv_stream_t *)tcp, RDZV_LISTEN_BACKLOG, cb);
     if (err < 0)
         return err;
     err = uv_tcp_getsockname(tcp, (struct sockaddr *)ss, &n);
@@ -368,6 +578,7 @@ int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char
         return UV_ENOMEM;
     srv->loop = loop;
     srv->start_ms = uv_now(loop);
+    srv->limits = rdzv_limits_default();
     if (token != NULL && token[0] != '\0') {
         memcpy(srv->token, token, strlen(token));
         srv->has_token = 1;
@@ -387,6 +598,33 @@ out:
     if (err < 0)
         rdzv_server_close(srv, NULL, NULL); /* memory goes back once the loop runs */
     return err;
+}
+
+struct rdzv_limits rdzv_limits_default(void)
+{
+    return (struct rdzv_limits){.max_connections = RDZV_LIMIT_MAX_CONNECTIONS,
+                                .handshake_ms = RDZV_LIMIT_HANDSHAKE_MS,
+                                .idle_ms = RDZV_LIMIT_IDLE_MS,
+                                .kv_max_keys = RDZV_KV_MAX_KEYS,
+                                .kv_max_bytes = RDZV_KV_MAX_BYTES};
+}
+
+void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
+{
+    struct rdzv_limits d = rdzv_limits_default(), l = *limits;
+
+    l.max_connections = l.max_connections ? l.max_connections : d.max_connections;
+    l.handshake_ms = l.handshake_ms ? l.handshake_ms : d.handshake_ms;
+    l.idle_ms = l.idle_ms ? l.idle_ms : d.idle_ms;
+    l.kv_max_keys = l.kv_max_keys ? l.kv_max_keys : d.kv_max_keys;
+    l.kv_max_bytes = l.kv_max_bytes ? l.kv_max_bytes : d.kv_max_bytes;
+    s->limits = l;
+}
+
+void rdzv_server_set_log(struct rdzv_server *s, rdzv_server_log_cb cb, void *data)
+{
+    s->log_cb = cb;
+    s->log_data = data;
 }
 
 unsigned rdzv_server_port(const struct rdzv_server *s)

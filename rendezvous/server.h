@@ -4,9 +4,33 @@
 #ifndef MUSTER_RDZV_SERVER_H
 #define MUSTER_RDZV_SERVER_H
 
+#include <stddef.h>
 #include <uv.h>
 
 struct rdzv_server;
+
+/* Resource limits of one server, with named defaults. Hitting any of them closes (or refuses)
+ * only the offending connection or request: it is counted in /metrics as
+ * muster_limit_hits_total{limit="..."}, logged once per peer address, and the server goes on.
+ * The frame size limit is the protocol's RDZV_MAX_PAYLOAD and not configurable. */
+#define RDZV_LIMIT_MAX_CONNECTIONS 16384u /* open protocol connections; more are closed at once */
+#define RDZV_LIMIT_HANDSHAKE_MS 5000u     /* from accept until HELLO is accepted */
+#define RDZV_LIMIT_IDLE_MS 30000u         /* silence of a connection that is in no job */
+
+struct rdzv_limits {
+    unsigned max_connections;  /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
+    unsigned handshake_ms;     /* 0 = RDZV_LIMIT_HANDSHAKE_MS */
+    unsigned idle_ms;          /* 0 = RDZV_LIMIT_IDLE_MS */
+    size_t kv_max_keys;        /* per job; 0 = RDZV_KV_MAX_KEYS */
+    size_t kv_max_bytes;       /* per job, key + value bytes; 0 = RDZV_KV_MAX_BYTES */
+};
+
+/* The defaults above, spelled out. */
+struct rdzv_limits rdzv_limits_default(void);
+
+/* One line of the server's log (no newline), e.g. a refused peer and why. Never holds a token
+ * or other secret. */
+typedef void (*rdzv_server_log_cb)(void *data, const char *line);
 
 /* Binds host:port (port 0 = ephemeral) and starts listening on loop. token: required from
  * every peer when non-NULL and non-empty (copied). Returns 0 or a negative errno
@@ -16,6 +40,14 @@ struct rdzv_server;
  * run (its listener handle must be closed asynchronously, like any libuv handle). */
 int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
                     struct rdzv_server **out);
+
+/* Replaces the limits (copied; zero fields take the defaults). Applies to connections accepted
+ * and jobs created from now on; timers of open connections keep their old deadline. */
+void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits);
+
+/* Where log lines go: cb(data, line), or stderr ("muster: server: ...") when cb is NULL, the
+ * default. Borrows data. */
+void rdzv_server_set_log(struct rdzv_server *s, rdzv_server_log_cb cb, void *data);
 
 /* The port actually bound (useful after port 0). */
 unsigned rdzv_server_port(const struct rdzv_server *s);

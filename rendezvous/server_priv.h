@@ -5,6 +5,7 @@
 #ifndef MUSTER_RDZV_SERVER_PRIV_H
 #define MUSTER_RDZV_SERVER_PRIV_H
 
+#include <netinet/in.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -13,6 +14,7 @@
 #include "job.h"
 #include "kv.h"
 #include "message.h"
+#include "server.h"
 
 struct sjob;
 struct rdzv_http;
@@ -20,7 +22,7 @@ struct rdzv_http;
 /* One accepted connection: an agent, a worker (KV) or an observer (STATUS). */
 struct peer {
     struct rdzv_conn conn; /* conn.data = this peer */
-    uv_timer_t hb;         /* liveness deadline of an agent that promised heartbeats */
+    uv_timer_t timer;      /* the one deadline that applies now: see peer_deadline() */
     struct rdzv_server *srv;
     struct peer *prev, *next;
     int welcomed; /* HELLO accepted */
@@ -31,6 +33,7 @@ struct peer {
     struct sjob *kvjob; /* worker: the job it attached to; NULL before ATTACH or once dropped */
     uint32_t kv_round;  /* worker: the round it attached for */
     int attached;       /* worker: ATTACH accepted (kvjob may be NULL again later) */
+    uint64_t accepted_ms;  /* uv_now at accept: the handshake deadline runs from here */
     uint64_t last_seen_ms; /* uv_now of the last message */
     uint32_t hb_timeout_ms; /* 0: the agent does not heartbeat; only a close tells */
     uint32_t keep_alive_ms; /* the agent's heartbeat interval, for the lateness metric */
@@ -55,11 +58,38 @@ struct sjob {
 };
 
 #define SJOB_WAITING_EVERY_MS 250
+#define RDZV_LISTEN_BACKLOG 65535
+
+/* Everything the server refuses is one of these: counted, and logged once per peer address.
+ * srv_event_metric() names the metric family and label of each. */
+enum srv_event {
+    SRV_EV_CONNECTIONS,       /* over max_connections: accepted and closed at once */
+    SRV_EV_HANDSHAKE_TIMEOUT, /* no accepted HELLO within handshake_ms (slowloris, stuck TLS) */
+    SRV_EV_IDLE_TIMEOUT,      /* silent past idle_ms while in no job */
+    SRV_EV_FRAME_SIZE,        /* frame header announcing more than RDZV_MAX_PAYLOAD */
+    SRV_EV_KV_QUOTA,          /* KV_PUT over the job's key or byte quota */
+    SRV_EV_AUTH_TOKEN,        /* HELLO with a wrong or missing token */
+    SRV_EV_AUTH_JOB_SCOPE,    /* a message naming another job than the connection's */
+    SRV_EV_AUTH_TLS,          /* TLS handshake failed (wrong PSK, plaintext, other CA...) */
+    SRV_EV_PROTOCOL,          /* malformed frame or message out of order */
+    SRV_EV_COUNT_
+};
+
+/* A peer address is logged once per event kind; the table forgets the oldest address when
+ * full, so a flood from many addresses costs at most one line per new address and kind. */
+#define SRV_LOG_PEERS 256
+
+struct srv_logged {
+    char addr[INET6_ADDRSTRLEN];
+    uint32_t events; /* bit per enum srv_event already logged for addr */
+};
 
 struct rdzv_server_stats {
     uint64_t rounds_total, restarts_total, lost_nodes_total;
     uint64_t bytes_received_total, bytes_sent_total; /* of closed connections; + live ones */
     uint64_t http_requests_total;
+    uint64_t events[SRV_EV_COUNT_]; /* refusals by enum srv_event */
+    uint64_t log_suppressed;         /* event lines not logged: address already logged */
 };
 
 struct rdzv_server {
@@ -79,6 +109,11 @@ struct rdzv_server {
     uint64_t start_ms; /* uv_now at creation, for uptime */
     struct rdzv_server_stats stats;
     struct rdzv_http *http; /* NULL until rdzv_server_http_listen() */
+    struct rdzv_limits limits;
+    rdzv_server_log_cb log_cb; /* NULL: stderr */
+    void *log_data;
+    struct srv_logged logged[SRV_LOG_PEERS];
+    unsigned logged_next; /* next slot to reuse */
 };
 
 /* server.c */
@@ -89,6 +124,13 @@ void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
 void srv_peer_close(struct peer *p, int flush);
 void srv_peer_addr(struct peer *p, char *buf, size_t len);
 void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j);
+void srv_peer_arm(struct peer *p);
+void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt,
+               ...) __attribute__((format(printf, 4, 5)));
+void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void srv_event_metric(enum srv_event ev, const char **family, const char **label);
+void srv_log(struct rdzv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 uint64_t srv_wall_ms(void);
 int rdzv_server_resolve(uv_loop_t *loop, const char *host, unsigned port,
                         struct sockaddr_storage *ss);

@@ -35,9 +35,12 @@ void sjob_drop(struct sjob *sj)
     if (sj->next != NULL)
         sj->next->prev = sj->prev;
     srv->n_jobs--;
-    for (struct peer *p = srv->peers; p != NULL; p = p->next)
-        if (p->kvjob == sj)
+    for (struct peer *p = srv->peers; p != NULL; p = p->next) {
+        if (p->kvjob == sj) {
             p->kvjob = NULL;
+            srv_peer_arm(p); /* in no job now: the idle deadline applies */
+        }
+    }
     if (!srv->closing)
         rdzv_kv_set_round(sj->kv, sj->job->round + 1); /* answers held requests: STALE */
     uv_close((uv_handle_t *)&sj->timer, sjob_closed_cb);
@@ -53,6 +56,7 @@ struct sjob *sjob_find(struct rdzv_server *srv, const char *id)
 
 int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out)
 {
+    struct rdzv_kv_limits kl = {srv->limits.kv_max_keys, srv->limits.kv_max_bytes};
     struct sjob *sj = calloc(1, sizeof(*sj));
     int err;
 
@@ -60,7 +64,7 @@ int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **o
         return -ENOMEM;
     err = rdzv_job_new(j, &sj->job);
     if (err == 0)
-        err = rdzv_kv_new(NULL, 0, sjob_kv_reply, srv, &sj->kv);
+        err = rdzv_kv_new(&kl, 0, sjob_kv_reply, srv, &sj->kv);
     if (err < 0) {
         rdzv_job_free(sj->job);
         free(sj);

@@ -123,8 +123,8 @@ static void connect_cb(uv_connect_t *req, int status)
     assert_int_equal(uv_write(&c->write, (uv_stream_t *)&c->tcp, &buf, 1, NULL), 0);
 }
 
-/* Sends request, returns the whole reply (static; valid until the next call). */
-static const char *http(struct fixture *fx, const char *request)
+/* Sends request to port, returns the whole reply (static; valid until the next call). */
+static const char *send_to(struct fixture *fx, unsigned port, const char *request)
 {
     static struct client c;
     struct sockaddr_in sin;
@@ -133,7 +133,7 @@ static const char *http(struct fixture *fx, const char *request)
     c.request = request;
     c.tcp.data = &c;
     c.connect.data = &c;
-    assert_int_equal(uv_ip4_addr("127.0.0.1", (int)fx->http_port, &sin), 0);
+    assert_int_equal(uv_ip4_addr("127.0.0.1", (int)port, &sin), 0);
     assert_int_equal(uv_tcp_init(&fx->loop, &c.tcp), 0);
     assert_int_equal(uv_tcp_connect(&c.connect, &c.tcp, (struct sockaddr *)&sin, connect_cb), 0);
     uv_timer_start(&fx->watchdog, watchdog_cb, 10000, 0);
@@ -143,6 +143,11 @@ static const char *http(struct fixture *fx, const char *request)
     assert_true(c.closed);
     c.reply[c.len] = '\0';
     return c.reply;
+}
+
+static const char *http(struct fixture *fx, const char *request)
+{
+    return send_to(fx, fx->http_port, request);
 }
 
 static void test_get_metrics(void **state)
@@ -159,6 +164,24 @@ static void test_get_metrics(void **state)
     assert_non_null(strstr(r, "\nmuster_http_requests_total 1\n"));
     r = http(fx, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_non_null(strstr(r, "\nmuster_http_requests_total 2\n"));
+}
+
+/* Refusals are counted by kind, every series present from the start. */
+static void test_metrics_refusals(void **state)
+{
+    struct fixture *fx = *state;
+    const char *r;
+
+    send_to(fx, rdzv_server_port(fx->srv), "GET /metrics HTTP/1.0\r\n\r\n"); /* not a frame */
+    r = http(fx, "GET /metrics HTTP/1.0\r\n\r\n");
+    assert_non_null(strstr(r, "# TYPE muster_limit_hits_total counter\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"connections\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"handshake_timeout\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"idle_timeout\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"frame_size\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"kv_quota\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_auth_failures_total{reason=\"job_scope\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_protocol_errors_total{reason=\"protocol\"} 1\n"));
 }
 
 static void test_other_paths(void **state)
@@ -186,6 +209,7 @@ int main(void)
         cmocka_unit_test(test_parse),
         cmocka_unit_test_setup_teardown(test_get_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_refusals, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

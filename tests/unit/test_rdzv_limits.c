@@ -1,0 +1,554 @@
+/* Resource limits and job-scoped authorisation of the rendezvous server, over real loopback TCP
+ * on a private loop: each bad client is refused with a logged reason and counted, while a good
+ * two-node job on the same server finishes normally. Small limits make the timeouts quick;
+ * nothing sleeps: the loop runs until a predicate holds, under a watchdog. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "conn.h"
+#include "server.h"
+#include "server_priv.h"
+
+#define NRAW 8
+#define WATCHDOG_MS 10000
+#define TOKEN "limits-test-token"
+
+struct fixture;
+
+/* A protocol client (conn.c), or a bare TCP one (bare = 1) that only writes what it is told. */
+struct raw {
+    struct fixture *fx;
+    struct rdzv_conn conn;
+    uv_connect_t connect;
+    uv_write_t write;
+    uv_timer_t trickle; /* bare: one byte per tick */
+    int bare, connected, closed;
+    size_t trickled; /* bytes of the slow HELLO written */
+    int count[RDZV_MSG_TYPE_MAX_];
+    struct rdzv_error error;
+};
+
+struct fixture {
+    uv_loop_t loop;
+    uv_timer_t watchdog;
+    struct rdzv_server *srv;
+    unsigned port;
+    struct raw raw[NRAW];
+    int (*pred)(struct fixture *fx);
+    int fired;
+    char log[32][512];
+    int n_log;
+};
+
+#define R(i) (&fx->raw[i])
+#define N(i, t) (fx->raw[i].count[RDZV_MSG_##t])
+#define HITS(ev) (fx->srv->stats.events[SRV_EV_##ev])
+
+static void check(struct fixture *fx)
+{
+    if (fx->pred != NULL && fx->pred(fx))
+        uv_stop(&fx->loop);
+}
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    struct fixture *fx = t->data;
+
+    fx->fired = 1;
+    uv_stop(&fx->loop);
+}
+
+static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
+{
+    fx->pred = pred;
+    if (!pred(fx)) {
+        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
+        uv_run(&fx->loop, UV_RUN_DEFAULT);
+        uv_timer_stop(&fx->watchdog);
+    }
+    fx->pred = NULL;
+    assert_false(fx->fired);
+    assert_true(pred(fx));
+}
+
+static void log_cb(void *data, const char *line)
+{
+    struct fixture *fx = data;
+
+    if (fx->n_log < 32)
+        snprintf(fx->log[fx->n_log], sizeof(fx->log[0]), "%s", line);
+    fx->n_log++;
+}
+
+/* Lines of the log holding every one of the NULL-terminated words. */
+static int logged(struct fixture *fx, ...)
+{
+    int n = 0;
+
+    for (int i = 0; i < fx->n_log && i < 32; i++) {
+        va_list ap;
+        const char *w;
+        int all = 1;
+
+        va_start(ap, fx);
+        while ((w = va_arg(ap, const char *)) != NULL)
+            all = all && strstr(fx->log[i], w) != NULL;
+        va_end(ap);
+        n += all;
+    }
+    return n;
+}
+
+/* --- raw clients ---------------------------------------------------------------------------- */
+static void raw_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
+{
+    struct raw *r = conn->data;
+
+    r->count[m->type]++;
+    if (m->type == RDZV_MSG_ERROR)
+        r->error = m->u.error;
+    check(r->fx);
+}
+
+static void raw_closed_cb(struct rdzv_conn *conn)
+{
+    struct raw *r = conn->data;
+
+    r->closed = 1;
+    check(r->fx);
+}
+
+static void raw_error_cb(struct rdzv_conn *conn, int err)
+{
+    (void)err;
+    rdzv_conn_close(conn, 0, raw_closed_cb);
+}
+
+/* Bare clients read only to notice the server closing. */
+static void bare_alloc_cb(uv_handle_t *h, size_t s, uv_buf_t *buf)
+{
+    static char sink[256];
+
+    (void)h;
+    (void)s;
+    *buf = uv_buf_init(sink, sizeof(sink));
+}
+
+static void trickle_closed_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void bare_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    struct raw *r = ((struct rdzv_conn *)s->data)->data;
+
+    (void)buf;
+    if (n >= 0)
+        return;
+    uv_timer_stop(&r->trickle);
+    rdzv_conn_close(&r->conn, 0, raw_closed_cb);
+}
+
+static void raw_connect_cb(uv_connect_t *req, int status)
+{
+    struct raw *r = req->data;
+
+    if (status < 0) { /* refused: counts as closed */
+        rdzv_conn_close(&r->conn, 0, raw_closed_cb);
+        return;
+    }
+    r->connected = 1;
+    if (r->bare)
+        assert_int_equal(
+            uv_read_start((uv_stream_t *)&r->conn.tcp, bare_alloc_cb, bare_read_cb), 0);
+    else
+        assert_int_equal(rdzv_conn_start(&r->conn), 0);
+    check(r->fx);
+}
+
+/* Each slot is used once per test: its timer stays open until teardown. */
+static void raw_connect(struct fixture *fx, int i, int bare)
+{
+    struct raw *r = R(i);
+    struct sockaddr_in sin;
+
+    assert_null(r->fx);
+    memset(r, 0, sizeof(*r));
+    r->fx = fx;
+    r->bare = bare;
+    assert_int_equal(uv_ip4_addr("127.0.0.1", (int)fx->port, &sin), 0);
+    assert_int_equal(rdzv_conn_init(&fx->loop, &r->conn, raw_msg_cb, raw_error_cb, r), 0);
+    assert_int_equal(uv_timer_init(&fx->loop, &r->trickle), 0);
+    r->trickle.data = r;
+    r->connect.data = r;
+    assert_int_equal(
+        uv_tcp_connect(&r->connect, &r->conn.tcp, (struct sockaddr *)&sin, raw_connect_cb), 0);
+}
+
+static void send_msg(struct raw *r, const struct rdzv_msg *m)
+{
+    assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
+}
+
+static struct rdzv_msg *msg(uint8_t type)
+{
+    static struct rdzv_msg m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = type;
+    return &m;
+}
+
+static void hello(struct raw *r, uint8_t role, const char *token)
+{
+    struct rdzv_msg *h = msg(RDZV_MSG_HELLO);
+
+    h->u.hello.version = RDZV_PROTO_VERSION;
+    h->u.hello.role = role;
+    snprintf(h->u.hello.token, sizeof(h->u.hello.token), "%s", token);
+    send_msg(r, h);
+}
+
+static void join(struct raw *r, const char *job, unsigned nnodes, uint64_t node_id)
+{
+    struct rdzv_msg *m = msg(RDZV_MSG_JOIN);
+
+    m->u.join = (struct rdzv_join){.min_nodes = nnodes, .max_nodes = nnodes, .nproc = 1,
+                                   .master_port = 29500, .join_timeout_ms = 5000,
+                                   .node_id = node_id};
+    snprintf(m->u.join.job_id, sizeof(m->u.join.job_id), "%s", job);
+    snprintf(m->u.join.host, sizeof(m->u.join.host), "host%llu", (unsigned long long)node_id);
+    send_msg(r, m);
+}
+
+static void agent(struct fixture *fx, int i, const char *job, unsigned nnodes)
+{
+    raw_connect(fx, i, 0);
+    hello(R(i), RDZV_ROLE_AGENT, TOKEN);
+    join(R(i), job, nnodes, 100 + (unsigned)i);
+}
+
+static void worker(struct fixture *fx, int i, const char *job)
+{
+    struct rdzv_msg *m;
+
+    raw_connect(fx, i, 0);
+    hello(R(i), RDZV_ROLE_WORKER, TOKEN);
+    m = msg(RDZV_MSG_ATTACH);
+    snprintf(m->u.attach.job_id, sizeof(m->u.attach.job_id), "%s", job);
+    send_msg(R(i), m);
+}
+
+/* bytes must outlive the write (static or the test's frame). */
+static void bare_write(struct raw *r, const void *bytes, size_t len)
+{
+    uv_buf_t b = uv_buf_init((char *)bytes, (unsigned)len);
+
+    assert_int_equal(uv_write(&r->write, (uv_stream_t *)&r->conn.tcp, &b, 1, NULL), 0);
+}
+
+/* A slowloris client: a valid HELLO frame, one byte per tick. */
+static void trickle_cb(uv_timer_t *t)
+{
+    static uint8_t frame[RDZV_HEADER_SIZE + 128];
+    static size_t len;
+    struct raw *r = t->data;
+    uv_buf_t b;
+
+    if (len == 0) {
+        struct rdzv_msg *h = msg(RDZV_MSG_HELLO);
+
+        h->u.hello.version = RDZV_PROTO_VERSION;
+        h->u.hello.role = RDZV_ROLE_AGENT;
+        snprintf(h->u.hello.token, sizeof(h->u.hello.token), "%s", TOKEN);
+        assert_int_equal(rdzv_msg_encode(h, frame, sizeof(frame), &len), 0);
+    }
+    if (!r->connected || r->conn.closing || r->trickled >= len)
+        return;
+    b = uv_buf_init((char *)frame + r->trickled, 1);
+    if (uv_try_write((uv_stream_t *)&r->conn.tcp, &b, 1) == 1)
+        r->trickled++;
+}
+
+static void raw_close(struct raw *r)
+{
+    if (r->fx == NULL)
+        return;
+    if (!uv_is_closing((uv_handle_t *)&r->trickle))
+        uv_close((uv_handle_t *)&r->trickle, trickle_closed_cb);
+    if (!r->conn.closing)
+        rdzv_conn_close(&r->conn, 0, raw_closed_cb);
+}
+
+/* --- a good job alongside ------------------------------------------------------------------- */
+/* Agents 0 and 1 run job "good" (2 nodes) to its end: both assigned, both DONE, JOB_DONE. */
+static void good_start(struct fixture *fx)
+{
+    agent(fx, 0, "good", 2);
+    agent(fx, 1, "good", 2);
+}
+
+static int good_assigned(struct fixture *fx)
+{
+    return N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1;
+}
+
+static int good_done(struct fixture *fx)
+{
+    return N(0, JOB_DONE) == 1 && N(1, JOB_DONE) == 1;
+}
+
+static void good_finish(struct fixture *fx)
+{
+    run_until(fx, good_assigned);
+    for (int i = 0; i < 2; i++) {
+        struct rdzv_msg *m = msg(RDZV_MSG_DONE);
+
+        m->u.done.round = 0;
+        send_msg(R(i), m);
+    }
+    run_until(fx, good_done);
+    assert_int_equal(N(0, ERROR) + N(1, ERROR), 0);
+}
+
+/* --- fixtures ------------------------------------------------------------------------------- */
+static int setup(void **state)
+{
+    static struct fixture fx;
+    struct rdzv_limits l = rdzv_limits_default();
+
+    memset(&fx, 0, sizeof(fx));
+    assert_int_equal(uv_loop_init(&fx.loop), 0);
+    assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
+    fx.watchdog.data = &fx;
+    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, TOKEN, &fx.srv), 0);
+    l.max_connections = 6;
+    l.handshake_ms = 300;
+    l.idle_ms = 300;
+    l.kv_max_keys = 2;
+    rdzv_server_set_limits(fx.srv, &l);
+    rdzv_server_set_log(fx.srv, log_cb, &fx);
+    fx.port = rdzv_server_port(fx.srv);
+    *state = &fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+
+    for (int i = 0; i < NRAW; i++)
+        raw_close(R(i));
+    rdzv_server_close(fx->srv, NULL, NULL);
+    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(uv_loop_close(&fx->loop), 0);
+    return 0;
+}
+
+/* --- tests ---------------------------------------------------------------------------------- */
+static int closed_2_3(struct fixture *fx)
+{
+    return R(2)->closed && R(3)->closed;
+}
+
+/* A wrong token and no token: ERROR AUTH, closed, counted, logged once for the address. */
+static void test_bad_token(void **state)
+{
+    struct fixture *fx = *state;
+
+    good_start(fx);
+    raw_connect(fx, 2, 0);
+    hello(R(2), RDZV_ROLE_AGENT, "not-the-token");
+    raw_connect(fx, 3, 0);
+    hello(R(3), RDZV_ROLE_WORKER, "");
+    run_until(fx, closed_2_3);
+    assert_int_equal(R(2)->error.code, RDZV_ERR_AUTH);
+    assert_int_equal(R(3)->error.code, RDZV_ERR_AUTH);
+    assert_int_equal(HITS(AUTH_TOKEN), 2);
+    assert_int_equal(logged(fx, "127.0.0.1", "token", NULL), 1);
+    good_finish(fx);
+}
+
+/* A frame header announcing more than RDZV_MAX_PAYLOAD: ERROR PROTOCOL, nothing allocated. */
+static void test_oversized_frame(void **state)
+{
+    struct fixture *fx = *state;
+    static const uint8_t hdr[RDZV_HEADER_SIZE] = {0x4D, 0x53, 0x54, 0x52, RDZV_PROTO_VERSION,
+                                     RDZV_MSG_HELLO, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF};
+
+    good_start(fx);
+    raw_connect(fx, 2, 0);
+    raw_connect(fx, 3, 0);
+    bare_write(R(2), hdr, sizeof(hdr));
+    bare_write(R(3), hdr, sizeof(hdr));
+    run_until(fx, closed_2_3);
+    assert_int_equal(R(2)->error.code, RDZV_ERR_PROTOCOL);
+    assert_int_equal(HITS(FRAME_SIZE), 2);
+    assert_int_equal(logged(fx, "frame_size", NULL), 1); /* once per address */
+    assert_int_equal(fx->srv->stats.log_suppressed, 1);
+    good_finish(fx);
+}
+
+/* A connection of job A naming job B: JOIN, ATTACH and STATUS_REQ are refused. */
+static void test_other_job(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+
+    good_start(fx);
+    run_until(fx, good_assigned);
+    agent(fx, 2, "a", 2);
+    join(R(2), "good", 2, 7); /* then JOIN for another job on the same connection */
+    worker(fx, 3, "good");
+    m = msg(RDZV_MSG_ATTACH);
+    snprintf(m->u.attach.job_id, sizeof(m->u.attach.job_id), "a");
+    send_msg(R(3), m);
+    worker(fx, 4, "good");
+    m = msg(RDZV_MSG_STATUS_REQ);
+    snprintf(m->u.status_req.job_id, sizeof(m->u.status_req.job_id), "a");
+    send_msg(R(4), m);
+    run_until(fx, closed_2_3);
+    while (!R(4)->closed)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    for (int i = 2; i <= 4; i++)
+        assert_int_equal(R(i)->error.code, RDZV_ERR_PROTOCOL);
+    assert_int_equal(N(3, ATTACH_OK), 1);
+    assert_int_equal(N(4, STATUS), 0);
+    assert_int_equal(HITS(AUTH_JOB_SCOPE), 3);
+    assert_int_equal(logged(fx, "job_scope", "JOIN for job good on a connection of job a", NULL),
+                     1);
+    good_finish(fx);
+}
+
+static int over_limit_closed(struct fixture *fx)
+{
+    return R(7)->closed && HITS(CONNECTIONS) == 1;
+}
+
+static int all_connected(struct fixture *fx)
+{
+    return fx->srv->n_peers == 6;
+}
+
+/* Over max_connections (6 here): the next connection is closed at once; the rest serve on. */
+static void test_max_connections(void **state)
+{
+    struct fixture *fx = *state;
+
+    good_start(fx);
+    run_until(fx, good_assigned);
+    for (int i = 2; i < 6; i++)
+        raw_connect(fx, i, 1);
+    run_until(fx, all_connected);
+    raw_connect(fx, 7, 1);
+    run_until(fx, over_limit_closed);
+    assert_int_equal(logged(fx, "connections", "6 connections open already", NULL), 1);
+    good_finish(fx);
+}
+
+static int slow_closed(struct fixture *fx)
+{
+    return R(2)->closed && R(3)->closed;
+}
+
+/* Slowloris: one client trickles bytes of a never-ending header, another sends nothing; both
+ * are cut at the handshake deadline (300 ms here), however busy the first one looks. */
+static void test_handshake_timeout(void **state)
+{
+    struct fixture *fx = *state;
+    uint64_t t0 = uv_now(&fx->loop);
+
+    good_start(fx);
+    raw_connect(fx, 2, 1);
+    uv_timer_start(&R(2)->trickle, trickle_cb, 25, 25); /* a whole HELLO would take > 0.5 s */
+    raw_connect(fx, 3, 1);
+    run_until(fx, slow_closed);
+    assert_true(uv_now(&fx->loop) - t0 >= 250);
+    assert_true(R(2)->trickled > 3);
+    assert_int_equal(HITS(HANDSHAKE_TIMEOUT), 2);
+    assert_int_equal(logged(fx, "handshake_timeout", "within 300 ms", NULL), 1);
+    good_finish(fx);
+}
+
+static int observer_closed(struct fixture *fx)
+{
+    return R(2)->closed;
+}
+
+/* A welcomed observer that says nothing more is cut after idle_ms; an attached worker, silent
+ * just as long, is in a job and stays. */
+static void test_idle_timeout(void **state)
+{
+    struct fixture *fx = *state;
+
+    good_start(fx);
+    run_until(fx, good_assigned);
+    worker(fx, 3, "good");
+    raw_connect(fx, 2, 0);
+    hello(R(2), RDZV_ROLE_OBSERVER, TOKEN);
+    run_until(fx, observer_closed);
+    assert_int_equal(N(2, WELCOME), 1);
+    assert_int_equal(HITS(IDLE_TIMEOUT), 1);
+    raw_connect(fx, 4, 0); /* a second idle period: the worker outlives it too */
+    hello(R(4), RDZV_ROLE_OBSERVER, TOKEN);
+    while (!R(4)->closed)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(HITS(IDLE_TIMEOUT), 2);
+    assert_false(R(3)->closed);
+    assert_int_equal(N(3, ATTACH_OK), 1);
+    assert_int_equal(logged(fx, "idle_timeout", NULL), 1);
+    good_finish(fx);
+}
+
+static int kv_replied(struct fixture *fx)
+{
+    return N(3, KV_REPLY) == 3;
+}
+
+/* The job's key quota (2 here): the third key gets LIMIT, counted and logged. */
+static void test_kv_quota(void **state)
+{
+    struct fixture *fx = *state;
+
+    good_start(fx);
+    run_until(fx, good_assigned);
+    worker(fx, 3, "good");
+    for (uint32_t k = 0; k < 3; k++) {
+        struct rdzv_msg *m = msg(RDZV_MSG_KV_PUT);
+
+        m->u.kv.req_id = k;
+        snprintf(m->u.kv.key, sizeof(m->u.kv.key), "key%u", k);
+        m->u.kv.value_len = 1;
+        send_msg(R(3), m);
+    }
+    run_until(fx, kv_replied);
+    assert_int_equal(HITS(KV_QUOTA), 1);
+    assert_int_equal(logged(fx, "kv_quota", NULL), 1);
+    good_finish(fx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_bad_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_oversized_frame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_connections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_handshake_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kv_quota, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
