@@ -17,6 +17,10 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/x509_crt.h>
 #include <uv.h>
 
 #include "conn.h"
@@ -360,6 +364,202 @@ static void test_opts(void **state)
     rdzv_tls_free(NULL);
 }
 
+/* --- certificate mode: a throw-away PKI made by mbedTLS at run time ------------------------ */
+
+static char pki[64]; /* mkdtemp directory: ca1, ca2, srv, srv_old (expired), cli, cli2 (CA 2) */
+
+static const char *pem(const char *name, const char *kind)
+{
+    static char paths[8][128];
+    static int next;
+    char *p = paths[next++ % 8];
+
+    snprintf(p, 128, "%s/%s.%s.pem", pki, name, kind);
+    return p;
+}
+
+static void write_file(const char *path, const unsigned char *buf)
+{
+    FILE *f = fopen(path, "w");
+
+    assert_non_null(f);
+    assert_int_equal(fputs((const char *)buf, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void gen_key(mbedtls_pk_context *k, mbedtls_ctr_drbg_context *drbg, const char *name)
+{
+    unsigned char buf[2048];
+
+    mbedtls_pk_init(k);
+    assert_int_equal(mbedtls_pk_setup(k, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY)), 0);
+    assert_int_equal(mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(*k),
+                                         mbedtls_ctr_drbg_random, drbg), 0);
+    assert_int_equal(mbedtls_pk_write_key_pem(k, buf, sizeof(buf)), 0);
+    write_file(pem(name, "key"), buf);
+}
+
+struct crt_spec {
+    const char *name, *subject, *issuer, *not_before, *not_after;
+    mbedtls_pk_context *key, *issuer_key;
+    int is_ca, serial;
+};
+
+static void gen_crt(const struct crt_spec *c, mbedtls_ctr_drbg_context *drbg)
+{
+    mbedtls_x509write_cert w;
+    unsigned char buf[4096];
+    mbedtls_mpi serial;
+
+    mbedtls_x509write_crt_init(&w);
+    mbedtls_mpi_init(&serial);
+    mbedtls_x509write_crt_set_version(&w, MBEDTLS_X509_CRT_VERSION_3);
+    mbedtls_x509write_crt_set_md_alg(&w, MBEDTLS_MD_SHA256);
+    mbedtls_x509write_crt_set_subject_key(&w, c->key);
+    mbedtls_x509write_crt_set_issuer_key(&w, c->issuer_key);
+    assert_int_equal(mbedtls_x509write_crt_set_subject_name(&w, c->subject), 0);
+    assert_int_equal(mbedtls_x509write_crt_set_issuer_name(&w, c->issuer), 0);
+    assert_int_equal(mbedtls_mpi_lset(&serial, c->serial), 0);
+    assert_int_equal(mbedtls_x509write_crt_set_serial(&w, &serial), 0);
+    assert_int_equal(mbedtls_x509write_crt_set_validity(&w, c->not_before, c->not_after), 0);
+    assert_int_equal(mbedtls_x509write_crt_set_basic_constraints(&w, c->is_ca, -1), 0);
+    assert_int_equal(mbedtls_x509write_crt_pem(&w, buf, sizeof(buf), mbedtls_ctr_drbg_random,
+                                               drbg), 0);
+    write_file(pem(c->name, "crt"), buf);
+    mbedtls_mpi_free(&serial);
+    mbedtls_x509write_crt_free(&w);
+}
+
+static int pki_setup(void **state)
+{
+    mbedtls_entropy_context ent;
+    mbedtls_ctr_drbg_context drbg;
+    mbedtls_pk_context ca1, ca2, srv, cli, cli2;
+    const char *now = "20200101000000", *later = "20991231235959";
+
+    (void)state;
+    snprintf(pki, sizeof(pki), "/tmp/muster-tls-XXXXXX");
+    assert_non_null(mkdtemp(pki));
+    mbedtls_entropy_init(&ent);
+    mbedtls_ctr_drbg_init(&drbg);
+    assert_int_equal(mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &ent, NULL, 0), 0);
+    gen_key(&ca1, &drbg, "ca1");
+    gen_key(&ca2, &drbg, "ca2");
+    gen_key(&srv, &drbg, "srv");
+    gen_key(&cli, &drbg, "cli");
+    gen_key(&cli2, &drbg, "cli2");
+    const struct crt_spec specs[] = {
+        {"ca1", "CN=muster test CA 1", "CN=muster test CA 1", now, later, &ca1, &ca1, 1, 1},
+        {"ca2", "CN=muster test CA 2", "CN=muster test CA 2", now, later, &ca2, &ca2, 1, 2},
+        {"srv", "CN=localhost", "CN=muster test CA 1", now, later, &srv, &ca1, 0, 3},
+        {"srv_old", "CN=localhost", "CN=muster test CA 1", "20000101000000", "20010101000000",
+         &srv, &ca1, 0, 4},
+        {"cli", "CN=agent", "CN=muster test CA 1", now, later, &cli, &ca1, 0, 5},
+        {"cli2", "CN=agent", "CN=muster test CA 2", now, later, &cli2, &ca2, 0, 6},
+    };
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+        gen_crt(&specs[i], &drbg);
+    assert_int_equal(symlink("srv.key.pem", pem("srv_old", "key")), 0);
+    mbedtls_pk_free(&ca1);
+    mbedtls_pk_free(&ca2);
+    mbedtls_pk_free(&srv);
+    mbedtls_pk_free(&cli);
+    mbedtls_pk_free(&cli2);
+    mbedtls_ctr_drbg_free(&drbg);
+    mbedtls_entropy_free(&ent);
+    return 0;
+}
+
+static int pki_teardown(void **state)
+{
+    static const char *names[] = {"ca1", "ca2", "srv", "srv_old", "cli", "cli2"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        unlink(pem(names[i], "key"));
+        unlink(pem(names[i], "crt"));
+    }
+    return rmdir(pki);
+}
+
+/* Client cert `cli`, server cert `srv`, both trusting ca1, the client checking `name`. */
+static void certs(struct fixture *fx, const char *cli, const char *srv, const char *name)
+{
+    struct rdzv_tls_opts co = {.cert_file = pem(cli, "crt"), .key_file = pem(cli, "key"),
+                               .ca_file = pem("ca1", "crt"), .server_name = name};
+    struct rdzv_tls_opts so = {.cert_file = pem(srv, "crt"), .key_file = pem(srv, "key"),
+                               .ca_file = pem("ca1", "crt")};
+    char err[256];
+
+    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
+    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
+}
+
+static void test_cert_good(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg m;
+
+    certs(fx, "cli", "srv", "localhost");
+    start_both(fx);
+    hello(&m, "");
+    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
+    fx->echo = 1;
+    run_until(fx, both_msg);
+    assert_int_equal(fx->cli.last.type, RDZV_MSG_HELLO);
+    assert_int_equal(fx->cli.errors + fx->srv.errors, 0);
+}
+
+/* Every refusal ends both sides with -EACCES: the refusing side from its own check, the other
+ * from the alert. */
+static void expect_refused(struct fixture *fx, const char *cli_reason, const char *srv_reason)
+{
+    start_both(fx);
+    run_until(fx, both_err);
+    assert_int_equal(fx->cli.err, -EACCES);
+    assert_int_equal(fx->srv.err, -EACCES);
+    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    if (cli_reason != NULL)
+        assert_non_null(strstr(fx->cli.reason, cli_reason));
+    if (srv_reason != NULL)
+        assert_non_null(strstr(fx->srv.reason, srv_reason));
+}
+
+static void test_cert_other_ca(void **state)
+{
+    certs(*state, "cli2", "srv", "localhost");
+    expect_refused(*state, "alert", "not correctly signed");
+}
+
+static void test_cert_expired(void **state)
+{
+    certs(*state, "cli", "srv_old", "localhost");
+    expect_refused(*state, "expired", "alert");
+}
+
+static void test_cert_wrong_host(void **state)
+{
+    certs(*state, "cli", "srv", "rdzv.example.org");
+    expect_refused(*state, "CN", "alert");
+}
+
+/* A token client against a certificate server: no common suite, nothing is accepted. */
+static void test_mode_mismatch(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_tls_opts co = {.token = TOKEN};
+    struct rdzv_tls_opts so = {.cert_file = pem("srv", "crt"), .key_file = pem("srv", "key"),
+                               .ca_file = pem("ca1", "crt")};
+    char err[256];
+
+    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
+    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
+    start_both(fx);
+    run_until(fx, both_err);
+    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    assert_true(fx->cli.err == -EACCES || fx->cli.err == -EPROTO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,7 +570,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncated_handshake, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_frames, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cert_good, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cert_other_ca, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cert_expired, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cert_wrong_host, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mode_mismatch, setup, teardown),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, pki_setup, pki_teardown);
 }
