@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "tls.h"
 
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 2000
@@ -47,7 +48,8 @@ struct rdzv_client {
     void *data;
     char host[RDZV_HOST_MAX + 1];
     unsigned port;
-    char token[RDZV_TOKEN_MAX + 1];
+    char token[RDZV_TOKEN_MAX + 1]; /* HELLO's too: the PSK already proved it, defence in depth */
+    struct rdzv_tls *tls;           /* every connection, reconnects included */
     struct sockaddr_storage addr; /* what the first connection reached; reconnects reuse it */
 
     enum client_state state;
@@ -96,23 +98,31 @@ static int open_conn(struct rdzv_client *c)
     return err;
 }
 
-int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
-                    const struct rdzv_client_cbs *cbs, void *data, struct rdzv_client **out)
+static int client_new(uv_loop_t *loop, const char *host, unsigned port,
+                      const struct rdzv_tls_opts *o, const struct rdzv_client_cbs *cbs,
+                      void *data, struct rdzv_client **out)
 {
+    struct rdzv_tls_opts opts = *o;
     struct rdzv_client *c;
     uv_timer_t *timers[4];
+    char why[256];
     int err;
 
     if (host == NULL || strlen(host) > RDZV_HOST_MAX || port == 0 || port > 65535)
         return UV_EINVAL;
-    if (token != NULL && strlen(token) > RDZV_TOKEN_MAX)
+    if (o->token != NULL && strlen(o->token) > RDZV_TOKEN_MAX)
         return UV_EINVAL;
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return UV_ENOMEM;
     c->loop = loop;
-    err = open_conn(c);
+    if (opts.cert_file != NULL && opts.server_name == NULL)
+        opts.server_name = host; /* the certificate must name what we connect to */
+    err = rdzv_tls_new(&opts, 0, &c->tls, why, sizeof(why));
+    if (err == 0)
+        err = open_conn(c);
     if (err < 0) {
+        rdzv_tls_free(c->tls);
         free(c);
         return err;
     }
@@ -129,12 +139,31 @@ int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char
     c->data = data;
     snprintf(c->host, sizeof(c->host), "%s", host);
     c->port = port;
-    snprintf(c->token, sizeof(c->token), "%s", token != NULL ? token : "");
+    snprintf(c->token, sizeof(c->token), "%s", o->token != NULL ? o->token : "");
     c->queue_tail = &c->queue;
     c->rtt_us = -1;
     c->rng = uv_hrtime() ^ (uint64_t)(uintptr_t)c;
     *out = c;
     return 0;
+}
+
+int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
+                    const struct rdzv_client_cbs *cbs, void *data, struct rdzv_client **out)
+{
+    struct rdzv_tls_opts o = {.token = token};
+
+    if (token == NULL || token[0] == '\0')
+        return UV_EINVAL;
+    return client_new(loop, host, port, &o, cbs, data, out);
+}
+
+int rdzv_client_new_tls(uv_loop_t *loop, const char *host, unsigned port,
+                        const struct rdzv_tls_opts *o, const struct rdzv_client_cbs *cbs,
+                        void *data, struct rdzv_client **out)
+{
+    if (o == NULL)
+        return UV_EINVAL;
+    return client_new(loop, host, port, o, cbs, data, out);
 }
 
 void *rdzv_client_data(const struct rdzv_client *c)
@@ -241,6 +270,7 @@ static void maybe_free(struct rdzv_client *c)
         c->queue = p->next;
         free(p);
     }
+    rdzv_tls_free(c->tls); /* after the conn's close: it borrowed the configuration */
     free(c);
     if (cb != NULL)
         cb(data);
@@ -256,7 +286,7 @@ static void connect_cb(uv_connect_t *req, int status)
         return;
     if (err == 0) {
         c->connected = 1;
-        err = rdzv_conn_start(&c->conn);
+        err = rdzv_conn_start_tls(&c->conn, c->tls, 0); /* HELLO waits for the handshake */
     }
     if (err == 0) {
         c->out.type = RDZV_MSG_HELLO;
@@ -701,7 +731,17 @@ static void conn_error_cb(struct rdzv_conn *conn, int err)
     int bad_frame =
         err == -EPROTO || err == -EPROTONOSUPPORT || err == -EMSGSIZE || err == -ENOTSUP;
 
-    if (bad_frame)
+    const char *tls_why = rdzv_conn_tls_error(conn);
+
+    /* A refused token or certificate will not get better by reconnecting. Other TLS failures
+     * of a reconnect (a server restarting, its handshake timeout) are part of the outage. */
+    if (err == -EACCES)
+        fail(c, UV_EACCES, "rendezvous %s:%u: %s", c->host, c->port, tls_why);
+    else if (tls_why[0] != '\0' && c->welcomed && !c->finished)
+        lose(c, tls_why);
+    else if (tls_why[0] != '\0')
+        fail(c, err, "rendezvous %s:%u: %s", c->host, c->port, tls_why);
+    else if (bad_frame)
         fail(c, -EPROTO, "bad frame from rendezvous %s:%u: %s", c->host, c->port, strerror(-err));
     else if (c->welcomed && !c->finished)
         lose(c, err == UV_EOF ? "connection closed" : uv_strerror(err));

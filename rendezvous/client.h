@@ -1,4 +1,4 @@
-/* Agent side of the rendezvous protocol: one TCP connection to a server (embedded or remote).
+/* Agent side of the rendezvous protocol: one TLS connection to a server (embedded or remote).
  *
  * Life cycle: rdzv_client_new() -> rdzv_client_join() (connects, HELLO, JOIN) -> callbacks
  * (waiting..., assign) -> report_failure()/report_done() -> restart / job_done / job_failed.
@@ -31,6 +31,7 @@
 #include <uv.h>
 
 #include "message.h"
+#include "tls.h"
 
 /* Defaults for the JOIN fields that are 0; the JOIN on the wire carries the effective values. */
 #define RDZV_CLIENT_KEEP_ALIVE_MS 1000
@@ -63,10 +64,20 @@ struct rdzv_client_cbs {
     void (*reconnected_cb)(struct rdzv_client *c);
 };
 
-/* Allocates a client. Borrows loop and cbs (must outlive the client); copies host and token
- * (token may be NULL or ""). Returns 0 or a negative errno; *out is set on success only. */
+/* Allocates a client that speaks TLS in token mode: the token is the pre-shared key (tls.h) and
+ * is also sent in HELLO. Borrows loop and cbs (must outlive the client); copies host and token.
+ * Returns 0, UV_EINVAL (bad host/port, token NULL, "" or over RDZV_TOKEN_MAX), UV_ENOMEM or
+ * rdzv_tls_new()'s errors; *out is set on success only. A server that refuses the token (or a
+ * certificate) ends the client with error_cb(UV_EACCES); no reconnect retries that. */
 int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
                     const struct rdzv_client_cbs *cbs, void *data, struct rdzv_client **out);
+
+/* Like rdzv_client_new, with any TLS configuration (certificate mode: cert/key/ca; the server
+ * name defaults to host). o and its strings are borrowed for the call only; o->token, if any,
+ * goes into HELLO. The files are read now; every reconnect reuses the configuration. */
+int rdzv_client_new_tls(uv_loop_t *loop, const char *host, unsigned port,
+                        const struct rdzv_tls_opts *o, const struct rdzv_client_cbs *cbs,
+                        void *data, struct rdzv_client **out);
 
 /* Sends JOIN (connecting and sending HELLO first if not connected yet). Copies *join; its
  * keep_alive_ms, heartbeat_timeout_ms and reconnect_grace_ms are replaced by the defaults above

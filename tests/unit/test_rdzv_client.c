@@ -19,8 +19,10 @@
 #include "conn.h"
 #include "server.h"
 #include "status.h"
+#include "tls.h"
 
 #define WATCHDOG_MS 10000
+#define TOKEN "client-test-token" /* the TLS pre-shared key */
 
 struct fixture {
     uv_loop_t loop;
@@ -46,6 +48,7 @@ struct fixture {
     uv_tcp_t listener;
     struct rdzv_conn *fake[8];
     int nfake, fake_hellos;
+    struct rdzv_tls *fake_tls; /* it speaks TLS with TOKEN like the real server */
 };
 
 static void check(struct fixture *fx)
@@ -201,7 +204,7 @@ static int setup(void **state)
     assert_int_equal(uv_timer_init(&fx.loop, &fx.later), 0);
     fx.watchdog.data = &fx;
     fx.later.data = &fx;
-    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, NULL, &fx.srv), 0);
+    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, TOKEN, &fx.srv), 0);
     fx.port = rdzv_server_port(fx.srv);
     assert_true(fx.port > 0);
     fx.join = (struct rdzv_join){.min_nodes = 1,
@@ -250,12 +253,13 @@ static int teardown(void **state)
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(closed, want);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
+    rdzv_tls_free(fx->fake_tls); /* after its conns closed */
     return 0;
 }
 
 static void start_client(struct fixture *fx)
 {
-    assert_int_equal(rdzv_client_new(&fx->loop, "127.0.0.1", fx->port, NULL, &cbs, fx, &fx->c), 0);
+    assert_int_equal(rdzv_client_new(&fx->loop, "127.0.0.1", fx->port, TOKEN, &cbs, fx, &fx->c), 0);
     assert_int_equal(rdzv_client_join(fx->c, &fx->join), 0);
 }
 
@@ -265,7 +269,7 @@ static void server_gone_cb(void *data)
     struct fixture *fx = data;
 
     if (fx->restart_server)
-        assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", fx->port, NULL, &fx->srv), 0);
+        assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", fx->port, TOKEN, &fx->srv), 0);
 }
 
 static void kill_server(struct fixture *fx)
@@ -448,14 +452,17 @@ static void fake_accept_cb(uv_stream_t *listener, int status)
     assert_int_equal(rdzv_conn_init(&fx->loop, conn, fake_msg_cb, fake_error_cb, fx), 0);
     fx->fake[fx->nfake++] = conn;
     assert_int_equal(uv_accept(listener, (uv_stream_t *)&conn->tcp), 0);
-    assert_int_equal(rdzv_conn_start(conn), 0);
+    assert_int_equal(rdzv_conn_start_tls(conn, fx->fake_tls, 1), 0);
 }
 
 static void start_fake_server(struct fixture *fx)
 {
+    struct rdzv_tls_opts o = {.token = TOKEN};
     struct sockaddr_storage ss;
     int len = sizeof(ss);
+    char err[256];
 
+    assert_int_equal(rdzv_tls_new(&o, 1, &fx->fake_tls, err, sizeof(err)), 0);
     rdzv_server_close(fx->srv, NULL, NULL);
     fx->srv = NULL;
     assert_int_equal(uv_tcp_init(&fx->loop, &fx->listener), 0);
