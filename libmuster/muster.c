@@ -19,10 +19,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <mbedtls/error.h>
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509.h>
+
 #include "message.h"
+#include "tls.h"
 
 struct muster {
     int fd;
+    struct rdzv_tls *tls;    /* TLS 1.2 over fd: the token as PSK, or certificates */
+    mbedtls_ssl_context ssl; /* BIO: the non-blocking fd; WANT_READ/WRITE -> poll */
+    int ssl_init;
     int broken;      /* the first connection error; every later call returns it */
     uint32_t req_id; /* the last request's id: replies to abandoned requests are skipped */
     uint8_t buf[RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD];
@@ -64,23 +73,90 @@ static int cut(struct muster *m, int err, int partial)
     return err;
 }
 
+/* The one place mbedTLS errors become errnos for libmuster (STYLE.md rule 3). */
+static int ssl_err(int ret)
+{
+    switch (ret) {
+    case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: /* the server refused our token or certificate */
+    case MBEDTLS_ERR_SSL_INVALID_MAC:
+    case MBEDTLS_ERR_X509_CERT_VERIFY_FAILED:
+    case MBEDTLS_ERR_SSL_UNKNOWN_IDENTITY:
+        return -EACCES;
+    case MBEDTLS_ERR_SSL_CONN_EOF:
+    case MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY:
+        return -ECONNRESET;
+    case MBEDTLS_ERR_SSL_ALLOC_FAILED:
+        return -ENOMEM;
+    case MBEDTLS_ERR_NET_SEND_FAILED:
+        return -EPIPE;
+    }
+    return -EPROTO;
+}
+
+/* BIO over the non-blocking socket; the callers poll on WANT_READ/WANT_WRITE. */
+static int bio_send(void *ctx, const unsigned char *buf, size_t len)
+{
+    ssize_t n = send(*(int *)ctx, buf, len, MSG_NOSIGNAL); /* a closed peer must not kill us */
+
+    if (n >= 0)
+        return (int)n;
+    if (errno == EAGAIN || errno == EINTR)
+        return MBEDTLS_ERR_SSL_WANT_WRITE;
+    return MBEDTLS_ERR_NET_SEND_FAILED;
+}
+
+static int bio_recv(void *ctx, unsigned char *buf, size_t len)
+{
+    ssize_t n = recv(*(int *)ctx, buf, len, 0);
+
+    if (n >= 0)
+        return (int)n; /* 0: the server closed the connection */
+    if (errno == EAGAIN || errno == EINTR)
+        return MBEDTLS_ERR_SSL_WANT_READ;
+    return errno == ECONNRESET ? MBEDTLS_ERR_SSL_CONN_EOF : MBEDTLS_ERR_NET_RECV_FAILED;
+}
+
+/* mbedTLS asked to be called again once the socket is ready; ret is its WANT_* code. */
+static int wait_ssl(struct muster *m, int ret, int64_t deadline)
+{
+    return wait_fd(m->fd, ret == MBEDTLS_ERR_SSL_WANT_WRITE ? POLLOUT : POLLIN, deadline);
+}
+
+static int is_want(int ret)
+{
+    return ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE;
+}
+
+static int tls_handshake(struct muster *m, int64_t deadline)
+{
+    int ret, err;
+
+    while ((ret = mbedtls_ssl_handshake(&m->ssl)) != 0) {
+        if (!is_want(ret))
+            return ssl_err(ret);
+        if ((err = wait_ssl(m, ret, deadline)) < 0)
+            return err;
+    }
+    return 0;
+}
+
 static int send_all(struct muster *m, const uint8_t *p, size_t len, int64_t deadline)
 {
-    const uint8_t *start = p;
-    ssize_t n;
-    int err;
+    int ret, err;
 
     while (len > 0) {
-        n = send(m->fd, p, len, MSG_NOSIGNAL); /* a closed peer must not kill the worker */
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
+        ret = mbedtls_ssl_write(&m->ssl, p, len); /* may be partial: one record at a time */
+        if (ret > 0) {
+            p += ret;
+            len -= (size_t)ret;
             continue;
         }
-        if (n < 0 && errno != EAGAIN && errno != EINTR)
-            return -errno;
-        if ((err = wait_fd(m->fd, POLLOUT, deadline)) < 0)
-            return cut(m, err, p != start);
+        if (!is_want(ret))
+            return ssl_err(ret);
+        /* mbedTLS holds a half-sent record it must be asked to finish with the same
+         * arguments: a deadline here leaves the stream unusable even before any byte went. */
+        if ((err = wait_ssl(m, ret, deadline)) < 0)
+            return cut(m, err, 1);
     }
     return 0;
 }
@@ -88,21 +164,20 @@ static int send_all(struct muster *m, const uint8_t *p, size_t len, int64_t dead
 static int recv_all(struct muster *m, uint8_t *p, size_t len, int64_t deadline)
 {
     const uint8_t *start = p;
-    ssize_t n;
-    int err;
+    int ret, err;
 
     while (len > 0) {
-        n = recv(m->fd, p, len, 0);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
+        ret = mbedtls_ssl_read(&m->ssl, p, len);
+        if (ret > 0) {
+            p += ret;
+            len -= (size_t)ret;
             continue;
         }
-        if (n == 0)
+        if (ret == 0)
             return -ECONNRESET; /* the server closed mid-conversation */
-        if (errno != EAGAIN && errno != EINTR)
-            return -errno;
-        if ((err = wait_fd(m->fd, POLLIN, deadline)) < 0)
+        if (!is_want(ret))
+            return ssl_err(ret);
+        if ((err = wait_ssl(m, ret, deadline)) < 0)
             return cut(m, err, p != start);
     }
     return 0;
@@ -274,6 +349,37 @@ static int handshake(struct muster *m, const char *token, const char *job_id, un
     return exchange(m, RDZV_MSG_ATTACH_OK, deadline);
 }
 
+/* Token mode unless MUSTER_TLS_CERT/KEY/CA name certificates; the server's certificate must
+ * carry the endpoint's host name. */
+static int tls_setup(struct muster *m, const char *endpoint, const char *token)
+{
+    struct rdzv_tls_opts o = {.token = token};
+    char host[RDZV_HOST_MAX + 1], port[8], why[256];
+    int ret;
+
+    o.cert_file = getenv("MUSTER_TLS_CERT");
+    if (o.cert_file != NULL && o.cert_file[0] != '\0') {
+        o.key_file = getenv("MUSTER_TLS_KEY");
+        o.ca_file = getenv("MUSTER_TLS_CA");
+        if ((ret = parse_endpoint(endpoint, host, sizeof(host), port, sizeof(port))) < 0)
+            return ret;
+        o.server_name = host;
+    } else {
+        o.cert_file = NULL;
+    }
+    if ((ret = rdzv_tls_new(&o, 0, &m->tls, why, sizeof(why))) < 0)
+        return ret;
+    mbedtls_ssl_init(&m->ssl);
+    m->ssl_init = 1;
+    ret = mbedtls_ssl_setup(&m->ssl, rdzv_tls_conf(m->tls));
+    if (ret == 0 && rdzv_tls_server_name(m->tls) != NULL)
+        ret = mbedtls_ssl_set_hostname(&m->ssl, rdzv_tls_server_name(m->tls));
+    if (ret != 0)
+        return ssl_err(ret);
+    mbedtls_ssl_set_bio(&m->ssl, &m->fd, bio_send, bio_recv, NULL);
+    return 0;
+}
+
 int muster_connect_to(const char *endpoint, const char *token, const char *job_id, unsigned round,
                       int rank, struct muster **out)
 {
@@ -290,7 +396,11 @@ int muster_connect_to(const char *endpoint, const char *token, const char *job_i
     if (m == NULL)
         return -ENOMEM;
     m->fd = -1;
-    err = tcp_connect(endpoint, deadline, &m->fd);
+    err = tls_setup(m, endpoint, token);
+    if (err == 0)
+        err = tcp_connect(endpoint, deadline, &m->fd);
+    if (err == 0)
+        err = tls_handshake(m, deadline);
     if (err == 0)
         err = handshake(m, token, job_id, round, rank, deadline);
     if (err < 0) {
@@ -335,8 +445,13 @@ void muster_close(struct muster *m)
 {
     if (m == NULL)
         return;
+    if (m->fd >= 0 && m->broken == 0 && m->ssl_init)
+        (void)mbedtls_ssl_close_notify(&m->ssl); /* best effort, never waits */
     if (m->fd >= 0)
         close(m->fd);
+    if (m->ssl_init)
+        mbedtls_ssl_free(&m->ssl);
+    rdzv_tls_free(m->tls);
     free(m);
 }
 

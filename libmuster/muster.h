@@ -36,16 +36,22 @@ extern "C" {
 struct muster;
 
 /* Connects with the settings `muster run` gives every worker: MUSTER_ENDPOINT ("host:port",
- * "[v6addr]:port"), MUSTER_TOKEN (optional), MUSTER_JOB_ID, MUSTER_ROUND and RANK.
+ * "[v6addr]:port"), MUSTER_TOKEN (required, unless certificates are given), MUSTER_JOB_ID,
+ * MUSTER_ROUND and RANK. Certificate mode instead of the token's pre-shared key:
+ * MUSTER_TLS_CERT, MUSTER_TLS_KEY and MUSTER_TLS_CA (PEM files; the server's certificate must
+ * name the endpoint's host).
  * Returns 0 and sets *out (free with muster_close()), -ENOENT when MUSTER_ENDPOINT is unset,
  * -EINVAL when another variable is missing or malformed, or an error of muster_connect_to(). */
 MUSTER_API int muster_connect(struct muster **out);
 
-/* Connects to endpoint ("host:port" or "[v6addr]:port"; host may be a name) with token (NULL or
- * "" for none) and attaches to job_id's round `round` as global rank `rank`: TCP connect, HELLO
- * (role worker) -> WELCOME -> ATTACH -> ATTACH_OK, all within MUSTER_CONNECT_TIMEOUT_MS.
- * Borrows the strings. Returns 0 and sets *out, or: -EINVAL (bad endpoint, over-long token or
- * job id, rank < 0), -ETIMEDOUT, -ECONNREFUSED and other connect errors, -EACCES (wrong token),
+/* Connects to endpoint ("host:port" or "[v6addr]:port"; host may be a name) with token and
+ * attaches to job_id's round `round` as global rank `rank`: TCP connect, TLS 1.2 handshake (the
+ * token is the pre-shared key; or certificates, see muster_connect), HELLO (role worker) ->
+ * WELCOME -> ATTACH -> ATTACH_OK, all within MUSTER_CONNECT_TIMEOUT_MS. Borrows the strings.
+ * Returns 0 and sets *out, or: -EINVAL (bad endpoint, no token (NULL or "") and no
+ * certificates, over-long token or job id, rank < 0), -ENOENT/-EACCES/-EBADMSG (certificate
+ * files), -ETIMEDOUT, -ECONNREFUSED and other connect errors, -EACCES (wrong token or
+ * certificate), -ECONNRESET (closed during the handshake),
  * -ESHUTDOWN (unknown or finished job), -EPROTO (the server broke the protocol),
  * -EPROTONOSUPPORT (protocol version), -ENOMEM. A round that is no longer current is not an
  * error here: the first request answers -ESTALE. */

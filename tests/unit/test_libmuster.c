@@ -243,7 +243,8 @@ static void test_connect_errors(void **state)
     struct muster *x = NULL;
 
     assert_int_equal(muster_connect_to(s->endpoint, "wrong", JOB, 0, 0, &x), -EACCES);
-    assert_int_equal(muster_connect_to(s->endpoint, NULL, JOB, 0, 0, &x), -EACCES);
+    assert_int_equal(muster_connect_to(s->endpoint, NULL, JOB, 0, 0, &x), -EINVAL); /* TLS PSK */
+    assert_int_equal(muster_connect_to(s->endpoint, "", JOB, 0, 0, &x), -EINVAL);
     assert_int_equal(muster_connect_to(s->endpoint, TOKEN, "nosuchjob", 0, 0, &x), -ESHUTDOWN);
     /* port 1: nothing listens there in the test environment */
     assert_int_equal(muster_connect_to("127.0.0.1:1", TOKEN, JOB, 0, 0, &x), -ECONNREFUSED);
