@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "server_priv.h"
+#include "tls.h"
 
 /* --- handles and lifetime ------------------------------------------------------------------- */
 void srv_handle_closed(struct rdzv_server *srv)
@@ -22,6 +23,7 @@ void srv_handle_closed(struct rdzv_server *srv)
     srv->handles--;
     if (!srv->closing || srv->handles > 0)
         return;
+    rdzv_tls_free(srv->tls); /* every connection is closed by now */
     free(srv);
     if (cb != NULL)
         cb(data);
@@ -420,6 +422,18 @@ static void error_cb(struct rdzv_conn *conn, int err)
 {
     struct peer *p = conn->data;
 
+    /* No TLS channel yet: nothing can be said to the peer, only counted and logged. A peer
+     * that connects and closes without a byte (a port probe) counts too. */
+    if (!rdzv_conn_handshake_done(conn)) {
+        const char *why = rdzv_conn_tls_error(conn);
+
+        srv_peer_event(p, SRV_EV_AUTH_TLS, "TLS handshake failed: %s",
+                       why[0] != '\0' ? why
+                       : err == UV_EOF ? "closed before the handshake finished"
+                                       : uv_strerror(err));
+        srv_peer_close(p, 0);
+        return;
+    }
     if (err == -EMSGSIZE) {
         srv_peer_event(p, SRV_EV_FRAME_SIZE, "frame header announces over %d bytes",
                        RDZV_MAX_PAYLOAD);
@@ -503,7 +517,9 @@ static void on_connection(uv_stream_t *listener, int status)
     if (srv->peers != NULL)
         srv->peers->prev = p;
     srv->peers = p;
-    if (uv_accept(listener, (uv_stream_t *)&p->conn.tcp) < 0 || rdzv_conn_start(&p->conn) < 0) {
+    /* Every connection is TLS: the server has no plaintext path. */
+    if (uv_accept(listener, (uv_stream_t *)&p->conn.tcp) < 0 ||
+        rdzv_conn_start_tls(&p->conn, srv->tls, 1) < 0) {
         srv_peer_close(p, 0);
         return;
     }
@@ -561,43 +577,64 @@ int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connec
     return 0;
 }
 
-int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
-                    struct rdzv_server **out)
+/* The listener over an already-built TLS configuration (taken over: freed with the server,
+ * also on failure). */
+static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct rdzv_tls *tls,
+                        const char *token, struct rdzv_server **out)
 {
     struct rdzv_server *srv = NULL;
     struct sockaddr_storage ss;
     int err;
 
-    if (token != NULL && strlen(token) > RDZV_TOKEN_MAX)
-        return UV_EINVAL;
     err = rdzv_server_resolve(loop, host, port, &ss); /* before any handle: nothing to undo */
-    if (err < 0)
-        return err;
-    srv = calloc(1, sizeof(*srv));
-    if (srv == NULL)
-        return UV_ENOMEM;
+    if (err < 0 || (srv = calloc(1, sizeof(*srv))) == NULL) {
+        rdzv_tls_free(tls);
+        return err < 0 ? err : UV_ENOMEM;
+    }
     srv->loop = loop;
+    srv->tls = tls;
     srv->start_ms = uv_now(loop);
     srv->limits = rdzv_limits_default();
     if (token != NULL && token[0] != '\0') {
         memcpy(srv->token, token, strlen(token));
         srv->has_token = 1;
     }
-    err = uv_tcp_init(loop, &srv->listener);
-    if (err < 0) {
-        free(srv);
-        return err;
-    }
+    uv_tcp_init(loop, &srv->listener); /* cannot fail on unix */
     srv->listener.data = srv;
     srv->handles = 1;
     err = rdzv_server_listen_tcp(&srv->listener, &ss, on_connection, &srv->port);
     if (err < 0)
-        goto out;
-    *out = srv;
-out:
-    if (err < 0)
         rdzv_server_close(srv, NULL, NULL); /* memory goes back once the loop runs */
+    else
+        *out = srv;
     return err;
+}
+
+int rdzv_server_new_tls(uv_loop_t *loop, const char *host, unsigned port,
+                        const struct rdzv_tls_opts *opts, struct rdzv_server **out)
+{
+    struct rdzv_tls *tls = NULL;
+    char why[256];
+    int err;
+
+    if (opts->token != NULL && strlen(opts->token) > RDZV_TOKEN_MAX)
+        return UV_EINVAL;
+    err = rdzv_tls_new(opts, 1, &tls, why, sizeof(why));
+    if (err < 0) {
+        fprintf(stderr, "muster: server: TLS setup failed: %s\n", why);
+        return err;
+    }
+    return server_start(loop, host, port, tls, opts->token, out);
+}
+
+int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
+                    struct rdzv_server **out)
+{
+    struct rdzv_tls_opts o = {.token = token};
+
+    if (token == NULL || token[0] == '\0')
+        return UV_EINVAL;
+    return rdzv_server_new_tls(loop, host, port, &o, out);
 }
 
 struct rdzv_limits rdzv_limits_default(void)

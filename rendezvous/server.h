@@ -8,6 +8,7 @@
 #include <uv.h>
 
 struct rdzv_server;
+struct rdzv_tls_opts;
 
 /* Resource limits of one server, with named defaults. Hitting any of them closes (or refuses)
  * only the offending connection or request: it is counted in /metrics as
@@ -32,12 +33,14 @@ struct rdzv_limits rdzv_limits_default(void);
  * or other secret. */
 typedef void (*rdzv_server_log_cb)(void *data, const char *line);
 
-/* Binds host:port (port 0 = ephemeral) and starts listening on loop. token: required from
- * every peer when non-NULL and non-empty (copied). Returns 0 or a negative errno
- * (UV_EADDRINUSE, UV_EADDRNOTAVAIL, UV_EINVAL for an unparseable host...). Host may be a
- * numeric IPv4/IPv6 address or a name (resolved synchronously); NULL or "" means 0.0.0.0.
- * When bind or listen fails, the half-built server's memory is released by the loop's next
- * run (its listener handle must be closed asynchronously, like any libuv handle). */
+/* Binds host:port (port 0 = ephemeral) and starts listening on loop, in token mode: every
+ * connection is TLS 1.2 with token as the pre-shared key (ECDHE-PSK), and HELLO must carry the
+ * same token. token is required (copied): NULL or "" is UV_EINVAL, as is one over
+ * RDZV_TOKEN_MAX. Otherwise returns 0 or a negative errno (UV_EADDRINUSE, UV_EADDRNOTAVAIL,
+ * UV_EINVAL for an unparseable host, -ENOMEM...). Host may be a numeric IPv4/IPv6 address or a
+ * name (resolved synchronously); NULL or "" means 0.0.0.0. When bind or listen fails, the
+ * half-built server's memory is released by the loop's next run (its listener handle must be
+ * closed asynchronously, like any libuv handle). */
 int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char *token,
                     struct rdzv_server **out);
 
@@ -48,6 +51,14 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
 /* Where log lines go: cb(data, line), or stderr ("muster: server: ...") when cb is NULL, the
  * default. Borrows data. */
 void rdzv_server_set_log(struct rdzv_server *s, rdzv_server_log_cb cb, void *data);
+
+/* As rdzv_server_new(), with the TLS settings of tls.h (borrowed; files are read now): token
+ * mode when opts->token is set and opts->cert_file is NULL, certificate mode (client
+ * certificates verified against opts->ca_file) otherwise; with a token in certificate mode,
+ * HELLO must carry it too. Returns also rdzv_tls_new()'s errors (-EINVAL, -ENOENT, -EACCES,
+ * -EBADMSG), after one line on stderr saying why. */
+int rdzv_server_new_tls(uv_loop_t *loop, const char *host, unsigned port,
+                        const struct rdzv_tls_opts *opts, struct rdzv_server **out);
 
 /* The port actually bound (useful after port 0). */
 unsigned rdzv_server_port(const struct rdzv_server *s);

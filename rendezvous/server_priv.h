@@ -95,6 +95,7 @@ struct rdzv_server_stats {
 struct rdzv_server {
     uv_loop_t *loop;
     uv_tcp_t listener;
+    struct rdzv_tls *tls;           /* every connection's TLS configuration; owned */
     char token[RDZV_TOKEN_MAX + 1]; /* zero padded: compared over its whole size */
     int has_token;
     unsigned port;

@@ -17,6 +17,9 @@
 
 #include "conn.h"
 #include "server.h"
+#include "tls.h"
+
+#define TOKEN "handler-test-token"
 
 #define NRAW 6
 #define WATCHDOG_MS 10000
@@ -41,6 +44,9 @@ struct raw {
     uint32_t kv_status[16]; /* by req_id */
     char kv_value[16][32];
     char *status_json;
+    int connected;
+    struct rdzv_msg *queued[8]; /* sent once connected: TLS starts only then */
+    int n_queued;
 };
 
 struct fixture {
@@ -54,6 +60,7 @@ struct fixture {
 };
 
 static struct fixture *gfx;
+static struct rdzv_tls *g_tls; /* the clients' TLS configuration (TOKEN) */
 static uint32_t g_keep_alive, g_hb_timeout, g_grace; /* for agent()'s JOINs */
 
 static void check(struct fixture *fx)
@@ -85,7 +92,21 @@ static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
 
 static void send_msg(struct raw *r, const struct rdzv_msg *m)
 {
-    assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
+    if (r->connected) {
+        assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
+        return;
+    }
+    assert_true(r->n_queued < 8);
+    r->queued[r->n_queued] = malloc(sizeof(*m));
+    assert_non_null(r->queued[r->n_queued]);
+    *r->queued[r->n_queued++] = *m;
+}
+
+static void drop_queued(struct raw *r)
+{
+    for (int i = 0; i < r->n_queued; i++)
+        free(r->queued[i]);
+    r->n_queued = 0;
 }
 
 static struct rdzv_msg *msg(uint8_t type)
@@ -158,7 +179,11 @@ static void raw_connect_cb(uv_connect_t *req, int status)
     struct raw *r = req->data;
 
     assert_int_equal(status, 0);
-    assert_int_equal(rdzv_conn_start(&r->conn), 0);
+    assert_int_equal(rdzv_conn_start_tls(&r->conn, g_tls, 0), 0);
+    r->connected = 1;
+    for (int i = 0; i < r->n_queued; i++)
+        assert_int_equal(rdzv_conn_send(&r->conn, r->queued[i]), 0);
+    drop_queued(r);
 }
 
 /* A raw client of `role`, connected, HELLO sent (messages queue behind it). */
@@ -173,6 +198,7 @@ static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
     assert_non_null(r);
     assert_false(r->open && !r->closed);
     free(r->status_json);
+    drop_queued(r);
     memset(r, 0, sizeof(*r));
     r->fx = fx;
     r->role = role;
@@ -186,6 +212,7 @@ static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
     h = msg(RDZV_MSG_HELLO);
     h->u.hello.version = RDZV_PROTO_VERSION;
     h->u.hello.role = role;
+    snprintf(h->u.hello.token, sizeof(h->u.hello.token), "%s", TOKEN);
     send_msg(r, h);
     return r;
 }
@@ -234,7 +261,7 @@ static int setup(void **state)
     assert_int_equal(uv_timer_init(&fx.loop, &fx.beat), 0);
     fx.watchdog.data = &fx;
     fx.beat.data = &fx;
-    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, NULL, &fx.srv), 0);
+    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, TOKEN, &fx.srv), 0);
     fx.port = rdzv_server_port(fx.srv);
     *state = &fx;
     return 0;
@@ -252,8 +279,10 @@ static int teardown(void **state)
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
     for (int i = 0; i < NRAW; i++) {
-        if (fx->raw[i] != NULL)
+        if (fx->raw[i] != NULL) {
             free(fx->raw[i]->status_json);
+            drop_queued(fx->raw[i]);
+        }
         free(fx->raw[i]);
     }
     return 0;
@@ -426,7 +455,7 @@ static void restart_server(struct fixture *fx)
     rdzv_server_close(fx->srv, NULL, NULL);
     run_until(fx, all_eof);
     /* libuv binds with SO_REUSEADDR: the same port is free again at once */
-    assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", port, NULL, &fx->srv), 0);
+    assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", port, TOKEN, &fx->srv), 0);
     assert_int_equal(rdzv_server_port(fx->srv), port);
 }
 
@@ -764,5 +793,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ckpt_status, setup, teardown),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc;
+
+    if (rdzv_tls_new(&(struct rdzv_tls_opts){.token = TOKEN}, 0, &g_tls, NULL, 0) < 0)
+        return 1;
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rdzv_tls_free(g_tls);
+    return rc;
 }

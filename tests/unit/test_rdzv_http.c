@@ -70,7 +70,7 @@ static int setup(void **state)
     memset(&fx, 0, sizeof(fx));
     assert_int_equal(uv_loop_init(&fx.loop), 0);
     assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
-    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, NULL, &fx.srv), 0);
+    assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, "http-test-token", &fx.srv), 0);
     assert_int_equal(rdzv_server_http_listen(fx.srv, "127.0.0.1", 0, &fx.http_port), 0);
     assert_true(fx.http_port > 0);
     assert_int_equal(rdzv_server_http_listen(fx.srv, "127.0.0.1", 0, NULL), UV_EALREADY);
@@ -172,7 +172,7 @@ static void test_metrics_refusals(void **state)
     struct fixture *fx = *state;
     const char *r;
 
-    send_to(fx, rdzv_server_port(fx->srv), "GET /metrics HTTP/1.0\r\n\r\n"); /* not a frame */
+    send_to(fx, rdzv_server_port(fx->srv), "GET /metrics HTTP/1.0\r\n\r\n"); /* not TLS */
     r = http(fx, "GET /metrics HTTP/1.0\r\n\r\n");
     assert_non_null(strstr(r, "# TYPE muster_limit_hits_total counter\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"connections\"} 0\n"));
@@ -181,7 +181,8 @@ static void test_metrics_refusals(void **state)
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"frame_size\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"kv_quota\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_auth_failures_total{reason=\"job_scope\"} 0\n"));
-    assert_non_null(strstr(r, "\nmuster_protocol_errors_total{reason=\"protocol\"} 1\n"));
+    assert_non_null(strstr(r, "\nmuster_auth_failures_total{reason=\"tls_handshake\"} 1\n"));
+    assert_non_null(strstr(r, "\nmuster_protocol_errors_total{reason=\"protocol\"} 0\n"));
 }
 
 static void test_other_paths(void **state)

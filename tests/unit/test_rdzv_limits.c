@@ -17,6 +17,7 @@
 #include "conn.h"
 #include "server.h"
 #include "server_priv.h"
+#include "tls.h"
 
 #define NRAW 8
 #define WATCHDOG_MS 10000
@@ -30,9 +31,14 @@ struct raw {
     struct rdzv_conn conn;
     uv_connect_t connect;
     uv_write_t write;
+    uv_shutdown_t shutdown;
     uv_timer_t trickle; /* bare: one byte per tick */
     int bare, connected, closed;
-    size_t trickled; /* bytes of the slow HELLO written */
+    int plain;            /* a protocol client without TLS */
+    struct rdzv_tls *tls; /* NULL: the fixture's (right token) */
+    size_t trickled; /* bytes of the slow ClientHello written */
+    struct rdzv_msg *queued[8]; /* sent once connected: TLS starts only then */
+    int n_queued;
     int count[RDZV_MSG_TYPE_MAX_];
     struct rdzv_error error;
 };
@@ -45,6 +51,7 @@ struct fixture {
     struct raw raw[NRAW];
     int (*pred)(struct fixture *fx);
     int fired;
+    struct rdzv_tls *tls, *wrong_tls; /* client configurations: the token, another token */
     char log[32][512];
     int n_log;
 };
@@ -171,8 +178,15 @@ static void raw_connect_cb(uv_connect_t *req, int status)
     if (r->bare)
         assert_int_equal(
             uv_read_start((uv_stream_t *)&r->conn.tcp, bare_alloc_cb, bare_read_cb), 0);
-    else
+    else if (r->plain)
         assert_int_equal(rdzv_conn_start(&r->conn), 0);
+    else
+        assert_int_equal(rdzv_conn_start_tls(&r->conn, r->tls ? r->tls : r->fx->tls, 0), 0);
+    for (int i = 0; i < r->n_queued; i++) {
+        assert_int_equal(rdzv_conn_send(&r->conn, r->queued[i]), 0);
+        free(r->queued[i]);
+    }
+    r->n_queued = 0;
     check(r->fx);
 }
 
@@ -197,7 +211,14 @@ static void raw_connect(struct fixture *fx, int i, int bare)
 
 static void send_msg(struct raw *r, const struct rdzv_msg *m)
 {
-    assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
+    if (r->connected) {
+        assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
+        return;
+    }
+    assert_true(r->n_queued < 8);
+    r->queued[r->n_queued] = malloc(sizeof(*m));
+    assert_non_null(r->queued[r->n_queued]);
+    *r->queued[r->n_queued++] = *m;
 }
 
 static struct rdzv_msg *msg(uint8_t type)
@@ -257,26 +278,16 @@ static void bare_write(struct raw *r, const void *bytes, size_t len)
     assert_int_equal(uv_write(&r->write, (uv_stream_t *)&r->conn.tcp, &b, 1, NULL), 0);
 }
 
-/* A slowloris client: a valid HELLO frame, one byte per tick. */
+/* A slowloris client: the start of a TLS ClientHello record announcing 16 KiB, one byte per
+ * tick (then zeros), so the record never completes. */
 static void trickle_cb(uv_timer_t *t)
 {
-    static uint8_t frame[RDZV_HEADER_SIZE + 128];
-    static size_t len;
+    static const uint8_t start[9] = {0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0x3F, 0xFC};
     struct raw *r = t->data;
-    uv_buf_t b;
+    uint8_t byte = r->trickled < sizeof(start) ? start[r->trickled] : 0;
+    uv_buf_t b = uv_buf_init((char *)&byte, 1);
 
-    if (len == 0) {
-        struct rdzv_msg *h = msg(RDZV_MSG_HELLO);
-
-        h->u.hello.version = RDZV_PROTO_VERSION;
-        h->u.hello.role = RDZV_ROLE_AGENT;
-        snprintf(h->u.hello.token, sizeof(h->u.hello.token), "%s", TOKEN);
-        assert_int_equal(rdzv_msg_encode(h, frame, sizeof(frame), &len), 0);
-    }
-    if (!r->connected || r->conn.closing || r->trickled >= len)
-        return;
-    b = uv_buf_init((char *)frame + r->trickled, 1);
-    if (uv_try_write((uv_stream_t *)&r->conn.tcp, &b, 1) == 1)
+    if (r->connected && !r->conn.closing && uv_try_write((uv_stream_t *)&r->conn.tcp, &b, 1) == 1)
         r->trickled++;
 }
 
@@ -284,6 +295,8 @@ static void raw_close(struct raw *r)
 {
     if (r->fx == NULL)
         return;
+    for (int i = 0; i < r->n_queued; i++)
+        free(r->queued[i]);
     if (!uv_is_closing((uv_handle_t *)&r->trickle))
         uv_close((uv_handle_t *)&r->trickle, trickle_closed_cb);
     if (!r->conn.closing)
@@ -339,6 +352,12 @@ static int setup(void **state)
     rdzv_server_set_limits(fx.srv, &l);
     rdzv_server_set_log(fx.srv, log_cb, &fx);
     fx.port = rdzv_server_port(fx.srv);
+    assert_int_equal(rdzv_tls_new(&(struct rdzv_tls_opts){.token = TOKEN}, 0, &fx.tls, NULL, 0),
+                     0);
+    assert_int_equal(
+        rdzv_tls_new(&(struct rdzv_tls_opts){.token = "not-the-token"}, 0, &fx.wrong_tls, NULL,
+                     0),
+        0);
     *state = &fx;
     return 0;
 }
@@ -353,6 +372,8 @@ static int teardown(void **state)
     uv_close((uv_handle_t *)&fx->watchdog, NULL);
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
+    rdzv_tls_free(fx->tls);
+    rdzv_tls_free(fx->wrong_tls);
     return 0;
 }
 
@@ -362,41 +383,56 @@ static int closed_2_3(struct fixture *fx)
     return R(2)->closed && R(3)->closed;
 }
 
-/* A wrong token and no token: ERROR AUTH, closed, counted, logged once for the address. */
+static void connect_plain(struct fixture *fx, int i)
+{
+    raw_connect(fx, i, 0);
+    R(i)->plain = 1;
+}
+
+/* A wrong token (the TLS PSK differs) and no token (a plaintext HELLO): the handshake fails,
+ * the connection closes, counted and logged once for the address with the reason. */
 static void test_bad_token(void **state)
 {
     struct fixture *fx = *state;
 
     good_start(fx);
     raw_connect(fx, 2, 0);
+    R(2)->tls = fx->wrong_tls;
     hello(R(2), RDZV_ROLE_AGENT, "not-the-token");
-    raw_connect(fx, 3, 0);
+    connect_plain(fx, 3);
     hello(R(3), RDZV_ROLE_WORKER, "");
     run_until(fx, closed_2_3);
-    assert_int_equal(R(2)->error.code, RDZV_ERR_AUTH);
-    assert_int_equal(R(3)->error.code, RDZV_ERR_AUTH);
-    assert_int_equal(HITS(AUTH_TOKEN), 2);
-    assert_int_equal(logged(fx, "127.0.0.1", "token", NULL), 1);
+    assert_int_equal(N(2, WELCOME) + N(3, WELCOME), 0);
+    while (HITS(AUTH_TLS) < 2)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(logged(fx, "127.0.0.1", "tls_handshake", "TLS handshake failed", NULL), 1);
     good_finish(fx);
 }
 
-/* A frame header announcing more than RDZV_MAX_PAYLOAD: ERROR PROTOCOL, nothing allocated. */
-static void test_oversized_frame(void **state)
+/* Plaintext frames (an oversized header, here) and a truncated TLS handshake: refused before
+ * any frame is parsed. */
+static void test_plaintext_and_truncated(void **state)
 {
     struct fixture *fx = *state;
     static const uint8_t hdr[RDZV_HEADER_SIZE] = {0x4D, 0x53, 0x54, 0x52, RDZV_PROTO_VERSION,
-                                     RDZV_MSG_HELLO, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF};
+                                                  RDZV_MSG_HELLO, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF};
+    /* the first bytes of a TLS 1.2 ClientHello record, then the client goes away */
+    static const uint8_t hello_start[9] = {0x16, 0x03, 0x01, 0x00, 0xC8, 0x01, 0x00, 0x00, 0xC4};
 
     good_start(fx);
-    raw_connect(fx, 2, 0);
-    raw_connect(fx, 3, 0);
+    raw_connect(fx, 2, 1);
+    raw_connect(fx, 3, 1);
+    while (!R(2)->connected || !R(3)->connected)
+        uv_run(&fx->loop, UV_RUN_ONCE);
     bare_write(R(2), hdr, sizeof(hdr));
-    bare_write(R(3), hdr, sizeof(hdr));
+    bare_write(R(3), hello_start, sizeof(hello_start));
+    uv_shutdown(&R(3)->shutdown, (uv_stream_t *)&R(3)->conn.tcp, NULL);
     run_until(fx, closed_2_3);
-    assert_int_equal(R(2)->error.code, RDZV_ERR_PROTOCOL);
-    assert_int_equal(HITS(FRAME_SIZE), 2);
-    assert_int_equal(logged(fx, "frame_size", NULL), 1); /* once per address */
+    while (HITS(AUTH_TLS) < 2)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(logged(fx, "tls_handshake", NULL), 1); /* once per address */
     assert_int_equal(fx->srv->stats.log_suppressed, 1);
+    assert_int_equal(HITS(FRAME_SIZE), 0); /* never parsed as a frame */
     good_finish(fx);
 }
 
@@ -542,7 +578,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_bad_token, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_oversized_frame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plaintext_and_truncated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_handshake_timeout, setup, teardown),
