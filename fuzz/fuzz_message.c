@@ -1,0 +1,60 @@
+/* libFuzzer target: the rendezvous frame header and every message decoder.
+ *
+ * Input byte 0 picks the mode:
+ *   0            a byte stream of frames, read the way conn.c reads a socket: 12-byte header
+ *                (rdzv_header_decode), then that many payload bytes (rdzv_msg_decode);
+ *   1..255       the rest of the input is the payload of message type byte0 (types past the
+ *                last known one exercise the -ENOTSUP path).
+ * Oracle besides the sanitizers: a payload that decodes must re-encode to exactly the same bytes
+ * (the codec is canonical: no padding, no optional fields, trailing bytes refused). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "message.h"
+
+static struct rdzv_msg msg; /* ~130 KB: too big for the stack under ASan's redzones */
+static uint8_t reenc[RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD];
+
+static void decode_one(uint8_t type, const uint8_t *p, size_t len)
+{
+    size_t n = 0;
+
+    if (rdzv_msg_decode(type, p, len, &msg) != 0)
+        return;
+    (void)rdzv_msg_name(type);
+    if (rdzv_msg_encode(&msg, reenc, sizeof(reenc), &n) != 0)
+        abort(); /* decoded but cannot be sent back: decoder and encoder disagree on limits */
+    if (n != RDZV_HEADER_SIZE + len || memcmp(reenc + RDZV_HEADER_SIZE, p, len) != 0)
+        abort(); /* not canonical: two encodings of one message */
+}
+
+static void decode_stream(const uint8_t *p, size_t len)
+{
+    while (len >= RDZV_HEADER_SIZE) {
+        uint8_t type = 0;
+        uint32_t plen = 0;
+        if (rdzv_header_decode(p, &type, &plen) != 0)
+            return;
+        if (plen > RDZV_MAX_PAYLOAD)
+            abort(); /* the header check is what keeps allocations bounded */
+        p += RDZV_HEADER_SIZE;
+        len -= RDZV_HEADER_SIZE;
+        if (plen > len)
+            return; /* incomplete frame: a socket would wait for more */
+        decode_one(type, p, plen);
+        p += plen;
+        len -= plen;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    if (data[0] == 0)
+        decode_stream(data + 1, size - 1);
+    else
+        decode_one(data[0], data + 1, size - 1);
+    return 0;
+}
