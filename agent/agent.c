@@ -26,6 +26,7 @@
 #include "progress.h"
 #include "port.h"
 #include "server.h"
+#include "tls.h"
 
 extern char **environ;
 
@@ -181,6 +182,10 @@ static int spawn_one(struct agent *a, int i)
     rc = agent_env_for_worker(&env, &info, environ);
     if (rc == 0 && o->signals_to_handle != NULL)
         rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
+    if (rc == 0 && o->tls_cert != NULL) /* libmuster's certificate mode */
+        rc = agent_env_set(&env, "MUSTER_TLS_CERT", o->tls_cert) ||
+             agent_env_set(&env, "MUSTER_TLS_KEY", o->tls_key) ||
+             agent_env_set(&env, "MUSTER_TLS_CA", o->tls_ca) ? -ENOMEM : 0;
     if (rc == 0)
         rc = agent_env_merge(&env, environ, &full);
     if (rc != 0) {
@@ -722,7 +727,10 @@ static int start_rendezvous(struct agent *a)
     if (o->host_mode != AGENT_HOST_NEVER) {
         const char *bind_host = strcmp(o->rdzv_host, "localhost") == 0 ? "127.0.0.1"
                                                                        : o->rdzv_host;
-        rc = rdzv_server_new(&a->loop, bind_host, o->rdzv_port, o->token, &a->server);
+        struct rdzv_tls_opts tls = {.token = o->token, .cert_file = o->tls_cert,
+                                    .key_file = o->tls_key, .ca_file = o->tls_ca};
+        rc = o->tls_cert ? rdzv_server_new_tls(&a->loop, bind_host, o->rdzv_port, &tls, &a->server)
+                         : rdzv_server_new(&a->loop, bind_host, o->rdzv_port, o->token, &a->server);
         if (rc == 0) {
             port = rdzv_server_port(a->server);
             if (strcmp(bind_host, "0.0.0.0") == 0 || strcmp(bind_host, "::") == 0)
@@ -736,7 +744,14 @@ static int start_rendezvous(struct agent *a)
     }
     snprintf(a->endpoint, sizeof(a->endpoint), strchr(connect_host, ':') ? "[%s]:%u" : "%s:%u",
              connect_host, port);
-    rc = rdzv_client_new(&a->loop, connect_host, port, o->token, &client_cbs, a, &a->client);
+    if (o->tls_cert != NULL) {
+        struct rdzv_tls_opts tls = {.token = o->token, .cert_file = o->tls_cert,
+                                    .key_file = o->tls_key, .ca_file = o->tls_ca,
+                                    .server_name = connect_host};
+        rc = rdzv_client_new_tls(&a->loop, connect_host, port, &tls, &client_cbs, a, &a->client);
+    } else {
+        rc = rdzv_client_new(&a->loop, connect_host, port, o->token, &client_cbs, a, &a->client);
+    }
     if (rc != 0)
         agent_log("error: rendezvous client: %s", uv_strerror(rc));
     return rc;

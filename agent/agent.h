@@ -21,7 +21,8 @@ struct agent_options {
     const char *rdzv_host;
     unsigned rdzv_port;
     enum agent_host_mode host_mode;
-    const char *token; /* may be NULL */
+    const char *token; /* the shared token (TLS pre-shared key); required unless tls_cert */
+    const char *tls_cert, *tls_key, *tls_ca; /* certificate mode, or all NULL */
     unsigned min_nodes, max_nodes;
     unsigned nproc;
     unsigned max_restarts;

@@ -19,6 +19,7 @@
 #include "endpoint.h"
 #include "gpus.h"
 #include "slurm.h"
+#include "token.h"
 
 enum opt_kind { OPT_FLAG, OPT_VALUE };
 
@@ -28,7 +29,7 @@ enum opt_id {
     O_NO_PYTHON, O_RUN_PATH, O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_RANKS_FILTER, O_NODE_RANK,
     O_MASTER_ADDR, O_MASTER_PORT, O_LOCAL_ADDR, O_SHUTDOWN_TIMEOUT, O_SIGNALS_TO_HANDLE,
     O_DRY_RUN, O_HELP, O_CHECKPOINT_DIR, O_KEEP_CHECKPOINTS, O_HANG_TIMEOUT, O_PREEMPT_SIGNAL,
-    O_COUNT_
+    O_TOKEN_FILE, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_COUNT_
 };
 
 struct opt {
@@ -70,6 +71,10 @@ static const struct opt opts[O_COUNT_] = {
     [O_KEEP_CHECKPOINTS] = {"keep-checkpoints", 0, OPT_VALUE, "PET_KEEP_CHECKPOINTS"},
     [O_HANG_TIMEOUT] = {"hang-timeout", 0, OPT_VALUE, "PET_HANG_TIMEOUT"},
     [O_PREEMPT_SIGNAL] = {"preempt-signal", 0, OPT_VALUE, "PET_PREEMPT_SIGNAL"},
+    [O_TOKEN_FILE] = {"token-file", 0, OPT_VALUE, "PET_TOKEN_FILE"},
+    [O_TLS_CERT] = {"tls-cert", 0, OPT_VALUE, "PET_TLS_CERT"},
+    [O_TLS_KEY] = {"tls-key", 0, OPT_VALUE, "PET_TLS_KEY"},
+    [O_TLS_CA] = {"tls-ca", 0, OPT_VALUE, "PET_TLS_CA"},
 };
 
 struct parse {
@@ -606,6 +611,57 @@ static int parse_fault_tolerance(struct parse *p)
     return 0;
 }
 
+static int parse_tls_files(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    static const int ids[3] = {O_TLS_CERT, O_TLS_KEY, O_TLS_CA};
+    char **dst[3] = {&cfg->tls_cert, &cfg->tls_key, &cfg->tls_ca};
+    int given = 0;
+
+    for (int i = 0; i < 3; i++)
+        given += p->val[ids[i]] != NULL;
+    if (given == 0)
+        return 0;
+    if (given != 3)
+        return fail(p, "certificate mode needs all of --tls-cert, --tls-key and --tls-ca");
+    for (int i = 0; i < 3; i++) {
+        if (access(p->val[ids[i]], R_OK) != 0)
+            return fail(p, "%s %s: %s", p->src[ids[i]], p->val[ids[i]], strerror(errno));
+        if ((*dst[i] = strdup(p->val[ids[i]])) == NULL)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Every control connection is TLS with the token as its key (or certificates). A job that
+ * spans nodes must be given one; a single node gets a random one of its own (run.c). */
+static int parse_security(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *f = p->val[O_TOKEN_FILE];
+    char token[257], err[LAUNCHER_ERR_MAX];
+    int rc;
+
+    if (f != NULL) {
+        if (launcher_read_token_file(f, token, sizeof(token), err, sizeof(err)) != 0)
+            return fail(p, "%s", err);
+        free(cfg->token);
+        cfg->token = strdup(token);
+        explicit_bzero(token, sizeof(token));
+        if (cfg->token == NULL || (cfg->token_file = strdup(f)) == NULL)
+            return -ENOMEM;
+    }
+    if ((rc = parse_tls_files(p)) != 0)
+        return rc;
+    if (cfg->max_nodes > 1 && cfg->backend != LAUNCHER_BACKEND_STATIC && cfg->token == NULL &&
+        cfg->tls_cert == NULL)
+        return fail(p, "a multi-node job needs a shared token: create one with 'muster server "
+                       "--token-file FILE' (written when missing, mode 0600), then give every "
+                       "agent --token-file FILE or MUSTER_TOKEN (or use --tls-cert/--tls-key/"
+                       "--tls-ca)");
+    return 0;
+}
+
 static int dup_opt(struct parse *p, int id, const char *def, char **out)
 {
     const char *v = p->val[id] ? p->val[id] : def;
@@ -690,7 +746,7 @@ static int parse_values(struct parse *p)
         (rc = parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
         (rc = parse_strings(p)) != 0 || (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
         (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
-        (rc = parse_fault_tolerance(p)) != 0)
+        (rc = parse_fault_tolerance(p)) != 0 || (rc = parse_security(p)) != 0)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
@@ -752,6 +808,10 @@ void launcher_config_free(struct launcher_config *cfg)
     free(cfg->log_dir);
     free(cfg->signals_to_handle);
     free(cfg->checkpoint_dir);
+    free(cfg->token_file);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
+    free(cfg->tls_ca);
     free(cfg->local_ranks_filter);
     if (cfg->token != NULL)
         explicit_bzero(cfg->token, strlen(cfg->token));

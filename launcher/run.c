@@ -165,9 +165,13 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.rdzv_port = cfg->rdzv_host ? cfg->rdzv_port : 0;
     o.host_mode = host_mode(cfg);
     o.token = cfg->token;
-    if (o.host_mode == AGENT_HOST_ALWAYS && o.token == NULL) {
-        /* the embedded server is on loopback, but any local user could reach it: only this
-         * job's agent and workers (MUSTER_TOKEN) know the token */
+    o.tls_cert = cfg->tls_cert;
+    o.tls_key = cfg->tls_key;
+    o.tls_ca = cfg->tls_ca;
+    if (o.token == NULL && o.tls_cert == NULL && cfg->max_nodes <= 1) {
+        /* one node, so its server is its own: only this job's agent and workers
+         * (MUSTER_TOKEN) learn the token, which keys the TLS of every connection. A shared
+         * server needs the shared token (config.c refuses multi-node jobs without one). */
         if (random_token(token, sizeof(token)) != 0) {
             free(flags);
             return AGENT_EXIT_INTERNAL;

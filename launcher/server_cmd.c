@@ -3,16 +3,19 @@
 #include "server_cmd.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "agent.h"
 #include "endpoint.h"
 #include "message.h"
 #include "server.h"
+#include "tls.h"
 #include "token.h"
 
 struct server_cmd {
@@ -23,14 +26,19 @@ struct server_cmd {
 
 static const char server_help[] =
     "usage: muster server --listen HOST:PORT [--http HOST:PORT] [--token-file FILE]\n"
+    "                     [--tls-cert FILE --tls-key FILE --tls-ca FILE]\n"
     "\n"
     "Runs the rendezvous server: agents of any number of jobs (--rdzv-id) join through it.\n"
+    "Every connection is TLS 1.2: keyed by the shared token (ECDHE-PSK), or by certificates.\n"
     "  --listen HOST:PORT   protocol address (port 0: any free port; default port 29400)\n"
     "  --http HOST:PORT     read-only HTTP: /metrics (Prometheus), /status (JSON), / (HTML);\n"
-    "                       bind it to loopback unless the network is trusted\n"
-    "  --token-file FILE    shared token every agent and worker must present (the file must\n"
-    "                       not be readable by others); MUSTER_TOKEN in the environment works\n"
-    "                       too\n"
+    "                       give it a loopback address unless the network is trusted\n"
+    "  --token-file FILE    the shared token every agent and worker must know; when FILE does\n"
+    "                       not exist, a new random token is written to it (mode 0600). The\n"
+    "                       file must not be readable by others. MUSTER_TOKEN works too\n"
+    "  --tls-cert/--tls-key/--tls-ca FILE\n"
+    "                       certificate mode: this server's certificate and key, and the CA\n"
+    "                       that signs the agents' certificates (a token is then optional)\n"
     "Stops on SIGINT or SIGTERM (exit status 0).\n";
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -50,7 +58,7 @@ static const char *bracket(const char *host, char *buf, size_t len)
 }
 
 struct server_args {
-    const char *listen, *http, *token_file;
+    const char *listen, *http, *token_file, *tls_cert, *tls_key, *tls_ca;
 };
 
 static int parse_args(int argc, char **argv, struct server_args *a)
@@ -68,6 +76,12 @@ static int parse_args(int argc, char **argv, struct server_args *a)
             slot = &a->http;
         else if (strcmp(o, "--token-file") == 0 || strcmp(o, "--token_file") == 0)
             slot = &a->token_file;
+        else if (strcmp(o, "--tls-cert") == 0 || strcmp(o, "--tls_cert") == 0)
+            slot = &a->tls_cert;
+        else if (strcmp(o, "--tls-key") == 0 || strcmp(o, "--tls_key") == 0)
+            slot = &a->tls_key;
+        else if (strcmp(o, "--tls-ca") == 0 || strcmp(o, "--tls_ca") == 0)
+            slot = &a->tls_ca;
         if (slot == NULL) {
             fprintf(stderr, "muster: error: unknown option '%s' (see 'muster server --help')\n", o);
             return -EINVAL;
@@ -82,7 +96,33 @@ static int parse_args(int argc, char **argv, struct server_args *a)
         fprintf(stderr, "muster: error: muster server needs --listen HOST:PORT\n");
         return -EINVAL;
     }
+    int certs = (a->tls_cert != NULL) + (a->tls_key != NULL) + (a->tls_ca != NULL);
+    if (certs != 0 && certs != 3) {
+        fprintf(stderr, "muster: error: certificate mode needs all of --tls-cert, --tls-key "
+                        "and --tls-ca\n");
+        return -EINVAL;
+    }
     return 0;
+}
+
+/* A new random token in a new file, readable by its owner only (O_EXCL: never overwrite). */
+static int write_new_token(const char *path, char *token, size_t len)
+{
+    unsigned char b[24];
+    int fd;
+
+    if (len < 2 * sizeof(b) + 1 || getentropy(b, sizeof(b)) != 0)
+        return -EIO;
+    for (size_t i = 0; i < sizeof(b); i++)
+        snprintf(token + 2 * i, 3, "%02x", b[i]);
+    explicit_bzero(b, sizeof(b));
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int ok = write(fd, token, strlen(token)) == (ssize_t)strlen(token) && write(fd, "\n", 1) == 1;
+    ok = fsync(fd) == 0 && ok;
+    close(fd);
+    return ok ? 0 : -EIO;
 }
 
 static int get_token(const struct server_args *a, char *token, size_t len)
@@ -91,13 +131,28 @@ static int get_token(const struct server_args *a, char *token, size_t len)
     char err[512];
 
     token[0] = '\0';
-    if (a->token_file != NULL) {
+    if (a->token_file != NULL && access(a->token_file, F_OK) != 0 && errno == ENOENT) {
+        int rc = write_new_token(a->token_file, token, len);
+        if (rc != 0) {
+            fprintf(stderr, "muster: error: cannot write a new token to %s: %s\n",
+                    a->token_file, strerror(-rc));
+            return -EINVAL;
+        }
+        fprintf(stderr, "muster: wrote a new token to %s: give every agent --token-file %s "
+                        "(copy it with its 0600 mode)\n", a->token_file, a->token_file);
+    } else if (a->token_file != NULL) {
         if (launcher_read_token_file(a->token_file, token, len, err, sizeof(err)) != 0) {
             fprintf(stderr, "muster: error: %s\n", err);
             return -EINVAL;
         }
     } else if (env != NULL && *env != '\0') {
         snprintf(token, len, "%s", env);
+    }
+    if (token[0] == '\0' && a->tls_cert == NULL) {
+        fprintf(stderr, "muster: error: muster server needs a token: --token-file FILE (a new "
+                        "one is written when FILE does not exist) or MUSTER_TOKEN, or "
+                        "certificates (--tls-cert/--tls-key/--tls-ca)\n");
+        return -EINVAL;
     }
     return 0;
 }
@@ -114,7 +169,11 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
         rc = AGENT_EXIT_USAGE;
         goto out;
     }
-    if ((rc = rdzv_server_new(&c->loop, host, port, token, &c->server)) != 0) {
+    struct rdzv_tls_opts tls = {.token = token, .cert_file = a->tls_cert,
+                                .key_file = a->tls_key, .ca_file = a->tls_ca};
+    rc = a->tls_cert ? rdzv_server_new_tls(&c->loop, host, port, &tls, &c->server)
+                     : rdzv_server_new(&c->loop, host, port, token, &c->server);
+    if (rc != 0) {
         fprintf(stderr, "muster: error: cannot listen on %s: %s\n", a->listen, uv_strerror(rc));
         rc = AGENT_EXIT_RDZV;
         goto out;

@@ -12,16 +12,20 @@
 #include "agent.h"
 #include "conn.h"
 #include "endpoint.h"
+#include "tls.h"
+#include "token.h"
 
 #define STATUS_TIMEOUT_MS 5000
 
 struct status_cmd {
     uv_loop_t loop;
+    struct rdzv_tls *tls;
     struct rdzv_conn conn;
     uv_connect_t connect;
     uv_getaddrinfo_t gai;
     uv_timer_t timer;
-    const char *job_id, *token, *endpoint;
+    const char *job_id, *token, *endpoint, *token_file, *tls_cert, *tls_key, *tls_ca;
+    char token_buf[RDZV_TOKEN_MAX + 1];
     int json;
     int exit_code;
     char *answer; /* the STATUS JSON text */
@@ -59,8 +63,19 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
 static void on_conn_error(struct rdzv_conn *conn, int err)
 {
     struct status_cmd *c = conn->data;
-    fprintf(stderr, "muster: error: connection to %s lost: %s\n", c->endpoint, uv_strerror(err));
+    const char *why = rdzv_conn_tls_error(conn);
+    if (err == -EACCES)
+        fprintf(stderr, "muster: error: %s refused this client: %s (wrong or missing token?)\n",
+                c->endpoint, why && *why ? why : "TLS authentication failed");
+    else
+        fprintf(stderr, "muster: error: connection to %s lost: %s\n", c->endpoint,
+                why && *why ? why : uv_strerror(err));
     finish(c, AGENT_EXIT_RDZV);
+}
+
+static void hello_token(const struct status_cmd *c, char *dst, size_t len)
+{
+    snprintf(dst, len, "%s", c->token_file ? c->token_buf : c->token ? c->token : "");
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -70,7 +85,7 @@ static void on_connect(uv_connect_t *req, int status)
 
     if (status == UV_ECANCELED)
         return;
-    if (status != 0 || rdzv_conn_start(&c->conn) != 0) {
+    if (status != 0 || rdzv_conn_start_tls(&c->conn, c->tls, 0) != 0) {
         fprintf(stderr, "muster: error: cannot connect to %s: %s\n", c->endpoint,
                 uv_strerror(status));
         finish(c, AGENT_EXIT_RDZV);
@@ -78,7 +93,7 @@ static void on_connect(uv_connect_t *req, int status)
     }
     hello.u.hello.version = RDZV_PROTO_VERSION;
     hello.u.hello.role = RDZV_ROLE_OBSERVER;
-    snprintf(hello.u.hello.token, sizeof(hello.u.hello.token), "%s", c->token ? c->token : "");
+    hello_token(c, hello.u.hello.token, sizeof(hello.u.hello.token));
     if (rdzv_conn_send(&c->conn, &hello) != 0)
         finish(c, AGENT_EXIT_RDZV);
     explicit_bzero(hello.u.hello.token, sizeof(hello.u.hello.token));
@@ -187,8 +202,11 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
         const char **slot = NULL;
         if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
             fputs("usage: muster status --rdzv-endpoint HOST:PORT [--rdzv-id ID] [--json]\n"
-                  "Prints the server's jobs: state, round, restarts and each node's group rank,\n"
-                  "host, address, ranks and last heartbeat. MUSTER_TOKEN is sent when set.\n",
+                  "                     [--token-file FILE | --tls-cert F --tls-key F --tls-ca F]\n"
+                  "Prints the server's jobs: state, round, restarts, each node's group rank,\n"
+                  "host, address, ranks and last heartbeat, and the checkpoints of the job.\n"
+                  "The connection is TLS keyed by the token (--token-file or MUSTER_TOKEN) or\n"
+                  "by certificates.\n",
                   stdout);
             return 1;
         }
@@ -198,6 +216,14 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
         }
         if (strcmp(o, "--rdzv-endpoint") == 0 || strcmp(o, "--rdzv_endpoint") == 0)
             slot = &c->endpoint;
+        else if (strcmp(o, "--token-file") == 0 || strcmp(o, "--token_file") == 0)
+            slot = &c->token_file;
+        else if (strcmp(o, "--tls-cert") == 0 || strcmp(o, "--tls_cert") == 0)
+            slot = &c->tls_cert;
+        else if (strcmp(o, "--tls-key") == 0 || strcmp(o, "--tls_key") == 0)
+            slot = &c->tls_key;
+        else if (strcmp(o, "--tls-ca") == 0 || strcmp(o, "--tls_ca") == 0)
+            slot = &c->tls_ca;
         else if (strcmp(o, "--rdzv-id") == 0 || strcmp(o, "--rdzv_id") == 0)
             slot = &c->job_id;
         if (slot == NULL || i + 1 >= argc) {
@@ -210,6 +236,32 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
     if (c->endpoint == NULL && (c->endpoint = getenv("PET_RDZV_ENDPOINT")) == NULL) {
         fprintf(stderr, "muster: error: muster status needs --rdzv-endpoint HOST:PORT\n");
         return -EINVAL;
+    }
+    return 0;
+}
+
+static int make_tls(struct status_cmd *c, const char *host)
+{
+    struct rdzv_tls_opts o = {.token = c->token, .cert_file = c->tls_cert,
+                              .key_file = c->tls_key, .ca_file = c->tls_ca, .server_name = host};
+    char err[512];
+
+    if (c->token_file != NULL) {
+        if (launcher_read_token_file(c->token_file, c->token_buf, sizeof(c->token_buf), err,
+                                     sizeof(err)) != 0) {
+            fprintf(stderr, "muster: error: %s\n", err);
+            return AGENT_EXIT_USAGE;
+        }
+        o.token = c->token_buf;
+    }
+    if (o.token == NULL && o.cert_file == NULL) {
+        fprintf(stderr, "muster: error: muster status needs the server's token (--token-file "
+                        "FILE or MUSTER_TOKEN) or certificates (--tls-cert/--tls-key/--tls-ca)\n");
+        return AGENT_EXIT_USAGE;
+    }
+    if (rdzv_tls_new(&o, 0, &c->tls, err, sizeof(err)) != 0) {
+        fprintf(stderr, "muster: error: %s\n", err);
+        return AGENT_EXIT_USAGE;
     }
     return 0;
 }
@@ -227,6 +279,10 @@ static int start(struct status_cmd *c)
         return AGENT_EXIT_USAGE;
     }
     snprintf(port, sizeof(port), "%u", p);
+    if ((rc = make_tls(c, host)) != 0) {
+        free(host);
+        return rc;
+    }
     rc = rdzv_conn_init(&c->loop, &c->conn, on_msg, on_conn_error, c);
     if (rc == 0) {
         uv_timer_init(&c->loop, &c->timer);
@@ -243,6 +299,7 @@ static int start(struct status_cmd *c)
     return rc == 0 ? 0 : AGENT_EXIT_RDZV;
 }
 
+
 int launcher_status(int argc, char **argv)
 {
     struct status_cmd c = {.token = getenv("MUSTER_TOKEN")};
@@ -255,6 +312,8 @@ int launcher_status(int argc, char **argv)
     rc = start(&c);
     uv_run(&c.loop, UV_RUN_DEFAULT);
     uv_loop_close(&c.loop);
+    rdzv_tls_free(c.tls);
+    explicit_bzero(c.token_buf, sizeof(c.token_buf));
     if (rc == 0)
         rc = c.exit_code;
     if (rc == 0 && c.answer != NULL)

@@ -44,6 +44,10 @@ if [ -z "${MUSTER_BIN:-}" ]; then
 fi
 [ -x "$MUSTER_BIN" ] || fail "MUSTER_BIN=$MUSTER_BIN is not an executable file"
 
+# Every control connection is TLS keyed by a shared token and multi-node jobs refuse to start
+# without one: the servers and agents of a test share this one unless the test sets its own.
+export MUSTER_TOKEN=${MUSTER_TOKEN:-it-token-$$-$RANDOM$RANDOM}
+
 # Unique marker for this test run; exported only into muster's own environment (see mrun), so
 # the test shell and its helpers (grep, ...) never carry it.
 MARK="muster-it-$IT_NAME-$$-$RANDOM$RANDOM"

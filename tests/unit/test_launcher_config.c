@@ -270,6 +270,7 @@ static void test_dash_and_underscore_spellings(void **state)
 static void test_equals_values(void **state)
 {
     struct fx *fx = *state;
+    setenv("MUSTER_TOKEN", "unit-token", 1); /* multi-node jobs need one */
     assert_ok(fx, parse(fx, "--nnodes=2:3", "--nproc_per_node=2", "--rdzv-endpoint=[::1]:29500",
                         "--role=trainer", "--monitor-interval=0.5", "--shutdown-timeout=2.5",
                         "--master-addr=10.1.2.3", "--master_port=1234", "--local-addr=10.9.9.9",
@@ -393,6 +394,7 @@ static void test_local_ranks_filter(void **state)
 static void test_pet_env_fallback(void **state)
 {
     struct fx *fx = *state;
+    setenv("MUSTER_TOKEN", "unit-token", 1); /* multi-node jobs need one */
     setenv("PET_NPROC_PER_NODE", "3", 1);
     setenv("PET_MAX_RESTARTS", "5", 1);
     setenv("PET_RDZV_ENDPOINT", "envhost:4321", 1);
@@ -529,6 +531,7 @@ static void test_rdzv_conf_overflow(void **state)
 static void test_nnodes(void **state)
 {
     struct fx *fx = *state;
+    setenv("MUSTER_TOKEN", "unit-token", 1); /* multi-node jobs need one */
     assert_ok(fx, parse(fx, "--nnodes", "3", "--rdzv-endpoint", "h:1", "@S", NULL));
     assert_int_equal(fx->cfg.min_nodes, 3);
     assert_int_equal(fx->cfg.max_nodes, 3);
@@ -779,6 +782,41 @@ static void test_count_gpus(void **state)
     assert_int_equal(launcher_count_gpus(missing, "GPU-abc"), 0);
 }
 
+/* Every connection is TLS keyed by the token: a multi-node job refuses to start without one,
+ * --token-file is read with ssh-like permission checks and wins over MUSTER_TOKEN, and a
+ * certificate set must be complete. */
+static void test_security(void **state)
+{
+    struct fx *fx = *state;
+    char path[256];
+    FILE *f;
+
+    assert_einval(fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "@S", NULL));
+    assert_non_null(strstr(fx->err, "needs a shared token"));
+    assert_ok(fx, parse(fx, "--nnodes", "1", "--rdzv-endpoint", "h:1", "@S", NULL));
+    assert_null(fx->cfg.token); /* one node: run.c makes a random one */
+
+    snprintf(path, sizeof(path), "%s/token", tmpdir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("  file-token  \n", f);
+    fclose(f);
+    chmod(path, 0644);
+    assert_einval(fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "--token-file", path,
+                            "@S", NULL));
+    assert_non_null(strstr(fx->err, "too open"));
+    assert_null(strstr(fx->err, "file-token")); /* the secret never appears */
+    chmod(path, 0600);
+    setenv("MUSTER_TOKEN", "env-token", 1);
+    assert_ok(fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "--token-file", path,
+                        "@S", NULL));
+    assert_string_equal(fx->cfg.token, "file-token");
+    unlink(path);
+
+    assert_einval(fx, parse(fx, "--tls-cert", "/etc/hostname", "@S", NULL));
+    assert_non_null(strstr(fx->err, "all of --tls-cert, --tls-key and --tls-ca"));
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -810,6 +848,7 @@ int main(void)
         T(test_option_errors),
         T(test_help_stops_parsing),
         T(test_count_gpus),
+        T(test_security),
     };
 #undef T
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
