@@ -31,8 +31,8 @@ static const char server_help[] =
     "Runs the rendezvous server: agents of any number of jobs (--rdzv-id) join through it.\n"
     "Every connection is TLS 1.2: keyed by the shared token (ECDHE-PSK), or by certificates.\n"
     "  --listen HOST:PORT   protocol address (port 0: any free port; default port 29400)\n"
-    "  --http HOST:PORT     read-only HTTP: /metrics (Prometheus), /status (JSON), / (HTML);\n"
-    "                       give it a loopback address unless the network is trusted\n"
+    "  --http [HOST:]PORT   read-only HTTP: /metrics (Prometheus), /status (JSON), / (HTML);\n"
+    "                       without HOST it binds loopback (it has no authentication)\n"
     "  --token-file FILE    the shared token every agent and worker must know; when FILE does\n"
     "                       not exist, a new random token is written to it (mode 0600). The\n"
     "                       file must not be readable by others. MUSTER_TOKEN works too\n"
@@ -163,8 +163,16 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
     unsigned port, hport, bound;
     int rc;
 
+    char http[300];
+
+    /* --http PORT or --http :PORT: loopback, the safe default for an unauthenticated port */
+    if (a->http != NULL) {
+        int digits = a->http[strspn(a->http, "0123456789")] == '\0';
+        snprintf(http, sizeof(http), "%s%s", digits ? "127.0.0.1:" :
+                 a->http[0] == ':' ? "127.0.0.1" : "", a->http);
+    }
     if (launcher_parse_endpoint(a->listen, 29400, &host, &port) != 0 ||
-        (a->http && launcher_parse_endpoint(a->http, 8080, &hhost, &hport) != 0)) {
+        (a->http && launcher_parse_endpoint(http, 8080, &hhost, &hport) != 0)) {
         fprintf(stderr, "muster: error: addresses must be HOST:PORT or [IPV6]:PORT\n");
         rc = AGENT_EXIT_USAGE;
         goto out;
