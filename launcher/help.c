@@ -130,9 +130,9 @@ static const char main_help[] =
     "\n"
     "Examples:\n"
     "  muster run --standalone --nproc-per-node 4 train.py --epochs 3\n"
-    "  muster server --listen 0.0.0.0:29400 --http 127.0.0.1:8080      # on one host\n"
+    "  muster server --listen 0.0.0.0:29400 --token-file job.token        # on one host\n"
     "  muster run --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:29400 --rdzv-id job42 \\\n"
-    "      train.py                                                # on each node\n";
+    "      --token-file job.token train.py                         # on each node\n";
 
 void launcher_print_run_help(void)
 {
