@@ -1,5 +1,5 @@
 /* The agent's state machine. Everything is an event on one loop: rendezvous messages, worker
- * exits (libuv reaps children from its SIGCHLD handler), signals and timers. There is no
+ * exits (the group's SIGCHLD watcher reaps its own pids), signals and timers. There is no
  * polling interval anywhere, which is what makes a restart take milliseconds. */
 #include "agent.h"
 
@@ -16,66 +16,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "env.h"
+#include "agent_priv.h"
 #include "failure.h"
-#include "ckptwatch.h"
-#include "group.h"
-#include "hang.h"
-#include "logdir.h"
-#include "progress.h"
 #include "port.h"
-#include "server.h"
 #include "tls.h"
-
-extern char **environ;
-
-enum next_step { NEXT_NONE, NEXT_REJOIN, NEXT_EXIT };
 
 static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define NSIGNALS ((int)(sizeof(handled_signals) / sizeof(handled_signals[0])))
-/* one more handle for a --preempt-signal outside that list (SIGUSR1 for sbatch --signal) */
-#define NSIGHANDLES (NSIGNALS + 1)
-
-struct agent {
-    uv_loop_t loop;
-    const struct agent_options *o;
-    struct rdzv_server *server;
-    struct rdzv_client *client;
-    struct agent_group *group; /* this attempt's workers; NULL between attempts */
-    uv_signal_t sig[NSIGHANDLES];
-    int port_fd;
-    unsigned port;
-    struct rdzv_assign as;
-    int round_failed;            /* a local worker of this round failed (FAILED sent) */
-    struct rdzv_failure local_failure;
-    char local_error_file[PATH_MAX];
-    struct rdzv_job_failed job_failed;
-    int have_job_failed;
-    enum next_step next;
-    int exit_code;
-    int stop_signal;  /* the signal that is stopping muster, 0 when none */
-    int finished;     /* handles are closing; the loop ends when they are closed */
-    struct agent_logdir logdir;
-    struct agent_progress progress;
-    struct agent_hang hang;
-    int hang_on;
-    struct agent_ckptwatch ckpt;
-    int ckpt_on;
-    char resume_from[PATH_MAX]; /* MUSTER_RESUME_FROM of the current attempt, "" = fresh */
-    int64_t my_resume_step;     /* this node's own pick at the last JOIN, -1 none */
-    int was_rank0;              /* this node held group rank 0 in the last round */
-    char host[256];
-    char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
-    uint64_t node_id;
-};
+#define NSIGHANDLES AGENT_NSIGHANDLES
+_Static_assert(NSIGNALS + 1 == AGENT_NSIGHANDLES, "one spare handle for --preempt-signal");
 
 static void do_join(struct agent *a);
 static void finish(struct agent *a, int code);
 
-static void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void agent_log(const char *fmt, ...)
+void agent_log(const char *fmt, ...)
 {
     char buf[1024];
     va_list ap;
@@ -86,123 +40,7 @@ static void agent_log(const char *fmt, ...)
     fflush(stderr);
 }
 
-static int wants_files(const struct agent_options *o)
-{
-    for (unsigned i = 0; i < o->nproc; i++)
-        if (o->redirect[i] | o->tee[i])
-            return 1;
-    return 0;
-}
-
-static int prepare_logdir(struct agent *a)
-{
-    char err[PATH_MAX + 128];
-    int keep = a->o->log_dir == NULL && wants_files(a->o);
-    int rc = agent_logdir_open(&a->logdir, a->o->logs_disabled ? "/dev/null" : a->o->log_dir,
-                               a->o->run_id, keep, err, sizeof(err));
-    if (rc != 0)
-        agent_log("error: %s", err);
-    else if (keep)
-        agent_log("worker logs in %s", a->logdir.base);
-    return rc;
-}
-
-/* ---- starting an attempt ------------------------------------------------------------ */
-
-static int open_log(const char *dir, const char *name)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
-        return -1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-    if (fd < 0)
-        agent_log("cannot open %s: %s; that stream is not logged", path, strerror(errno));
-    return fd;
-}
-
-static void worker_info(const struct agent *a, int i, const char *error_file,
-                        struct agent_worker_info *w)
-{
-    const struct rdzv_assign *as = &a->as;
-    memset(w, 0, sizeof(*w));
-    w->rank = (int)as->rank_offset + i;
-    w->local_rank = i;
-    w->local_world_size = (int)a->o->nproc;
-    w->group_rank = (int)as->group_rank;
-    w->group_world_size = (int)as->group_world_size;
-    w->role_rank = w->rank; /* one role per job, as torchrun's CLI allows */
-    w->role_world_size = (int)as->world_size;
-    w->world_size = (int)as->world_size;
-    w->role = a->o->role;
-    w->master_addr = as->master_addr;
-    w->master_port = as->master_port;
-    w->restart_count = as->restart_count;
-    w->max_restarts = a->o->max_restarts;
-    w->run_id = a->o->run_id;
-    w->error_file = error_file;
-    w->endpoint = a->endpoint;
-    w->token = a->o->token;
-    w->round = as->round;
-    w->checkpoint_dir = a->o->checkpoint_dir;
-    w->resume_from = a->resume_from;
-}
-
-/* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
-static int spawn_one(struct agent *a, int i)
-{
-    const struct agent_options *o = a->o;
-    struct agent_worker_spec spec = {.argv = o->argv, .file = {-1, -1}};
-    struct agent_worker_info info;
-    struct agent_env env, full;
-    char dir[PATH_MAX] = "", error_file[PATH_MAX] = "", heartbeat[PATH_MAX] = "";
-    int rc;
-
-    agent_env_init(&env);
-    agent_env_init(&full);
-    rc = agent_logdir_worker(&a->logdir, a->as.restart_count, i, 1, dir, error_file);
-    if (rc != 0) {
-        agent_log("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
-        goto out;
-    }
-    unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
-    for (int s = 0; s < 2; s++) {
-        int bit = 1 << s;
-        /* an explicit --log-dir keeps every stream; the private directory only what
-         * --redirects/--tee send there */
-        int to_file = o->log_dir != NULL || ((o->redirect[i] | o->tee[i]) & bit);
-        spec.console[s] = o->shown[i] && !(o->redirect[i] & bit) ? 1 + s : -1;
-        if (to_file && dir[0] != '\0')
-            spec.file[s] = open_log(dir, s ? "stderr.log" : "stdout.log");
-    }
-    worker_info(a, i, error_file, &info);
-    if (a->hang_on) {
-        agent_hang_file(&a->hang, a->as.restart_count, i, heartbeat);
-        info.heartbeat_file = heartbeat;
-    }
-    rc = agent_env_for_worker(&env, &info, environ);
-    if (rc == 0 && o->signals_to_handle != NULL)
-        rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
-    if (rc == 0 && o->tls_cert != NULL) /* libmuster's certificate mode */
-        rc = agent_env_set(&env, "MUSTER_TLS_CERT", o->tls_cert) ||
-             agent_env_set(&env, "MUSTER_TLS_KEY", o->tls_key) ||
-             agent_env_set(&env, "MUSTER_TLS_CA", o->tls_ca) ? -ENOMEM : 0;
-    if (rc == 0)
-        rc = agent_env_merge(&env, environ, &full);
-    if (rc != 0) {
-        for (int s = 0; s < 2; s++)
-            if (spec.file[s] >= 0)
-                close(spec.file[s]);
-        goto out;
-    }
-    spec.env = full.vars;
-    rc = agent_group_spawn(a->group, i, info.rank, &spec);
-out:
-    agent_env_free(&env);
-    agent_env_free(&full);
-    return rc;
-}
-
-static void fill_failure(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f)
+void agent_fill_failure_(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f)
 {
     memset(f, 0, sizeof(*f));
     f->round = a->as.round;
@@ -222,7 +60,7 @@ static void fill_failure(struct agent *a, const struct agent_worker *w, struct r
 
 /* A local worker failed (the first in this round): stop the others and tell the server,
  * which answers RESTART or JOB_FAILED. */
-static void local_failure(struct agent *a, const struct rdzv_failure *f, int pid)
+void agent_local_failure_(struct agent *a, const struct rdzv_failure *f, int pid)
 {
     char how[RDZV_TEXT_MAX + 64];
 
@@ -254,8 +92,8 @@ static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
         return;
     if (a->round_failed || a->stop_signal || a->next != NEXT_NONE || a->finished)
         return; /* already stopping: a worker dying of our SIGTERM is no new failure */
-    fill_failure(a, w, &f);
-    local_failure(a, &f, w->pid);
+    agent_fill_failure_(a, w, &f);
+    agent_local_failure_(a, &f, w->pid);
 }
 
 static void after_group_closed(void *data)
@@ -314,41 +152,9 @@ static void spawn_failure(struct agent *a, int i, int err)
 
     gettimeofday(&tv, NULL);
     w.exit_time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-    fill_failure(a, &w, &f);
+    agent_fill_failure_(a, &w, &f);
     snprintf(f.text, sizeof(f.text), "cannot execute '%s': %s", a->o->argv[0], strerror(-err));
-    local_failure(a, &f, 0);
-}
-
-/* Before an attempt: MUSTER_RESUME_FROM is the checkpoint the node of group rank 0 chose (the
- * server copies its JOIN's pick into every ASSIGN), so every node resumes from the same one;
- * that node records new checkpoints from now on. Fresh heartbeat files. */
-static void prepare_fault_tolerance(struct agent *a)
-{
-    const struct rdzv_assign *as = &a->as;
-    struct stat st;
-
-    a->resume_from[0] = '\0';
-    if (a->ckpt_on) {
-        agent_ckptwatch_set_recording(&a->ckpt, as->group_rank == 0);
-        if (as->resume[0] != '\0')
-            snprintf(a->resume_from, sizeof(a->resume_from), "%.3800s/%s", a->o->checkpoint_dir,
-                     as->resume);
-        if (a->resume_from[0] != '\0')
-            agent_log("attempt %u resumes from %s", as->restart_count, a->resume_from);
-        else if (as->restart_count > 0 || a->my_resume_step >= 0)
-            agent_log("attempt %u starts from scratch: no checkpoint verifies on the node of "
-                      "group rank 0", as->restart_count);
-        if (a->resume_from[0] != '\0' && stat(a->resume_from, &st) != 0)
-            agent_log("warning: %s is not on this node; its workers cannot read it (share "
-                      "--checkpoint-dir between nodes, or load on rank 0 and broadcast)",
-                      a->resume_from);
-        if (a->my_resume_step > as->resume_step)
-            agent_log("warning: this node has a newer verified checkpoint (step %lld) than the "
-                      "node of group rank 0 can reach; resuming from step %lld instead",
-                      (long long)a->my_resume_step, (long long)as->resume_step);
-    }
-    if (a->hang_on)
-        agent_hang_start(&a->hang, as->restart_count);
+    agent_local_failure_(a, &f, 0);
 }
 
 static void start_workers(struct agent *a)
@@ -360,9 +166,9 @@ static void start_workers(struct agent *a)
         return;
     }
     a->round_failed = 0;
-    prepare_fault_tolerance(a);
+    agent_ft_prepare_(a);
     for (unsigned i = 0; i < a->o->nproc; i++) {
-        if ((rc = spawn_one(a, (int)i)) != 0) {
+        if ((rc = agent_spawn_one_(a, (int)i)) != 0) {
             spawn_failure(a, (int)i, rc);
             break;
         }
@@ -486,25 +292,6 @@ static const struct rdzv_client_cbs client_cbs = {
     .reconnected_cb = on_reconnected,
 };
 
-/* This node's candidate for where the next round resumes: only the one of the node that gets
- * group rank 0 is used. Workers are stopped here, so the last checkpoint has landed. */
-static void pick_resume(struct agent *a, struct rdzv_join *j)
-{
-    struct agent_ckpt_entry e;
-
-    j->resume[0] = '\0';
-    j->resume_step = -1;
-    a->my_resume_step = -1;
-    if (!a->ckpt_on)
-        return;
-    agent_ckptwatch_sync(&a->ckpt);
-    if (agent_ckptwatch_pick(&a->ckpt, &e) != 0)
-        return;
-    snprintf(j->resume, sizeof(j->resume), "%s", e.name);
-    j->resume_step = e.step;
-    a->my_resume_step = e.step;
-}
-
 static void do_join(struct agent *a)
 {
     const struct agent_options *o = a->o;
@@ -535,7 +322,7 @@ static void do_join(struct agent *a)
     j.heartbeat_timeout_ms = o->heartbeat_timeout_ms;
     j.reconnect_grace_ms = o->reconnect_grace_ms;
     j.node_id = a->node_id;
-    pick_resume(a, &j);
+    agent_ft_pick_resume_(a, &j);
     if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
         agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
         finish(a, AGENT_EXIT_RDZV);
@@ -616,105 +403,6 @@ static void finish(struct agent *a, int code)
     }
 }
 
-/* ---- hangs and checkpoints ---------------------------------------------------------- */
-
-static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
-{
-    struct agent *a = h->data;
-    struct agent_worker *w;
-    struct rdzv_failure f;
-
-    if (a->group == NULL || local_rank >= a->group->n)
-        return;
-    w = &a->group->workers[local_rank];
-    if (!w->alive || a->round_failed || a->stop_signal || a->next != NEXT_NONE || a->finished)
-        return;
-    /* a hung worker gets no grace: it cannot checkpoint, and a SIGSTOPped one would ignore
-     * SIGTERM until the shutdown timeout */
-    agent_worker_kill(w, SIGKILL);
-    fill_failure(a, w, &f);
-    f.exit_code = -1;
-    f.time_ms = (uint64_t)time(NULL) * 1000;
-    snprintf(f.text, sizeof(f.text), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
-             silent_ms / 1000.0, a->o->hang_timeout_ms / 1000.0);
-    local_failure(a, &f, w->pid);
-}
-
-static void ckpt_log(void *data, const char *line)
-{
-    (void)data;
-    agent_log("%s", line);
-}
-
-static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const char *why)
-{
-    struct rdzv_ckpt ck = {.step = e->step, .size = e->size, .checksum = e->checksum,
-                           .time_ms = (uint64_t)(e->recorded_ns / 1000000)};
-
-    if (a->client == NULL || !a->was_rank0 || !rdzv_ckpt_name_ok(e->name))
-        return;
-    snprintf(ck.name, sizeof(ck.name), "%s", e->name);
-    if (why != NULL) {
-        ck.verified_bad = 1;
-        snprintf(ck.reason, sizeof(ck.reason), "%s", why);
-    }
-    rdzv_client_report_ckpt(a->client, &ck); /* for `muster status`: losing one is harmless */
-}
-
-static void on_ckpt_recorded(void *data, const struct agent_ckpt_entry *e)
-{
-    report_ckpt(data, e, NULL);
-}
-
-static void on_ckpt_bad(void *data, const struct agent_ckpt_entry *e, const char *why)
-{
-    report_ckpt(data, e, why);
-}
-
-static const struct agent_ckptwatch_cbs ckpt_cbs = {
-    .log = ckpt_log,
-    .recorded_cb = on_ckpt_recorded,
-    .bad_cb = on_ckpt_bad,
-};
-
-static int start_fault_tolerance(struct agent *a)
-{
-    const struct agent_options *o = a->o;
-    char dir[PATH_MAX];
-    int rc;
-
-    if (o->checkpoint_dir != NULL) {
-        rc = agent_ckptwatch_init(&a->loop, &a->ckpt, o->checkpoint_dir, o->keep_checkpoints,
-                                  &ckpt_cbs, a);
-        if (rc != 0) {
-            agent_log("error: cannot watch --checkpoint-dir %s: %s", o->checkpoint_dir,
-                      strerror(-rc));
-            return rc;
-        }
-        a->ckpt_on = 1;
-        /* one node, or ranks fixed by the flags: this node's rank is known now */
-        if (o->max_nodes <= 1 && !o->static_ranks)
-            agent_ckptwatch_set_recording(&a->ckpt, 1);
-        else if (o->static_ranks)
-            agent_ckptwatch_set_recording(&a->ckpt, o->static_node_rank == 0);
-    }
-    if (o->hang_timeout_ms > 0) {
-        if (a->logdir.base[0] != '\0')
-            snprintf(dir, sizeof(dir), "%.4000s/heartbeats", a->logdir.base);
-        else
-            snprintf(dir, sizeof(dir), "%s/muster-heartbeats-%d",
-                     getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-        rc = agent_hang_init(&a->loop, &a->hang, dir, (int)o->nproc, o->hang_timeout_ms, on_hang,
-                             a);
-        if (rc != 0) {
-            agent_log("error: cannot watch heartbeat files in %s: %s", dir, strerror(-rc));
-            return rc;
-        }
-        a->hang_on = 1;
-    }
-    return 0;
-}
-
 /* ---- entry point -------------------------------------------------------------------- */
 
 static int start_rendezvous(struct agent *a)
@@ -792,7 +480,7 @@ int agent_run(const struct agent_options *o)
         agent_log("error: cannot start the agent: %s", uv_strerror(rc));
         return AGENT_EXIT_INTERNAL;
     }
-    if (prepare_logdir(&a) != 0 || start_fault_tolerance(&a) != 0)
+    if (agent_prepare_logdir_(&a) != 0 || agent_ft_start_(&a) != 0)
         finish(&a, AGENT_EXIT_INTERNAL);
     else if (start_rendezvous(&a) != 0)
         finish(&a, AGENT_EXIT_RDZV);

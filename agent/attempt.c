@@ -1,0 +1,128 @@
+/* Starting one attempt's workers: their log directory, environment and spawn. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_priv.h"
+#include "env.h"
+
+extern char **environ;
+
+static int wants_files(const struct agent_options *o)
+{
+    for (unsigned i = 0; i < o->nproc; i++)
+        if (o->redirect[i] | o->tee[i])
+            return 1;
+    return 0;
+}
+
+int agent_prepare_logdir_(struct agent *a)
+{
+    char err[PATH_MAX + 128];
+    int keep = a->o->log_dir == NULL && wants_files(a->o);
+    int rc = agent_logdir_open(&a->logdir, a->o->logs_disabled ? "/dev/null" : a->o->log_dir,
+                               a->o->run_id, keep, err, sizeof(err));
+    if (rc != 0)
+        agent_log("error: %s", err);
+    else if (keep)
+        agent_log("worker logs in %s", a->logdir.base);
+    return rc;
+}
+
+/* ---- starting an attempt ------------------------------------------------------------ */
+
+static int open_log(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+        return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+    if (fd < 0)
+        agent_log("cannot open %s: %s; that stream is not logged", path, strerror(errno));
+    return fd;
+}
+
+static void worker_info(const struct agent *a, int i, const char *error_file,
+                        struct agent_worker_info *w)
+{
+    const struct rdzv_assign *as = &a->as;
+    memset(w, 0, sizeof(*w));
+    w->rank = (int)as->rank_offset + i;
+    w->local_rank = i;
+    w->local_world_size = (int)a->o->nproc;
+    w->group_rank = (int)as->group_rank;
+    w->group_world_size = (int)as->group_world_size;
+    w->role_rank = w->rank; /* one role per job, as torchrun's CLI allows */
+    w->role_world_size = (int)as->world_size;
+    w->world_size = (int)as->world_size;
+    w->role = a->o->role;
+    w->master_addr = as->master_addr;
+    w->master_port = as->master_port;
+    w->restart_count = as->restart_count;
+    w->max_restarts = a->o->max_restarts;
+    w->run_id = a->o->run_id;
+    w->error_file = error_file;
+    w->endpoint = a->endpoint;
+    w->token = a->o->token;
+    w->round = as->round;
+    w->checkpoint_dir = a->o->checkpoint_dir;
+    w->resume_from = a->resume_from;
+}
+
+/* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
+int agent_spawn_one_(struct agent *a, int i)
+{
+    const struct agent_options *o = a->o;
+    struct agent_worker_spec spec = {.argv = o->argv, .file = {-1, -1}};
+    struct agent_worker_info info;
+    struct agent_env env, full;
+    char dir[PATH_MAX] = "", error_file[PATH_MAX] = "", heartbeat[PATH_MAX] = "";
+    int rc;
+
+    agent_env_init(&env);
+    agent_env_init(&full);
+    rc = agent_logdir_worker(&a->logdir, a->as.restart_count, i, 1, dir, error_file);
+    if (rc != 0) {
+        agent_log("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
+        goto out;
+    }
+    unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
+    for (int s = 0; s < 2; s++) {
+        int bit = 1 << s;
+        /* an explicit --log-dir keeps every stream; the private directory only what
+         * --redirects/--tee send there */
+        int to_file = o->log_dir != NULL || ((o->redirect[i] | o->tee[i]) & bit);
+        spec.console[s] = o->shown[i] && !(o->redirect[i] & bit) ? 1 + s : -1;
+        if (to_file && dir[0] != '\0')
+            spec.file[s] = open_log(dir, s ? "stderr.log" : "stdout.log");
+    }
+    worker_info(a, i, error_file, &info);
+    if (a->hang_on) {
+        agent_hang_file(&a->hang, a->as.restart_count, i, heartbeat);
+        info.heartbeat_file = heartbeat;
+    }
+    rc = agent_env_for_worker(&env, &info, environ);
+    if (rc == 0 && o->signals_to_handle != NULL)
+        rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
+    if (rc == 0 && o->tls_cert != NULL) /* libmuster's certificate mode */
+        rc = agent_env_set(&env, "MUSTER_TLS_CERT", o->tls_cert) ||
+             agent_env_set(&env, "MUSTER_TLS_KEY", o->tls_key) ||
+             agent_env_set(&env, "MUSTER_TLS_CA", o->tls_ca) ? -ENOMEM : 0;
+    if (rc == 0)
+        rc = agent_env_merge(&env, environ, &full);
+    if (rc != 0) {
+        for (int s = 0; s < 2; s++)
+            if (spec.file[s] >= 0)
+                close(spec.file[s]);
+        goto out;
+    }
+    spec.env = full.vars;
+    rc = agent_group_spawn(a->group, i, info.rank, &spec);
+out:
+    agent_env_free(&env);
+    agent_env_free(&full);
+    return rc;
+}
+
