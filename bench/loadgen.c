@@ -1,59 +1,79 @@
-/* Rendezvous load generator: N simulated agents speaking muster's protocol to one server.
+/* Rendezvous load generator: N simulated agents speaking muster's protocol, over TLS, to one
+ * server.
  *
  *   loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t TIMEOUT_S] [-p SERVER_PID]
  *           [-i JOB_PREFIX] [-x EXTRA]
+ *   loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]          (idle-connection pressure)
  *
- * Each simulated agent is one non-blocking TCP connection (epoll, one thread): HELLO (token from
- * MUSTER_TOKEN), WELCOME, JOIN(job = PREFIX-<k % JOBS>, min = max = its job's agent count,
- * nproc 1, keep_alive_ms 0 = no heartbeats expected), then it waits for ASSIGN. At most INFLIGHT
- * agents (default 128, the server's listen backlog) are between connect() and WELCOME at once.
- * When every agent has its ASSIGN the tool checks each job's assignment (group ranks 0..n-1 once
- * each, world size n, one master), sends DONE for every agent, waits for JOB_DONE and prints:
+ * The server is TLS-only (rendezvous/PROTOCOL.md "TLS"), so every simulated agent is one
+ * rdzv_conn (rendezvous/conn.c) on one libuv loop, TLS in token mode: the token from
+ * MUSTER_TOKEN (required; the server must have the same) is the pre-shared key (ECDHE-PSK) and
+ * goes into HELLO. Each agent: TCP connect, TLS handshake, HELLO, WELCOME, JOIN(job =
+ * PREFIX-<k % JOBS>, min = max = its job's agent count, nproc 1, keep_alive_ms 0 = no
+ * heartbeats expected), then it waits for ASSIGN. At most INFLIGHT agents (default 128, the
+ * server's listen backlog) are between connect and WELCOME at once. When every agent has its
+ * ASSIGN the tool checks each job's assignment (group ranks 0..n-1 once each, world size n, one
+ * master), sends DONE for every agent, waits for JOB_DONE and prints:
  *
  *   agents=N jobs=J assign_all_ms=... (first connect -> last ASSIGN) welcome_all_ms=...
  *   done_all_ms=... server_vmhwm_kb=... server_vmrss_kb=...   (with -p)
+ *   loadgen_vmhwm_kb=...
  *
  * -x EXTRA: job 0 also has EXTRA real agents (min = max = its simulated agents + EXTRA; its
  * assignment check then only checks the simulated agents' ranks are distinct and < the size).
  *
+ * -I IDLE: instead, hold IDLE connections that complete the TLS handshake and send HELLO (role
+ * agent) and then stay silent, at most INFLIGHT (-w) of them between connect and WELCOME at
+ * once (1,000 simultaneous ECDHE handshakes do not finish within the server's 5 s handshake
+ * timeout on 2 cores: all are cut and retried forever); a connection the server cuts (its 30 s idle timeout for
+ * connections in no job) is opened again at once. With -H they send no HELLO (handshake only;
+ * the server cuts them at its 5 s handshake timeout, and they reconnect). Runs for -t seconds
+ * (0 = until SIGINT/SIGTERM; -H ignores INFLIGHT), prints one line a second and a summary:
+ *
+ *   idle open=N welcomed=N (now handshaked/welcomed) opened=N cut=N failed=N
+ *
+ * RLIMIT_NOFILE is raised as far as the hard limit allows.
  * Exit 0 on success, 1 on a protocol error, a bad assignment or the timeout (default 60 s).
- * Build: cc -O2 -I rendezvous -o loadgen bench/loadgen.c rendezvous/message.c */
+ * Build (rdzv_bench.sh does this): cc -O2 -I rendezvous -o loadgen bench/loadgen.c
+ *   build/rendezvous/libmuster_rdzv.a -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
+#include "conn.h"
 #include "message.h"
+#include "tls.h"
 
-enum st { ST_IDLE, ST_CONNECTING, ST_HELLO, ST_JOINED, ST_ASSIGNED, ST_DONE_SENT, ST_FINISHED };
+enum st { ST_IDLE, ST_CONNECTING, ST_HELLO, ST_JOINED, ST_ASSIGNED, ST_DONE_SENT, ST_FINISHED,
+          ST_WELCOMED };
 
 struct ag {
-    int fd;
+    struct rdzv_conn conn;
+    uv_connect_t creq;
     enum st st;
-    int job;
-    uint8_t *rbuf;
-    size_t rlen, rcap;
-    uint8_t *wbuf;
-    size_t wlen, woff;
+    int job, idx, open;
     struct rdzv_assign as;
 };
 
 static struct ag *ags;
-static int n_agents, n_jobs = 1, inflight_max = 128, ep, n_extra;
-static const char *prefix = "lg";
+static int n_agents, n_jobs = 1, inflight_max = 128, n_extra, idle_mode, no_hello;
+static const char *prefix = "lg", *token;
 static struct sockaddr_in srv;
 static long long t0;
+static uv_loop_t *loop;
+static struct rdzv_tls *tls;
+static int n_welcomed, n_assigned, n_finished, inflight, next_connect, done_sent;
+static long long t_welcome_all, t_assign_all, t_done_all;
+static int timeout_s = 60, server_pid;
+static int *pend, n_pend; /* idle mode: slots waiting to (re)connect */
+static long i_open, i_welcomed, i_opened, i_cut, i_failed;
 
 static long long now_ns(void)
 {
@@ -62,90 +82,84 @@ static long long now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void die(const char *m)
-{
-    perror(m);
-    exit(1);
-}
-
 static int job_size(int j)
 {
     return n_agents / n_jobs + (j < n_agents % n_jobs ? 1 : 0);
 }
 
-static void queue(struct ag *a, const struct rdzv_msg *m)
+static void send_or_die(struct ag *a, const struct rdzv_msg *m)
 {
-    uint8_t buf[RDZV_HEADER_SIZE + 2048];
-    size_t len;
-    if (rdzv_msg_encode(m, buf, sizeof buf, &len) != 0) {
-        fprintf(stderr, "loadgen: encode failed\n");
+    int err = rdzv_conn_send(&a->conn, m);
+    if (err != 0) {
+        fprintf(stderr, "loadgen: agent %d: send %s: %s\n", a->idx, rdzv_msg_name(m->type),
+                uv_strerror(err));
         exit(1);
     }
-    a->wbuf = realloc(a->wbuf, a->wlen + len);
-    memcpy(a->wbuf + a->wlen, buf, len);
-    a->wlen += len;
 }
 
-static void flush_out(struct ag *a)
+static void start_connect(struct ag *a);
+
+static void on_closed(struct rdzv_conn *conn)
 {
-    while (a->woff < a->wlen) {
-        ssize_t n = write(a->fd, a->wbuf + a->woff, a->wlen - a->woff);
-        if (n < 0) {
-            if (errno == EAGAIN)
-                break;
-            fprintf(stderr, "loadgen: write: %s\n", strerror(errno));
-            exit(1);
-        }
-        a->woff += (size_t)n;
+    struct ag *a = conn->data;
+    a->open = 0;
+    if (idle_mode) {
+        i_open--;
+        pend[n_pend++] = a->idx; /* reconnected from on_check: keep the pressure up */
     }
-    if (a->woff == a->wlen) {
-        a->woff = a->wlen = 0;
+}
+
+static void on_error(struct rdzv_conn *conn, int err)
+{
+    struct ag *a = conn->data;
+    if (idle_mode) {
+        if (a->st == ST_WELCOMED || (no_hello && rdzv_conn_handshake_done(conn)))
+            i_cut++;
+        else
+            i_failed++;
+        if (a->st == ST_WELCOMED)
+            i_welcomed--;
+        else if (!no_hello)
+            inflight--;
+        a->st = ST_IDLE;
+        rdzv_conn_close(conn, 0, on_closed);
+        return;
     }
-    struct epoll_event ev = {.events = EPOLLIN | (a->wlen ? EPOLLOUT : 0), .data.u32 = (uint32_t)(a - ags)};
-    epoll_ctl(ep, EPOLL_CTL_MOD, a->fd, &ev);
+    const char *why = rdzv_conn_tls_error(conn);
+    fprintf(stderr, "loadgen: agent %d: connection error in state %d: %s%s%s\n", a->idx, a->st,
+            err == UV_EOF ? "server closed the connection" : err < 0 && err > -4096 ? uv_strerror(err) : "?",
+            *why ? ": " : "", why);
+    exit(1);
 }
 
-static void start_connect(struct ag *a)
+static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
-    a->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (a->fd < 0)
-        die("socket (raise ulimit -n)");
-    int one = 1;
-    setsockopt(a->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(a->fd, (struct sockaddr *)&srv, sizeof srv) < 0 && errno != EINPROGRESS)
-        die("connect");
-    a->st = ST_CONNECTING;
-    struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = (uint32_t)(a - ags)};
-    if (epoll_ctl(ep, EPOLL_CTL_ADD, a->fd, &ev) < 0)
-        die("epoll_ctl");
-}
-
-static int n_welcomed, n_assigned, n_finished, inflight, next_connect;
-static long long t_welcome_all, t_assign_all, t_done_all;
-
-static void on_msg(struct ag *a, const struct rdzv_msg *m)
-{
+    struct ag *a = conn->data;
     struct rdzv_msg out;
     memset(&out, 0, sizeof out);
     switch (m->type) {
     case RDZV_MSG_WELCOME: {
+        inflight--;
+        if (idle_mode) {
+            a->st = ST_WELCOMED;
+            i_welcomed++;
+            break;
+        }
         out.type = RDZV_MSG_JOIN;
         struct rdzv_join *j = &out.u.join;
         snprintf(j->job_id, sizeof j->job_id, "%s-%d", prefix, a->job);
         j->min_nodes = j->max_nodes = (uint32_t)(job_size(a->job) + (a->job == 0 ? n_extra : 0));
         j->nproc = 1;
-        snprintf(j->host, sizeof j->host, "sim%d", (int)(a - ags));
-        snprintf(j->addr, sizeof j->addr, "10.%d.%d.%d", (int)(a - ags) >> 16 & 255,
-                 (int)(a - ags) >> 8 & 255, (int)(a - ags) & 255);
-        j->master_port = 20000 + (uint32_t)(a - ags) % 40000;
+        snprintf(j->host, sizeof j->host, "sim%d", a->idx);
+        snprintf(j->addr, sizeof j->addr, "10.%d.%d.%d", a->idx >> 16 & 255, a->idx >> 8 & 255,
+                 a->idx & 255);
+        j->master_port = 20000 + (uint32_t)a->idx % 40000;
         j->last_call_ms = 0;
-        j->join_timeout_ms = 120000;
-        j->node_id = ((uint64_t)getpid() << 32) ^ (uint64_t)(a - ags) ^ 0x9e3779b97f4a7c15ULL;
+        j->join_timeout_ms = (uint32_t)timeout_s * 1000; /* the server gives up when we do */
+        j->node_id = ((uint64_t)getpid() << 32) ^ (uint64_t)a->idx ^ 0x9e3779b97f4a7c15ULL;
         j->keep_alive_ms = 0; /* no heartbeats: only a closed connection is a lost node */
-        queue(a, &out);
-        flush_out(a);
+        send_or_die(a, &out);
         a->st = ST_JOINED;
-        inflight--;
         if (++n_welcomed == n_agents)
             t_welcome_all = now_ns();
         break;
@@ -154,7 +168,7 @@ static void on_msg(struct ag *a, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_ASSIGN:
         if (a->st != ST_JOINED) {
-            fprintf(stderr, "loadgen: agent %d: ASSIGN in state %d\n", (int)(a - ags), a->st);
+            fprintf(stderr, "loadgen: agent %d: ASSIGN in state %d\n", a->idx, a->st);
             exit(1);
         }
         a->as = m->u.assign;
@@ -168,57 +182,69 @@ static void on_msg(struct ag *a, const struct rdzv_msg *m)
             t_done_all = now_ns();
         break;
     case RDZV_MSG_ERROR:
-        fprintf(stderr, "loadgen: agent %d: ERROR %u: %s\n", (int)(a - ags), m->u.error.code,
-                m->u.error.text);
+        fprintf(stderr, "loadgen: agent %d: ERROR %u: %s\n", a->idx, m->u.error.code, m->u.error.text);
         exit(1);
     default:
-        fprintf(stderr, "loadgen: agent %d: unexpected %s\n", (int)(a - ags), rdzv_msg_name(m->type));
+        fprintf(stderr, "loadgen: agent %d: unexpected %s\n", a->idx, rdzv_msg_name(m->type));
         exit(1);
     }
 }
 
-static void on_readable(struct ag *a)
+static void on_connect(uv_connect_t *req, int status)
 {
-    for (;;) {
-        if (a->rcap - a->rlen < 4096) {
-            a->rcap = a->rcap ? a->rcap * 2 : 8192;
-            a->rbuf = realloc(a->rbuf, a->rcap);
-        }
-        ssize_t n = read(a->fd, a->rbuf + a->rlen, a->rcap - a->rlen);
-        if (n == 0) {
-            fprintf(stderr, "loadgen: agent %d: server closed the connection (state %d)\n",
-                    (int)(a - ags), a->st);
-            exit(1);
-        }
-        if (n < 0) {
-            if (errno == EAGAIN)
-                break;
-            fprintf(stderr, "loadgen: read: %s\n", strerror(errno));
-            exit(1);
-        }
-        a->rlen += (size_t)n;
+    struct ag *a = req->data;
+    int err = status;
+    if (err == 0)
+        err = rdzv_conn_start_tls(&a->conn, tls, 0); /* the handshake starts now */
+    if (err == 0 && !no_hello) {
+        struct rdzv_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = RDZV_MSG_HELLO;
+        m.u.hello.version = RDZV_PROTO_VERSION;
+        m.u.hello.role = RDZV_ROLE_AGENT;
+        snprintf(m.u.hello.token, sizeof m.u.hello.token, "%s", token);
+        err = rdzv_conn_send(&a->conn, &m); /* queued until the handshake is done */
     }
-    size_t off = 0;
-    while (a->rlen - off >= RDZV_HEADER_SIZE) {
-        uint8_t type;
-        uint32_t plen;
-        if (rdzv_header_decode(a->rbuf + off, &type, &plen) != 0) {
-            fprintf(stderr, "loadgen: bad frame header from the server\n");
-            exit(1);
+    if (err != 0) {
+        if (idle_mode) {
+            i_failed++;
+            if (!no_hello)
+                inflight--;
+            rdzv_conn_close(&a->conn, 0, on_closed);
+            return;
         }
-        if (a->rlen - off < RDZV_HEADER_SIZE + plen)
-            break;
-        static struct rdzv_msg m;
-        if (rdzv_msg_decode(type, a->rbuf + off + RDZV_HEADER_SIZE, plen, &m) != 0) {
-            fprintf(stderr, "loadgen: cannot decode %s\n", rdzv_msg_name(type));
-            exit(1);
-        }
-        m.type = type;
-        on_msg(a, &m);
-        off += RDZV_HEADER_SIZE + plen;
+        fprintf(stderr, "loadgen: agent %d: connect: %s\n", a->idx, err > -4096 ? uv_strerror(err) : "?");
+        exit(1);
     }
-    memmove(a->rbuf, a->rbuf + off, a->rlen - off);
-    a->rlen -= off;
+    a->st = ST_HELLO;
+}
+
+static void start_connect(struct ag *a)
+{
+    int err = rdzv_conn_init(loop, &a->conn, on_msg, on_error, a), inited = err == 0;
+    if (err == 0) {
+        a->open = 1;
+        a->creq.data = a;
+        a->st = ST_CONNECTING;
+        err = uv_tcp_connect(&a->creq, &a->conn.tcp, (const struct sockaddr *)&srv, on_connect);
+        if (err != 0)
+            rdzv_conn_close(&a->conn, 0, idle_mode ? on_closed : NULL);
+    }
+    if (err != 0) {
+        fprintf(stderr, "loadgen: agent %d: connect: %s (raise ulimit -n?)\n", a->idx, uv_strerror(err));
+        if (!idle_mode)
+            exit(1);
+        i_failed++;
+        if (!no_hello)
+            inflight--;
+        if (!inited)
+            pend[n_pend++] = a->idx; /* else on_closed queues it */
+        return;
+    }
+    if (idle_mode) {
+        i_open++;
+        i_opened++;
+    }
 }
 
 static long proc_kb(int pid, const char *key)
@@ -265,11 +291,72 @@ static int check_assignments(void)
     return 0;
 }
 
+static long long deadline;
+
+/* After every loop iteration: start connects up to the in-flight limit, send DONE when all
+ * agents are assigned, stop when all are done. */
+static void on_check(uv_check_t *h)
+{
+    (void)h;
+    if (idle_mode) {
+        while (n_pend > 0 && (no_hello || inflight < inflight_max)) {
+            inflight++;
+            start_connect(&ags[pend[--n_pend]]);
+        }
+        return;
+    }
+    while (next_connect < n_agents && inflight < inflight_max) {
+        start_connect(&ags[next_connect++]);
+        inflight++;
+    }
+    if (n_assigned == n_agents && !done_sent) {
+        if (check_assignments() != 0)
+            exit(1);
+        for (int i = 0; i < n_agents; i++) {
+            struct rdzv_msg m;
+            memset(&m, 0, sizeof m);
+            m.type = RDZV_MSG_DONE;
+            m.u.done.round = ags[i].as.round;
+            send_or_die(&ags[i], &m);
+            ags[i].st = ST_DONE_SENT;
+        }
+        done_sent = 1;
+    }
+    if (n_finished == n_agents)
+        uv_stop(loop);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    if (idle_mode) {
+        static int secs;
+        printf("idle t=%d open=%ld welcomed=%ld opened=%ld cut=%ld failed=%ld\n", ++secs, i_open,
+               i_welcomed, i_opened, i_cut, i_failed);
+        fflush(stdout);
+        if (timeout_s > 0 && secs >= timeout_s)
+            uv_stop(loop);
+        return;
+    }
+    (void)t;
+    if (now_ns() > deadline) {
+        fprintf(stderr, "loadgen: timeout after %d s: %d connected+welcomed, %d assigned, %d done of %d\n",
+                timeout_s, n_welcomed, n_assigned, n_finished, n_agents);
+        exit(1);
+    }
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    (void)s;
+    (void)signum;
+    uv_stop(loop);
+}
+
 int main(int argc, char **argv)
 {
     const char *endpoint = NULL;
-    int timeout_s = 60, server_pid = 0, opt;
-    while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:")) != -1) {
+    int opt;
+    while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:I:H")) != -1) {
         switch (opt) {
         case 'e': endpoint = optarg; break;
         case 'n': n_agents = atoi(optarg); break;
@@ -279,13 +366,21 @@ int main(int argc, char **argv)
         case 'p': server_pid = atoi(optarg); break;
         case 'i': prefix = optarg; break;
         case 'x': n_extra = atoi(optarg); break;
+        case 'I': idle_mode = 1; n_agents = atoi(optarg); break;
+        case 'H': no_hello = 1; break;
         default:
-            fprintf(stderr, "usage: loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t TIMEOUT_S] [-p SERVER_PID] [-i PREFIX]\n");
+            fprintf(stderr, "usage: loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t TIMEOUT_S] [-p SERVER_PID] [-i PREFIX] [-x EXTRA]\n"
+                            "       loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]\n");
             return 2;
         }
     }
     if (!endpoint || n_agents < 1 || n_jobs < 1 || n_jobs > n_agents) {
-        fprintf(stderr, "loadgen: need -e HOST:PORT and -n AGENTS >= JOBS >= 1\n");
+        fprintf(stderr, "loadgen: need -e HOST:PORT and -n AGENTS >= JOBS >= 1 (or -I IDLE)\n");
+        return 2;
+    }
+    token = getenv("MUSTER_TOKEN");
+    if (!token || !*token) {
+        fprintf(stderr, "loadgen: set MUSTER_TOKEN (the server's token: TLS pre-shared key)\n");
         return 2;
     }
     char host[256];
@@ -294,86 +389,64 @@ int main(int argc, char **argv)
         return 2;
     memcpy(host, endpoint, (size_t)(colon - endpoint));
     host[colon - endpoint] = 0;
-    srv.sin_family = AF_INET;
-    srv.sin_port = htons((uint16_t)atoi(colon + 1));
-    if (inet_pton(AF_INET, host, &srv.sin_addr) != 1) {
+    if (uv_ip4_addr(host, atoi(colon + 1), &srv) != 0) {
         fprintf(stderr, "loadgen: numeric IPv4 endpoint only\n");
         return 2;
     }
     struct rlimit rl;
-    getrlimit(RLIMIT_NOFILE, &rl);
-    if (rl.rlim_cur < (rlim_t)n_agents + 64) {
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)n_agents + 64)
+        fprintf(stderr, "loadgen: warning: RLIMIT_NOFILE %llu < %d agents + 64\n",
+                (unsigned long long)rl.rlim_cur, n_agents);
+    signal(SIGPIPE, SIG_IGN);
+    char why[256] = "";
+    struct rdzv_tls_opts o = {.token = token};
+    if (rdzv_tls_new(&o, 0, &tls, why, sizeof why) != 0) {
+        fprintf(stderr, "loadgen: TLS setup: %s\n", why);
+        return 1;
+    }
+    loop = uv_default_loop();
     ags = calloc((size_t)n_agents, sizeof *ags);
     for (int i = 0; i < n_agents; i++) {
-        ags[i].fd = -1;
+        ags[i].idx = i;
         ags[i].job = i % n_jobs;
     }
-    ep = epoll_create1(EPOLL_CLOEXEC);
-    const char *token = getenv("MUSTER_TOKEN");
-    struct epoll_event evs[1024];
+    uv_check_t check;
+    uv_timer_t tick;
+    uv_signal_t sig[2];
+    uv_check_init(loop, &check);
+    uv_check_start(&check, on_check);
+    uv_timer_init(loop, &tick);
+    uv_timer_start(&tick, on_tick, idle_mode ? 1000 : 100, idle_mode ? 1000 : 100);
+    uv_signal_init(loop, &sig[0]);
+    uv_signal_start(&sig[0], on_signal, SIGINT);
+    uv_signal_init(loop, &sig[1]);
+    uv_signal_start(&sig[1], on_signal, SIGTERM);
     t0 = now_ns();
-    long long deadline = t0 + (long long)timeout_s * 1000000000LL;
-    int done_sent = 0;
-    while (n_finished < n_agents) {
-        while (next_connect < n_agents && inflight < inflight_max) {
-            start_connect(&ags[next_connect++]);
-            inflight++;
-        }
-        if (n_assigned == n_agents && !done_sent) {
-            if (check_assignments() != 0)
-                return 1;
-            for (int i = 0; i < n_agents; i++) {
-                struct rdzv_msg m;
-                memset(&m, 0, sizeof m);
-                m.type = RDZV_MSG_DONE;
-                m.u.done.round = ags[i].as.round;
-                queue(&ags[i], &m);
-                ags[i].st = ST_DONE_SENT;
-                flush_out(&ags[i]);
-            }
-            done_sent = 1;
-        }
-        int n = epoll_wait(ep, evs, 1024, 100);
-        if (now_ns() > deadline) {
-            fprintf(stderr, "loadgen: timeout after %d s: %d connected+welcomed, %d assigned, %d done of %d\n",
-                    timeout_s, n_welcomed, n_assigned, n_finished, n_agents);
-            return 1;
-        }
-        for (int k = 0; k < n; k++) {
-            struct ag *a = &ags[evs[k].data.u32];
-            if (a->st == ST_CONNECTING) {
-                int err = 0;
-                socklen_t el = sizeof err;
-                getsockopt(a->fd, SOL_SOCKET, SO_ERROR, &err, &el);
-                if (err) {
-                    fprintf(stderr, "loadgen: connect: %s\n", strerror(err));
-                    return 1;
-                }
-                struct rdzv_msg m;
-                memset(&m, 0, sizeof m);
-                m.type = RDZV_MSG_HELLO;
-                m.u.hello.version = RDZV_PROTO_VERSION;
-                m.u.hello.role = RDZV_ROLE_AGENT;
-                snprintf(m.u.hello.token, sizeof m.u.hello.token, "%s", token ? token : "");
-                queue(a, &m);
-                a->st = ST_HELLO;
-                flush_out(a);
-                continue;
-            }
-            if (evs[k].events & EPOLLOUT)
-                flush_out(a);
-            if (evs[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-                on_readable(a);
-        }
+    deadline = t0 + (long long)timeout_s * 1000000000LL;
+    if (idle_mode) {
+        pend = malloc((size_t)n_agents * sizeof *pend);
+        for (int i = n_agents - 1; i >= 0; i--)
+            pend[n_pend++] = i;
+        on_check(&check);
+        uv_run(loop, UV_RUN_DEFAULT);
+        printf("idle open=%ld welcomed=%ld opened=%ld cut=%ld failed=%ld\n", i_open, i_welcomed,
+               i_opened, i_cut, i_failed);
+        return 0;
     }
+    on_check(&check); /* the first connects */
+    uv_run(loop, UV_RUN_DEFAULT);
+    if (n_finished < n_agents)
+        return 1;
     printf("agents=%d jobs=%d assign_all_ms=%.1f welcome_all_ms=%.1f done_all_ms=%.1f", n_agents,
            n_jobs, (t_assign_all - t0) / 1e6, (t_welcome_all - t0) / 1e6, (t_done_all - t0) / 1e6);
     if (server_pid > 0)
         printf(" server_vmhwm_kb=%ld server_vmrss_kb=%ld", proc_kb(server_pid, "VmHWM:"),
                proc_kb(server_pid, "VmRSS:"));
-    printf("\n");
+    printf(" loadgen_vmhwm_kb=%ld\n", proc_kb(getpid(), "VmHWM:"));
     return 0;
 }

@@ -1,7 +1,11 @@
 #!/bin/bash
 # Rendezvous benchmarks: muster vs torchrun's c10d rendezvous, on this machine, in one run.
 #
-#   bench/rdzv_bench.sh [a] [b] [c] [d]        (default: all four)
+#   bench/rdzv_bench.sh [a] [b] [c] [d] [e]    (default: all five)
+#
+# The rendezvous server is TLS-only: a random token is exported as MUSTER_TOKEN (the TLS
+# pre-shared key) for the server, every muster agent and loadgen (unless MUSTER_TOKEN is set);
+# torchrun ignores it.
 #
 # Environment:
 #   MUSTER_BIN   muster binary (default <repo>/build/muster)
@@ -11,10 +15,14 @@
 #   A_T_SIZES    agent counts for torchrun in (a) (default "16 64"); A_RUNS runs each (default 3
 #                for muster, A_T_RUNS default 1 for torchrun: 64 python agents take minutes here);
 #                A_SETTLE / A_T_SETTLE override the settle time in s (muster 0.5 + N/400,
-#                torchrun 5 + 1.5 N)
-#   B_AGENTS     simulated agents for (b) (default 10000), B_JOBS jobs (default 1), B_RUNS (3)
+#                torchrun 5 + 1.5 N; muster 0.5 + N/64 since every join is a TLS handshake)
+#   B_AGENTS     simulated agents for (b) (default 10000), B_JOBS jobs (default 1), B_RUNS (3),
+#                B_TIMEOUT loadgen's limit in s (default 300)
 #   C_AGENTS     agents for (c) (default 8), C_RUNS (default 5); C_TORCHRUN=1 also measures
 #                torchrun (4 agents); C_WAIT: give up after this many s (default 10)
+#   E_RUNS       runs for (e) (default 5), E_MODES pressure kinds (default "tls pre"), E_IDLE idle
+#                connections (default 1000), E_SETTLE settle in s for all its runs (default 3),
+#                E_WARM at most this many s for the pressure to build up (default 15)
 #   D_HB         heartbeat_timeout for (d) in s (default 2), D_RUNS (default 3); needs root + ip
 #
 # Figures (CLOCK_MONOTONIC, bench/stamp.c):
@@ -28,16 +36,30 @@
 #       figure = the last survivor's worker SIGTERM stamp minus the kill stamp.
 #   (d) 3 hosts as network namespaces + server host; host 3's link is cut; figure = the last
 #       survivor's worker SIGTERM stamp minus the cut stamp (must be <= heartbeat_timeout + 0.5 s).
+#   (e) (a) with 16 muster agents, without pressure and with E_IDLE idle connections + 1 slowloris
+#       trickling a ClientHello (bench/slowloris.c -n 0 -r) on the hosting agent's server for the
+#       whole run, started once that server listens, given up to E_WARM s to build up:
+#         tls: bench/loadgen -I: connections that finish the TLS handshake and send HELLO, then
+#              stay silent (the server cuts them after its 30 s idle timeout; they reconnect);
+#         pre: bench/slowloris -r: TCP connections that never send a byte (cut after the 5 s
+#              handshake timeout; they reconnect at once).
+#       Runs alternate (none, tls, pre); figure = medians and the ratio with / without.
 # Raw samples are printed; a summary goes to stdout at the end.
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 MUSTER_BIN=${MUSTER_BIN:-$SRC/build/muster}
 TORCHRUN=${TORCHRUN:-/usr/bin/torchrun}
 TORCHRUN_FIX=${TORCHRUN_FIX---redirects 9:0 --tee 9:0}
-PARTS=${*:-a b c d}
+PARTS=${*:-a b c d e}
+if [ -z "${MUSTER_TOKEN:-}" ]; then
+    MUSTER_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+fi
+export MUSTER_TOKEN
+BUILD_DIR=${BUILD_DIR:-$(dirname "$MUSTER_BIN")}
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/muster-rbench.XXXXXX")
 BG=""
+PRESS=""
 cleanup() {
     local p
     for p in $BG; do kill -9 "$p" 2>/dev/null; done
@@ -53,7 +75,9 @@ SUMMARY=""
 summ() { SUMMARY="$SUMMARY$*"$'\n'; log "$*"; }
 
 ${CC:-cc} -O2 -Wall -o "$W/stamp" "$SRC/bench/stamp.c" || exit 1
-${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -o "$W/loadgen" "$SRC/bench/loadgen.c" "$SRC/rendezvous/message.c" || exit 1
+${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -o "$W/loadgen" "$SRC/bench/loadgen.c" \
+    "$BUILD_DIR/rendezvous/libmuster_rdzv.a" -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash || exit 1
+${CC:-cc} -O2 -Wall -o "$W/slowloris" "$SRC/bench/slowloris.c" || exit 1
 STAMP=$W/stamp
 now() { "$STAMP" now; }
 median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
@@ -77,8 +101,8 @@ lines() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
 kill_all() { local p; for p in $BG; do kill -9 "$p" 2>/dev/null; done; BG=""; }
 
 # ------------------------------------------------------------------ (a) N real agents
-a_once() {  # a_once m|t N -> ns from the last agent's start to the latest worker start
-    local who=$1 n=$2 lg=$W/a.$1.$2.$RANDOM port i t_last settle
+a_once() {  # a_once m|t N [none|tls|pre] -> ns from the last agent's start to the latest worker start
+    local who=$1 n=$2 press=${3:-none} lg=$W/a.$1.$2.$RANDOM port i t_last settle
     port=$(free_port)
     : > "$lg"
     start_agent() {
@@ -96,20 +120,38 @@ a_once() {  # a_once m|t N -> ns from the last agent's start to the latest worke
     }
     start_agent
     sleep 0.3  # the first one binds the endpoint and hosts the store / server
+    if [ "$press" != none ]; then  # (e): pressure on the hosting agent's server
+        wait_for 10 bash -c "ss -Htln '( sport = :$port )' | grep -q ." || { echo "fail(no-server)"; kill_all; return; }
+        : > "$W/press.out"
+        if [ "$press" = tls ]; then
+            "$W/loadgen" -e 127.0.0.1:$port -I "${E_IDLE:-1000}" -t 0 >> "$W/press.out" 2>&1 &
+            BG="$BG $!"; PRESS="$PRESS $!"
+            "$W/slowloris" -e 127.0.0.1:$port -n 0 -r -t 0 > /dev/null 2>&1 &
+            BG="$BG $!"; PRESS="$PRESS $!"
+            wait_for "${E_WARM:-15}" bash -c "tail -1 '$W/press.out' | awk '{sub(\"welcomed=\", \"\", \$4); exit !(\$4 >= ${E_IDLE:-1000})}'"
+        else
+            "$W/slowloris" -e 127.0.0.1:$port -n "${E_IDLE:-1000}" -r -t 0 >> "$W/press.out" 2>&1 &
+            BG="$BG $!"; PRESS="$PRESS $!"
+            wait_for "${E_WARM:-15}" bash -c "tail -1 '$W/press.out' | grep -q 'open=$((${E_IDLE:-1000} + 1)) '"
+        fi
+    fi
     for i in $(seq 2 $((n - 1))); do start_agent; done
     # settle: give the n-1 agents time to start and join (python agents take long)
-    if [ "$who" = m ]; then settle=${A_SETTLE:-$(awk -v n="$n" 'BEGIN {print 0.5 + n / 400}')}
+    if [ "$who" = m ]; then settle=${A_SETTLE:-$(awk -v n="$n" 'BEGIN {print 0.5 + n / 64}')}
     else settle=${A_T_SETTLE:-$((5 + n * 3 / 2))}; fi
     sleep "$settle"
     [ "$(lines "$lg")" = 0 ] || { echo "fail(early)"; kill_all; return; }
+    [ "$press" != none ] && echo "$press $(tail -1 "$W/press.out")" >> "$W/press.log"
     t_last=$(now)
     start_agent
     if ! wait_for $((60 + n)) bash -c "[ \$(wc -l < '$lg') -ge $n ]"; then
-        echo "fail(only $(lines "$lg") of $n workers)"
+        echo "fail(only-$(lines "$lg")-of-$n-workers)"
         kill_all
         return
     fi
     awk -v t="$t_last" '$1 == "start" {if ($3 > m) m = $3} END {printf "%.0f\n", m - t}' "$lg"
+    for p in $PRESS; do kill -TERM "$p" 2>/dev/null; done
+    PRESS=""
     for p in $BG; do wait "$p" 2>/dev/null; done
     BG=""
 }
@@ -147,7 +189,7 @@ if [[ " $PARTS " == *" b "* ]]; then
             break
         fi
         sp=$(sed -n 's/.*server listening on .*:\([0-9][0-9]*\).*/\1/p' "$W/srv.err" | head -1)
-        out=$("$W/loadgen" -e 127.0.0.1:$sp -n "${B_AGENTS:-10000}" -j "${B_JOBS:-1}" -t 120 -p $spid 2>&1)
+        out=$("$W/loadgen" -e 127.0.0.1:$sp -n "${B_AGENTS:-10000}" -j "${B_JOBS:-1}" -t "${B_TIMEOUT:-300}" -p $spid 2>&1)
         summ "(b) run $r: $out"
         kill -TERM $spid; wait $spid 2>/dev/null
         BG=""
@@ -246,6 +288,25 @@ if [[ " $PARTS " == *" d "* ]]; then
         done
         summ "(d) muster   host cut -> survivors stopped (heartbeat_timeout $HB s, target <= $((HB * 1000 + 500)) ms): median $(ms "$(tr ' ' '\n' <<< "$s" | grep -E '^[0-9]+$' | median)") ms; raw ns:$s"
     fi
+fi
+
+# ------------------------------------------------------------------ (e) idle + slowloris pressure
+if [[ " $PARTS " == *" e "* ]]; then
+    declare -A ES
+    for r in $(seq 1 "${E_RUNS:-5}"); do
+        for mode in none ${E_MODES-tls pre}; do
+            v=$(A_SETTLE=${E_SETTLE:-3} a_once m 16 "$mode"); ES[$mode]="${ES[$mode]:-} $v"
+            log "(e) 16 agents, pressure $mode, run $r: $v ns"
+        done
+    done
+    base=$(tr ' ' '\n' <<< "${ES[none]}" | grep -E '^[0-9]+$' | median)
+    summ "(e) 16 agents, no pressure: median $(ms "$base") ms; raw ns:${ES[none]}"
+    for mode in ${E_MODES-tls pre}; do
+        m=$(tr ' ' '\n' <<< "${ES[$mode]}" | grep -E '^[0-9]+$' | median)
+        summ "(e) 16 agents, ${E_IDLE:-1000} idle ($mode) + 1 slowloris: median $(ms "$m") ms, ratio $(awk -v a="$m" -v b="$base" 'BEGIN {if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.2f", a / b}') (goal <= 1.10); raw ns:${ES[$mode]}"
+    done
+    [ -f "$W/press.log" ] && log "(e) pressure at the last agent's start: $(tr '\n' ';' < "$W/press.log")"
+    [ -f "$W/press.log" ] && summ "(e) pressure state at each measurement: $(tr '\n' ';' < "$W/press.log")"
 fi
 
 echo "=== rdzv_bench summary ($(date -u '+%F %H:%M UTC'), $(nproc) cores, muster $MUSTER_BIN) ==="
