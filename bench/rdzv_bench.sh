@@ -22,7 +22,7 @@
 #                torchrun (4 agents); C_WAIT: give up after this many s (default 10)
 #   E_RUNS       runs for (e) (default 5), E_MODES pressure kinds (default "tls pre"), E_IDLE idle
 #                connections (default 1000), E_SETTLE settle in s for all its runs (default 3),
-#                E_WARM at most this many s for the pressure to build up (default 15)
+#                E_WARM at most this many s for the pressure to build up (default 30)
 #   D_HB         heartbeat_timeout for (d) in s (default 2), D_RUNS (default 3); needs root + ip
 #
 # Figures (CLOCK_MONOTONIC, bench/stamp.c):
@@ -128,7 +128,8 @@ a_once() {  # a_once m|t N [none|tls|pre] -> ns from the last agent's start to t
             BG="$BG $!"; PRESS="$PRESS $!"
             "$W/slowloris" -e 127.0.0.1:$port -n 0 -r -t 0 > /dev/null 2>&1 &
             BG="$BG $!"; PRESS="$PRESS $!"
-            wait_for "${E_WARM:-15}" bash -c "tail -1 '$W/press.out' | awk '{sub(\"welcomed=\", \"\", \$4); exit !(\$4 >= ${E_IDLE:-1000})}'"
+            # all idle connections handshaken and welcomed before the measurement starts
+            wait_for "${E_WARM:-30}" bash -c "tail -1 '$W/press.out' | grep -o 'welcomed=[0-9]*' | cut -d= -f2 | awk -v n=${E_IDLE:-1000} '{v = \$1} END {exit !(v + 0 >= n)}'"
         else
             "$W/slowloris" -e 127.0.0.1:$port -n "${E_IDLE:-1000}" -r -t 0 >> "$W/press.out" 2>&1 &
             BG="$BG $!"; PRESS="$PRESS $!"
