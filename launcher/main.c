@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "help.h"
+#include "node.h"
+#include "plan_cmd.h"
+#include "preflight_cmd.h"
 #include "run.h"
 #include "server_cmd.h"
 #include "status_cmd.h"
@@ -19,6 +22,12 @@ int main(int argc, char **argv)
         return launcher_server(argc - 2, argv + 2);
     if (strcmp(argv[1], "status") == 0)
         return launcher_status(argc - 2, argv + 2);
+    if (strcmp(argv[1], "preflight") == 0)
+        return launcher_preflight(argc - 2, argv + 2);
+    if (strcmp(argv[1], "plan") == 0)
+        return launcher_plan(argc - 2, argv + 2);
+    if (strcmp(argv[1], "__preflight-node") == 0) /* internal: started by the agent */
+        return preflight_node_main(argc - 2, argv + 2);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "help") == 0) {
         launcher_print_main_help();
