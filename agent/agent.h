@@ -7,6 +7,8 @@
 /* Exit codes of the agent itself (a worker's own code is returned as is). */
 #define AGENT_EXIT_USAGE 2
 #define AGENT_EXIT_RDZV 3
+#define AGENT_EXIT_PREFLIGHT 4  /* a pre-flight check failed: the report names node, GPU, link */
+#define AGENT_EXIT_NO_GPU 5     /* `muster preflight` found no GPU / no muster-preflight to run */
 #define AGENT_EXIT_INTERNAL 70 /* EX_SOFTWARE: muster itself could not go on */
 #define AGENT_EXIT_REQUEUE 75  /* EX_TEMPFAIL: pre-empted, requeue the job (Slurm) */
 
@@ -50,6 +52,14 @@ struct agent_options {
     unsigned static_node_rank, static_nnodes;
     const char *static_master_addr;
     unsigned static_master_port;
+    /* pre-flight (issue 6): checks before the first attempt's workers start */
+    int preflight;                 /* 1: run the checks */
+    int preflight_only;            /* `muster preflight`: no workers, exit after the checks */
+    unsigned preflight_need_gpus;  /* workers on this node that need a GPU (0: CPU job) */
+    unsigned preflight_timeout_ms;
+    double preflight_min_busbw;    /* GB/s, 0 = no floor */
+    int preflight_allow_mixed;
+    const char *preflight_max_bytes; /* NULL: muster-preflight's default */
 };
 
 /* Runs the job on this node until it ends. Borrows opts. Returns the process exit code. */

@@ -16,21 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config_priv.h"
 #include "endpoint.h"
 #include "gpus.h"
 #include "slurm.h"
 #include "token.h"
-
-enum opt_kind { OPT_FLAG, OPT_VALUE };
-
-enum opt_id {
-    O_NNODES, O_NPROC, O_RDZV_BACKEND, O_RDZV_ENDPOINT, O_RDZV_ID, O_RDZV_CONF, O_STANDALONE,
-    O_MAX_RESTARTS, O_MONITOR_INTERVAL, O_START_METHOD, O_EVENT_LOG_HANDLER, O_ROLE, O_MODULE,
-    O_NO_PYTHON, O_RUN_PATH, O_LOG_DIR, O_REDIRECTS, O_TEE, O_LOCAL_RANKS_FILTER, O_NODE_RANK,
-    O_MASTER_ADDR, O_MASTER_PORT, O_LOCAL_ADDR, O_SHUTDOWN_TIMEOUT, O_SIGNALS_TO_HANDLE,
-    O_DRY_RUN, O_HELP, O_CHECKPOINT_DIR, O_KEEP_CHECKPOINTS, O_HANG_TIMEOUT, O_PREEMPT_SIGNAL,
-    O_TOKEN_FILE, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_COUNT_
-};
 
 struct opt {
     const char *name; /* dash spelling, without "--" */
@@ -75,21 +65,20 @@ static const struct opt opts[O_COUNT_] = {
     [O_TLS_CERT] = {"tls-cert", 0, OPT_VALUE, "PET_TLS_CERT"},
     [O_TLS_KEY] = {"tls-key", 0, OPT_VALUE, "PET_TLS_KEY"},
     [O_TLS_CA] = {"tls-ca", 0, OPT_VALUE, "PET_TLS_CA"},
+    [O_NPROC_PER_GPU] = {"nproc-per-gpu", 0, OPT_VALUE, "PET_NPROC_PER_GPU"},
+    [O_GPU_MEM_FRACTION] = {"gpu-mem-fraction", 0, OPT_VALUE, "PET_GPU_MEM_FRACTION"},
+    [O_GPU_MEM] = {"gpu-mem", 0, OPT_VALUE, "PET_GPU_MEM"},
+    [O_MPS] = {"mps", 0, OPT_OPTIONAL, "PET_MPS"},
+    [O_AUTO_BATCH] = {"auto-batch", 0, OPT_FLAG, "PET_AUTO_BATCH"},
+    [O_PREFLIGHT] = {"preflight", 0, OPT_VALUE, "PET_PREFLIGHT"},
+    [O_PREFLIGHT_MIN_BUSBW] = {"preflight-min-busbw", 0, OPT_VALUE, "PET_PREFLIGHT_MIN_BUSBW"},
+    [O_PREFLIGHT_ALLOW_MIXED] = {"preflight-allow-mixed", 0, OPT_FLAG, "PET_PREFLIGHT_ALLOW_MIXED"},
+    [O_PREFLIGHT_TIMEOUT] = {"preflight-timeout", 0, OPT_VALUE, "PET_PREFLIGHT_TIMEOUT"},
+    [O_PREFLIGHT_MAX_BYTES] = {"preflight-max-bytes", 0, OPT_VALUE, "PET_PREFLIGHT_MAX_BYTES"},
 };
 
-struct parse {
-    struct launcher_config *cfg;
-    struct launcher_slurm slurm; /* backs the p->val strings taken from SLURM_* */
-    char slurm_nnodes[16], slurm_nproc[16];
-    const char *val[O_COUNT_]; /* raw values; flags hold "1" */
-    const char *src[O_COUNT_]; /* "--name" or "PET_NAME", for error messages */
-    char *err;
-    size_t errlen;
-};
 
-static int fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int fail(struct parse *p, const char *fmt, ...)
+int cfg_fail(struct parse *p, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -98,8 +87,7 @@ static int fail(struct parse *p, const char *fmt, ...)
     return -EINVAL;
 }
 
-/* Strict integer: the whole string, base 10, within [lo, hi]. */
-static int parse_int(const char *s, long lo, long hi, long *out)
+int cfg_parse_int(const char *s, long lo, long hi, long *out)
 {
     char *end;
     errno = 0;
@@ -110,8 +98,7 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-/* Seconds as a non-negative decimal ("30", "0.5") converted to milliseconds. */
-static int parse_seconds_ms(const char *s, unsigned *ms)
+int cfg_parse_seconds_ms(const char *s, unsigned *ms)
 {
     char *end;
     errno = 0;
@@ -173,16 +160,18 @@ static int take_option(struct parse *p, int argc, char **argv, int *i)
         }
     }
     if (o == NULL)
-        return fail(p, "unknown option '%s' (see 'muster run --help')", a);
-    if (o->kind == OPT_FLAG) {
+        return cfg_fail(p, "unknown option '%s' (see 'muster run --help')", a);
+    if (o->kind == OPT_OPTIONAL) {
+        p->val[id] = inline_val != NULL ? inline_val : "1";
+    } else if (o->kind == OPT_FLAG) {
         if (inline_val != NULL)
-            return fail(p, "option '--%s' takes no value", o->name);
+            return cfg_fail(p, "option '--%s' takes no value", o->name);
         p->val[id] = "1";
     } else if (inline_val != NULL) {
         p->val[id] = inline_val;
     } else {
         if (*i + 1 >= argc)
-            return fail(p, "option '%s' needs a value", a);
+            return cfg_fail(p, "option '%s' needs a value", a);
         p->val[id] = argv[++*i];
     }
     p->src[id] = a;
@@ -215,7 +204,7 @@ static int slurm_fallbacks(struct parse *p)
     if (sl->job_id[0] == '\0')
         return 0; /* not inside an allocation */
     if (rc != 0)
-        return fail(p, "cannot use the Slurm environment: %s is malformed", sl->bad);
+        return cfg_fail(p, "cannot use the Slurm environment: %s is malformed", sl->bad);
     p->cfg->slurm = 1; /* pre-emption by SIGTERM holds for --standalone jobs too */
     if (p->val[O_STANDALONE] != NULL)
         return 0;
@@ -255,7 +244,7 @@ static int flag_on(struct parse *p, int id, int *out)
         *out = 0;
         return 0;
     }
-    return fail(p, "%s must be 0 or 1, not '%s'", p->src[id], v);
+    return cfg_fail(p, "%s must be 0 or 1, not '%s'", p->src[id], v);
 }
 
 static int parse_nnodes(struct parse *p)
@@ -266,7 +255,7 @@ static int parse_nnodes(struct parse *p)
     char buf[32];
 
     if (colon == NULL) {
-        if (parse_int(v, 1, 65536, &lo) != 0)
+        if (cfg_parse_int(v, 1, 65536, &lo) != 0)
             goto bad;
         hi = lo;
     } else {
@@ -275,16 +264,16 @@ static int parse_nnodes(struct parse *p)
             goto bad;
         memcpy(buf, v, n);
         buf[n] = '\0';
-        if (parse_int(buf, 1, 65536, &lo) != 0 || parse_int(colon + 1, 1, 65536, &hi) != 0)
+        if (cfg_parse_int(buf, 1, 65536, &lo) != 0 || cfg_parse_int(colon + 1, 1, 65536, &hi) != 0)
             goto bad;
         if (lo > hi)
-            return fail(p, "--nnodes %s: MIN must not exceed MAX", v);
+            return cfg_fail(p, "--nnodes %s: MIN must not exceed MAX", v);
     }
     p->cfg->min_nodes = (int)lo;
     p->cfg->max_nodes = (int)hi;
     return 0;
 bad:
-    return fail(p, "--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, not '%s'", v);
+    return cfg_fail(p, "--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, not '%s'", v);
 }
 
 static int parse_nproc(struct parse *p)
@@ -301,11 +290,11 @@ static int parse_nproc(struct parse *p)
         if (n <= 0 && strcmp(v, "auto") == 0)
             n = sysconf(_SC_NPROCESSORS_ONLN);
         else if (n <= 0)
-            return fail(p, "--nproc-per-node gpu: no NVIDIA GPU visible on this node "
+            return cfg_fail(p, "--nproc-per-node gpu: no NVIDIA GPU visible on this node "
                            "(%s is empty or CUDA_VISIBLE_DEVICES hides them)",
                         LAUNCHER_NVIDIA_PROC_DIR);
-    } else if (parse_int(v, 1, 4096, &n) != 0) {
-        return fail(p, "--nproc-per-node must be a positive number, cpu, gpu or auto, not '%s'", v);
+    } else if (cfg_parse_int(v, 1, 4096, &n) != 0) {
+        return cfg_fail(p, "--nproc-per-node must be a positive number, cpu, gpu or auto, not '%s'", v);
     }
     cfg->nproc_per_node = n > 0 ? (int)n : 1;
     return 0;
@@ -315,7 +304,7 @@ static int split_endpoint(struct parse *p, const char *v, unsigned defport)
 {
     int rc = launcher_parse_endpoint(v, defport, &p->cfg->rdzv_host, &p->cfg->rdzv_port);
     if (rc == -EINVAL)
-        return fail(p, "--rdzv-endpoint must be HOST[:PORT] or [IPV6][:PORT], not '%s'", v);
+        return cfg_fail(p, "--rdzv-endpoint must be HOST[:PORT] or [IPV6][:PORT], not '%s'", v);
     return rc;
 }
 
@@ -337,7 +326,7 @@ static int parse_rdzv_conf(struct parse *p)
         char *eq = strchr(kv, '=');
         unsigned *target = NULL;
         if (eq == NULL) {
-            rc = fail(p, "--rdzv-conf entries must be KEY=VALUE, not '%s'", kv);
+            rc = cfg_fail(p, "--rdzv-conf entries must be KEY=VALUE, not '%s'", kv);
             goto out;
         }
         *eq = '\0';
@@ -354,8 +343,8 @@ static int parse_rdzv_conf(struct parse *p)
         else if (strcmp(kv, "reconnect_grace") == 0)
             target = &cfg->reconnect_grace_ms;
         if (target != NULL) {
-            if (parse_seconds_ms(eq + 1, target) != 0) {
-                rc = fail(p, "--rdzv-conf %s must be a number of seconds, not '%s'", kv, eq + 1);
+            if (cfg_parse_seconds_ms(eq + 1, target) != 0) {
+                rc = cfg_fail(p, "--rdzv-conf %s must be a number of seconds, not '%s'", kv, eq + 1);
                 goto out;
             }
             continue;
@@ -364,7 +353,7 @@ static int parse_rdzv_conf(struct parse *p)
         for (int i = 0; ignored[i]; i++)
             known |= strcmp(kv, ignored[i]) == 0;
         if (!known) {
-            rc = fail(p, "--rdzv-conf: unknown key '%s' (known: join_timeout, last_call_timeout, "
+            rc = cfg_fail(p, "--rdzv-conf: unknown key '%s' (known: join_timeout, last_call_timeout, "
                          "close_timeout, heartbeat_timeout, keep_alive_interval, reconnect_grace)", kv);
             goto out;
         }
@@ -384,7 +373,7 @@ static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spe
     if (v == NULL)
         return 0;
     if (strchr(v, ':') == NULL) {
-        if (parse_int(v, 0, 3, &n) != 0)
+        if (cfg_parse_int(v, 0, 3, &n) != 0)
             goto bad;
         spec->all = (int)n;
         return 0;
@@ -402,7 +391,7 @@ static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spe
         if (colon == NULL)
             goto bad;
         *colon = '\0';
-        if (parse_int(item, 0, 4095, &r) != 0 || parse_int(colon + 1, 0, 3, &n) != 0)
+        if (cfg_parse_int(item, 0, 4095, &r) != 0 || cfg_parse_int(colon + 1, 0, 3, &n) != 0)
             goto bad;
         spec->map_rank[spec->map_len] = (int)r;
         spec->map_val[spec->map_len++] = (int)n;
@@ -412,7 +401,7 @@ static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spe
     }
     return 0;
 bad:
-    return fail(p, "%s must be 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,..., not '%s'",
+    return cfg_fail(p, "%s must be 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,..., not '%s'",
                 p->src[id], v);
 }
 
@@ -434,7 +423,7 @@ static int parse_ranks_filter(struct parse *p)
             goto bad;
         memcpy(item, s, len);
         item[len] = '\0';
-        if (parse_int(item, 0, 4095, &r) != 0)
+        if (cfg_parse_int(item, 0, 4095, &r) != 0)
             goto bad;
         cfg->local_ranks_filter[cfg->local_ranks_filter_len++] = (int)r;
         s += len + (s[len] == ',');
@@ -443,7 +432,7 @@ static int parse_ranks_filter(struct parse *p)
     }
     return 0;
 bad:
-    return fail(p, "--local-ranks-filter must be a comma list of local ranks, not '%s'", v);
+    return cfg_fail(p, "--local-ranks-filter must be a comma list of local ranks, not '%s'", v);
 }
 
 static int parse_backend(struct parse *p)
@@ -458,7 +447,7 @@ static int parse_backend(struct parse *p)
     else if (strcmp(v, "static") == 0)
         cfg->backend = LAUNCHER_BACKEND_STATIC;
     else
-        return fail(p, "--rdzv-backend must be muster, c10d or static, not '%s'", v);
+        return cfg_fail(p, "--rdzv-backend must be muster, c10d or static, not '%s'", v);
     return 0;
 }
 
@@ -490,7 +479,7 @@ static int parse_rdzv(struct parse *p)
     if ((rc = parse_backend(p)) != 0 || (rc = flag_on(p, O_STANDALONE, &cfg->standalone)) != 0)
         return rc;
     if (cfg->standalone && cfg->max_nodes > 1)
-        return fail(p, "--standalone runs a single node; it cannot be combined with --nnodes %d",
+        return cfg_fail(p, "--standalone runs a single node; it cannot be combined with --nnodes %d",
                     cfg->max_nodes);
     if (cfg->standalone) {
         /* Like torchrun: --standalone overrides endpoint and id. Unlike torchrun the
@@ -500,7 +489,7 @@ static int parse_rdzv(struct parse *p)
         return cfg->rdzv_id ? 0 : -ENOMEM;
     }
     if (id != NULL && (*id == '\0' || strlen(id) > 128 || strpbrk(id, "/\\ \t\n") != NULL))
-        return fail(p, "--rdzv-id must be 1-128 characters without '/', '\\' or spaces");
+        return cfg_fail(p, "--rdzv-id must be 1-128 characters without '/', '\\' or spaces");
     cfg->rdzv_id = (id && strcmp(id, "none") != 0) ? strdup(id) : random_uuid();
     if (cfg->rdzv_id == NULL)
         return -ENOMEM;
@@ -511,10 +500,10 @@ static int parse_rdzv(struct parse *p)
         return split_endpoint(p, cfg->rdzv_endpoint, 29400);
     }
     if (cfg->max_nodes > 1 && cfg->backend != LAUNCHER_BACKEND_STATIC)
-        return fail(p, "a multi-node run (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT",
+        return cfg_fail(p, "a multi-node run (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT",
                     cfg->min_nodes, cfg->max_nodes);
     if (cfg->max_nodes > 1 && cfg->min_nodes != cfg->max_nodes)
-        return fail(p, "the static backend needs a fixed --nnodes N, not %d:%d", cfg->min_nodes,
+        return cfg_fail(p, "the static backend needs a fixed --nnodes N, not %d:%d", cfg->min_nodes,
                     cfg->max_nodes);
     return 0;
 }
@@ -526,33 +515,33 @@ static int parse_numbers(struct parse *p)
     long n;
 
     if ((v = p->val[O_MAX_RESTARTS]) != NULL) {
-        if (parse_int(v, 0, 1000000, &n) != 0)
-            return fail(p, "--max-restarts must be a number >= 0, not '%s'", v);
+        if (cfg_parse_int(v, 0, 1000000, &n) != 0)
+            return cfg_fail(p, "--max-restarts must be a number >= 0, not '%s'", v);
         cfg->max_restarts = (int)n;
     }
     if ((v = p->val[O_MONITOR_INTERVAL]) != NULL) {
         unsigned ms;
-        if (parse_seconds_ms(v, &ms) != 0)
-            return fail(p, "--monitor-interval must be a number of seconds, not '%s'", v);
+        if (cfg_parse_seconds_ms(v, &ms) != 0)
+            return cfg_fail(p, "--monitor-interval must be a number of seconds, not '%s'", v);
         cfg->monitor_interval = ms / 1000.0;
     }
     v = p->val[O_SHUTDOWN_TIMEOUT] ? p->val[O_SHUTDOWN_TIMEOUT]
                                    : getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
-    if (v != NULL && parse_seconds_ms(v, &cfg->shutdown_timeout_ms) != 0)
-        return fail(p, "--shutdown-timeout must be a number of seconds, not '%s'", v);
+    if (v != NULL && cfg_parse_seconds_ms(v, &cfg->shutdown_timeout_ms) != 0)
+        return cfg_fail(p, "--shutdown-timeout must be a number of seconds, not '%s'", v);
     if ((v = p->val[O_NODE_RANK]) != NULL) {
-        if (parse_int(v, 0, 65535, &n) != 0)
-            return fail(p, "--node-rank must be a number >= 0, not '%s'", v);
+        if (cfg_parse_int(v, 0, 65535, &n) != 0)
+            return cfg_fail(p, "--node-rank must be a number >= 0, not '%s'", v);
         cfg->node_rank = (int)n;
     }
     if ((v = p->val[O_MASTER_PORT]) != NULL) {
-        if (parse_int(v, 1, 65535, &n) != 0)
-            return fail(p, "--master-port must be a port number 1-65535, not '%s'", v);
+        if (cfg_parse_int(v, 1, 65535, &n) != 0)
+            return cfg_fail(p, "--master-port must be a port number 1-65535, not '%s'", v);
         cfg->master_port = (int)n;
     }
     if ((v = p->val[O_START_METHOD]) != NULL && strcmp(v, "spawn") && strcmp(v, "fork") &&
         strcmp(v, "forkserver"))
-        return fail(p, "--start-method must be spawn, fork or forkserver, not '%s'", v);
+        return cfg_fail(p, "--start-method must be spawn, fork or forkserver, not '%s'", v);
     return 0;
 }
 
@@ -560,7 +549,7 @@ static int parse_numbers(struct parse *p)
 static int parse_signal(const char *v, int *sig)
 {
     long n;
-    if (parse_int(v, 1, NSIG - 1, &n) == 0) {
+    if (cfg_parse_int(v, 1, NSIG - 1, &n) == 0) {
         *sig = (int)n;
         return 0;
     }
@@ -583,28 +572,28 @@ static int parse_fault_tolerance(struct parse *p)
     long n;
 
     if ((v = p->val[O_KEEP_CHECKPOINTS]) != NULL) {
-        if (parse_int(v, 0, 1000000, &n) != 0)
-            return fail(p, "--keep-checkpoints must be a number >= 0 (0 keeps all), not '%s'", v);
+        if (cfg_parse_int(v, 0, 1000000, &n) != 0)
+            return cfg_fail(p, "--keep-checkpoints must be a number >= 0 (0 keeps all), not '%s'", v);
         cfg->keep_checkpoints = (int)n;
     }
     if ((v = p->val[O_HANG_TIMEOUT]) != NULL) {
-        if (parse_seconds_ms(v, &cfg->hang_timeout_ms) != 0 || cfg->hang_timeout_ms == 0)
-            return fail(p, "--hang-timeout must be a number of seconds > 0, not '%s'", v);
+        if (cfg_parse_seconds_ms(v, &cfg->hang_timeout_ms) != 0 || cfg->hang_timeout_ms == 0)
+            return cfg_fail(p, "--hang-timeout must be a number of seconds > 0, not '%s'", v);
     }
     if (cfg->slurm && p->val[O_PREEMPT_SIGNAL] == NULL)
         cfg->preempt_signal = SIGTERM; /* Slurm's pre-emption and scancel --signal default */
     if ((v = p->val[O_PREEMPT_SIGNAL]) != NULL) {
         if (parse_signal(v, &cfg->preempt_signal) != 0 || cfg->preempt_signal == SIGKILL ||
             cfg->preempt_signal == SIGSTOP || cfg->preempt_signal == SIGCHLD)
-            return fail(p, "--preempt-signal must name a signal muster can catch (TERM, USR1, "
+            return cfg_fail(p, "--preempt-signal must name a signal muster can catch (TERM, USR1, "
                            "USR2...), not '%s'", v);
     }
     if ((v = p->val[O_CHECKPOINT_DIR]) != NULL) {
         struct stat st;
         if (*v == '\0')
-            return fail(p, "--checkpoint-dir must not be empty");
+            return cfg_fail(p, "--checkpoint-dir must not be empty");
         if (stat(v, &st) == 0 && !S_ISDIR(st.st_mode))
-            return fail(p, "--checkpoint-dir %s exists and is not a directory", v);
+            return cfg_fail(p, "--checkpoint-dir %s exists and is not a directory", v);
         if ((cfg->checkpoint_dir = strdup(v)) == NULL)
             return -ENOMEM;
     }
@@ -623,10 +612,10 @@ static int parse_tls_files(struct parse *p)
     if (given == 0)
         return 0;
     if (given != 3)
-        return fail(p, "certificate mode needs all of --tls-cert, --tls-key and --tls-ca");
+        return cfg_fail(p, "certificate mode needs all of --tls-cert, --tls-key and --tls-ca");
     for (int i = 0; i < 3; i++) {
         if (access(p->val[ids[i]], R_OK) != 0)
-            return fail(p, "%s %s: %s", p->src[ids[i]], p->val[ids[i]], strerror(errno));
+            return cfg_fail(p, "%s %s: %s", p->src[ids[i]], p->val[ids[i]], strerror(errno));
         if ((*dst[i] = strdup(p->val[ids[i]])) == NULL)
             return -ENOMEM;
     }
@@ -644,7 +633,7 @@ static int parse_security(struct parse *p)
 
     if (f != NULL) {
         if (launcher_read_token_file(f, token, sizeof(token), err, sizeof(err)) != 0)
-            return fail(p, "%s", err);
+            return cfg_fail(p, "%s", err);
         free(cfg->token);
         cfg->token = strdup(token);
         explicit_bzero(token, sizeof(token));
@@ -655,7 +644,7 @@ static int parse_security(struct parse *p)
         return rc;
     if (cfg->max_nodes > 1 && cfg->backend != LAUNCHER_BACKEND_STATIC && cfg->token == NULL &&
         cfg->tls_cert == NULL)
-        return fail(p, "a multi-node job needs a shared token: create one with 'muster server "
+        return cfg_fail(p, "a multi-node job needs a shared token: create one with 'muster server "
                        "--token-file FILE' (written when missing, mode 0600), then give every "
                        "agent --token-file FILE or MUSTER_TOKEN (or use --tls-cert/--tls-key/"
                        "--tls-ca)");
@@ -688,9 +677,9 @@ static int parse_strings(struct parse *p)
     if (rc == 0 && tok && *tok && (cfg->token = strdup(tok)) == NULL)
         rc = -ENOMEM;
     if (rc == 0 && cfg->role[0] == '\0')
-        rc = fail(p, "--role must not be empty");
+        rc = cfg_fail(p, "--role must not be empty");
     if (rc == 0 && cfg->log_dir != NULL && cfg->log_dir[0] == '\0')
-        rc = fail(p, "--log-dir must not be empty");
+        rc = cfg_fail(p, "--log-dir must not be empty");
     return rc;
 }
 
@@ -701,19 +690,19 @@ static int check_script(struct parse *p)
     struct stat st;
 
     if (cfg->module && cfg->no_python)
-        return fail(p, "-m/--module and --no-python cannot be used together");
+        return cfg_fail(p, "-m/--module and --no-python cannot be used together");
     if (cfg->script == NULL)
-        return fail(p, "no training script given (usage: muster run [options] SCRIPT [ARGS...])");
+        return cfg_fail(p, "no training script given (usage: muster run [options] SCRIPT [ARGS...])");
     if (cfg->module)
         return 0;
     if (cfg->no_python && strchr(cfg->script, '/') == NULL)
         return 0; /* looked up on PATH when the worker starts */
     if (stat(cfg->script, &st) != 0)
-        return fail(p, "training script '%s' not found", cfg->script);
+        return cfg_fail(p, "training script '%s' not found", cfg->script);
     if (S_ISDIR(st.st_mode))
-        return fail(p, "training script '%s' is a directory", cfg->script);
+        return cfg_fail(p, "training script '%s' is a directory", cfg->script);
     if (cfg->no_python && access(cfg->script, X_OK) != 0)
-        return fail(p, "'%s' is not executable (--no-python runs it directly)", cfg->script);
+        return cfg_fail(p, "'%s' is not executable (--no-python runs it directly)", cfg->script);
     return 0;
 }
 
@@ -746,13 +735,14 @@ static int parse_values(struct parse *p)
         (rc = parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
         (rc = parse_strings(p)) != 0 || (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
         (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
-        (rc = parse_fault_tolerance(p)) != 0 || (rc = parse_security(p)) != 0)
+        (rc = parse_fault_tolerance(p)) != 0 || (rc = parse_security(p)) != 0 ||
+        (rc = cfg_parse_gpu(p)) != 0)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
     if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL &&
         cfg->node_rank >= cfg->max_nodes)
-        return fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank, cfg->max_nodes);
+        return cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank, cfg->max_nodes);
     return check_script(p);
 }
 
@@ -790,7 +780,7 @@ int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, ch
     if (rc == 0)
         rc = parse_values(&p);
     if (rc == -ENOMEM)
-        fail(&p, "out of memory");
+        cfg_fail(&p, "out of memory");
     return rc;
 }
 
@@ -813,6 +803,10 @@ void launcher_config_free(struct launcher_config *cfg)
     free(cfg->tls_key);
     free(cfg->tls_ca);
     free(cfg->local_ranks_filter);
+    for (int i = 0; i < cfg->ngpu_ids; i++)
+        free(cfg->gpu_ids[i]);
+    free(cfg->gpu_ids);
+    free(cfg->preflight_max_bytes);
     if (cfg->token != NULL)
         explicit_bzero(cfg->token, strlen(cfg->token));
     free(cfg->token);

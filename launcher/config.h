@@ -68,6 +68,22 @@ struct launcher_config {
     unsigned hang_timeout_ms;     /* 0 = no hang detection */
     int preempt_signal;           /* 0 = none given; SIGTERM by default under Slurm */
     int slurm;                    /* SLURM_* supplied defaults: inside an allocation */
+    /* GPUs (config_gpu.c) */
+    int gpus_visible;             /* NVIDIA GPUs this node's workers would see */
+    int nproc_per_gpu;            /* --nproc-per-gpu K: shared-GPU mode when > 0 */
+    char **gpu_ids;               /* shared-GPU mode: CUDA_VISIBLE_DEVICES entries in use */
+    int ngpu_ids;
+    double gpu_mem_fraction;      /* F, default 0.85 */
+    double gpu_mem_bytes;         /* --gpu-mem, 0 = ask the GPU */
+    int mps;                      /* 0 off, 1 on, 2 auto */
+    int auto_batch;
+    /* pre-flight */
+    int preflight;                /* 1 when the checks run (auto already decided) */
+    int preflight_only;           /* set by `muster preflight`: no workers */
+    double preflight_min_busbw;   /* GB/s, 0 = no floor */
+    int preflight_allow_mixed;
+    unsigned preflight_timeout_ms;
+    char *preflight_max_bytes;    /* as given, checked; NULL = muster-preflight's default */
 };
 
 /* Parses `muster run` arguments (argv[0] is the first option, not the program name) with env

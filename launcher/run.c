@@ -12,6 +12,7 @@
 #include "env.h"
 #include "help.h"
 #include "port.h"
+#include "shared.h"
 
 extern char **environ;
 
@@ -83,6 +84,7 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
     if (cfg->max_nodes > 1)
         printf("# ranks assume group rank %d and %d workers on every node; the rendezvous "
                "decides\n", group_rank, cfg->nproc_per_node);
+    printf("preflight=%s\n", cfg->preflight ? "on" : "off");
     printf("# MASTER_PORT is reserved again when the job starts\n");
     for (int i = 0; i < cfg->nproc_per_node; i++) {
         struct agent_worker_info w = {
@@ -126,6 +128,92 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
     return fflush(stdout) == 0 ? 0 : AGENT_EXIT_INTERNAL;
 }
 
+/* Per-task console/file flags for shared-GPU mode (task index = "local rank"). Returns a
+ * calloc'd block of 3 * n bytes or NULL. */
+static unsigned char *std_flags(const struct launcher_config *cfg, int n)
+{
+    unsigned char *flags = calloc((size_t)n * 3, 1);
+    if (flags == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        flags[i] = (unsigned char)launcher_std_for_rank(&cfg->redirects, i);
+        flags[n + i] = (unsigned char)launcher_std_for_rank(&cfg->tee, i);
+        flags[2 * n + i] = (unsigned char)launcher_rank_shown(cfg, i);
+    }
+    return flags;
+}
+
+static void shared_options(const struct launcher_config *cfg, char **argv,
+                           const unsigned char *flags, struct agent_shared_options *o)
+{
+    int n = cfg->nproc_per_node;
+
+    memset(o, 0, sizeof(*o));
+    o->run_id = cfg->rdzv_id;
+    o->argv = argv;
+    o->gpu_ids = cfg->gpu_ids;
+    o->ngpus = (unsigned)cfg->ngpu_ids;
+    o->per_gpu = (unsigned)cfg->nproc_per_gpu;
+    o->mem_fraction = cfg->gpu_mem_fraction;
+    o->gpu_mem_bytes = (uint64_t)cfg->gpu_mem_bytes;
+    o->mps = cfg->mps == 1 ? AGENT_MPS_ON : cfg->mps == 2 ? AGENT_MPS_AUTO : AGENT_MPS_OFF;
+    o->max_restarts = (unsigned)cfg->max_restarts;
+    o->shutdown_timeout_ms = cfg->shutdown_timeout_ms;
+    o->log_dir = cfg->log_dir;
+    o->redirect = flags;
+    o->tee = flags + n;
+    o->shown = flags + 2 * n;
+    o->signals_to_handle = cfg->signals_to_handle;
+}
+
+/* --dry-run of shared-GPU mode: every task's environment, one port per task. */
+static int dry_run_shared(const struct launcher_config *cfg, char **argv)
+{
+    struct agent_shared_options o;
+    unsigned char *flags = std_flags(cfg, cfg->nproc_per_node);
+    int rc = 0;
+
+    if (flags == NULL)
+        return AGENT_EXIT_INTERNAL;
+    shared_options(cfg, argv, flags, &o);
+    printf("run_id=%s\nmode=shared-gpu\ngpus=%d\nnproc_per_gpu=%d\nworkers=%d\n"
+           "gpu_mem_fraction=%.4f\nmps=%s\nmax_restarts=%d (per worker)\n",
+           cfg->rdzv_id, cfg->ngpu_ids, cfg->nproc_per_gpu, cfg->nproc_per_node,
+           cfg->gpu_mem_fraction, cfg->mps == 1 ? "on" : cfg->mps == 2 ? "auto" : "off",
+           cfg->max_restarts);
+    for (int i = 0; rc == 0 && i < cfg->nproc_per_node; i++) {
+        struct agent_env env;
+        unsigned port = 0;
+        int fd;
+        if (agent_port_reserve(&fd, &port) == 0)
+            close(fd);
+        agent_env_init(&env);
+        if (agent_shared_task_env(&o, (unsigned)i, port, 0, "", &env, environ) != 0)
+            rc = AGENT_EXIT_INTERNAL;
+        printf("\n[worker %d]\n", i);
+        print_command(argv);
+        for (size_t k = 0; rc == 0 && k < env.len; k++)
+            printf("%s\n", env.vars[k]);
+        agent_env_free(&env);
+    }
+    free(flags);
+    return rc == 0 && fflush(stdout) == 0 ? 0 : AGENT_EXIT_INTERNAL;
+}
+
+static int run_shared(const struct launcher_config *cfg, char **argv)
+{
+    struct agent_shared_options o;
+    unsigned char *flags = std_flags(cfg, cfg->nproc_per_node);
+    int rc;
+
+    if (flags == NULL)
+        return AGENT_EXIT_INTERNAL;
+    shared_options(cfg, argv, flags, &o);
+    rc = agent_shared_run(&o);
+    free(flags);
+    return rc;
+}
+
 static enum agent_host_mode host_mode(const struct launcher_config *cfg)
 {
     if (cfg->rdzv_host == NULL)
@@ -149,17 +237,12 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
 {
     char token[33];
     int n = cfg->nproc_per_node;
-    unsigned char *flags = calloc((size_t)n * 3, 1);
+    unsigned char *flags = std_flags(cfg, n);
     struct agent_options o = {0};
     int rc;
 
     if (flags == NULL)
         return AGENT_EXIT_INTERNAL;
-    for (int i = 0; i < n; i++) {
-        flags[i] = (unsigned char)launcher_std_for_rank(&cfg->redirects, i);
-        flags[n + i] = (unsigned char)launcher_std_for_rank(&cfg->tee, i);
-        flags[2 * n + i] = (unsigned char)launcher_rank_shown(cfg, i);
-    }
     o.run_id = cfg->rdzv_id;
     o.rdzv_host = cfg->rdzv_host ? cfg->rdzv_host : "127.0.0.1";
     o.rdzv_port = cfg->rdzv_host ? cfg->rdzv_port : 0;
@@ -213,6 +296,14 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.keep_checkpoints = (unsigned)cfg->keep_checkpoints;
     o.hang_timeout_ms = cfg->hang_timeout_ms;
     o.preempt_signal = cfg->preempt_signal;
+    o.preflight = cfg->preflight;
+    o.preflight_only = cfg->preflight_only;
+    o.preflight_need_gpus = cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0
+                                ? (unsigned)n : 0;
+    o.preflight_timeout_ms = cfg->preflight_timeout_ms;
+    o.preflight_min_busbw = cfg->preflight_min_busbw;
+    o.preflight_allow_mixed = cfg->preflight_allow_mixed;
+    o.preflight_max_bytes = cfg->preflight_max_bytes;
     rc = agent_run(&o);
     explicit_bzero(token, sizeof(token));
     free(flags);
@@ -239,9 +330,9 @@ int launcher_run(int argc, char **argv)
     if ((wargv = worker_argv(&cfg)) == NULL)
         rc = AGENT_EXIT_INTERNAL;
     else if (cfg.dry_run)
-        rc = dry_run(&cfg, wargv);
+        rc = cfg.nproc_per_gpu > 0 ? dry_run_shared(&cfg, wargv) : dry_run(&cfg, wargv);
     else
-        rc = run_agent(&cfg, wargv);
+        rc = cfg.nproc_per_gpu > 0 ? run_shared(&cfg, wargv) : run_agent(&cfg, wargv);
     free(wargv);
     launcher_config_free(&cfg);
     return rc;
