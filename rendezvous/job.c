@@ -404,7 +404,7 @@ static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rd
                                            uint64_t now_ms)
 {
     job->cause = *f;
-    if (job->restart_count >= job->max_restarts) {
+    if (job->restart_count >= job->max_restarts || (f->flags & RDZV_FAILURE_FINAL)) {
         job->state = RDZV_JOB_FINISHED;
         return RDZV_JOB_EV_FAILED;
     }

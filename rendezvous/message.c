@@ -235,6 +235,7 @@ static void put_failure(struct writer *w, const struct rdzv_failure *f)
     put_u64(w, f->time_ms);
     put_str(w, f->host, RDZV_HOST_MAX);
     put_str(w, f->text, RDZV_TEXT_MAX);
+    put_u32(w, f->flags);
 }
 
 static void get_failure(struct reader *r, struct rdzv_failure *f)
@@ -247,6 +248,7 @@ static void get_failure(struct reader *r, struct rdzv_failure *f)
     f->time_ms = get_u64(r);
     get_str(r, f->host, RDZV_HOST_MAX);
     get_str(r, f->text, RDZV_TEXT_MAX);
+    f->flags = get_u32(r);
 }
 
 static void put_join(struct writer *w, const struct rdzv_join *j)

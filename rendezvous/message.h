@@ -125,7 +125,12 @@ struct rdzv_failure {
     uint64_t time_ms;   /* wall clock, ms since the epoch; display only, never compared */
     char host[RDZV_HOST_MAX + 1];
     char text[RDZV_TEXT_MAX + 1]; /* error file message or reason (lost node, hang...) */
+    uint32_t flags;     /* RDZV_FAILURE_* */
 };
+
+/* The failure ends the job whatever restarts are left (a failed pre-flight: restarting would
+ * meet the same broken GPU or link). */
+#define RDZV_FAILURE_FINAL 1u
 
 struct rdzv_restart {
     uint32_t restart_count; /* the count the next round will carry */
