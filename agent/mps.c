@@ -1,0 +1,441 @@
+/* A private MPS control daemon: see mps.h. Everything here is synchronous (it runs before the
+ * loop starts and after it ended) and waits for its own child pids only. */
+#include "mps.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "agent_priv.h" /* agent_log */
+#include "path.h"
+#include "spawn.h"
+
+extern char **environ;
+
+#define QUERY_TIMEOUT_MS 10000
+#define START_TIMEOUT_MS 10000
+#define PIDFILE_WAIT_MS 5000
+#define PIDFILE "nvidia-cuda-mps-control.pid" /* the daemon writes it into the pipe dir */
+/* The pipe directory holds UNIX sockets (sun_path: 108 bytes with the NUL); leave room for
+ * the daemon's own names in it. */
+#define PIPE_DIR_MAX 64
+
+uint64_t agent_mps_limit_mib(uint64_t gpu_mem_bytes, double fraction, unsigned per_gpu)
+{
+    if (per_gpu == 0 || fraction <= 0)
+        return 0;
+    /* F comes from decimal text (0.85 is stored as 0.8499999...): without the 1e-6 MiB
+     * slack an exact share such as 20 GiB * 0.85 = 17408 MiB would floor to 17407 */
+    long double mib = (long double)gpu_mem_bytes * fraction / per_gpu / (1024.0L * 1024.0L);
+    return (uint64_t)floorl(mib + 1e-6L);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static int is_exe(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* name on PATH, then in the driver's usual places (a container's PATH often lacks them) */
+static int find_program(const char *name, char *path)
+{
+    static const char *const extra[] = {"/usr/local/nvidia/bin", "/usr/bin"};
+    const char *p = getenv("PATH");
+
+    while (p != NULL && *p != '\0') {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > 0 && agent_path_fmt(path, PATH_MAX, "%.*s/%s", (int)len, p, name) == 0 &&
+            is_exe(path))
+            return 0;
+        p = end ? end + 1 : NULL;
+    }
+    for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
+        if (agent_path_fmt(path, PATH_MAX, "%s/%s", extra[i], name) == 0 && is_exe(path))
+            return 0;
+    path[0] = '\0';
+    return -ENOENT;
+}
+
+int agent_mps_find_control(char *path)
+{
+    return find_program(AGENT_MPS_CONTROL, path);
+}
+
+/* Runs argv[0] (an absolute path) and waits for it up to timeout_ms, then SIGKILLs its
+ * process group. stdio: fds for 0..2, -1 = /dev/null. Returns 0 with *status set, or a
+ * negative errno (-ETIMEDOUT, spawn's). */
+static int run_wait(char **argv, char **envp, const int stdio[3], unsigned timeout_ms,
+                    int *status)
+{
+    struct agent_spawn_opts so = {.file = argv[0], .argv = argv, .envp = envp,
+                                  .stdio = {stdio[0], stdio[1], stdio[2]}};
+    uint64_t deadline = now_ms() + timeout_ms;
+    pid_t pid, r;
+    int rc = agent_spawn(&so, &pid);
+
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        r = waitpid(pid, status, WNOHANG);
+        if (r == pid)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return -errno;
+        if (now_ms() >= deadline)
+            break;
+        sleep_ms(5);
+    }
+    kill(-pid, SIGKILL); /* agent_spawn made it a group leader */
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+        ;
+    return -ETIMEDOUT;
+}
+
+static int exited_ok(int status)
+{
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* Reads what a finished child wrote into a pipe (small: it fits the pipe buffer). */
+static int read_all(int fd, char *buf, size_t len)
+{
+    size_t n = 0;
+    ssize_t r;
+
+    while (n + 1 < len && ((r = read(fd, buf + n, len - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
+        if (r > 0)
+            n += (size_t)r;
+    buf[n] = '\0';
+    return (int)n;
+}
+
+int agent_mps_query_gpu_mem(const char *gpu_id, uint64_t *bytes)
+{
+    char smi[PATH_MAX], out[4096], *end;
+    char *argv[] = {smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i",
+                    (char *)gpu_id, NULL};
+    int fds[2], status, rc;
+
+    if ((rc = find_program("nvidia-smi", smi)) != 0)
+        return rc;
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -errno;
+    /* its output is read once it exited: a few bytes, far below the pipe's capacity */
+    rc = run_wait(argv, environ, (const int[3]){-1, fds[1], 2}, QUERY_TIMEOUT_MS, &status);
+    close(fds[1]);
+    if (rc == 0)
+        read_all(fds[0], out, sizeof(out));
+    close(fds[0]);
+    if (rc != 0)
+        return rc;
+    if (!exited_ok(status))
+        return -EIO;
+    const char *p = out;
+    while (isspace((unsigned char)*p))
+        p++;
+    errno = 0;
+    unsigned long long mib = strtoull(p, &end, 10);
+    if (end == p || errno != 0 || mib == 0 || (*end != '\0' && !isspace((unsigned char)*end)))
+        return -EINVAL; /* e.g. "[N/A]" or an error text */
+    *bytes = (uint64_t)mib * 1024 * 1024;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_dir(struct agent_mps *m)
+{
+    if (m->dir[0] != '\0')
+        nftw(m->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    m->dir[0] = '\0';
+}
+
+/* $TMPDIR/muster-RUN_ID-mps-XXXXXX/{pipe,log}, or /tmp/muster-mps-XXXXXX when that path is
+ * too long for the daemon's sockets. */
+static int make_dirs(struct agent_mps *m, const char *run_id)
+{
+    const char *tmp = getenv("TMPDIR");
+    int rc;
+
+    tmp = tmp && *tmp ? tmp : "/tmp";
+    rc = agent_path_fmt(m->dir, sizeof(m->dir), "%s/muster-%s-mps-XXXXXX", tmp, run_id);
+    if (rc != 0 || strlen(m->dir) + strlen("/pipe") >= PIPE_DIR_MAX)
+        rc = agent_path_fmt(m->dir, sizeof(m->dir), "/tmp/muster-mps-XXXXXX");
+    if (rc != 0 || mkdtemp(m->dir) == NULL) {
+        rc = rc ? rc : -errno;
+        m->dir[0] = '\0';
+        return rc;
+    }
+    if (agent_path_fmt(m->pipe_dir, sizeof(m->pipe_dir), "%s/pipe", m->dir) != 0 ||
+        agent_path_fmt(m->log_dir, sizeof(m->log_dir), "%s/log", m->dir) != 0)
+        return -ENAMETOOLONG;
+    if (mkdir(m->pipe_dir, 0700) != 0 || mkdir(m->log_dir, 0700) != 0)
+        return -errno;
+    return 0;
+}
+
+/* The daemon's environment: muster's own plus the directories and the GPUs in use. */
+static int daemon_env(struct agent_mps *m, const struct agent_shared_options *o)
+{
+    char visible[4096] = "";
+    size_t n = 0;
+
+    for (unsigned g = 0; g < o->ngpus; g++) {
+        int w = snprintf(visible + n, sizeof(visible) - n, "%s%s", g ? "," : "", o->gpu_ids[g]);
+        if (w < 0 || (size_t)w >= sizeof(visible) - n)
+            return -ENAMETOOLONG;
+        n += (size_t)w;
+    }
+    if (agent_env_set(&m->env, "CUDA_MPS_PIPE_DIRECTORY", m->pipe_dir) != 0 ||
+        agent_env_set(&m->env, "CUDA_MPS_LOG_DIRECTORY", m->log_dir) != 0 ||
+        agent_env_set(&m->env, "CUDA_VISIBLE_DEVICES", visible) != 0)
+        return -ENOMEM;
+    return 0;
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    return agent_path_fmt(path, sizeof(path), "%s/%s", dir, name) == 0 && access(path, F_OK) == 0;
+}
+
+/* `nvidia-cuda-mps-control -d` forks the daemon and exits 0. A client that finds no daemon
+ * silently runs without MPS (and without the cap), so wait until the daemon wrote its pid
+ * file before any worker starts. */
+static int start_daemon(struct agent_mps *m, char *why, size_t whylen)
+{
+    char *argv[] = {m->control, "-d", NULL};
+    struct agent_env full;
+    int status, rc;
+
+    if ((rc = agent_env_merge(&m->env, environ, &full)) != 0)
+        return rc;
+    /* no stdio of ours: a daemon holding muster's stderr would keep a pipe reader waiting */
+    rc = run_wait(argv, full.vars, (const int[3]){-1, -1, -1}, START_TIMEOUT_MS, &status);
+    agent_env_free(&full);
+    if (rc != 0) {
+        snprintf(why, whylen, "%s -d: %s", m->control, strerror(-rc));
+        return rc;
+    }
+    if (!exited_ok(status)) {
+        if (WIFEXITED(status))
+            snprintf(why, whylen, "%.*s -d exited with code %d", PATH_MAX / 2, m->control,
+                     WEXITSTATUS(status));
+        else
+            snprintf(why, whylen, "%s -d was killed by signal %d", m->control, WTERMSIG(status));
+        return -EIO;
+    }
+    for (uint64_t deadline = now_ms() + PIDFILE_WAIT_MS; !file_exists(m->pipe_dir, PIDFILE);) {
+        if (now_ms() >= deadline) {
+            agent_log("warning: the MPS daemon wrote no %s in %u s; going on", PIDFILE,
+                      PIDFILE_WAIT_MS / 1000);
+            break;
+        }
+        sleep_ms(5);
+    }
+    return 0;
+}
+
+static int mps_fail(struct agent_mps *m, int on, int code, const char *what)
+{
+    if (on)
+        agent_log("error: --mps: %s", what);
+    else
+        agent_log("warning: --mps=auto: %s; the workers share the GPUs without MPS "
+                  "(no hard memory cap)", what);
+    remove_dir(m);
+    agent_env_free(&m->env);
+    m->on = 0;
+    return on ? code : 0;
+}
+
+int agent_mps_start(struct agent_mps *m, const struct agent_shared_options *o)
+{
+    int on = o->mps == AGENT_MPS_ON;
+    uint64_t bytes = o->gpu_mem_bytes;
+    char why[PATH_MAX + 128];
+    int rc;
+
+    memset(m, 0, sizeof(*m));
+    agent_env_init(&m->env);
+    if (o->mps == AGENT_MPS_OFF)
+        return 0;
+    if (agent_mps_find_control(m->control) != 0)
+        return mps_fail(m, on, AGENT_EXIT_USAGE,
+                        on ? AGENT_MPS_CONTROL " not found (install the NVIDIA driver's MPS "
+                             "tools or run without --mps)"
+                           : AGENT_MPS_CONTROL " not found");
+    if (bytes == 0 && agent_mps_query_gpu_mem(o->gpu_ids[0], &bytes) != 0)
+        return mps_fail(m, on, AGENT_EXIT_USAGE,
+                        "cannot learn the GPU memory for the MPS cap; pass --gpu-mem SIZE");
+    m->limit_mib = agent_mps_limit_mib(bytes, o->mem_fraction, o->per_gpu);
+    if (m->limit_mib == 0)
+        return mps_fail(m, on, AGENT_EXIT_USAGE, "each worker's memory share is under 1 MiB");
+    if ((rc = make_dirs(m, o->run_id)) != 0) {
+        snprintf(why, sizeof(why), "cannot create the MPS run directory: %s", strerror(-rc));
+        return mps_fail(m, on, AGENT_EXIT_INTERNAL, why);
+    }
+    if ((rc = daemon_env(m, o)) != 0) {
+        snprintf(why, sizeof(why), "%s", strerror(-rc));
+        return mps_fail(m, on, AGENT_EXIT_INTERNAL, why);
+    }
+    if ((rc = start_daemon(m, why, sizeof(why))) != 0) {
+        m->on = 1; /* -d may have started a daemon before it failed: stop it */
+        agent_mps_stop(m);
+        return mps_fail(m, on, AGENT_EXIT_INTERNAL, why);
+    }
+    m->on = 1;
+    agent_log("MPS daemon started (pipe directory %s); each worker capped at %" PRIu64 " MiB",
+              m->pipe_dir, m->limit_mib);
+    agent_log("MPS clients on one GPU share a fault domain: a fatal GPU fault in one can end "
+              "the others; muster restarts each of them");
+    return 0;
+}
+
+static int all_digits(const char *s)
+{
+    if (*s == '\0')
+        return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return 0;
+    return 1;
+}
+
+int agent_mps_worker_env(const struct agent_mps *m, const struct agent_shared_options *o,
+                         unsigned task, struct agent_env *env)
+{
+    unsigned g = task / o->per_gpu;
+    int rc = 0;
+
+    if (!m->on)
+        return 0;
+    rc |= agent_env_set(env, "CUDA_MPS_PIPE_DIRECTORY", m->pipe_dir);
+    rc |= agent_env_set(env, "CUDA_MPS_LOG_DIRECTORY", m->log_dir);
+    /* The limit's device names a device as the client enumerates it (the variable takes
+     * CUDA_VISIBLE_DEVICES' syntax: ordinals or UUIDs, each "=limit"). The client sees exactly
+     * one GPU, so that is ordinal 0 whatever the GPU's system index. An ordinal, not the UUID:
+     * NVIDIA's k8s device plugin (0.15) moved to indices because limits given by UUID were
+     * not applied. */
+    rc |= agent_env_setf(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=%" PRIu64 "M", m->limit_mib);
+    /* The daemon runs with CUDA_VISIBLE_DEVICES = the GPUs in use, and the MPS server then
+     * remaps devices: with "0,2" set on the daemon its clients see devices 0 and 1, and a
+     * client keeping CUDA_VISIBLE_DEVICES=2 fails (MPS docs, "CUDA_VISIBLE_DEVICES"). So an
+     * index becomes the GPU's position in the daemon's list; a UUID (or MIG id) names the
+     * same GPU either way and stays. */
+    if (all_digits(o->gpu_ids[g]))
+        rc |= agent_env_setf(env, "CUDA_VISIBLE_DEVICES", "%u", g);
+    return rc ? -ENOMEM : 0;
+}
+
+static pid_t read_pidfile(const char *dir)
+{
+    char path[PATH_MAX], buf[32];
+    int fd, n;
+    long pid;
+
+    if (agent_path_fmt(path, sizeof(path), "%s/%s", dir, PIDFILE) != 0 ||
+        (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 0;
+    n = read_all(fd, buf, sizeof(buf));
+    close(fd);
+    pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+    return pid > 1 ? (pid_t)pid : 0;
+}
+
+/* `echo quit | nvidia-cuda-mps-control`, with the daemon's environment. Returns 0 or a
+ * negative errno. */
+static int send_quit(struct agent_mps *m, unsigned timeout_ms)
+{
+    char *argv[] = {m->control, NULL};
+    struct agent_env full;
+    int fds[2], status, rc;
+
+    if ((rc = agent_env_merge(&m->env, environ, &full)) != 0)
+        return rc;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        agent_env_free(&full);
+        return -errno;
+    }
+    /* "quit\n" fits the pipe buffer: written before the program even runs, never blocking;
+     * EPIPE (it died at once) is ignored as SIGPIPE is (shared.c) */
+    if (write(fds[1], "quit\n", 5) != 5)
+        rc = -EIO;
+    close(fds[1]);
+    if (rc == 0)
+        rc = run_wait(argv, full.vars, (const int[3]){fds[0], -1, 2}, timeout_ms, &status);
+    close(fds[0]);
+    agent_env_free(&full);
+    if (rc == 0 && !exited_ok(status))
+        rc = -EIO;
+    return rc;
+}
+
+void agent_mps_stop(struct agent_mps *m)
+{
+    sigset_t stop, old;
+    uint64_t deadline = now_ms() + AGENT_MPS_STOP_TIMEOUT_MS;
+
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
+    sigaddset(&stop, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &stop, &old);
+    if (m->on) {
+        pid_t daemon = read_pidfile(m->pipe_dir); /* read first: the daemon removes it */
+        int rc = send_quit(m, AGENT_MPS_STOP_TIMEOUT_MS);
+        if (rc != 0)
+            agent_log("warning: stopping the MPS daemon: %s quit: %s", m->control,
+                      strerror(-rc));
+        while (daemon > 0 && kill(daemon, 0) == 0 && now_ms() < deadline)
+            sleep_ms(10);
+        if (daemon > 0 && kill(daemon, 0) == 0) {
+            agent_log("warning: the MPS daemon (pid %d) did not quit; killing it", (int)daemon);
+            kill(daemon, SIGKILL);
+        }
+        agent_log("MPS daemon stopped");
+        m->on = 0;
+    }
+    remove_dir(m);
+    agent_env_free(&m->env);
+    /* a stop signal that came meanwhile is dropped: muster is on its way out already, and
+     * libuv's handlers may be gone (the default action would end muster by the signal) */
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&stop, NULL, &zero) > 0)
+        ;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}

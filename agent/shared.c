@@ -1,0 +1,388 @@
+/* Shared-GPU mode: ngpus * K independent one-rank tasks on one loop. Each task is its own
+ * agent_group of one worker, so a task restarts alone: its group is closed and a new one made,
+ * with a new MASTER_PORT, while the other tasks' groups are never touched. */
+#include "shared.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "agent_priv.h" /* agent_log */
+#include "group.h"
+#include "logdir.h"
+#include "mps.h"
+#include "port.h"
+
+extern char **environ;
+
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+#define NSTOP ((int)(sizeof(stop_signals) / sizeof(stop_signals[0])))
+
+struct shared;
+
+struct task {
+    struct shared *s;
+    unsigned index, gpu;
+    unsigned restarts;
+    struct agent_group *group; /* the running attempt; NULL between attempts and once ended */
+    int port_fd;               /* MASTER_PORT kept reserved while the attempt runs */
+    unsigned port;
+    int code;                  /* the last attempt's exit code (128+signal) */
+    int ended;                 /* succeeded, or failed with no restart left */
+};
+
+struct shared {
+    uv_loop_t loop;
+    const struct agent_shared_options *o;
+    struct task *tasks;
+    unsigned ntasks, running;
+    uv_signal_t sig[NSTOP];
+    int stop_signal;
+    int failed_code; /* the first task that failed finally; 0 none */
+    int finished;
+    struct agent_logdir logdir;
+    struct agent_mps mps;
+};
+
+int agent_shared_task_env(const struct agent_shared_options *o, unsigned task,
+                          unsigned master_port, unsigned restart_count, const char *error_file,
+                          struct agent_env *env, char *const *parent)
+{
+    unsigned count = o->ngpus * o->per_gpu, g = task / o->per_gpu;
+    struct agent_worker_info w = {
+        .rank = 0, .local_rank = 0, .local_world_size = 1, .group_rank = 0,
+        .group_world_size = 1, .role_rank = 0, .role_world_size = 1, .world_size = 1,
+        .role = "default", .master_addr = "127.0.0.1", .master_port = master_port,
+        .restart_count = restart_count, .max_restarts = o->max_restarts, .run_id = o->run_id,
+        .error_file = error_file ? error_file : "",
+        .endpoint = NULL, /* no rendezvous server in this mode */
+    };
+    int rc = agent_env_for_worker(env, &w, parent);
+
+    rc |= agent_env_set(env, "CUDA_VISIBLE_DEVICES", o->gpu_ids[g]);
+    rc |= agent_env_setf(env, "MUSTER_TASK_INDEX", "%u", task);
+    rc |= agent_env_setf(env, "MUSTER_TASK_COUNT", "%u", count);
+    rc |= agent_env_setf(env, "MUSTER_GPU_INDEX", "%u", g);
+    rc |= agent_env_setf(env, "MUSTER_GPU_MEM_FRACTION", "%.4f", o->mem_fraction / o->per_gpu);
+    if (o->batch_size != NULL)
+        rc |= agent_env_set(env, "MUSTER_BATCH_SIZE", o->batch_size);
+    if (o->signals_to_handle != NULL)
+        rc |= agent_env_set(env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
+    /* K processes per GPU share the node's cores: torchrun's reason for one OpenMP thread
+     * per worker (agent_env_for_worker sees a one-rank world and would not set it) */
+    if (count > 1) {
+        int inherited = 0;
+        for (char *const *p = parent; p && *p; p++)
+            inherited |= strncmp(*p, "OMP_NUM_THREADS=", 16) == 0;
+        if (!inherited)
+            rc |= agent_env_set(env, "OMP_NUM_THREADS", "1");
+    }
+    return rc ? -ENOMEM : 0;
+}
+
+/* ---- one task's attempts ------------------------------------------------------------ */
+
+static void finish(struct shared *s);
+static void start_task(struct task *t);
+
+static void after_group_closed(void *data)
+{
+    (void)data;
+}
+
+static void release_port(struct task *t)
+{
+    if (t->port_fd >= 0)
+        close(t->port_fd);
+    t->port_fd = -1;
+}
+
+static void task_ended(struct task *t, int code)
+{
+    struct shared *s = t->s;
+
+    t->ended = 1;
+    t->code = code;
+    if (code != 0 && s->failed_code == 0)
+        s->failed_code = code;
+    if (--s->running == 0)
+        finish(s);
+}
+
+/* The attempt failed with code (how: its words). Returns 1 when the task is to start again. */
+static int task_failed(struct task *t, int code, const char *how)
+{
+    struct shared *s = t->s;
+    const char *gpu = s->o->gpu_ids[t->gpu];
+
+    if (s->stop_signal) {
+        task_ended(t, code); /* stopping: dying of our signal is no failure to restart */
+        return 0;
+    }
+    if (t->restarts < s->o->max_restarts) {
+        t->restarts++;
+        agent_log("task %u (GPU %s) %s; restarting it alone (restart %u/%u)", t->index, gpu,
+                  how, t->restarts, s->o->max_restarts);
+        return 1;
+    }
+    agent_log("task %u (GPU %s) %s; no restart left (%u/%u), the other tasks go on", t->index,
+              gpu, how, t->restarts, s->o->max_restarts);
+    task_ended(t, code);
+    return 0;
+}
+
+static void on_task_exit(struct agent_group *g, struct agent_worker *w)
+{
+    struct task *t = g->data;
+    t->code = w->term_signal ? 128 + w->term_signal : w->exit_status;
+}
+
+/* The task's worker (and with it its attempt) is gone. */
+static void on_all_exited(struct agent_group *g)
+{
+    struct task *t = g->data;
+    char how[64];
+
+    agent_group_close(g, after_group_closed, NULL); /* kills what it left in its group */
+    t->group = NULL;
+    release_port(t);
+    if (t->code == 0) {
+        task_ended(t, 0);
+        return;
+    }
+    if (t->code > 128 && g->workers[0].term_signal)
+        snprintf(how, sizeof(how), "exited with signal %d (SIG%s)", t->code - 128,
+                 sigabbrev_np(t->code - 128));
+    else
+        snprintf(how, sizeof(how), "exited with code %d", t->code);
+    if (task_failed(t, t->code, how))
+        start_task(t);
+}
+
+static const struct agent_group_cbs group_cbs = {
+    .exit_cb = on_task_exit,
+    .all_exited_cb = on_all_exited,
+};
+
+static int open_log(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+        return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+    if (fd < 0)
+        agent_log("cannot open %s: %s; that stream is not logged", path, strerror(errno));
+    return fd;
+}
+
+/* Log files and console of task t, as the agent does per local rank (attempt.c): the
+ * attempt number is the task's restart count, the local rank its index. */
+static int task_streams(struct task *t, struct agent_worker_spec *spec, char *error_file)
+{
+    const struct agent_shared_options *o = t->s->o;
+    unsigned i = t->index;
+    char dir[PATH_MAX];
+    int rc = agent_logdir_worker(&t->s->logdir, t->restarts, (int)i, 1, dir, error_file);
+
+    if (rc != 0) {
+        agent_log("cannot create the log directory of task %u: %s", i, strerror(-rc));
+        return rc;
+    }
+    unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
+    for (int st = 0; st < 2; st++) {
+        int bit = 1 << st;
+        int to_file = o->log_dir != NULL || ((o->redirect[i] | o->tee[i]) & bit);
+        spec->console[st] = o->shown[i] && !(o->redirect[i] & bit) ? 1 + st : -1;
+        spec->file[st] = to_file && dir[0] != '\0' ? open_log(dir, st ? "stderr.log" : "stdout.log")
+                                                   : -1;
+    }
+    return 0;
+}
+
+/* Starts one attempt of t. Returns 0, or a negative errno with nothing left running (spawn's
+ * -ENOENT / -EACCES: the program cannot be executed). */
+static int spawn_task(struct task *t)
+{
+    struct shared *s = t->s;
+    struct agent_worker_spec spec = {.argv = s->o->argv, .file = {-1, -1}};
+    struct agent_env env, full;
+    char error_file[PATH_MAX] = "";
+    int rc;
+
+    agent_env_init(&env);
+    agent_env_init(&full);
+    if ((rc = agent_port_reserve(&t->port_fd, &t->port)) != 0) {
+        agent_log("cannot find a free port for task %u's MASTER_PORT: %s", t->index,
+                  strerror(-rc));
+        goto out;
+    }
+    if ((rc = task_streams(t, &spec, error_file)) != 0)
+        goto out;
+    rc = agent_shared_task_env(s->o, t->index, t->port, t->restarts, error_file, &env, environ);
+    if (rc == 0)
+        rc = agent_mps_worker_env(&s->mps, s->o, t->index, &env);
+    if (rc == 0)
+        rc = agent_env_merge(&env, environ, &full);
+    if (rc == 0)
+        rc = agent_group_new(&s->loop, 1, &group_cbs, t, &t->group);
+    if (rc != 0) {
+        for (int st = 0; st < 2; st++)
+            if (spec.file[st] >= 0)
+                close(spec.file[st]);
+        goto out;
+    }
+    spec.env = full.vars;
+    rc = agent_group_spawn(t->group, 0, (int)t->index, &spec); /* console prefix: task index */
+out:
+    if (rc != 0) {
+        agent_group_close(t->group, after_group_closed, NULL);
+        t->group = NULL;
+        release_port(t);
+    }
+    agent_env_free(&env);
+    agent_env_free(&full);
+    return rc;
+}
+
+/* Starts t, again while it cannot start and has restarts left. A program that cannot be
+ * executed counts as a worker exiting with the shell's code, 127 or 126 (as agent.c does). */
+static void start_task(struct task *t)
+{
+    char how[PATH_MAX + 64];
+    int rc;
+
+    while ((rc = spawn_task(t)) != 0) {
+        int code = rc == -ENOENT ? 127 : 126;
+        snprintf(how, sizeof(how), "could not start (cannot execute '%s': %s), code %d",
+                 t->s->o->argv[0], strerror(-rc), code);
+        if (!task_failed(t, code, how))
+            return;
+    }
+}
+
+/* ---- signals and the end ------------------------------------------------------------ */
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct shared *s = h->data;
+    int again = s->stop_signal != 0;
+
+    if (!again) {
+        s->stop_signal = signum;
+        agent_log("received SIG%s: stopping the tasks", sigabbrev_np(signum));
+    }
+    /* a second signal: the user does not want to wait for the grace period */
+    for (unsigned i = 0; i < s->ntasks; i++)
+        if (s->tasks[i].group != NULL)
+            agent_group_stop(s->tasks[i].group, again ? SIGKILL : signum,
+                             again ? 0 : s->o->shutdown_timeout_ms);
+}
+
+static void close_handle_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void finish(struct shared *s)
+{
+    if (s->finished)
+        return;
+    s->finished = 1;
+    for (int i = 0; i < NSTOP; i++)
+        uv_close((uv_handle_t *)&s->sig[i], close_handle_cb);
+    for (unsigned i = 0; i < s->ntasks; i++) {
+        agent_group_close(s->tasks[i].group, after_group_closed, NULL); /* kills what is left */
+        s->tasks[i].group = NULL;
+        release_port(&s->tasks[i]);
+    }
+}
+
+static int wants_files(const struct agent_shared_options *o, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (o->redirect[i] | o->tee[i])
+            return 1;
+    return 0;
+}
+
+/* Everything up to the first spawn. Returns 0 or muster's exit code (reason logged). */
+static int prepare(struct shared *s)
+{
+    const struct agent_shared_options *o = s->o;
+    char err[PATH_MAX + 128];
+    int keep = o->log_dir == NULL && wants_files(o, s->ntasks);
+    int rc;
+
+    if (agent_logdir_open(&s->logdir, o->log_dir, o->run_id, keep, err, sizeof(err)) != 0) {
+        agent_log("error: %s", err);
+        return AGENT_EXIT_INTERNAL;
+    }
+    if (keep)
+        agent_log("worker logs in %s", s->logdir.base);
+    if ((rc = agent_mps_start(&s->mps, o)) != 0)
+        return rc;
+    agent_log("shared-GPU mode: %u tasks, %u per GPU on %u GPU%s, memory fraction %.4f each%s",
+              s->ntasks, o->per_gpu, o->ngpus, o->ngpus == 1 ? "" : "s",
+              o->mem_fraction / o->per_gpu, s->mps.on ? ", MPS" : "");
+    return 0;
+}
+
+static int init(struct shared *s, const struct agent_shared_options *o)
+{
+    int rc;
+
+    memset(s, 0, sizeof(*s));
+    s->o = o;
+    s->ntasks = s->running = o->ngpus * o->per_gpu;
+    if (s->ntasks == 0 || o->argv == NULL || o->argv[0] == NULL)
+        return -EINVAL;
+    if ((s->tasks = calloc(s->ntasks, sizeof(*s->tasks))) == NULL)
+        return -ENOMEM;
+    for (unsigned i = 0; i < s->ntasks; i++)
+        s->tasks[i] = (struct task){.s = s, .index = i, .gpu = i / o->per_gpu, .port_fd = -1};
+    if ((rc = uv_loop_init(&s->loop)) != 0)
+        return rc;
+    signal(SIGPIPE, SIG_IGN); /* a closed console must not kill muster (workers reset it) */
+    for (int i = 0; i < NSTOP; i++) {
+        uv_signal_init(&s->loop, &s->sig[i]);
+        s->sig[i].data = s;
+        uv_signal_start(&s->sig[i], on_signal, stop_signals[i]);
+    }
+    return 0;
+}
+
+int agent_shared_run(const struct agent_shared_options *o)
+{
+    struct shared s;
+    int rc = init(&s, o), code;
+
+    if (rc != 0) {
+        agent_log("error: cannot start the shared-GPU mode: %s", strerror(-rc));
+        if (s.tasks == NULL || rc == -EINVAL)
+            return rc == -EINVAL ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
+        free(s.tasks);
+        return AGENT_EXIT_INTERNAL;
+    }
+    code = prepare(&s);
+    if (code != 0)
+        finish(&s);
+    for (unsigned i = 0; code == 0 && i < s.ntasks && !s.finished; i++)
+        start_task(&s.tasks[i]);
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+    if ((rc = uv_loop_close(&s.loop)) != 0)
+        agent_log("internal error: handles left open at exit: %s", uv_strerror(rc));
+    agent_mps_stop(&s.mps); /* every path ends here: done, failed, signalled, not started */
+    agent_logdir_close(&s.logdir);
+    free(s.tasks);
+    if (code != 0)
+        return code;
+    if (s.stop_signal)
+        return 128 + s.stop_signal;
+    return s.failed_code;
+}
