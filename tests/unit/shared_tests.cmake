@@ -1,0 +1,3 @@
+# Shared-GPU mode (issue 7, run time): task environments and the MPS cap; include()d from
+# tests/unit/CMakeLists.txt.
+muster_unit_test(test_agent_shared ${CMAKE_CURRENT_LIST_DIR}/test_agent_shared.c muster_agent)
