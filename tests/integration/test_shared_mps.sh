@@ -6,7 +6,7 @@
 # program --mps fails before any worker starts and --mps=auto runs without MPS.
 . "$(dirname "$0")/lib.sh"
 
-W="$IT_DIR/shared_worker.sh"
+W="$IT_DIR/mock/shared_worker.sh"
 MOCK="$IT_DIR/mock"
 R="$T/mps.record"
 export MOCK_MPS_RECORD="$R"

@@ -5,7 +5,7 @@
 # come from CUDA_VISIBLE_DEVICES and nothing touches CUDA.
 . "$(dirname "$0")/lib.sh"
 
-W="$IT_DIR/shared_worker.sh"
+W="$IT_DIR/mock/shared_worker.sh"
 
 # (a) 2 GPUs x 2 = 4 tasks; task 1 fails once.
 D="$T/a"; L="$T/logs"; mkdir -p "$D" "$L"

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Worker for the shared-GPU tests (test_shared_*.sh). Usage: shared_worker.sh MODE DIR [ARGS]
+# Worker for the shared-GPU tests (test_shared_*.sh); not a mock, it lives here beside them.
+# Usage: shared_worker.sh MODE DIR [ARGS]
 # Every start appends "pid restart_count" to DIR/starts.TASK and dumps its environment to
 # DIR/env.TASK.RESTART. Modes:
 #   loop N                 N iterations of a 0.1 s sleep, one line each in DIR/ticks.TASK; exit 0
