@@ -1,11 +1,753 @@
+/* `muster plan`: gathers M_gpu, M_static and M_sample (from options, a probe run of the worker,
+ * or nvidia-smi) and prints the seed's batch-size plan (plan.h). */
 #include "plan_cmd.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "plan.h"
+#include "spawn.h"
+
+extern char **environ;
+
+#define PLAN_EXIT_OK 0
+#define PLAN_EXIT_PROBE 1 /* the probe run failed or wrote no usable file */
+#define PLAN_EXIT_USAGE 2 /* bad input, a plan that cannot fit, no way to learn M_gpu */
+#define PLAN_ERR_MAX 512
+#define PLAN_SMI_TIMEOUT_MS 10000
+#define PLAN_SMI_OUT_MAX 4096
+#define PLAN_PROBE_FILE_MAX (1024 * 1024)
+
+struct plan_opts {
+    const char *gpu_mem_s, *static_s, *per_sample_s;
+    double gpu_mem, static_mem, per_sample, safety;
+    unsigned procs;
+    int probe, json, help;
+    char **cmd; /* the probe command: argv tail, NULL-terminated (borrowed from argv) */
+};
+
+/* Where each input came from, for the printout. */
+struct plan_src {
+    const char *gpu_mem;              /* "--gpu-mem", "probe" or "nvidia-smi" */
+    struct launcher_plan_probe probe; /* filled when --probe ran */
+    int probed;
+};
+
+static void print_help(void)
+{
+    fputs(
+        "usage: muster plan [options] --static SIZE --per-sample SIZE\n"
+        "       muster plan [options] --probe -- COMMAND [ARGS...]\n"
+        "\n"
+        "Plans the batch size of each of N training processes sharing one GPU (the shared-GPU\n"
+        "mode of `muster run --nproc-per-gpu N`), by the rule\n"
+        "    available per process = (GPU memory / N) x F\n"
+        "    max batch             = floor((available - static) / per-sample)\n"
+        "    starting batch        = floor(0.8 x max batch)\n"
+        "\n"
+        "options:\n"
+        "  --gpu-mem SIZE        the GPU's total memory; default: total_bytes from the probe\n"
+        "                        file, else nvidia-smi's memory.total of the first GPU in\n"
+        "                        CUDA_VISIBLE_DEVICES (or GPU 0)\n"
+        "  --procs N             processes sharing the GPU (default 1);\n"
+        "                        also spelled --nproc-per-gpu N\n"
+        "  --safety F            safety factor F in (0, 1] (default 0.85);\n"
+        "                        also spelled --gpu-mem-fraction F\n"
+        "  --static SIZE         memory of model + gradients + optimizer state (M_static)\n"
+        "  --per-sample SIZE     activation memory of one sample (M_sample)\n"
+        "  --probe               measure static and per-sample memory instead: run COMMAND\n"
+        "                        (after `--`) once with MUSTER_PROBE_FILE=<private "
+        "dir>/probe.json\n"
+        "                        in its environment; it writes {\"static_bytes\": N,\n"
+        "                        \"peak_bytes\": N, \"batch\": B, \"total_bytes\": N} there and\n"
+        "                        exits 0 (see examples/pytorch/train_shared.py --probe-batch B)\n"
+        "  --json                print the plan as one JSON object\n"
+        "  -h, --help            print this help\n"
+        "\n"
+        "SIZE: a number with an optional binary unit: 48GiB, 48G, 4096MiB, 512M, 0.04GiB,\n"
+        "1.5T, 64KiB, or plain bytes. K/M/G/T mean KiB/MiB/GiB/TiB; GB/MB are refused.\n"
+        "Options also take the form --name=VALUE.\n"
+        "\n"
+        "example (the seed's worked example):\n"
+        "  muster plan --gpu-mem 48GiB --procs 3 --safety 0.85 --static 4GiB --per-sample 0.04GiB\n"
+        "    -> available per process 13.6 GiB, max batch 240, starting batch 192\n"
+        "  muster plan --probe --procs 4 -- python3 examples/pytorch/train_shared.py --probe-batch "
+        "8\n"
+        "\n"
+        "exit status: 0 planned; 1 the probe run failed or wrote no usable file;\n"
+        "2 bad options, a plan that cannot fit, or the GPU's memory cannot be learned.\n",
+        stdout);
+}
+
+static int usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints the one error line; returns the usage exit code. */
+static int usage_err(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("muster: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return PLAN_EXIT_USAGE;
+}
+
+static int parse_procs(const char *s, unsigned *out)
+{
+    char *end = NULL;
+    unsigned long v;
+
+    if (s[0] < '0' || s[0] > '9')
+        return -EINVAL;
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 1 || v > 1000000)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int parse_safety(const char *s, double *out)
+{
+    char *end = NULL;
+    double v;
+
+    if ((s[0] < '0' || s[0] > '9') && s[0] != '.')
+        return -EINVAL; /* no sign, space, inf or nan */
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno != 0 || *end != '\0' || end == s || !(v > 0.0 && v <= 1.0))
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+enum plan_opt {
+    OPT_GPU_MEM,
+    OPT_PROCS,
+    OPT_SAFETY,
+    OPT_STATIC,
+    OPT_PER_SAMPLE,
+    OPT_PROBE,
+    OPT_JSON,
+    OPT_HELP,
+    OPT_NONE
+};
+
+static enum plan_opt lookup(const char *name, size_t len)
+{
+    static const struct {
+        const char *name;
+        enum plan_opt id;
+    } t[] = {
+        {"gpu-mem", OPT_GPU_MEM},
+        {"procs", OPT_PROCS},
+        {"nproc-per-gpu", OPT_PROCS},
+        {"safety", OPT_SAFETY},
+        {"gpu-mem-fraction", OPT_SAFETY},
+        {"static", OPT_STATIC},
+        {"per-sample", OPT_PER_SAMPLE},
+        {"probe", OPT_PROBE},
+        {"json", OPT_JSON},
+        {"help", OPT_HELP},
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (strlen(t[i].name) == len && strncmp(t[i].name, name, len) == 0)
+            return t[i].id;
+    return OPT_NONE;
+}
+
+/* Stores one option's value. Returns 0 or the usage exit code (error already printed). */
+static int set_opt(struct plan_opts *o, enum plan_opt id, const char *a, const char *v)
+{
+    switch (id) {
+    case OPT_GPU_MEM:
+        o->gpu_mem_s = v;
+        if (launcher_parse_mem(v, &o->gpu_mem) != 0)
+            return usage_err("invalid size '%s' for %s (e.g. 48GiB, 49152MiB)", v, a);
+        return 0;
+    case OPT_STATIC:
+        o->static_s = v;
+        if (launcher_parse_mem(v, &o->static_mem) != 0)
+            return usage_err("invalid size '%s' for %s (e.g. 4GiB, 512MiB)", v, a);
+        return 0;
+    case OPT_PER_SAMPLE:
+        o->per_sample_s = v;
+        if (launcher_parse_mem(v, &o->per_sample) != 0)
+            return usage_err("invalid size '%s' for %s (e.g. 0.04GiB, 40MiB)", v, a);
+        return 0;
+    case OPT_PROCS:
+        if (parse_procs(v, &o->procs) != 0)
+            return usage_err("invalid process count '%s' for %s (an integer of at least 1)", v, a);
+        return 0;
+    case OPT_SAFETY:
+        if (parse_safety(v, &o->safety) != 0)
+            return usage_err("invalid safety factor '%s' for %s (a number in (0, 1])", v, a);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* Handles argv[*i], an option. Returns 0 or the usage exit code. */
+static int parse_one(struct plan_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *eq = NULL, *v;
+    enum plan_opt id = OPT_NONE;
+    char name[32]; /* the option as typed, without "=VALUE" */
+
+    if (strcmp(a, "-h") == 0) {
+        id = OPT_HELP;
+    } else if (strncmp(a, "--", 2) == 0) {
+        eq = strchr(a + 2, '=');
+        id = lookup(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+    }
+    if (id == OPT_NONE)
+        return usage_err("unknown option '%s' (see 'muster plan --help')", a);
+    if (id == OPT_PROBE || id == OPT_JSON || id == OPT_HELP) {
+        if (eq != NULL)
+            return usage_err("option '%.*s' takes no value", (int)(eq - a), a);
+        *(id == OPT_PROBE ? &o->probe : id == OPT_JSON ? &o->json : &o->help) = 1;
+        return 0;
+    }
+    if (eq != NULL) {
+        v = eq + 1;
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - a), a);
+    } else {
+        if (*i + 1 >= argc)
+            return usage_err("option '%s' needs a value", a);
+        v = argv[++*i];
+        snprintf(name, sizeof(name), "%s", a);
+    }
+    return set_opt(o, id, name, v);
+}
+
+/* Checks the combination of options. Returns 0 or the usage exit code. */
+static int check_opts(const struct plan_opts *o)
+{
+    if (o->probe && (o->static_s != NULL || o->per_sample_s != NULL))
+        return usage_err("--static and --per-sample come from the probe run; "
+                         "give them or --probe, not both");
+    if (o->probe && o->cmd == NULL)
+        return usage_err("--probe needs a command: muster plan --probe [options] -- COMMAND...");
+    if (!o->probe && o->cmd != NULL)
+        return usage_err("unexpected argument '%s' (a command runs only with --probe)", o->cmd[0]);
+    if (!o->probe && (o->static_s == NULL || o->per_sample_s == NULL))
+        return usage_err("--static SIZE and --per-sample SIZE are required "
+                         "(or measure them: --probe -- COMMAND...)");
+    return 0;
+}
+
+/* Returns 0 or the usage exit code (the error line is printed). */
+static int parse_args(int argc, char **argv, struct plan_opts *o)
+{
+    int rc;
+
+    memset(o, 0, sizeof(*o));
+    o->procs = 1;
+    o->safety = 0.85;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0 || argv[i][0] != '-' || argv[i][1] == '\0') {
+            /* the probe command starts here, with or without `--` */
+            int start = strcmp(argv[i], "--") == 0 ? i + 1 : i;
+            if (start < argc)
+                o->cmd = argv + start;
+            break;
+        }
+        if ((rc = parse_one(o, argc, argv, &i)) != 0)
+            return rc;
+        if (o->help)
+            return 0;
+    }
+    return check_opts(o);
+}
+
+/* --- running a child: nvidia-smi (captured, with a time limit) or the probe (signals forwarded) */
+
+struct child_run {
+    uv_loop_t loop;
+    uv_signal_t sig[3]; /* SIGCHLD, SIGINT, SIGTERM */
+    uv_timer_t timer;
+    uv_pipe_t out;
+    int nsig, has_timer, has_out;
+    pid_t pid;
+    int exited, status, timed_out, forwarded;
+    char buf[PLAN_SMI_OUT_MAX];
+    size_t len;
+};
+
+static void close_if_open(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* The pipe closes itself at EOF; everything else closes once the child is reaped. */
+static void close_watchers(struct child_run *c)
+{
+    for (int i = 0; i < c->nsig; i++)
+        close_if_open((uv_handle_t *)&c->sig[i]);
+    if (c->has_timer)
+        close_if_open((uv_handle_t *)&c->timer);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct child_run *c = h->data;
+    int st;
+
+    if (signum != SIGCHLD) {
+        /* the child has its own session, so the terminal's ^C reaches only us */
+        if (c->pid > 0 && !c->exited)
+            kill(-c->pid, signum);
+        c->forwarded = signum;
+        return;
+    }
+    if (c->pid > 0 && !c->exited && waitpid(c->pid, &st, WNOHANG) == c->pid) {
+        c->exited = 1;
+        c->status = st;
+        close_watchers(c);
+    }
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    struct child_run *c = t->data;
+
+    if (!c->exited) {
+        c->timed_out = 1;
+        kill(-c->pid, SIGKILL);
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
+{
+    struct child_run *c = h->data;
+
+    (void)hint;
+    /* past the limit, keep draining into the last byte so the child never blocks on a full pipe */
+    if (c->len >= sizeof(c->buf) - 1)
+        *b = uv_buf_init(c->buf + sizeof(c->buf) - 1, 1);
+    else
+        *b = uv_buf_init(c->buf + c->len, (unsigned)(sizeof(c->buf) - 1 - c->len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    struct child_run *c = s->data;
+
+    (void)b;
+    if (n > 0 && c->len < sizeof(c->buf) - 1)
+        c->len += (size_t)n;
+    if (n < 0)
+        close_if_open((uv_handle_t *)s);
+}
+
+/* Starts the loop's watchers: SIGCHLD always (before the spawn, so no exit is missed), SIGINT
+ * and SIGTERM when forwarding. */
+static int watch_signals(struct child_run *c, int forward)
+{
+    static const int sigs[3] = {SIGCHLD, SIGINT, SIGTERM};
+    int rc;
+
+    for (int i = 0; i < (forward ? 3 : 1); i++) {
+        if ((rc = uv_signal_init(&c->loop, &c->sig[i])) != 0)
+            return rc;
+        c->nsig++;
+        c->sig[i].data = c;
+        if ((rc = uv_signal_start(&c->sig[i], on_signal, sigs[i])) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Starts the reader on the pipe's read end (takes ownership of fd) and the time limit. */
+static int watch_output(struct child_run *c, int fd, uint64_t timeout_ms)
+{
+    int rc;
+
+    if (fd >= 0) {
+        if ((rc = uv_pipe_init(&c->loop, &c->out, 0)) != 0) {
+            close(fd);
+            return rc;
+        }
+        c->has_out = 1;
+        c->out.data = c;
+        if ((rc = uv_pipe_open(&c->out, fd)) != 0) {
+            close(fd);
+            return rc;
+        }
+        if ((rc = uv_read_start((uv_stream_t *)&c->out, on_alloc, on_read)) != 0)
+            return rc;
+    }
+    if (timeout_ms > 0) {
+        if ((rc = uv_timer_init(&c->loop, &c->timer)) != 0)
+            return rc;
+        c->has_timer = 1;
+        c->timer.data = c;
+        return uv_timer_start(&c->timer, on_timeout, timeout_ms, 0);
+    }
+    return 0;
+}
+
+/* Runs argv to its end. capture: read its stdout into c->buf (stdin/stderr: /dev/null); else it
+ * inherits our stdin and stderr, gets out_fd as stdout and receives our SIGINT/SIGTERM.
+ * timeout_ms 0: no limit. Returns 0 once the
+ * child was reaped (c->status, c->timed_out), or a negative errno when it could not start
+ * (-ENOENT: no such program). */
+static int run_child(struct child_run *c, char *const *argv, int capture, int out_fd,
+                     uint64_t timeout_ms)
+{
+    struct agent_spawn_opts so = {
+        .file = argv[0], .argv = argv, .envp = environ, .stdio = {0, out_fd, 2}};
+    int p[2] = {-1, -1}, rc;
+
+    memset(c, 0, sizeof(*c));
+    if ((rc = uv_loop_init(&c->loop)) != 0)
+        return rc;
+    if ((rc = watch_signals(c, !capture)) != 0)
+        goto out;
+    if (capture) {
+        if (pipe2(p, O_CLOEXEC) != 0) {
+            rc = -errno;
+            goto out;
+        }
+        so.stdio[0] = so.stdio[2] = -1;
+        so.stdio[1] = p[1];
+    }
+    rc = agent_spawn(&so, &c->pid);
+    if (p[1] >= 0)
+        close(p[1]); /* the child holds its copy: EOF comes when it exits */
+    if (rc != 0) {
+        if (p[0] >= 0)
+            close(p[0]);
+        goto out;
+    }
+    if ((rc = watch_output(c, p[0], timeout_ms)) != 0) {
+        kill(-c->pid, SIGKILL); /* cannot watch it: do not leave it running; SIGCHLD reaps */
+        if (c->has_out)
+            close_if_open((uv_handle_t *)&c->out);
+        rc = 0;
+    }
+out:
+    if (rc != 0)
+        close_watchers(c);
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(&c->loop) != 0)
+        fprintf(stderr, "muster: warning: plan's event loop still had handles at exit\n");
+    return rc;
+}
+
+/* --- M_gpu from nvidia-smi ------------------------------------------------------------------ */
+
+/* The GPU a CUDA program here would call device 0: the first entry of CUDA_VISIBLE_DEVICES. */
+static void first_visible_gpu(char *id, size_t len)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    size_t n;
+
+    if (v == NULL || *v == '\0') {
+        snprintf(id, len, "0");
+        return;
+    }
+    n = strcspn(v, ",");
+    snprintf(id, len, "%.*s", (int)n, v);
+}
+
+static const char *first_line(char *s)
+{
+    s[strcspn(s, "\r\n")] = '\0';
+    return s;
+}
+
+/* Parses nvidia-smi's "49140\n" (MiB). */
+static int parse_smi_mib(const char *out, double *bytes)
+{
+    char *end = NULL;
+    unsigned long long mib;
+
+    while (*out == ' ')
+        out++;
+    if (*out < '0' || *out > '9')
+        return -EINVAL;
+    errno = 0;
+    mib = strtoull(out, &end, 10);
+    while (*end == ' ' || *end == '\r')
+        end++;
+    if (errno != 0 || (*end != '\n' && *end != '\0') || mib == 0 || mib > (1ULL << 40))
+        return -EINVAL;
+    *bytes = (double)mib * LAUNCHER_PLAN_MIB;
+    return 0;
+}
+
+/* Sets *bytes from nvidia-smi, or prints why not. Returns 0 or the usage exit code. */
+static int gpu_mem_from_smi(double *bytes)
+{
+    static const char *hint = "; pass --gpu-mem SIZE";
+    char id[128], why[256];
+    char *argv[] = {
+        "nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", id, NULL};
+    struct child_run *c = NULL;
+    int rc;
+
+    first_visible_gpu(id, sizeof(id));
+    if ((c = malloc(sizeof(*c))) == NULL)
+        return usage_err("cannot learn the GPU's memory (out of memory)%s", hint);
+    rc = run_child(c, argv, 1, -1, PLAN_SMI_TIMEOUT_MS);
+    c->buf[c->len] = '\0';
+    if (rc == -ENOENT)
+        snprintf(why, sizeof(why), "no nvidia-smi on PATH");
+    else if (rc != 0)
+        snprintf(why, sizeof(why), "cannot start nvidia-smi: %s", strerror(-rc));
+    else if (c->timed_out)
+        snprintf(why, sizeof(why), "nvidia-smi did not answer within %d s",
+                 PLAN_SMI_TIMEOUT_MS / 1000);
+    else if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0)
+        snprintf(why, sizeof(why), "nvidia-smi -i %s failed with status %d: no such GPU?", id,
+                 WIFEXITED(c->status) ? WEXITSTATUS(c->status) : 128 + WTERMSIG(c->status));
+    else if (parse_smi_mib(c->buf, bytes) != 0)
+        snprintf(why, sizeof(why), "nvidia-smi printed '%.40s', not a size in MiB",
+                 first_line(c->buf));
+    else
+        why[0] = '\0';
+    free(c);
+    if (why[0] != '\0')
+        return usage_err("cannot learn the GPU's memory (%s)%s", why, hint);
+    return 0;
+}
+
+/* --- the probe run ------------------------------------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+/* Reads the probe file into a NUL-terminated string (caller frees), or prints why not. */
+static char *read_probe_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *text = NULL;
+    size_t n;
+
+    if (f == NULL) {
+        usage_err("probe run wrote no probe file (%s: %s); does the command honour "
+                  "MUSTER_PROBE_FILE?",
+                  path, strerror(errno));
+        return NULL;
+    }
+    if ((text = malloc(PLAN_PROBE_FILE_MAX + 1)) == NULL) {
+        usage_err("out of memory reading the probe file");
+        goto out;
+    }
+    n = fread(text, 1, PLAN_PROBE_FILE_MAX + 1, f);
+    if (n > PLAN_PROBE_FILE_MAX) {
+        usage_err("probe file is larger than %d bytes", PLAN_PROBE_FILE_MAX);
+        free(text);
+        text = NULL;
+        goto out;
+    }
+    text[n] = '\0';
+out:
+    fclose(f);
+    return text;
+}
+
+/* Explains a failed probe run. Returns the exit code: 128+sig when we forwarded it a signal
+ * (the user interrupted the plan), else PLAN_EXIT_PROBE. */
+static int probe_failed(const struct child_run *c)
+{
+    if (c->forwarded)
+        fprintf(stderr, "muster: error: probe run interrupted by %s, ", strsignal(c->forwarded));
+    else
+        fprintf(stderr, "muster: error: probe run failed: ");
+    if (WIFEXITED(c->status))
+        fprintf(stderr, "exit %d\n", WEXITSTATUS(c->status));
+    else
+        fprintf(stderr, "killed by signal %d (%s)\n", WTERMSIG(c->status),
+                strsignal(WTERMSIG(c->status)));
+    return c->forwarded ? 128 + c->forwarded : PLAN_EXIT_PROBE;
+}
+
+/* Runs the probe command with MUSTER_PROBE_FILE set and parses what it wrote. With --json its
+ * stdout goes to our stderr, so that ours holds the JSON alone. Returns 0 or an exit code (the
+ * error line is printed). */
+static int run_probe(char **cmd, int json, struct launcher_plan_probe *probe)
+{
+    char dir[4096], file[4200], err[PLAN_ERR_MAX];
+    const char *tmp = getenv("TMPDIR");
+    struct child_run *c = NULL;
+    char *text = NULL;
+    int rc, ret = PLAN_EXIT_PROBE;
+
+    snprintf(dir, sizeof(dir), "%s/muster-probe.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "muster: error: cannot create the probe directory %s: %s\n", dir,
+                strerror(errno));
+        return PLAN_EXIT_PROBE;
+    }
+    snprintf(file, sizeof(file), "%s/probe.json", dir);
+    if (setenv("MUSTER_PROBE_FILE", file, 1) != 0 || (c = malloc(sizeof(*c))) == NULL) {
+        fprintf(stderr, "muster: error: out of memory starting the probe run\n");
+        goto out;
+    }
+    rc = run_child(c, cmd, 0, json ? 2 : 1, 0);
+    if (rc != 0) {
+        fprintf(stderr, "muster: error: cannot start the probe command '%s': %s\n", cmd[0],
+                strerror(-rc));
+        goto out;
+    }
+    if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0) {
+        ret = probe_failed(c);
+        goto out;
+    }
+    if ((text = read_probe_file(file)) == NULL)
+        goto out;
+    if (launcher_plan_from_probe(text, probe, err, sizeof(err)) != 0) {
+        fprintf(stderr, "muster: error: %s\n", err);
+        goto out;
+    }
+    ret = PLAN_EXIT_OK;
+out:
+    unsetenv("MUSTER_PROBE_FILE");
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(text);
+    free(c);
+    return ret;
+}
+
+/* --- output -------------------------------------------------------------------------------- */
+
+static json_t *jbytes(double b)
+{
+    return json_integer((json_int_t)llround(b));
+}
+
+static int print_json(const struct plan_opts *o, const struct plan_src *src,
+                      const struct launcher_plan_out *out)
+{
+    json_t *j = json_object();
+    char *s = NULL;
+
+    if (j == NULL)
+        return -ENOMEM;
+    json_object_set_new(j, "gpu_mem_bytes", jbytes(o->gpu_mem));
+    json_object_set_new(j, "gpu_mem_source", json_string(src->gpu_mem));
+    json_object_set_new(j, "procs", json_integer(o->procs));
+    json_object_set_new(j, "safety", json_real(o->safety));
+    json_object_set_new(j, "mem_fraction", json_real(o->safety / o->procs));
+    json_object_set_new(j, "per_proc_bytes", jbytes(out->per_proc));
+    json_object_set_new(j, "static_bytes", jbytes(o->static_mem));
+    json_object_set_new(j, "per_sample_bytes", jbytes(o->per_sample));
+    json_object_set_new(j, "max_batch", json_integer(out->max_batch));
+    json_object_set_new(j, "start_batch", json_integer(out->start_batch));
+    if (src->probed) {
+        json_object_set_new(j, "probe_batch", json_integer(src->probe.batch));
+        json_object_set_new(j, "probe_peak_bytes", jbytes(src->probe.peak_bytes));
+    }
+    s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    json_decref(j);
+    if (s == NULL)
+        return -ENOMEM;
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+static void print_human(const struct plan_opts *o, const struct plan_src *src,
+                        const struct launcher_plan_out *out)
+{
+    char a[32];
+
+    printf("GPU memory:             %s (%s)\n", launcher_plan_fmt_size(o->gpu_mem, a, sizeof(a)),
+           src->gpu_mem);
+    printf("processes:              %u\n", o->procs);
+    printf("safety factor:          %g\n", o->safety);
+    printf("available per process:  %s (memory fraction %.4g)\n",
+           launcher_plan_fmt_size(out->per_proc, a, sizeof(a)), o->safety / o->procs);
+    printf("static:                 %s%s\n", launcher_plan_fmt_size(o->static_mem, a, sizeof(a)),
+           src->probed ? " (probe)" : "");
+    printf("per sample:             %s", launcher_plan_fmt_size(o->per_sample, a, sizeof(a)));
+    if (src->probed)
+        printf(" (probe at batch %ld, peak %s)", src->probe.batch,
+               launcher_plan_fmt_size(src->probe.peak_bytes, a, sizeof(a)));
+    printf("\n");
+    printf("max batch:              %ld\n", out->max_batch);
+    printf("starting batch (80 %%):  %ld\n", out->start_batch);
+}
+
+/* Fills o->gpu_mem from --gpu-mem, the probe's total_bytes or nvidia-smi, in that order. */
+static int resolve_gpu_mem(struct plan_opts *o, struct plan_src *src)
+{
+    if (o->gpu_mem_s != NULL) {
+        src->gpu_mem = "--gpu-mem";
+        return 0;
+    }
+    if (src->probed && src->probe.total_bytes > 0.0) {
+        o->gpu_mem = src->probe.total_bytes;
+        src->gpu_mem = "probe";
+        return 0;
+    }
+    src->gpu_mem = "nvidia-smi";
+    return gpu_mem_from_smi(&o->gpu_mem);
+}
 
 int launcher_plan(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "muster: error: plan is not built yet\n");
-    return 2;
+    struct plan_opts o;
+    struct plan_src src = {0};
+    struct launcher_plan_in in;
+    struct launcher_plan_out out;
+    char err[PLAN_ERR_MAX];
+    int rc;
+
+    if ((rc = parse_args(argc, argv, &o)) != 0)
+        return rc;
+    if (o.help) {
+        print_help();
+        return PLAN_EXIT_OK;
+    }
+    if (o.probe) {
+        if ((rc = run_probe(o.cmd, o.json, &src.probe)) != 0)
+            return rc;
+        src.probed = 1;
+        o.static_mem = src.probe.static_bytes;
+        o.per_sample = src.probe.per_sample;
+    }
+    if ((rc = resolve_gpu_mem(&o, &src)) != 0)
+        return rc;
+    in = (struct launcher_plan_in){.gpu_mem = o.gpu_mem,
+                                   .static_mem = o.static_mem,
+                                   .per_sample = o.per_sample,
+                                   .safety = o.safety,
+                                   .procs = o.procs};
+    if (launcher_plan_compute(&in, &out, err, sizeof(err)) != 0)
+        return usage_err("%s", err);
+    if (o.json) {
+        if (print_json(&o, &src, &out) != 0)
+            return usage_err("out of memory printing JSON");
+    } else {
+        print_human(&o, &src, &out);
+    }
+    return fflush(stdout) == 0 ? PLAN_EXIT_OK
+                               : usage_err("cannot write the plan: %s", strerror(errno));
 }
