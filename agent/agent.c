@@ -26,8 +26,6 @@ static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define NSIGHANDLES AGENT_NSIGHANDLES
 _Static_assert(NSIGNALS + 1 == AGENT_NSIGHANDLES, "one spare handle for --preempt-signal");
 
-static void do_join(struct agent *a);
-static void finish(struct agent *a, int code);
 
 void agent_log(const char *fmt, ...)
 {
@@ -126,13 +124,13 @@ static void on_all_exited(struct agent_group *g)
     }
     if (!failed && a->next == NEXT_NONE) {
         if (rdzv_client_report_done(a->client, a->as.round) != 0)
-            finish(a, AGENT_EXIT_RDZV);
+            agent_finish_(a, AGENT_EXIT_RDZV);
         return; /* JOB_DONE comes from the server once every node is done */
     }
     if (a->next == NEXT_REJOIN)
-        do_join(a);
+        agent_do_join_(a);
     else if (a->next == NEXT_EXIT)
-        finish(a, a->exit_code);
+        agent_finish_(a, a->exit_code);
     /* NEXT_NONE after a failure: the server's RESTART or JOB_FAILED is on its way */
 }
 
@@ -157,12 +155,12 @@ static void spawn_failure(struct agent *a, int i, int err)
     agent_local_failure_(a, &f, 0);
 }
 
-static void start_workers(struct agent *a)
+void agent_start_workers_(struct agent *a)
 {
     int rc = agent_group_new(&a->loop, (int)a->o->nproc, &group_cbs, a, &a->group);
     if (rc != 0) {
         agent_log("error: %s", strerror(-rc));
-        finish(a, AGENT_EXIT_INTERNAL);
+        agent_finish_(a, AGENT_EXIT_INTERNAL);
         return;
     }
     a->round_failed = 0;
@@ -205,7 +203,19 @@ static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
         snprintf(a->as.master_addr, sizeof(a->as.master_addr), "%s", o->static_master_addr);
         a->as.master_port = o->static_master_port;
     }
-    start_workers(a);
+    /* the pre-flight runs once, before the job's first attempt: every node of round 0 takes
+     * part, so the checks can meet in that round's KV store */
+    if (a->o->preflight && !a->preflight_ran && as->restart_count == 0) {
+        a->preflight_ran = 1;
+        agent_preflight_start_(a);
+        return;
+    }
+    if (a->o->preflight_only) { /* a later round of `muster preflight`: nothing to run */
+        if (rdzv_client_report_done(a->client, a->as.round) != 0)
+            agent_finish_(a, AGENT_EXIT_RDZV);
+        return;
+    }
+    agent_start_workers_(a);
 }
 
 static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
@@ -224,7 +234,7 @@ static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
                   a->o->max_restarts, how);
     a->next = NEXT_REJOIN;
     if (a->group == NULL)
-        do_join(a);
+        agent_do_join_(a);
     else
         agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
 }
@@ -234,7 +244,7 @@ static void exit_after_workers(struct agent *a, int code)
     a->next = NEXT_EXIT;
     a->exit_code = code;
     if (a->group == NULL)
-        finish(a, code);
+        agent_finish_(a, code);
     else
         agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
 }
@@ -259,7 +269,7 @@ static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)
 {
     struct agent *a = rdzv_client_data(c);
 
-    a->client = NULL; /* no more callbacks; closed in finish() */
+    a->client = NULL; /* no more callbacks; closed in agent_finish_() */
     if (a->finished || a->next == NEXT_EXIT) {
         rdzv_client_close(c, NULL, NULL);
         return;
@@ -292,7 +302,7 @@ static const struct rdzv_client_cbs client_cbs = {
     .reconnected_cb = on_reconnected,
 };
 
-static void do_join(struct agent *a)
+void agent_do_join_(struct agent *a)
 {
     const struct agent_options *o = a->o;
     struct rdzv_join j;
@@ -310,7 +320,7 @@ static void do_join(struct agent *a)
     if (j.master_port == 0) {
         if ((rc = agent_port_reserve(&a->port_fd, &a->port)) != 0) {
             agent_log("error: cannot find a free port for MASTER_PORT: %s", strerror(-rc));
-            finish(a, AGENT_EXIT_INTERNAL);
+            agent_finish_(a, AGENT_EXIT_INTERNAL);
             return;
         }
         j.master_port = a->port;
@@ -325,7 +335,7 @@ static void do_join(struct agent *a)
     agent_ft_pick_resume_(a, &j);
     if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
         agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
-        finish(a, AGENT_EXIT_RDZV);
+        agent_finish_(a, AGENT_EXIT_RDZV);
     }
 }
 
@@ -366,7 +376,7 @@ static void on_signal(uv_signal_t *h, int signum)
     a->next = NEXT_EXIT;
     a->exit_code = signum == a->o->preempt_signal ? AGENT_EXIT_REQUEUE : 128 + signum;
     if (a->group == NULL)
-        finish(a, a->exit_code);
+        agent_finish_(a, a->exit_code);
     else
         agent_group_stop(a->group, signum, a->o->shutdown_timeout_ms);
 }
@@ -376,7 +386,7 @@ static void close_handle_cb(uv_handle_t *h)
     (void)h;
 }
 
-static void finish(struct agent *a, int code)
+void agent_finish_(struct agent *a, int code)
 {
     if (a->finished)
         return;
@@ -481,11 +491,11 @@ int agent_run(const struct agent_options *o)
         return AGENT_EXIT_INTERNAL;
     }
     if (agent_prepare_logdir_(&a) != 0 || agent_ft_start_(&a) != 0)
-        finish(&a, AGENT_EXIT_INTERNAL);
+        agent_finish_(&a, AGENT_EXIT_INTERNAL);
     else if (start_rendezvous(&a) != 0)
-        finish(&a, AGENT_EXIT_RDZV);
+        agent_finish_(&a, AGENT_EXIT_RDZV);
     else
-        do_join(&a);
+        agent_do_join_(&a);
     uv_run(&a.loop, UV_RUN_DEFAULT);
     if (a.port_fd >= 0)
         close(a.port_fd);

@@ -55,12 +55,23 @@ struct agent {
     char host[256];
     char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
     uint64_t node_id;
+    int preflight_ran;          /* the pre-flight was started (it runs once per agent) */
+    int preflight_code;         /* the node process's exit code */
 };
 
 /* agent.c */
 void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void agent_fill_failure_(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f);
 void agent_local_failure_(struct agent *a, const struct rdzv_failure *f, int pid);
+
+void agent_do_join_(struct agent *a);
+void agent_finish_(struct agent *a, int code);
+void agent_start_workers_(struct agent *a);
+
+/* preflight.c: starts `muster __preflight-node` for this round; when it ends the workers start
+ * (passed), the job fails for good (failed: FAILED with RDZV_FAILURE_FINAL), or the agent
+ * follows what the server or a signal decided meanwhile. */
+void agent_preflight_start_(struct agent *a);
 
 /* attempt.c: the log directory (0 or a negative errno, logged), and worker i's start */
 int agent_prepare_logdir_(struct agent *a);

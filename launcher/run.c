@@ -310,6 +310,18 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     return rc;
 }
 
+int launcher_run_parsed(struct launcher_config *cfg)
+{
+    char **wargv = worker_argv(cfg);
+    int rc;
+
+    if (wargv == NULL)
+        return AGENT_EXIT_INTERNAL;
+    rc = run_agent(cfg, wargv);
+    free(wargv);
+    return rc;
+}
+
 int launcher_run(int argc, char **argv)
 {
     struct launcher_config cfg;

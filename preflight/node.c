@@ -1,8 +1,243 @@
+/* The pre-flight's node process; see node.h for the stages. Blocking code with deadlines: it is
+ * its own process, started and killed by the agent like a worker. */
 #include "node.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "inventory.h"
+#include "mesh.h"
+#include "muster.h"
+#include "node_priv.h"
+
+void pf_say(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "muster: preflight: %s\n", buf);
+    fflush(stderr);
+}
+
+double pf_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- the round's KV store --------------------------------------------------------------- */
+
+int pf_put(struct pf_node *n, const char *key, const char *value)
+{
+    int rc = muster_kv_put(n->m, key, value, strlen(value));
+    if (rc != 0)
+        pf_say("cannot store %s: %s", key, muster_strerror(rc));
+    return rc;
+}
+
+int pf_put_json(struct pf_node *n, const char *key, json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT);
+    int rc = s ? pf_put(n, key, s) : -ENOMEM;
+    free(s);
+    return rc;
+}
+
+/* Reads key as a string into a malloc'd buffer, waiting up to timeout_ms. */
+int pf_get(struct pf_node *n, const char *key, int timeout_ms, char **out)
+{
+    size_t len = 0;
+    char *buf = malloc(MUSTER_VALUE_MAX + 1);
+    int rc;
+
+    *out = NULL;
+    if (buf == NULL)
+        return -ENOMEM;
+    rc = muster_kv_get(n->m, key, buf, MUSTER_VALUE_MAX, &len, timeout_ms < 0 ? 0 : timeout_ms);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return 0;
+}
+
+int pf_get_json(struct pf_node *n, const char *key, int timeout_ms, json_t **out)
+{
+    char *s = NULL;
+    int rc = pf_get(n, key, timeout_ms, &s);
+
+    *out = NULL;
+    if (rc == 0 && (*out = json_loads(s, 0, NULL)) == NULL)
+        rc = -EBADMSG;
+    free(s);
+    return rc;
+}
+
+/* The host of group rank g's node, as it announced itself ("?" when it never did). */
+void pf_node_host(struct pf_node *n, int g, char *out, size_t cap)
+{
+    char key[64], *v = NULL;
+    snprintf(key, sizeof(key), "pf/node/%d", g);
+    if (pf_get(n, key, 0, &v) == 0)
+        snprintf(out, cap, "%s", v);
+    else
+        snprintf(out, cap, "?");
+    free(v);
+}
+
+/* ---- verdicts: group rank 0's node decides every stage ------------------------------------ */
+
+int pf_verdict(struct pf_node *n, const char *stage, int ok, const char *reason)
+{
+    char key[64], val[1100];
+
+    snprintf(key, sizeof(key), "pf/verdict/%s", stage);
+    if (n->group_rank == 0) {
+        snprintf(val, sizeof(val), "%s%s", ok ? "ok" : "fail\t", ok ? "" : reason);
+        if (pf_put(n, key, val) != 0)
+            return PF_EXIT_FAILED;
+        return ok ? 0 : PF_EXIT_FAILED;
+    }
+    char *v = NULL;
+    int rc = pf_get(n, key, n->timeout_ms + 15000, &v);
+    if (rc != 0) {
+        snprintf(n->reason, sizeof(n->reason), "no %s verdict from group rank 0's node: %s",
+                 stage, muster_strerror(rc));
+        pf_say("%s", n->reason);
+        return PF_EXIT_FAILED;
+    }
+    ok = strcmp(v, "ok") == 0;
+    if (!ok) {
+        snprintf(n->reason, sizeof(n->reason), "%s", strncmp(v, "fail\t", 5) == 0 ? v + 5 : v);
+        pf_say("failed at the %s stage: %s", stage, n->reason);
+    }
+    free(v);
+    return ok ? 0 : PF_EXIT_FAILED;
+}
+
+/* ---- options and main ------------------------------------------------------------------- */
+
+static int env_int(const char *name, int *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    long x;
+
+    if (v == NULL || *v == '\0')
+        return -EINVAL;
+    x = strtol(v, &end, 10);
+    if (*end != '\0' || x < 0 || x > 1 << 24)
+        return -EINVAL;
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_args(struct pf_node *n, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"need-gpus", required_argument, NULL, 'g'}, {"timeout-ms", required_argument, NULL, 't'},
+        {"min-busbw", required_argument, NULL, 'b'}, {"allow-mixed", no_argument, NULL, 'x'},
+        {"max-bytes", required_argument, NULL, 's'}, {"report", required_argument, NULL, 'r'},
+        {"bin", required_argument, NULL, 'p'},       {"local-addr", required_argument, NULL, 'a'},
+        {NULL, 0, NULL, 0}};
+    int c;
+
+    optind = 0; /* argv[0] is an option here: start scanning at it */
+    while ((c = getopt_long(argc + 1, argv - 1, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'g': n->need_gpus = atoi(optarg); break;
+        case 't': n->timeout_ms = atoi(optarg); break;
+        case 'b': n->min_busbw = strtod(optarg, NULL); break;
+        case 'x': n->allow_mixed = 1; break;
+        case 's': n->max_bytes = optarg; break;
+        case 'r': n->report = optarg; break;
+        case 'p': n->bin = optarg; break;
+        case 'a': n->local_addr = optarg; break;
+        default: return -EINVAL;
+        }
+    }
+    if (n->timeout_ms <= 0)
+        n->timeout_ms = 30000;
+    if (env_int("RANK", &n->rank0) || env_int("LOCAL_WORLD_SIZE", &n->nproc) ||
+        env_int("GROUP_RANK", &n->group_rank) || env_int("GROUP_WORLD_SIZE", &n->gws) ||
+        env_int("WORLD_SIZE", &n->world) || env_int("MASTER_PORT", &n->master_port))
+        return -EINVAL;
+    n->master_addr = getenv("MASTER_ADDR");
+    return n->master_addr ? 0 : -EINVAL;
+}
+
+static void write_report(struct pf_node *n, int code)
+{
+    char tmp[4200];
+
+    json_object_set_new(n->report_json, "ok", json_boolean(code == 0));
+    json_object_set_new(n->report_json, "reason", json_string(n->reason));
+    json_object_set_new(n->report_json, "total_ms", json_real(pf_now_ms() - n->t0));
+    if (n->report == NULL || n->report[0] == '\0')
+        return;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", n->report);
+    if (json_dump_file(n->report_json, tmp, JSON_INDENT(2)) != 0 || rename(tmp, n->report) != 0)
+        pf_say("cannot write the report %s: %s", n->report, strerror(errno));
+}
+
+static int run_stages(struct pf_node *n)
+{
+    char key[64];
+    int rc;
+
+    snprintf(key, sizeof(key), "pf/node/%d", n->group_rank);
+    if (pf_put(n, key, n->host) != 0)
+        return PF_EXIT_FAILED;
+    for (int i = 0; i < n->nproc; i++) {
+        snprintf(key, sizeof(key), "pf/host/%d", n->rank0 + i);
+        if (pf_put(n, key, n->host) != 0)
+            return PF_EXIT_FAILED;
+    }
+    if ((rc = pf_stage_inventory(n)) != 0)
+        return rc;
+    if ((rc = pf_stage_mesh(n)) != 0)
+        return rc;
+    return n->need_gpus > 0 ? pf_stage_nccl(n) : 0;
+}
 
 int preflight_node_main(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return 70;
+    struct pf_node n = {.bin = "", .t0 = pf_now_ms()};
+    int rc;
+
+    if (parse_args(&n, argc, argv) != 0) {
+        pf_say("internal error: bad arguments or worker environment");
+        return PF_EXIT_USAGE;
+    }
+    if (gethostname(n.host, sizeof(n.host) - 1) != 0)
+        snprintf(n.host, sizeof(n.host), "localhost");
+    if ((rc = muster_connect(&n.m)) != 0) {
+        pf_say("cannot reach the rendezvous server: %s", muster_strerror(rc));
+        return PF_EXIT_FAILED;
+    }
+    n.report_json = json_object();
+    rc = run_stages(&n);
+    if (n.group_rank == 0) {
+        write_report(&n, rc);
+        if (rc == 0)
+            pf_say("passed in %.2f s%s%s", (pf_now_ms() - n.t0) / 1000.0,
+                   n.report && *n.report ? "; report: " : "", n.report ? n.report : "");
+        else if (n.report && *n.report)
+            pf_say("report: %s", n.report);
+    }
+    json_decref(n.report_json);
+    muster_close(n.m);
+    return rc;
 }

@@ -1,0 +1,206 @@
+/* The agent's side of the pre-flight: one `muster __preflight-node` process per node, started
+ * like a worker (same environment as local rank 0, its own process group, killed with the
+ * attempt), and what to do when it ends. The checks themselves live in preflight/. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "agent_priv.h"
+#include "env.h"
+
+extern char **environ;
+
+/* muster-preflight: $MUSTER_PREFLIGHT_BIN, else next to this muster binary, else on PATH;
+ * "" when there is none (CPU jobs do not need it; GPU jobs fail the inventory stage). */
+static void find_gpu_binary(char *out, size_t cap)
+{
+    const char *env = getenv("MUSTER_PREFLIGHT_BIN"), *path = getenv("PATH");
+    char self[PATH_MAX];
+    ssize_t n;
+
+    out[0] = '\0';
+    if (env != NULL) {
+        snprintf(out, cap, "%s", env);
+        return;
+    }
+    if ((n = readlink("/proc/self/exe", self, sizeof(self) - 1)) > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash != NULL) {
+            snprintf(out, cap, "%.*s/muster-preflight", (int)(slash - self), self);
+            if (access(out, X_OK) == 0)
+                return;
+        }
+    }
+    for (const char *p = path; p != NULL && *p != '\0';) {
+        size_t len = strcspn(p, ":");
+        snprintf(out, cap, "%.*s/muster-preflight", (int)len, p);
+        if (len > 0 && access(out, X_OK) == 0)
+            return;
+        p += len + (p[len] == ':');
+    }
+    out[0] = '\0';
+}
+
+static void on_pf_exit(struct agent_group *g, struct agent_worker *w)
+{
+    struct agent *a = g->data;
+    a->preflight_code = w->term_signal ? 128 + w->term_signal : w->exit_status;
+}
+
+static void after_close(void *data)
+{
+    (void)data;
+}
+
+static void report_final_failure(struct agent *a)
+{
+    struct rdzv_failure f = {.round = a->as.round, .rank = -1, .local_rank = -1,
+                             .exit_code = AGENT_EXIT_PREFLIGHT, .flags = RDZV_FAILURE_FINAL};
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    f.time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    snprintf(f.host, sizeof(f.host), "%s", a->host);
+    snprintf(f.text, sizeof(f.text), "pre-flight failed on %s (exit %d); the report above names "
+             "the node, GPU or link", a->host, a->preflight_code);
+    a->round_failed = 1;
+    a->local_failure = f;
+    if (rdzv_client_report_failure(a->client, &f, 0) != 0)
+        agent_finish_(a, AGENT_EXIT_PREFLIGHT);
+}
+
+static void on_pf_done(struct agent_group *g)
+{
+    struct agent *a = g->data;
+
+    agent_group_close(g, after_close, a);
+    a->group = NULL;
+    if (a->next == NEXT_REJOIN) { /* the server restarted the round meanwhile */
+        agent_do_join_(a);
+    } else if (a->next == NEXT_EXIT) {
+        agent_finish_(a, a->exit_code);
+    } else if (a->preflight_code != 0) {
+        report_final_failure(a);
+    } else if (a->o->preflight_only) {
+        if (rdzv_client_report_done(a->client, a->as.round) != 0)
+            agent_finish_(a, AGENT_EXIT_RDZV);
+    } else {
+        agent_start_workers_(a);
+    }
+}
+
+static const struct agent_group_cbs pf_cbs = {.exit_cb = on_pf_exit, .all_exited_cb = on_pf_done};
+
+/* argv of the node process; strings point into bufs (kept by the caller). */
+static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
+{
+    const struct agent_options *o = a->o;
+    int k = 0;
+
+    argv[k++] = bufs[0]; /* this program */
+    argv[k++] = "__preflight-node";
+    snprintf(bufs[1], PATH_MAX, "--need-gpus=%u", o->preflight_need_gpus);
+    argv[k++] = bufs[1];
+    snprintf(bufs[2], PATH_MAX, "--timeout-ms=%u", o->preflight_timeout_ms);
+    argv[k++] = bufs[2];
+    snprintf(bufs[3], PATH_MAX, "--min-busbw=%g", o->preflight_min_busbw);
+    argv[k++] = bufs[3];
+    find_gpu_binary(bufs[5], PATH_MAX);
+    snprintf(bufs[4], PATH_MAX, "--bin=%.4000s", bufs[5]);
+    argv[k++] = bufs[4];
+    if (a->logdir.base[0] != '\0' && !a->logdir.flat)
+        snprintf(bufs[6], PATH_MAX, "--report=%.4000s/preflight.json", a->logdir.base);
+    else
+        snprintf(bufs[6], PATH_MAX, "--report=%s/muster-%s-preflight.json",
+                 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", o->run_id);
+    argv[k++] = bufs[6];
+    if (o->preflight_allow_mixed)
+        argv[k++] = "--allow-mixed";
+    if (o->preflight_max_bytes != NULL) {
+        snprintf(bufs[7], PATH_MAX, "--max-bytes=%.64s", o->preflight_max_bytes);
+        argv[k++] = bufs[7];
+    }
+    if (o->local_addr != NULL) {
+        snprintf(bufs[8], PATH_MAX, "--local-addr=%.255s", o->local_addr);
+        argv[k++] = bufs[8];
+    }
+    argv[k] = NULL;
+}
+
+static int spawn_node_process(struct agent *a)
+{
+    static char bufs[9][PATH_MAX];
+    char *argv[16];
+    struct agent_worker_spec spec = {.argv = argv, .console = {-1, -1}, .file = {-1, -1}};
+    struct agent_worker_info w = {0};
+    struct agent_env env, full;
+    ssize_t n;
+    int rc;
+
+    if ((n = readlink("/proc/self/exe", bufs[0], PATH_MAX - 1)) <= 0)
+        return -errno;
+    bufs[0][n] = '\0';
+    node_argv(a, argv, bufs);
+    w.rank = (int)a->as.rank_offset;
+    w.local_world_size = (int)a->o->nproc;
+    w.group_rank = (int)a->as.group_rank;
+    w.group_world_size = (int)a->as.group_world_size;
+    w.role_rank = w.rank;
+    w.world_size = w.role_world_size = (int)a->as.world_size;
+    w.role = a->o->role;
+    w.master_addr = a->as.master_addr;
+    w.master_port = a->as.master_port;
+    w.max_restarts = a->o->max_restarts;
+    w.run_id = a->o->run_id;
+    w.error_file = "";
+    w.endpoint = a->endpoint;
+    w.token = a->o->token;
+    w.round = a->as.round;
+    agent_env_init(&env);
+    agent_env_init(&full);
+    rc = agent_env_for_worker(&env, &w, environ);
+    if (rc == 0)
+        rc = agent_env_merge(&env, environ, &full);
+    /* its report goes straight to the agent's own stdout/stderr, without rank prefixes */
+    spec.file[0] = dup(1);
+    spec.file[1] = dup(2);
+    spec.env = full.vars;
+    if (rc == 0)
+        rc = agent_group_spawn(a->group, 0, w.rank, &spec);
+    else
+        for (int i = 0; i < 2; i++)
+            if (spec.file[i] >= 0)
+                close(spec.file[i]);
+    agent_env_free(&env);
+    agent_env_free(&full);
+    return rc;
+}
+
+void agent_preflight_start_(struct agent *a)
+{
+    int rc = agent_group_new(&a->loop, 1, &pf_cbs, a, &a->group);
+
+    if (rc != 0) {
+        agent_log("error: %s", strerror(-rc));
+        agent_finish_(a, AGENT_EXIT_INTERNAL);
+        return;
+    }
+    a->round_failed = 0;
+    a->preflight_code = 0;
+    if (a->as.group_rank == 0)
+        agent_log("pre-flight: %u node%s, %u rank%s%s", a->as.group_world_size,
+                  a->as.group_world_size == 1 ? "" : "s", a->as.world_size,
+                  a->as.world_size == 1 ? "" : "s",
+                  a->o->preflight_need_gpus ? " (inventory, TCP mesh, NCCL)"
+                                            : " (no GPU: inventory and TCP mesh)");
+    if ((rc = spawn_node_process(a)) != 0) {
+        agent_log("error: cannot start the pre-flight: %s", strerror(-rc));
+        a->preflight_code = AGENT_EXIT_PREFLIGHT;
+        on_pf_done(a->group);
+    }
+}

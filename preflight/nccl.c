@@ -1,0 +1,284 @@
+/* Pre-flight stage 3: `muster-preflight allreduce`, one process per GPU of this node, then group
+ * rank 0's node judges every rank's result and prints the bandwidth table. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "muster.h"
+#include "node.h"
+#include "node_priv.h"
+
+extern char **environ;
+
+/* environ with RANK, LOCAL_RANK and ROLE_RANK of local rank i. Frees with free_env(). */
+static char **rank_env(const struct pf_node *n, int i)
+{
+    size_t count = 0, k = 0;
+    char **env;
+
+    while (environ[count])
+        count++;
+    if ((env = calloc(count + 4, sizeof(*env))) == NULL)
+        return NULL;
+    for (size_t j = 0; j < count; j++)
+        if (strncmp(environ[j], "RANK=", 5) && strncmp(environ[j], "LOCAL_RANK=", 11) &&
+            strncmp(environ[j], "ROLE_RANK=", 10))
+            env[k++] = strdup(environ[j]);
+    if (asprintf(&env[k++], "RANK=%d", n->rank0 + i) < 0 ||
+        asprintf(&env[k++], "LOCAL_RANK=%d", i) < 0 ||
+        asprintf(&env[k++], "ROLE_RANK=%d", n->rank0 + i) < 0)
+        env[k - 1] = NULL;
+    return env;
+}
+
+static void free_env(char **env)
+{
+    for (size_t j = 0; env && env[j]; j++)
+        free(env[j]);
+    free(env);
+}
+
+/* Starts every local rank; waits for all of them until the deadline, then kills the rest. */
+static void run_ranks(struct pf_node *n, const char *dir, int *codes)
+{
+    pid_t *pids = calloc((size_t)n->nproc, sizeof(*pids));
+    char timeout[16];
+    int left;
+
+    snprintf(timeout, sizeof(timeout), "%d", n->timeout_ms);
+    for (int i = 0; pids && i < n->nproc; i++) {
+        char out[4200], **env = rank_env(n, i);
+        char *argv[] = {(char *)n->bin, "allreduce", "--out", out, "--timeout-ms", timeout,
+                        n->max_bytes ? "--max-bytes" : NULL, (char *)n->max_bytes, NULL};
+        snprintf(out, sizeof(out), "%s/rank%d.json", dir, n->rank0 + i);
+        codes[i] = env ? posix_spawn(&pids[i], n->bin, NULL, NULL, argv, env) : ENOMEM;
+        if (codes[i] != 0) {
+            pf_say("cannot start %s for rank %d: %s", n->bin, n->rank0 + i, strerror(codes[i]));
+            codes[i] = 127;
+            pids[i] = 0;
+        } else {
+            codes[i] = -1;
+        }
+        free_env(env);
+    }
+    /* arrival and init each have the stage timeout inside muster-preflight; the sweep and
+     * CUDA's start-up get a minute on top */
+    double deadline = pf_now_ms() + 2.0 * n->timeout_ms + 60000;
+    do {
+        left = 0;
+        for (int i = 0; pids && i < n->nproc; i++) {
+            int status;
+            if (pids[i] <= 0)
+                continue;
+            if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+                codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                pids[i] = 0;
+            } else {
+                left++;
+            }
+        }
+        if (left > 0)
+            usleep(2000);
+    } while (left > 0 && pf_now_ms() < deadline);
+    for (int i = 0; pids && i < n->nproc; i++) {
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+            codes[i] = -ETIMEDOUT;
+        }
+    }
+    free(pids);
+}
+
+/* Rank i's result file, or a record saying why there is none. */
+static json_t *rank_result(const struct pf_node *n, const char *dir, int i, int code)
+{
+    char path[4200], why[200];
+    json_t *r;
+
+    snprintf(path, sizeof(path), "%s/rank%d.json", dir, n->rank0 + i);
+    r = json_load_file(path, 0, NULL);
+    unlink(path);
+    if (r != NULL)
+        return r;
+    if (code == -ETIMEDOUT)
+        snprintf(why, sizeof(why), "muster-preflight did not finish in time and was killed");
+    else if (code > 128)
+        snprintf(why, sizeof(why), "muster-preflight was killed by signal %d", code - 128);
+    else
+        snprintf(why, sizeof(why), "muster-preflight exited with code %d and wrote no result",
+                 code);
+    return json_pack("{s:i, s:i, s:s, s:b, s:s, s:i}", "rank", n->rank0 + i, "local_rank", i,
+                     "host", n->host, "ok", 0, "error", why, "exit", code);
+}
+
+static void print_sizes(json_t *stage)
+{
+    json_t *s;
+    size_t i;
+
+    fprintf(stderr, "  %10s %12s %12s %12s\n", "size", "time", "algbw", "busbw");
+    json_array_foreach(json_object_get(stage, "sizes"), i, s) {
+        double bytes = json_number_value(json_object_get(s, "bytes"));
+        fprintf(stderr, "  %6.0f %s %9.1f us %7.1f GB/s %7.1f GB/s\n",
+                bytes >= 1 << 20 ? bytes / (1 << 20) : bytes / 1024, bytes >= 1 << 20 ? "MiB" : "KiB",
+                json_number_value(json_object_get(s, "time_us")),
+                json_number_value(json_object_get(s, "algbw")),
+                json_number_value(json_object_get(s, "busbw")));
+    }
+}
+
+/* The "all" stage of a rank's result, or NULL. */
+static json_t *stage_of(json_t *rank, const char *name)
+{
+    json_t *st;
+    size_t i;
+    json_array_foreach(json_object_get(rank, "stages"), i, st) {
+        const char *s = json_string_value(json_object_get(st, "stage"));
+        if (s && strcmp(s, name) == 0)
+            return st;
+    }
+    return NULL;
+}
+
+static double last_busbw(json_t *stage, double *bytes)
+{
+    json_t *sizes = json_object_get(stage, "sizes");
+    json_t *last = json_array_get(sizes, json_array_size(sizes) - 1);
+    *bytes = json_number_value(json_object_get(last, "bytes"));
+    return json_number_value(json_object_get(last, "busbw"));
+}
+
+/* One failed rank as a line naming node and GPU. */
+static void describe_failure(json_t *r, char *out, size_t cap)
+{
+    json_t *gpu = json_object_get(r, "gpu");
+    const char *host = json_string_value(json_object_get(r, "host"));
+    const char *err = json_string_value(json_object_get(r, "error"));
+    const char *uuid = json_string_value(json_object_get(gpu, "uuid"));
+    const char *pci = json_string_value(json_object_get(gpu, "pci"));
+
+    if (gpu != NULL && uuid != NULL)
+        snprintf(out, cap, "rank %d on node %s, GPU %d (%s, %s): %s",
+                 (int)json_integer_value(json_object_get(r, "rank")), host ? host : "?",
+                 (int)json_integer_value(json_object_get(gpu, "index")), uuid, pci ? pci : "?",
+                 err ? err : "failed");
+    else
+        snprintf(out, cap, "rank %d on node %s: %s",
+                 (int)json_integer_value(json_object_get(r, "rank")), host ? host : "?",
+                 err ? err : "failed");
+}
+
+/* Group rank 0: every node's ranks; prints the table and checks --preflight-min-busbw. */
+static int judge_nccl(struct pf_node *n, json_t *mine)
+{
+    json_t *nodes = json_array(), *rank0 = NULL;
+    int bad = 0, rc = 0;
+    char key[64];
+
+    json_array_append(nodes, mine);
+    for (int g = 1; g < n->gws && rc == 0; g++) {
+        json_t *res = NULL;
+        snprintf(key, sizeof(key), "pf/nccl/%d", g);
+        if ((rc = pf_get_json(n, key, 2 * n->timeout_ms + 70000, &res)) != 0) {
+            char host[256];
+            pf_node_host(n, g, host, sizeof(host));
+            snprintf(n->reason, sizeof(n->reason), "node %s (group rank %d) sent no NCCL "
+                     "results: %s", host, g, muster_strerror(rc));
+            bad++;
+        } else {
+            json_array_append_new(nodes, res);
+        }
+    }
+    json_t *node, *r;
+    size_t i, j;
+    json_array_foreach(nodes, i, node) {
+        json_array_foreach(json_object_get(node, "ranks"), j, r) {
+            if (json_integer_value(json_object_get(r, "rank")) == 0)
+                rank0 = r;
+            if (json_is_true(json_object_get(r, "ok")))
+                continue;
+            char line[1024];
+            describe_failure(r, line, sizeof(line));
+            fprintf(stderr, "  ! %s\n", line);
+            if (bad++ == 0)
+                snprintf(n->reason, sizeof(n->reason), "%s", line);
+        }
+    }
+    json_t *all = rank0 ? stage_of(rank0, "all") : NULL;
+    if (bad == 0 && all != NULL) {
+        double bytes, busbw = last_busbw(all, &bytes);
+        fprintf(stderr, "muster: preflight: NCCL all-reduce over %d rank%s: sums exact on every "
+                "rank, every GPU distinct\n", n->world, n->world == 1 ? "" : "s");
+        print_sizes(all);
+        if (n->min_busbw > 0 && busbw < n->min_busbw) {
+            snprintf(n->reason, sizeof(n->reason), "busbw %.1f GB/s at %.0f MiB is below "
+                     "--preflight-min-busbw %.1f GB/s", busbw, bytes / (1 << 20), n->min_busbw);
+            bad++;
+        }
+    } else if (bad == 0) {
+        snprintf(n->reason, sizeof(n->reason), "no result from rank 0");
+        bad++;
+    }
+    json_object_set_new(n->report_json, "nccl", nodes);
+    if (bad)
+        pf_say("failed at the NCCL stage: %s", n->reason);
+    return pf_verdict(n, "nccl", bad == 0, n->reason);
+}
+
+/* Results travel through the KV store (60 KiB a value): keep the per-size tables of global
+ * rank 0 only when the whole node record would not fit. */
+static int put_node_result(struct pf_node *n, json_t *res)
+{
+    char key[64], *s = json_dumps(res, JSON_COMPACT);
+    json_t *r;
+    size_t i;
+
+    if (s != NULL && strlen(s) > MUSTER_VALUE_MAX) {
+        json_array_foreach(json_object_get(res, "ranks"), i, r)
+            if (json_integer_value(json_object_get(r, "rank")) != 0)
+                json_object_del(r, "stages");
+        free(s);
+        s = json_dumps(res, JSON_COMPACT);
+    }
+    snprintf(key, sizeof(key), "pf/nccl/%d", n->group_rank);
+    int rc = s ? pf_put(n, key, s) : -ENOMEM;
+    free(s);
+    return rc;
+}
+
+int pf_stage_nccl(struct pf_node *n)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    int *codes = calloc((size_t)n->nproc, sizeof(*codes)), rc;
+    json_t *res = json_pack("{s:i, s:s, s:[]}", "group_rank", n->group_rank, "host", n->host,
+                            "ranks");
+
+    snprintf(dir, sizeof(dir), "%s/muster-pf-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (codes == NULL || res == NULL || mkdtemp(dir) == NULL) {
+        free(codes);
+        json_decref(res);
+        snprintf(n->reason, sizeof(n->reason), "node %s: cannot prepare the NCCL stage: %s",
+                 n->host, strerror(errno));
+        return pf_verdict(n, "nccl", 0, n->reason);
+    }
+    run_ranks(n, dir, codes);
+    for (int i = 0; i < n->nproc; i++)
+        json_array_append_new(json_object_get(res, "ranks"), rank_result(n, dir, i, codes[i]));
+    rmdir(dir);
+    free(codes);
+    if (n->group_rank == 0) {
+        rc = judge_nccl(n, res);
+    } else {
+        rc = put_node_result(n, res) != 0 ? PF_EXIT_FAILED : pf_verdict(n, "nccl", 0, NULL);
+    }
+    json_decref(res);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* State shared by the node process's files (node.c: KV helpers, verdicts, main; stages.c:
+ * inventory and mesh; nccl.c: the per-GPU all-reduce). Not for other components. */
+#ifndef MUSTER_PREFLIGHT_NODE_PRIV_H
+#define MUSTER_PREFLIGHT_NODE_PRIV_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+struct muster;
+
+struct pf_node {
+    struct muster *m;
+    int rank0, nproc, group_rank, gws, world; /* rank0: RANK of this node's local rank 0 */
+    const char *master_addr;
+    int master_port;
+    char host[256];
+    /* options */
+    const char *bin;        /* muster-preflight, "" when not installed */
+    int need_gpus;          /* workers here that need a GPU; 0 = CPU job */
+    int timeout_ms;         /* per stage */
+    double min_busbw;       /* GB/s at the largest size, 0 = none */
+    int allow_mixed;
+    const char *max_bytes;  /* NULL: muster-preflight's default */
+    const char *report;     /* group rank 0: where the JSON report goes */
+    const char *local_addr; /* the address other nodes reach this one at, NULL: guess */
+    /* results */
+    json_t *report_json;
+    char reason[1024];      /* the failure, one line */
+    double t0;
+};
+
+void pf_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+double pf_now_ms(void);
+int pf_put(struct pf_node *n, const char *key, const char *value);
+int pf_put_json(struct pf_node *n, const char *key, json_t *v);
+int pf_get(struct pf_node *n, const char *key, int timeout_ms, char **out);
+int pf_get_json(struct pf_node *n, const char *key, int timeout_ms, json_t **out);
+void pf_node_host(struct pf_node *n, int g, char *out, size_t cap);
+/* Publishes (group rank 0) or waits for (others) a stage's verdict. Returns 0 or
+ * PF_EXIT_FAILED; on failure n->reason holds the one-line reason. */
+int pf_verdict(struct pf_node *n, const char *stage, int ok, const char *reason);
+
+/* stages.c / nccl.c: each returns 0 or PF_EXIT_FAILED (reason in n->reason) */
+int pf_stage_inventory(struct pf_node *n);
+int pf_stage_mesh(struct pf_node *n);
+int pf_stage_nccl(struct pf_node *n);
+
+/* proc.c: runs argv (envp NULL = ours) with stdout captured into *out (malloc'd, NUL-ended),
+ * stderr passed through, killed after timeout_ms. Returns the exit code, 128+signal, or a
+ * negative errno (-ENOENT: cannot execute, -ETIMEDOUT). */
+int pf_run_capture(char *const argv[], int timeout_ms, char **out);
+
+#endif
