@@ -57,8 +57,16 @@ static void after_close(void *data)
     (void)data;
 }
 
+static void reason_path(char *out, size_t cap)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, cap, "%s/muster-pf-reason-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+}
+
 static void report_final_failure(struct agent *a)
 {
+    char path[PATH_MAX], reason[RDZV_TEXT_MAX + 1] = "";
+    FILE *f_in;
     struct rdzv_failure f = {.round = a->as.round, .rank = -1, .local_rank = -1,
                              .exit_code = AGENT_EXIT_PREFLIGHT, .flags = RDZV_FAILURE_FINAL};
     struct timeval tv;
@@ -66,8 +74,19 @@ static void report_final_failure(struct agent *a)
     gettimeofday(&tv, NULL);
     f.time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
     snprintf(f.host, sizeof(f.host), "%s", a->host);
-    snprintf(f.text, sizeof(f.text), "pre-flight failed on %s (exit %d); the report above names "
-             "the node, GPU or link", a->host, a->preflight_code);
+    reason_path(path, sizeof(path));
+    if ((f_in = fopen(path, "r")) != NULL) {
+        size_t n = fread(reason, 1, sizeof(reason) - 1, f_in);
+        reason[n] = '\0';
+        reason[strcspn(reason, "\n")] = '\0';
+        fclose(f_in);
+    }
+    unlink(path);
+    if (reason[0] != '\0')
+        snprintf(f.text, sizeof(f.text), "pre-flight failed: %s", reason);
+    else
+        snprintf(f.text, sizeof(f.text), "pre-flight failed on %s (exit %d)", a->host,
+                 a->preflight_code);
     a->round_failed = 1;
     a->local_failure = f;
     if (rdzv_client_report_failure(a->client, &f, 0) != 0)
@@ -129,12 +148,16 @@ static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
         snprintf(bufs[8], PATH_MAX, "--local-addr=%.255s", o->local_addr);
         argv[k++] = bufs[8];
     }
+    reason_path(bufs[10], PATH_MAX);
+    unlink(bufs[10]);
+    snprintf(bufs[9], PATH_MAX, "--reason-file=%.4000s", bufs[10]);
+    argv[k++] = bufs[9];
     argv[k] = NULL;
 }
 
 static int spawn_node_process(struct agent *a)
 {
-    static char bufs[9][PATH_MAX];
+    static char bufs[11][PATH_MAX];
     char *argv[16];
     struct agent_worker_spec spec = {.argv = argv, .console = {-1, -1}, .file = {-1, -1}};
     struct agent_worker_info w = {0};

@@ -273,6 +273,7 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.reconnect_grace_ms = cfg->reconnect_grace_ms;
     o.role = cfg->role;
     o.local_addr = cfg->local_addr;
+    o.master_port = (unsigned)cfg->master_port; /* 0: a free port, reserved per round */
     if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL) {
         o.local_addr = cfg->master_addr; /* one node: it is the master */
         o.master_port = (unsigned)cfg->master_port;

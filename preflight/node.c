@@ -151,6 +151,7 @@ static int parse_args(struct pf_node *n, int argc, char **argv)
         {"min-busbw", required_argument, NULL, 'b'}, {"allow-mixed", no_argument, NULL, 'x'},
         {"max-bytes", required_argument, NULL, 's'}, {"report", required_argument, NULL, 'r'},
         {"bin", required_argument, NULL, 'p'},       {"local-addr", required_argument, NULL, 'a'},
+        {"reason-file", required_argument, NULL, 'f'},
         {NULL, 0, NULL, 0}};
     int c;
 
@@ -165,6 +166,7 @@ static int parse_args(struct pf_node *n, int argc, char **argv)
         case 'r': n->report = optarg; break;
         case 'p': n->bin = optarg; break;
         case 'a': n->local_addr = optarg; break;
+        case 'f': n->reason_file = optarg; break;
         default: return -EINVAL;
         }
     }
@@ -236,6 +238,13 @@ int preflight_node_main(int argc, char **argv)
                    n.report && *n.report ? "; report: " : "", n.report ? n.report : "");
         else if (n.report && *n.report)
             pf_say("report: %s", n.report);
+    }
+    if (rc != 0 && n.reason_file != NULL && n.reason[0] != '\0') {
+        FILE *f = fopen(n.reason_file, "w");
+        if (f != NULL) {
+            fprintf(f, "%s\n", n.reason);
+            fclose(f);
+        }
     }
     json_decref(n.report_json);
     muster_close(n.m);

@@ -23,6 +23,7 @@ struct pf_node {
     const char *max_bytes;  /* NULL: muster-preflight's default */
     const char *report;     /* group rank 0: where the JSON report goes */
     const char *local_addr; /* the address other nodes reach this one at, NULL: guess */
+    const char *reason_file; /* where the failure's one-line reason goes for the agent */
     /* results */
     json_t *report_json;
     char reason[1024];      /* the failure, one line */
