@@ -234,7 +234,9 @@ static int file_exists(const char *dir, const char *name)
 
 /* `nvidia-cuda-mps-control -d` forks the daemon and exits 0. A client that finds no daemon
  * silently runs without MPS (and without the cap), so wait until the daemon wrote its pid
- * file before any worker starts. */
+ * file before any worker starts. (On the H200 host, driver 580, the pipe directory held
+ * control, control_lock, control_privileged, log and the pid file as soon as -d returned:
+ * the wait costs nothing there; it guards other versions.) */
 static int start_daemon(struct agent_mps *m, char *why, size_t whylen)
 {
     char *argv[] = {m->control, "-d", NULL};
@@ -355,10 +357,30 @@ int agent_mps_worker_env(const struct agent_mps *m, const struct agent_shared_op
      * remaps devices: with "0,2" set on the daemon its clients see devices 0 and 1, and a
      * client keeping CUDA_VISIBLE_DEVICES=2 fails (MPS docs, "CUDA_VISIBLE_DEVICES"). So an
      * index becomes the GPU's position in the daemon's list; a UUID (or MIG id) names the
-     * same GPU either way and stays. */
+     * same GPU either way and stays. Checked on a 2 x H200 host: daemon on "1", a client with
+     * CUDA_VISIBLE_DEVICES=1 got "No CUDA GPUs are available", one with 0 ran on GPU 1 (its
+     * UUID) with the cap applied (mem_get_info free = cap - ~0.5 GiB of context). */
     if (all_digits(o->gpu_ids[g]))
         rc |= agent_env_setf(env, "CUDA_VISIBLE_DEVICES", "%u", g);
     return rc ? -ENOMEM : 0;
+}
+
+/* A daemon that quit but was not reaped yet (a container without an init that reaps
+ * orphans: seen on the GPU host, "[nvidia-cuda-mps] <defunct>") is gone too. */
+static int daemon_alive(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    int fd, n;
+
+    if (kill(pid, 0) != 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 1;
+    n = read_all(fd, buf, sizeof(buf));
+    close(fd);
+    p = n > 0 ? strrchr(buf, ')') : NULL; /* "pid (comm) S ...": comm may hold spaces */
+    return !(p != NULL && p[1] == ' ' && p[2] == 'Z');
 }
 
 static pid_t read_pidfile(const char *dir)
@@ -421,9 +443,9 @@ void agent_mps_stop(struct agent_mps *m)
         if (rc != 0)
             agent_log("warning: stopping the MPS daemon: %s quit: %s", m->control,
                       strerror(-rc));
-        while (daemon > 0 && kill(daemon, 0) == 0 && now_ms() < deadline)
+        while (daemon > 0 && daemon_alive(daemon) && now_ms() < deadline)
             sleep_ms(10);
-        if (daemon > 0 && kill(daemon, 0) == 0) {
+        if (daemon > 0 && daemon_alive(daemon)) {
             agent_log("warning: the MPS daemon (pid %d) did not quit; killing it", (int)daemon);
             kill(daemon, SIGKILL);
         }

@@ -11,11 +11,13 @@ MOCK="$IT_DIR/mock"
 R="$T/mps.record"
 export MOCK_MPS_RECORD="$R"
 
-# daemon_pids: the fake daemons this test started ("daemon PID" lines of the record)
+# daemon_gone: none of the fake daemons of the record ("daemon PID" lines) runs; a zombie
+# (an orphan that no init reaped yet) counts as gone
 daemon_gone() {
-    local pid
+    local pid state
     for pid in $(awk '$1 == "daemon" {print $2}' "$R" 2>/dev/null); do
-        kill -0 "$pid" 2>/dev/null && return 1
+        state=$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+        [ -n "$state" ] && [ "$state" != Z ] && return 1
     done
     return 0
 }
@@ -30,6 +32,7 @@ check_stopped() {
     [ -n "$pipe" ] || fail "$1: no start recorded"
     [ -e "$pipe" ] && fail "$1: the run directory $(dirname "$pipe") was not removed"
     grep -q 'MPS daemon stopped' "$T/err" || { show_output; fail "$1: no 'MPS daemon stopped' line"; }
+    grep -q 'did not quit' "$T/err" && { show_output; fail "$1: the daemon had to be killed"; }
     return 0
 }
 
