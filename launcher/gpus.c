@@ -4,6 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *launcher_nvidia_proc_dir(void)
+{
+    const char *v = getenv("MUSTER_NVIDIA_PROC_DIR");
+    return v != NULL && *v != '\0' ? v : LAUNCHER_NVIDIA_PROC_DIR_DEFAULT;
+}
+
 static int count_dir(const char *proc_dir)
 {
     DIR *d = opendir(proc_dir);

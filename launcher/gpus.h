@@ -3,7 +3,11 @@
 #ifndef MUSTER_LAUNCHER_GPUS_H
 #define MUSTER_LAUNCHER_GPUS_H
 
-#define LAUNCHER_NVIDIA_PROC_DIR "/proc/driver/nvidia/gpus"
+#define LAUNCHER_NVIDIA_PROC_DIR_DEFAULT "/proc/driver/nvidia/gpus"
+/* The driver's GPU directory: $MUSTER_NVIDIA_PROC_DIR when set (the tests' seam for a machine
+ * "with GPUs" that has none), else the default. */
+#define LAUNCHER_NVIDIA_PROC_DIR launcher_nvidia_proc_dir()
+const char *launcher_nvidia_proc_dir(void);
 
 /* Returns the number of GPUs a CUDA program started here would see: the entries of proc_dir
  * (one directory per GPU), filtered through cuda_visible (NULL = unset) the way the CUDA

@@ -1,0 +1,99 @@
+#!/bin/bash
+# `muster preflight` / `muster run --preflight` without a GPU, and the pre-flight's reports with
+# a stand-in muster-preflight (tests/integration/mock/muster-preflight) and a fake driver
+# directory (MUSTER_NVIDIA_PROC_DIR) that make this machine look like one with 2 GPUs:
+#   - no GPU, no --nproc-per-node: exit 5 with one line; bad flags: exit 2 with one line
+#   - a CPU-only single-node pre-flight passes, and `muster run --preflight on` then runs
+#   - two nodes whose NCCL versions differ: exit 4, the table marks the difference and names both
+#     nodes; --preflight-allow-mixed: passes with a warning
+#   - a rank whose muster-preflight crashes: exit 4 naming the rank, node and GPU; the workers
+#     of `muster run` never start
+#   - busbw below --preflight-min-busbw: exit 4 with the figure
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/multi.sh"
+
+expect_one_line_error() {
+    [ "$(wc -l <"$T/err")" = 1 ] && grep -q -- "$1" "$T/err" \
+        || fail "expected one error line with '$1', got: $(cat "$T/err")"
+}
+
+MOCK=$MUSTER_SRC/tests/integration/mock/muster-preflight
+FAKE=$T/gpus
+mkdir -p "$FAKE/0000:10:00.0" "$FAKE/0000:11:00.0"
+GPUENV=(MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK")
+unset CUDA_VISIBLE_DEVICES
+
+# --- without a GPU ---
+MUSTER_NVIDIA_PROC_DIR=$T/none mrun -- preflight
+expect_rc "step 1" 5
+expect_one_line_error "no NVIDIA GPU on this node"
+mrun -- preflight --nproc-per-node 1 --preflight-timeout 0.1
+expect_rc "step 2" 2
+expect_one_line_error "--preflight-timeout"
+mrun -- run --preflight sometimes --no-python /bin/true
+expect_rc "step 3" 2
+expect_one_line_error "--preflight must be auto, on or off"
+mrun -- preflight --nproc-per-node 2
+expect_rc "step 4" 0
+grep -q "preflight: passed" "$T/err" || fail "CPU-only pre-flight did not pass: $(cat "$T/err")"
+mkdir -p "$T/w"
+mrun -- run --preflight on --nproc-per-node 2 --no-python "$WORKER" dump "$T/w"
+expect_rc "step 5" 0
+check_ranks "$T/w" 0 2 1
+
+# --- a node "with 2 GPUs" (fake driver directory, stand-in muster-preflight) ---
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" -- preflight --log-dir "$T/logs" \
+    --rdzv-id one-$$
+expect_rc "step 6" 0
+grep -q "NCCL all-reduce over 2 ranks" "$T/err" || fail "no NCCL table: $(cat "$T/err")"
+[ -s "$T/logs/one-$$/preflight.json" ] || fail "no JSON report in the log dir"
+grep -q '"nccl"' "$T/logs/one-$$/preflight.json" || fail "the JSON report lacks the NCCL stage"
+
+# a rank crashes before init: named with its node and GPU; no worker starts
+rm -rf "$T/w"; mkdir -p "$T/w"
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_FAIL_RANK=1 -- \
+    run --nproc-per-node 2 --max-restarts 3 --no-python "$WORKER" dump "$T/w"
+expect_rc "step 7" 4
+grep -q "rank 1 on node .*: muster-preflight exited with code 1" "$T/err" \
+    || fail "the crashed rank was not named: $(cat "$T/err")"
+[ -z "$(ls "$T/w")" ] || fail "workers started although the pre-flight failed"
+grep -q "restarting" "$T/err" && fail "a failed pre-flight must not be restarted"
+
+# busbw floor
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_BUSBW=100.0 -- \
+    preflight --preflight-min-busbw 250
+expect_rc "step 8" 4
+grep -q "busbw 100.0 GB/s at 256 MiB is below --preflight-min-busbw 250.0" "$T/err" \
+    || fail "the busbw floor was not reported: $(cat "$T/err")"
+
+# --- two nodes with different NCCL versions ---
+start_server
+for mixed in no yes; do
+    extra=()
+    [ $mixed = yes ] && extra=(--preflight-allow-mixed)
+    for i in 1 2; do
+        nccl=22809
+        [ $i = 2 ] && nccl=22703
+        agent m$mixed$i "${GPUENV[@]}" MOCK_NCCL=$nccl -- --nnodes 2 --nproc-per-node 2 \
+            --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id mix-$mixed-$$ --preflight on \
+            ${extra[@]+"${extra[@]}"} --rdzv-conf join_timeout=30 --no-python /bin/true
+    done
+    for i in 1 2; do
+        agent_wait m$mixed$i 60
+    done
+    errs=$(cat "$T/m${mixed}1.err" "$T/m${mixed}2.err")
+    if [ $mixed = no ]; then
+        expect_agent_rc m${mixed}1 4
+        expect_agent_rc m${mixed}2 4
+        # group rank 0 is whichever node joined first: the other one's cell is marked
+        grep -Eq "2\.(27\.3|28\.9)\*" <<<"$errs" || fail "the differing NCCL cell is not marked: $errs"
+        grep -Eq "NCCL differs: .* \(group rank 1\) has 2\.2[78]\.[39], .* \(group rank 0\) has 2\.2[78]\.[39]" \
+            <<<"$errs" || fail "the NCCL difference was not named: $errs"
+    else
+        expect_agent_rc m${mixed}1 0
+        expect_agent_rc m${mixed}2 0
+        grep -q "~ NCCL differs" <<<"$errs" || fail "no warning with --preflight-allow-mixed: $errs"
+    fi
+done
+stop_server
+assert_no_marked_left "after the pre-flights" 5
