@@ -83,5 +83,24 @@ expect_rc "SIGTERM to muster" 143
 grep -q 'received SIGTERM: stopping the tasks' "$T/err" || { show_output; fail "no SIGTERM line"; }
 grep -q 'restarting it alone' "$T/err" && fail "a task was restarted during the shutdown"
 
+# (e) tasks that ignore SIGTERM: SIGKILLed after --shutdown-timeout 1; a second signal kills
+# them at once (--shutdown-timeout 60)
+D="$T/e"; mkdir -p "$D"
+stubborn='trap "" TERM; touch "$0.$MUSTER_TASK_INDEX"; while :; do sleep 0.05; done'
+mrun_bg CUDA_VISIBLE_DEVICES=0 -- run --nproc-per-gpu 2 --shutdown-timeout 1 --no-python \
+    /bin/bash -c "$stubborn" "$D/up"
+wait_for 20 files_at_least 2 "$D/up.*" || { show_output; fail "the stubborn tasks did not start"; }
+t0=$(now_ms); kill -TERM "$MPID"; wait_rc "$MPID" 20; el=$(( $(now_ms) - t0 ))
+expect_rc "SIGTERM, tasks ignore it" 143
+[ "$el" -ge 900 ] && [ "$el" -lt 6000 ] || fail "SIGKILL after --shutdown-timeout 1 took ${el} ms"
+D="$T/f"; mkdir -p "$D"
+mrun_bg CUDA_VISIBLE_DEVICES=0 -- run --nproc-per-gpu 2 --shutdown-timeout 60 --no-python \
+    /bin/bash -c "$stubborn" "$D/up"
+wait_for 20 files_at_least 2 "$D/up.*" || { show_output; fail "the stubborn tasks did not start"; }
+kill -TERM "$MPID"; sleep 0.3; t0=$(now_ms); kill -INT "$MPID"; wait_rc "$MPID" 20
+el=$(( $(now_ms) - t0 ))
+expect_rc "second signal" 143
+[ "$el" -lt 5000 ] || fail "a second signal took ${el} ms to end the tasks"
+
 assert_no_marked_left "end of test" 5
 exit 0
