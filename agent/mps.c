@@ -90,11 +90,10 @@ int agent_mps_find_control(char *path)
 /* Runs argv[0] (an absolute path) and waits for it up to timeout_ms, then SIGKILLs its
  * process group. stdio: fds for 0..2, -1 = /dev/null. Returns 0 with *status set, or a
  * negative errno (-ETIMEDOUT, spawn's). */
-static int run_wait(char **argv, char **envp, const int stdio[3], unsigned timeout_ms,
-                    int *status)
+static int run_wait(char **argv, char **envp, const int stdio[3], unsigned timeout_ms, int *status)
 {
-    struct agent_spawn_opts so = {.file = argv[0], .argv = argv, .envp = envp,
-                                  .stdio = {stdio[0], stdio[1], stdio[2]}};
+    struct agent_spawn_opts so = {
+        .file = argv[0], .argv = argv, .envp = envp, .stdio = {stdio[0], stdio[1], stdio[2]}};
     uint64_t deadline = now_ms() + timeout_ms;
     pid_t pid, r;
     int rc = agent_spawn(&so, &pid);
@@ -138,8 +137,9 @@ static int read_all(int fd, char *buf, size_t len)
 int agent_mps_query_gpu_mem(const char *gpu_id, uint64_t *bytes)
 {
     char smi[PATH_MAX], out[4096], *end;
-    char *argv[] = {smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i",
-                    (char *)gpu_id, NULL};
+    char *argv[] = {
+        smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", (char *)gpu_id,
+        NULL};
     int fds[2], status, rc;
 
     if ((rc = find_program("nvidia-smi", smi)) != 0)
@@ -277,7 +277,8 @@ static int mps_fail(struct agent_mps *m, int on, int code, const char *what)
         agent_log("error: --mps: %s", what);
     else
         agent_log("warning: --mps=auto: %s; the workers share the GPUs without MPS "
-                  "(no hard memory cap)", what);
+                  "(no hard memory cap)",
+                  what);
     remove_dir(m);
     agent_env_free(&m->env);
     m->on = 0;
@@ -298,7 +299,7 @@ int agent_mps_start(struct agent_mps *m, const struct agent_shared_options *o)
     if (agent_mps_find_control(m->control) != 0)
         return mps_fail(m, on, AGENT_EXIT_USAGE,
                         on ? AGENT_MPS_CONTROL " not found (install the NVIDIA driver's MPS "
-                             "tools or run without --mps)"
+                                               "tools or run without --mps)"
                            : AGENT_MPS_CONTROL " not found");
     if (bytes == 0 && agent_mps_query_gpu_mem(o->gpu_ids[0], &bytes) != 0)
         return mps_fail(m, on, AGENT_EXIT_USAGE,
@@ -441,8 +442,7 @@ void agent_mps_stop(struct agent_mps *m)
         pid_t daemon = read_pidfile(m->pipe_dir); /* read first: the daemon removes it */
         int rc = send_quit(m, AGENT_MPS_STOP_TIMEOUT_MS);
         if (rc != 0)
-            agent_log("warning: stopping the MPS daemon: %s quit: %s", m->control,
-                      strerror(-rc));
+            agent_log("warning: stopping the MPS daemon: %s quit: %s", m->control, strerror(-rc));
         while (daemon > 0 && daemon_alive(daemon) && now_ms() < deadline)
             sleep_ms(10);
         if (daemon > 0 && daemon_alive(daemon)) {

@@ -21,13 +21,13 @@
 #define AGENT_MPS_STOP_TIMEOUT_MS 10000 /* "quit", then the daemon's exit; then SIGKILL */
 
 struct agent_mps {
-    int on;                  /* a daemon of ours runs: workers get the MPS variables */
-    char control[PATH_MAX];  /* the control program's absolute path */
-    char dir[PATH_MAX];      /* run directory with pipe/ and log/; "" none */
+    int on;                 /* a daemon of ours runs: workers get the MPS variables */
+    char control[PATH_MAX]; /* the control program's absolute path */
+    char dir[PATH_MAX];     /* run directory with pipe/ and log/; "" none */
     char pipe_dir[PATH_MAX];
     char log_dir[PATH_MAX];
-    uint64_t limit_mib;      /* each worker's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in MiB */
-    struct agent_env env;    /* the daemon's (and its control commands') additions */
+    uint64_t limit_mib;   /* each worker's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in MiB */
+    struct agent_env env; /* the daemon's (and its control commands') additions */
 };
 
 /* floor(gpu_mem_bytes * fraction / per_gpu / 2^20): one worker's share in MiB. 0 for

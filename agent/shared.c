@@ -33,8 +33,8 @@ struct task {
     struct agent_group *group; /* the running attempt; NULL between attempts and once ended */
     int port_fd;               /* MASTER_PORT kept reserved while the attempt runs */
     unsigned port;
-    int code;                  /* the last attempt's exit code (128+signal) */
-    int ended;                 /* succeeded, or failed with no restart left */
+    int code;  /* the last attempt's exit code (128+signal) */
+    int ended; /* succeeded, or failed with no restart left */
 };
 
 struct shared {
@@ -50,16 +50,26 @@ struct shared {
     struct agent_mps mps;
 };
 
-int agent_shared_task_env(const struct agent_shared_options *o, unsigned task,
-                          unsigned master_port, unsigned restart_count, const char *error_file,
-                          struct agent_env *env, char *const *parent)
+int agent_shared_task_env(const struct agent_shared_options *o, unsigned task, unsigned master_port,
+                          unsigned restart_count, const char *error_file, struct agent_env *env,
+                          char *const *parent)
 {
     unsigned count = o->ngpus * o->per_gpu, g = task / o->per_gpu;
     struct agent_worker_info w = {
-        .rank = 0, .local_rank = 0, .local_world_size = 1, .group_rank = 0,
-        .group_world_size = 1, .role_rank = 0, .role_world_size = 1, .world_size = 1,
-        .role = "default", .master_addr = "127.0.0.1", .master_port = master_port,
-        .restart_count = restart_count, .max_restarts = o->max_restarts, .run_id = o->run_id,
+        .rank = 0,
+        .local_rank = 0,
+        .local_world_size = 1,
+        .group_rank = 0,
+        .group_world_size = 1,
+        .role_rank = 0,
+        .role_world_size = 1,
+        .world_size = 1,
+        .role = "default",
+        .master_addr = "127.0.0.1",
+        .master_port = master_port,
+        .restart_count = restart_count,
+        .max_restarts = o->max_restarts,
+        .run_id = o->run_id,
         .error_file = error_file ? error_file : "",
         .endpoint = NULL, /* no rendezvous server in this mode */
     };
@@ -127,12 +137,12 @@ static int task_failed(struct task *t, int code, const char *how)
     }
     if (t->restarts < s->o->max_restarts) {
         t->restarts++;
-        agent_log("task %u (GPU %s) %s; restarting it alone (restart %u/%u)", t->index, gpu,
-                  how, t->restarts, s->o->max_restarts);
+        agent_log("task %u (GPU %s) %s; restarting it alone (restart %u/%u)", t->index, gpu, how,
+                  t->restarts, s->o->max_restarts);
         return 1;
     }
-    agent_log("task %u (GPU %s) %s; no restart left (%u/%u), the other tasks go on", t->index,
-              gpu, how, t->restarts, s->o->max_restarts);
+    agent_log("task %u (GPU %s) %s; no restart left (%u/%u), the other tasks go on", t->index, gpu,
+              how, t->restarts, s->o->max_restarts);
     task_ended(t, code);
     return 0;
 }
@@ -199,8 +209,8 @@ static int task_streams(struct task *t, struct agent_worker_spec *spec, char *er
         int bit = 1 << st;
         int to_file = o->log_dir != NULL || ((o->redirect[i] | o->tee[i]) & bit);
         spec->console[st] = o->shown[i] && !(o->redirect[i] & bit) ? 1 + st : -1;
-        spec->file[st] = to_file && dir[0] != '\0' ? open_log(dir, st ? "stderr.log" : "stdout.log")
-                                                   : -1;
+        spec->file[st] =
+            to_file && dir[0] != '\0' ? open_log(dir, st ? "stderr.log" : "stdout.log") : -1;
     }
     return 0;
 }
@@ -218,8 +228,7 @@ static int spawn_task(struct task *t)
     agent_env_init(&env);
     agent_env_init(&full);
     if ((rc = agent_port_reserve(&t->port_fd, &t->port)) != 0) {
-        agent_log("cannot find a free port for task %u's MASTER_PORT: %s", t->index,
-                  strerror(-rc));
+        agent_log("cannot find a free port for task %u's MASTER_PORT: %s", t->index, strerror(-rc));
         goto out;
     }
     if ((rc = task_streams(t, &spec, error_file)) != 0)

@@ -21,8 +21,14 @@ static struct agent_shared_options example(void)
 {
     static char *argv[] = {"train.py", NULL};
     return (struct agent_shared_options){
-        .run_id = "job7", .argv = argv, .gpu_ids = ids01, .ngpus = 2, .per_gpu = 3,
-        .mem_fraction = 0.85, .max_restarts = 3, .shutdown_timeout_ms = 1000,
+        .run_id = "job7",
+        .argv = argv,
+        .gpu_ids = ids01,
+        .ngpus = 2,
+        .per_gpu = 3,
+        .mem_fraction = 0.85,
+        .max_restarts = 3,
+        .shutdown_timeout_ms = 1000,
     };
 }
 
@@ -46,20 +52,23 @@ static void test_task_env_example(void **state)
         struct agent_env env;
         char buf[32];
         agent_env_init(&env);
-        assert_int_equal(agent_shared_task_env(&o, t, 30000 + t, t == 4 ? 2 : 0,
-                                               "/logs/err.json", &env, parent), 0);
+        assert_int_equal(
+            agent_shared_task_env(&o, t, 30000 + t, t == 4 ? 2 : 0, "/logs/err.json", &env, parent),
+            0);
         assert_var(&env, "CUDA_VISIBLE_DEVICES", cvd[t]);
         assert_var(&env, "MUSTER_GPU_INDEX", gidx[t]);
         snprintf(buf, sizeof(buf), "%u", t);
         assert_var(&env, "MUSTER_TASK_INDEX", buf);
         assert_var(&env, "MUSTER_TASK_COUNT", "6");
         assert_var(&env, "MUSTER_GPU_MEM_FRACTION", "0.2833");
-        for (const char *const *k = (const char *const[]){"RANK", "LOCAL_RANK", "GROUP_RANK",
-                                                         "ROLE_RANK", NULL}; *k; k++)
+        for (const char *const *k =
+                 (const char *const[]){"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", NULL};
+             *k; k++)
             assert_var(&env, *k, "0");
-        for (const char *const *k = (const char *const[]){"WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                                                         "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
-                                                         NULL}; *k; k++)
+        for (const char *const *k =
+                 (const char *const[]){"WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE",
+                                       "ROLE_WORLD_SIZE", NULL};
+             *k; k++)
             assert_var(&env, *k, "1");
         assert_var(&env, "MASTER_ADDR", "127.0.0.1");
         snprintf(buf, sizeof(buf), "%u", 30000 + t);
