@@ -1,0 +1,102 @@
+/* muster-preflight's shared state: the options, the worker environment, this rank's GPU, the
+ * libmuster connection, the device buffer and every stage's results. One `struct pf_run` lives
+ * in allreduce_main(); the modules (pf_gpu, pf_kv, pf_stage, pf_report) borrow it. */
+#ifndef MUSTER_PREFLIGHT_RUN_H
+#define MUSTER_PREFLIGHT_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+/* Exit codes (also in muster_preflight.c's header comment and --help). */
+#define PF_EXIT_OK 0      /* every check passed */
+#define PF_EXIT_CHECK 1   /* a check failed: duplicate GPU, NCCL error, wrong sum */
+#define PF_EXIT_USAGE 2   /* bad command line or worker environment */
+#define PF_EXIT_START 3   /* CUDA, NCCL or the muster connection cannot start */
+#define PF_EXIT_MISSING 4 /* a rank never arrived, or a deadline passed */
+
+#define PF_MAX_SIZES 64 /* sweep entries; 1 B .. 2^64 by factor 2 still fits */
+#define PF_HOST_MAX 256
+#define PF_ERROR_MAX 2048
+
+struct pf_opts {
+    uint64_t min_bytes;
+    uint64_t max_bytes;
+    int iters;
+    int warmup;
+    int timeout_ms;
+    int device;      /* -1: default (LOCAL_RANK, or 0 when CUDA sees one device) */
+    const char *out; /* NULL: stdout */
+};
+
+struct pf_env {
+    int rank, world;
+    int local_rank, local_world;
+    int group_rank, group_world;
+};
+
+struct pf_gpu {
+    int index;     /* CUDA ordinal (after CUDA_VISIBLE_DEVICES) */
+    char uuid[48]; /* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx */
+    char pci[32];  /* 0000:1b:00.0 */
+    char name[256];
+    uint64_t memory; /* totalGlobalMem, bytes */
+    int cc_major, cc_minor;
+};
+
+struct pf_size_result {
+    uint64_t bytes;
+    double time_us;
+    double algbw;
+    double busbw;
+};
+
+struct pf_stage_result {
+    const char *name; /* "node" or "all" (static) */
+    int nranks;
+    int init_done;
+    double init_ms;
+    const char *check; /* "ok", "failed" or "not run" (static) */
+    int nsizes;
+    struct pf_size_result sizes[PF_MAX_SIZES];
+};
+
+struct pf_run {
+    struct pf_opts opts;
+    struct pf_env env;
+    char host[PF_HOST_MAX];
+    int have_gpu;
+    struct pf_gpu gpu;
+    struct muster *m;
+    float *dbuf;        /* device buffer of buf_bytes */
+    uint64_t buf_bytes; /* what this rank allocated */
+    uint64_t max_bytes; /* the sweep's top: the smallest allocation of all ranks */
+    int have_stream;
+    cudaStream_t stream;
+    struct pf_stage_result stages[2];
+    int nstages;
+    double start_ms;
+    int exit_code;
+    char error[PF_ERROR_MAX]; /* the first error; empty when none */
+    char note[512];
+};
+
+/* Records the first error (later ones are dropped: the first is the cause) with its exit code
+ * and prints it as one line "muster-preflight: error: ..." on stderr. Returns err (a negative
+ * errno) so callers can write `return pf_fail(run, ...)`. */
+int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* `muster-preflight allreduce` after parsing: connects to muster, sets up the GPU, publishes
+ * and checks every rank's GPU, runs the stages, writes the report, frees everything. Expects
+ * run->opts and run->env filled and everything else zero. Returns the exit code. */
+int pf_allreduce_run(struct pf_run *run);
+
+/* CLOCK_MONOTONIC in milliseconds. */
+double pf_now_ms(void);
+
+/* Milliseconds left until deadline_ms (pf_now_ms() scale), clamped to [0, INT_MAX]. */
+int pf_left_ms(double deadline_ms);
+
+#endif
