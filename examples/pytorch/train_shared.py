@@ -16,9 +16,10 @@ Environment (all optional):
   MUSTER_PROBE_FILE        with --probe-batch: where to write the probe's measurements
 
 Modes:
-  (default)          train for --steps, then print `task=<i> steps=<n> steps_per_s=<x>`
-  --probe-batch B    measure static memory (model + gradients + Adam state) and the peak of one
-                     forward + backward + step at batch B; write {"static_bytes", "peak_bytes",
+  (default)          train for --steps, then print `task=<i> steps=<n> steps_per_s=<x> t0=.. t1=..`
+                     (t0/t1: wall-clock start and end of the timed steps)
+  --probe-batch B    measure static memory (model + gradients + Adam state + cuBLAS workspace,
+                     after a warm-up step) and the peak of one forward + backward + step at batch B; write {"static_bytes", "peak_bytes",
                      "batch", "total_bytes"} to MUSTER_PROBE_FILE and exit 0. Needs CUDA: exits 3
                      on a machine without it (CPU memory cannot stand in for GPU memory)
   --oom-test         allocate 1 GiB tensors until CUDA runs out of memory, print
@@ -50,6 +51,11 @@ def parse_args():
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--probe-batch", type=int, default=0, metavar="B")
     p.add_argument("--oom-test", action="store_true")
+    p.add_argument("--oom-task", type=int, default=-1, metavar="I",
+                   help="only task I runs --oom-test; the others train")
+    p.add_argument("--start-at", type=float, default=0.0, metavar="EPOCH",
+                   help="after the warm-up step, wait until this wall-clock time (seconds since "
+                        "the epoch) so that copies started apart train over the same window")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even if CUDA exists")
     return p.parse_args()
 
@@ -99,12 +105,12 @@ def step(model, opt, args, batch, device):
     return loss
 
 
-def init_optimizer_state(model, opt):
-    """Allocates gradients and Adam's moments without moving the weights (zero gradients give a
-    zero Adam update), so that the static figure holds everything that lives across steps."""
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    opt.step()
+def warm_up(model, opt, args, device):
+    """One step at batch 1, so that what lives across steps exists before `static` is read: the
+    gradients, Adam's moments, and the cuBLAS workspace (which PyTorch takes from its caching
+    allocator on the first matmul; left out of static, it would count as per-sample memory)."""
+    step(model, opt, args, 1, device)
+    opt.zero_grad(set_to_none=False)  # gradients stay allocated, as during training
 
 
 def probe(args, task):
@@ -122,7 +128,7 @@ def probe(args, task):
         return EXIT_NO_CUDA
     device = torch.device("cuda", 0)
     model, opt = build(args, device, 1e-3)
-    init_optimizer_state(model, opt)
+    warm_up(model, opt, args, device)
     torch.cuda.synchronize()
     static = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
@@ -171,6 +177,9 @@ def train(args, task, count, use_cuda):
     step(model, opt, args, batch, device)  # warm-up, not timed
     if use_cuda:
         torch.cuda.synchronize()
+    if args.start_at > time.time():
+        time.sleep(args.start_at - time.time())
+    w0 = time.time()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         loss = step(model, opt, args, batch, device)
@@ -178,7 +187,8 @@ def train(args, task, count, use_cuda):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(f"task={task} final loss={loss.item():.4f}", file=sys.stderr)
-    print(f"task={task} steps={args.steps} steps_per_s={args.steps / dt:.2f}", flush=True)
+    print(f"task={task} steps={args.steps} steps_per_s={args.steps / dt:.2f} "
+          f"t0={w0:.4f} t1={w0 + dt:.4f}", flush=True)
     return 0
 
 
@@ -192,7 +202,7 @@ def main():
     apply_memory_fraction(use_cuda)  # before any CUDA tensor
     if args.probe_batch:
         return probe(args, task)
-    if args.oom_test:
+    if args.oom_test or args.oom_task == task:
         return oom_test(task)
     return train(args, task, count, use_cuda)
 

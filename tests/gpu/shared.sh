@@ -1,0 +1,84 @@
+#!/bin/bash
+# Shared-GPU mode on one GPU (issue 7), one command from a clean tree:
+#
+#   tests/gpu/shared.sh BUILD_DIR OUT_DIR
+#
+# 1. MPS caps: 4 tasks on GPU 0 with --mps; task 0 allocates 1 GiB blocks until CUDA says out of
+#    memory while tasks 1-3 train: task 0 stops at its cap (F/K of the GPU), the others finish.
+#    The same without MPS (PyTorch's fraction only).
+# 2. Throughput: K = 1, 2, 4 copies of examples/pytorch/train_shared.py (small MLP, batch 256)
+#    on one GPU, without and with MPS. Aggregate steps/s = all steps / (last end - first start)
+#    over a common window (--start-at). Targets: K=4 with MPS >= 4x one worker; MPS >= 1.3x
+#    plain time-slicing at K=4.
+# Results: OUT_DIR/summary.txt. Exit 0 when every check passed.
+set -u
+B=$(cd "${1:-build-gpu}" && pwd)
+OUT=${2:-/tmp/muster-gpu}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+M=$B/muster
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_VISIBLE_DEVICES=0
+FAILS=0
+log() { echo "$*" | tee -a "$OUT/summary.txt"; }
+check() { if [ "$1" = "$2" ]; then log "PASS $3 ($1)"; else log "FAIL $3: expected $2, got $1"; FAILS=$((FAILS + 1)); fi; }
+
+log "# muster shared-GPU mode $(date -u +%FT%TZ) on $(hostname)"
+nvidia-smi -L | head -1 | tee -a "$OUT/summary.txt"
+mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
+log "GPU 0 memory: $mem_mib MiB"
+
+# 1. caps
+for mps in on off; do
+    flag=()
+    [ $mps = on ] && flag=(--mps)
+    "$M" run --nproc-per-gpu 4 --gpu-mem-fraction 0.8 "${flag[@]}" "$SRC/examples/pytorch/train_shared.py" \
+        --steps 300 --batch-size 256 --oom-task 0 >"$OUT/cap_$mps.out" 2>"$OUT/cap_$mps.err"
+    rc=$?
+    check "$rc" 0 "4 tasks, task 0 runs into its cap, mps=$mps"
+    got=$(sed -n 's/.*task=0 oom after \([0-9]*\) GiB.*/\1/p' "$OUT/cap_$mps.out")
+    share=$(( mem_mib * 8 / 10 / 4 / 1024 ))  # GiB: F/K of the GPU
+    log "mps=$mps: task 0 held ${got:-?} GiB when CUDA said out of memory; its share is ~$share GiB"
+    [ -n "$got" ] && [ "$got" -le "$share" ]; check $? 0 "mps=$mps: the cap held (${got:-?} <= $share GiB)"
+    n=$(grep -c "steps_per_s" "$OUT/cap_$mps.out")
+    check "$n" 3 "mps=$mps: the 3 neighbours finished training"
+    grep -E "MPS|mps" "$OUT/cap_$mps.err" | head -3 | tee -a "$OUT/summary.txt"
+done
+pgrep -f nvidia-cuda-mps-server >/dev/null && { log "FAIL an MPS server is still running"; FAILS=$((FAILS + 1)); }
+
+# 2. throughput
+agg() { # agg FILE: aggregate steps/s over the common window, and the sum of per-task rates
+    "$PY" - "$1" <<'PY'
+import re, sys
+rows = [l for l in open(sys.argv[1]) if "steps_per_s=" in l]
+steps = t0 = t1 = 0.0; t0 = 1e20; rates = 0.0
+for l in rows:
+    d = dict(kv.split("=", 1) for kv in l.split() if "=" in kv and not kv.startswith("["))
+    d = {k.split("]:")[-1].strip(): v for k, v in d.items()}
+    steps += float(d["steps"]); rates += float(d["steps_per_s"])
+    t0 = min(t0, float(d["t0"])); t1 = max(t1, float(d["t1"]))
+print("%.1f %.1f %d" % (steps / (t1 - t0) if rows else 0, rates, len(rows)))
+PY
+}
+declare -A AGG
+for mps in off on; do
+    for k in 1 2 4; do
+        flag=()
+        [ $mps = on ] && flag=(--mps)
+        start=$("$PY" -c 'import time; print(time.time() + 15)')
+        "$M" run --nproc-per-gpu $k "${flag[@]}" "$SRC/examples/pytorch/train_shared.py" \
+            --steps 4000 --batch-size 256 --features 1024 --hidden 1024 --start-at "$start" \
+            >"$OUT/tp_${mps}_$k.out" 2>"$OUT/tp_${mps}_$k.err"
+        rc=$?
+        read -r a r n < <(agg "$OUT/tp_${mps}_$k.out")
+        AGG[$mps$k]=$a
+        check "$rc/$n" "0/$k" "K=$k mps=$mps ran"
+        log "K=$k mps=$mps: aggregate $a steps/s (sum of per-task rates $r)"
+    done
+done
+r1=$("$PY" -c "print('%.2f' % (${AGG[on4]:-0} / max(${AGG[off1]:-0}, 1e-9)))")
+r2=$("$PY" -c "print('%.2f' % (${AGG[on4]:-0} / max(${AGG[off4]:-0}, 1e-9)))")
+log "K=4 with MPS / one worker alone: ${r1}x (target >= 4); MPS / time-slicing at K=4: ${r2}x (target >= 1.3)"
+log "# $FAILS failed"
+[ "$FAILS" = 0 ]
