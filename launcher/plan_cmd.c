@@ -751,3 +751,52 @@ int launcher_plan(int argc, char **argv)
     return fflush(stdout) == 0 ? PLAN_EXIT_OK
                                : usage_err("cannot write the plan: %s", strerror(errno));
 }
+
+/* --- muster run --auto-batch --------------------------------------------------------------- */
+
+int launcher_plan_auto_batch(char **argv, const char *gpu_id, unsigned procs, double safety,
+                             double gpu_mem, unsigned probe_batch, long *batch)
+{
+    struct launcher_plan_probe probe;
+    struct launcher_plan_in in;
+    struct launcher_plan_out out;
+    char err[PLAN_ERR_MAX], pb[16], *saved = NULL, s1[32], s2[32], s3[32];
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    int rc;
+
+    /* the probe runs alone on the first GPU, under the same fraction as a task will */
+    if (vis != NULL && (saved = strdup(vis)) == NULL)
+        return PLAN_EXIT_USAGE;
+    snprintf(pb, sizeof(pb), "%u", probe_batch);
+    snprintf(s1, sizeof(s1), "%.4f", safety / procs);
+    if (setenv("CUDA_VISIBLE_DEVICES", gpu_id, 1) || setenv("MUSTER_PROBE_BATCH", pb, 1) ||
+        setenv("MUSTER_GPU_MEM_FRACTION", s1, 1)) {
+        free(saved);
+        return PLAN_EXIT_USAGE;
+    }
+    fprintf(stderr, "muster: --auto-batch: probing '%s' once at batch %u on GPU %s\n", argv[0],
+            probe_batch, gpu_id);
+    rc = run_probe(argv, 1, &probe);
+    saved ? setenv("CUDA_VISIBLE_DEVICES", saved, 1) : unsetenv("CUDA_VISIBLE_DEVICES");
+    unsetenv("MUSTER_PROBE_BATCH");
+    unsetenv("MUSTER_GPU_MEM_FRACTION");
+    free(saved);
+    if (rc != 0)
+        return rc;
+    if (gpu_mem <= 0 && probe.total_bytes > 0)
+        gpu_mem = probe.total_bytes;
+    if (gpu_mem <= 0 && (rc = gpu_mem_from_smi(&gpu_mem)) != 0)
+        return rc;
+    in = (struct launcher_plan_in){.gpu_mem = gpu_mem, .static_mem = probe.static_bytes,
+                                   .per_sample = probe.per_sample, .safety = safety,
+                                   .procs = procs};
+    if (launcher_plan_compute(&in, &out, err, sizeof(err)) != 0)
+        return usage_err("--auto-batch: %s", err);
+    fprintf(stderr, "muster: --auto-batch: %s per process, static %s, %s per sample: max batch "
+            "%ld, MUSTER_BATCH_SIZE=%ld\n", launcher_plan_fmt_size(out.per_proc, s1, sizeof(s1)),
+            launcher_plan_fmt_size(probe.static_bytes, s2, sizeof(s2)),
+            launcher_plan_fmt_size(probe.per_sample, s3, sizeof(s3)), out.max_batch,
+            out.start_batch);
+    *batch = out.start_batch;
+    return 0;
+}

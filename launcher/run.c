@@ -11,10 +11,14 @@
 #include "config.h"
 #include "env.h"
 #include "help.h"
+#include "plan_cmd.h"
 #include "port.h"
 #include "shared.h"
 
 extern char **environ;
+
+/* --auto-batch's probe batch (MUSTER_PROBE_BATCH) */
+#define LAUNCHER_AUTO_BATCH_PROBE 8
 
 /* argv of one worker: [python -u [-m]] script args..., NULL-terminated. Borrows strings. */
 static char **worker_argv(const struct launcher_config *cfg)
@@ -181,6 +185,13 @@ static int dry_run_shared(const struct launcher_config *cfg, char **argv)
            cfg->rdzv_id, cfg->ngpu_ids, cfg->nproc_per_gpu, cfg->nproc_per_node,
            cfg->gpu_mem_fraction, cfg->mps == 1 ? "on" : cfg->mps == 2 ? "auto" : "off",
            cfg->max_restarts);
+    if (cfg->auto_batch)
+        printf("# --auto-batch: a probe run at batch %d plans MUSTER_BATCH_SIZE at start\n",
+               LAUNCHER_AUTO_BATCH_PROBE);
+    if (cfg->mps)
+        printf("# --mps: MPS renumbers the daemon's GPUs from 0, so numeric CUDA_VISIBLE_DEVICES "
+               "become positions in the list; each worker also gets CUDA_MPS_* (pipe directory, "
+               "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)\n");
     for (int i = 0; rc == 0 && i < cfg->nproc_per_node; i++) {
         struct agent_env env;
         unsigned port = 0;
@@ -204,11 +215,24 @@ static int run_shared(const struct launcher_config *cfg, char **argv)
 {
     struct agent_shared_options o;
     unsigned char *flags = std_flags(cfg, cfg->nproc_per_node);
+    char batch_s[24];
+    long batch;
     int rc;
 
     if (flags == NULL)
         return AGENT_EXIT_INTERNAL;
     shared_options(cfg, argv, flags, &o);
+    if (cfg->auto_batch) {
+        rc = launcher_plan_auto_batch(argv, cfg->gpu_ids[0], (unsigned)cfg->nproc_per_gpu,
+                                      cfg->gpu_mem_fraction, cfg->gpu_mem_bytes,
+                                      LAUNCHER_AUTO_BATCH_PROBE, &batch);
+        if (rc != 0) {
+            free(flags);
+            return rc;
+        }
+        snprintf(batch_s, sizeof(batch_s), "%ld", batch);
+        o.batch_size = batch_s;
+    }
     rc = agent_shared_run(&o);
     free(flags);
     return rc;

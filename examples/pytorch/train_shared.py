@@ -14,13 +14,16 @@ Environment (all optional):
   MUSTER_BATCH_SIZE        batch size (else --batch-size)
   MUSTER_TASK_INDEX/COUNT  which copy this is: picks the learning rate from --lrs
   MUSTER_PROBE_FILE        with --probe-batch: where to write the probe's measurements
+  MUSTER_PROBE_BATCH       with MUSTER_PROBE_FILE and no --probe-batch: probe at this batch
+                           (how `muster run --nproc-per-gpu K --auto-batch` asks for a probe)
 
 Modes:
   (default)          train for --steps, then print `task=<i> steps=<n> steps_per_s=<x> t0=.. t1=..`
                      (t0/t1: wall-clock start and end of the timed steps)
   --probe-batch B    measure static memory (model + gradients + Adam state + cuBLAS workspace,
-                     after a warm-up step) and the peak of one forward + backward + step at batch B; write {"static_bytes", "peak_bytes",
-                     "batch", "total_bytes"} to MUSTER_PROBE_FILE and exit 0. Needs CUDA: exits 3
+                     after a warm-up step) and the peak of one forward + backward + step at
+                     batch B; write {"static_bytes", "peak_bytes", "batch", "total_bytes"} to
+                     MUSTER_PROBE_FILE and exit 0. Needs CUDA: exits 3
                      on a machine without it (CPU memory cannot stand in for GPU memory)
   --oom-test         allocate 1 GiB tensors until CUDA runs out of memory, print
                      `task=<i> oom after <n> GiB`, exit 0 (shows the memory cap works); needs CUDA
@@ -197,6 +200,9 @@ def main():
     task = env_int("MUSTER_TASK_INDEX", 0)
     count = env_int("MUSTER_TASK_COUNT", 1)
     use_cuda = torch.cuda.is_available() and not args.cpu
+    if not args.probe_batch and os.environ.get("MUSTER_PROBE_FILE"):
+        # `muster run --auto-batch` probes the unchanged command with MUSTER_PROBE_BATCH
+        args.probe_batch = env_int("MUSTER_PROBE_BATCH", 0)
     if args.probe_batch:
         use_cuda = torch.cuda.is_available()
     apply_memory_fraction(use_cuda)  # before any CUDA tensor
