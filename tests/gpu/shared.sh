@@ -29,11 +29,16 @@ nvidia-smi -L | head -1 | tee -a "$OUT/summary.txt"
 mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
 log "GPU 0 memory: $mem_mib MiB"
 
+# knobs for a second look: SHARED_SKIP_CAPS=1, SHARED_KS="1 4", SHARED_TP_ARGS (the model/batch)
+TP_ARGS=${SHARED_TP_ARGS:---batch-size 256 --features 1024 --hidden 1024}
+KS=${SHARED_KS:-1 2 4}
+
 # 1. caps
 for mps in on off; do
+    [ "${SHARED_SKIP_CAPS:-0}" = 1 ] && break
     flag=()
     [ $mps = on ] && flag=(--mps)
-    "$M" run --nproc-per-gpu 4 --gpu-mem-fraction 0.8 "${flag[@]}" "$SRC/examples/pytorch/train_shared.py" \
+    timeout -k 5 150 "$M" run --nproc-per-gpu 4 --gpu-mem-fraction 0.8 "${flag[@]}" "$SRC/examples/pytorch/train_shared.py" \
         --steps 300 --batch-size 256 --oom-task 0 >"$OUT/cap_$mps.out" 2>"$OUT/cap_$mps.err"
     rc=$?
     check "$rc" 0 "4 tasks, task 0 runs into its cap, mps=$mps"
@@ -63,14 +68,22 @@ PY
 }
 declare -A AGG
 for mps in off on; do
-    for k in 1 2 4; do
+    for k in $KS; do
         flag=()
         [ $mps = on ] && flag=(--mps)
         start=$("$PY" -c 'import time; print(time.time() + 15)')
-        "$M" run --nproc-per-gpu $k "${flag[@]}" "$SRC/examples/pytorch/train_shared.py" \
-            --steps 4000 --batch-size 256 --features 1024 --hidden 1024 --start-at "$start" \
-            >"$OUT/tp_${mps}_$k.out" 2>"$OUT/tp_${mps}_$k.err"
+        # shellcheck disable=SC2086
+        timeout -k 5 150 "$M" run --nproc-per-gpu $k "${flag[@]}" "$SRC/examples/pytorch/train_shared.py" \
+            --steps ${SHARED_STEPS:-4000} $TP_ARGS --start-at "$start" \
+            >"$OUT/tp_${mps}_$k.out" 2>"$OUT/tp_${mps}_$k.err" &
+        mp=$!
+        # while they train: is the MPS server really serving them? (it shows as a compute app)
+        (sleep 20; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader \
+            >"$OUT/apps_${mps}_$k.txt" 2>&1) &
+        wait $mp
         rc=$?
+        wait
+        log "K=$k mps=$mps compute apps: $(tr '\n' ';' <"$OUT/apps_${mps}_$k.txt")"
         read -r a r n < <(agg "$OUT/tp_${mps}_$k.out")
         AGG[$mps$k]=$a
         check "$rc/$n" "0/$k" "K=$k mps=$mps ran"
@@ -79,6 +92,7 @@ for mps in off on; do
 done
 r1=$("$PY" -c "print('%.2f' % (${AGG[on4]:-0} / max(${AGG[off1]:-0}, 1e-9)))")
 r2=$("$PY" -c "print('%.2f' % (${AGG[on4]:-0} / max(${AGG[off4]:-0}, 1e-9)))")
+log "model/batch: $TP_ARGS"
 log "K=4 with MPS / one worker alone: ${r1}x (target >= 4); MPS / time-slicing at K=4: ${r2}x (target >= 1.3)"
 log "# $FAILS failed"
 [ "$FAILS" = 0 ]
