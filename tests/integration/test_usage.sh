@@ -56,9 +56,9 @@ fi
 expect_usage_error "PET_NPROC_PER_NODE=abc" PET_NPROC_PER_NODE=abc -- run --standalone train.py
 
 # help and version
-flags="nnodes nproc-per-node rdzv-backend rdzv-endpoint rdzv-id rdzv-conf standalone max-restarts
-monitor-interval start-method role module no-python run-path log-dir redirects tee local-ranks-filter
-node-rank master-addr master-port local-addr shutdown-timeout"
+# every option the parser knows (its table in launcher/config.c), torchrun's and muster's own
+flags=$(sed -n 's/^ *\[O_[A-Z_]*\] = {"\([a-z-]*\)".*/\1/p' "$MUSTER_SRC/launcher/config.c")
+[ "$(wc -w <<<"$flags")" -gt 40 ] || fail "cannot read the option table of launcher/config.c"
 for h in "--help" "run --help"; do
     # shellcheck disable=SC2086
     IT_TIMEOUT=20 mrun -- $h
