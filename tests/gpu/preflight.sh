@@ -36,7 +36,7 @@ head -c 600 "$OUT/inventory.json" | tee -a "$OUT/summary.txt"; echo | tee -a "$O
 # 1. the whole pre-flight, three times
 for i in 1 2 3; do
     t=$(date +%s%N)
-    "$M" preflight --log-dir "$OUT/logs" --rdzv-id pf$i >"$OUT/pf$i.out" 2>"$OUT/pf$i.err"
+    timeout -k 5 150 "$M" preflight --log-dir "$OUT/logs" --rdzv-id pf$i >"$OUT/pf$i.out" 2>"$OUT/pf$i.err"
     rc=$?; tm=$(ms "$t")
     check "$rc" 0 "muster preflight on $ngpu GPUs, run $i: ${tm} ms"
 done
@@ -44,8 +44,7 @@ cat "$OUT/pf3.err" | tee -a "$OUT/summary.txt"
 cp "$OUT/logs/pf3/preflight.json" "$OUT/preflight_report.json" 2>/dev/null
 
 # 2. busbw beside PyTorch on the same GPUs and sizes
-python3 "$SRC/bench/gpu/busbw_compare.py" --help >/dev/null 2>&1 || true
-torchrun --standalone --nproc_per_node "$ngpu" "$SRC/bench/gpu/torch_allreduce.py" \
+timeout -k 5 150 torchrun --standalone --nproc_per_node "$ngpu" "$SRC/bench/gpu/torch_allreduce.py" \
     --out "$OUT/torch_allreduce.json" >"$OUT/torch_allreduce.log" 2>&1
 check $? 0 "PyTorch dist.all_reduce loop"
 cat "$OUT/torch_allreduce.log" | grep -v Warning | tail -8 | tee -a "$OUT/summary.txt"
@@ -70,7 +69,7 @@ PY
 ratio=$(sed -n 's/^RATIO_256MIB //p' "$OUT/summary.txt" | tail -1)
 python3 -c "import sys; sys.exit(0 if float('${ratio:-0}') >= 0.95 else 1)"
 check $? 0 "busbw at 256 MiB >= 95 % of PyTorch's (ratio ${ratio:-?})"
-"$M" preflight --preflight-max-bytes 1GiB --log-dir "$OUT/logs" --rdzv-id pf1g >"$OUT/pf1g.out" 2>"$OUT/pf1g.err"
+timeout -k 5 150 "$M" preflight --preflight-max-bytes 1GiB --log-dir "$OUT/logs" --rdzv-id pf1g >"$OUT/pf1g.out" 2>"$OUT/pf1g.err"
 check $? 0 "muster preflight with a 1 GiB sweep"
 grep -A8 "NCCL all-reduce" "$OUT/pf1g.err" | tee -a "$OUT/summary.txt"
 
@@ -82,7 +81,7 @@ exec "$B/muster-preflight" "\$@"
 SH
 chmod +x "$OUT/die_rank1.sh"
 t=$(date +%s%N)
-MUSTER_PREFLIGHT_BIN=$OUT/die_rank1.sh "$M" preflight --preflight-timeout 10 >"$OUT/pf_dead.out" 2>"$OUT/pf_dead.err"
+MUSTER_PREFLIGHT_BIN=$OUT/die_rank1.sh timeout -k 5 150 "$M" preflight --preflight-timeout 10 >"$OUT/pf_dead.out" 2>"$OUT/pf_dead.err"
 rc=$?; tm=$(ms "$t")
 check "$rc" 4 "rank killed before init: pre-flight fails (${tm} ms, deadline 10 s)"
 grep -q "rank 1 .*never arrived" "$OUT/pf_dead.err"; check $? 0 "the missing rank 1 is named"
@@ -94,7 +93,7 @@ spid=$!
 sleep 1
 sport=$(sed -n 's/.*server listening on .*:\([0-9][0-9]*\).*/\1/p' "$OUT/server.err" | head -1)
 for k in 1 2; do
-    CUDA_VISIBLE_DEVICES=0 "$M" preflight --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$sport \
+    CUDA_VISIBLE_DEVICES=0 timeout -k 5 150 "$M" preflight --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$sport \
         --rdzv-id dup --preflight-timeout 10 >"$OUT/dup$k.out" 2>"$OUT/dup$k.err" &
     eval "dpid$k=\$!"
 done
@@ -106,7 +105,7 @@ kill $spid 2>/dev/null; wait $spid 2>/dev/null
 
 # 5. a real job: pre-flight (auto: GPUs present) then NCCL DDP
 t=$(date +%s%N)
-"$M" run --standalone --nproc-per-node gpu "$SRC/examples/pytorch/train_ddp.py" --backend nccl --steps 100 >"$OUT/ddp.out" 2>"$OUT/ddp.err"
+timeout -k 5 150 "$M" run --standalone --nproc-per-node gpu "$SRC/examples/pytorch/train_ddp.py" --backend nccl --steps 100 >"$OUT/ddp.out" 2>"$OUT/ddp.err"
 rc=$?; tm=$(ms "$t")
 check "$rc" 0 "muster run with the pre-flight, then NCCL DDP (${tm} ms)"
 grep -q "preflight: passed" "$OUT/ddp.err"; check $? 0 "the pre-flight ran before the workers"
