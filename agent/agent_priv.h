@@ -76,6 +76,11 @@ void agent_preflight_start_(struct agent *a);
 /* attempt.c: the log directory (0 or a negative errno, logged), and worker i's start */
 int agent_prepare_logdir_(struct agent *a);
 int agent_spawn_one_(struct agent *a, int i);
+/* The console (1/2 or -1) and log-file fds (opened in dir, or -1) of one worker's stdout and
+ * stderr: all_to_files (--log-dir) keeps every stream, else only what redirect/tee (bit 1
+ * stdout, bit 2 stderr) send to files; shown = console output wanted. Also used by shared.c. */
+void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,
+                           unsigned char tee, unsigned char shown, struct agent_worker_spec *spec);
 
 /* agent_ft.c: watchers set up at start (0 or a negative errno, logged); before each JOIN,
  * this node's resume candidate; before each attempt, MUSTER_RESUME_FROM and heartbeats */

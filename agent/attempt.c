@@ -71,6 +71,21 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->resume_from = a->resume_from;
 }
 
+void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,
+                           unsigned char tee, unsigned char shown, struct agent_worker_spec *spec)
+{
+    for (int s = 0; s < 2; s++) {
+        int bit = 1 << s;
+        /* an explicit --log-dir keeps every stream; the private directory only what
+         * --redirects/--tee send there */
+        int to_file = all_to_files || ((redirect | tee) & bit);
+        spec->console[s] = shown && !(redirect & bit) ? 1 + s : -1;
+        spec->file[s] = -1;
+        if (to_file && dir[0] != '\0')
+            spec->file[s] = open_log(dir, s ? "stderr.log" : "stdout.log");
+    }
+}
+
 /* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
 int agent_spawn_one_(struct agent *a, int i)
 {
@@ -89,15 +104,8 @@ int agent_spawn_one_(struct agent *a, int i)
         goto out;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
-    for (int s = 0; s < 2; s++) {
-        int bit = 1 << s;
-        /* an explicit --log-dir keeps every stream; the private directory only what
-         * --redirects/--tee send there */
-        int to_file = o->log_dir != NULL || ((o->redirect[i] | o->tee[i]) & bit);
-        spec.console[s] = o->shown[i] && !(o->redirect[i] & bit) ? 1 + s : -1;
-        if (to_file && dir[0] != '\0')
-            spec.file[s] = open_log(dir, s ? "stderr.log" : "stdout.log");
-    }
+    agent_worker_streams_(dir, o->log_dir != NULL, o->redirect[i], o->tee[i], o->shown[i],
+                          &spec);
     worker_info(a, i, error_file, &info);
     if (a->hang_on) {
         agent_hang_file(&a->hang, a->as.restart_count, i, heartbeat);

@@ -180,17 +180,6 @@ static const struct agent_group_cbs group_cbs = {
     .all_exited_cb = on_all_exited,
 };
 
-static int open_log(const char *dir, const char *name)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
-        return -1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-    if (fd < 0)
-        agent_log("cannot open %s: %s; that stream is not logged", path, strerror(errno));
-    return fd;
-}
-
 /* Log files and console of task t, as the agent does per local rank (attempt.c): the
  * attempt number is the task's restart count, the local rank its index. */
 static int task_streams(struct task *t, struct agent_worker_spec *spec, char *error_file)
@@ -205,13 +194,8 @@ static int task_streams(struct task *t, struct agent_worker_spec *spec, char *er
         return rc;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
-    for (int st = 0; st < 2; st++) {
-        int bit = 1 << st;
-        int to_file = o->log_dir != NULL || ((o->redirect[i] | o->tee[i]) & bit);
-        spec->console[st] = o->shown[i] && !(o->redirect[i] & bit) ? 1 + st : -1;
-        spec->file[st] =
-            to_file && dir[0] != '\0' ? open_log(dir, st ? "stderr.log" : "stdout.log") : -1;
-    }
+    agent_worker_streams_(dir, o->log_dir != NULL, o->redirect[i], o->tee[i], o->shown[i],
+                          spec);
     return 0;
 }
 
