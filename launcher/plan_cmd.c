@@ -14,10 +14,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <uv.h>
 
+#include "child.h"
 #include "plan.h"
-#include "spawn.h"
 
 extern char **environ;
 
@@ -26,7 +25,6 @@ extern char **environ;
 #define PLAN_EXIT_USAGE 2 /* bad input, a plan that cannot fit, no way to learn M_gpu */
 #define PLAN_ERR_MAX 512
 #define PLAN_SMI_TIMEOUT_MS 10000
-#define PLAN_SMI_OUT_MAX 4096
 #define PLAN_PROBE_FILE_MAX (1024 * 1024)
 
 struct plan_opts {
@@ -275,182 +273,6 @@ static int parse_args(int argc, char **argv, struct plan_opts *o)
     return check_opts(o);
 }
 
-/* --- running a child: nvidia-smi (captured, with a time limit) or the probe (signals forwarded) */
-
-struct child_run {
-    uv_loop_t loop;
-    uv_signal_t sig[3]; /* SIGCHLD, SIGINT, SIGTERM */
-    uv_timer_t timer;
-    uv_pipe_t out;
-    int nsig, has_timer, has_out;
-    pid_t pid;
-    int exited, status, timed_out, forwarded;
-    char buf[PLAN_SMI_OUT_MAX];
-    size_t len;
-};
-
-static void close_if_open(uv_handle_t *h)
-{
-    if (!uv_is_closing(h))
-        uv_close(h, NULL);
-}
-
-/* The pipe closes itself at EOF; everything else closes once the child is reaped. */
-static void close_watchers(struct child_run *c)
-{
-    for (int i = 0; i < c->nsig; i++)
-        close_if_open((uv_handle_t *)&c->sig[i]);
-    if (c->has_timer)
-        close_if_open((uv_handle_t *)&c->timer);
-}
-
-static void on_signal(uv_signal_t *h, int signum)
-{
-    struct child_run *c = h->data;
-    int st;
-
-    if (signum != SIGCHLD) {
-        /* the child has its own session, so the terminal's ^C reaches only us */
-        if (c->pid > 0 && !c->exited)
-            kill(-c->pid, signum);
-        c->forwarded = signum;
-        return;
-    }
-    if (c->pid > 0 && !c->exited && waitpid(c->pid, &st, WNOHANG) == c->pid) {
-        c->exited = 1;
-        c->status = st;
-        close_watchers(c);
-    }
-}
-
-static void on_timeout(uv_timer_t *t)
-{
-    struct child_run *c = t->data;
-
-    if (!c->exited) {
-        c->timed_out = 1;
-        kill(-c->pid, SIGKILL);
-    }
-}
-
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
-{
-    struct child_run *c = h->data;
-
-    (void)hint;
-    /* past the limit, keep draining into the last byte so the child never blocks on a full pipe */
-    if (c->len >= sizeof(c->buf) - 1)
-        *b = uv_buf_init(c->buf + sizeof(c->buf) - 1, 1);
-    else
-        *b = uv_buf_init(c->buf + c->len, (unsigned)(sizeof(c->buf) - 1 - c->len));
-}
-
-static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
-{
-    struct child_run *c = s->data;
-
-    (void)b;
-    if (n > 0 && c->len < sizeof(c->buf) - 1)
-        c->len += (size_t)n;
-    if (n < 0)
-        close_if_open((uv_handle_t *)s);
-}
-
-/* Starts the loop's watchers: SIGCHLD always (before the spawn, so no exit is missed), SIGINT
- * and SIGTERM when forwarding. */
-static int watch_signals(struct child_run *c, int forward)
-{
-    static const int sigs[3] = {SIGCHLD, SIGINT, SIGTERM};
-    int rc;
-
-    for (int i = 0; i < (forward ? 3 : 1); i++) {
-        if ((rc = uv_signal_init(&c->loop, &c->sig[i])) != 0)
-            return rc;
-        c->nsig++;
-        c->sig[i].data = c;
-        if ((rc = uv_signal_start(&c->sig[i], on_signal, sigs[i])) != 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* Starts the reader on the pipe's read end (takes ownership of fd) and the time limit. */
-static int watch_output(struct child_run *c, int fd, uint64_t timeout_ms)
-{
-    int rc;
-
-    if (fd >= 0) {
-        if ((rc = uv_pipe_init(&c->loop, &c->out, 0)) != 0) {
-            close(fd);
-            return rc;
-        }
-        c->has_out = 1;
-        c->out.data = c;
-        if ((rc = uv_pipe_open(&c->out, fd)) != 0) {
-            close(fd);
-            return rc;
-        }
-        if ((rc = uv_read_start((uv_stream_t *)&c->out, on_alloc, on_read)) != 0)
-            return rc;
-    }
-    if (timeout_ms > 0) {
-        if ((rc = uv_timer_init(&c->loop, &c->timer)) != 0)
-            return rc;
-        c->has_timer = 1;
-        c->timer.data = c;
-        return uv_timer_start(&c->timer, on_timeout, timeout_ms, 0);
-    }
-    return 0;
-}
-
-/* Runs argv to its end. capture: read its stdout into c->buf (stdin/stderr: /dev/null); else it
- * inherits our stdin and stderr, gets out_fd as stdout and receives our SIGINT/SIGTERM.
- * timeout_ms 0: no limit. Returns 0 once the
- * child was reaped (c->status, c->timed_out), or a negative errno when it could not start
- * (-ENOENT: no such program). */
-static int run_child(struct child_run *c, char *const *argv, int capture, int out_fd,
-                     uint64_t timeout_ms)
-{
-    struct agent_spawn_opts so = {
-        .file = argv[0], .argv = argv, .envp = environ, .stdio = {0, out_fd, 2}};
-    int p[2] = {-1, -1}, rc;
-
-    memset(c, 0, sizeof(*c));
-    if ((rc = uv_loop_init(&c->loop)) != 0)
-        return rc;
-    if ((rc = watch_signals(c, !capture)) != 0)
-        goto out;
-    if (capture) {
-        if (pipe2(p, O_CLOEXEC) != 0) {
-            rc = -errno;
-            goto out;
-        }
-        so.stdio[0] = so.stdio[2] = -1;
-        so.stdio[1] = p[1];
-    }
-    rc = agent_spawn(&so, &c->pid);
-    if (p[1] >= 0)
-        close(p[1]); /* the child holds its copy: EOF comes when it exits */
-    if (rc != 0) {
-        if (p[0] >= 0)
-            close(p[0]);
-        goto out;
-    }
-    if ((rc = watch_output(c, p[0], timeout_ms)) != 0) {
-        kill(-c->pid, SIGKILL); /* cannot watch it: do not leave it running; SIGCHLD reaps */
-        if (c->has_out)
-            close_if_open((uv_handle_t *)&c->out);
-        rc = 0;
-    }
-out:
-    if (rc != 0)
-        close_watchers(c);
-    uv_run(&c->loop, UV_RUN_DEFAULT);
-    if (uv_loop_close(&c->loop) != 0)
-        fprintf(stderr, "muster: warning: plan's event loop still had handles at exit\n");
-    return rc;
-}
-
 /* --- M_gpu from nvidia-smi ------------------------------------------------------------------ */
 
 /* The GPU a CUDA program here would call device 0: the first entry of CUDA_VISIBLE_DEVICES. */
@@ -500,13 +322,13 @@ static int gpu_mem_from_smi(double *bytes)
     char id[128], why[256];
     char *argv[] = {
         "nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", id, NULL};
-    struct child_run *c = NULL;
+    struct launcher_child *c = NULL;
     int rc;
 
     first_visible_gpu(id, sizeof(id));
     if ((c = malloc(sizeof(*c))) == NULL)
         return usage_err("cannot learn the GPU's memory (out of memory)%s", hint);
-    rc = run_child(c, argv, 1, -1, PLAN_SMI_TIMEOUT_MS);
+    rc = launcher_child_run(c, argv, 1, -1, PLAN_SMI_TIMEOUT_MS);
     c->buf[c->len] = '\0';
     if (rc == -ENOENT)
         snprintf(why, sizeof(why), "no nvidia-smi on PATH");
@@ -574,7 +396,7 @@ out:
 
 /* Explains a failed probe run. Returns the exit code: 128+sig when we forwarded it a signal
  * (the user interrupted the plan), else PLAN_EXIT_PROBE. */
-static int probe_failed(const struct child_run *c)
+static int probe_failed(const struct launcher_child *c)
 {
     if (c->forwarded)
         fprintf(stderr, "muster: error: probe run interrupted by %s, ", strsignal(c->forwarded));
@@ -595,7 +417,7 @@ static int run_probe(char **cmd, int json, struct launcher_plan_probe *probe)
 {
     char dir[4096], file[4200], err[PLAN_ERR_MAX];
     const char *tmp = getenv("TMPDIR");
-    struct child_run *c = NULL;
+    struct launcher_child *c = NULL;
     char *text = NULL;
     int rc, ret = PLAN_EXIT_PROBE;
 
@@ -610,7 +432,7 @@ static int run_probe(char **cmd, int json, struct launcher_plan_probe *probe)
         fprintf(stderr, "muster: error: out of memory starting the probe run\n");
         goto out;
     }
-    rc = run_child(c, cmd, 0, json ? 2 : 1, 0);
+    rc = launcher_child_run(c, cmd, 0, json ? 2 : 1, 0);
     if (rc != 0) {
         fprintf(stderr, "muster: error: cannot start the probe command '%s': %s\n", cmd[0],
                 strerror(-rc));
