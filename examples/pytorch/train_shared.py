@@ -52,6 +52,10 @@ def parse_args():
     p.add_argument("--features", type=int, default=512)
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--layers", type=int, default=1,
+                   help="hidden Linear(hidden, hidden) + ReLU blocks (default 1)")
+    p.add_argument("--fixed-batch", action="store_true",
+                   help="train on one random batch made once (no data generation per step)")
     p.add_argument("--probe-batch", type=int, default=0, metavar="B")
     p.add_argument("--oom-test", action="store_true")
     p.add_argument("--oom-task", type=int, default=-1, metavar="I",
@@ -89,18 +93,26 @@ def apply_memory_fraction(use_cuda):
 
 
 def build(args, device, lr):
-    model = torch.nn.Sequential(
-        torch.nn.Linear(args.features, args.hidden), torch.nn.ReLU(),
-        torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
-        torch.nn.Linear(args.hidden, args.classes),
-    ).to(device)
+    layers = [torch.nn.Linear(args.features, args.hidden), torch.nn.ReLU()]
+    for _ in range(args.layers):
+        layers += [torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU()]
+    layers.append(torch.nn.Linear(args.hidden, args.classes))
+    model = torch.nn.Sequential(*layers).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     return model, opt
 
 
+_FIXED = {}
+
+
 def step(model, opt, args, batch, device):
-    x = torch.randn(batch, args.features, device=device)
-    y = torch.randint(0, args.classes, (batch,), device=device)
+    if args.fixed_batch and batch in _FIXED:
+        x, y = _FIXED[batch]
+    else:
+        x = torch.randn(batch, args.features, device=device)
+        y = torch.randint(0, args.classes, (batch,), device=device)
+        if args.fixed_batch:
+            _FIXED[batch] = (x, y)
     loss = torch.nn.functional.cross_entropy(model(x), y)
     opt.zero_grad(set_to_none=False)
     loss.backward()
