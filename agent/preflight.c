@@ -184,6 +184,13 @@ static int spawn_node_process(struct agent *a)
     w.endpoint = a->endpoint;
     w.token = a->o->token;
     w.round = a->as.round;
+    if (a->o->static_ranks) {
+        /* --rdzv-backend static across nodes: this node's private server is the only store,
+         * so the checks cover this node alone (as one node of nproc ranks) */
+        w.rank = w.role_rank = w.group_rank = 0;
+        w.group_world_size = 1;
+        w.world_size = w.role_world_size = (int)a->o->nproc;
+    }
     agent_env_init(&env);
     agent_env_init(&full);
     rc = agent_env_for_worker(&env, &w, environ);
@@ -215,7 +222,9 @@ void agent_preflight_start_(struct agent *a)
     }
     a->round_failed = 0;
     a->preflight_code = 0;
-    if (a->as.group_rank == 0)
+    if (a->o->static_ranks)
+        agent_log("pre-flight: static backend across nodes, so this node is checked alone");
+    else if (a->as.group_rank == 0)
         agent_log("pre-flight: %u node%s, %u rank%s%s", a->as.group_world_size,
                   a->as.group_world_size == 1 ? "" : "s", a->as.world_size,
                   a->as.world_size == 1 ? "" : "s",
