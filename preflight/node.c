@@ -111,7 +111,10 @@ int pf_verdict(struct pf_node *n, const char *stage, int ok, const char *reason)
         return ok ? 0 : PF_EXIT_FAILED;
     }
     char *v = NULL;
-    int rc = pf_get(n, key, n->timeout_ms + 15000, &v);
+    /* group rank 0 may itself wait a whole stage for a late node; the NCCL stage's ranks wait
+     * for arrival and for init, then sweep (nccl.c gives them 2 x timeout + 60 s) */
+    int wait_ms = strcmp(stage, "nccl") == 0 ? 2 * n->timeout_ms + 75000 : n->timeout_ms + 15000;
+    int rc = pf_get(n, key, wait_ms, &v);
     if (rc != 0) {
         snprintf(n->reason, sizeof(n->reason), "no %s verdict from group rank 0's node: %s",
                  stage, muster_strerror(rc));
