@@ -14,6 +14,7 @@
 
 #include "agent.h"
 #include "agent_priv.h" /* agent_log */
+#include "failure.h"
 #include "group.h"
 #include "logdir.h"
 #include "mps.h"
@@ -126,10 +127,26 @@ static void task_ended(struct task *t, int code)
 }
 
 /* The attempt failed with code (how: its words). Returns 1 when the task is to start again. */
-static int task_failed(struct task *t, int code, const char *how)
+/* The message of the attempt's error file (TORCHELASTIC_ERROR_FILE), as "; message: ...", or
+ * "" when the worker wrote none. */
+static void error_message(const struct task *t, char *out, size_t cap)
+{
+    char dir[PATH_MAX], file[PATH_MAX], text[512];
+
+    out[0] = '\0';
+    if (agent_logdir_worker(&t->s->logdir, t->restarts, (int)t->index, 0, dir, file) == 0 &&
+        file[0] != '\0' && agent_error_file_message(file, text, sizeof(text)) == 0)
+        snprintf(out, cap, "; message: %s", text);
+}
+
+static int task_failed(struct task *t, int code, const char *how_code)
 {
     struct shared *s = t->s;
     const char *gpu = s->o->gpu_ids[t->gpu];
+    char how[700], msg[600];
+
+    error_message(t, msg, sizeof(msg));
+    snprintf(how, sizeof(how), "%s%s", how_code, msg);
 
     if (s->stop_signal) {
         task_ended(t, code); /* stopping: dying of our signal is no failure to restart */

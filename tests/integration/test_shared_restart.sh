@@ -102,5 +102,18 @@ el=$(( $(now_ms) - t0 ))
 expect_rc "second signal" 143
 [ "$el" -lt 5000 ] || fail "a second signal took ${el} ms to end the tasks"
 
+# a failing task's error file (TORCHELASTIC_ERROR_FILE) is quoted in muster's line about it
+cat >"$T/ef.sh" <<'SH'
+#!/bin/bash
+echo '{"message": {"message": "ValueError: boom in task '"$MUSTER_TASK_INDEX"'"}}' >"$TORCHELASTIC_ERROR_FILE"
+[ "$MUSTER_TASK_INDEX" = 1 ] && exit 3
+exit 0
+SH
+chmod +x "$T/ef.sh"
+mrun CUDA_VISIBLE_DEVICES=0 -- run --nproc-per-gpu 2 --no-python "$T/ef.sh"
+expect_rc "a task with an error file fails" 3
+grep -q "task 1 (GPU 0) exited with code 3; message: ValueError: boom in task 1; no restart left" \
+    "$T/err" || fail "the error file's message is not in the failure line: $(cat "$T/err")"
+
 assert_no_marked_left "end of test" 5
 exit 0
