@@ -78,14 +78,28 @@ int pf_mesh_listen(struct pf_mesh_listener *l, unsigned port)
 
     memset(l, 0, sizeof(*l));
     l->stop_pipe[0] = l->stop_pipe[1] = -1;
-    /* one dual-stack socket answers IPv4 and IPv6 peers alike */
-    if ((l->fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+    /* one dual-stack socket answers IPv4 and IPv6 peers alike; a kernel without IPv6 (booted
+     * with ipv6.disable=1) gets a plain IPv4 one */
+    if ((l->fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) >= 0) {
+        setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+        setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(l->fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+            goto fail;
+    } else if (errno == EAFNOSUPPORT) {
+        struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_ANY)};
+        if ((l->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+            return -errno;
+        setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(l->fd, (struct sockaddr *)&a4, sizeof(a4)) != 0)
+            goto fail;
+    } else {
         return -errno;
-    setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(l->fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(l->fd, 128) != 0 ||
-        getsockname(l->fd, (struct sockaddr *)&a, &len) != 0 || pipe2(l->stop_pipe, O_CLOEXEC))
+    }
+    if (listen(l->fd, 128) != 0 || getsockname(l->fd, (struct sockaddr *)&a, &len) != 0 ||
+        pipe2(l->stop_pipe, O_CLOEXEC))
         goto fail;
+    /* sin_port and sin6_port sit at the same offset */
     l->port = ntohs(a.sin6_port);
     if ((rc = pthread_create(&t, NULL, echo_loop, l)) != 0) {
         errno = rc;
