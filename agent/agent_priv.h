@@ -57,6 +57,7 @@ struct agent {
     uint64_t node_id;
     int preflight_ran;          /* the pre-flight was started (it runs once per agent) */
     int preflight_code;         /* the node process's exit code */
+    char pf_reason[PATH_MAX];   /* the node process's reason file, "" when none */
 };
 
 /* agent.c */

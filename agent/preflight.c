@@ -57,16 +57,27 @@ static void after_close(void *data)
     (void)data;
 }
 
-static void reason_path(char *out, size_t cap)
+/* The node process writes its one-line failure reason into a file the agent made with
+ * mkstemp() (0600, a fresh name: no symlink planted in /tmp can redirect the write). */
+static int make_reason_file(struct agent *a)
 {
     const char *tmp = getenv("TMPDIR");
-    snprintf(out, cap, "%s/muster-pf-reason-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    int fd;
+
+    snprintf(a->pf_reason, sizeof(a->pf_reason), "%s/muster-pf-reason-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if ((fd = mkstemp(a->pf_reason)) < 0) {
+        a->pf_reason[0] = '\0';
+        return -errno;
+    }
+    close(fd);
+    return 0;
 }
 
 static void report_final_failure(struct agent *a)
 {
-    char path[PATH_MAX], reason[RDZV_TEXT_MAX + 1] = "";
-    FILE *f_in;
+    char reason[RDZV_TEXT_MAX + 1] = "";
+    FILE *f_in = NULL;
     struct rdzv_failure f = {.round = a->as.round, .rank = -1, .local_rank = -1,
                              .exit_code = AGENT_EXIT_PREFLIGHT, .flags = RDZV_FAILURE_FINAL};
     struct timeval tv;
@@ -74,14 +85,12 @@ static void report_final_failure(struct agent *a)
     gettimeofday(&tv, NULL);
     f.time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
     snprintf(f.host, sizeof(f.host), "%s", a->host);
-    reason_path(path, sizeof(path));
-    if ((f_in = fopen(path, "r")) != NULL) {
+    if (a->pf_reason[0] != '\0' && (f_in = fopen(a->pf_reason, "r")) != NULL) {
         size_t n = fread(reason, 1, sizeof(reason) - 1, f_in);
         reason[n] = '\0';
         reason[strcspn(reason, "\n")] = '\0';
         fclose(f_in);
     }
-    unlink(path);
     if (reason[0] != '\0')
         snprintf(f.text, sizeof(f.text), "pre-flight failed: %s", reason);
     else
@@ -99,12 +108,17 @@ static void on_pf_done(struct agent_group *g)
 
     agent_group_close(g, after_close, a);
     a->group = NULL;
+    if (a->next == NEXT_NONE && a->preflight_code != 0)
+        report_final_failure(a);
+    if (a->pf_reason[0] != '\0')
+        unlink(a->pf_reason);
+    a->pf_reason[0] = '\0';
     if (a->next == NEXT_REJOIN) { /* the server restarted the round meanwhile */
         agent_do_join_(a);
     } else if (a->next == NEXT_EXIT) {
         agent_finish_(a, a->exit_code);
     } else if (a->preflight_code != 0) {
-        report_final_failure(a);
+        /* reported above: JOB_FAILED comes from the server */
     } else if (a->o->preflight_only) {
         if (rdzv_client_report_done(a->client, a->as.round) != 0)
             agent_finish_(a, AGENT_EXIT_RDZV);
@@ -148,16 +162,16 @@ static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
         snprintf(bufs[8], PATH_MAX, "--local-addr=%.255s", o->local_addr);
         argv[k++] = bufs[8];
     }
-    reason_path(bufs[10], PATH_MAX);
-    unlink(bufs[10]);
-    snprintf(bufs[9], PATH_MAX, "--reason-file=%.4000s", bufs[10]);
-    argv[k++] = bufs[9];
+    if (a->pf_reason[0] != '\0') {
+        snprintf(bufs[9], PATH_MAX, "--reason-file=%.4000s", a->pf_reason);
+        argv[k++] = bufs[9];
+    }
     argv[k] = NULL;
 }
 
 static int spawn_node_process(struct agent *a)
 {
-    static char bufs[11][PATH_MAX];
+    static char bufs[10][PATH_MAX];
     char *argv[16];
     struct agent_worker_spec spec = {.argv = argv, .console = {-1, -1}, .file = {-1, -1}};
     struct agent_worker_info w = {0};
@@ -167,6 +181,9 @@ static int spawn_node_process(struct agent *a)
 
     if ((n = readlink("/proc/self/exe", bufs[0], PATH_MAX - 1)) <= 0)
         return -errno;
+    if ((rc = make_reason_file(a)) != 0)
+        agent_log("pre-flight: no reason file (%s); a failure will be reported without it",
+                  strerror(-rc));
     bufs[0][n] = '\0';
     node_argv(a, argv, bufs);
     w.rank = (int)a->as.rank_offset;

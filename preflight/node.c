@@ -3,6 +3,7 @@
 #include "node.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -186,15 +187,30 @@ static int parse_args(struct pf_node *n, int argc, char **argv)
 static void write_report(struct pf_node *n, int code)
 {
     char tmp[4200];
+    FILE *f;
+    int fd;
 
     json_object_set_new(n->report_json, "ok", json_boolean(code == 0));
     json_object_set_new(n->report_json, "reason", json_string(n->reason));
     json_object_set_new(n->report_json, "total_ms", json_real(pf_now_ms() - n->t0));
     if (n->report == NULL || n->report[0] == '\0')
         return;
-    snprintf(tmp, sizeof(tmp), "%s.tmp", n->report);
-    if (json_dump_file(n->report_json, tmp, JSON_INDENT(2)) != 0 || rename(tmp, n->report) != 0)
+    /* a fresh temporary name (mkstemp), then rename: a link planted at the report's path in a
+     * shared /tmp is replaced, never written through */
+    snprintf(tmp, sizeof(tmp), "%s.XXXXXX", n->report);
+    if ((fd = mkstemp(tmp)) < 0) {
         pf_say("cannot write the report %s: %s", n->report, strerror(errno));
+        return;
+    }
+    if ((f = fdopen(fd, "w")) == NULL)
+        close(fd);
+    int ok = f != NULL && json_dumpf(n->report_json, f, JSON_INDENT(2)) == 0;
+    if (f != NULL && fclose(f) != 0)
+        ok = 0;
+    if (!ok || rename(tmp, n->report) != 0) {
+        pf_say("cannot write the report %s: %s", n->report, strerror(errno));
+        unlink(tmp);
+    }
 }
 
 static int run_stages(struct pf_node *n)
@@ -243,10 +259,11 @@ int preflight_node_main(int argc, char **argv)
             pf_say("report: %s", n.report);
     }
     if (rc != 0 && n.reason_file != NULL && n.reason[0] != '\0') {
-        FILE *f = fopen(n.reason_file, "w");
-        if (f != NULL) {
-            fprintf(f, "%s\n", n.reason);
-            fclose(f);
+        /* the agent made the file (mkstemp): never create or follow a link here */
+        int fd = open(n.reason_file, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            dprintf(fd, "%s\n", n.reason);
+            close(fd);
         }
     }
     json_decref(n.report_json);
