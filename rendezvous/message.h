@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define RDZV_MAGIC 0x4D535452u /* "MSTR" */
-#define RDZV_PROTO_VERSION 1
+#define RDZV_PROTO_VERSION 2
 #define RDZV_HEADER_SIZE 12
 #define RDZV_MAX_PAYLOAD (64 * 1024) /* checked before any allocation */
 #define RDZV_ID_MAX 128              /* job id */
