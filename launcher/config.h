@@ -80,6 +80,7 @@ struct launcher_config {
     /* pre-flight */
     int preflight;                /* 1 when the checks run (auto already decided) */
     int preflight_only;           /* set by `muster preflight`: no workers */
+    int preflight_skipped;        /* auto chose off on a node with GPUs (more workers than GPUs) */
     double preflight_min_busbw;   /* GB/s, 0 = no floor */
     int preflight_allow_mixed;
     unsigned preflight_timeout_ms;

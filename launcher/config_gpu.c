@@ -127,8 +127,14 @@ static int parse_preflight(struct parse *p)
     const char *v = p->val[O_PREFLIGHT] ? p->val[O_PREFLIGHT] : "auto";
     double bytes;
 
-    if (strcmp(v, "auto") == 0)
-        cfg->preflight = cfg->gpus_visible > 0 && cfg->nproc_per_gpu == 0;
+    if (strcmp(v, "auto") == 0) {
+        /* on when the workers look like one GPU each: a node with GPUs, no more workers than
+         * GPUs (8 CPU workers on a 2-GPU node are no GPU job), not --nproc-per-node cpu */
+        int gpu_job = cfg->gpus_visible > 0 && cfg->nproc_per_gpu == 0 &&
+                      strcmp(cfg->nproc_spec, "cpu") != 0;
+        cfg->preflight = gpu_job && cfg->nproc_per_node <= cfg->gpus_visible;
+        cfg->preflight_skipped = gpu_job && !cfg->preflight;
+    }
     else if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
         cfg->preflight = 1;
     else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)

@@ -322,6 +322,9 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.hang_timeout_ms = cfg->hang_timeout_ms;
     o.preempt_signal = cfg->preempt_signal;
     o.preflight = cfg->preflight;
+    if (cfg->preflight_skipped)
+        fprintf(stderr, "muster: pre-flight skipped: %d workers but %d GPUs, so not one GPU per "
+                "worker (--preflight on checks anyway)\n", n, cfg->gpus_visible);
     o.preflight_only = cfg->preflight_only;
     o.preflight_need_gpus = cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0
                                 ? (unsigned)n : 0;

@@ -9,6 +9,7 @@
 #   - a rank whose muster-preflight crashes: exit 4 naming the rank, node and GPU; the workers
 #     of `muster run` never start
 #   - busbw below --preflight-min-busbw: exit 4 with the figure
+#   - auto skips (and says so) when there are more workers than GPUs; on then fails naming it
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
@@ -48,6 +49,17 @@ expect_rc "step 6" 0
 grep -q "NCCL all-reduce over 2 ranks" "$T/err" || fail "no NCCL table: $(cat "$T/err")"
 [ -s "$T/logs/one-$$/preflight.json" ] || fail "no JSON report in the log dir"
 grep -q '"nccl"' "$T/logs/one-$$/preflight.json" || fail "the JSON report lacks the NCCL stage"
+
+# auto: 4 workers on a 2-GPU node are no one-GPU-per-worker job, so no pre-flight (said so);
+# --preflight on checks anyway and finds too few GPUs
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" -- run --nproc-per-node 4 \
+    --no-python /bin/true
+expect_rc "auto with 4 workers on 2 GPUs" 0
+grep -q "pre-flight skipped: 4 workers but 2 GPUs" "$T/err" || fail "no skip line: $(cat "$T/err")"
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" -- run --nproc-per-node 4 \
+    --preflight on --no-python /bin/true
+expect_rc "--preflight on with 4 workers on 2 GPUs" 4
+grep -q "has 2 GPUs, its 4 workers need 4" "$T/err" || fail "too few GPUs not named: $(cat "$T/err")"
 
 # a rank crashes before init: named with its node and GPU; no worker starts
 rm -rf "$T/w"; mkdir -p "$T/w"
