@@ -76,6 +76,11 @@ struct rdzv_http {
     struct rdzv_server *srv;
     struct http_conn *conns;
     int closing;
+    /* The listener and each connection hold one reference; freed at 0. The listener's close
+     * callback used to free this while connections closed in the same loop turn still had to
+     * unlink themselves from it (libuv runs close callbacks newest first): a use-after-free
+     * on every server close with an HTTP connection open (SIGTERM to `muster server`). */
+    unsigned refs;
 };
 
 struct http_conn {
@@ -92,22 +97,32 @@ struct http_conn {
     char head[RDZV_HTTP_HEAD_MAX];
 };
 
+/* Drops one reference of h; the last frees it. Also one server handle count each. */
+static void http_unref(struct rdzv_http *h)
+{
+    struct rdzv_server *srv = h->srv;
+
+    if (--h->refs == 0)
+        free(h);
+    srv_handle_closed(srv); /* may free srv: the last thing done */
+}
+
 static void conn_release(uv_handle_t *handle)
 {
     struct http_conn *c = handle->data;
-    struct rdzv_server *srv = c->http->srv;
+    struct rdzv_http *h = c->http;
 
     if (--c->open > 0)
         return;
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
-        c->http->conns = c->next;
+        h->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
     free(c->response);
     free(c);
-    srv_handle_closed(srv); /* one count per connection */
+    http_unref(h); /* one count per connection */
 }
 
 static void conn_close(struct http_conn *c)
@@ -411,6 +426,7 @@ static void on_connection(uv_stream_t *listener, int status)
     c->tcp.data = c->idle.data = c;
     c->http = h;
     c->open = 2;
+    h->refs++;
     h->srv->handles++;
     c->next = h->conns;
     if (h->conns != NULL)
@@ -426,11 +442,7 @@ static void on_connection(uv_stream_t *listener, int status)
 
 static void listener_closed_cb(uv_handle_t *handle)
 {
-    struct rdzv_http *h = handle->data;
-    struct rdzv_server *srv = h->srv;
-
-    free(h);
-    srv_handle_closed(srv);
+    http_unref(handle->data);
 }
 
 void http_close(struct rdzv_http *h)
@@ -460,6 +472,7 @@ int rdzv_server_http_listen(struct rdzv_server *s, const char *host, unsigned po
     if (h == NULL)
         return UV_ENOMEM;
     h->srv = s;
+    h->refs = 1; /* the listener */
     uv_tcp_init(s->loop, &h->listener); /* cannot fail on unix */
     h->listener.data = h;
     s->handles++;
