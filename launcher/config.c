@@ -19,6 +19,7 @@
 #include "config_priv.h"
 #include "endpoint.h"
 #include "gpus.h"
+#include "secret.h"
 #include "slurm.h"
 #include "token.h"
 
@@ -628,17 +629,24 @@ static int parse_security(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     const char *f = p->val[O_TOKEN_FILE];
-    char token[257], err[LAUNCHER_ERR_MAX];
+    char *token = NULL, err[LAUNCHER_ERR_MAX];
     int rc;
 
-    if (f != NULL) {
-        if (launcher_read_token_file(f, token, sizeof(token), err, sizeof(err)) != 0)
+    if (f != NULL) { /* the token lives in a secret region (secret.h), never on the heap */
+        if ((rc = launcher_secret_alloc(LAUNCHER_TOKEN_FILE_MAX + 1, &token)) != 0)
+            return rc;
+        rc = launcher_read_token_file(f, token, LAUNCHER_TOKEN_FILE_MAX + 1, err, sizeof(err));
+        if (rc != 0) {
+            launcher_secret_free(token);
             return cfg_fail(p, "%s", err);
-        free(cfg->token);
-        cfg->token = strdup(token);
-        explicit_bzero(token, sizeof(token));
-        if (cfg->token == NULL || (cfg->token_file = strdup(f)) == NULL)
+        }
+        launcher_secret_free(cfg->token);
+        cfg->token = token;
+        if ((cfg->token_file = strdup(f)) == NULL)
             return -ENOMEM;
+    } else if (cfg->token != NULL &&
+               launcher_token_check_len(cfg->token, "MUSTER_TOKEN", err, sizeof(err)) != 0) {
+        return cfg_fail(p, "%s", err); /* the server would cut it, and then refuse us */
     }
     if ((rc = parse_tls_files(p)) != 0)
         return rc;
@@ -674,7 +682,7 @@ static int parse_strings(struct parse *p)
     rc = rc ? rc : dup_opt(p, O_SIGNALS_TO_HANDLE, NULL, &cfg->signals_to_handle);
     if (rc == 0 && (cfg->python_exec = strdup(py && *py ? py : "python3")) == NULL)
         rc = -ENOMEM;
-    if (rc == 0 && tok && *tok && (cfg->token = strdup(tok)) == NULL)
+    if (rc == 0 && tok && *tok && launcher_secret_strdup(tok, &cfg->token) != 0)
         rc = -ENOMEM;
     if (rc == 0 && cfg->role[0] == '\0')
         rc = cfg_fail(p, "--role must not be empty");
@@ -807,9 +815,7 @@ void launcher_config_free(struct launcher_config *cfg)
         free(cfg->gpu_ids[i]);
     free(cfg->gpu_ids);
     free(cfg->preflight_max_bytes);
-    if (cfg->token != NULL)
-        explicit_bzero(cfg->token, strlen(cfg->token));
-    free(cfg->token);
+    launcher_secret_free(cfg->token); /* zeroes it */
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -58,7 +58,7 @@ struct launcher_config {
     /* muster's own */
     int dry_run;
     int help;                     /* -h/--help seen: nothing else was checked */
-    char *token;                  /* --token-file or MUSTER_TOKEN; never printed */
+    char *token;                  /* --token-file or MUSTER_TOKEN; never printed; secret.h region */
     char *token_file;             /* --token-file */
     char *tls_cert, *tls_key, *tls_ca; /* certificate mode: all three or none */
     char *signals_to_handle;      /* exported as TORCHELASTIC_SIGNALS_TO_HANDLE */

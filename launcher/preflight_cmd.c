@@ -12,6 +12,7 @@
 #include "gpus.h"
 #include "help.h"
 #include "run.h"
+#include "secret.h"
 
 static const char preflight_help[] =
     "usage: muster preflight [muster run's node/rendezvous options]\n"
@@ -72,6 +73,7 @@ int launcher_preflight(int argc, char **argv)
         free(args);
         return 0;
     }
+    launcher_secret_protect_process(); /* the agent holds the job's token, as muster run's */
     if (!has_option(argc, argv, "nproc-per-node") && getenv("PET_NPROC_PER_NODE") == NULL) {
         if (gpus <= 0) {
             fprintf(stderr, "muster: error: preflight: no NVIDIA GPU on this node (%s is empty "

@@ -13,6 +13,7 @@
 #include "help.h"
 #include "plan_cmd.h"
 #include "port.h"
+#include "secret.h"
 #include "shared.h"
 
 extern char **environ;
@@ -259,7 +260,7 @@ static int random_token(char *buf, size_t len)
 
 static int run_agent(const struct launcher_config *cfg, char **argv)
 {
-    char token[33];
+    char *token = NULL; /* a single node's own token, in a secret region (secret.h) */
     int n = cfg->nproc_per_node;
     unsigned char *flags = std_flags(cfg, n);
     struct agent_options o = {0};
@@ -279,7 +280,8 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
         /* one node, so its server is its own: only this job's agent and workers
          * (MUSTER_TOKEN) learn the token, which keys the TLS of every connection. A shared
          * server needs the shared token (config.c refuses multi-node jobs without one). */
-        if (random_token(token, sizeof(token)) != 0) {
+        if (launcher_secret_alloc(33, &token) != 0 || random_token(token, 33) != 0) {
+            launcher_secret_free(token);
             free(flags);
             return AGENT_EXIT_INTERNAL;
         }
@@ -333,7 +335,7 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.preflight_allow_mixed = cfg->preflight_allow_mixed;
     o.preflight_max_bytes = cfg->preflight_max_bytes;
     rc = agent_run(&o);
-    explicit_bzero(token, sizeof(token));
+    launcher_secret_free(token);
     free(flags);
     return rc;
 }
@@ -357,6 +359,7 @@ int launcher_run(int argc, char **argv)
     char **wargv = NULL;
     int rc;
 
+    launcher_secret_protect_process(); /* the agent holds the job's token (and MUSTER_TOKEN) */
     if (launcher_config_parse(argc, argv, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "muster: error: %s\n", err);
         launcher_config_free(&cfg);

@@ -14,6 +14,7 @@
 #include "agent.h"
 #include "endpoint.h"
 #include "message.h"
+#include "secret.h"
 #include "server.h"
 #include "tls.h"
 #include "token.h"
@@ -146,6 +147,10 @@ static int get_token(const struct server_args *a, char *token, size_t len)
             return -EINVAL;
         }
     } else if (env != NULL && *env != '\0') {
+        if (launcher_token_check_len(env, "MUSTER_TOKEN", err, sizeof(err)) != 0) {
+            fprintf(stderr, "muster: error: %s\n", err); /* never cut it short */
+            return -EINVAL;
+        }
         snprintf(token, len, "%s", env);
     }
     if (token[0] == '\0' && a->tls_cert == NULL) {
@@ -208,18 +213,25 @@ int launcher_server(int argc, char **argv)
 {
     struct server_args a = {0};
     struct server_cmd c = {0};
-    char token[RDZV_TOKEN_MAX + 1];
+    char *token = NULL; /* a secret region (secret.h) */
     int rc = parse_args(argc, argv, &a);
 
     if (rc != 0)
         return rc > 0 ? 0 : AGENT_EXIT_USAGE;
-    if (get_token(&a, token, sizeof(token)) != 0)
-        return AGENT_EXIT_USAGE;
-    if (uv_loop_init(&c.loop) != 0)
+    launcher_secret_protect_process(); /* no core file or ptrace with the server's token */
+    if (launcher_secret_alloc(LAUNCHER_TOKEN_FILE_MAX + 1, &token) != 0)
         return AGENT_EXIT_INTERNAL;
+    if (get_token(&a, token, LAUNCHER_TOKEN_FILE_MAX + 1) != 0)
+        rc = AGENT_EXIT_USAGE;
+    else if (uv_loop_init(&c.loop) != 0)
+        rc = AGENT_EXIT_INTERNAL;
+    if (rc != 0) {
+        launcher_secret_free(token);
+        return rc;
+    }
     signal(SIGPIPE, SIG_IGN);
     rc = start(&c, &a, token[0] ? token : NULL);
-    explicit_bzero(token, sizeof(token));
+    launcher_secret_free(token);
     if (rc != 0) {
         rdzv_server_close(c.server, NULL, NULL);
     } else {

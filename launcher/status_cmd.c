@@ -12,6 +12,7 @@
 #include "agent.h"
 #include "conn.h"
 #include "endpoint.h"
+#include "secret.h"
 #include "tls.h"
 #include "token.h"
 
@@ -25,7 +26,7 @@ struct status_cmd {
     uv_getaddrinfo_t gai;
     uv_timer_t timer;
     const char *job_id, *token, *endpoint, *token_file, *tls_cert, *tls_key, *tls_ca;
-    char token_buf[RDZV_TOKEN_MAX + 1];
+    char *token_buf; /* --token-file's token, in a secret region (secret.h) */
     int json;
     int exit_code;
     char *answer; /* the STATUS JSON text */
@@ -247,12 +248,18 @@ static int make_tls(struct status_cmd *c, const char *host)
     char err[512];
 
     if (c->token_file != NULL) {
-        if (launcher_read_token_file(c->token_file, c->token_buf, sizeof(c->token_buf), err,
+        if (launcher_secret_alloc(LAUNCHER_TOKEN_FILE_MAX + 1, &c->token_buf) != 0)
+            return AGENT_EXIT_INTERNAL;
+        if (launcher_read_token_file(c->token_file, c->token_buf, LAUNCHER_TOKEN_FILE_MAX + 1, err,
                                      sizeof(err)) != 0) {
             fprintf(stderr, "muster: error: %s\n", err);
             return AGENT_EXIT_USAGE;
         }
         o.token = c->token_buf;
+    } else if (o.token != NULL &&
+               launcher_token_check_len(o.token, "MUSTER_TOKEN", err, sizeof(err)) != 0) {
+        fprintf(stderr, "muster: error: %s\n", err); /* the server would cut it short */
+        return AGENT_EXIT_USAGE;
     }
     if (o.token == NULL && o.cert_file == NULL) {
         fprintf(stderr, "muster: error: muster status needs the server's token (--token-file "
@@ -307,13 +314,14 @@ int launcher_status(int argc, char **argv)
 
     if (rc != 0)
         return rc > 0 ? 0 : AGENT_EXIT_USAGE;
+    launcher_secret_protect_process(); /* it holds the server's token */
     if (uv_loop_init(&c.loop) != 0)
         return AGENT_EXIT_INTERNAL;
     rc = start(&c);
     uv_run(&c.loop, UV_RUN_DEFAULT);
     uv_loop_close(&c.loop);
     rdzv_tls_free(c.tls);
-    explicit_bzero(c.token_buf, sizeof(c.token_buf));
+    launcher_secret_free(c.token_buf); /* zeroes it */
     if (rc == 0)
         rc = c.exit_code;
     if (rc == 0 && c.answer != NULL)
