@@ -2,3 +2,4 @@
 # tests/unit/CMakeLists.txt.
 muster_unit_test(test_common_ids ${CMAKE_CURRENT_LIST_DIR}/test_common_ids.c muster_common)
 muster_unit_test(test_common_escape ${CMAKE_CURRENT_LIST_DIR}/test_common_escape.c muster_common)
+muster_unit_test(test_common_safefile ${CMAKE_CURRENT_LIST_DIR}/test_common_safefile.c muster_common)
