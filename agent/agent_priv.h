@@ -54,7 +54,11 @@ struct agent {
     int was_rank0;              /* this node held group rank 0 in the last round */
     char host[256];
     char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
-    uint64_t node_id;
+    uint64_t node_id;           /* commits to node_secret (rendezvous/cred.h) */
+    unsigned char node_secret[32]; /* proves node_id to the server in JOIN and REJOIN */
+    /* MUSTER_TOKEN of the workers: the job's worker credential from ASSIGN (cred.h string
+     * form), never the agent's own credential */
+    char worker_cred[232];
     int preflight_ran;          /* the pre-flight was started (it runs once per agent) */
     int preflight_code;         /* the node process's exit code */
     char pf_reason[PATH_MAX];   /* the node process's reason file, "" when none */

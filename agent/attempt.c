@@ -7,6 +7,7 @@
 
 #include "agent_priv.h"
 #include "env.h"
+#include "output.h"
 
 extern char **environ;
 
@@ -35,12 +36,9 @@ int agent_prepare_logdir_(struct agent *a)
 
 static int open_log(const char *dir, const char *name)
 {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
-        return -1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-    if (fd < 0)
-        agent_log("cannot open %s: %s; that stream is not logged", path, strerror(errno));
+    int fd, rc = agent_output_open_log(dir, name, &fd);
+    if (rc != 0)
+        agent_log("cannot open %s/%s: %s; that stream is not logged", dir, name, strerror(-rc));
     return fd;
 }
 
@@ -65,7 +63,7 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->run_id = a->o->run_id;
     w->error_file = error_file;
     w->endpoint = a->endpoint;
-    w->token = a->o->token;
+    w->token = a->worker_cred; /* never the agent's own credential */
     w->round = as->round;
     w->checkpoint_dir = a->o->checkpoint_dir;
     w->resume_from = a->resume_from;
@@ -114,10 +112,8 @@ int agent_spawn_one_(struct agent *a, int i)
     rc = agent_env_for_worker(&env, &info, environ);
     if (rc == 0 && o->signals_to_handle != NULL)
         rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
-    if (rc == 0 && o->tls_cert != NULL) /* libmuster's certificate mode */
-        rc = agent_env_set(&env, "MUSTER_TLS_CERT", o->tls_cert) ||
-             agent_env_set(&env, "MUSTER_TLS_KEY", o->tls_key) ||
-             agent_env_set(&env, "MUSTER_TLS_CA", o->tls_ca) ? -ENOMEM : 0;
+    /* certificate mode too: workers get the worker credential, not this node's certificate and
+     * key (libmuster connects with the worker credential's PSK) */
     if (rc == 0)
         rc = agent_env_merge(&env, environ, &full);
     if (rc != 0) {

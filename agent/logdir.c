@@ -2,6 +2,9 @@
 
 #include "path.h"
 
+#include "ids.h"
+#include "safefile.h"
+
 #include <errno.h>
 #include <ftw.h>
 #include <stdarg.h>
@@ -10,60 +13,69 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int mkdir_p(const char *path)
+/* The directory muster writes into: created if missing, refused (with err saying why) when
+ * another local user owns or can write it or a directory above it (common/safefile.h). base
+ * gets the resolved path, so that the workers' paths never pass a symlink. */
+static int open_explicit(struct agent_logdir *d, const char *log_dir, const char *run_id, char *err,
+                         size_t errlen)
 {
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
+    char top[PATH_MAX], path[PATH_MAX];
+    int rc = mc_dir_open(log_dir, 0755, "--log-dir", NULL, top, err, errlen);
 
-    if (len == 0 || len >= sizeof(buf))
-        return -ENAMETOOLONG;
-    memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    if (rc == 0 && (rc = agent_path_fmt(path, sizeof(path), "%s/%s", top, run_id)) != 0)
+        snprintf(err, errlen, "--log-dir %s/%s: %s", log_dir, run_id, strerror(-rc));
+    /* RUN_ID may have been planted by someone else in a shared (sticky) --log-dir */
+    if (rc == 0)
+        rc = mc_dir_open(path, 0755, "--log-dir", NULL, d->base, err, errlen);
+    if (rc != 0)
+        d->base[0] = '\0';
+    return rc;
 }
 
-int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *run_id,
-                      int keep_files, char *err, size_t errlen)
+/* mkdtemp makes a fresh 0700 directory atomically; $TMPDIR itself must be trusted, else
+ * someone could rename ours away and put a symlink in its place behind the workers' backs. */
+static int open_private(struct agent_logdir *d, const char *run_id, char *err, size_t errlen)
 {
-    const char *tmp = getenv("TMPDIR");
-    int rc;
+    char tmp[PATH_MAX];
+    int rc = mc_dir_open(mc_tmpdir(), 0, "$TMPDIR", NULL, tmp, err, errlen);
 
-    memset(d, 0, sizeof(*d));
-    if (log_dir != NULL && strcmp(log_dir, "/dev/null") == 0)
-        return 0;
-    if (log_dir != NULL) {
-        rc = agent_path_fmt(d->base, sizeof(d->base), "%s/%s", log_dir, run_id);
-        if (rc == 0)
-            rc = mkdir_p(d->base);
-        if (rc != 0)
-            snprintf(err, errlen, "cannot create log directory %s/%s: %s", log_dir, run_id,
-                     strerror(-rc));
+    if (rc != 0)
         return rc;
-    }
-    tmp = tmp && *tmp ? tmp : "/tmp";
     rc = agent_path_fmt(d->base, sizeof(d->base), "%s/muster-%s-XXXXXX", tmp, run_id);
     if (rc != 0 || mkdtemp(d->base) == NULL) {
         rc = rc ? rc : -errno;
         snprintf(err, errlen, "cannot create a directory in %s: %s", tmp, strerror(-rc));
         d->base[0] = '\0';
-        return rc;
     }
-    d->flat = !keep_files;
-    return 0;
+    return rc;
 }
 
-int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int local_rank,
-                        int create, char *dir, char *error_file)
+int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *run_id,
+                      int keep_files, char *err, size_t errlen)
 {
+    char why[512];
+    int rc;
+
+    memset(d, 0, sizeof(*d));
+    if (log_dir != NULL && strcmp(log_dir, "/dev/null") == 0)
+        return 0;
+    /* the launcher checked it; a run id is a directory name here, so check again */
+    if (!mc_id_valid(run_id, why, sizeof(why))) {
+        snprintf(err, errlen, "invalid run id %s", why);
+        return -EINVAL;
+    }
+    if (log_dir != NULL)
+        return open_explicit(d, log_dir, run_id, err, errlen);
+    rc = open_private(d, run_id, err, errlen);
+    if (rc == 0)
+        d->flat = !keep_files;
+    return rc;
+}
+
+int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int local_rank, int create,
+                        char *dir, char *error_file)
+{
+    char err[PATH_MAX + 128];
     int rc;
 
     dir[0] = error_file[0] = '\0';
@@ -71,10 +83,13 @@ int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int loca
         return 0;
     if (d->flat)
         return agent_path_fmt(error_file, PATH_MAX, "%s/error_%u_%d.json", d->base, attempt,
-                        local_rank);
+                              local_rank);
     rc = agent_path_fmt(dir, PATH_MAX, "%s/attempt_%u/%d", d->base, attempt, local_rank);
-    if (rc == 0 && create)
-        rc = mkdir_p(dir);
+    if (rc == 0 && create) {
+        rc = mc_dir_open(dir, 0755, "log directory", NULL, NULL, err, sizeof(err));
+        if (rc != 0)
+            fprintf(stderr, "muster: %s\n", err);
+    }
     if (rc == 0)
         rc = agent_path_fmt(error_file, PATH_MAX, "%s/error.json", dir);
     return rc;

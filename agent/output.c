@@ -1,12 +1,26 @@
 #include "output.h"
 
+#include "path.h"
+#include "safefile.h"
+
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+int agent_output_open_log(const char *dir, const char *name, int *fd)
+{
+    char path[PATH_MAX];
+
+    *fd = -1;
+    if (agent_path_fmt(path, sizeof(path), "%s/%s", dir, name) != 0)
+        return -ENAMETOOLONG;
+    return mc_file_open(path, MC_FILE_TRUNC | MC_FILE_APPEND, 0644, fd);
+}
 
 void agent_output_init(struct agent_output *o, int console_fd, int file_fd, int rank)
 {

@@ -18,6 +18,12 @@ struct agent_output {
     int swallow_nl; /* the last part of a split line was written: drop a leading newline */
 };
 
+/* Opens dir/name (stdout.log, stderr.log) for a worker's stream: truncated, appended to. A log
+ * file of ours from an earlier run with the same --log-dir is reused; a symlink, FIFO, hard link
+ * or someone else's file at the name is replaced, never written through (common/safefile.h).
+ * Returns 0 with *fd set, or a negative errno. */
+int agent_output_open_log(const char *dir, const char *name, int *fd);
+
 /* console_fd is borrowed, file_fd is owned (closed by agent_output_close). */
 void agent_output_init(struct agent_output *o, int console_fd, int file_fd, int rank);
 

@@ -199,7 +199,7 @@ static int spawn_node_process(struct agent *a)
     w.run_id = a->o->run_id;
     w.error_file = "";
     w.endpoint = a->endpoint;
-    w.token = a->o->token;
+    w.token = a->worker_cred;
     w.round = a->as.round;
     if (a->o->static_ranks) {
         /* --rdzv-backend static across nodes: this node's private server is the only store,

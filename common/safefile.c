@@ -78,11 +78,13 @@ static int walk_fail(struct walk *w, int rc, int last, const char *why)
     char buf[160];
 
     if (why == NULL) {
-        snprintf(buf, sizeof(buf), "%s", strerror(-rc));
+        snprintf(buf, sizeof(buf), "%s", rc == -ENOTDIR ? "not a directory" : strerror(-rc));
         why = buf;
     }
+    /* "refusing --log-dir /x: writable by others (mode 0777)" for the directory itself,
+     * "refusing --log-dir /x/y: /x is writable by others (mode 0777)" for one above it */
     if (rc == -EPERM || rc == -ELOOP || rc == -ENOTDIR)
-        snprintf(w->err, w->errlen, last ? "refusing %s %s: %s%.0s" : "refusing %s %s: %s %s",
+        snprintf(w->err, w->errlen, last ? "refusing %s %s: %s%.0s" : "refusing %s %s: %s is %s",
                  w->what, w->given, last ? why : w->path, why);
     else
         snprintf(w->err, w->errlen, "cannot open %s %s: %s: %s", w->what, w->given, w->path, why);
@@ -167,7 +169,7 @@ static int walk_step(struct walk *w, const char *name, mode_t create_mode, int l
     if (fd < 0) {
         rc = -errno;
         if (fstatat(w->fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-            return walk_fail(w, -ELOOP, last, "a symlink appeared while it was checked");
+            return walk_fail(w, -ELOOP, last, "a symlink (it appeared while the path was checked)");
         return walk_fail(w, rc, last, NULL);
     }
     close(w->fd);

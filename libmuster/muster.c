@@ -338,7 +338,7 @@ static int handshake(struct muster *m, const char *token, const char *job_id, un
     m->msg.type = RDZV_MSG_HELLO;
     m->msg.u.hello.version = RDZV_PROTO_VERSION;
     m->msg.u.hello.role = RDZV_ROLE_WORKER;
-    snprintf(m->msg.u.hello.token, sizeof(m->msg.u.hello.token), "%s", token);
+    (void)token; /* protocol 3: the TLS credential speaks; HELLO.token stays empty */
     if ((err = exchange(m, RDZV_MSG_WELCOME, deadline)) < 0)
         return err;
     memset(&m->msg.u.attach, 0, sizeof(m->msg.u.attach));
@@ -349,8 +349,9 @@ static int handshake(struct muster *m, const char *token, const char *job_id, un
     return exchange(m, RDZV_MSG_ATTACH_OK, deadline);
 }
 
-/* Token mode unless MUSTER_TLS_CERT/KEY/CA name certificates; the server's certificate must
- * carry the endpoint's host name. */
+/* Token mode (the worker credential muster run hands its workers, or any credential of
+ * cred.h) unless MUSTER_TLS_CERT/KEY/CA name certificates and the token is not a worker
+ * credential; the server's certificate must carry the endpoint's host name. */
 static int tls_setup(struct muster *m, const char *endpoint, const char *token)
 {
     struct rdzv_tls_opts o = {.token = token};
@@ -358,6 +359,8 @@ static int tls_setup(struct muster *m, const char *endpoint, const char *token)
     int ret;
 
     o.cert_file = getenv("MUSTER_TLS_CERT");
+    if (strncmp(token, "muster-worker-v1:", 17) == 0)
+        o.cert_file = NULL;
     if (o.cert_file != NULL && o.cert_file[0] != '\0') {
         o.key_file = getenv("MUSTER_TLS_KEY");
         o.ca_file = getenv("MUSTER_TLS_CA");

@@ -48,7 +48,6 @@ struct rdzv_client {
     void *data;
     char host[RDZV_HOST_MAX + 1];
     unsigned port;
-    char token[RDZV_TOKEN_MAX + 1]; /* HELLO's too: the PSK already proved it, defence in depth */
     struct rdzv_tls *tls;           /* every connection, reconnects included */
     struct sockaddr_storage addr; /* what the first connection reached; reconnects reuse it */
 
@@ -139,7 +138,6 @@ static int client_new(uv_loop_t *loop, const char *host, unsigned port,
     c->data = data;
     snprintf(c->host, sizeof(c->host), "%s", host);
     c->port = port;
-    snprintf(c->token, sizeof(c->token), "%s", o->token != NULL ? o->token : "");
     c->queue_tail = &c->queue;
     c->rtt_us = -1;
     c->rng = uv_hrtime() ^ (uint64_t)(uintptr_t)c;
@@ -292,7 +290,8 @@ static void connect_cb(uv_connect_t *req, int status)
         c->out.type = RDZV_MSG_HELLO;
         c->out.u.hello.version = RDZV_PROTO_VERSION;
         c->out.u.hello.role = RDZV_ROLE_AGENT;
-        memcpy(c->out.u.hello.token, c->token, sizeof(c->token));
+        memset(c->out.u.hello.token, 0, sizeof(c->out.u.hello.token)); /* protocol 3: the
+                                                   TLS credential speaks, HELLO.token is unused */
         err = rdzv_conn_send(&c->conn, &c->out);
     }
     if (err == 0) {
@@ -616,6 +615,7 @@ static void track_job_msg(struct rdzv_client *c, const struct rdzv_msg *m)
     switch (m->type) {
     case RDZV_MSG_ASSIGN:
         c->assign = m->u.assign;
+        memset(c->assign.worker_key, 0, sizeof(c->assign.worker_key)); /* REJOIN's copy */
         c->running = 1;
         c->done = 0;
         break;

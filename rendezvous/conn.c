@@ -13,10 +13,13 @@
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509.h>
 
+#include "cred.h"
 #include "tls.h"
 
 struct rdzv_conn_tls {
-    mbedtls_ssl_context ssl;
+    mbedtls_ssl_context ssl; /* first: conn_cred_sink finds the struct from it */
+    struct rdzv_cred cred;   /* server: what the handshake proved (kind NONE until then) */
+    int cert_mode;
     size_t in_len, in_off; /* ciphertext of this read in tls_in, and how much mbedTLS took */
     uint8_t *pending; /* plaintext frames sent before the handshake finished */
     size_t pending_len;
@@ -430,8 +433,18 @@ static void tls_free(struct rdzv_conn *conn)
     if (t->pending != NULL)
         mbedtls_platform_zeroize(t->pending, t->pending_len);
     free(t->pending);
+    rdzv_cred_wipe(&t->cred);
     free(t);
     conn->tls = NULL;
+}
+
+/* The PSK callback (tls.c) names the credential the peer is proving; it is the connection's
+ * only once the handshake finishes (rdzv_conn_cred). */
+static void conn_cred_sink(mbedtls_ssl_context *ssl, const struct rdzv_cred *c)
+{
+    struct rdzv_conn_tls *t = (struct rdzv_conn_tls *)(void *)ssl;
+
+    t->cred = *c;
 }
 
 int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_server)
@@ -451,6 +464,9 @@ int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_ser
     if (ret != 0)
         return ret == MBEDTLS_ERR_SSL_ALLOC_FAILED ? -ENOMEM : -EPROTO;
     mbedtls_ssl_set_bio(&t->ssl, conn, bio_send, bio_recv, NULL);
+    t->cert_mode = rdzv_tls_cert_mode(tls);
+    if (is_server)
+        rdzv_tls_set_cred_sink(tls, conn_cred_sink);
     ret = rdzv_conn_start(conn);
     if (ret < 0 || is_server)
         return ret;
@@ -466,6 +482,20 @@ int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_ser
 int rdzv_conn_handshake_done(const struct rdzv_conn *conn)
 {
     return conn->tls == NULL || (conn->tls->done && !conn->tls->dead);
+}
+
+int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (conn->tls == NULL || !rdzv_conn_handshake_done(conn))
+        return -ENOTCONN;
+    if (conn->tls->cred.kind != RDZV_CRED_NONE)
+        *out = conn->tls->cred;
+    else if (conn->tls->cert_mode)
+        out->kind = RDZV_CRED_CERT; /* no PSK: the client's certificate verified */
+    else
+        return -EACCES;
+    return 0;
 }
 
 const char *rdzv_conn_tls_error(const struct rdzv_conn *conn)

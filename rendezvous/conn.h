@@ -76,6 +76,12 @@ int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_ser
 int rdzv_conn_handshake_done(const struct rdzv_conn *conn);
 
 /* The one-line reason of the last TLS failure ("" when none, also on a plaintext conn). Never
+/* Server side: the credential the peer's TLS handshake proved (cred.h), copied to *out:
+ * RDZV_CRED_CERT for a verified client certificate. Returns 0, or -ENOTCONN before the
+ * handshake finished or on a plaintext conn, -EACCES when no credential is known. */
+struct rdzv_cred;
+int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out);
+
  * contains the token. Valid until the close callback. */
 const char *rdzv_conn_tls_error(const struct rdzv_conn *conn);
 

@@ -7,19 +7,8 @@
 
 #include "server_priv.h"
 
-/* Constant time over the whole buffer, so that the reply time says nothing about how many
- * leading bytes of a guessed token were right. Both buffers are zero padded by the codec. */
-static int token_ok(const struct rdzv_server *srv, const char *got)
-{
-    unsigned char diff = 0;
-
-    if (!srv->has_token)
-        return 1;
-    for (size_t i = 0; i < sizeof(srv->token); i++)
-        diff |= (unsigned char)(srv->token[i] ^ got[i]);
-    return diff == 0;
-}
-
+/* HELLO.token is no longer compared (protocol 3): the TLS handshake proved a credential, and
+ * that credential (cred.h) decides which roles and jobs this connection may use. */
 void handle_hello(struct peer *p, const struct rdzv_hello *h)
 {
     struct rdzv_msg m = {.type = RDZV_MSG_WELCOME};
@@ -30,19 +19,48 @@ void handle_hello(struct peer *p, const struct rdzv_hello *h)
                        h->version, RDZV_PROTO_VERSION);
         return;
     }
-    if (!token_ok(p->srv, h->token)) {
-        srv_peer_event(p, SRV_EV_AUTH_TOKEN, "HELLO with a wrong or missing token");
-        srv_send_error(p, RDZV_ERR_AUTH, "authentication failed: wrong or missing token");
+    if (rdzv_conn_cred(&p->conn, &p->cred) < 0) {
+        srv_peer_event(p, SRV_EV_AUTH_TOKEN, "HELLO without a proven credential");
+        srv_send_error(p, RDZV_ERR_AUTH, "authentication failed: no credential");
         return;
     }
     if (h->role < RDZV_ROLE_AGENT || h->role > RDZV_ROLE_OBSERVER) {
         srv_send_error(p, RDZV_ERR_PROTOCOL, "unknown role %u", h->role);
         return;
     }
+    if (!rdzv_cred_may_role(&p->cred, h->role)) {
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "HELLO role %u with a %s credential", h->role,
+                       p->cred.kind == RDZV_CRED_WORKER ? "worker" : "read-only");
+        srv_send_error(p, RDZV_ERR_AUTH, "this credential may not act as %s",
+                       h->role == RDZV_ROLE_AGENT    ? "an agent"
+                       : h->role == RDZV_ROLE_WORKER ? "a worker"
+                                                     : "an observer");
+        return;
+    }
     p->welcomed = 1;
     p->role = h->role;
     srv_peer_arm(p); /* the handshake deadline gives way to the idle one */
     srv_send(p, &m);
+}
+
+/* The credential must cover the job, and the node must prove its id with its secret (cred.h):
+ * otherwise anyone who read a node id in `muster status` could rejoin, fail or leave for it. */
+static int join_allowed(struct peer *p, const struct rdzv_join *j)
+{
+    if (!rdzv_cred_may_join(&p->cred, j->job_id)) {
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "JOIN for job %s outside the credential's scope",
+                       j->job_id);
+        srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", j->job_id);
+        return 0;
+    }
+    if (!rdzv_node_secret_ok(j->node_secret, j->node_id)) {
+        srv_peer_event(p, SRV_EV_AUTH_NODE, "JOIN for node %016" PRIx64 " of job %s without its "
+                       "node secret", j->node_id, j->job_id);
+        srv_send_error(p, RDZV_ERR_AUTH, "node %016" PRIx64 ": the node secret does not match",
+                       j->node_id);
+        return 0;
+    }
+    return 1;
 }
 
 /* Finds or creates the job a JOIN names, or answers with an ERROR (then returns NULL). */
@@ -117,7 +135,7 @@ void handle_join(struct peer *p, const struct rdzv_join *j)
     struct sjob *sj;
     int err;
 
-    if (!join_valid(p, j) || (sj = join_target(p, j)) == NULL)
+    if (!join_valid(p, j) || !join_allowed(p, j) || (sj = join_target(p, j)) == NULL)
         return;
     join_addr(p, j, addr, sizeof(addr));
     err = rdzv_job_join(sj->job, j, addr, p, uv_now(p->srv->loop), &ev);
@@ -232,12 +250,14 @@ void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
 {
     struct sjob *sj;
 
+    if (!join_valid(p, &rj->join) || !join_allowed(p, &rj->join))
+        return; /* before drop_old_connection: only the node itself may displace its conn */
     if (!rj->running) {
         drop_old_connection(p, &rj->join);
         handle_join(p, &rj->join);
         return;
     }
-    if (!join_valid(p, &rj->join) || (sj = join_target(p, &rj->join)) == NULL)
+    if ((sj = join_target(p, &rj->join)) == NULL)
         return;
     rejoin_running(p, sj, rj);
 }

@@ -14,6 +14,12 @@ void handle_attach(struct peer *p, const struct rdzv_attach *a)
     struct rdzv_msg m = {.type = RDZV_MSG_ATTACH_OK};
     struct sjob *sj = sjob_find(p->srv, a->job_id);
 
+    if (!p->attached && !rdzv_cred_may_attach(&p->cred, a->job_id)) {
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "ATTACH to job %s outside the credential's "
+                       "scope", a->job_id);
+        srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", a->job_id);
+        return;
+    }
     if (p->attached) {
         if (p->kvjob != NULL && strcmp(p->kvjob->job->id, a->job_id) != 0)
             srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
@@ -124,8 +130,16 @@ void handle_status_req(struct peer *p, const struct rdzv_status_req *r)
     }
     if (own != NULL)
         job_id = own;
+    if (own == NULL && !rdzv_cred_may_status(&p->cred, job_id)) {
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "STATUS_REQ for job %s outside the "
+                       "credential's scope", job_id);
+        srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", job_id);
+        return;
+    }
     m = malloc(sizeof(*m));
     if (m == NULL) {
+    else if (p->cred.kind == RDZV_CRED_JOB && job_id[0] == '\0')
+        job_id = p->cred.scope; /* every job of the scope, and no other */
         srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
         return;
     }

@@ -186,6 +186,19 @@ int rdzv_ckpt_name_ok(const char *name)
 
 /* A checkpoint name is joined to the agent's checkpoint directory: a '/' or ".." from a
  * confused or hostile peer would make an agent read or export a path outside it. */
+/* Fixed-size byte fields (keys, secrets): exactly n bytes, no length prefix. */
+static void put_bytes(struct writer *w, const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        put_u8(w, b[i]);
+}
+
+static void get_bytes(struct reader *r, uint8_t *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = get_u8(r);
+}
+
 static void put_ckpt_name(struct writer *w, const char *name)
 {
     if (!rdzv_ckpt_name_ok(name)) {
@@ -269,6 +282,7 @@ static void put_join(struct writer *w, const struct rdzv_join *j)
     put_u32(w, j->reconnect_grace_ms);
     put_ckpt_name(w, j->resume);
     put_i64(w, j->resume_step);
+    put_bytes(w, j->node_secret, sizeof(j->node_secret));
 }
 
 static void get_join(struct reader *r, struct rdzv_join *j)
@@ -289,6 +303,7 @@ static void get_join(struct reader *r, struct rdzv_join *j)
     j->reconnect_grace_ms = get_u32(r);
     get_ckpt_name(r, j->resume);
     j->resume_step = get_i64(r);
+    get_bytes(r, j->node_secret, sizeof(j->node_secret));
 }
 
 static void put_assign(struct writer *w, const struct rdzv_assign *a)
@@ -303,6 +318,7 @@ static void put_assign(struct writer *w, const struct rdzv_assign *a)
     put_u32(w, a->master_port);
     put_ckpt_name(w, a->resume);
     put_i64(w, a->resume_step);
+    put_bytes(w, a->worker_key, sizeof(a->worker_key));
 }
 
 static void get_assign(struct reader *r, struct rdzv_assign *a)
@@ -317,6 +333,7 @@ static void get_assign(struct reader *r, struct rdzv_assign *a)
     a->master_port = get_u32(r);
     get_ckpt_name(r, a->resume);
     a->resume_step = get_i64(r);
+    get_bytes(r, a->worker_key, sizeof(a->worker_key));
 }
 
 static void put_waiting(struct writer *w, const struct rdzv_waiting *v)

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define RDZV_MAGIC 0x4D535452u /* "MSTR" */
-#define RDZV_PROTO_VERSION 2
+#define RDZV_PROTO_VERSION 3
 #define RDZV_HEADER_SIZE 12
 #define RDZV_MAX_PAYLOAD (64 * 1024) /* checked before any allocation */
 #define RDZV_ID_MAX 128              /* job id */
@@ -95,6 +95,9 @@ struct rdzv_join {
      * the checkpoint directory: no '/', not "." or ".."; "" = none. */
     char resume[RDZV_CKPT_NAME_MAX + 1];
     int64_t resume_step;             /* its step, -1 when none or not known */
+    /* version 3: the node's secret; node_id must be the first 8 bytes of its SHA-256 (cred.h),
+     * so the node id shown by STATUS is not enough to act for the node. */
+    uint8_t node_secret[32];
 };
 
 struct rdzv_waiting {
@@ -114,6 +117,9 @@ struct rdzv_assign {
      * (the only one that can verify checkpoints: they are written there). "" = from scratch. */
     char resume[RDZV_CKPT_NAME_MAX + 1];
     int64_t resume_step; /* -1 when none or not known */
+    /* version 3: the PSK of the job's worker credential (cred.h): the agent hands its workers
+     * this, never its own credential. All zero in a REJOIN's copy (the server ignores it). */
+    uint8_t worker_key[32];
 };
 
 /* One worker failure: what the root-cause summary prints. */

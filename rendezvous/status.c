@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cred.h"
 #include "server_priv.h"
 
 static const char *job_state(const struct rdzv_job *job)
@@ -108,7 +109,7 @@ static json_t *doc_json(struct rdzv_server *srv, const char *job_id, int with_no
     json_t *doc;
 
     for (struct sjob *sj = srv->jobs; jobs != NULL && sj != NULL; sj = sj->next)
-        if (job_id == NULL || job_id[0] == '\0' || strcmp(job_id, sj->job->id) == 0)
+        if (job_id == NULL || job_id[0] == '\0' || rdzv_cred_scope_covers(job_id, sj->job->id))
             json_array_append_new(jobs, job_json(srv, sj, with_nodes));
     doc = json_pack("{s:{s:f, s:I, s:I}, s:o}", "server", "uptime_s",
                     (uv_now(srv->loop) - srv->start_ms) / 1000.0, "connections",

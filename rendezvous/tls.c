@@ -15,7 +15,7 @@
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509_crt.h>
 
-#define PSK_IDENTITY "muster"
+#include "cred.h"
 
 struct rdzv_tls {
     mbedtls_entropy_context entropy;
@@ -25,6 +25,11 @@ struct rdzv_tls {
     mbedtls_pk_context key;
     char *server_name; /* client, certificate mode */
     int cert_mode;
+    /* server: the master key every credential derives from (cred.h), and where the PSK callback
+     * reports which credential a handshake proved. */
+    unsigned char master[RDZV_KEY_LEN];
+    int has_master;
+    rdzv_tls_cred_sink_cb cred_sink;
 };
 
 /* ECDHE-PSK: forward secrecy, so a token that leaks later does not decrypt recorded sessions.
@@ -32,6 +37,20 @@ struct rdzv_tls {
 static const mbedtls_ecp_group_id preferred_curves[] = {
     MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_SECP384R1,
     MBEDTLS_ECP_DP_SECP521R1, MBEDTLS_ECP_DP_NONE};
+
+/* A certificate-mode server also speaks PSK, for workers: they hold a worker credential, never
+ * a certificate (worker code is untrusted). */
+static const int cert_and_psk_suites[] = {
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
+    MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256,
+    0,
+};
 
 static const int psk_suites[] = {
     MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
@@ -96,25 +115,59 @@ static int load_certs(struct rdzv_tls *t, const struct rdzv_tls_opts *o, char *e
     return 0;
 }
 
-/* The PSK is SHA-256 of the token: any token length gives a full-size key, and the token itself
- * never sits in mbedTLS's memory. */
-static int set_psk(struct rdzv_tls *t, const char *token, char *err, size_t errlen)
+/* Client: the PSK and identity of the credential in token (cred.h string form: a server secret,
+ * a job, worker or observer credential). The token itself never sits in mbedTLS's memory. */
+static int set_client_psk(struct rdzv_tls *t, const char *token, char *err, size_t errlen)
 {
-    unsigned char psk[32];
-    int ret;
+    char id[RDZV_CRED_IDENTITY_MAX + 1];
+    struct rdzv_cred c;
+    int ret = rdzv_cred_parse(token, &c, err, errlen);
 
-    if (mbedtls_sha256_ret((const unsigned char *)token, strlen(token), psk, 0) != 0) {
-        snprintf(err, errlen, "SHA-256 failed");
-        return -EINVAL;
-    }
-    ret = mbedtls_ssl_conf_psk(&t->conf, psk, sizeof(psk), (const unsigned char *)PSK_IDENTITY,
-                               strlen(PSK_IDENTITY));
-    mbedtls_platform_zeroize(psk, sizeof(psk));
+    if (ret < 0)
+        return ret;
+    size_t idlen = rdzv_cred_identity(&c, id, sizeof(id));
+
+    ret = mbedtls_ssl_conf_psk(&t->conf, c.key, sizeof(c.key), (const unsigned char *)id, idlen);
+    rdzv_cred_wipe(&c);
     if (ret != 0) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
     mbedtls_ssl_conf_ciphersuites(&t->conf, psk_suites);
+    return 0;
+}
+
+/* Server: derives the key of whatever credential the identity names (cred.h), so a peer proves
+ * that credential by finishing the handshake; an identity that names none is refused at once.
+ * Only hashing happens here: no state is kept, and it is safe from any thread. */
+static int psk_cb(void *p, mbedtls_ssl_context *ssl, const unsigned char *id, size_t len)
+{
+    struct rdzv_tls *t = p;
+    struct rdzv_cred c;
+    int ret;
+
+    if (rdzv_cred_from_identity(t->master, id, len, &c) < 0)
+        return -1;
+    ret = mbedtls_ssl_set_hs_psk(ssl, c.key, sizeof(c.key));
+    if (ret == 0 && t->cred_sink != NULL)
+        t->cred_sink(ssl, &c);
+    rdzv_cred_wipe(&c);
+    return ret == 0 ? 0 : -1;
+}
+
+/* Server: the master key from the server's secret; a certificate-mode server without one makes
+ * a random one (worker credentials then change when the server restarts). */
+static int set_server_psk(struct rdzv_tls *t, const char *secret, char *err, size_t errlen)
+{
+    if (secret != NULL && secret[0] != '\0') {
+        rdzv_cred_master(secret, t->master);
+    } else if (mbedtls_ctr_drbg_random(&t->drbg, t->master, sizeof(t->master)) != 0) {
+        snprintf(err, errlen, "cannot draw a random key");
+        return -EIO;
+    }
+    t->has_master = 1;
+    mbedtls_ssl_conf_psk_cb(&t->conf, psk_cb, t);
+    mbedtls_ssl_conf_ciphersuites(&t->conf, t->cert_mode ? cert_and_psk_suites : psk_suites);
     return 0;
 }
 
@@ -167,6 +220,8 @@ static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_serve
     if (o->cert_file != NULL) {
         t->cert_mode = 1;
         ret = load_certs(t, o, err, errlen);
+        if (ret == 0 && is_server)
+            ret = set_server_psk(t, o->token, err, errlen);
         if (ret == 0 && !is_server && o->server_name != NULL) {
             t->server_name = strdup(o->server_name);
             if (t->server_name == NULL)
@@ -174,7 +229,9 @@ static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_serve
         }
         return ret;
     }
-    return set_psk(t, o->token, err, errlen);
+    if (is_server)
+        return set_server_psk(t, o->token, err, errlen);
+    return set_client_psk(t, o->token, err, errlen);
 }
 
 int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls **out, char *err,
@@ -212,6 +269,7 @@ void rdzv_tls_free(struct rdzv_tls *t)
     if (t == NULL)
         return;
     mbedtls_ssl_config_free(&t->conf); /* zeroises the PSK */
+    mbedtls_platform_zeroize(t->master, sizeof(t->master));
     mbedtls_pk_free(&t->key);
     mbedtls_x509_crt_free(&t->ca);
     mbedtls_x509_crt_free(&t->cert);
@@ -229,4 +287,19 @@ const struct mbedtls_ssl_config *rdzv_tls_conf(const struct rdzv_tls *t)
 const char *rdzv_tls_server_name(const struct rdzv_tls *t)
 {
     return t->server_name;
+}
+
+int rdzv_tls_cert_mode(const struct rdzv_tls *t)
+{
+    return t->cert_mode;
+}
+
+const unsigned char *rdzv_tls_master(const struct rdzv_tls *t)
+{
+    return t->has_master ? t->master : NULL;
+}
+
+void rdzv_tls_set_cred_sink(struct rdzv_tls *t, rdzv_tls_cred_sink_cb sink)
+{
+    t->cred_sink = sink;
 }

@@ -1,6 +1,8 @@
 /* TLS 1.2 for every control connection (mbedTLS 2.28), in one of two modes:
- *  - token (pre-shared key): the shared token is the PSK (identity "muster"), ECDHE-PSK suites
- *    only, so a passive observer learns nothing and a peer without the token cannot finish the
+ *  - token (pre-shared key): a client's credential (cred.h: the server's secret, or a job,
+ *    worker or observer credential derived from it) is the PSK, its kind and scope the PSK
+ *    identity; the server derives the key of the identity from its secret. ECDHE-PSK suites
+ *    only, so a passive observer learns nothing and a peer without the key cannot finish the
  *    handshake;
  *  - certificates: --tls-cert/--tls-key/--tls-ca, peer verification required on both sides
  *    (the server verifies client certificates), host name checked by clients.
@@ -13,7 +15,10 @@
 #include <stddef.h>
 
 struct rdzv_tls_opts {
-    const char *token;       /* token (PSK) mode when set and cert_file is NULL */
+    const char *token;       /* token (PSK) mode when set and cert_file is NULL. Client: a
+                                credential's string form (cred.h). Server: its secret, also in
+                                certificate mode (where workers still use PSK); NULL there = a
+                                random one */
     const char *cert_file;   /* certificate mode: this side's certificate chain (PEM) */
     const char *key_file;    /* its private key (PEM) */
     const char *ca_file;     /* the CA that signs the peers' certificates (PEM) */
@@ -38,5 +43,18 @@ void rdzv_tls_free(struct rdzv_tls *t);
 struct mbedtls_ssl_config;
 const struct mbedtls_ssl_config *rdzv_tls_conf(const struct rdzv_tls *t);
 const char *rdzv_tls_server_name(const struct rdzv_tls *t);
+
+/* 1 in certificate mode. */
+int rdzv_tls_cert_mode(const struct rdzv_tls *t);
+
+/* Server: the master key credentials derive from (cred.h); NULL for a client. Borrowed. */
+const unsigned char *rdzv_tls_master(const struct rdzv_tls *t);
+
+/* Server: called from inside a handshake (possibly on another thread than the loop, so it must
+ * only store) with the credential that the peer's PSK identity names, once its key is set. */
+struct mbedtls_ssl_context;
+struct rdzv_cred;
+typedef void (*rdzv_tls_cred_sink_cb)(struct mbedtls_ssl_context *ssl, const struct rdzv_cred *c);
+void rdzv_tls_set_cred_sink(struct rdzv_tls *t, rdzv_tls_cred_sink_cb sink);
 
 #endif

@@ -173,7 +173,7 @@ static void test_dir_world_writable(void **state)
     /* a parent is checked too, and nothing is created below it */
     snprintf(sub, sizeof(sub), "%s/job1/attempt_0", p);
     assert_int_equal(mc_dir_open(sub, 0755, "--log-dir", NULL, NULL, err, sizeof(err)), -EPERM);
-    snprintf(want, sizeof(want), "refusing --log-dir %s: %s writable by others (mode 0777)", sub,
+    snprintf(want, sizeof(want), "refusing --log-dir %s: %s is writable by others (mode 0777)", sub,
              p);
     assert_string_equal(err, want);
     snprintf(sub, sizeof(sub), "%s/job1", p);

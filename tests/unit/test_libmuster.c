@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "client.h"
+#include "cred.h"
 #include "muster.h"
 #include "server.h"
 
@@ -100,8 +101,9 @@ static int srv_start(struct srv *s)
                                  .max_nodes = 1,
                                  .nproc = 4,
                                  .max_restarts = 100,
-                                 .last_call_ms = 10,
-                                 .node_id = 7};
+                                 .last_call_ms = 10};
+    s->join.node_secret[0] = 7; /* protocol 3: the id commits to the secret */
+    s->join.node_id = rdzv_node_id_of(s->join.node_secret);
     snprintf(s->join.job_id, sizeof(s->join.job_id), JOB);
     snprintf(s->join.host, sizeof(s->join.host), "testhost");
     err = rdzv_client_new(&s->loop, "127.0.0.1", s->port, TOKEN, &agent_cbs, s, &s->agent);

@@ -17,6 +17,7 @@
 
 #include "client.h"
 #include "conn.h"
+#include "cred.h"
 #include "server.h"
 #include "status.h"
 #include "tls.h"
@@ -214,10 +215,11 @@ static int setup(void **state)
                                  .max_restarts = 0,
                                  .last_call_ms = 100,
                                  .join_timeout_ms = 5000,
-                                 .node_id = 42,
                                  .keep_alive_ms = 20,
                                  .heartbeat_timeout_ms = 300,
                                  .reconnect_grace_ms = 5000};
+    fx.join.node_secret[0] = 42; /* protocol 3: the id commits to the secret */
+    fx.join.node_id = rdzv_node_id_of(fx.join.node_secret);
     snprintf(fx.join.job_id, sizeof(fx.join.job_id), "job");
     snprintf(fx.join.host, sizeof(fx.join.host), "host0");
     *state = &fx;

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "cred.h"
 #include "server.h"
 #include "tls.h"
 
@@ -217,6 +218,14 @@ static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
     return r;
 }
 
+/* A node id the server accepts (protocol 3): the commitment to a secret made from seed. */
+static uint64_t test_node(uint8_t secret[32], uint64_t seed)
+{
+    memset(secret, 0, 32);
+    memcpy(secret, &seed, sizeof(seed));
+    return rdzv_node_id_of(secret);
+}
+
 static struct raw *agent(struct fixture *fx, int i, const char *job, unsigned min, unsigned max)
 {
     struct raw *r = raw_new(fx, i, RDZV_ROLE_AGENT);
@@ -229,10 +238,10 @@ static struct raw *agent(struct fixture *fx, int i, const char *job, unsigned mi
                                  .max_restarts = 3,
                                  .last_call_ms = 100,
                                  .join_timeout_ms = 5000,
-                                 .node_id = 1000 + (unsigned)i,
                                  .keep_alive_ms = g_keep_alive,
                                  .heartbeat_timeout_ms = g_hb_timeout,
                                  .reconnect_grace_ms = g_grace};
+    r->join.node_id = test_node(r->join.node_secret, 1000 + (unsigned)i);
     snprintf(r->join.job_id, sizeof(r->join.job_id), "%s", job);
     snprintf(r->join.host, sizeof(r->join.host), "host%d", i);
     snprintf(r->join.resume, sizeof(r->join.resume), "host%d-ckpt", i); /* differ per node */
@@ -546,7 +555,7 @@ static void test_rejoin_stale_round(void **state)
     run_until(fx, scaled);
     R(2) = calloc(1, sizeof(struct raw));
     R(2)->join = R(0)->join;
-    R(2)->join.node_id = 999;
+    R(2)->join.node_id = test_node(R(2)->join.node_secret, 999);
     R(2)->assign = R(0)->assign;
     R(2)->assign.round = 0;
     R(2)->open = 0;

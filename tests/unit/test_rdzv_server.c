@@ -13,6 +13,7 @@
 
 #include "client.h"
 #include "conn.h"
+#include "cred.h"
 #include "server.h"
 
 #define MAX_NODES 4
@@ -221,8 +222,9 @@ static struct node *start_node(struct fixture *fx, int i, const char *job, unsig
                                  .master_port = 29500 + (unsigned)i,
                                  .max_restarts = fx->max_restarts,
                                  .last_call_ms = fx->last_call_ms,
-                                 .join_timeout_ms = fx->join_timeout_ms,
-                                 .node_id = 1000 + (unsigned)i};
+                                 .join_timeout_ms = fx->join_timeout_ms};
+    n->join.node_secret[0] = (uint8_t)i; /* protocol 3: the id commits to the secret */
+    n->join.node_id = rdzv_node_id_of(n->join.node_secret);
     snprintf(n->join.job_id, sizeof(n->join.job_id), "%s", job);
     snprintf(n->join.host, sizeof(n->join.host), "host%d", i);
     if (token == NULL)
