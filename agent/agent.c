@@ -16,7 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <mbedtls/platform_util.h>
+
 #include "agent_priv.h"
+#include "cred.h"
 #include "failure.h"
 #include "port.h"
 #include "tls.h"
@@ -186,6 +189,20 @@ static void on_waiting(struct rdzv_client *c, const struct rdzv_waiting *w)
 }
 
 static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
+/* The workers' credential admits them to this job's KV store only (rendezvous/cred.h); the key
+ * is not kept in a->as, which lives as long as the agent. */
+static void set_worker_cred(struct agent *a, const struct rdzv_assign *as)
+{
+    struct rdzv_cred c = {.kind = RDZV_CRED_WORKER};
+
+    snprintf(c.scope, sizeof(c.scope), "%s", a->o->run_id);
+    memcpy(c.key, as->worker_key, sizeof(c.key));
+    if (rdzv_cred_format(&c, a->worker_cred, sizeof(a->worker_cred)) < 0)
+        a->worker_cred[0] = '\0';
+    rdzv_cred_wipe(&c);
+    mbedtls_platform_zeroize(a->as.worker_key, sizeof(a->as.worker_key));
+}
+
 {
     struct agent *a = rdzv_client_data(c);
 
@@ -194,6 +211,7 @@ static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
         return;
     a->as = *as;
     a->was_rank0 = as->group_rank == 0;
+    set_worker_cred(a, as);
     if (a->o->static_ranks) {
         const struct agent_options *o = a->o;
         a->as.group_rank = o->static_node_rank;
@@ -333,6 +351,7 @@ void agent_do_join_(struct agent *a)
     j.reconnect_grace_ms = o->reconnect_grace_ms;
     j.node_id = a->node_id;
     agent_ft_pick_resume_(a, &j);
+    memcpy(j.node_secret, a->node_secret, sizeof(j.node_secret));
     if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
         agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
         agent_finish_(a, AGENT_EXIT_RDZV);
@@ -467,7 +486,7 @@ static int agent_init(struct agent *a, const struct agent_options *o)
         return rc;
     if (gethostname(a->host, sizeof(a->host) - 1) != 0)
         snprintf(a->host, sizeof(a->host), "localhost");
-    if ((rc = uv_random(NULL, NULL, &a->node_id, sizeof(a->node_id), 0, NULL)) != 0)
+    if ((rc = rdzv_node_secret_new(a->node_secret, &a->node_id)) != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
     agent_progress_init(&a->loop, &a->progress, o->run_id);

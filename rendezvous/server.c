@@ -246,7 +246,7 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
 
     if (ev <= SRV_EV_KV_QUOTA)
         *family = "muster_limit_hits_total";
-    else if (ev <= SRV_EV_AUTH_TLS)
+    else if (ev <= SRV_EV_AUTH_NODE)
         *family = "muster_auth_failures_total";
     else
         *family = "muster_protocol_errors_total";
@@ -359,6 +359,7 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
     case RDZV_MSG_JOIN:
         handle_join(p, &m->u.join);
         break;
+        [SRV_EV_AUTH_NODE] = "node_secret",
     case RDZV_MSG_FAILED:
     case RDZV_MSG_LEAVE:
         handle_failed(p, &m->u.failed, m->type == RDZV_MSG_LEAVE);

@@ -11,6 +11,7 @@
 
 #include "ckptlog.h"
 #include "conn.h"
+#include "cred.h"
 #include "job.h"
 #include "kv.h"
 #include "message.h"
@@ -28,6 +29,7 @@ struct peer {
     int welcomed; /* HELLO accepted */
     uint8_t role; /* enum rdzv_role from HELLO */
     int closing;
+    struct rdzv_cred cred; /* what the TLS handshake proved, taken at HELLO (cred.h) */
     unsigned open; /* handles still open: conn.tcp and hb; freed at 0 */
     struct sjob *job;   /* agent: the job it joined; NULL before JOIN */
     struct sjob *kvjob; /* worker: the job it attached to; NULL before ATTACH or once dropped */
@@ -81,6 +83,7 @@ enum srv_event {
 
 struct srv_logged {
     char addr[INET6_ADDRSTRLEN];
+    SRV_EV_AUTH_NODE,         /* JOIN/REJOIN whose node secret does not open its node id */
     uint32_t events; /* bit per enum srv_event already logged for addr */
 };
 

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mbedtls/platform_util.h>
+
 #include "server_priv.h"
+#include "tls.h"
 
 static void sjob_closed_cb(uv_handle_t *handle)
 {
@@ -139,16 +142,35 @@ static void send_assign(struct sjob *sj)
 {
     struct rdzv_msg m = {.type = RDZV_MSG_ASSIGN};
 
+/* The job's worker credential (cred.h), which agents hand to their workers instead of their
+ * own: derived from the server's secret, so it survives a server restart unchanged. */
+static void worker_key(const struct sjob *sj, uint8_t key[RDZV_KEY_LEN])
+{
+    const unsigned char *master = rdzv_tls_master(sj->srv->tls);
+    struct rdzv_cred c;
+
+    memset(key, 0, RDZV_KEY_LEN);
+    if (master == NULL || rdzv_cred_derive(master, RDZV_CRED_WORKER, sj->job->id, &c) < 0)
+        return;
+    memcpy(key, c.key, RDZV_KEY_LEN);
+    rdzv_cred_wipe(&c);
+}
+
     sj->srv->stats.rounds_total++;
     sj->waiting_due = 0; /* the round closed: no count to report */
     for (size_t i = 0; i < sj->job->n_members; i++) {
+    uint8_t key[RDZV_KEY_LEN];
         rdzv_job_assign(sj->job, i, &m.u.assign);
         srv_send(sj->job->members[i].peer, &m);
     }
+    worker_key(sj, key);
 }
 
+        memcpy(m.u.assign.worker_key, key, sizeof(key));
 static void broadcast_waiting(struct sjob *sj)
 {
+    mbedtls_platform_zeroize(key, sizeof(key));
+    mbedtls_platform_zeroize(m.u.assign.worker_key, sizeof(key));
     struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
 
     sj->waiting_sent_at = uv_now(sj->srv->loop);

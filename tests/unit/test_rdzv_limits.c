@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "cred.h"
 #include "server.h"
 #include "server_priv.h"
 #include "tls.h"
@@ -240,13 +241,21 @@ static void hello(struct raw *r, uint8_t role, const char *token)
     send_msg(r, h);
 }
 
+/* A node id the server accepts (protocol 3): the commitment to a secret made from seed. */
+static uint64_t test_node(uint8_t secret[32], uint64_t seed)
+{
+    memset(secret, 0, 32);
+    memcpy(secret, &seed, sizeof(seed));
+    return rdzv_node_id_of(secret);
+}
+
 static void join(struct raw *r, const char *job, unsigned nnodes, uint64_t node_id)
 {
     struct rdzv_msg *m = msg(RDZV_MSG_JOIN);
 
     m->u.join = (struct rdzv_join){.min_nodes = nnodes, .max_nodes = nnodes, .nproc = 1,
-                                   .master_port = 29500, .join_timeout_ms = 5000,
-                                   .node_id = node_id};
+                                   .master_port = 29500, .join_timeout_ms = 5000};
+    m->u.join.node_id = test_node(m->u.join.node_secret, node_id);
     snprintf(m->u.join.job_id, sizeof(m->u.join.job_id), "%s", job);
     snprintf(m->u.join.host, sizeof(m->u.join.host), "host%llu", (unsigned long long)node_id);
     send_msg(r, m);
