@@ -22,6 +22,7 @@
 #include "cred.h"
 #include "failure.h"
 #include "port.h"
+#include "proctree.h"
 #include "tls.h"
 
 static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
@@ -509,6 +510,7 @@ int agent_run(const struct agent_options *o)
         agent_log("error: cannot start the agent: %s", uv_strerror(rc));
         return AGENT_EXIT_INTERNAL;
     }
+    agent_proctree_start(1); /* before any worker: the job's cgroup and its reaper */
     if (agent_prepare_logdir_(&a) != 0 || agent_ft_start_(&a) != 0)
         agent_finish_(&a, AGENT_EXIT_INTERNAL);
     else if (start_rendezvous(&a) != 0)
@@ -516,6 +518,7 @@ int agent_run(const struct agent_options *o)
     else
         agent_do_join_(&a);
     uv_run(&a.loop, UV_RUN_DEFAULT);
+    agent_proctree_stop();
     if (a.port_fd >= 0)
         close(a.port_fd);
     rc = uv_loop_close(&a.loop);

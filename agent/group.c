@@ -21,7 +21,10 @@ int agent_group_new(uv_loop_t *loop, int n, const struct agent_group_cbs *cbs, v
                     struct agent_group **out)
 {
     struct agent_group *g = calloc(1, sizeof(*g));
-    if (g == NULL || (g->workers = calloc((size_t)n, sizeof(*g->workers))) == NULL) {
+    if (g == NULL || (g->workers = calloc((size_t)n, sizeof(*g->workers))) == NULL ||
+        agent_proctree_group_open(&g->tree, n) != 0) {
+        if (g != NULL)
+            free(g->workers);
         free(g);
         return -ENOMEM;
     }
@@ -99,6 +102,7 @@ static void kill_timer_cb(uv_timer_t *t)
     for (int i = 0; i < g->n; i++)
         if (g->workers[i].alive)
             agent_worker_kill(&g->workers[i], SIGKILL);
+    agent_proctree_group_kill(&g->tree);
 }
 
 void agent_group_stop(struct agent_group *g, int sig, unsigned timeout_ms)
@@ -106,6 +110,8 @@ void agent_group_stop(struct agent_group *g, int sig, unsigned timeout_ms)
     /* Exited workers too: their children may still hold the group (DataLoader workers...). */
     for (int i = 0; i < g->n; i++)
         agent_worker_kill(&g->workers[i], sig);
+    if (sig == SIGKILL)
+        agent_proctree_group_kill(&g->tree);
     if (!g->stopping && g->alive > 0) {
         g->stopping = 1;
         uv_timer_start(&g->kill_timer, kill_timer_cb, timeout_ms, 0);
@@ -122,6 +128,8 @@ void agent_group_close(struct agent_group *g, void (*close_cb)(void *data), void
     /* Whatever a worker left behind in its process group must not outlive the attempt. */
     for (int i = 0; i < g->n; i++)
         agent_worker_kill(&g->workers[i], SIGKILL);
+    /* ...and what left it (setsid, double fork): before the next attempt can start */
+    agent_proctree_group_close(&g->tree);
     uv_close((uv_handle_t *)&g->kill_timer, on_closed);
     /* alive workers (killed just above) are still reaped: the SIGCHLD watcher stays until
      * the last one is gone (see worker_exited) */

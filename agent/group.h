@@ -5,6 +5,7 @@
 
 #include <uv.h>
 
+#include "proctree.h"
 #include "worker.h"
 
 struct agent_group;
@@ -27,6 +28,7 @@ struct agent_group {
     int closing;
     uv_timer_t kill_timer;
     uv_signal_t sigchld;
+    struct agent_proctree_group tree; /* the workers' whole process trees */
     const struct agent_group_cbs *cbs;
     void (*close_cb)(void *data);
     void *data;
@@ -39,13 +41,14 @@ int agent_group_new(uv_loop_t *loop, int n, const struct agent_group_cbs *cbs, v
 /* Spawns worker i. Returns 0 or a negative errno (the worker then counts as not started). */
 int agent_group_spawn(struct agent_group *g, int i, int rank, const struct agent_worker_spec *s);
 
-/* Sends sig to every worker's process group and SIGKILL to all that remain after timeout_ms.
- * Calling it again while stopping only forwards the new signal. */
+/* Sends sig to every worker's process group and, after timeout_ms, SIGKILL to all that remain
+ * and to everything the workers started (also in other sessions: proctree.h). Calling it
+ * again while stopping only forwards the new signal; SIGKILL kills the trees at once. */
 void agent_group_stop(struct agent_group *g, int sig, unsigned timeout_ms);
 
-/* Once no worker is alive: kills leftovers of the workers' process groups, closes every
- * handle and frees the group from the last close callback, then calls close_cb(data).
- * Accepts NULL. */
+/* Once no worker is alive: kills everything the workers left (process groups, and whole
+ * trees: proctree.h; waits briefly until they are gone), closes every handle and frees the
+ * group from the last close callback, then calls close_cb(data). Accepts NULL. */
 void agent_group_close(struct agent_group *g, void (*close_cb)(void *data), void *data);
 
 #endif

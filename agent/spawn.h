@@ -18,11 +18,17 @@ struct agent_spawn_opts {
     char *const *argv;   /* NULL-terminated */
     char *const *envp;   /* NULL-terminated, the complete environment */
     int stdio[3];        /* fds installed as 0, 1, 2 in the child; -1: /dev/null */
+    /* join_cgroup: the child writes "0" into cgroup_fd (an open cgroup.procs) before exec, so
+     * that everything it starts is born in that cgroup (proctree.h). A failed write does not
+     * stop the child: its errno goes to *cgroup_err (0 when it joined), if not NULL. */
+    int join_cgroup;
+    int cgroup_fd;
+    int *cgroup_err;
 };
 
 /* Starts a child in a new session (its own process group, pgid == pid) with every signal at
  * its default disposition and none blocked, armed to receive SIGKILL when the calling thread
- * exits. Returns 0 and sets *pid once the child runs the program, or a negative errno when
+ * exits, in o->cgroup_fd's cgroup if asked. Returns 0 and sets *pid once the child runs the program, or a negative errno when
  * clone or exec failed (the child is then already reaped). The caller's fds are untouched. */
 int agent_spawn(const struct agent_spawn_opts *o, pid_t *pid);
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "group.h"
+#include "proctree.h"
 #include "spawn.h"
 
 void agent_group_handle_closed_(struct agent_group *g);
@@ -126,9 +127,14 @@ static int setup_stream(uv_loop_t *loop, struct agent_worker *w, const struct ag
 
 int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct agent_worker_spec *s)
 {
+    int cgroup_err = 0;
     struct agent_spawn_opts o = {.file = s->argv[0], .argv = s->argv, .envp = s->env,
-                                 .stdio = {0, -1, -1}};
+                                 .stdio = {0, -1, -1},
+                                 .cgroup_fd = agent_proctree_group_fd(&w->group->tree),
+                                 .cgroup_err = &cgroup_err};
     int rc = 0;
+
+    o.join_cgroup = o.cgroup_fd >= 0;
 
     for (int i = 0; i < 2 && rc == 0; i++)
         rc = setup_stream(loop, w, s, i, &o.stdio[1 + i]);
@@ -136,6 +142,7 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
         rc = agent_spawn(&o, &w->pid);
     if (rc == 0) {
         w->alive = 1;
+        agent_proctree_group_started(&w->group->tree, w->local_rank, w->pid, cgroup_err);
         for (int i = 0; i < 2 && rc == 0; i++)
             if (w->pipe_open[i])
                 rc = uv_read_start((uv_stream_t *)&w->pipe[i], alloc_cb, read_cb);

@@ -1,6 +1,6 @@
 /* One worker process: started by agent_spawn() in its own process group with
- * PR_SET_PDEATHSIG armed, its stdout/stderr piped through the agent (prefix, tee) or
- * straight into a log file. */
+ * PR_SET_PDEATHSIG armed and inside its group's cgroup where there is one (proctree.h), its
+ * stdout/stderr piped through the agent (prefix, tee) or straight into a log file. */
 #ifndef MUSTER_AGENT_WORKER_H
 #define MUSTER_AGENT_WORKER_H
 
@@ -42,7 +42,8 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w,
  * its output is drained, its pipes are closing and exit_status/term_signal are set. */
 int agent_worker_reap(struct agent_worker *w);
 
-/* Sends sig to the worker's whole process group (its children too). */
+/* Sends sig to the worker's whole process group (its children too; descendants in other
+ * sessions die with the group: agent_group_stop/close). */
 void agent_worker_kill(struct agent_worker *w, int sig);
 
 #endif

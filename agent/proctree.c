@@ -1,0 +1,481 @@
+#include "proctree.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_priv.h" /* agent_log */
+#include "cgroup.h"
+#include "path.h"
+
+/* How long ending a group may block the loop until its cgroup is empty. SIGKILLed processes
+ * are gone in well under a millisecond unless stuck in the kernel (D state, e.g. a GPU
+ * context's teardown); then the cgroup stays and agent_proctree_stop() or the reaper removes
+ * it later. Long enough that the next attempt never meets the last one's processes. */
+#define CLOSE_WAIT_MS 500
+/* The reaper outlives muster: it may wait longer for a stuck process before removing. */
+#define REAPER_WAIT_MS 10000
+/* Fallback reaper: the sessions it kills when muster dies (workers of the running groups). */
+#define REAPER_MAX_SESSIONS 4096
+
+/* Per process, like the loop thread it serves: one job, one reaper. */
+static struct {
+    enum agent_proctree_mode mode;
+    int adopt;          /* fallback: child subreaper, adopted orphans die at group end */
+    char job[PATH_MAX]; /* <own cgroup>/muster-<pid>, "" in the fallback */
+    char describe[PATH_MAX + 160];
+    int reaper_fd; /* write end of the reaper's pipe (muster's only), -1 none */
+    pid_t reaper;
+    unsigned next_id;
+    int warned;
+} pt = {.reaper_fd = -1};
+
+/* ---- /proc scanning (also run by the fallback reaper: no malloc) ------------------------ */
+
+struct proc_ent {
+    pid_t pid, ppid, sid;
+};
+
+/* Fields 4 and 6 of /proc/<pid>/stat, after the comm in parentheses (which may hold spaces
+ * and ')'), hence the last ')'. Returns 0 or -1. */
+static int read_stat(pid_t pid, struct proc_ent *e)
+{
+    char path[64], buf[512];
+    int fd, n, ppid, pgrp, sid;
+    char state;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return -1;
+    n = (int)read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (p == NULL || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
+        return -1;
+    e->pid = pid;
+    e->ppid = ppid;
+    e->sid = sid;
+    return 0;
+}
+
+/* Calls fn(e, data) for every process. Returns 0 or a negative errno. */
+static int each_proc(void (*fn)(const struct proc_ent *e, void *data), void *data)
+{
+    char buf[4096];
+    int fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0)
+        return -errno;
+    while ((n = getdents64(fd, buf, sizeof(buf))) > 0) {
+        for (ssize_t off = 0; off < n;) {
+            struct dirent64 *d = (struct dirent64 *)(buf + off);
+            struct proc_ent e;
+            off += d->d_reclen;
+            if (d->d_name[0] >= '1' && d->d_name[0] <= '9' &&
+                read_stat((pid_t)atoi(d->d_name), &e) == 0)
+                fn(&e, data);
+        }
+    }
+    close(fd);
+    return 0;
+}
+
+/* ---- the reaper ----------------------------------------------------------------------- */
+
+struct reaper_sessions {
+    pid_t sid[REAPER_MAX_SESSIONS];
+    int n;
+};
+
+static void reaper_note(struct reaper_sessions *s, int32_t v)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->sid[i] == (v < 0 ? -v : v)) {
+            if (v < 0)
+                s->sid[i] = s->sid[--s->n]; /* the group ended: forget it (pid reuse) */
+            return;
+        }
+    if (v > 0 && s->n < REAPER_MAX_SESSIONS)
+        s->sid[s->n++] = v;
+}
+
+static void reaper_kill_session(const struct proc_ent *e, void *data)
+{
+    const struct reaper_sessions *s = data;
+    for (int i = 0; i < s->n; i++)
+        if (e->sid == s->sid[i])
+            kill(e->pid, SIGKILL);
+}
+
+/* Stop signals meant for muster's process group or session (Ctrl-C, a hang-up) must not end
+ * the reaper before muster: it acts only once muster is gone. */
+static int reaper_ignores(int s)
+{
+    return s == SIGINT || s == SIGTERM || s == SIGHUP || s == SIGQUIT || s == SIGPIPE;
+}
+
+/* Leaves muster's session, signals and fds: only the end of muster may end it. */
+static int reaper_detach(int rfd)
+{
+    struct sigaction ign = {.sa_handler = SIG_IGN}, dfl = {.sa_handler = SIG_DFL};
+    sigset_t none;
+    int keep = fcntl(rfd, F_DUPFD, 3), nul = open("/dev/null", O_RDWR);
+
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            sigaction(s, reaper_ignores(s) ? &ign : &dfl, NULL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid(); /* a Ctrl-C or kill of muster's process group is not for it */
+    prctl(PR_SET_NAME, "muster-reaper");
+    for (int i = 0; i < 3; i++)
+        dup2(nul, i); /* it must not hold muster's stdout open (a pipe reader would wait) */
+    if (keep != 3)
+        dup2(keep, 3);
+    /* nor the rendezvous socket, log files, the workers' pipes */
+    if (close_range(4, ~0U, 0) != 0)
+        for (int fd = 4; fd < 1024; fd++)
+            close(fd);
+    return 3;
+}
+
+/* The reaper's whole life: wait until every write end of the pipe is closed, which happens
+ * when muster exits whichever way, then kill and remove what muster left. */
+static void reaper_main(int rfd)
+{
+    static struct reaper_sessions s;
+    int32_t msg[256];
+    ssize_t n;
+    int fd = reaper_detach(rfd);
+
+    while ((n = read(fd, msg, sizeof(msg))) != 0) {
+        if (n < 0 && errno != EINTR)
+            break;
+        for (ssize_t i = 0; i < n / (ssize_t)sizeof(msg[0]); i++)
+            reaper_note(&s, msg[i]); /* 4-byte writes to a pipe are atomic: never split */
+    }
+    if (pt.job[0] != '\0') {
+        agent_cgroup_kill(pt.job);
+        agent_cgroup_wait_empty(pt.job, REAPER_WAIT_MS);
+        agent_cgroup_remove(pt.job);
+    }
+    if (s.n > 0)
+        each_proc(reaper_kill_session, &s);
+    _exit(0);
+}
+
+/* Forks the reaper. fork() copies page tables (~0.2 ms here): cheaper than exec'ing a
+ * helper program, and it is paid once per muster, not per worker. */
+static int start_reaper(void)
+{
+    int fds[2];
+    pid_t p;
+
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -errno;
+    if ((p = fork()) < 0) {
+        int err = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return -err;
+    }
+    if (p == 0) {
+        close(fds[1]);
+        reaper_main(fds[0]);
+    }
+    close(fds[0]);
+    /* never block muster on a stuck reaper: a lost note only narrows the fallback */
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    pt.reaper_fd = fds[1];
+    pt.reaper = p;
+    return 0;
+}
+
+static void reaper_tell(int32_t v)
+{
+    if (pt.reaper_fd >= 0 && pt.mode == AGENT_PROCTREE_FALLBACK)
+        (void)!write(pt.reaper_fd, &v, sizeof(v));
+}
+
+/* ---- choosing the mechanism ----------------------------------------------------------- */
+
+static int debug_wanted(void)
+{
+    const char *v = getenv("MUSTER_DEBUG_PROCTREE");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+/* Makes <base>/muster-<pid>. Returns 0, or a negative errno with why[] set. */
+static int make_job_cgroup(char *why, size_t len)
+{
+    char base[PATH_MAX], kill_file[PATH_MAX + 16];
+    const char *root = getenv("MUSTER_CGROUP_ROOT");
+    int rc = 0;
+
+    if (root != NULL && root[0] != '\0')
+        rc = agent_path_fmt(base, sizeof(base), "%s", root);
+    else if ((rc = agent_cgroup_self_dir(base, sizeof(base))) != 0)
+        snprintf(why, len, "no cgroup v2 of this process found (%s)", strerror(-rc));
+    if (rc == 0 &&
+        (rc = agent_path_fmt(pt.job, sizeof(pt.job), "%s/muster-%d", base, (int)getpid())) != 0)
+        snprintf(why, len, "cgroup path too long");
+    if (rc == 0 && mkdir(pt.job, 0755) != 0) {
+        rc = -errno;
+        snprintf(why, len, "cannot create %s: %s", pt.job, strerror(errno));
+    }
+    if (rc == 0 && (agent_path_fmt(kill_file, sizeof(kill_file), "%s/cgroup.kill", pt.job) != 0 ||
+                    access(kill_file, W_OK) != 0)) {
+        rc = -ENOTSUP; /* a plain directory (the test seam) or Linux < 5.14 */
+        snprintf(why, len, "%s has no writable cgroup.kill", pt.job);
+        rmdir(pt.job);
+    }
+    if (rc != 0)
+        pt.job[0] = '\0';
+    return rc;
+}
+
+/* Switches this process to the fallback (at start, or when a worker could not join). */
+static void use_fallback(const char *why)
+{
+    pt.mode = AGENT_PROCTREE_FALLBACK;
+    /* orphans re-parent to the agent instead of init, where the scan still finds them */
+    if (pt.adopt && prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        pt.adopt = 0;
+    snprintf(pt.describe, sizeof(pt.describe),
+             "process trees: fallback (%s): worker sessions%s killed at attempt end; %s", why,
+             pt.adopt ? " and orphans adopted as child subreaper" : "",
+             "only worker sessions after kill -9 of muster");
+}
+
+enum agent_proctree_mode agent_proctree_start(int adopt_orphans)
+{
+    char why[PATH_MAX + 64] = "";
+    int rc;
+
+    if (pt.mode != AGENT_PROCTREE_OFF)
+        return pt.mode;
+    pt.adopt = adopt_orphans;
+    if ((rc = make_job_cgroup(why, sizeof(why))) == 0) {
+        pt.mode = AGENT_PROCTREE_CGROUP;
+        snprintf(pt.describe, sizeof(pt.describe),
+                 "process trees: cgroup v2 %s (cgroup.kill at attempt end; a reaper process "
+                 "kills it if muster dies)",
+                 pt.job);
+    } else {
+        use_fallback(why);
+    }
+    /* the fallback's reaper still kills the workers' sessions after kill -9 of muster */
+    if ((rc = start_reaper()) != 0)
+        snprintf(pt.describe + strlen(pt.describe), sizeof(pt.describe) - strlen(pt.describe),
+                 "; no reaper (%s): nothing kills the trees after kill -9", strerror(-rc));
+    if (debug_wanted())
+        agent_log("%s", pt.describe);
+    return pt.mode;
+}
+
+const char *agent_proctree_describe(void)
+{
+    return pt.mode == AGENT_PROCTREE_OFF ? "process trees: not set up" : pt.describe;
+}
+
+void agent_proctree_stop(void)
+{
+    if (pt.job[0] != '\0') {
+        agent_cgroup_kill(pt.job);
+        agent_cgroup_wait_empty(pt.job, CLOSE_WAIT_MS);
+        agent_cgroup_remove(pt.job); /* a stuck leftover: the reaper tries again */
+    }
+    if (pt.reaper_fd >= 0)
+        close(pt.reaper_fd); /* EOF: the reaper checks once more and exits */
+    pt.reaper_fd = -1;
+}
+
+/* ---- one group ------------------------------------------------------------------------ */
+
+int agent_proctree_group_open(struct agent_proctree_group *t, int n)
+{
+    char procs[PATH_MAX + 16];
+
+    memset(t, 0, sizeof(*t));
+    t->procs_fd = -1;
+    if ((t->sessions = calloc((size_t)(n > 0 ? n : 1), sizeof(*t->sessions))) == NULL)
+        return -ENOMEM;
+    t->n = n;
+    t->open = 1;
+    t->scan = agent_proctree_start(0) != AGENT_PROCTREE_CGROUP;
+    if (t->scan)
+        return 0;
+    if (agent_path_fmt(t->dir, sizeof(t->dir), "%s/g%u", pt.job, pt.next_id++) != 0 ||
+        mkdir(t->dir, 0755) != 0) {
+        if (!pt.warned++)
+            agent_log("warning: cannot create cgroup %s: %s; this attempt's process trees are "
+                      "killed by session instead",
+                      t->dir, strerror(errno));
+        t->dir[0] = '\0';
+        t->scan = 1;
+        return 0;
+    }
+    if (agent_path_fmt(procs, sizeof(procs), "%s/cgroup.procs", t->dir) == 0)
+        t->procs_fd = open(procs, O_WRONLY | O_CLOEXEC);
+    t->scan = t->procs_fd < 0;
+    return 0;
+}
+
+int agent_proctree_group_fd(const struct agent_proctree_group *t)
+{
+    return t->open ? t->procs_fd : -1;
+}
+
+void agent_proctree_group_started(struct agent_proctree_group *t, int i, pid_t pid, int join_err)
+{
+    if (!t->open || i < 0 || i >= t->n)
+        return;
+    t->sessions[i] = pid;
+    if (join_err != 0 && !t->scan) {
+        /* EBUSY (controllers enabled below), EACCES (not delegated to us): the cgroup is
+         * unusable here, for this group and the ones to come */
+        char why[PATH_MAX + 64];
+        snprintf(why, sizeof(why), "a worker cannot join %s: %s", t->dir, strerror(join_err));
+        use_fallback(why);
+        agent_log("warning: %s", pt.describe);
+        t->scan = 1;
+    }
+    reaper_tell(pid);
+}
+
+static int is_session(const struct agent_proctree_group *t, pid_t pid)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->sessions[i] == pid && pid > 0)
+            return 1;
+    return 0;
+}
+
+/* ---- the fallback's kill: a /proc scan -------------------------------------------------- */
+
+struct scan {
+    struct proc_ent *v;
+    size_t n, cap;
+};
+
+static void collect(const struct proc_ent *e, void *data)
+{
+    struct scan *s = data;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 512;
+        struct proc_ent *v = realloc(s->v, cap * sizeof(*v));
+        if (v == NULL)
+            return; /* a process missed: the next kill or the reaper gets another chance */
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = *e;
+}
+
+static int by_pid(const void *a, const void *b)
+{
+    pid_t x = ((const struct proc_ent *)a)->pid, y = ((const struct proc_ent *)b)->pid;
+    return (x > y) - (x < y);
+}
+
+/* In a worker's session, below a worker, or (adopt) below this process at all. */
+static int is_target(const struct scan *s, const struct proc_ent *e,
+                     const struct agent_proctree_group *t, pid_t self)
+{
+    pid_t cur = e->ppid;
+
+    if (e->pid == self || e->pid == pt.reaper)
+        return 0;
+    if (is_session(t, e->sid))
+        return 1;
+    for (int depth = 0; depth < 64 && cur > 1; depth++) {
+        if (cur == self)
+            return pt.adopt;
+        if (is_session(t, cur))
+            return 1;
+        struct proc_ent key = {.pid = cur}, *p = bsearch(&key, s->v, s->n, sizeof(key), by_pid);
+        if (p == NULL)
+            return 0;
+        cur = p->ppid;
+    }
+    return 0;
+}
+
+/* Reaps the adopted orphans just killed (the group reaps its workers itself), waiting at
+ * most CLOSE_WAIT_MS in all. Entries with pid 0 are done. */
+static void reap_adopted(struct scan *s, int todo)
+{
+    struct timespec ms = {0, 1000000};
+
+    for (int round = 0; todo > 0 && round < CLOSE_WAIT_MS; round++) {
+        for (size_t i = 0; i < s->n; i++)
+            if (s->v[i].pid > 0 && waitpid(s->v[i].pid, NULL, WNOHANG) != 0) {
+                s->v[i].pid = 0;
+                todo--;
+            }
+        if (todo > 0)
+            nanosleep(&ms, NULL);
+    }
+}
+
+static void scan_kill(const struct agent_proctree_group *t)
+{
+    struct scan s = {0};
+    pid_t self = getpid();
+    size_t keep = 0;
+
+    if (each_proc(collect, &s) != 0)
+        return;
+    qsort(s.v, s.n, sizeof(*s.v), by_pid);
+    for (size_t i = 0; i < s.n; i++)
+        if (is_target(&s, &s.v[i], t, self))
+            kill(s.v[i].pid, SIGKILL);
+    /* afterwards: is_target needs the whole table */
+    for (size_t i = 0; i < s.n; i++)
+        if (s.v[i].ppid == self && s.v[i].pid != pt.reaper && !is_session(t, s.v[i].pid) &&
+            pt.adopt)
+            s.v[keep++] = s.v[i];
+    s.n = keep;
+    reap_adopted(&s, (int)keep);
+    free(s.v);
+}
+
+void agent_proctree_group_kill(struct agent_proctree_group *t)
+{
+    if (!t->open)
+        return;
+    if (t->dir[0] != '\0')
+        agent_cgroup_kill(t->dir);
+    if (t->scan)
+        scan_kill(t);
+}
+
+void agent_proctree_group_close(struct agent_proctree_group *t)
+{
+    if (!t->open)
+        return;
+    agent_proctree_group_kill(t);
+    if (t->dir[0] != '\0' && agent_cgroup_wait_empty(t->dir, CLOSE_WAIT_MS) == 0)
+        rmdir(t->dir);
+    for (int i = 0; i < t->n; i++)
+        if (t->sessions[i] > 0)
+            reaper_tell(-t->sessions[i]);
+    if (t->procs_fd >= 0)
+        close(t->procs_fd);
+    free(t->sessions);
+    memset(t, 0, sizeof(*t));
+    t->procs_fd = -1;
+}
