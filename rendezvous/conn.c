@@ -503,6 +503,28 @@ const char *rdzv_conn_tls_error(const struct rdzv_conn *conn)
     return conn->tls != NULL ? conn->tls->reason : "";
 }
 
+size_t rdzv_conn_unsent(const struct rdzv_conn *conn)
+{
+    size_t n = uv_stream_get_write_queue_size((const uv_stream_t *)&conn->tcp);
+
+    return conn->tls != NULL ? n + conn->tls->pending_len : n;
+}
+
+/* The cap on unsent bytes (STYLE.md "Every client bounded", like Redis's output buffer
+ * limits): a peer that stops reading while asking for replies would otherwise grow this
+ * process by every reply. The frame is refused before it is queued, so the queue never passes
+ * send_max, except by one frame sent into an empty queue (or a frame larger than the cap could
+ * never be sent). */
+static int over_send_max(const struct rdzv_conn *conn, size_t len)
+{
+    size_t unsent;
+
+    if (conn->send_max == 0)
+        return 0;
+    unsent = rdzv_conn_unsent(conn);
+    return unsent > 0 && unsent + len > conn->send_max;
+}
+
 int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg)
 {
     struct write_req *wr, *shrunk;
@@ -518,6 +540,10 @@ int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg)
     err = rdzv_msg_encode(msg, wr->data, RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD, &len);
     if (err < 0)
         goto out;
+    if (over_send_max(conn, len)) {
+        err = -ENOBUFS;
+        goto out;
+    }
     shrunk = realloc(wr, sizeof(*wr) + len); /* frames are small; don't hold 64 KiB each */
     if (shrunk != NULL)
         wr = shrunk;

@@ -48,6 +48,7 @@ struct rdzv_conn {
     uint32_t payload_len, payload_got;
 
     uint64_t bytes_in, bytes_out; /* frame bytes read and queued for writing, for metrics */
+    size_t send_max; /* the owner's cap on unsent bytes (rdzv_conn_send); 0: none */
     int reading;  /* rdzv_conn_start() succeeded and no error stopped it */
     int closing;  /* rdzv_conn_close() was called */
     int shutting; /* a uv_shutdown is in flight */
@@ -75,20 +76,26 @@ int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_ser
  * Meaningful until the close callback (the TLS state is freed just before it). */
 int rdzv_conn_handshake_done(const struct rdzv_conn *conn);
 
-/* The one-line reason of the last TLS failure ("" when none, also on a plaintext conn). Never
 /* Server side: the credential the peer's TLS handshake proved (cred.h), copied to *out:
  * RDZV_CRED_CERT for a verified client certificate. Returns 0, or -ENOTCONN before the
  * handshake finished or on a plaintext conn, -EACCES when no credential is known. */
 struct rdzv_cred;
 int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out);
 
+/* The one-line reason of the last TLS failure ("" when none, also on a plaintext conn). Never
  * contains the token. Valid until the close callback. */
 const char *rdzv_conn_tls_error(const struct rdzv_conn *conn);
 
 /* Encodes msg (borrowed) and queues it for writing. Returns 0, -ENOTCONN once closing, the
- * codec's -EINVAL, -ENOMEM, or a uv_write error. Write failures later are not reported here:
- * they show up as a read error. */
+ * codec's -EINVAL, -ENOMEM, -EPIPE (the TLS context failed), -ENOBUFS (nothing queued: with
+ * send_max set, the bytes not yet taken by the socket, TLS records and frames held for the
+ * handshake included, would pass it; a frame is always queued when nothing is), or a
+ * uv_write error. Write failures later are not reported here: they show up as a read error. */
 int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg);
+
+/* Bytes queued for the peer and not yet taken by the socket (uv_stream_get_write_queue_size,
+ * TLS records included), plus frames held until the TLS handshake finishes. */
+size_t rdzv_conn_unsent(const struct rdzv_conn *conn);
 
 /* Stops reading and closes; a TLS conn whose handshake finished sends close_notify first. With
  * flush, queued writes are sent first (uv_shutdown), so an ERROR

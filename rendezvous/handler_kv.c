@@ -35,6 +35,8 @@ void handle_attach(struct peer *p, const struct rdzv_attach *a)
                        sj == NULL ? "unknown" : "finished");
         return;
     }
+    if (!sjob_worker_admit(sj, p)) /* the job's cap on worker connections */
+        return;
     p->kvjob = sj;
     p->attached = 1;
     p->kv_round = a->round;
@@ -51,7 +53,7 @@ void sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status s
 
     (void)ctx;
     if (status == RDZV_KV_LIMIT)
-        srv_peer_event(peer, SRV_EV_KV_QUOTA, "KV_PUT over the job's quota of keys or bytes");
+        srv_kv_limit_event(peer);
     m.type = RDZV_MSG_KV_REPLY;
     m.u.kv.req_id = req_id;
     m.u.kv.wait_ms = 0;
@@ -128,18 +130,18 @@ void handle_status_req(struct peer *p, const struct rdzv_status_req *r)
         srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection may only ask about job %s", own);
         return;
     }
-    if (own != NULL)
-        job_id = own;
     if (own == NULL && !rdzv_cred_may_status(&p->cred, job_id)) {
         srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "STATUS_REQ for job %s outside the "
                        "credential's scope", job_id);
         srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", job_id);
         return;
     }
-    m = malloc(sizeof(*m));
-    if (m == NULL) {
+    if (own != NULL)
+        job_id = own;
     else if (p->cred.kind == RDZV_CRED_JOB && job_id[0] == '\0')
         job_id = p->cred.scope; /* every job of the scope, and no other */
+    m = malloc(sizeof(*m));
+    if (m == NULL) {
         srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
         return;
     }

@@ -84,8 +84,21 @@ static void free_entry(struct entry *e)
     free(e);
 }
 
+/* The pool's charge for one key of klen bytes with a value of len bytes. */
+static size_t charge(size_t klen, size_t len)
+{
+    return klen + len + RDZV_KV_KEY_OVERHEAD;
+}
+
+static void pool_sub(struct rdzv_kv_store *kv, size_t n)
+{
+    if (kv->lim.pool != NULL)
+        kv->lim.pool->bytes -= n;
+}
+
 static void drop_keys(struct rdzv_kv_store *kv)
 {
+    pool_sub(kv, kv->n_bytes + kv->n_keys * RDZV_KV_KEY_OVERHEAD);
     for (size_t b = 0; b < kv->n_buckets; b++) {
         for (struct entry *e = kv->buckets[b], *next; e != NULL; e = next) {
             next = e->next;
@@ -243,13 +256,25 @@ static int store(struct rdzv_kv_store *kv, struct entry **slot, const char *key,
         *slot = e;
         kv->n_keys++;
         kv->n_bytes += strlen(key);
+        if (kv->lim.pool != NULL)
+            kv->lim.pool->bytes += charge(strlen(key), 0);
     }
     kv->n_bytes = kv->n_bytes - e->len + len;
+    if (kv->lim.pool != NULL)
+        kv->lim.pool->bytes = kv->lim.pool->bytes - e->len + len;
     free(e->value);
     e->value = copy;
     e->len = len;
     *out = e;
     return 0;
+}
+
+/* Whether adding `add` bytes after freeing `freed` would take the pool over its maximum. */
+static int pool_full(const struct rdzv_kv_pool *pool, size_t add, size_t freed)
+{
+    if (pool == NULL || pool->max_bytes == 0 || add <= freed)
+        return 0;
+    return pool->bytes + (add - freed) > pool->max_bytes;
 }
 
 int rdzv_kv_put(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const char *key,
@@ -264,6 +289,12 @@ int rdzv_kv_put(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const cha
     slot = lookup(kv, key);
     bytes = kv->n_bytes + len + (*slot == NULL ? klen : 0) - (*slot ? (*slot)->len : 0);
     if ((*slot == NULL && kv->n_keys >= kv->lim.max_keys) || bytes > kv->lim.max_bytes) {
+        kv->cb(kv->ctx, peer, req_id, RDZV_KV_LIMIT, NULL, 0);
+        return 0;
+    }
+    if (pool_full(kv->lim.pool, *slot == NULL ? charge(klen, len) : len,
+                  *slot != NULL ? (*slot)->len : 0)) {
+        kv->lim.pool->refused++;
         kv->cb(kv->ctx, peer, req_id, RDZV_KV_LIMIT, NULL, 0);
         return 0;
     }

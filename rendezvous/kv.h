@@ -16,11 +16,25 @@
 #define RDZV_KV_MAX_KEYS 65536u           /* default key quota per job */
 #define RDZV_KV_MAX_BYTES (64u << 20)     /* default quota of key + value bytes per job */
 
+/* What one key costs the shared pool beyond its key and value bytes: the entry, two heap
+ * blocks and the bucket slot. Charging it makes a flood of empty values count too. */
+#define RDZV_KV_KEY_OVERHEAD 64u
+
 struct rdzv_kv_store;
+
+/* Memory shared by many stores (the server's jobs): a put that would take `bytes` over
+ * max_bytes gets LIMIT, whatever its own job's quota says. Owned by the caller; every store
+ * using it must be freed before it. */
+struct rdzv_kv_pool {
+    size_t bytes;     /* key + value + RDZV_KV_KEY_OVERHEAD per key, of every store */
+    size_t max_bytes; /* 0: no limit */
+    uint64_t refused; /* puts refused by this pool (not by a store's own quota) */
+};
 
 struct rdzv_kv_limits {
     size_t max_keys;  /* 0 = RDZV_KV_MAX_KEYS */
     size_t max_bytes; /* 0 = RDZV_KV_MAX_BYTES */
+    struct rdzv_kv_pool *pool; /* borrowed; NULL: none */
 };
 
 /* One reply for request req_id of peer. value/len only with RDZV_KV_OK for a get (else NULL,
@@ -45,8 +59,8 @@ uint32_t rdzv_kv_round(const struct rdzv_kv_store *kv);
 void rdzv_kv_set_round(struct rdzv_kv_store *kv, uint32_t round);
 
 /* Stores key (copied; ≤ RDZV_KEY_MAX) = value (len ≤ RDZV_VALUE_MAX, copied), replacing an old
- * value. Replies OK (and answers every held get of the key), or LIMIT when the quota would be
- * exceeded. Returns 0, -EINVAL (over-long key or value: no reply) or -ENOMEM (no reply). */
+ * value. Replies OK (and answers every held get of the key), or LIMIT when the store's quota or
+ * the pool's would be exceeded (the pool's: pool->refused grows by one before the reply). Returns 0, -EINVAL (over-long key or value: no reply) or -ENOMEM (no reply). */
 int rdzv_kv_put(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const char *key,
                 const uint8_t *value, uint32_t len);
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
 #include "server_priv.h"
 #include "tls.h"
 
@@ -34,6 +35,81 @@ static void listener_closed_cb(uv_handle_t *handle)
     srv_handle_closed(handle->data);
 }
 
+/* --- connections per source address ------------------------------------------------------ */
+
+/* The source address of tcp as 16 bytes (IPv4 v4-mapped, so both listeners' forms agree).
+ * Returns 0 or a negative errno. */
+static int source_key(const uv_tcp_t *tcp, uint8_t key[16])
+{
+    struct sockaddr_storage ss;
+    int n = sizeof(ss), err = uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &n);
+
+    if (err < 0)
+        return err;
+    memset(key, 0, 16);
+    if (ss.ss_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    } else if (ss.ss_family == AF_INET6) {
+        memcpy(key, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+    } else {
+        return UV_EAFNOSUPPORT;
+    }
+    return 0;
+}
+
+static struct srv_source **source_slot(struct rdzv_server *srv, const uint8_t key[16])
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    struct srv_source **pp;
+
+    for (int i = 0; i < 16; i++)
+        h = (h ^ key[i]) * 1099511628211ULL;
+    pp = &srv->sources[h % SRV_SOURCE_BUCKETS];
+    while (*pp != NULL && memcmp((*pp)->addr, key, 16) != 0)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+/* Counts p against its source address. Returns 0, -EUSERS when the address has
+ * max_connections_per_source open already (then p is not counted), or another negative errno
+ * (no address, no memory: not counted either, the caller closes it too). */
+static int source_add(struct peer *p)
+{
+    struct rdzv_server *srv = p->srv;
+    struct srv_source **pp, *src;
+    uint8_t key[16];
+    int err = source_key(&p->conn.tcp, key);
+
+    if (err < 0)
+        return err;
+    pp = source_slot(srv, key);
+    src = *pp;
+    if (src != NULL && src->n >= srv->limits.max_connections_per_source)
+        return -EUSERS;
+    if (src == NULL) {
+        src = calloc(1, sizeof(*src));
+        if (src == NULL)
+            return -ENOMEM;
+        memcpy(src->addr, key, 16);
+        *pp = src;
+    }
+    src->n++;
+    p->source = src;
+    return 0;
+}
+
+static void source_remove(struct peer *p)
+{
+    struct srv_source *src = p->source, **pp;
+
+    if (src == NULL || --src->n > 0)
+        return;
+    pp = source_slot(p->srv, src->addr);
+    *pp = src->next;
+    free(src);
+}
+
 /* A peer owns two handles (the TCP connection and the heartbeat timer): freed after both. */
 static void peer_release(struct peer *p)
 {
@@ -41,6 +117,7 @@ static void peer_release(struct peer *p)
 
     if (--p->open > 0)
         return;
+    source_remove(p);
     srv->stats.bytes_received_total += p->conn.bytes_in;
     srv->stats.bytes_sent_total += p->conn.bytes_out;
     if (p->prev != NULL)
@@ -65,12 +142,23 @@ static void timer_closed_cb(uv_handle_t *handle)
 }
 
 /* --- sending ---------------------------------------------------------------------------------
- * A failed send (out of memory, connection already broken) is not acted upon here: the broken
- * connection's read side reports it and the peer is treated as lost from there. */
+ * A failed send closes the peer: over send_queue_max (-ENOBUFS) it stopped reading, and every
+ * reply it asks for would stay in this process's memory (a client asking for a 60 KiB value
+ * over and over without reading grew the server without bound); out of memory or a broken TLS
+ * context, nothing more can reach it. The close is not done here but from the peer's timer at
+ * once: srv_send runs inside job broadcasts and KV store callbacks, which must not see a member
+ * leave or the store change under them. Later sends and messages of that peer are dropped. */
 void srv_send(struct peer *p, const struct rdzv_msg *m)
 {
-    if (p != NULL && !p->closing)
-        (void)rdzv_conn_send(&p->conn, m);
+    int err;
+
+    if (p == NULL || p->closing || p->send_err != 0)
+        return;
+    err = rdzv_conn_send(&p->conn, m);
+    if (err == 0 || err == -EINVAL) /* -EINVAL: this server built a bad message; not the peer's */
+        return;
+    p->send_err = err;
+    srv_peer_arm(p);
 }
 
 /* Sends ERROR and closes after it was flushed: the protocol says the sender of ERROR closes. */
@@ -109,6 +197,8 @@ static void peer_lose(struct peer *p, int flush, const char *reason)
         sjob_detach(p->job, p, reason);
     if (p->kvjob != NULL && p->kvjob->kv != NULL)
         rdzv_kv_forget(p->kvjob->kv, p);
+    if (p->kvjob != NULL)
+        p->kvjob->nworkers--;
     p->kvjob = NULL;
     uv_timer_stop(&p->timer);
     if (!uv_is_closing((uv_handle_t *)&p->timer))
@@ -127,11 +217,16 @@ void srv_peer_close(struct peer *p, int flush)
  *  - in a job as an agent that promised heartbeats: last message + its heartbeat timeout;
  *  - in a job otherwise (old agents, attached workers): none. A worker keeps its connection for
  *    the whole run and may be silent for hours between barriers; its job's end drops it.
- *  - in no job (observers, not yet joined, job gone): last message + idle_ms. */
+ *  - in no job (observers, not yet joined, job gone): last message + idle_ms;
+ *  - a send failed (srv_send): now, whatever the state. */
 static uint64_t peer_deadline(const struct peer *p, enum srv_event *why)
 {
     const struct rdzv_limits *l = &p->srv->limits;
 
+    if (p->send_err != 0) { /* now (1: 0 would mean none) */
+        *why = SRV_EV_SEND_QUEUE;
+        return 1;
+    }
     if (!p->welcomed) {
         *why = SRV_EV_HANDSHAKE_TIMEOUT;
         return p->accepted_ms + l->handshake_ms;
@@ -143,6 +238,22 @@ static uint64_t peer_deadline(const struct peer *p, enum srv_event *why)
         return 0;
     *why = SRV_EV_IDLE_TIMEOUT;
     return p->last_seen_ms + l->idle_ms;
+}
+
+/* srv_send failed earlier: the peer goes now (an agent in a job is a lost node). */
+static void peer_send_failed(struct peer *p)
+{
+    char reason[96];
+
+    if (p->send_err == -ENOBUFS) {
+        srv_peer_event(p, SRV_EV_SEND_QUEUE, "over %zu bytes of replies unread",
+                       p->srv->limits.send_queue_max);
+        snprintf(reason, sizeof(reason), "it stopped reading (over %zu bytes unsent)",
+                 p->srv->limits.send_queue_max);
+    } else {
+        snprintf(reason, sizeof(reason), "sending to it failed: %s", strerror(-p->send_err));
+    }
+    peer_lose(p, 0, reason);
 }
 
 /* Fires at the deadline computed when armed; a message since then only moves the deadline, so
@@ -161,7 +272,9 @@ static void timer_cb(uv_timer_t *t)
         uv_timer_start(&p->timer, timer_cb, deadline - now, 0);
         return;
     }
-    if (why == SRV_EV_HANDSHAKE_TIMEOUT) {
+    if (why == SRV_EV_SEND_QUEUE) {
+        peer_send_failed(p);
+    } else if (why == SRV_EV_HANDSHAKE_TIMEOUT) {
         srv_peer_event(p, why, "no HELLO accepted within %u ms of connecting",
                        p->srv->limits.handshake_ms);
         srv_peer_close(p, 0);
@@ -237,10 +350,16 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
         [SRV_EV_HANDSHAKE_TIMEOUT] = "handshake_timeout",
         [SRV_EV_IDLE_TIMEOUT] = "idle_timeout",
         [SRV_EV_FRAME_SIZE] = "frame_size",
+        [SRV_EV_PER_SOURCE] = "connections_per_source",
+        [SRV_EV_SEND_QUEUE] = "send_queue",
+        [SRV_EV_JOBS] = "jobs",
+        [SRV_EV_JOB_WORKERS] = "job_workers",
+        [SRV_EV_KV_TOTAL] = "kv_total",
         [SRV_EV_KV_QUOTA] = "kv_quota",
         [SRV_EV_AUTH_TOKEN] = "token",
         [SRV_EV_AUTH_JOB_SCOPE] = "job_scope",
         [SRV_EV_AUTH_TLS] = "tls_handshake",
+        [SRV_EV_AUTH_NODE] = "node_secret",
         [SRV_EV_PROTOCOL] = "protocol",
     };
 
@@ -253,18 +372,22 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
     *label = labels[ev];
 }
 
+/* Lines carry what peers chose (host names, job ids, failure texts): the whole line is escaped
+ * (common/escape.h), so a newline in a job id cannot forge a log line nor ESC sequences reach
+ * the operator's terminal. The server's own words have no control bytes or backslashes. */
 void srv_log(struct rdzv_server *srv, const char *fmt, ...)
 {
-    char line[512];
+    char line[512], safe[MC_ESCAPE_SIZE(sizeof(line))];
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
+    (void)mc_escape(line, safe, sizeof(safe)); /* cannot be cut: sized for the worst case */
     if (srv->log_cb != NULL)
-        srv->log_cb(srv->log_data, line);
+        srv->log_cb(srv->log_data, safe);
     else
-        fprintf(stderr, "muster: server: %s\n", line);
+        fprintf(stderr, "muster: server: %s\n", safe);
 }
 
 /* Whether ev from addr is to be logged: the first time per address and kind only. */
@@ -316,6 +439,21 @@ void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, con
     va_end(ap);
 }
 
+/* A KV_REPLY LIMIT (sjob_kv_reply): over the job's own quota, or over the server's total when
+ * the shared pool refused it just now. */
+void srv_kv_limit_event(struct peer *p)
+{
+    struct rdzv_server *srv = p->srv;
+
+    if (srv->kv_pool.refused != srv->kv_pool_refused) {
+        srv->kv_pool_refused = srv->kv_pool.refused;
+        srv_peer_event(p, SRV_EV_KV_TOTAL, "KV_PUT over the %zu bytes of KV data the server "
+                       "holds for all jobs", srv->limits.kv_max_total_bytes);
+        return;
+    }
+    srv_peer_event(p, SRV_EV_KV_QUOTA, "KV_PUT over the job's quota of keys or bytes");
+}
+
 void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
 {
     char addr[INET6_ADDRSTRLEN];
@@ -353,13 +491,29 @@ static int allowed(uint8_t role, uint8_t type)
     }
 }
 
+/* max_jobs: a JOIN or REJOIN that would create a job while max_jobs exist is refused here,
+ * before its handler, with a text saying so. Returns 1 when it may go on. */
+static int admit_job(struct peer *p, const char *job_id)
+{
+    struct rdzv_server *srv = p->srv;
+
+    if (p->job != NULL || srv->n_jobs < srv->limits.max_jobs || sjob_find(srv, job_id) != NULL)
+        return 1;
+    srv_peer_event(p, SRV_EV_JOBS, "JOIN for a new job while %u jobs exist (limit %u)",
+                   srv->n_jobs, srv->limits.max_jobs);
+    srv_send_error(p, RDZV_ERR_PROTOCOL, "server full: it holds %u jobs, its limit "
+                   "(muster server --max-jobs); try again when a job has finished",
+                   srv->n_jobs);
+    return 0;
+}
+
 static void dispatch(struct peer *p, const struct rdzv_msg *m)
 {
     switch (m->type) {
     case RDZV_MSG_JOIN:
-        handle_join(p, &m->u.join);
+        if (admit_job(p, m->u.join.job_id))
+            handle_join(p, &m->u.join);
         break;
-        [SRV_EV_AUTH_NODE] = "node_secret",
     case RDZV_MSG_FAILED:
     case RDZV_MSG_LEAVE:
         handle_failed(p, &m->u.failed, m->type == RDZV_MSG_LEAVE);
@@ -371,7 +525,8 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         handle_heartbeat(p, &m->u.heartbeat);
         break;
     case RDZV_MSG_REJOIN:
-        handle_rejoin(p, &m->u.rejoin);
+        if (admit_job(p, m->u.rejoin.join.job_id))
+            handle_rejoin(p, &m->u.rejoin);
         break;
     case RDZV_MSG_CKPT:
         handle_ckpt(p, &m->u.ckpt);
@@ -392,6 +547,8 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct peer *p = conn->data;
 
+    if (p->send_err != 0)
+        return; /* going at once (srv_send): no more work for it */
     p->last_seen_ms = uv_now(p->srv->loop);
     if (!p->welcomed && m->type != RDZV_MSG_HELLO) {
         srv_peer_event(p, SRV_EV_PROTOCOL, "%s before HELLO", rdzv_msg_name(m->type));
@@ -489,6 +646,24 @@ static void refuse(struct rdzv_server *srv, uv_stream_t *listener)
     uv_close((uv_handle_t *)tcp, refused_closed_cb);
 }
 
+/* Over max_connections_per_source, like over max_connections: closed before a byte is read,
+ * so that one address (one token holder's machine, or a flood) cannot take every connection
+ * and lock the other agents out. Returns 1 when p may go on. */
+static int admit_source(struct peer *p)
+{
+    char addr[INET6_ADDRSTRLEN];
+    int err = source_add(p);
+
+    if (err == -EUSERS) {
+        srv_peer_addr(p, addr, sizeof(addr));
+        srv_event(p->srv, SRV_EV_PER_SOURCE, addr, "%u connections open from this address",
+                  p->srv->limits.max_connections_per_source);
+    }
+    if (err < 0)
+        srv_peer_close(p, 0);
+    return err == 0;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct rdzv_server *srv = listener->data;
@@ -518,9 +693,15 @@ static void on_connection(uv_stream_t *listener, int status)
     if (srv->peers != NULL)
         srv->peers->prev = p;
     srv->peers = p;
+    p->conn.send_max = srv->limits.send_queue_max;
+    if (uv_accept(listener, (uv_stream_t *)&p->conn.tcp) < 0) {
+        srv_peer_close(p, 0);
+        return;
+    }
+    if (!admit_source(p))
+        return;
     /* Every connection is TLS: the server has no plaintext path. */
-    if (uv_accept(listener, (uv_stream_t *)&p->conn.tcp) < 0 ||
-        rdzv_conn_start_tls(&p->conn, srv->tls, 1) < 0) {
+    if (rdzv_conn_start_tls(&p->conn, srv->tls, 1) < 0) {
         srv_peer_close(p, 0);
         return;
     }
@@ -596,6 +777,7 @@ static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct
     srv->tls = tls;
     srv->start_ms = uv_now(loop);
     srv->limits = rdzv_limits_default();
+    srv->kv_pool.max_bytes = srv->limits.kv_max_total_bytes;
     if (token != NULL && token[0] != '\0') {
         memcpy(srv->token, token, strlen(token));
         srv->has_token = 1;
@@ -640,11 +822,18 @@ int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char
 
 struct rdzv_limits rdzv_limits_default(void)
 {
-    return (struct rdzv_limits){.max_connections = RDZV_LIMIT_MAX_CONNECTIONS,
-                                .handshake_ms = RDZV_LIMIT_HANDSHAKE_MS,
-                                .idle_ms = RDZV_LIMIT_IDLE_MS,
-                                .kv_max_keys = RDZV_KV_MAX_KEYS,
-                                .kv_max_bytes = RDZV_KV_MAX_BYTES};
+    return (struct rdzv_limits){
+        .max_connections = RDZV_LIMIT_MAX_CONNECTIONS,
+        .max_connections_per_source = RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE,
+        .handshake_ms = RDZV_LIMIT_HANDSHAKE_MS,
+        .idle_ms = RDZV_LIMIT_IDLE_MS,
+        .kv_max_keys = RDZV_KV_MAX_KEYS,
+        .kv_max_bytes = RDZV_KV_MAX_BYTES,
+        .kv_max_total_bytes = RDZV_LIMIT_KV_MAX_TOTAL_BYTES,
+        .max_jobs = RDZV_LIMIT_MAX_JOBS,
+        .send_queue_max = RDZV_LIMIT_SEND_QUEUE_MAX,
+        .job_workers_per_proc = RDZV_LIMIT_JOB_WORKERS_PER_PROC,
+        .job_workers_slack = RDZV_LIMIT_JOB_WORKERS_SLACK};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -656,7 +845,16 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     l.idle_ms = l.idle_ms ? l.idle_ms : d.idle_ms;
     l.kv_max_keys = l.kv_max_keys ? l.kv_max_keys : d.kv_max_keys;
     l.kv_max_bytes = l.kv_max_bytes ? l.kv_max_bytes : d.kv_max_bytes;
+#define DEFAULT_IF_0(f) l.f = l.f ? l.f : d.f
+    DEFAULT_IF_0(max_connections_per_source);
+    DEFAULT_IF_0(kv_max_total_bytes);
+    DEFAULT_IF_0(max_jobs);
+    DEFAULT_IF_0(send_queue_max);
+    DEFAULT_IF_0(job_workers_per_proc);
+    DEFAULT_IF_0(job_workers_slack);
+#undef DEFAULT_IF_0
     s->limits = l;
+    s->kv_pool.max_bytes = l.kv_max_total_bytes;
 }
 
 void rdzv_server_set_log(struct rdzv_server *s, rdzv_server_log_cb cb, void *data)

@@ -13,17 +13,44 @@ struct rdzv_tls_opts;
 /* Resource limits of one server, with named defaults. Hitting any of them closes (or refuses)
  * only the offending connection or request: it is counted in /metrics as
  * muster_limit_hits_total{limit="..."}, logged once per peer address, and the server goes on.
- * The frame size limit is the protocol's RDZV_MAX_PAYLOAD and not configurable. */
+ * The frame size limit is the protocol's RDZV_MAX_PAYLOAD and not configurable. Every client is
+ * bounded (STYLE.md "Every client bounded"): its connections, its unsent replies, the jobs it
+ * can create and the KV memory it can fill, so that one token holder cannot take the server
+ * from the others. */
 #define RDZV_LIMIT_MAX_CONNECTIONS 16384u /* open protocol connections; more are closed at once */
+/* Open connections from one source address. A quarter of the connection limit: one address
+ * cannot take the server, and the benchmarks' 1,024 real agents plus 2,000 idle connections
+ * on loopback still fit (bench/loadgen spreads its 10,000 over many 127.x addresses). */
+#define RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE 4096u
 #define RDZV_LIMIT_HANDSHAKE_MS 5000u     /* from accept until HELLO is accepted */
 #define RDZV_LIMIT_IDLE_MS 30000u         /* silence of a connection that is in no job */
+#define RDZV_LIMIT_MAX_JOBS 4096u         /* jobs held at once; a JOIN for one more: ERROR */
+/* Key + value bytes of every job's KV store together, each key also charged
+ * RDZV_KV_KEY_OVERHEAD bytes for its bookkeeping: 1 GiB. */
+#define RDZV_LIMIT_KV_MAX_TOTAL_BYTES ((size_t)1 << 30)
+/* Bytes queued for one connection and not yet taken by its socket (TLS records included). The
+ * clients are request/response with one request in flight, so a reader is never more than a
+ * few frames behind: 1 MiB is 16 frames of the largest size. A peer over it stopped reading. */
+#define RDZV_LIMIT_SEND_QUEUE_MAX ((size_t)1 << 20)
+/* Attached worker connections per job: this many per process of the job's world (members and
+ * waiting joiners, sum of nproc) plus the slack. Workers of a round being replaced overlap with
+ * the new ones for a moment, and libmuster keeps one connection per worker: 4x leaves room
+ * for restarts and for tools, the slack for a job that has not filled yet. */
+#define RDZV_LIMIT_JOB_WORKERS_PER_PROC 4u
+#define RDZV_LIMIT_JOB_WORKERS_SLACK 64u
 
 struct rdzv_limits {
     unsigned max_connections;  /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
+    unsigned max_connections_per_source; /* 0 = RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE */
     unsigned handshake_ms;     /* 0 = RDZV_LIMIT_HANDSHAKE_MS */
     unsigned idle_ms;          /* 0 = RDZV_LIMIT_IDLE_MS */
     size_t kv_max_keys;        /* per job; 0 = RDZV_KV_MAX_KEYS */
     size_t kv_max_bytes;       /* per job, key + value bytes; 0 = RDZV_KV_MAX_BYTES */
+    size_t kv_max_total_bytes; /* all jobs together; 0 = RDZV_LIMIT_KV_MAX_TOTAL_BYTES */
+    unsigned max_jobs;         /* 0 = RDZV_LIMIT_MAX_JOBS */
+    size_t send_queue_max;     /* per connection; 0 = RDZV_LIMIT_SEND_QUEUE_MAX */
+    unsigned job_workers_per_proc; /* 0 = RDZV_LIMIT_JOB_WORKERS_PER_PROC */
+    unsigned job_workers_slack;    /* 0 = RDZV_LIMIT_JOB_WORKERS_SLACK */
 };
 
 /* The defaults above, spelled out. */
@@ -45,7 +72,8 @@ int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char
                     struct rdzv_server **out);
 
 /* Replaces the limits (copied; zero fields take the defaults). Applies to connections accepted
- * and jobs created from now on; timers of open connections keep their old deadline. */
+ * and jobs created from now on (the KV total and the job count at once); timers of open
+ * connections keep their old deadline. */
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits);
 
 /* Where log lines go: cb(data, line), or stderr ("muster: server: ...") when cb is NULL, the

@@ -19,6 +19,7 @@
 
 struct sjob;
 struct rdzv_http;
+struct srv_source;
 
 /* One accepted connection: an agent, a worker (KV) or an observer (STATUS). */
 struct peer {
@@ -28,8 +29,8 @@ struct peer {
     struct peer *prev, *next;
     int welcomed; /* HELLO accepted */
     uint8_t role; /* enum rdzv_role from HELLO */
-    int closing;
     struct rdzv_cred cred; /* what the TLS handshake proved, taken at HELLO (cred.h) */
+    int closing;
     unsigned open; /* handles still open: conn.tcp and hb; freed at 0 */
     struct sjob *job;   /* agent: the job it joined; NULL before JOIN */
     struct sjob *kvjob; /* worker: the job it attached to; NULL before ATTACH or once dropped */
@@ -39,6 +40,8 @@ struct peer {
     uint64_t last_seen_ms; /* uv_now of the last message */
     uint32_t hb_timeout_ms; /* 0: the agent does not heartbeat; only a close tells */
     uint32_t keep_alive_ms; /* the agent's heartbeat interval, for the lateness metric */
+    struct srv_source *source; /* its address's connection count; NULL if never counted */
+    int send_err; /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
 };
 
 /* Server side of one job: the round logic, its deadline timer and the workers' KV store. */
@@ -50,6 +53,7 @@ struct sjob {
     uv_timer_t timer; /* timer.data = this sjob; earliest of job and KV deadlines */
     struct sjob *prev, *next;
     unsigned npeers; /* agent connections with peer->job == this */
+    unsigned nworkers; /* worker connections with peer->kvjob == this (job_workers_* limit) */
     int dropped;
     uint32_t last_restart_count; /* to count restarts in the metrics */
     /* WAITING broadcasts are coalesced: one per SJOB_WAITING_EVERY_MS at most. Sending one per
@@ -69,12 +73,29 @@ enum srv_event {
     SRV_EV_HANDSHAKE_TIMEOUT, /* no accepted HELLO within handshake_ms (slowloris, stuck TLS) */
     SRV_EV_IDLE_TIMEOUT,      /* silent past idle_ms while in no job */
     SRV_EV_FRAME_SIZE,        /* frame header announcing more than RDZV_MAX_PAYLOAD */
+    /* (new limits go here, before SRV_EV_KV_QUOTA, the last of the limit family) */
+    SRV_EV_PER_SOURCE,        /* over max_connections_per_source: accepted and closed at once */
+    SRV_EV_SEND_QUEUE,        /* unsent bytes over send_queue_max: the peer stopped reading */
+    SRV_EV_JOBS,              /* a JOIN that would create a job over max_jobs */
+    SRV_EV_JOB_WORKERS,       /* an ATTACH over the job's worker connections */
+    SRV_EV_KV_TOTAL,          /* KV_PUT over kv_max_total_bytes (all jobs together) */
     SRV_EV_KV_QUOTA,          /* KV_PUT over the job's key or byte quota */
     SRV_EV_AUTH_TOKEN,        /* HELLO with a wrong or missing token */
     SRV_EV_AUTH_JOB_SCOPE,    /* a message naming another job than the connection's */
     SRV_EV_AUTH_TLS,          /* TLS handshake failed (wrong PSK, plaintext, other CA...) */
+    SRV_EV_AUTH_NODE,         /* JOIN/REJOIN whose node secret does not open its node id */
     SRV_EV_PROTOCOL,          /* malformed frame or message out of order */
     SRV_EV_COUNT_
+};
+
+/* Open connections of one source address (IPv4 as v4-mapped IPv6), in a hash table of
+ * SRV_SOURCE_BUCKETS chains; an entry goes when its last connection closes. */
+#define SRV_SOURCE_BUCKETS 4096
+
+struct srv_source {
+    struct srv_source *next;
+    uint8_t addr[16];
+    unsigned n;
 };
 
 /* A peer address is logged once per event kind; the table forgets the oldest address when
@@ -83,7 +104,6 @@ enum srv_event {
 
 struct srv_logged {
     char addr[INET6_ADDRSTRLEN];
-    SRV_EV_AUTH_NODE,         /* JOIN/REJOIN whose node secret does not open its node id */
     uint32_t events; /* bit per enum srv_event already logged for addr */
 };
 
@@ -118,6 +138,9 @@ struct rdzv_server {
     void *log_data;
     struct srv_logged logged[SRV_LOG_PEERS];
     unsigned logged_next; /* next slot to reuse */
+    struct rdzv_kv_pool kv_pool;  /* every job's KV bytes: limits.kv_max_total_bytes */
+    uint64_t kv_pool_refused;     /* kv_pool.refused already counted as SRV_EV_KV_TOTAL */
+    struct srv_source *sources[SRV_SOURCE_BUCKETS];
 };
 
 /* server.c */
@@ -129,6 +152,7 @@ void srv_peer_close(struct peer *p, int flush);
 void srv_peer_addr(struct peer *p, char *buf, size_t len);
 void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j);
 void srv_peer_arm(struct peer *p);
+void srv_kv_limit_event(struct peer *p);
 void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt,
                ...) __attribute__((format(printf, 4, 5)));
 void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
@@ -148,6 +172,7 @@ void sjob_drop(struct sjob *sj);
 void sjob_apply(struct sjob *sj, enum rdzv_job_event ev);
 void sjob_arm(struct sjob *sj);
 void sjob_attach(struct sjob *sj, struct peer *p);
+int sjob_worker_admit(struct sjob *sj, struct peer *p);
 void sjob_detach(struct sjob *sj, struct peer *p, const char *reason);
 
 /* handler.c: agent messages */

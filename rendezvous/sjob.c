@@ -59,10 +59,14 @@ struct sjob *sjob_find(struct rdzv_server *srv, const char *id)
 
 int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out)
 {
-    struct rdzv_kv_limits kl = {srv->limits.kv_max_keys, srv->limits.kv_max_bytes};
-    struct sjob *sj = calloc(1, sizeof(*sj));
+    struct rdzv_kv_limits kl = {srv->limits.kv_max_keys, srv->limits.kv_max_bytes,
+                                &srv->kv_pool};
+    struct sjob *sj;
     int err;
 
+    if (srv->n_jobs >= srv->limits.max_jobs)
+        return -EUSERS; /* the dispatcher refuses such JOINs first; this is the backstop */
+    sj = calloc(1, sizeof(*sj));
     if (sj == NULL)
         return -ENOMEM;
     err = rdzv_job_new(j, &sj->job);
@@ -138,10 +142,6 @@ static void send_members(struct sjob *sj, const struct rdzv_msg *m)
     send_list(sj->job->members, sj->job->n_members, m);
 }
 
-static void send_assign(struct sjob *sj)
-{
-    struct rdzv_msg m = {.type = RDZV_MSG_ASSIGN};
-
 /* The job's worker credential (cred.h), which agents hand to their workers instead of their
  * own: derived from the server's secret, so it survives a server restart unchanged. */
 static void worker_key(const struct sjob *sj, uint8_t key[RDZV_KEY_LEN])
@@ -156,21 +156,25 @@ static void worker_key(const struct sjob *sj, uint8_t key[RDZV_KEY_LEN])
     rdzv_cred_wipe(&c);
 }
 
+static void send_assign(struct sjob *sj)
+{
+    struct rdzv_msg m = {.type = RDZV_MSG_ASSIGN};
+    uint8_t key[RDZV_KEY_LEN];
+
     sj->srv->stats.rounds_total++;
     sj->waiting_due = 0; /* the round closed: no count to report */
+    worker_key(sj, key);
     for (size_t i = 0; i < sj->job->n_members; i++) {
-    uint8_t key[RDZV_KEY_LEN];
         rdzv_job_assign(sj->job, i, &m.u.assign);
+        memcpy(m.u.assign.worker_key, key, sizeof(key));
         srv_send(sj->job->members[i].peer, &m);
     }
-    worker_key(sj, key);
-}
-
-        memcpy(m.u.assign.worker_key, key, sizeof(key));
-static void broadcast_waiting(struct sjob *sj)
-{
     mbedtls_platform_zeroize(key, sizeof(key));
     mbedtls_platform_zeroize(m.u.assign.worker_key, sizeof(key));
+}
+
+static void broadcast_waiting(struct sjob *sj)
+{
     struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
 
     sj->waiting_sent_at = uv_now(sj->srv->loop);
@@ -313,6 +317,42 @@ void sjob_apply(struct sjob *sj, enum rdzv_job_event ev)
         sjob_drop(sj);
     else
         sjob_arm(sj);
+}
+
+/* The job's cap on attached worker connections: job_workers_per_proc x its world (members and
+ * waiting joiners) + job_workers_slack. */
+static unsigned worker_cap(const struct sjob *sj)
+{
+    const struct rdzv_limits *l = &sj->srv->limits;
+    const struct rdzv_job *job = sj->job;
+    uint64_t world = 0, cap;
+
+    for (size_t i = 0; i < job->n_members; i++)
+        world += job->members[i].nproc;
+    for (size_t i = 0; i < job->n_pending; i++)
+        world += job->pending[i].nproc;
+    cap = world * l->job_workers_per_proc + l->job_workers_slack;
+    return cap > UINT32_MAX ? UINT32_MAX : (unsigned)cap;
+}
+
+/* Attached workers are exempt from the idle timeout (they are silent between barriers), so
+ * without this cap one token holder could pin every connection of the server through one job.
+ * Counts p against sj and returns 1, or answers ERROR (counted) and returns 0. peer_lose()
+ * gives the count back. */
+int sjob_worker_admit(struct sjob *sj, struct peer *p)
+{
+    unsigned cap = worker_cap(sj);
+
+    if (sj->nworkers < cap) {
+        sj->nworkers++;
+        return 1;
+    }
+    srv_peer_event(p, SRV_EV_JOB_WORKERS, "ATTACH over the %u worker connections of job %s",
+                   cap, sj->job->id);
+    srv_send_error(p, RDZV_ERR_PROTOCOL, "job %s has %u worker connections already, its limit "
+                   "(muster server --job-workers-per-proc, --job-workers-slack)",
+                   sj->job->id, sj->nworkers);
+    return 0;
 }
 
 void sjob_attach(struct sjob *sj, struct peer *p)

@@ -37,7 +37,7 @@ static void reply_cb(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status
 
 static struct rdzv_kv_store *store(size_t max_keys, size_t max_bytes)
 {
-    struct rdzv_kv_limits lim = {max_keys, max_bytes};
+    struct rdzv_kv_limits lim = {max_keys, max_bytes, NULL};
     struct rdzv_kv_store *kv = NULL;
 
     n_replies = 0;
@@ -149,6 +149,39 @@ static void test_limits(void **state)
     rdzv_kv_free(NULL);
 }
 
+/* Two stores sharing one pool: the pool's cap holds across them (each key charged its bytes +
+ * RDZV_KV_KEY_OVERHEAD), a refusal by the pool is counted in it, replacing a value or freeing
+ * a store gives the bytes back. */
+static void test_pool(void **state)
+{
+    struct rdzv_kv_pool pool = {.max_bytes = 2 * (2 + RDZV_KV_KEY_OVERHEAD) + 1};
+    struct rdzv_kv_limits lim = {0, 0, &pool};
+    struct rdzv_kv_store *a = NULL, *b = NULL;
+
+    (void)state;
+    n_replies = 0;
+    assert_int_equal(rdzv_kv_new(&lim, 0, reply_cb, NULL, &a), 0);
+    assert_int_equal(rdzv_kv_new(&lim, 0, reply_cb, NULL, &b), 0);
+    put(a, 0, 1, "a", "1");
+    put(b, 1, 2, "b", "2");
+    assert_int_equal(pool.bytes, 2 * (2 + RDZV_KV_KEY_OVERHEAD));
+    put(b, 1, 3, "c", ""); /* a third key does not fit in either store */
+    assert_int_equal(replies[2].status, RDZV_KV_LIMIT);
+    assert_int_equal(pool.refused, 1);
+    put(a, 0, 4, "a", "12"); /* one byte more: exactly the cap */
+    assert_int_equal(replies[3].status, RDZV_KV_OK);
+    put(b, 1, 5, "b", "23"); /* one more: over */
+    assert_int_equal(replies[4].status, RDZV_KV_LIMIT);
+    assert_int_equal(pool.refused, 2);
+    rdzv_kv_set_round(a, 1); /* drops a's key */
+    assert_int_equal(pool.bytes, 2 + RDZV_KV_KEY_OVERHEAD);
+    put(b, 1, 6, "c", "3");
+    assert_int_equal(replies[5].status, RDZV_KV_OK);
+    rdzv_kv_free(b);
+    assert_int_equal(pool.bytes, 0);
+    rdzv_kv_free(a);
+}
+
 /* Many keys: the table grows and every key is still found. */
 static void test_many_keys(void **state)
 {
@@ -176,7 +209,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_get_wait),       cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_round_change_stale), cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_many_keys),
+        cmocka_unit_test(test_many_keys),          cmocka_unit_test(test_pool),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
