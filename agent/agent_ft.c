@@ -1,5 +1,6 @@
 /* The agent's fault tolerance: the checkpoint registry (resume point, records reported to the
  * server) and hang detection, glued to the agent's state. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,8 @@
 #include <unistd.h>
 
 #include "agent_priv.h"
+#include "path.h"
+#include "safefile.h"
 
 /* Before an attempt: MUSTER_RESUME_FROM is the checkpoint the node of group rank 0 chose (the
  * server copies its JOIN's pick into every ASSIGN), so every node resumes from the same one;
@@ -120,6 +123,33 @@ static const struct agent_ckptwatch_cbs ckpt_cbs = {
     .bad_cb = on_ckpt_bad,
 };
 
+/* Where the workers' heartbeat files go: LOG_DIR/RUN_ID/heartbeats (checked like the log
+ * directory), or with --log-dir /dev/null a fresh directory in $TMPDIR: mkdtemp, because a
+ * predictable name there (it was muster-heartbeats-PID) can be planted by another user. */
+static int heartbeat_dir(struct agent *a, char *dir, size_t len)
+{
+    char err[PATH_MAX + 256];
+    int rc;
+
+    if (a->logdir.base[0] != '\0') {
+        rc = agent_path_fmt(dir, len, "%s/heartbeats", a->logdir.base);
+        if (rc == 0)
+            rc = mc_dir_open(dir, 0700, "heartbeat directory", NULL, NULL, err, sizeof(err));
+        else
+            snprintf(err, sizeof(err), "heartbeat directory in %s: %s", a->logdir.base,
+                     strerror(-rc));
+    } else {
+        rc = agent_path_fmt(dir, len, "%s/muster-heartbeats-XXXXXX", mc_tmpdir());
+        if (rc == 0 && mkdtemp(dir) == NULL)
+            rc = -errno;
+        snprintf(err, sizeof(err), "cannot create a heartbeat directory in %s: %s", mc_tmpdir(),
+                 strerror(-rc));
+    }
+    if (rc != 0)
+        agent_log("error: %s", err);
+    return rc;
+}
+
 int agent_ft_start_(struct agent *a)
 {
     const struct agent_options *o = a->o;
@@ -129,11 +159,8 @@ int agent_ft_start_(struct agent *a)
     if (o->checkpoint_dir != NULL) {
         rc = agent_ckptwatch_init(&a->loop, &a->ckpt, o->checkpoint_dir, o->keep_checkpoints,
                                   &ckpt_cbs, a);
-        if (rc != 0) {
-            agent_log("error: cannot watch --checkpoint-dir %s: %s", o->checkpoint_dir,
-                      strerror(-rc));
-            return rc;
-        }
+        if (rc != 0)
+            return rc; /* ckptwatch logged why */
         a->ckpt_on = 1;
         /* one node, or ranks fixed by the flags: this node's rank is known now */
         if (o->max_nodes <= 1 && !o->static_ranks)
@@ -142,11 +169,8 @@ int agent_ft_start_(struct agent *a)
             agent_ckptwatch_set_recording(&a->ckpt, o->static_node_rank == 0);
     }
     if (o->hang_timeout_ms > 0) {
-        if (a->logdir.base[0] != '\0')
-            snprintf(dir, sizeof(dir), "%.4000s/heartbeats", a->logdir.base);
-        else
-            snprintf(dir, sizeof(dir), "%s/muster-heartbeats-%d",
-                     getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+        if ((rc = heartbeat_dir(a, dir, sizeof(dir))) != 0)
+            return rc;
         rc = agent_hang_init(&a->loop, &a->hang, dir, (int)o->nproc, o->hang_timeout_ms, on_hang,
                              a);
         if (rc != 0) {

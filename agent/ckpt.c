@@ -13,6 +13,8 @@
 
 #include <jansson.h>
 
+#include "safefile.h"
+
 /* A registry file bigger than this is not one we wrote; refuse before parsing it. */
 #define REGISTRY_FILE_MAX (64u << 20)
 
@@ -236,60 +238,27 @@ static json_t *registry_to_json(const struct agent_ckpt_registry *reg)
     return root;
 }
 
-/* fsync of the directory makes the rename itself durable, not only the file's bytes. */
-static int fsync_parent(const char *path)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    int fd, rc = 0;
-
-    if (slash == NULL)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else if ((size_t)(slash - path) < sizeof(dir))
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    else
-        return -ENAMETOOLONG;
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) != 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
+/* Through mc_file_replace: a temporary name with a random suffix (O_EXCL), fsync, rename over
+ * the registry (a symlink planted there is replaced, never followed), fsync of the directory. */
 int agent_ckpt_registry_save(const struct agent_ckpt_registry *reg, const char *path)
 {
-    char tmp[PATH_MAX];
-    json_t *root = NULL;
-    FILE *f = NULL;
-    int rc = 0;
+    json_t *root = registry_to_json(reg);
+    char *text = NULL;
+    int rc = -ENOMEM;
 
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    root = registry_to_json(reg);
     if (root == NULL)
         return -ENOMEM;
-    f = fopen(tmp, "we");
-    if (f == NULL) {
-        rc = -errno;
-        goto out;
+    text = json_dumps(root, JSON_INDENT(1));
+    if (text != NULL) {
+        size_t len = strlen(text);
+        char *nl = realloc(text, len + 2);
+        if (nl != NULL) {
+            text = nl;
+            memcpy(text + len, "\n", 2);
+            rc = mc_file_replace(path, text, len + 1, 0644);
+        }
     }
-    errno = 0;
-    if (json_dumpf(root, f, JSON_INDENT(1)) != 0 || fputc('\n', f) == EOF || fflush(f) != 0 ||
-        fsync(fileno(f)) != 0)
-        rc = errno ? -errno : -EIO;
-    if (fclose(f) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
-    if (rc == 0)
-        rc = fsync_parent(path);
-    else
-        unlink(tmp);
-out:
+    free(text);
     json_decref(root);
     return rc;
 }
@@ -344,12 +313,18 @@ int agent_ckpt_registry_load(struct agent_ckpt_registry *reg, const char *path)
     json_t *root = NULL;
     struct stat st;
     FILE *f = NULL;
-    int rc;
+    int fd, rc;
 
     agent_ckpt_registry_init(&fresh);
-    f = fopen(path, "re");
-    if (f == NULL)
+    /* O_NOFOLLOW: the registry is only ever a file muster renamed into place */
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
         return -errno;
+    f = fdopen(fd, "r");
+    if (f == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
     if (fstat(fileno(f), &st) != 0) {
         rc = -errno;
         goto out;

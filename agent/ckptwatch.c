@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "safefile.h"
+
 static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -94,6 +96,21 @@ static void on_event(uv_fs_event_t *e, const char *name, int events, int status)
         record(w, name, FROM_RENAME);
 }
 
+/* --checkpoint-dir and its .muster/ (the registry): created if missing, refused when another
+ * local user owns or can write them or a directory above (common/safefile.h): the registry is
+ * replaced by rename and workers write checkpoints by path. One line says why. */
+static int open_dirs(struct agent_ckptwatch *w, const char *dir, const char *meta)
+{
+    char err[PATH_MAX + 256];
+    int rc = mc_dir_open(dir, 0755, "--checkpoint-dir", NULL, NULL, err, sizeof(err));
+
+    if (rc == 0)
+        rc = mc_dir_open(meta, 0700, "--checkpoint-dir", NULL, NULL, err, sizeof(err));
+    if (rc != 0)
+        logf_(w, "error: %s", err);
+    return rc;
+}
+
 int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
                          unsigned keep, const struct agent_ckptwatch_cbs *cbs, void *data)
 {
@@ -113,8 +130,8 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
         snprintf(w->registry_path, sizeof(w->registry_path), "%s/registry.json", meta) >=
             (int)sizeof(w->registry_path))
         return -ENAMETOOLONG;
-    if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(meta, 0700) != 0 && errno != EEXIST))
-        return -errno;
+    if ((rc = open_dirs(w, dir, meta)) != 0)
+        return rc;
     rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
     if (rc != 0 && rc != -ENOENT)
         logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
@@ -122,6 +139,7 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
     w->event.data = w;
     w->open = 1;
     if ((rc = uv_fs_event_start(&w->event, on_event, dir, 0)) != 0) {
+        logf_(w, "error: cannot watch --checkpoint-dir %s: %s", dir, uv_strerror(rc));
         agent_ckptwatch_close(w, NULL);
         return rc;
     }

@@ -43,7 +43,8 @@ struct agent_ckptwatch {
 
 /* Creates dir if missing, loads the registry, records untracked entries and starts watching.
  * Borrows loop; copies cbs (log is required). Returns 0 or a negative errno (nothing to close
- * then). */
+ * then), having logged one line that says why: -EPERM when dir, its .muster/ or a directory
+ * above is owned or writable by another user (common/safefile.h). */
 int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
                          unsigned keep, const struct agent_ckptwatch_cbs *cbs, void *data);
 

@@ -20,6 +20,7 @@
 #include "agent.h"
 #include "agent_priv.h" /* agent_log */
 #include "path.h"
+#include "safefile.h"
 #include "spawn.h"
 
 extern char **environ;
@@ -187,10 +188,9 @@ static void remove_dir(struct agent_mps *m)
  * too long for the daemon's sockets. */
 static int make_dirs(struct agent_mps *m, const char *run_id)
 {
-    const char *tmp = getenv("TMPDIR");
+    const char *tmp = mc_tmpdir();
     int rc;
 
-    tmp = tmp && *tmp ? tmp : "/tmp";
     rc = agent_path_fmt(m->dir, sizeof(m->dir), "%s/muster-%s-mps-XXXXXX", tmp, run_id);
     if (rc != 0 || strlen(m->dir) + strlen("/pipe") >= PIPE_DIR_MAX)
         rc = agent_path_fmt(m->dir, sizeof(m->dir), "/tmp/muster-mps-XXXXXX");

@@ -11,6 +11,7 @@
 
 #include "agent_priv.h"
 #include "env.h"
+#include "safefile.h"
 
 extern char **environ;
 
@@ -61,11 +62,9 @@ static void after_close(void *data)
  * mkstemp() (0600, a fresh name: no symlink planted in /tmp can redirect the write). */
 static int make_reason_file(struct agent *a)
 {
-    const char *tmp = getenv("TMPDIR");
     int fd;
 
-    snprintf(a->pf_reason, sizeof(a->pf_reason), "%s/muster-pf-reason-XXXXXX",
-             tmp && *tmp ? tmp : "/tmp");
+    snprintf(a->pf_reason, sizeof(a->pf_reason), "%s/muster-pf-reason-XXXXXX", mc_tmpdir());
     if ((fd = mkstemp(a->pf_reason)) < 0) {
         a->pf_reason[0] = '\0';
         return -errno;
@@ -149,8 +148,8 @@ static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
     if (a->logdir.base[0] != '\0' && !a->logdir.flat)
         snprintf(bufs[6], PATH_MAX, "--report=%.4000s/preflight.json", a->logdir.base);
     else
-        snprintf(bufs[6], PATH_MAX, "--report=%s/muster-%s-preflight.json",
-                 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", o->run_id);
+        snprintf(bufs[6], PATH_MAX, "--report=%.3800s/muster-%s-preflight.json", mc_tmpdir(),
+                 o->run_id);
     argv[k++] = bufs[6];
     if (o->preflight_allow_mixed)
         argv[k++] = "--allow-mixed";

@@ -13,6 +13,7 @@
 #include "muster.h"
 #include "node.h"
 #include "node_priv.h"
+#include "safefile.h"
 
 extern char **environ;
 
@@ -255,13 +256,12 @@ static int put_node_result(struct pf_node *n, json_t *res)
 
 int pf_stage_nccl(struct pf_node *n)
 {
-    const char *tmp = getenv("TMPDIR");
     char dir[4096];
     int *codes = calloc((size_t)n->nproc, sizeof(*codes)), rc;
     json_t *res = json_pack("{s:i, s:s, s:[]}", "group_rank", n->group_rank, "host", n->host,
                             "ranks");
 
-    snprintf(dir, sizeof(dir), "%s/muster-pf-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    snprintf(dir, sizeof(dir), "%.4000s/muster-pf-XXXXXX", mc_tmpdir());
     if (codes == NULL || res == NULL || mkdtemp(dir) == NULL) {
         free(codes);
         json_decref(res);

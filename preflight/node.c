@@ -17,6 +17,7 @@
 #include "mesh.h"
 #include "muster.h"
 #include "node_priv.h"
+#include "safefile.h"
 
 void pf_say(const char *fmt, ...)
 {
@@ -186,31 +187,22 @@ static int parse_args(struct pf_node *n, int argc, char **argv)
 
 static void write_report(struct pf_node *n, int code)
 {
-    char tmp[4200];
-    FILE *f;
-    int fd;
+    char *text;
+    int rc = -ENOMEM;
 
     json_object_set_new(n->report_json, "ok", json_boolean(code == 0));
     json_object_set_new(n->report_json, "reason", json_string(n->reason));
     json_object_set_new(n->report_json, "total_ms", json_real(pf_now_ms() - n->t0));
     if (n->report == NULL || n->report[0] == '\0')
         return;
-    /* a fresh temporary name (mkstemp), then rename: a link planted at the report's path in a
-     * shared /tmp is replaced, never written through */
-    snprintf(tmp, sizeof(tmp), "%s.XXXXXX", n->report);
-    if ((fd = mkstemp(tmp)) < 0) {
-        pf_say("cannot write the report %s: %s", n->report, strerror(errno));
-        return;
-    }
-    if ((f = fdopen(fd, "w")) == NULL)
-        close(fd);
-    int ok = f != NULL && json_dumpf(n->report_json, f, JSON_INDENT(2)) == 0;
-    if (f != NULL && fclose(f) != 0)
-        ok = 0;
-    if (!ok || rename(tmp, n->report) != 0) {
-        pf_say("cannot write the report %s: %s", n->report, strerror(errno));
-        unlink(tmp);
-    }
+    /* a fresh temporary name (O_EXCL, random), then rename: a link planted at the report's
+     * path in a shared /tmp is replaced, never written through */
+    text = json_dumps(n->report_json, JSON_INDENT(2));
+    if (text != NULL)
+        rc = mc_file_replace(n->report, text, strlen(text), 0600);
+    if (rc != 0)
+        pf_say("cannot write the report %s: %s", n->report, strerror(-rc));
+    free(text);
 }
 
 static int run_stages(struct pf_node *n)
