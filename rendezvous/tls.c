@@ -29,14 +29,22 @@ struct rdzv_tls {
      * reports which credential a handshake proved. */
     unsigned char master[RDZV_KEY_LEN];
     int has_master;
+    /* a server keyed by a job credential (an agent hosting its job's rendezvous with a job
+     * token): that job's agents prove the job key itself, and everything else derives from it */
+    char job_scope[RDZV_ID_MAX + 1];
     rdzv_tls_cred_sink_cb cred_sink;
 };
 
 /* ECDHE-PSK: forward secrecy, so a token that leaks later does not decrypt recorded sessions.
  * 2.28 has no ECDHE-PSK with AES-GCM; CBC-SHA256 (encrypt-then-MAC) is the fallback. */
+/* Only the two cheap curves (issue 11): an unauthenticated ClientHello offering only secp521r1
+ * made the server spend ~4.8 ms on a key it would throw away (X25519: ~1.2 ms), so a flood of
+ * such hellos cost four times as much. With this list a hello that offers neither X25519 nor
+ * P-256 fails in ServerHello, before any key generation. The list also bounds the curve of the
+ * peer's end-entity certificate key (mbedTLS checks it against the same list): certificates
+ * must have P-256 (or RSA) keys; CAs signing them may use any curve (docs/SECURITY.md). */
 static const mbedtls_ecp_group_id preferred_curves[] = {
-    MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_SECP384R1,
-    MBEDTLS_ECP_DP_SECP521R1, MBEDTLS_ECP_DP_NONE};
+    MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_NONE};
 
 /* A certificate-mode server also speaks PSK, for workers: they hold a worker credential, never
  * a certificate (worker code is untrusted). */
@@ -146,8 +154,16 @@ static int psk_cb(void *p, mbedtls_ssl_context *ssl, const unsigned char *id, si
     struct rdzv_cred c;
     int ret;
 
-    if (rdzv_cred_from_identity(t->master, id, len, &c) < 0)
+    if (t->job_scope[0] != '\0' && len == 4 + strlen(t->job_scope) &&
+        memcmp(id, "job:", 4) == 0 && memcmp(id + 4, t->job_scope, len - 4) == 0) {
+        c = (struct rdzv_cred){.kind = RDZV_CRED_JOB};
+        memcpy(c.scope, t->job_scope, sizeof(c.scope));
+        memcpy(c.key, t->master, sizeof(c.key));
+    } else if ((t->job_scope[0] != '\0' && len == 6 && memcmp(id, "muster", 6) == 0) ||
+               (t->job_scope[0] != '\0' && len > 4 && memcmp(id, "job:", 4) == 0) ||
+               rdzv_cred_from_identity(t->master, id, len, &c) < 0) {
         return -1;
+    }
     ret = mbedtls_ssl_set_hs_psk(ssl, c.key, sizeof(c.key));
     if (ret == 0 && t->cred_sink != NULL)
         t->cred_sink(ssl, &c);
@@ -159,8 +175,22 @@ static int psk_cb(void *p, mbedtls_ssl_context *ssl, const unsigned char *id, si
  * a random one (worker credentials then change when the server restarts). */
 static int set_server_psk(struct rdzv_tls *t, const char *secret, char *err, size_t errlen)
 {
+    struct rdzv_cred c;
+
     if (secret != NULL && secret[0] != '\0') {
-        rdzv_cred_master(secret, t->master);
+        if (rdzv_cred_parse(secret, &c, err, errlen) < 0)
+            return -EINVAL;
+        if (c.kind == RDZV_CRED_JOB) {
+            memcpy(t->master, c.key, sizeof(t->master));
+            memcpy(t->job_scope, c.scope, sizeof(t->job_scope));
+        } else if (c.kind == RDZV_CRED_SERVER) {
+            rdzv_cred_master(secret, t->master);
+        } else {
+            rdzv_cred_wipe(&c);
+            snprintf(err, errlen, "a worker or read-only credential cannot key a server");
+            return -EINVAL;
+        }
+        rdzv_cred_wipe(&c);
     } else if (mbedtls_ctr_drbg_random(&t->drbg, t->master, sizeof(t->master)) != 0) {
         snprintf(err, errlen, "cannot draw a random key");
         return -EIO;
@@ -214,8 +244,7 @@ static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_serve
     mbedtls_ssl_conf_renegotiation(&t->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
     /* X25519 first: mbedTLS 2.28's default order starts with secp521r1, which made one
      * handshake cost ~9 ms of server CPU here, so that a burst of 1,000 connections could not
-     * finish inside the 5 s handshake limit (bench/rdzv_bench.sh e). The NIST curves stay for
-     * certificates with such keys. */
+     * finish inside the 5 s handshake limit (bench/rdzv_bench.sh e). */
     mbedtls_ssl_conf_curves(&t->conf, preferred_curves);
     if (o->cert_file != NULL) {
         t->cert_mode = 1;
