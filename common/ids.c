@@ -45,9 +45,9 @@ int mc_id_valid(const char *id, char *err, size_t errlen)
         if (id_char(c))
             continue;
         if (c > 0x20 && c < 0x7f)
-            snprintf(why, sizeof(why), "has '%c' at byte %zu", c, i);
+            snprintf(why, sizeof(why), "has '%c' at offset %zu", c, i);
         else
-            snprintf(why, sizeof(why), "has byte 0x%02x at byte %zu", c, i);
+            snprintf(why, sizeof(why), "has byte 0x%02x at offset %zu", c, i);
         return fail(err, errlen, id, why);
     }
     return 1;

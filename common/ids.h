@@ -21,7 +21,7 @@
 
 /* Whether id is a valid job/run id (see above). Returns 1 when it is, 0 when it is not (or is
  * NULL); then err (may be NULL, errlen 0) gets one printable line without the flag name, e.g.
- * "'a/b' has '/' at byte 1; an id is 1-128 of A-Z a-z 0-9 . _ : @ + - (not "." or "..")".
+ * "'a/b' has '/' at offset 1; an id is 1-128 of A-Z a-z 0-9 . _ : @ + - (not "." or "..")".
  * The id in err is escaped (mc_escape), so it is safe to print. Borrows id. */
 int mc_id_valid(const char *id, char *err, size_t errlen);
 

@@ -19,6 +19,7 @@
 #include "config_priv.h"
 #include "endpoint.h"
 #include "gpus.h"
+#include "ids.h"
 #include "secret.h"
 #include "slurm.h"
 #include "token.h"
@@ -202,7 +203,11 @@ static int slurm_fallbacks(struct parse *p)
     struct launcher_slurm *sl = &p->slurm;
     int rc = launcher_slurm_defaults((const char *const *)environ, sl);
 
-    if (sl->job_id[0] == '\0')
+    /* a malformed job id leaves job_id empty but is inside an allocation all the same */
+    int bad_id =
+        strncmp(sl->bad, "SLURM_JOB_ID=", 13) == 0 || strncmp(sl->bad, "SLURM_JOBID=", 12) == 0;
+
+    if (sl->job_id[0] == '\0' && !bad_id)
         return 0; /* not inside an allocation */
     if (rc != 0)
         return cfg_fail(p, "cannot use the Slurm environment: %s is malformed", sl->bad);
@@ -471,6 +476,21 @@ static char *random_uuid(void)
     return s;
 }
 
+/* The id names directories under --log-dir and $TMPDIR and appears in logs and /status: one
+ * character set (common/ids.h), whether it came from --rdzv-id, PET_RDZV_ID or SLURM_JOB_ID. */
+static int check_rdzv_id(struct parse *p, const char *id)
+{
+    const char *src = p->src[O_RDZV_ID];
+    char why[512];
+
+    if (id == NULL || mc_id_valid(id, why, sizeof(why)))
+        return 0;
+    /* src of "--rdzv-id=ID" holds the id itself: never print it raw */
+    if (src == NULL || src[0] == '-')
+        src = "--rdzv-id";
+    return cfg_fail(p, "%s %s", src, why);
+}
+
 static int parse_rdzv(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
@@ -489,8 +509,8 @@ static int parse_rdzv(struct parse *p)
         cfg->rdzv_id = random_uuid();
         return cfg->rdzv_id ? 0 : -ENOMEM;
     }
-    if (id != NULL && (*id == '\0' || strlen(id) > 128 || strpbrk(id, "/\\ \t\n") != NULL))
-        return cfg_fail(p, "--rdzv-id must be 1-128 characters without '/', '\\' or spaces");
+    if ((rc = check_rdzv_id(p, id)) != 0)
+        return rc;
     cfg->rdzv_id = (id && strcmp(id, "none") != 0) ? strdup(id) : random_uuid();
     if (cfg->rdzv_id == NULL)
         return -ENOMEM;

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
+#include "ids.h"
+
 /* Numbers in a bracket group: more digits than this cannot be a node index and would overflow. */
 #define NUM_DIGITS_MAX 18
 
@@ -275,10 +278,16 @@ static int parse_int(const char *s, size_t len)
     return (int)v;
 }
 
+/* The value comes from the environment and ends up in an error line: escaped (a newline or
+ * an ESC sequence in it must not forge or rewrite the terminal's lines). */
 static void note_bad(struct launcher_slurm *out, const char *key, const char *value)
 {
-    if (out->bad[0] == '\0')
-        snprintf(out->bad, sizeof(out->bad), "%s=%s", key, value);
+    char shown[sizeof(out->bad) - 40];
+
+    if (out->bad[0] != '\0')
+        return;
+    mc_escape_n(value, strnlen(value, sizeof(shown)), shown, sizeof(shown), MC_ESCAPE_QUOTES);
+    snprintf(out->bad, sizeof(out->bad), "%.32s=%s", key, shown);
 }
 
 struct var {
@@ -389,7 +398,8 @@ static void read_job_id(const char *const *env, struct launcher_slurm *out)
     }
     if (v == NULL)
         return;
-    if (strlen(v) >= sizeof(out->job_id))
+    /* it becomes the run id: a directory name under --log-dir (common/ids.h) */
+    if (strlen(v) >= sizeof(out->job_id) || !mc_id_valid(v, NULL, 0))
         note_bad(out, key, v);
     else
         snprintf(out->job_id, sizeof(out->job_id), "%s", v);

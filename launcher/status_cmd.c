@@ -12,6 +12,7 @@
 #include "agent.h"
 #include "conn.h"
 #include "endpoint.h"
+#include "ids.h"
 #include "secret.h"
 #include "tls.h"
 #include "token.h"
@@ -198,6 +199,8 @@ static int print_answer(const struct status_cmd *c)
 
 static int parse_args(int argc, char **argv, struct status_cmd *c)
 {
+    char why[512];
+
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i];
         const char **slot = NULL;
@@ -233,6 +236,10 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
             return -EINVAL;
         }
         *slot = argv[++i];
+    }
+    if (c->job_id != NULL && !mc_id_valid(c->job_id, why, sizeof(why))) {
+        fprintf(stderr, "muster: error: --rdzv-id %s\n", why);
+        return -EINVAL;
     }
     if (c->endpoint == NULL && (c->endpoint = getenv("PET_RDZV_ENDPOINT")) == NULL) {
         fprintf(stderr, "muster: error: muster status needs --rdzv-endpoint HOST:PORT\n");

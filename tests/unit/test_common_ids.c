@@ -57,19 +57,19 @@ static void test_invalid(void **state)
     refused("", "is empty");
     refused(".", "names a directory");
     refused("..", "names a directory");
-    refused("../x", "'/' at byte 2");
-    refused("a/b", "'/' at byte 1");
-    refused("a\\b", "'\\' at byte 1");
-    refused("a b", "0x20 at byte 1");
-    refused("a\nFORGED", "0x0a at byte 1");
+    refused("../x", "'/' at offset 2");
+    refused("a/b", "'/' at offset 1");
+    refused("a\\b", "'\\' at offset 1");
+    refused("a b", "0x20 at offset 1");
+    refused("a\nFORGED", "0x0a at offset 1");
     refused("a\nFORGED", "'a\\x0aFORGED'");
-    refused("\x1b[31mred", "0x1b at byte 0");
-    refused("caf\xc3\xa9", "0xc3 at byte 3"); /* no bytes >= 0x80, even valid UTF-8 */
-    refused("\xff", "0xff at byte 0");
-    refused("a\"b", "'\"' at byte 1");
-    refused("a'b", "''' at byte 1");
-    refused("a%b", "'%' at byte 1");
-    refused("a*b", "'*' at byte 1");
+    refused("\x1b[31mred", "0x1b at offset 0");
+    refused("caf\xc3\xa9", "0xc3 at offset 3"); /* no bytes >= 0x80, even valid UTF-8 */
+    refused("\xff", "0xff at offset 0");
+    refused("a\"b", "'\"' at offset 1");
+    refused("a'b", "''' at offset 1");
+    refused("a%b", "'%' at offset 1");
+    refused("a*b", "'*' at offset 1");
 }
 
 static void test_too_long(void **state)

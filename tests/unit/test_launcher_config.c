@@ -620,6 +620,22 @@ static void test_backend_and_id(void **state)
     longid[128] = '\0';
     assert_ok(fx, parse(fx, "--rdzv-id", longid, "@S", NULL));
     assert_string_equal(fx->cfg.rdzv_id, longid);
+
+    /* one id character set (common/ids.h): nothing that escapes --log-dir or forges lines */
+    static const char *bad[] = {"..", ".", "../x", "a\nb", "\x1b[2J", "caf\xc3\xa9", "\xff"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_einval(fx, parse(fx, "--rdzv-id", bad[i], "@S", NULL));
+        assert_non_null(strstr(fx->err, "--rdzv-id '"));
+        assert_null(strchr(fx->err, '\n'));
+        assert_null(strchr(fx->err, '\x1b'));
+    }
+    assert_einval(fx, parse(fx, "--rdzv-id=a\nb", "@S", NULL));
+    assert_null(strchr(fx->err, '\n')); /* "--rdzv-id=ID" is not echoed raw */
+    static const char *good[] = {"12345", "12345_7", "12345+1", "u@h:job.v2"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        assert_ok(fx, parse(fx, "--rdzv-id", good[i], "@S", NULL));
+        assert_string_equal(fx->cfg.rdzv_id, good[i]);
+    }
 }
 
 static void test_standalone(void **state)

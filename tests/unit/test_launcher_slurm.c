@@ -271,6 +271,9 @@ static void test_slurm_malformed(void **state)
         {{"SLURM_JOB_ID=0123456789012345678901234567890123456789012345678901234567890123456789",
           NULL},
          "SLURM_JOB_ID=0123456789012345678901234567890123456789012345678901234567890123456789"},
+        /* the job id becomes the run id (common/ids.h); shown escaped */
+        {{"SLURM_JOB_ID=../x", NULL}, "SLURM_JOB_ID=../x"},
+        {{"SLURM_JOBID=1\n2", NULL}, "SLURM_JOBID=1\\x0a2"},
     };
     struct launcher_slurm s;
     (void)state;
