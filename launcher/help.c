@@ -156,6 +156,8 @@ static const char main_help[] =
     "                                   /metrics and /status; see muster server --help)\n"
     "  status --rdzv-endpoint HOST:PORT show a server's jobs, nodes, ranks, restarts and\n"
     "                                   checkpoints (see muster status --help)\n"
+    "  token --job ID | --read-only     mint a job-scoped or read-only credential from the\n"
+    "                                   server's secret (see muster token --help)\n"
     "  preflight [run's node options]   only the pre-flight checks: GPUs, links, NCCL\n"
     "                                   (see muster preflight --help)\n"
     "  plan --gpu-mem SIZE --procs N ...\n"
@@ -168,9 +170,10 @@ static const char main_help[] =
     "\n"
     "Examples:\n"
     "  muster run --standalone --nproc-per-node 4 train.py --epochs 3\n"
-    "  muster server --listen 0.0.0.0:29400 --token-file job.token        # on one host\n"
+    "  muster server --listen 0.0.0.0:29400 --token-file server.token     # on one host\n"
+    "  muster token --token-file server.token --job job42 --out job42.token  # operator\n"
     "  muster run --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:29400 --rdzv-id job42 \\\n"
-    "      --token-file job.token train.py                         # on each node\n";
+    "      --token-file job42.token train.py                       # on each node\n";
 
 void launcher_print_run_help(void)
 {

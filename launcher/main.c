@@ -9,6 +9,7 @@
 #include "run.h"
 #include "server_cmd.h"
 #include "status_cmd.h"
+#include "token_cmd.h"
 
 int main(int argc, char **argv)
 {
@@ -24,6 +25,8 @@ int main(int argc, char **argv)
         return launcher_status(argc - 2, argv + 2);
     if (strcmp(argv[1], "preflight") == 0)
         return launcher_preflight(argc - 2, argv + 2);
+    if (strcmp(argv[1], "token") == 0)
+        return launcher_token(argc - 2, argv + 2);
     if (strcmp(argv[1], "plan") == 0)
         return launcher_plan(argc - 2, argv + 2);
     if (strcmp(argv[1], "__preflight-node") == 0) /* internal: started by the agent */

@@ -33,6 +33,7 @@ struct rdzv_tls {
      * token): that job's agents prove the job key itself, and everything else derives from it */
     char job_scope[RDZV_ID_MAX + 1];
     rdzv_tls_cred_sink_cb cred_sink;
+    unsigned refs; /* the owner's, plus one per server handshake step in the pool (conn.c) */
 };
 
 /* ECDHE-PSK: forward secrecy, so a token that leaks later does not decrypt recorded sessions.
@@ -284,6 +285,7 @@ int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls *
     mbedtls_x509_crt_init(&t->cert);
     mbedtls_x509_crt_init(&t->ca);
     mbedtls_pk_init(&t->key);
+    t->refs = 1;
     ret = setup(t, o, is_server, err, errlen);
     if (ret < 0) {
         rdzv_tls_free(t);
@@ -293,9 +295,14 @@ int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls *
     return 0;
 }
 
+void rdzv_tls_hold(struct rdzv_tls *t)
+{
+    t->refs++;
+}
+
 void rdzv_tls_free(struct rdzv_tls *t)
 {
-    if (t == NULL)
+    if (t == NULL || --t->refs > 0)
         return;
     mbedtls_ssl_config_free(&t->conf); /* zeroises the PSK */
     mbedtls_platform_zeroize(t->master, sizeof(t->master));
@@ -330,5 +337,8 @@ const unsigned char *rdzv_tls_master(const struct rdzv_tls *t)
 
 void rdzv_tls_set_cred_sink(struct rdzv_tls *t, rdzv_tls_cred_sink_cb sink)
 {
-    t->cred_sink = sink;
+    /* Called for every new server conn while steps of others may read it on pool threads:
+     * written only when it changes (once), so that those reads never race a write. */
+    if (t->cred_sink != sink)
+        t->cred_sink = sink;
 }

@@ -1,7 +1,8 @@
 #!/bin/bash
 # A server started with MUSTER_TOKEN in its environment refuses agents without that token (the
 # agent fails fast with a non-zero code, no worker starts) and accepts agents that carry it;
-# the workers get MUSTER_TOKEN.
+# the workers get a MUSTER_TOKEN of their own: the job's worker credential, never the server's
+# token (protocol 3, rendezvous/cred.h).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
@@ -22,6 +23,12 @@ agent good MUSTER_TOKEN=tok-$$-secret -- --nnodes 1 --nproc-per-node 2 --rdzv-en
 agent_wait good 30
 expect_agent_rc good 0
 check_ranks "$T/w" 0 2 1
-expect_eq "MUSTER_TOKEN of the workers" "tok-$$-secret" "$(envval "$T/w/env.0.0" MUSTER_TOKEN)"
+WT=$(envval "$T/w/env.0.0" MUSTER_TOKEN)
+case "$WT" in
+muster-worker-v1:$JOB:????????????????????????????????????????????????????????????????) ;;
+*) fail "workers' MUSTER_TOKEN is not the job's worker credential: '${WT:0:40}...'" ;;
+esac
+[ "$WT" = "$(envval "$T/w/env.0.1" MUSTER_TOKEN)" ] || fail "the two workers got different credentials"
+grep -rq "tok-$$-secret" "$T/w" && fail "the server's token reached a worker"
 stop_server
 assert_no_marked_left "after the job" 5

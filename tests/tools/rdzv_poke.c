@@ -1,0 +1,267 @@
+/* rdzv_poke: a hostile (or curious) rendezvous client for the integration tests. It speaks the
+ * real protocol over TLS with whatever credential MUSTER_TOKEN holds (cred.h string forms) and
+ * sends one chosen request, then prints the server's answer as one line:
+ *
+ *     OK <TYPE>            the server accepted it (WELCOME, ATTACH_OK, WAITING, STATUS, ...)
+ *     ERROR <code> <text>  the server refused it
+ *     FAIL <reason>        no answer (TLS refused, connection closed)
+ *
+ * usage: rdzv_poke HOST:PORT ACTION [ARGS]
+ *   hello agent|worker|observer      HELLO with that role
+ *   attach JOB                       worker: HELLO + ATTACH JOB
+ *   join JOB NNODES                  agent: HELLO + JOIN JOB as a new node (own node secret)
+ *   rejoin JOB NODEID                agent: HELLO + REJOIN (running) claiming NODEID (hex) with a
+ *                                    node secret of its own (it cannot know the real one)
+ *   joinas JOB NNODES NODEID         agent: HELLO + JOIN claiming NODEID with a made-up secret
+ *   failfinal JOB NNODES             agent: JOIN JOB, then FAILED with the FINAL flag
+ *   status JOB|-                     observer: HELLO + STATUS_REQ (- = every job)
+ * Exit code: 0 when it printed OK, 1 for ERROR, 2 for FAIL or usage. */
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/ssl.h>
+
+#include "cred.h"
+#include "message.h"
+#include "tls.h"
+
+static mbedtls_ssl_context ssl;
+static uint8_t buf[RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD];
+static struct rdzv_msg msg;
+
+static int fail(const char *why)
+{
+    printf("FAIL %s\n", why);
+    return 2;
+}
+
+static int sock_send(void *ctx, const unsigned char *p, size_t n)
+{
+    ssize_t w = send(*(int *)ctx, p, n, MSG_NOSIGNAL);
+    return w < 0 ? MBEDTLS_ERR_NET_SEND_FAILED : (int)w;
+}
+
+static int sock_recv(void *ctx, unsigned char *p, size_t n)
+{
+    ssize_t r = recv(*(int *)ctx, p, n, 0);
+    return r < 0 ? MBEDTLS_ERR_NET_RECV_FAILED : (int)r;
+}
+
+static int tls_read_all(uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        int r = mbedtls_ssl_read(&ssl, p, n);
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int put(const struct rdzv_msg *m)
+{
+    size_t len, off = 0;
+
+    if (rdzv_msg_encode(m, buf, sizeof(buf), &len) < 0)
+        return -1;
+    while (off < len) {
+        int w = mbedtls_ssl_write(&ssl, buf + off, len - off);
+        if (w <= 0)
+            return -1;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+/* The next message into msg; -1 when the connection ended. */
+static int get(void)
+{
+    uint8_t type;
+    uint32_t len;
+
+    if (tls_read_all(buf, RDZV_HEADER_SIZE) < 0 || rdzv_header_decode(buf, &type, &len) < 0 ||
+        tls_read_all(buf, len) < 0 || rdzv_msg_decode(type, buf, len, &msg) < 0)
+        return -1;
+    return 0;
+}
+
+static int answer(void)
+{
+    if (get() < 0)
+        return fail("connection closed without an answer");
+    if (msg.type == RDZV_MSG_ERROR) {
+        printf("ERROR %" PRIu32 " %s\n", msg.u.error.code, msg.u.error.text);
+        return 1;
+    }
+    printf("OK %s\n", rdzv_msg_name(msg.type));
+    return 0;
+}
+
+static int connect_to(const char *endpoint)
+{
+    char host[256], *colon;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int fd = -1;
+
+    snprintf(host, sizeof(host), "%s", endpoint);
+    colon = strrchr(host, ':');
+    if (colon == NULL)
+        return -1;
+    *colon = '\0';
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+        return -1;
+    fd = socket(ai->ai_family, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+static int hello(uint8_t role)
+{
+    memset(&msg, 0, sizeof(msg));
+    msg.type = RDZV_MSG_HELLO;
+    msg.u.hello.version = RDZV_PROTO_VERSION;
+    msg.u.hello.role = role;
+    if (put(&msg) < 0)
+        return fail("cannot send HELLO");
+    if (get() < 0)
+        return fail("connection closed after HELLO");
+    if (msg.type == RDZV_MSG_ERROR) {
+        printf("ERROR %" PRIu32 " %s\n", msg.u.error.code, msg.u.error.text);
+        return 1;
+    }
+    return 0;
+}
+
+static void fill_join(struct rdzv_join *j, const char *job, unsigned nnodes)
+{
+    memset(j, 0, sizeof(*j));
+    snprintf(j->job_id, sizeof(j->job_id), "%s", job);
+    j->min_nodes = j->max_nodes = nnodes;
+    j->nproc = 1;
+    j->master_port = 29500;
+    j->join_timeout_ms = 30000;
+    snprintf(j->host, sizeof(j->host), "poke");
+    j->resume_step = -1;
+    (void)rdzv_node_secret_new(j->node_secret, &j->node_id);
+}
+
+static int act(int argc, char **argv)
+{
+    const char *a = argv[2];
+    int rc;
+
+    if (strcmp(a, "hello") == 0 && argc == 4) {
+        uint8_t role = strcmp(argv[3], "agent") == 0    ? RDZV_ROLE_AGENT
+                       : strcmp(argv[3], "worker") == 0 ? RDZV_ROLE_WORKER
+                                                        : RDZV_ROLE_OBSERVER;
+        if ((rc = hello(role)) != 0)
+            return rc;
+        printf("OK WELCOME\n");
+        return 0;
+    }
+    if (strcmp(a, "attach") == 0 && argc == 4) {
+        if ((rc = hello(RDZV_ROLE_WORKER)) != 0)
+            return rc;
+        memset(&msg, 0, sizeof(msg));
+        msg.type = RDZV_MSG_ATTACH;
+        snprintf(msg.u.attach.job_id, sizeof(msg.u.attach.job_id), "%s", argv[3]);
+        return put(&msg) < 0 ? fail("send") : answer();
+    }
+    if (strcmp(a, "status") == 0 && argc == 4) {
+        if ((rc = hello(RDZV_ROLE_OBSERVER)) != 0)
+            return rc;
+        memset(&msg, 0, sizeof(msg));
+        msg.type = RDZV_MSG_STATUS_REQ;
+        if (strcmp(argv[3], "-") != 0)
+            snprintf(msg.u.status_req.job_id, sizeof(msg.u.status_req.job_id), "%s", argv[3]);
+        if (put(&msg) < 0)
+            return fail("send");
+        rc = answer();
+        if (rc == 0 && msg.type == RDZV_MSG_STATUS)
+            printf("%s\n", msg.u.status.json);
+        return rc;
+    }
+    if ((strcmp(a, "join") == 0 || strcmp(a, "failfinal") == 0) && argc == 5) {
+        if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
+            return rc;
+        msg = (struct rdzv_msg){.type = RDZV_MSG_JOIN};
+        fill_join(&msg.u.join, argv[3], (unsigned)atoi(argv[4]));
+        if (put(&msg) < 0)
+            return fail("send");
+        if ((rc = answer()) != 0 || strcmp(a, "join") == 0)
+            return rc;
+        msg = (struct rdzv_msg){.type = RDZV_MSG_FAILED};
+        msg.u.failed.rank = msg.u.failed.local_rank = -1;
+        msg.u.failed.exit_code = 75;
+        msg.u.failed.flags = RDZV_FAILURE_FINAL;
+        snprintf(msg.u.failed.text, sizeof(msg.u.failed.text), "forged failure");
+        if (put(&msg) < 0)
+            return fail("send");
+        sleep(1); /* FAILED has no reply: give the server time to act on it, if it would */
+        printf("SENT FAILED\n");
+        return 0;
+    }
+    if ((strcmp(a, "rejoin") == 0 && argc == 5) || (strcmp(a, "joinas") == 0 && argc == 6)) {
+        int re = strcmp(a, "rejoin") == 0;
+        if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
+            return rc;
+        msg = (struct rdzv_msg){.type = re ? RDZV_MSG_REJOIN : RDZV_MSG_JOIN};
+        struct rdzv_join *j = re ? &msg.u.rejoin.join : &msg.u.join;
+        fill_join(j, argv[3], re ? 2 : (unsigned)atoi(argv[4]));
+        j->node_id = strtoull(argv[re ? 4 : 5], NULL, 16); /* claimed, not proved */
+        if (re) {
+            msg.u.rejoin.running = 1;
+            msg.u.rejoin.assign.group_world_size = 2;
+            msg.u.rejoin.assign.world_size = 2;
+            snprintf(msg.u.rejoin.assign.master_addr, sizeof(msg.u.rejoin.assign.master_addr),
+                     "127.0.0.1");
+        }
+        return put(&msg) < 0 ? fail("send") : answer();
+    }
+    return fail("usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|status ...");
+}
+
+int main(int argc, char **argv)
+{
+    const char *token = getenv("MUSTER_TOKEN");
+    struct rdzv_tls_opts o = {.token = token};
+    struct rdzv_tls *tls = NULL;
+    char why[256];
+    int fd, rc;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3)
+        return fail("usage: rdzv_poke HOST:PORT ACTION [ARGS]");
+    if (token == NULL || rdzv_tls_new(&o, 0, &tls, why, sizeof(why)) < 0)
+        return fail("no usable MUSTER_TOKEN");
+    if ((fd = connect_to(argv[1])) < 0)
+        return fail("cannot connect");
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)); /* never hang a test */
+    mbedtls_ssl_init(&ssl);
+    if (mbedtls_ssl_setup(&ssl, rdzv_tls_conf(tls)) != 0)
+        return fail("TLS setup");
+    mbedtls_ssl_set_bio(&ssl, &fd, sock_send, sock_recv, NULL);
+    while ((rc = mbedtls_ssl_handshake(&ssl)) != 0)
+        if (rc != MBEDTLS_ERR_SSL_WANT_READ && rc != MBEDTLS_ERR_SSL_WANT_WRITE)
+            return fail("TLS handshake refused");
+    rc = act(argc, argv);
+    mbedtls_ssl_close_notify(&ssl);
+    mbedtls_ssl_free(&ssl);
+    rdzv_tls_free(tls);
+    close(fd);
+    return rc;
+}
