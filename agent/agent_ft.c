@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "agent_priv.h"
+#include "escape.h"
 #include "path.h"
 #include "safefile.h"
 
@@ -19,6 +20,7 @@
 void agent_ft_prepare_(struct agent *a)
 {
     const struct rdzv_assign *as = &a->as;
+    char shown[MC_ESCAPE_SIZE(sizeof(a->resume_from))];
     struct stat st;
 
     a->resume_from[0] = '\0';
@@ -27,15 +29,17 @@ void agent_ft_prepare_(struct agent *a)
         if (as->resume[0] != '\0')
             snprintf(a->resume_from, sizeof(a->resume_from), "%.3800s/%s", a->o->checkpoint_dir,
                      as->resume);
+        /* the name is the node of group rank 0's, through the server: escaped when shown */
+        mc_escape(a->resume_from, shown, sizeof(shown));
         if (a->resume_from[0] != '\0')
-            agent_log("attempt %u resumes from %s", as->restart_count, a->resume_from);
+            agent_log("attempt %u resumes from %s", as->restart_count, shown);
         else if (as->restart_count > 0 || a->my_resume_step >= 0)
             agent_log("attempt %u starts from scratch: no checkpoint verifies on the node of "
                       "group rank 0", as->restart_count);
         if (a->resume_from[0] != '\0' && stat(a->resume_from, &st) != 0)
             agent_log("warning: %s is not on this node; its workers cannot read it (share "
                       "--checkpoint-dir between nodes, or load on rank 0 and broadcast)",
-                      a->resume_from);
+                      shown);
         if (a->my_resume_step > as->resume_step)
             agent_log("warning: this node has a newer verified checkpoint (step %lld) than the "
                       "node of group rank 0 can reach; resuming from step %lld instead",

@@ -2,8 +2,12 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+#include "escape.h"
+#include "ids.h"
 
 static void copy_first_line(char *dst, size_t len, const char *src)
 {
@@ -43,7 +47,7 @@ void agent_failure_describe(const struct rdzv_failure *f, char *buf, size_t len)
         snprintf(buf, len, "was killed by signal %d (SIG%s)", f->signal,
                  sigabbrev_np(f->signal) ? sigabbrev_np(f->signal) : "?");
     else if (f->rank < 0 || f->exit_code < 0)
-        snprintf(buf, len, "%s", f->text); /* a lost node, a hang: the text says what */
+        mc_escape(f->text, buf, len); /* a lost node, a hang: the text (a peer's) says what */
     else
         snprintf(buf, len, "exited with code %d", f->exit_code);
 }
@@ -61,14 +65,22 @@ void agent_failure_print_summary(FILE *out, const char *run_id, unsigned restart
     time_t t = (time_t)(f->time_ms / 1000);
     struct tm tm;
     char when[32] = "?";
+    /* host and text come from another node (through the server), the error file's message from
+     * a worker: a newline would forge a summary line, an ESC sequence rewrite the terminal */
+    char host[MC_ESCAPE_SIZE(sizeof(f->host))], text[MC_ESCAPE_SIZE(sizeof(f->text))];
+    char id[MC_ESCAPE_SIZE(MC_ID_MAX)];
+
+    mc_escape(f->host, host, sizeof(host));
+    mc_escape(f->text, text, sizeof(text));
+    mc_escape(run_id, id, sizeof(id));
 
     if (gmtime_r(&t, &tm) != NULL)
         strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(out, "muster: job %s failed after %u restart(s)\n", run_id, restarts);
+    fprintf(out, "muster: job %s failed after %u restart(s)\n", id, restarts);
     fprintf(out, "muster: root cause (first observed failure):\n");
     if (f->rank >= 0)
         fprintf(out, "muster:   rank       : %d (local_rank %d)\n", f->rank, f->local_rank);
-    fprintf(out, "muster:   host       : %s\n", f->host);
+    fprintf(out, "muster:   host       : %s\n", host);
     if (f->signal > 0)
         fprintf(out, "muster:   signal     : %d (SIG%s)\n", f->signal,
                 sigabbrev_np(f->signal) ? sigabbrev_np(f->signal) : "?");
@@ -78,7 +90,7 @@ void agent_failure_print_summary(FILE *out, const char *run_id, unsigned restart
     if (error_file != NULL && *error_file != '\0')
         fprintf(out, "muster:   error file : %s\n", error_file);
     if (f->text[0] != '\0')
-        fprintf(out, "muster:   message    : %s\n", f->text);
+        fprintf(out, "muster:   message    : %s\n", text);
     else if (f->rank >= 0)
         fprintf(out, "muster:   message    : none (decorate the entry point with "
                      "torch.distributed.elastic.multiprocessing.errors.record for a traceback)\n");

@@ -13,13 +13,15 @@
  * there is no file, -EINVAL when it holds no message. */
 int agent_error_file_message(const char *path, char *text, size_t len);
 
-/* Describes how a worker ended: "exited with code 3" / "was killed by signal 9 (SIGKILL)". */
+/* Describes how a worker ended: "exited with code 3" / "was killed by signal 9 (SIGKILL)", or
+ * the failure's text (a lost node, a hang), escaped (common/escape.h): it is a peer's. */
 void agent_failure_describe(const struct rdzv_failure *f, char *buf, size_t len);
 
 /* The exit code muster returns for this failure: the worker's code, or 128 + signal. */
 int agent_failure_exit_code(const struct rdzv_failure *f);
 
-/* Prints the root-cause summary (several "muster: " lines) to out. */
+/* Prints the root-cause summary (several "muster: " lines) to out. Host, message and run id
+ * are escaped (common/escape.h): they may come from another node. */
 void agent_failure_print_summary(FILE *out, const char *run_id, unsigned restarts,
                                  const struct rdzv_failure *f, const char *error_file);
 

@@ -289,6 +289,28 @@ static void test_summary_not_a_worker(void **state)
                            "muster:   message    : lost node node-b\n");
 }
 
+/* Host and text come from other nodes: a newline cannot forge a summary line, an ESC sequence
+ * cannot reach the terminal, invalid UTF-8 is shown as bytes. */
+static void test_summary_escaped(void **state)
+{
+    struct fx *fx = *state;
+    char buf[256];
+
+    fx->f.rank = -1;
+    snprintf(fx->f.host, sizeof(fx->f.host), "evil\nmuster:   host       : trusted\x1b[2J");
+    snprintf(fx->f.text, sizeof(fx->f.text), "lost\r\nmuster: job done \xff\xc3\xa9");
+    const char *s = summary(fx, "job", 1, NULL);
+    assert_string_equal(s, "muster: job job failed after 1 restart(s)\n"
+                           "muster: root cause (first observed failure):\n"
+                           "muster:   host       : evil\\x0amuster:   host       : "
+                           "trusted\\x1b[2J\n"
+                           "muster:   time       : 2023-11-14T22:13:20Z\n"
+                           "muster:   message    : lost\\x0d\\x0amuster: job done "
+                           "\\xff\xc3\xa9\n");
+    agent_failure_describe(&fx->f, buf, sizeof(buf));
+    assert_string_equal(buf, "lost\\x0d\\x0amuster: job done \\xff\xc3\xa9");
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -297,6 +319,7 @@ int main(void)
         T(test_invalid_json),        T(test_empty_file),     T(test_no_message),
         T(test_message_truncated),   T(test_exit_code),      T(test_describe),
         T(test_summary_exit_code),   T(test_summary_signal), T(test_summary_not_a_worker),
+        T(test_summary_escaped),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
