@@ -19,6 +19,7 @@
 #include <mbedtls/platform_util.h>
 
 #include "agent_priv.h"
+#include "escape.h"
 #include "cred.h"
 #include "failure.h"
 #include "port.h"
@@ -293,15 +294,21 @@ static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)
         rdzv_client_close(c, NULL, NULL);
         return;
     }
-    agent_log("error: rendezvous failed: %s", text);
+    char shown[MC_ESCAPE_SIZE(RDZV_TEXT_MAX)];
+
+    mc_escape(text, shown, sizeof(shown)); /* the server's words */
+    agent_log("error: rendezvous failed: %s", shown);
     rdzv_client_close(c, NULL, NULL);
     exit_after_workers(a, AGENT_EXIT_RDZV);
 }
 
 static void on_disconnected(struct rdzv_client *c, const char *why)
 {
+    char shown[MC_ESCAPE_SIZE(RDZV_TEXT_MAX)];
+
     (void)c;
-    agent_log("rendezvous server lost (%s); reconnecting, workers keep running", why);
+    mc_escape(why, shown, sizeof(shown));
+    agent_log("rendezvous server lost (%s); reconnecting, workers keep running", shown);
 }
 
 static void on_reconnected(struct rdzv_client *c)
