@@ -20,6 +20,7 @@
 
 #include "agent_priv.h"
 #include "escape.h"
+#include "path.h"
 #include "cred.h"
 #include "failure.h"
 #include "port.h"
@@ -518,8 +519,9 @@ int agent_run(const struct agent_options *o)
         return AGENT_EXIT_INTERNAL;
     }
     agent_proctree_start(1); /* before any worker: the job's cgroup and its reaper */
-    if (agent_prepare_logdir_(&a) != 0 || agent_ft_start_(&a) != 0)
-        agent_finish_(&a, AGENT_EXIT_INTERNAL);
+    if ((rc = agent_prepare_logdir_(&a)) != 0 || (rc = agent_ft_start_(&a)) != 0)
+        /* a directory refused for safety is the operator's to fix, like a bad flag */
+        agent_finish_(&a, agent_path_refused(rc) ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL);
     else if (start_rendezvous(&a) != 0)
         agent_finish_(&a, AGENT_EXIT_RDZV);
     else

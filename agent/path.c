@@ -4,6 +4,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+int agent_path_refused(int rc)
+{
+    return rc == -EPERM || rc == -ELOOP || rc == -ENOTDIR || rc == -EINVAL;
+}
+
 int agent_path_fmt(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;

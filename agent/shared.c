@@ -18,6 +18,7 @@
 #include "group.h"
 #include "logdir.h"
 #include "mps.h"
+#include "path.h"
 #include "port.h"
 
 extern char **environ;
@@ -329,9 +330,10 @@ static int prepare(struct shared *s)
     int keep = o->log_dir == NULL && wants_files(o, s->ntasks);
     int rc;
 
-    if (agent_logdir_open(&s->logdir, o->log_dir, o->run_id, keep, err, sizeof(err)) != 0) {
+    rc = agent_logdir_open(&s->logdir, o->log_dir, o->run_id, keep, err, sizeof(err));
+    if (rc != 0) {
         agent_log("error: %s", err);
-        return AGENT_EXIT_INTERNAL;
+        return agent_path_refused(rc) ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
     }
     if (keep)
         agent_log("worker logs in %s", s->logdir.base);
