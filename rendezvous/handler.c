@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ids.h"
 #include "server_priv.h"
 
 /* HELLO.token is no longer compared (protocol 3): the TLS handshake proved a credential, and
@@ -114,9 +115,9 @@ static int join_valid(struct peer *p, const struct rdzv_join *j)
     if (rdzv_job_validate_join(j) == 0)
         return 1;
     srv_send_error(p, RDZV_ERR_PROTOCOL,
-                   "invalid JOIN: need a job id, 1 <= min_nodes <= max_nodes <= %u, 1 <= nproc "
-                   "<= %u, port <= 65535",
-                   RDZV_JOB_MAX_NODES, RDZV_JOB_MAX_NPROC);
+                   "invalid JOIN: need a job id of %s, 1 <= min_nodes <= max_nodes <= %u, "
+                   "1 <= nproc <= %u, port <= 65535",
+                   MC_ID_CHARSET_TEXT, RDZV_JOB_MAX_NODES, RDZV_JOB_MAX_NPROC);
     return 0;
 }
 

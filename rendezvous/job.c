@@ -9,9 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ids.h"
+
 int rdzv_job_validate_join(const struct rdzv_join *j)
 {
-    if (j->job_id[0] == '\0' || j->min_nodes < 1 || j->min_nodes > j->max_nodes)
+    /* one id character set everywhere (common/ids.h): an id becomes a directory name and a word
+     * in log lines on every node */
+    if (!mc_id_valid(j->job_id, NULL, 0) || j->min_nodes < 1 || j->min_nodes > j->max_nodes)
         return -EINVAL;
     if (j->max_nodes > RDZV_JOB_MAX_NODES || j->nproc < 1 || j->nproc > RDZV_JOB_MAX_NPROC)
         return -EINVAL;
