@@ -47,6 +47,7 @@ struct raw {
 struct fixture {
     uv_loop_t loop;
     uv_timer_t watchdog;
+    uv_timer_t poll; /* checks the predicate for server-side changes no client hears of */
     struct rdzv_server *srv;
     unsigned port;
     struct raw raw[NRAW];
@@ -75,13 +76,20 @@ static void watchdog_cb(uv_timer_t *t)
     uv_stop(&fx->loop);
 }
 
+static void poll_cb(uv_timer_t *t)
+{
+    check(t->data);
+}
+
 static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
 {
     fx->pred = pred;
     if (!pred(fx)) {
         uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
+        uv_timer_start(&fx->poll, poll_cb, 10, 10);
         uv_run(&fx->loop, UV_RUN_DEFAULT);
         uv_timer_stop(&fx->watchdog);
+        uv_timer_stop(&fx->poll);
     }
     fx->pred = NULL;
     assert_false(fx->fired);
@@ -191,11 +199,12 @@ static void raw_connect_cb(uv_connect_t *req, int status)
     check(r->fx);
 }
 
-/* Each slot is used once per test: its timer stays open until teardown. */
-static void raw_connect(struct fixture *fx, int i, int bare)
+/* Each slot is used once per test: its timer stays open until teardown. from: the source
+ * address to bind (any 127.x.y.z works on loopback), NULL for the kernel's choice. */
+static void raw_connect_from(struct fixture *fx, int i, int bare, const char *from)
 {
     struct raw *r = R(i);
-    struct sockaddr_in sin;
+    struct sockaddr_in sin, src;
 
     assert_null(r->fx);
     memset(r, 0, sizeof(*r));
@@ -206,8 +215,17 @@ static void raw_connect(struct fixture *fx, int i, int bare)
     assert_int_equal(uv_timer_init(&fx->loop, &r->trickle), 0);
     r->trickle.data = r;
     r->connect.data = r;
+    if (from != NULL) {
+        assert_int_equal(uv_ip4_addr(from, 0, &src), 0);
+        assert_int_equal(uv_tcp_bind(&r->conn.tcp, (struct sockaddr *)&src, 0), 0);
+    }
     assert_int_equal(
         uv_tcp_connect(&r->connect, &r->conn.tcp, (struct sockaddr *)&sin, raw_connect_cb), 0);
+}
+
+static void raw_connect(struct fixture *fx, int i, int bare)
+{
+    raw_connect_from(fx, i, bare, NULL);
 }
 
 static void send_msg(struct raw *r, const struct rdzv_msg *m)
@@ -353,6 +371,8 @@ static int setup(void **state)
     assert_int_equal(uv_loop_init(&fx.loop), 0);
     assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
     fx.watchdog.data = &fx;
+    assert_int_equal(uv_timer_init(&fx.loop, &fx.poll), 0);
+    fx.poll.data = &fx;
     assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, TOKEN, &fx.srv), 0);
     l.max_connections = 6;
     l.handshake_ms = 300;
@@ -379,6 +399,7 @@ static int teardown(void **state)
         raw_close(R(i));
     rdzv_server_close(fx->srv, NULL, NULL);
     uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    uv_close((uv_handle_t *)&fx->poll, NULL);
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
     rdzv_tls_free(fx->tls);
@@ -583,6 +604,248 @@ static void test_kv_quota(void **state)
     good_finish(fx);
 }
 
+/* --- every client bounded (issue 11 part 6) ----------------------------------------------- */
+static struct rdzv_limits *limits(struct fixture *fx)
+{
+    static struct rdzv_limits l;
+
+    l = fx->srv->limits;
+    return &l;
+}
+
+static void kv_req(struct raw *r, uint8_t type, uint32_t req_id, const char *key, uint32_t len)
+{
+    struct rdzv_msg *m = msg(type);
+
+    m->u.kv.req_id = req_id;
+    snprintf(m->u.kv.key, sizeof(m->u.kv.key), "%s", key);
+    m->u.kv.value_len = len;
+    memset(m->u.kv.value, 'v', len);
+    send_msg(r, m);
+}
+
+static int attached_3_4(struct fixture *fx)
+{
+    return N(3, ATTACH_OK) == 1 && N(4, ATTACH_OK) == 1;
+}
+
+static int put_3_4(struct fixture *fx)
+{
+    return N(3, KV_REPLY) == 1 && N(4, KV_REPLY) == 1;
+}
+
+static int send_queue_cut(struct fixture *fx)
+{
+    return HITS(SEND_QUEUE) == 1 && fx->srv->n_peers == 4;
+}
+
+static int reader_got_it(struct fixture *fx)
+{
+    return N(4, KV_REPLY) == 2;
+}
+
+/* A worker asks for a 60 KiB value over and over and never reads a reply: its unsent replies
+ * reach send_queue_max (512 KiB here) and it is cut, counted and logged, while a worker of
+ * another job that reads gets its own 60 KiB reply and the good job runs to its end. */
+static void test_send_queue(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits *l = limits(fx);
+
+    l->max_connections = 8;
+    l->kv_max_keys = 8;
+    l->send_queue_max = 512 * 1024;
+    rdzv_server_set_limits(fx->srv, l);
+    good_start(fx);
+    run_until(fx, good_assigned);
+    agent(fx, 2, "evil", 2); /* the hostile worker's job: waiting for a second node */
+    worker(fx, 3, "evil");
+    worker(fx, 4, "good");
+    run_until(fx, attached_3_4);
+    kv_req(R(3), RDZV_MSG_KV_PUT, 1, "big", RDZV_VALUE_MAX);
+    kv_req(R(4), RDZV_MSG_KV_PUT, 1, "big", RDZV_VALUE_MAX);
+    run_until(fx, put_3_4);
+    assert_int_equal(uv_read_stop((uv_stream_t *)&R(3)->conn.tcp), 0); /* never reads again */
+    for (uint32_t i = 0; i < 1000; i++) /* 60 MB of replies: far past the socket buffers */
+        kv_req(R(3), RDZV_MSG_KV_GET, 2 + i, "big", 0);
+    run_until(fx, send_queue_cut);
+    assert_int_equal(logged(fx, "send_queue", "bytes of replies unread", NULL), 1);
+    kv_req(R(4), RDZV_MSG_KV_GET, 2, "big", 0);
+    run_until(fx, reader_got_it);
+    assert_false(R(4)->closed);
+    assert_int_equal(N(2, ERROR), 0);
+    good_finish(fx);
+}
+
+static int kv_put_3(struct fixture *fx)
+{
+    return N(3, KV_REPLY) == 1;
+}
+
+static int kv_total_refused(struct fixture *fx)
+{
+    return N(4, KV_REPLY) == 1;
+}
+
+static int kv_pool_empty(struct fixture *fx)
+{
+    return fx->srv->kv_pool.bytes == 0;
+}
+
+static int kv_total_ok_again(struct fixture *fx)
+{
+    return N(4, KV_REPLY) == 2;
+}
+
+/* The KV bytes of all jobs together (kv_max_total_bytes, 100,000 here): one job's 60 KiB value
+ * fits, a second job's is refused with LIMIT although its own quota has room; when the first
+ * job ends its bytes come back and the second job's put succeeds. */
+static void test_kv_total(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits *l = limits(fx);
+
+    l->kv_max_total_bytes = 100000;
+    rdzv_server_set_limits(fx->srv, l);
+    good_start(fx);
+    run_until(fx, good_assigned);
+    agent(fx, 2, "b", 2);
+    worker(fx, 3, "good");
+    worker(fx, 4, "b");
+    run_until(fx, attached_3_4);
+    kv_req(R(3), RDZV_MSG_KV_PUT, 1, "k", RDZV_VALUE_MAX);
+    run_until(fx, kv_put_3);
+    assert_int_equal(R(3)->count[RDZV_MSG_KV_REPLY], 1);
+    kv_req(R(4), RDZV_MSG_KV_PUT, 1, "k", RDZV_VALUE_MAX);
+    run_until(fx, kv_total_refused);
+    assert_int_equal(fx->srv->kv_pool.bytes, 1 + RDZV_VALUE_MAX + RDZV_KV_KEY_OVERHEAD);
+    assert_int_equal(HITS(KV_TOTAL), 1);
+    assert_int_equal(HITS(KV_QUOTA), 0);
+    assert_int_equal(logged(fx, "kv_total", "for all jobs", NULL), 1);
+    good_finish(fx);
+    raw_close(R(0)); /* its agents go: the job is dropped, and its KV bytes go back */
+    raw_close(R(1));
+    run_until(fx, kv_pool_empty);
+    kv_req(R(4), RDZV_MSG_KV_PUT, 2, "k", RDZV_VALUE_MAX);
+    run_until(fx, kv_total_ok_again);
+    assert_int_equal(HITS(KV_TOTAL), 1);
+}
+
+static int two_jobs(struct fixture *fx)
+{
+    return fx->srv->n_jobs == 2;
+}
+
+static int third_job_refused(struct fixture *fx)
+{
+    return R(3)->closed && N(4, WAITING) >= 1;
+}
+
+/* max_jobs (2 here): a JOIN that would create a third job gets ERROR saying the server is full;
+ * a JOIN for a job that exists still gets in. */
+static void test_max_jobs(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits *l = limits(fx);
+
+    l->max_jobs = 2;
+    rdzv_server_set_limits(fx->srv, l);
+    good_start(fx);
+    run_until(fx, good_assigned);
+    agent(fx, 2, "b", 3);
+    run_until(fx, two_jobs);
+    agent(fx, 3, "c", 2);
+    agent(fx, 4, "b", 3);
+    run_until(fx, third_job_refused);
+    assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
+    assert_non_null(strstr(R(3)->error.text, "server full"));
+    assert_int_equal(N(4, ERROR), 0);
+    assert_int_equal(fx->srv->n_jobs, 2);
+    assert_int_equal(HITS(JOBS), 1);
+    assert_int_equal(logged(fx, "jobs", "while 2 jobs exist", NULL), 1);
+    good_finish(fx);
+}
+
+static int flood_refused(struct fixture *fx)
+{
+    return R(3)->closed && R(4)->closed && R(5)->closed && N(6, WELCOME) == 1;
+}
+
+/* max_connections_per_source (3 here, of 16): a flood from 127.0.0.1 gets three connections
+ * (the good job's two among them), the rest are closed at once, while a client from
+ * 127.0.0.2 still gets in. */
+static void test_per_source(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits *l = limits(fx);
+
+    l->max_connections = 16;
+    l->max_connections_per_source = 3;
+    rdzv_server_set_limits(fx->srv, l);
+    good_start(fx);
+    run_until(fx, good_assigned);
+    for (int i = 2; i < 6; i++)
+        raw_connect_from(fx, i, 1, "127.0.0.1");
+    raw_connect_from(fx, 6, 0, "127.0.0.2");
+    hello(R(6), RDZV_ROLE_OBSERVER, TOKEN);
+    run_until(fx, flood_refused);
+    assert_false(R(2)->closed);
+    assert_int_equal(HITS(PER_SOURCE), 3);
+    assert_int_equal(HITS(CONNECTIONS), 0);
+    assert_int_equal(logged(fx, "127.0.0.1", "connections_per_source", NULL), 1);
+    assert_int_equal(fx->srv->n_peers, 4);
+    good_finish(fx);
+}
+
+static int three_workers(struct fixture *fx)
+{
+    return N(2, ATTACH_OK) + N(3, ATTACH_OK) + N(4, ATTACH_OK) == 3;
+}
+
+static int two_workers(struct fixture *fx)
+{
+    return fx->srv->jobs->nworkers == 2;
+}
+
+static int fourth_worker_refused(struct fixture *fx)
+{
+    return N(2, ATTACH_OK) + N(3, ATTACH_OK) + N(4, ATTACH_OK) == 3 && R(5)->closed;
+}
+
+static int sixth_worker_in(struct fixture *fx)
+{
+    return N(6, ATTACH_OK) == 1;
+}
+
+/* Worker connections count against their job: job_workers_per_proc 1 x world 2 + slack 1 = 3
+ * for the good job. The fourth ATTACH is refused; once a worker goes, another gets in. */
+static void test_job_workers(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits *l = limits(fx);
+
+    l->max_connections = 16;
+    l->job_workers_per_proc = 1;
+    l->job_workers_slack = 1;
+    rdzv_server_set_limits(fx->srv, l);
+    good_start(fx);
+    run_until(fx, good_assigned);
+    for (int i = 2; i < 5; i++)
+        worker(fx, i, "good");
+    run_until(fx, three_workers);
+    worker(fx, 5, "good");
+    run_until(fx, fourth_worker_refused);
+    assert_int_equal(R(5)->error.code, RDZV_ERR_PROTOCOL);
+    assert_non_null(strstr(R(5)->error.text, "has 3 worker connections already"));
+    assert_int_equal(HITS(JOB_WORKERS), 1);
+    assert_int_equal(logged(fx, "job_workers", "worker connections of job good", NULL), 1);
+    raw_close(R(2));
+    run_until(fx, two_workers);
+    worker(fx, 6, "good");
+    run_until(fx, sixth_worker_in);
+    good_finish(fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -593,6 +856,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_handshake_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kv_quota, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_send_queue, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kv_total, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_per_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_workers, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
