@@ -8,9 +8,11 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-/* The mapping starts with its own size, so that launcher_secret_free() needs only the pointer;
- * 16 bytes keep the caller's part aligned like malloc's. */
+/* The mapping starts with its own size, so that launcher_secret_free() needs only the pointer,
+ * and a magic number, so that a pointer from malloc() given to it aborts instead of unmapping
+ * someone else's pages. 16 bytes keep the caller's part aligned like malloc's. */
 #define SECRET_HEADER 16
+#define SECRET_MAGIC 0x6d75737465727365ULL /* "musterse" */
 
 int launcher_secret_alloc(size_t len, char **out)
 {
@@ -32,7 +34,9 @@ int launcher_secret_alloc(size_t len, char **out)
     (void)madvise(base, size, MADV_WIPEONFORK);
 #endif
     (void)mlock(base, size);
+    uint64_t magic = SECRET_MAGIC;
     memcpy(base, &size, sizeof(size));
+    memcpy(base + 8, &magic, sizeof(magic));
     *out = base + SECRET_HEADER;
     return 0;
 }
@@ -51,11 +55,15 @@ void launcher_secret_free(char *p)
 {
     char *base;
     size_t size;
+    uint64_t magic;
 
     if (p == NULL)
         return;
     base = p - SECRET_HEADER;
     memcpy(&size, base, sizeof(size));
+    memcpy(&magic, base + 8, sizeof(magic));
+    if (magic != SECRET_MAGIC)
+        abort(); /* not a secret region: a bug in the caller */
     /* munmap leaves the bytes in the freed physical pages until the kernel reuses them */
     explicit_bzero(base, size);
     (void)munlock(base, size);

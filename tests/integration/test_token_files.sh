@@ -120,7 +120,7 @@ if [ "$(id -u)" != 0 ] || ! command -v setpriv > /dev/null \
     assert_no_marked_left "after the test" 5
     exit 0
 fi
-chmod 711 "$T"
+chmod 755 "$T" # the unprivileged agent opens every directory of its TMPDIR ($U)
 U=$T/u
 mkdir -p "$U/w1" "$U/w2"
 (umask 077 && printf 'user-token-%s\n' "$$" > "$U/token")

@@ -3,6 +3,7 @@
  * and PR_SET_DUMPABLE follows MUSTER_ALLOW_CORE_DUMPS. */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -130,6 +131,24 @@ static void test_protect_process(void **state)
     assert_int_equal(dumpable_after_protect("1"), 1);
 }
 
+/* A pointer that is not a secret region (here from malloc) aborts instead of unmapping pages. */
+static void test_free_foreign_pointer_aborts(void **state)
+{
+    int status;
+    pid_t pid = fork();
+
+    (void)state;
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char *p = calloc(1, 64);
+        signal(SIGABRT, SIG_DFL); /* no test framework's handler in the child */
+        launcher_secret_free(p);
+        _exit(0);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -137,6 +156,7 @@ int main(void)
         cmocka_unit_test(test_alloc_zeroed_and_large),
         cmocka_unit_test(test_wiped_in_forked_child),
         cmocka_unit_test(test_protect_process),
+        cmocka_unit_test(test_free_foreign_pointer_aborts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
