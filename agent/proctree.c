@@ -27,6 +27,9 @@
 /* Fallback reaper: the sessions it kills when muster dies (workers of the running groups). */
 #define REAPER_MAX_SESSIONS 4096
 
+/* Every open group, for the pids that only a group may reap (its workers). */
+static struct agent_proctree_group *open_groups;
+
 /* Per process, like the loop thread it serves: one job, one reaper. */
 static struct {
     enum agent_proctree_mode mode;
@@ -43,6 +46,8 @@ static struct {
 
 struct proc_ent {
     pid_t pid, ppid, sid;
+    char state; /* 'Z': a zombie */
+    char reap;  /* scan_kill: ours to reap */
 };
 
 /* Fields 4 and 6 of /proc/<pid>/stat, after the comm in parentheses (which may hold spaces
@@ -67,6 +72,7 @@ static int read_stat(pid_t pid, struct proc_ent *e)
     e->pid = pid;
     e->ppid = ppid;
     e->sid = sid;
+    e->state = state;
     return 0;
 }
 
@@ -250,10 +256,12 @@ static int make_job_cgroup(char *why, size_t len)
 /* Switches this process to the fallback (at start, or when a worker could not join). */
 static void use_fallback(const char *why)
 {
+    /* orphans re-parent to the agent instead of init: the scan then walks only our own
+     * descendants (cheap) and still finds them */
+    int sub = prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+
     pt.mode = AGENT_PROCTREE_FALLBACK;
-    /* orphans re-parent to the agent instead of init, where the scan still finds them */
-    if (pt.adopt && prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
-        pt.adopt = 0;
+    pt.adopt = pt.adopt && sub;
     snprintf(pt.describe, sizeof(pt.describe),
              "process trees: fallback (%s): worker sessions%s killed at attempt end; %s", why,
              pt.adopt ? " and orphans adopted as child subreaper" : "",
@@ -315,6 +323,8 @@ int agent_proctree_group_open(struct agent_proctree_group *t, int n)
         return -ENOMEM;
     t->n = n;
     t->open = 1;
+    t->next = open_groups;
+    open_groups = t;
     t->scan = agent_proctree_start(0) != AGENT_PROCTREE_CGROUP;
     if (t->scan)
         return 0;
@@ -375,14 +385,78 @@ static void collect(const struct proc_ent *e, void *data)
 {
     struct scan *s = data;
     if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 512;
+        size_t cap = s->cap ? s->cap * 2 : 64;
         struct proc_ent *v = realloc(s->v, cap * sizeof(*v));
         if (v == NULL)
-            return; /* a process missed: the next kill or the reaper gets another chance */
+            return; /* a process missed: the next pass, kill or the reaper gets another chance */
         s->v = v;
         s->cap = cap;
     }
     s->v[s->n++] = *e;
+}
+
+/* Appends the children that the pids in text (a children file's chunk) name; *part carries a
+ * number cut at the chunk's end. */
+static void collect_pids(struct scan *s, const char *text, size_t len, long *part)
+{
+    struct proc_ent e;
+
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && text[i] >= '0' && text[i] <= '9') {
+            *part = *part * 10 + (text[i] - '0');
+        } else if (i<len && * part> 0) {
+            if (read_stat((pid_t)*part, &e) == 0)
+                collect(&e, s);
+            *part = 0;
+        }
+    }
+}
+
+/* Appends pid's children: every thread's children file (a thread may have forked them).
+ * Returns 0, or -ENOENT where the kernel lacks the file (CONFIG_PROC_CHILDREN). */
+static int add_children(struct scan *s, pid_t pid)
+{
+    char path[96], buf[4096];
+    int dfd, fd, found = 0;
+    ssize_t n, r;
+    long part;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    if ((dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return 0; /* gone meanwhile */
+    while ((n = getdents64(dfd, buf, sizeof(buf))) > 0) {
+        for (ssize_t off = 0; off < n;) {
+            struct dirent64 *d = (struct dirent64 *)(buf + off);
+            char text[4096];
+            off += d->d_reclen;
+            if (d->d_name[0] < '0' || d->d_name[0] > '9')
+                continue;
+            snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children", (int)pid, d->d_name);
+            if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+                continue;
+            found = 1;
+            part = 0;
+            while ((r = read(fd, text, sizeof(text))) > 0)
+                collect_pids(s, text, (size_t)r, &part);
+            collect_pids(s, "", 0, &part);
+            close(fd);
+        }
+    }
+    close(dfd);
+    return found || pid != getpid() ? 0 : -ENOENT;
+}
+
+/* This process's descendants (breadth first), or every process where the kernel cannot list
+ * children. The subreaper keeps orphans among the descendants. */
+static void scan_tree(struct scan *s)
+{
+    s->n = 0;
+    if (add_children(s, getpid()) != 0) {
+        each_proc(collect, s);
+        return;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        add_children(s, s->v[i].pid);
 }
 
 static int by_pid(const void *a, const void *b)
@@ -391,11 +465,23 @@ static int by_pid(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* In a worker's session, below a worker, or (adopt) below this process at all. */
+/* Which of our children only someone else may reap: the reaper, another group's workers. */
+static int known_child(pid_t pid)
+{
+    if (pid == pt.reaper)
+        return 1;
+    for (const struct agent_proctree_group *g = open_groups; g != NULL; g = g->next)
+        if (is_session(g, pid))
+            return 1;
+    return 0;
+}
+
+/* In a worker's session, below a worker, or (adopt) an orphan below this process that no
+ * other group claims. */
 static int is_target(const struct scan *s, const struct proc_ent *e,
                      const struct agent_proctree_group *t, pid_t self)
 {
-    pid_t cur = e->ppid;
+    pid_t cur = e->ppid, last = e->pid;
 
     if (e->pid == self || e->pid == pt.reaper)
         return 0;
@@ -403,53 +489,60 @@ static int is_target(const struct scan *s, const struct proc_ent *e,
         return 1;
     for (int depth = 0; depth < 64 && cur > 1; depth++) {
         if (cur == self)
-            return pt.adopt;
+            return pt.adopt && !known_child(last);
         if (is_session(t, cur))
             return 1;
         struct proc_ent key = {.pid = cur}, *p = bsearch(&key, s->v, s->n, sizeof(key), by_pid);
         if (p == NULL)
             return 0;
+        last = cur;
         cur = p->ppid;
     }
     return 0;
 }
 
-/* Reaps the adopted orphans just killed (the group reaps its workers itself), waiting at
- * most CLOSE_WAIT_MS in all. Entries with pid 0 are done. */
-static void reap_adopted(struct scan *s, int todo)
+/* Reaps our children that were just killed or are zombies, unless a group reaps them (its
+ * workers), waiting at most CLOSE_WAIT_MS in all. Adopted orphans have nobody else. */
+static void reap_adopted(struct scan *s, const struct agent_proctree_group *t, pid_t self)
 {
     struct timespec ms = {0, 1000000};
+    size_t todo = 0;
 
+    for (size_t i = 0; i < s->n; i++) /* decided on the whole table, compacted after */
+        s->v[i].reap = s->v[i].ppid == self && !known_child(s->v[i].pid) &&
+                       (s->v[i].state == 'Z' || is_target(s, &s->v[i], t, self));
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i].reap)
+            s->v[todo++] = s->v[i];
     for (int round = 0; todo > 0 && round < CLOSE_WAIT_MS; round++) {
-        for (size_t i = 0; i < s->n; i++)
-            if (s->v[i].pid > 0 && waitpid(s->v[i].pid, NULL, WNOHANG) != 0) {
-                s->v[i].pid = 0;
-                todo--;
-            }
-        if (todo > 0)
+        size_t left = 0;
+        for (size_t i = 0; i < todo; i++)
+            if (waitpid(s->v[i].pid, NULL, WNOHANG) == 0)
+                s->v[left++] = s->v[i];
+        if ((todo = left) > 0)
             nanosleep(&ms, NULL);
     }
 }
 
+/* A few passes: a process may fork between the scan and its kill. */
 static void scan_kill(const struct agent_proctree_group *t)
 {
     struct scan s = {0};
     pid_t self = getpid();
-    size_t keep = 0;
 
-    if (each_proc(collect, &s) != 0)
-        return;
-    qsort(s.v, s.n, sizeof(*s.v), by_pid);
-    for (size_t i = 0; i < s.n; i++)
-        if (is_target(&s, &s.v[i], t, self))
-            kill(s.v[i].pid, SIGKILL);
-    /* afterwards: is_target needs the whole table */
-    for (size_t i = 0; i < s.n; i++)
-        if (s.v[i].ppid == self && s.v[i].pid != pt.reaper && !is_session(t, s.v[i].pid) &&
-            pt.adopt)
-            s.v[keep++] = s.v[i];
-    s.n = keep;
-    reap_adopted(&s, (int)keep);
+    for (int pass = 0; pass < 3; pass++) {
+        int hits = 0;
+        scan_tree(&s);
+        qsort(s.v, s.n, sizeof(*s.v), by_pid);
+        for (size_t i = 0; i < s.n; i++)
+            if (s.v[i].state != 'Z' && is_target(&s, &s.v[i], t, self)) {
+                kill(s.v[i].pid, SIGKILL);
+                hits++;
+            }
+        reap_adopted(&s, t, self); /* reorders s: last */
+        if (hits == 0)
+            break;
+    }
     free(s.v);
 }
 
@@ -475,6 +568,11 @@ void agent_proctree_group_close(struct agent_proctree_group *t)
             reaper_tell(-t->sessions[i]);
     if (t->procs_fd >= 0)
         close(t->procs_fd);
+    for (struct agent_proctree_group **p = &open_groups; *p != NULL; p = &(*p)->next)
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
     free(t->sessions);
     memset(t, 0, sizeof(*t));
     t->procs_fd = -1;

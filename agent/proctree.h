@@ -11,11 +11,12 @@
  *   read end of a pipe whose write end only muster has: when muster dies, even by SIGKILL, the
  *   pipe reaches EOF and the reaper kills muster-<pid>/ and removes it.
  *
- * fallback (no cgroup2 mount, read-only, EACCES, EBUSY, no cgroup.kill): at group end, every
- *   process in a worker's session or below a worker (a /proc scan) is SIGKILLed; where the
- *   caller allows it, muster is a child subreaper and also kills the orphans it adopted. Not
- *   covered: after kill -9 of muster, descendants outside the workers' sessions (the reaper
- *   kills the sessions); a setsid()+double-fork descendant while another group still runs.
+ * fallback (no cgroup2 mount, read-only, EACCES, EBUSY, no cgroup.kill): muster is a child
+ *   subreaper, so orphans stay its descendants; at group end, every descendant in a worker's
+ *   session or below a worker is SIGKILLed (a walk of /proc/<pid>/task/<tid>/children, or of
+ *   all /proc where the kernel lacks it), and where the caller allows it every orphan muster
+ *   adopted too. Not covered: after kill -9 of muster, descendants outside the workers'
+ *   sessions (the reaper kills the sessions); without adopt_orphans, setsid()'d orphans.
  *
  * MUSTER_CGROUP_ROOT=<dir> replaces <its own cgroup> (a test seam: a non-existent dir forces
  * the fallback); MUSTER_DEBUG_PROCTREE=1 prints the mechanism chosen. Never fails a job. */
@@ -39,11 +40,12 @@ struct agent_proctree_group {
     int n;
     int open; /* agent_proctree_group_open() succeeded */
     int scan; /* kill by /proc scan too (no cgroup, or a worker could not join) */
+    struct agent_proctree_group *next; /* the list of open groups */
 };
 
 /* Chooses the mechanism once per process (later calls only return it) and starts the reaper.
- * adopt_orphans: in the fallback, make this process a child subreaper and kill the orphans
- * it adopts at group end; only for callers with no other long-lived descendants (the agent's
+ * adopt_orphans: in the fallback, kill at group end every orphan this process adopted that
+ * no open group claims; only for callers with no other long-lived descendants (the agent's
  * run mode, not shared-GPU mode with its MPS daemon). Never fails: returns the mode used. */
 enum agent_proctree_mode agent_proctree_start(int adopt_orphans);
 
