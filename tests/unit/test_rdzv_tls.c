@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "cred.h"
 #include "tls.h"
 
 #define WATCHDOG_MS 10000
@@ -560,9 +561,108 @@ static void test_mode_mismatch(void **state)
     assert_true(fx->cli.err == -EACCES || fx->cli.err == -EPROTO);
 }
 
+/* One exchange with credential text `cred` against a server keyed by `secret` (certificate
+ * mode when with_cert): the server side must report the credential kind and scope. */
+static void cred_exchange(struct fixture *fx, const char *cred, const char *secret, int with_cert,
+                          enum rdzv_cred_kind kind, const char *scope)
+{
+    struct rdzv_tls_opts co = {.token = cred};
+    struct rdzv_tls_opts so = {.token = secret};
+    struct rdzv_cred got;
+    struct rdzv_msg m;
+    char err[256];
+
+    if (with_cert) {
+        so.cert_file = pem("srv", "crt");
+        so.key_file = pem("srv", "key");
+        so.ca_file = pem("ca1", "crt");
+    }
+    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
+    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
+    start_both(fx);
+    hello(&m, "");
+    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
+    fx->echo = 1;
+    run_until(fx, both_msg);
+    assert_int_equal(rdzv_conn_cred(&fx->srv.conn, &got), 0);
+    assert_int_equal(got.kind, kind);
+    assert_string_equal(got.scope, scope);
+}
+
+static void minted(const char *secret, enum rdzv_cred_kind kind, const char *scope, char *text)
+{
+    unsigned char master[RDZV_KEY_LEN];
+    struct rdzv_cred c;
+
+    rdzv_cred_master(secret, master);
+    assert_int_equal(rdzv_cred_derive(master, kind, scope, &c), 0);
+    assert_int_equal(rdzv_cred_format(&c, text, RDZV_CRED_TEXT_MAX + 1), 0);
+}
+
+/* The PSK identity names the credential, and the server derives its key (issue 11). */
+static void test_psk_job_credential(void **state)
+{
+    char text[RDZV_CRED_TEXT_MAX + 1];
+
+    minted(TOKEN, RDZV_CRED_JOB, "team-*", text);
+    cred_exchange(*state, text, TOKEN, 0, RDZV_CRED_JOB, "team-*");
+}
+
+static void test_psk_server_secret(void **state)
+{
+    cred_exchange(*state, TOKEN, TOKEN, 0, RDZV_CRED_SERVER, "");
+}
+
+/* A job credential minted from another secret claims a scope it holds no key for. */
+static void test_psk_forged_credential(void **state)
+{
+    struct fixture *fx = *state;
+    char text[RDZV_CRED_TEXT_MAX + 1], err[256];
+    struct rdzv_tls_opts so = {.token = TOKEN}, co = {.token = text};
+
+    minted("some-other-secret", RDZV_CRED_JOB, "victim", text);
+    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
+    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
+    start_both(fx);
+    run_until(fx, both_err);
+    assert_int_equal(fx->srv.err, -EACCES);
+    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+}
+
+/* Certificate mode: workers hold a worker credential, not the node's certificate, and the
+ * server speaks PSK for them; a client certificate counts as RDZV_CRED_CERT. */
+static void test_cert_server_worker_psk(void **state)
+{
+    char text[RDZV_CRED_TEXT_MAX + 1];
+
+    minted(TOKEN, RDZV_CRED_WORKER, "job42", text);
+    cred_exchange(*state, text, TOKEN, 1, RDZV_CRED_WORKER, "job42");
+}
+
+static void test_cert_client_cred(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_cred got;
+    struct rdzv_msg m;
+
+    certs(fx, "cli", "srv", "localhost");
+    start_both(fx);
+    hello(&m, "");
+    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
+    fx->echo = 1;
+    run_until(fx, both_msg);
+    assert_int_equal(rdzv_conn_cred(&fx->srv.conn, &got), 0);
+    assert_int_equal(got.kind, RDZV_CRED_CERT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_psk_job_credential, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_psk_server_secret, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_psk_forged_credential, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cert_server_worker_psk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cert_client_cred, setup, teardown),
         cmocka_unit_test(test_opts),
         cmocka_unit_test_setup_teardown(test_psk_frames, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_token, setup, teardown),
