@@ -48,6 +48,7 @@
 #include <uv.h>
 
 #include "conn.h"
+#include "cred.h"
 #include "message.h"
 #include "tls.h"
 
@@ -156,7 +157,11 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
         j->master_port = 20000 + (uint32_t)a->idx % 40000;
         j->last_call_ms = 0;
         j->join_timeout_ms = (uint32_t)timeout_s * 1000; /* the server gives up when we do */
-        j->node_id = ((uint64_t)getpid() << 32) ^ (uint64_t)a->idx ^ 0x9e3779b97f4a7c15ULL;
+        /* protocol 3: the node id commits to a secret (rendezvous/cred.h); one per agent */
+        uint64_t seed = ((uint64_t)getpid() << 32) ^ (uint64_t)a->idx ^ 0x9e3779b97f4a7c15ULL;
+        memset(j->node_secret, 0, sizeof(j->node_secret));
+        memcpy(j->node_secret, &seed, sizeof(seed));
+        j->node_id = rdzv_node_id_of(j->node_secret);
         j->keep_alive_ms = 0; /* no heartbeats: only a closed connection is a lost node */
         send_or_die(a, &out);
         a->st = ST_JOINED;
