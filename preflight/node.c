@@ -17,16 +17,20 @@
 #include "mesh.h"
 #include "muster.h"
 #include "node_priv.h"
+#include "escape.h"
 #include "safefile.h"
 
+/* Lines carry host names and reasons from other nodes (through the KV store): escaped, so a
+ * peer cannot forge a line or send terminal escapes (common/escape.h). */
 void pf_say(const char *fmt, ...)
 {
-    char buf[1024];
+    char buf[1024], shown[MC_ESCAPE_SIZE(1024)];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "muster: preflight: %s\n", buf);
+    mc_escape(buf, shown, sizeof(shown));
+    fprintf(stderr, "muster: preflight: %s\n", shown);
     fflush(stderr);
 }
 
