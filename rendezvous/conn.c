@@ -20,13 +20,29 @@ struct rdzv_conn_tls {
     mbedtls_ssl_context ssl; /* first: conn_cred_sink finds the struct from it */
     struct rdzv_cred cred;   /* server: what the handshake proved (kind NONE until then) */
     int cert_mode;
-    size_t in_len, in_off; /* ciphertext of this read in tls_in, and how much mbedTLS took */
-    uint8_t *pending; /* plaintext frames sent before the handshake finished */
+    const uint8_t *in;     /* ciphertext mbedTLS reads: tls_in, or hs_in during a step */
+    size_t in_len, in_off; /* its length, and how much mbedTLS took */
+    uint8_t *pending;      /* plaintext frames sent before the handshake finished */
     size_t pending_len;
     int done;   /* handshake finished */
     int dead;   /* a fatal mbedTLS error: the context must not be used again */
     int notify; /* close_notify sent */
     char reason[192];
+    /* Server handshakes run in libuv's thread pool, one step (mbedtls_ssl_handshake until it
+     * wants more ciphertext) at a time: see "handshake steps off the loop" below. */
+    struct rdzv_conn *conn; /* NULL once the conn closed while a step was queued or running */
+    struct rdzv_tls *tls;   /* the shared configuration: held (rdzv_tls_hold) during a step */
+    uv_loop_t *loop;
+    int offload;    /* server side: handshake steps go to the pool */
+    int busy;       /* a step is waiting or running: the loop must not touch ssl, hs_in, hs_out */
+    int queued;     /* the step was given to uv_queue_work (else it waits in the FIFO) */
+    int step_ret;   /* what the step's mbedtls_ssl_handshake returned */
+    uint8_t *hs_in; /* ciphertext received for the next step */
+    size_t hs_in_len;
+    uint8_t *hs_out; /* records a step produced, written by the loop after it */
+    size_t hs_out_len, hs_out_cap;
+    uv_work_t work;
+    struct rdzv_conn_tls *next_wait; /* the FIFO of steps not yet given to the pool */
 };
 
 /* Ciphertext from one read_cb. tls_pump() always drains it (mbedTLS is called until it wants
@@ -198,26 +214,51 @@ static int write_copy(struct rdzv_conn *conn, const uint8_t *data, size_t len)
 
 /* --- TLS: a memory BIO between libuv and mbedTLS ------------------------------------------- */
 
-/* Never WANT_WRITE: libuv queues without limit, as for plaintext sends. */
+/* A handshake step in the pool must not touch the socket (libuv handles belong to the loop
+ * thread): it collects its records in hs_out, which the loop writes after the step. */
+static int hs_out_append(struct rdzv_conn_tls *t, const unsigned char *buf, size_t len)
+{
+    uint8_t *grown;
+    size_t cap = t->hs_out_cap ? t->hs_out_cap : 4096;
+
+    while (cap < t->hs_out_len + len)
+        cap *= 2;
+    if (cap != t->hs_out_cap) {
+        grown = realloc(t->hs_out, cap);
+        if (grown == NULL)
+            return MBEDTLS_ERR_NET_SEND_FAILED;
+        t->hs_out = grown;
+        t->hs_out_cap = cap;
+    }
+    memcpy(t->hs_out + t->hs_out_len, buf, len);
+    t->hs_out_len += len;
+    return (int)len;
+}
+
+/* Never WANT_WRITE: libuv queues without limit, as for plaintext sends. ctx is the conn's TLS
+ * state, not the conn: a step still running when the conn closed must find only its own. */
 static int bio_send(void *ctx, const unsigned char *buf, size_t len)
 {
-    struct rdzv_conn *conn = ctx;
+    struct rdzv_conn_tls *t = ctx;
 
-    if (uv_is_closing((uv_handle_t *)&conn->tcp) || write_copy(conn, buf, len) < 0)
+    if (t->offload && !t->done)
+        return hs_out_append(t, buf, len);
+    if (t->conn == NULL || uv_is_closing((uv_handle_t *)&t->conn->tcp) ||
+        write_copy(t->conn, buf, len) < 0)
         return MBEDTLS_ERR_NET_SEND_FAILED;
     return (int)len;
 }
 
 static int bio_recv(void *ctx, unsigned char *buf, size_t len)
 {
-    struct rdzv_conn_tls *t = ((struct rdzv_conn *)ctx)->tls;
+    struct rdzv_conn_tls *t = ctx;
     size_t n = t->in_len - t->in_off;
 
     if (n == 0)
         return MBEDTLS_ERR_SSL_WANT_READ;
     if (n > len)
         n = len;
-    memcpy(buf, tls_in + t->in_off, n);
+    memcpy(buf, t->in + t->in_off, n);
     t->in_off += n;
     return (int)n;
 }
@@ -305,6 +346,8 @@ static int tls_write_all(struct rdzv_conn_tls *t, const uint8_t *p, size_t len)
     return 0;
 }
 
+static int handshake_over(struct rdzv_conn *conn);
+
 /* Returns 1 when the handshake finished (queued frames sent), 0 to wait, -1 after a failure. */
 static int tls_handshake(struct rdzv_conn *conn)
 {
@@ -317,6 +360,16 @@ static int tls_handshake(struct rdzv_conn *conn)
         tls_fail(conn, ret);
         return -1;
     }
+    return handshake_over(conn);
+}
+
+/* The handshake finished: frames sent meanwhile go now, after the handshake's last records.
+ * Returns 1, or -1 after a failure (reported). */
+static int handshake_over(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+    int ret;
+
     t->done = 1;
     if (t->pending != NULL) {
         ret = tls_write_all(t, t->pending, t->pending_len);
@@ -367,6 +420,198 @@ static void tls_pump(struct rdzv_conn *conn)
     }
 }
 
+/* --- server handshake steps off the loop ------------------------------------------------------
+ * Before a peer has proved anything, its ClientHello costs the server an ECDHE key generation
+ * (and a signature in certificate mode): ~1.2 ms with X25519. Done on the loop, ~500 hellos a
+ * second from anyone stopped heartbeats, rounds and /metrics (issue 11). So a server conn runs
+ * each handshake step in libuv's thread pool: the loop appends the ciphertext to hs_in, stops
+ * reading and queues the step; the step runs mbedtls_ssl_handshake until it wants more, its
+ * records collected in hs_out; back on the loop, step_done writes them, then reads again,
+ * fails the conn, or (handshake over) sends the held frames and hands leftover ciphertext to
+ * the record path, which stays on the loop like the client side. Reading is stopped while a
+ * step is out, so one mbedtls_ssl_context is never used by two threads. Shared between
+ * threads: the configuration (read-only), the DRBG (mbedTLS locks it), the PSK callback (no
+ * state; writes only this conn's cred); mbedTLS's ECDSA and ECDH work on their own copies of a
+ * key's group, and RSA keys lock themselves.
+ *
+ * At most HS_STEPS_RUNNING steps are in the pool at once; the others wait in a FIFO here:
+ * the pool (4 threads unless UV_THREADPOOL_SIZE says otherwise) also runs every uv_fs_* and
+ * getaddrinfo of the process, which must not queue behind a flood. Per thread, as a loop is. */
+#define HS_STEPS_RUNNING 2
+
+static _Thread_local struct rdzv_conn_tls *wait_head, *wait_tail;
+static _Thread_local unsigned steps_running;
+
+static void tls_destroy(struct rdzv_conn_tls *t)
+{
+    mbedtls_ssl_free(&t->ssl);
+    if (t->pending != NULL)
+        mbedtls_platform_zeroize(t->pending, t->pending_len);
+    free(t->pending);
+    free(t->hs_in); /* ciphertext only */
+    free(t->hs_out);
+    rdzv_cred_wipe(&t->cred);
+    free(t);
+}
+
+/* A step whose conn closed meanwhile: the state, then the hold on the configuration (which
+ * mbedtls_ssl_free still reads). */
+static void step_orphan_free(struct rdzv_conn_tls *t)
+{
+    struct rdzv_tls *tls = t->tls;
+
+    tls_destroy(t);
+    rdzv_tls_free(tls);
+}
+
+/* In the pool: touches only t (the bio callbacks see t, not the conn). */
+static void step_work(uv_work_t *req)
+{
+    struct rdzv_conn_tls *t = req->data;
+
+    t->in = t->hs_in;
+    t->in_len = t->hs_in_len;
+    t->in_off = 0;
+    t->step_ret = mbedtls_ssl_handshake(&t->ssl);
+}
+
+static void step_done(uv_work_t *req, int status);
+
+/* Gives waiting steps to the pool while fewer than HS_STEPS_RUNNING are there. */
+static void steps_start(void)
+{
+    while (steps_running < HS_STEPS_RUNNING && wait_head != NULL) {
+        struct rdzv_conn_tls *t = wait_head;
+
+        wait_head = t->next_wait;
+        if (wait_head == NULL)
+            wait_tail = NULL;
+        t->next_wait = NULL;
+        if (t->conn == NULL) { /* closed while waiting */
+            step_orphan_free(t);
+            continue;
+        }
+        t->work.data = t;
+        (void)uv_queue_work(t->loop, &t->work, step_work, step_done); /* fails only on NULL */
+        t->queued = 1;
+        steps_running++;
+    }
+}
+
+/* Queues a step over hs_in; conn's reading pauses until it returns. */
+static void step_queue(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+
+    uv_read_stop((uv_stream_t *)&conn->tcp);
+    t->busy = 1;
+    t->queued = 0;
+    rdzv_tls_hold(t->tls); /* the server may close, and free it, while the step runs */
+    if (wait_tail != NULL)
+        wait_tail->next_wait = t;
+    else
+        wait_head = t;
+    wait_tail = t;
+    steps_start();
+}
+
+/* Ciphertext of one read during a server handshake: kept for the next step. */
+static void hs_received(struct rdzv_conn *conn, size_t n)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+    uint8_t *grown = realloc(t->hs_in, t->hs_in_len + n);
+
+    if (grown == NULL) {
+        t->dead = 1;
+        snprintf(t->reason, sizeof(t->reason), "TLS handshake: out of memory");
+        stop(conn, -ENOMEM);
+        return;
+    }
+    memcpy(grown + t->hs_in_len, tls_in, n);
+    t->hs_in = grown;
+    t->hs_in_len += n;
+    step_queue(conn);
+}
+
+/* The handshake is over on a server conn: reading resumes on the loop, and ciphertext that
+ * came after the client's Finished goes through the record path. */
+static void hs_finished(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+    int err;
+
+    free(t->hs_out);
+    t->hs_out = NULL;
+    t->hs_out_cap = 0;
+    if (handshake_over(conn) < 0)
+        return;
+    err = uv_read_start((uv_stream_t *)&conn->tcp, alloc_cb, read_cb);
+    if (err < 0) {
+        stop(conn, err);
+        return;
+    }
+    if (t->hs_in_len > 0) {
+        t->in = t->hs_in;
+        t->in_len = t->hs_in_len;
+        t->in_off = 0;
+        tls_pump(conn); /* may close conn: t lives until its close callback */
+        t->in_len = t->in_off = 0;
+    }
+    free(t->hs_in);
+    t->hs_in = NULL;
+    t->hs_in_len = 0;
+}
+
+/* Back on the loop with a step's result: its records out, then wait, fail or finish. */
+static void step_finish(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+    int ret = t->step_ret, err;
+    size_t left = t->hs_in_len - t->in_off;
+
+    /* Unsent records end the handshake, unless it failed anyway (then they were an alert). */
+    if (t->hs_out_len > 0 && (uv_is_closing((uv_handle_t *)&conn->tcp) ||
+                              write_copy(conn, t->hs_out, t->hs_out_len) < 0))
+        ret = ret == 0 || ret == MBEDTLS_ERR_SSL_WANT_READ ? MBEDTLS_ERR_NET_SEND_FAILED : ret;
+    t->hs_out_len = 0;
+    if (left > 0)
+        memmove(t->hs_in, t->hs_in + t->in_off, left);
+    t->hs_in_len = left;
+    t->in_len = t->in_off = 0;
+    if (!conn->reading)
+        return; /* closing, or stopped: nothing more to do with it */
+    if (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE) {
+        err = uv_read_start((uv_stream_t *)&conn->tcp, alloc_cb, read_cb);
+        if (err < 0)
+            stop(conn, err);
+        else if (left > 0)
+            step_queue(conn);
+        return;
+    }
+    if (ret != 0) {
+        tls_fail(conn, ret);
+        return;
+    }
+    hs_finished(conn);
+}
+
+static void step_done(uv_work_t *req, int status)
+{
+    struct rdzv_conn_tls *t = req->data;
+
+    (void)status; /* UV_ECANCELED only for a conn that closed (tls_free) */
+    steps_running--;
+    t->busy = 0;
+    t->queued = 0;
+    if (t->conn == NULL) {
+        step_orphan_free(t);
+    } else {
+        rdzv_tls_free(t->tls); /* the hold; the conn's owner keeps its own */
+        step_finish(t->conn);
+    }
+    steps_start();
+}
+
 static void tls_read(struct rdzv_conn *conn, ssize_t nread)
 {
     struct rdzv_conn_tls *t = conn->tls;
@@ -383,6 +628,11 @@ static void tls_read(struct rdzv_conn *conn, ssize_t nread)
         stop(conn, (int)nread);
         return;
     }
+    if (t->offload && !t->done) {
+        hs_received(conn, (size_t)nread);
+        return;
+    }
+    t->in = tls_in;
     t->in_len = (size_t)nread;
     t->in_off = 0;
     tls_pump(conn);
@@ -423,19 +673,22 @@ static void tls_close_notify(struct rdzv_conn *conn)
     (void)mbedtls_ssl_close_notify(&t->ssl); /* best effort: the peer may be gone */
 }
 
+/* The conn is closing: its TLS state goes now, or when the step holding it returns (the
+ * pool thread may be inside mbedtls_ssl_handshake on it: freeing it here was the race). */
 static void tls_free(struct rdzv_conn *conn)
 {
     struct rdzv_conn_tls *t = conn->tls;
 
     if (t == NULL)
         return;
-    mbedtls_ssl_free(&t->ssl);
-    if (t->pending != NULL)
-        mbedtls_platform_zeroize(t->pending, t->pending_len);
-    free(t->pending);
-    rdzv_cred_wipe(&t->cred);
-    free(t);
     conn->tls = NULL;
+    t->conn = NULL;
+    if (!t->busy) {
+        tls_destroy(t);
+        return;
+    }
+    if (t->queued)
+        (void)uv_cancel((uv_req_t *)&t->work); /* only if no thread took it yet */
 }
 
 /* The PSK callback (tls.c) names the credential the peer is proving; it is the connection's
@@ -463,7 +716,11 @@ int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_ser
         ret = mbedtls_ssl_set_hostname(&t->ssl, name);
     if (ret != 0)
         return ret == MBEDTLS_ERR_SSL_ALLOC_FAILED ? -ENOMEM : -EPROTO;
-    mbedtls_ssl_set_bio(&t->ssl, conn, bio_send, bio_recv, NULL);
+    t->conn = conn;
+    t->tls = tls;
+    t->loop = conn->tcp.loop;
+    t->offload = is_server;
+    mbedtls_ssl_set_bio(&t->ssl, t, bio_send, bio_recv, NULL);
     t->cert_mode = rdzv_tls_cert_mode(tls);
     if (is_server)
         rdzv_tls_set_cred_sink(tls, conn_cred_sink);

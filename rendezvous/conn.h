@@ -3,6 +3,9 @@
  * TLS: rdzv_conn_start_tls() runs every byte through an mbedtls_ssl_context owned by the conn
  * (uv read -> ciphertext buffer -> handshake / mbedtls_ssl_read through a memory BIO -> the
  * same frame parser; rdzv_conn_send -> mbedtls_ssl_write -> BIO -> uv_write of a copy).
+ * A server conn's handshake runs in libuv's thread pool, one step per received flight, so
+ * that unauthenticated ClientHellos cost the loop no key generation (conn.c "server handshake
+ * steps off the loop"); the client side and every record after the handshake stay on the loop.
  *
  * Reading: a fixed 12-byte header buffer first; the payload buffer is allocated only after the
  * header's length passed the RDZV_MAX_PAYLOAD check. Each decoded message goes to msg_cb.
@@ -66,7 +69,8 @@ int rdzv_conn_init(uv_loop_t *loop, struct rdzv_conn *conn, rdzv_conn_msg_cb msg
 int rdzv_conn_start(struct rdzv_conn *conn);
 
 /* Like rdzv_conn_start, but TLS (server side when is_server) with the shared configuration tls
- * (borrowed: it must outlive the conn). A client starts its handshake at once. Messages sent
+ * (borrowed: it must outlive the conn, but a server conn closed during a handshake step holds
+ * its own reference until the step returns: rdzv_tls_free may come first). A client starts its handshake at once. Messages sent
  * before the handshake finished are queued and sent after it (dropped if the conn closes
  * first). Handshake failures arrive through error_cb (see there). Returns 0, -ENOMEM, -EPROTO
  * (mbedTLS refused the setup) or a UV_E* error; then no callback runs; close the conn. */

@@ -34,8 +34,15 @@ struct rdzv_tls;
 int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls **out, char *err,
                  size_t errlen);
 
-/* Frees the configuration; every connection using it must be closed first. Accepts NULL. */
+/* Drops a reference to the configuration (rdzv_tls_new gives the caller one) and frees it with
+ * the last; every connection using it must be closed first, except that a server handshake
+ * step still in the thread pool (conn.c) holds its own reference until it returns to the
+ * loop. Accepts NULL. */
 void rdzv_tls_free(struct rdzv_tls *t);
+
+/* Takes another reference, dropped by rdzv_tls_free. References are counted without locks:
+ * take and drop them on one thread (the loop's). */
+void rdzv_tls_hold(struct rdzv_tls *t);
 
 /* For conn.c (and libmuster), which set up one mbedtls_ssl_context per connection: the shared
  * configuration (borrowed, lives as long as t), and the name a client in certificate mode must
