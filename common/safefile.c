@@ -183,15 +183,19 @@ static int walk_step(struct walk *w, const char *name, mode_t create_mode, int l
     return 0;
 }
 
-/* Takes the next component off w->todo into name; returns 0 when there is none. */
-static int next_component(struct walk *w, char *name, size_t namelen, const char **rest)
+/* Takes the next component off w->todo into name (NAME_MAX + 1 bytes); returns 1, 0 when there
+ * is none, -ENAMETOOLONG for one that does not fit (cut short, it would name another entry). */
+static int next_component(struct walk *w, char *name, const char **rest)
 {
     const char *p = w->todo + strspn(w->todo, "/");
     size_t n = strcspn(p, "/");
 
     if (n == 0)
         return 0;
-    snprintf(name, namelen, "%.*s", (int)n, p);
+    if (n > NAME_MAX)
+        return walk_fail(w, -ENAMETOOLONG, 0, NULL);
+    memcpy(name, p, n);
+    name[n] = '\0';
     *rest = p + n + strspn(p + n, "/");
     return 1;
 }
@@ -199,11 +203,13 @@ static int next_component(struct walk *w, char *name, size_t namelen, const char
 static int walk(struct walk *w, mode_t create_mode)
 {
     char name[NAME_MAX + 1], rest[PATH_MAX];
-    const char *r;
+    const char *r = "";
     struct stat st;
-    int rc = walk_root(w);
+    int rc = walk_root(w), more;
 
-    while (rc == 0 && next_component(w, name, sizeof(name), &r)) {
+    while (rc == 0 && (more = next_component(w, name, &r)) != 0) {
+        if (more < 0)
+            return more;
         memmove(rest, r, strlen(r) + 1);
         memcpy(w->todo, rest, strlen(rest) + 1);
         if (strcmp(name, ".") == 0)

@@ -151,6 +151,16 @@ static void test_dir_create(void **state)
     pathf(want, fx, "a/b/c");
     assert_string_equal(resolved, want);
 
+    /* a component longer than NAME_MAX is an error, never cut to another name */
+    char longp[PATH_MAX];
+    int n = snprintf(longp, sizeof(longp), "%s/", fx->tmp);
+    memset(longp + n, 'n', 300);
+    longp[n + 300] = '\0';
+    assert_int_equal(mc_dir_open(longp, 0755, "--log-dir", NULL, NULL, err, sizeof(err)),
+                     -ENAMETOOLONG);
+    longp[n + NAME_MAX] = '\0';
+    assert_int_equal(access(longp, F_OK), -1);
+
     /* create_mode 0: nothing is created */
     pathf(p, fx, "nope/deeper");
     assert_int_equal(mc_dir_open(p, 0, "$TMPDIR", NULL, NULL, err, sizeof(err)), -ENOENT);
