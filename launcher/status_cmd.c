@@ -12,6 +12,7 @@
 #include "agent.h"
 #include "conn.h"
 #include "endpoint.h"
+#include "escape.h"
 #include "ids.h"
 #include "secret.h"
 #include "tls.h"
@@ -123,10 +124,18 @@ static void on_timeout(uv_timer_t *t)
     finish(c, AGENT_EXIT_RDZV);
 }
 
+/* The answer's strings come from agents on other nodes (host names, checkpoint names, reasons):
+ * escaped, so that they cannot forge lines or send terminal escapes (common/escape.h). Each call
+ * gets its own buffer: one printf shows up to six. */
 static const char *str(json_t *o, const char *k)
 {
+    static char ring[8][MC_ESCAPE_SIZE(1024)];
+    static unsigned next;
     const char *v = json_string_value(json_object_get(o, k));
-    return v ? v : "-";
+    char *out = ring[next++ % 8];
+
+    mc_escape(v ? v : "-", out, sizeof(ring[0]));
+    return out;
 }
 
 static long num(json_t *o, const char *k)
