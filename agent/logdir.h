@@ -18,14 +18,18 @@ struct agent_logdir {
 };
 
 /* Creates the base directory. log_dir: NULL (private), "/dev/null" (disabled) or a path.
- * keep_files: workers' streams go to files. Returns 0 or a negative errno with a one-line
- * reason in err. */
+ * keep_files: workers' streams go to files. base is the resolved path (no symlinks). Every
+ * directory on the way must be owned by you or root and not writable by others unless sticky
+ * (common/safefile.h; $TMPDIR too for the private one). Returns 0 or a negative errno with a
+ * one-line reason in err: -EPERM/-ELOOP/-ENOTDIR ("refusing --log-dir ...: ..."), -EINVAL for
+ * a run id that common/ids.h refuses, or what creating it returned. */
 int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *run_id,
                       int keep_files, char *err, size_t errlen);
 
 /* Paths for one worker of one attempt: dir (where stdout.log/stderr.log go, "" when there are
  * no log files) and error_file ("" when disabled); both PATH_MAX buffers. With create != 0
- * the directory is created. Returns 0 or a negative errno (-ENAMETOOLONG, mkdir's). */
+ * the directory is created and checked as in _open (a refusal is printed on stderr). Returns 0
+ * or a negative errno (-ENAMETOOLONG, -EPERM, mkdir's). */
 int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int local_rank,
                         int create, char *dir, char *error_file);
 
