@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "escape.h"
+#include "hslimit.h"
 #include "server_priv.h"
 #include "tls.h"
 
@@ -25,6 +26,7 @@ void srv_handle_closed(struct rdzv_server *srv)
     if (!srv->closing || srv->handles > 0)
         return;
     rdzv_tls_free(srv->tls); /* every connection is closed by now */
+    rdzv_hslimit_free(srv->hslimit);
     free(srv);
     if (cb != NULL)
         cb(data);
@@ -110,6 +112,22 @@ static void source_remove(struct peer *p)
     free(src);
 }
 
+/* --- TLS handshakes per source address (hslimit.h, issue 11) --------------------------------- */
+static void hs_configure(struct rdzv_server *srv)
+{
+    rdzv_hslimit_configure(srv->hslimit, srv->limits.handshakes_per_source,
+                           srv->limits.handshake_rate, srv->limits.handshake_burst);
+}
+
+/* p's handshake is over (its first message) or p is going: no longer in flight. */
+static void hs_end(struct peer *p)
+{
+    if (!p->hs_counted)
+        return;
+    p->hs_counted = 0;
+    rdzv_hslimit_end(p->srv->hslimit, p->hs_addr);
+}
+
 /* A peer owns two handles (the TCP connection and the heartbeat timer): freed after both. */
 static void peer_release(struct peer *p)
 {
@@ -118,6 +136,7 @@ static void peer_release(struct peer *p)
     if (--p->open > 0)
         return;
     source_remove(p);
+    hs_end(p);
     srv->stats.bytes_received_total += p->conn.bytes_in;
     srv->stats.bytes_sent_total += p->conn.bytes_out;
     if (p->prev != NULL)
@@ -356,6 +375,8 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
         [SRV_EV_JOB_WORKERS] = "job_workers",
         [SRV_EV_KV_TOTAL] = "kv_total",
         [SRV_EV_KV_QUOTA] = "kv_quota",
+        [SRV_EV_HS_RATE] = "handshake_rate",
+        [SRV_EV_HS_IN_FLIGHT] = "handshakes_in_flight",
         [SRV_EV_AUTH_TOKEN] = "token",
         [SRV_EV_AUTH_JOB_SCOPE] = "job_scope",
         [SRV_EV_AUTH_TLS] = "tls_handshake",
@@ -550,6 +571,7 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     if (p->send_err != 0)
         return; /* going at once (srv_send): no more work for it */
     p->last_seen_ms = uv_now(p->srv->loop);
+    hs_end(p); /* a message: the TLS handshake is over */
     if (!p->welcomed && m->type != RDZV_MSG_HELLO) {
         srv_peer_event(p, SRV_EV_PROTOCOL, "%s before HELLO", rdzv_msg_name(m->type));
         srv_send_error(p, RDZV_ERR_PROTOCOL, "expected HELLO first, got %s",
@@ -664,6 +686,32 @@ static int admit_source(struct peer *p)
     return err == 0;
 }
 
+/* Over handshakes_per_source in flight or over handshake_rate: closed before any TLS work, so
+ * that a flood of ClientHellos from one address gets a bounded share of the handshake threads
+ * and of the CPU. Returns 1 when p may go on. */
+static int admit_handshake(struct peer *p)
+{
+    struct rdzv_server *srv = p->srv;
+    char addr[INET6_ADDRSTRLEN];
+    int err = source_key(&p->conn.tcp, p->hs_addr);
+
+    if (err == 0)
+        err = rdzv_hslimit_begin(srv->hslimit, p->hs_addr, uv_now(srv->loop));
+    if (err == 0) {
+        p->hs_counted = 1;
+        return 1;
+    }
+    srv_peer_addr(p, addr, sizeof(addr));
+    if (err == -EAGAIN)
+        srv_event(srv, SRV_EV_HS_RATE, addr, "over %u new TLS handshakes a second",
+                  srv->limits.handshake_rate);
+    else if (err == -EBUSY || err == -ENOMEM) /* -ENOMEM: the table is full of busy sources */
+        srv_event(srv, SRV_EV_HS_IN_FLIGHT, addr, "%u TLS handshakes in flight from this address",
+                  srv->limits.handshakes_per_source);
+    srv_peer_close(p, 0);
+    return 0;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct rdzv_server *srv = listener->data;
@@ -698,7 +746,7 @@ static void on_connection(uv_stream_t *listener, int status)
         srv_peer_close(p, 0);
         return;
     }
-    if (!admit_source(p))
+    if (!admit_source(p) || !admit_handshake(p))
         return;
     /* Every connection is TLS: the server has no plaintext path. */
     if (rdzv_conn_start_tls(&p->conn, srv->tls, 1) < 0) {
@@ -778,6 +826,12 @@ static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct
     srv->start_ms = uv_now(loop);
     srv->limits = rdzv_limits_default();
     srv->kv_pool.max_bytes = srv->limits.kv_max_total_bytes;
+    if (rdzv_hslimit_new(RDZV_LIMIT_MAX_CONNECTIONS, &srv->hslimit) < 0) {
+        rdzv_tls_free(tls);
+        free(srv);
+        return UV_ENOMEM;
+    }
+    hs_configure(srv);
     if (token != NULL && token[0] != '\0') {
         memcpy(srv->token, token, strlen(token));
         srv->has_token = 1;
@@ -833,7 +887,10 @@ struct rdzv_limits rdzv_limits_default(void)
         .max_jobs = RDZV_LIMIT_MAX_JOBS,
         .send_queue_max = RDZV_LIMIT_SEND_QUEUE_MAX,
         .job_workers_per_proc = RDZV_LIMIT_JOB_WORKERS_PER_PROC,
-        .job_workers_slack = RDZV_LIMIT_JOB_WORKERS_SLACK};
+        .job_workers_slack = RDZV_LIMIT_JOB_WORKERS_SLACK,
+        .handshakes_per_source = RDZV_LIMIT_HANDSHAKES_PER_SOURCE,
+        .handshake_rate = RDZV_LIMIT_HANDSHAKE_RATE,
+        .handshake_burst = RDZV_LIMIT_HANDSHAKE_BURST};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -852,9 +909,13 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     DEFAULT_IF_0(send_queue_max);
     DEFAULT_IF_0(job_workers_per_proc);
     DEFAULT_IF_0(job_workers_slack);
+    DEFAULT_IF_0(handshakes_per_source);
+    DEFAULT_IF_0(handshake_rate);
+    DEFAULT_IF_0(handshake_burst);
 #undef DEFAULT_IF_0
     s->limits = l;
     s->kv_pool.max_bytes = l.kv_max_total_bytes;
+    hs_configure(s);
 }
 
 void rdzv_server_set_log(struct rdzv_server *s, rdzv_server_log_cb cb, void *data)

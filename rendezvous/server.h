@@ -38,6 +38,14 @@ struct rdzv_tls_opts;
  * for restarts and for tools, the slack for a job that has not filled yet. */
 #define RDZV_LIMIT_JOB_WORKERS_PER_PROC 4u
 #define RDZV_LIMIT_JOB_WORKERS_SLACK 64u
+/* TLS handshakes per source address (issue 11): before a peer proves anything, each
+ * ClientHello costs the server a key generation (in the thread pool, conn.c). At most this many
+ * in flight from one address (accepted, no message yet), and at most RATE new ones a second
+ * with a bucket of BURST; over either, the connection is closed before any TLS work. Generous
+ * enough for a node's agent and workers, and for bench/rdzv_bench.sh's 1,024 loopback agents. */
+#define RDZV_LIMIT_HANDSHAKES_PER_SOURCE 128u
+#define RDZV_LIMIT_HANDSHAKE_RATE 200u   /* per second and source */
+#define RDZV_LIMIT_HANDSHAKE_BURST 2048u /* handshakes a quiet source may start at once */
 
 struct rdzv_limits {
     unsigned max_connections;  /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
@@ -51,6 +59,9 @@ struct rdzv_limits {
     size_t send_queue_max;     /* per connection; 0 = RDZV_LIMIT_SEND_QUEUE_MAX */
     unsigned job_workers_per_proc; /* 0 = RDZV_LIMIT_JOB_WORKERS_PER_PROC */
     unsigned job_workers_slack;    /* 0 = RDZV_LIMIT_JOB_WORKERS_SLACK */
+    unsigned handshakes_per_source; /* 0 = RDZV_LIMIT_HANDSHAKES_PER_SOURCE */
+    unsigned handshake_rate;        /* per second and source; 0 = RDZV_LIMIT_HANDSHAKE_RATE */
+    unsigned handshake_burst;       /* 0 = RDZV_LIMIT_HANDSHAKE_BURST */
 };
 
 /* The defaults above, spelled out. */

@@ -20,6 +20,7 @@
 struct sjob;
 struct rdzv_http;
 struct srv_source;
+struct rdzv_hslimit;
 
 /* One accepted connection: an agent, a worker (KV) or an observer (STATUS). */
 struct peer {
@@ -42,6 +43,8 @@ struct peer {
     uint32_t keep_alive_ms; /* the agent's heartbeat interval, for the lateness metric */
     struct srv_source *source; /* its address's connection count; NULL if never counted */
     int send_err; /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
+    int hs_counted;      /* in srv->hslimit's handshakes in flight, under hs_addr */
+    uint8_t hs_addr[16]; /* its source address, as source_key() makes it */
 };
 
 /* Server side of one job: the round logic, its deadline timer and the workers' KV store. */
@@ -79,6 +82,8 @@ enum srv_event {
     SRV_EV_JOBS,              /* a JOIN that would create a job over max_jobs */
     SRV_EV_JOB_WORKERS,       /* an ATTACH over the job's worker connections */
     SRV_EV_KV_TOTAL,          /* KV_PUT over kv_max_total_bytes (all jobs together) */
+    SRV_EV_HS_RATE,           /* a new connection over its address's handshake_rate */
+    SRV_EV_HS_IN_FLIGHT,      /* a new connection over handshakes_per_source in flight */
     SRV_EV_KV_QUOTA,          /* KV_PUT over the job's key or byte quota */
     SRV_EV_AUTH_TOKEN,        /* HELLO with a wrong or missing token */
     SRV_EV_AUTH_JOB_SCOPE,    /* a message naming another job than the connection's */
@@ -141,6 +146,7 @@ struct rdzv_server {
     struct rdzv_kv_pool kv_pool;  /* every job's KV bytes: limits.kv_max_total_bytes */
     uint64_t kv_pool_refused;     /* kv_pool.refused already counted as SRV_EV_KV_TOTAL */
     struct srv_source *sources[SRV_SOURCE_BUCKETS];
+    struct rdzv_hslimit *hslimit; /* TLS handshakes per source address (hslimit.h) */
 };
 
 /* server.c */
