@@ -40,6 +40,10 @@ static const char server_help[] =
     "  --tls-cert/--tls-key/--tls-ca FILE\n"
     "                       certificate mode: this server's certificate and key, and the CA\n"
     "                       that signs the agents' certificates (a token is then optional)\n"
+    "  --handshakes-per-source N  TLS handshakes in flight from one address (default 128)\n"
+    "  --handshake-rate N   new TLS handshakes a second from one address (default 200), with\n"
+    "  --handshake-burst N  that many at once from a quiet address (default 2048); connections\n"
+    "                       over these are closed before any TLS work (a ClientHello flood)\n"
     "Stops on SIGINT or SIGTERM (exit status 0).\n";
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -60,7 +64,11 @@ static const char *bracket(const char *host, char *buf, size_t len)
 
 struct server_args {
     const char *listen, *http, *token_file, *tls_cert, *tls_key, *tls_ca;
+    const char *hs_per_source, *hs_rate, *hs_burst; /* struct rdzv_limits' handshake_* */
+    unsigned hs_limits[3]; /* the three parsed; 0: the default */
 };
+
+static int hs_flag(const char *name, const char *v, unsigned *out);
 
 static int parse_args(int argc, char **argv, struct server_args *a)
 {
@@ -83,6 +91,12 @@ static int parse_args(int argc, char **argv, struct server_args *a)
             slot = &a->tls_key;
         else if (strcmp(o, "--tls-ca") == 0 || strcmp(o, "--tls_ca") == 0)
             slot = &a->tls_ca;
+        else if (strcmp(o, "--handshakes-per-source") == 0)
+            slot = &a->hs_per_source;
+        else if (strcmp(o, "--handshake-rate") == 0)
+            slot = &a->hs_rate;
+        else if (strcmp(o, "--handshake-burst") == 0)
+            slot = &a->hs_burst;
         if (slot == NULL) {
             fprintf(stderr, "muster: error: unknown option '%s' (see 'muster server --help')\n", o);
             return -EINVAL;
@@ -97,6 +111,10 @@ static int parse_args(int argc, char **argv, struct server_args *a)
         fprintf(stderr, "muster: error: muster server needs --listen HOST:PORT\n");
         return -EINVAL;
     }
+    if (hs_flag("--handshakes-per-source", a->hs_per_source, &a->hs_limits[0]) < 0 ||
+        hs_flag("--handshake-rate", a->hs_rate, &a->hs_limits[1]) < 0 ||
+        hs_flag("--handshake-burst", a->hs_burst, &a->hs_limits[2]) < 0)
+        return -EINVAL;
     int certs = (a->tls_cert != NULL) + (a->tls_key != NULL) + (a->tls_ca != NULL);
     if (certs != 0 && certs != 3) {
         fprintf(stderr, "muster: error: certificate mode needs all of --tls-cert, --tls-key "
@@ -104,6 +122,37 @@ static int parse_args(int argc, char **argv, struct server_args *a)
         return -EINVAL;
     }
     return 0;
+}
+
+/* A handshake limit flag: a positive count, or 0 (the default) when not given. */
+static int hs_flag(const char *name, const char *v, unsigned *out)
+{
+    char *end;
+    unsigned long n;
+
+    *out = 0;
+    if (v == NULL)
+        return 0;
+    errno = 0;
+    n = strtoul(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n == 0 || n > 1000000000ul) {
+        fprintf(stderr, "muster: error: %s needs a count from 1 to 1000000000\n", name);
+        return -EINVAL;
+    }
+    *out = (unsigned)n;
+    return 0;
+}
+
+/* The handshake limits of the flags on the server (0 fields: the defaults). Other limit flags
+ * can set their fields in the same struct before the one rdzv_server_set_limits call. */
+static void set_limits(struct rdzv_server *srv, const struct server_args *a)
+{
+    struct rdzv_limits l = {0};
+
+    l.handshakes_per_source = a->hs_limits[0];
+    l.handshake_rate = a->hs_limits[1];
+    l.handshake_burst = a->hs_limits[2];
+    rdzv_server_set_limits(srv, &l);
 }
 
 /* A new random token in a new file, readable by its owner only (O_EXCL: never overwrite). */
@@ -191,6 +240,7 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
         rc = AGENT_EXIT_RDZV;
         goto out;
     }
+    set_limits(c->server, a);
     fprintf(stderr, "muster: server listening on %s:%u\n", bracket(host, b, sizeof(b)),
             rdzv_server_port(c->server));
     if (hhost != NULL) {
