@@ -191,7 +191,6 @@ static void on_waiting(struct rdzv_client *c, const struct rdzv_waiting *w)
         agent_progress_update(&a->progress, w);
 }
 
-static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
 /* The workers' credential admits them to this job's KV store only (rendezvous/cred.h); the key
  * is not kept in a->as, which lives as long as the agent. */
 static void set_worker_cred(struct agent *a, const struct rdzv_assign *as)
@@ -206,6 +205,7 @@ static void set_worker_cred(struct agent *a, const struct rdzv_assign *as)
     mbedtls_platform_zeroize(a->as.worker_key, sizeof(a->as.worker_key));
 }
 
+static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
 {
     struct agent *a = rdzv_client_data(c);
 
@@ -213,8 +213,8 @@ static void set_worker_cred(struct agent *a, const struct rdzv_assign *as)
     if (a->finished || a->next != NEXT_NONE)
         return;
     a->as = *as;
-    a->was_rank0 = as->group_rank == 0;
     set_worker_cred(a, as);
+    a->was_rank0 = as->group_rank == 0;
     if (a->o->static_ranks) {
         const struct agent_options *o = a->o;
         a->as.group_rank = o->static_node_rank;
@@ -312,6 +312,24 @@ static void on_disconnected(struct rdzv_client *c, const char *why)
     agent_log("rendezvous server lost (%s); reconnecting, workers keep running", shown);
 }
 
+/* The first connection failed: the node hosting the rendezvous may not have started yet. One
+ * line at once, then one a minute, so a user sees what it waits for and until when. */
+static void on_server_wait(struct rdzv_client *c, int err, uint64_t waited_ms)
+{
+    struct agent *a = rdzv_client_data(c);
+    const struct agent_options *o = a->o;
+    char until[48] = "without a deadline";
+
+    if (a->server_wait_logs > 0 && waited_ms < a->server_wait_logs * 60000u)
+        return;
+    if (o->join_timeout_ms > 0)
+        snprintf(until, sizeof(until), "until the join timeout (%u s)", o->join_timeout_ms / 1000);
+    agent_log("waiting for the rendezvous at %s:%u (%s, %llu s so far); retrying %s",
+              o->rdzv_host, o->rdzv_port, uv_strerror(err),
+              (unsigned long long)(waited_ms / 1000), until);
+    a->server_wait_logs++;
+}
+
 static void on_reconnected(struct rdzv_client *c)
 {
     (void)c;
@@ -327,6 +345,7 @@ static const struct rdzv_client_cbs client_cbs = {
     .error_cb = on_rdzv_error,
     .disconnected_cb = on_disconnected,
     .reconnected_cb = on_reconnected,
+    .server_wait_cb = on_server_wait,
 };
 
 void agent_do_join_(struct agent *a)
@@ -359,8 +378,8 @@ void agent_do_join_(struct agent *a)
     j.heartbeat_timeout_ms = o->heartbeat_timeout_ms;
     j.reconnect_grace_ms = o->reconnect_grace_ms;
     j.node_id = a->node_id;
-    agent_ft_pick_resume_(a, &j);
     memcpy(j.node_secret, a->node_secret, sizeof(j.node_secret));
+    agent_ft_pick_resume_(a, &j);
     if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
         agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
         agent_finish_(a, AGENT_EXIT_RDZV);

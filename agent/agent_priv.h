@@ -59,6 +59,7 @@ struct agent {
     /* MUSTER_TOKEN of the workers: the job's worker credential from ASSIGN (cred.h string
      * form), never the agent's own credential */
     char worker_cred[232];
+    unsigned server_wait_logs; /* lines logged while the first connection is refused */
     int preflight_ran;          /* the pre-flight was started (it runs once per agent) */
     int preflight_code;         /* the node process's exit code */
     char pf_reason[PATH_MAX];   /* the node process's reason file, "" when none */

@@ -61,6 +61,7 @@ struct rdzv_client {
     int finished; /* JOB_DONE or JOB_FAILED: no heartbeats, no reconnects */
     int welcomed; /* some connection got WELCOME: breaks from now on mean reconnect */
     int away;     /* an outage is in progress (from the break until re-registered) */
+    uint64_t first_try_ms; /* uv_now of the first connect attempt, 0 before it */
     int rejoin_wait;
     unsigned backoff_ms;
     uint64_t rng;
@@ -85,6 +86,7 @@ static void hb_cb(uv_timer_t *t);
 static void idle_cb(uv_timer_t *t);
 static void retry_cb(uv_timer_t *t);
 static void grace_cb(uv_timer_t *t);
+static void schedule_retry(struct rdzv_client *c);
 
 static int open_conn(struct rdzv_client *c)
 {
@@ -274,6 +276,33 @@ static void maybe_free(struct rdzv_client *c)
         cb(data);
 }
 
+/* The first connection failed in a way that a server still starting explains: try again with
+ * backoff until the join timeout, as torchrun does, so that the order in which nodes start does
+ * not matter. Returns 1 when a retry is scheduled. */
+static int first_retry(struct rdzv_client *c, int err)
+{
+    uint64_t waited = uv_now(c->loop) + 1 - c->first_try_ms;
+
+    if (err != UV_ECONNREFUSED && err != UV_ETIMEDOUT && err != UV_EHOSTUNREACH &&
+        err != UV_ENETUNREACH && err != UV_ECONNRESET && err != UV_ECONNABORTED)
+        return 0;
+    if (c->join.join_timeout_ms != 0 && waited >= c->join.join_timeout_ms)
+        return 0;
+    uv_timer_stop(&c->idle_timer);
+    c->state = CLIENT_AWAY; /* not an outage (c->away stays 0): conn_closed_cb retries */
+    if (c->backoff_ms == 0)
+        c->backoff_ms = BACKOFF_FIRST_MS;
+    if (c->cbs->server_wait_cb != NULL)
+        c->cbs->server_wait_cb(c, err, waited);
+    if (c->state != CLIENT_AWAY || c->closing) /* the callback closed the client */
+        return 1;
+    if (c->conn_open)
+        rdzv_conn_close(&c->conn, 0, conn_closed_cb);
+    else
+        schedule_retry(c);
+    return 1;
+}
+
 static void connect_cb(uv_connect_t *req, int status)
 {
     struct rdzv_client *c = req->data;
@@ -300,7 +329,7 @@ static void connect_cb(uv_connect_t *req, int status)
     }
     if (c->welcomed)
         conn_error_cb(&c->conn, err);
-    else
+    else if (!first_retry(c, err))
         fail(c, err, "cannot connect to rendezvous %s:%u: %s", c->host, c->port, uv_strerror(err));
 }
 
@@ -309,6 +338,8 @@ static int connect_addr(struct rdzv_client *c, const struct sockaddr *sa, size_t
     int err;
 
     memcpy(&c->addr, sa, len);
+    if (c->first_try_ms == 0)
+        c->first_try_ms = uv_now(c->loop) + 1; /* + 1: never 0 */
     c->connect.data = c;
     err = uv_tcp_connect(&c->connect, &c->conn.tcp, (struct sockaddr *)&c->addr, connect_cb);
     if (err == 0) {

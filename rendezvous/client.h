@@ -62,6 +62,12 @@ struct rdzv_client_cbs {
      * RESTART it answered with goes to restart_cb), or took the plain JOIN / nothing needed
      * re-registering. Queued reports have been sent. */
     void (*reconnected_cb)(struct rdzv_client *c);
+    /* Optional (NULL allowed). The first connection could not be made (err: connection
+     * refused, host unreachable, timed out...): the server is probably not up yet, and the
+     * client keeps trying with backoff until the JOIN's join_timeout_ms (0: forever) has passed
+     * since the first attempt, as torchrun does; then error_cb. waited_ms: since that first
+     * attempt. Runs at every failed attempt. */
+    void (*server_wait_cb)(struct rdzv_client *c, int err, uint64_t waited_ms);
 };
 
 /* Allocates a client that speaks TLS in token mode: the token is the pre-shared key (tls.h) and

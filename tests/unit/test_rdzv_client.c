@@ -39,6 +39,7 @@ struct fixture {
     struct rdzv_client *c;
     struct rdzv_join join;
     int waiting, assigned, restarts, job_done, job_failed, errors, disconnected, reconnected;
+    int server_waits; /* server_wait_cb: the first connection was refused */
     struct rdzv_assign assign;
     struct rdzv_job_failed jf;
     int err;
@@ -183,7 +184,18 @@ static void reconnected_cb(struct rdzv_client *c)
     check(fx);
 }
 
+static void server_wait_cb(struct rdzv_client *c, int err, uint64_t waited_ms)
+{
+    struct fixture *fx = rdzv_client_data(c);
+
+    (void)waited_ms;
+    fx->err = err;
+    fx->server_waits++;
+    check(fx);
+}
+
 static const struct rdzv_client_cbs cbs = {
+    .server_wait_cb = server_wait_cb,
     .waiting_cb = waiting_cb,
     .assign_cb = assign_cb,
     .restart_cb = restart_cb,
@@ -499,15 +511,50 @@ static void test_silent_server(void **state)
     assert_int_equal(rdzv_client_rtt_us(fx->c), -1);
 }
 
-/* Before the first WELCOME a closed connection is still an error, not an outage. */
+/* Before the first WELCOME a refused connection is retried until the join timeout, then it is
+ * an error (not an outage). */
 static void test_refused_is_error(void **state)
 {
     struct fixture *fx = *state;
 
     fx->port = 1; /* nothing listens on a privileged port in the test environment */
+    fx->join.join_timeout_ms = 600;
     start_client(fx);
     run_until(fx, errored);
     assert_int_equal(fx->err, UV_ECONNREFUSED);
+    assert_true(fx->server_waits >= 2); /* 100 ms backoff, doubling: several tries in 600 ms */
+    assert_int_equal(fx->disconnected, 0);
+}
+
+static int server_gone(struct fixture *fx)
+{
+    return fx->later_fired; /* set by gone_later_cb below */
+}
+
+static void gone_later_cb(void *data)
+{
+    struct fixture *fx = data;
+
+    fx->later_fired = 1;
+    check(fx);
+}
+
+/* torchrun's start order: a node started before the node that hosts the rendezvous keeps
+ * trying (issue 12) and joins once the server is up. */
+static void test_server_starts_late(void **state)
+{
+    struct fixture *fx = *state;
+
+    rdzv_server_close(fx->srv, gone_later_cb, fx);
+    fx->srv = NULL;
+    run_until(fx, server_gone);
+    start_client(fx);
+    run_for(fx, 700);
+    assert_true(fx->server_waits >= 1);
+    assert_int_equal(fx->errors, 0);
+    assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", fx->port, TOKEN, &fx->srv), 0);
+    run_until(fx, assigned);
+    assert_int_equal(fx->errors, 0);
     assert_int_equal(fx->disconnected, 0);
 }
 
@@ -521,6 +568,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failure_while_away, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silent_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_is_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_starts_late, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
