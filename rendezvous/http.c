@@ -262,6 +262,14 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
            "Max over agents of now - last seen - keep-alive interval, floored at 0.",
            t.lateness_s);
     metric(f, "muster_kv_keys", "gauge", "Keys in the workers' KV stores.", (double)t.kv_keys);
+    metric(f, "muster_kv_bytes", "gauge",
+           "KV bytes of all jobs as charged against the server's total (key + value + "
+           "per-key overhead).", (double)srv->kv_pool.bytes);
+    metric(f, "muster_kv_bytes_limit", "gauge", "The server's total for KV bytes.",
+           (double)srv->limits.kv_max_total_bytes);
+    metric(f, "muster_jobs_limit", "gauge", "Jobs the server may hold.", srv->limits.max_jobs);
+    metric(f, "muster_connections_limit", "gauge", "Open protocol connections allowed.",
+           srv->limits.max_connections);
     metric(f, "muster_http_requests_total", "counter", "HTTP requests served.",
            (double)srv->stats.http_requests_total);
     event_family(f, srv, "muster_limit_hits_total", "limit",

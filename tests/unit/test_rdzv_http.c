@@ -181,6 +181,15 @@ static void test_metrics_refusals(void **state)
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"idle_timeout\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"frame_size\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"kv_quota\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"send_queue\"} 0\n"));
+    assert_non_null(
+        strstr(r, "\nmuster_limit_hits_total{limit=\"connections_per_source\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"jobs\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"job_workers\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"kv_total\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_kv_bytes 0\n"));
+    assert_non_null(strstr(r, "\nmuster_kv_bytes_limit 1073741824\n"));
+    assert_non_null(strstr(r, "\nmuster_jobs_limit 4096\n"));
     assert_non_null(strstr(r, "\nmuster_auth_failures_total{reason=\"job_scope\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_auth_failures_total{reason=\"tls_handshake\"} 1\n"));
     assert_non_null(strstr(r, "\nmuster_protocol_errors_total{reason=\"protocol\"} 0\n"));
