@@ -319,6 +319,7 @@ int agent_proctree_group_open(struct agent_proctree_group *t, int n)
 
     memset(t, 0, sizeof(*t));
     t->procs_fd = -1;
+    t->dir_fd = -1;
     if ((t->sessions = calloc((size_t)(n > 0 ? n : 1), sizeof(*t->sessions))) == NULL)
         return -ENOMEM;
     t->n = n;
@@ -340,13 +341,17 @@ int agent_proctree_group_open(struct agent_proctree_group *t, int n)
     }
     if (agent_path_fmt(procs, sizeof(procs), "%s/cgroup.procs", t->dir) == 0)
         t->procs_fd = open(procs, O_WRONLY | O_CLOEXEC);
-    t->scan = t->procs_fd < 0;
+    t->dir_fd = open(t->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    t->scan = t->procs_fd < 0 || t->dir_fd < 0;
     return 0;
 }
 
-int agent_proctree_group_fd(const struct agent_proctree_group *t)
+int agent_proctree_group_fds(const struct agent_proctree_group *t, int *dir_fd, int *procs_fd)
 {
-    return t->open ? t->procs_fd : -1;
+    int on = t->open && !t->scan;
+    *dir_fd = on ? t->dir_fd : -1;
+    *procs_fd = on ? t->procs_fd : -1;
+    return on;
 }
 
 void agent_proctree_group_started(struct agent_proctree_group *t, int i, pid_t pid, int join_err)
@@ -568,6 +573,8 @@ void agent_proctree_group_close(struct agent_proctree_group *t)
             reaper_tell(-t->sessions[i]);
     if (t->procs_fd >= 0)
         close(t->procs_fd);
+    if (t->dir_fd >= 0)
+        close(t->dir_fd);
     for (struct agent_proctree_group **p = &open_groups; *p != NULL; p = &(*p)->next)
         if (*p == t) {
             *p = t->next;
@@ -576,4 +583,5 @@ void agent_proctree_group_close(struct agent_proctree_group *t)
     free(t->sessions);
     memset(t, 0, sizeof(*t));
     t->procs_fd = -1;
+    t->dir_fd = -1;
 }

@@ -35,6 +35,7 @@ enum agent_proctree_mode {
 /* One agent_group's share: its cgroup, and its workers' pids (each leads its own session). */
 struct agent_proctree_group {
     char dir[PATH_MAX]; /* "" in the fallback */
+    int dir_fd;         /* dir itself (clone3's CLONE_INTO_CGROUP), -1 in the fallback */
     int procs_fd;       /* dir/cgroup.procs open for writing, -1 in the fallback */
     pid_t *sessions;    /* n entries, 0 = not started */
     int n;
@@ -60,8 +61,9 @@ const char *agent_proctree_describe(void);
  * Returns 0 or -ENOMEM; a cgroup that cannot be made is no error (t falls back). */
 int agent_proctree_group_open(struct agent_proctree_group *t, int n);
 
-/* The fd a new worker writes "0" into before exec (its cgroup.procs), or -1. */
-int agent_proctree_group_fd(const struct agent_proctree_group *t);
+/* The fds a new worker joins t's cgroup through (agent_spawn_opts: the cgroup's directory
+ * and its cgroup.procs). Returns 1 when it is to join, 0 in the fallback (fds set to -1). */
+int agent_proctree_group_fds(const struct agent_proctree_group *t, int *dir_fd, int *procs_fd);
 
 /* Worker i started as pid; join_err: the errno of its move into the cgroup, 0 when it
  * moved (non-zero switches t to the fallback, logged once). */

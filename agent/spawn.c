@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sched.h> /* struct clone_args, CLONE_INTO_CGROUP */
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@ struct spawn_ctx {
     const struct agent_spawn_opts *o;
     pid_t parent;
     int err; /* written by the child: shared memory (CLONE_VM), read after it exec'd or died */
+    int write_cgroup; /* the child joins by writing cgroup.procs (no clone3) */
     int cgroup_err;
 };
 
@@ -56,10 +58,8 @@ static int child_main(void *arg)
         errno = ESRCH;
         goto fail;
     }
-    /* Before exec, so nothing the program starts can be born outside. Not clone3's
-     * CLONE_INTO_CGROUP: glibc has no wrapper and a CLONE_VM child on its own stack needs
-     * assembly; the write costs ~10 us here (60 us for a process's first migration). */
-    if (c->o->join_cgroup && write(c->o->cgroup_fd, "0", 1) != 1)
+    /* before exec, so nothing the program starts can be born outside (see start_child) */
+    if (c->write_cgroup && write(c->o->cgroup_procs_fd, "0", 1) != 1)
         c->cgroup_err = errno ? errno : EIO;
     if (install_stdio(c->o->stdio) != 0)
         goto fail;
@@ -68,6 +68,88 @@ static int child_main(void *arg)
 fail:
     c->err = errno ? errno : EINVAL;
     _exit(127);
+}
+
+/* -DMUSTER_NO_CLONE3 builds the other path (cgroup.procs written by the child) for tests */
+#if (defined(__x86_64__) || defined(__aarch64__)) && !defined(MUSTER_NO_CLONE3)
+/* clone3() with the child on its own stack, which glibc 2.36 does not export: the child starts
+ * with the stack pointer at the new stack's top and must not return into the caller's frame,
+ * so it calls fn(arg) and exits right there, like glibc's clone(). The parent gets the raw
+ * result: a pid or a negative errno. syscall/svc keep the registers used for fn and arg. */
+long agent_spawn_clone3_(struct clone_args *ca, size_t size, int (*fn)(void *), void *arg)
+    __attribute__((visibility("hidden")));
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl agent_spawn_clone3_\n"
+        ".hidden agent_spawn_clone3_\n"
+        ".type agent_spawn_clone3_,@function\n"
+        "agent_spawn_clone3_:\n"
+        "  mov %rdx, %r8\n"
+        "  mov %rcx, %r9\n"
+        "  mov $435, %eax\n" /* __NR_clone3 */
+        "  syscall\n"
+        "  test %rax, %rax\n"
+        "  jnz 1f\n"
+        "  xor %ebp, %ebp\n"
+        "  mov %r9, %rdi\n"
+        "  call *%r8\n"
+        "  mov %eax, %edi\n"
+        "  mov $60, %eax\n" /* __NR_exit */
+        "  syscall\n"
+        "  hlt\n"
+        "1: ret\n"
+        ".size agent_spawn_clone3_, .-agent_spawn_clone3_\n");
+#else
+__asm__(".text\n"
+        ".globl agent_spawn_clone3_\n"
+        ".hidden agent_spawn_clone3_\n"
+        ".type agent_spawn_clone3_,%function\n"
+        "agent_spawn_clone3_:\n"
+        "  mov x10, x2\n"
+        "  mov x11, x3\n"
+        "  mov x8, #435\n" /* __NR_clone3 */
+        "  svc #0\n"
+        "  cbnz x0, 1f\n"
+        "  mov x29, #0\n"
+        "  mov x0, x11\n"
+        "  blr x10\n"
+        "  mov x8, #93\n" /* __NR_exit */
+        "  svc #0\n"
+        "1: ret\n"
+        ".size agent_spawn_clone3_, .-agent_spawn_clone3_\n");
+#endif
+#define HAVE_CLONE3 1
+#endif
+
+/* Starts the child (the caller blocked every signal). Joining a cgroup: clone3's
+ * CLONE_INTO_CGROUP creates the child inside it. Writing "0" to cgroup.procs in the child
+ * instead takes the kernel's cgroup_threadgroup_rwsem for writing, whose first use waits for
+ * an RCU grace period: 13-24 ms measured on a 16-core host, blocking the agent (CLONE_VFORK);
+ * that path is only the fallback where clone3 is refused (Docker's default seccomp profile
+ * answers ENOSYS) or on other architectures. Returns a pid or -1 with errno. */
+static pid_t start_child(struct spawn_ctx *c)
+{
+    const int flags = CLONE_VM | CLONE_VFORK;
+#ifdef HAVE_CLONE3
+    static int no_clone3;
+
+    if (c->o->join_cgroup && c->o->cgroup_dir_fd >= 0 && !no_clone3) {
+        struct clone_args ca = {.flags = flags | CLONE_INTO_CGROUP,
+                                .exit_signal = SIGCHLD,
+                                .stack = (uintptr_t)child_stack,
+                                .stack_size = sizeof(child_stack),
+                                .cgroup = (uint64_t)c->o->cgroup_dir_fd};
+        long p = agent_spawn_clone3_(&ca, sizeof(ca), child_main, c);
+        if (p >= 0)
+            return (pid_t)p;
+        if (p == -ENOSYS || p == -EPERM || p == -E2BIG)
+            no_clone3 = 1; /* from now on the write */
+        else
+            c->cgroup_err = (int)-p; /* the cgroup refuses: start outside, say so */
+    }
+#endif
+    c->write_cgroup = c->o->join_cgroup && c->cgroup_err == 0 && c->o->cgroup_procs_fd >= 0;
+    return clone(child_main, child_stack + sizeof(child_stack), flags | SIGCHLD, c);
 }
 
 int agent_spawn(const struct agent_spawn_opts *o, pid_t *pid)
@@ -80,7 +162,7 @@ int agent_spawn(const struct agent_spawn_opts *o, pid_t *pid)
      * libuv's code in the child); the parent's mask is restored right after. */
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, &old);
-    p = clone(child_main, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+    p = start_child(&c);
     int clone_err = errno;
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (p < 0)

@@ -18,18 +18,22 @@ struct agent_spawn_opts {
     char *const *argv;   /* NULL-terminated */
     char *const *envp;   /* NULL-terminated, the complete environment */
     int stdio[3];        /* fds installed as 0, 1, 2 in the child; -1: /dev/null */
-    /* join_cgroup: the child writes "0" into cgroup_fd (an open cgroup.procs) before exec, so
-     * that everything it starts is born in that cgroup (proctree.h). A failed write does not
-     * stop the child: its errno goes to *cgroup_err (0 when it joined), if not NULL. */
+    /* join_cgroup: the child is born in a cgroup (proctree.h): created there by clone3's
+     * CLONE_INTO_CGROUP through cgroup_dir_fd (the cgroup's directory), or where clone3 is
+     * refused, it writes "0" into cgroup_procs_fd (its cgroup.procs) before exec. Either way
+     * everything it starts is born inside. Failing to join does not stop the child: the errno
+     * goes to *cgroup_err (0 when it joined), if not NULL. */
     int join_cgroup;
-    int cgroup_fd;
+    int cgroup_dir_fd;
+    int cgroup_procs_fd;
     int *cgroup_err;
 };
 
 /* Starts a child in a new session (its own process group, pgid == pid) with every signal at
  * its default disposition and none blocked, armed to receive SIGKILL when the calling thread
- * exits, in o->cgroup_fd's cgroup if asked. Returns 0 and sets *pid once the child runs the program, or a negative errno when
- * clone or exec failed (the child is then already reaped). The caller's fds are untouched. */
+ * exits, in the cgroup asked for (join_cgroup). Returns 0 and sets *pid once the child runs
+ * the program, or a negative errno when clone or exec failed (the child is then already
+ * reaped). The caller's fds are untouched. */
 int agent_spawn(const struct agent_spawn_opts *o, pid_t *pid);
 
 #endif

@@ -121,6 +121,7 @@ static int setup_stream(uv_loop_t *loop, struct agent_worker *w, const struct ag
         return rc;
     }
     agent_output_init(&w->out[i], s->console[i], s->file[i], w->rank);
+    agent_output_configure(&w->out[i], loop, s->output, w->local_rank, i);
     *child_fd = fds[1];
     return 0;
 }
@@ -129,12 +130,11 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
 {
     int cgroup_err = 0;
     struct agent_spawn_opts o = {.file = s->argv[0], .argv = s->argv, .envp = s->env,
-                                 .stdio = {0, -1, -1},
-                                 .cgroup_fd = agent_proctree_group_fd(&w->group->tree),
-                                 .cgroup_err = &cgroup_err};
+                                 .stdio = {0, -1, -1}, .cgroup_err = &cgroup_err};
     int rc = 0;
 
-    o.join_cgroup = o.cgroup_fd >= 0;
+    o.join_cgroup = agent_proctree_group_fds(&w->group->tree, &o.cgroup_dir_fd,
+                                             &o.cgroup_procs_fd);
 
     for (int i = 0; i < 2 && rc == 0; i++)
         rc = setup_stream(loop, w, s, i, &o.stdio[1 + i]);
