@@ -32,6 +32,11 @@
  *
  *   idle open=N welcomed=N (now handshaked/welcomed) opened=N cut=N failed=N
  *
+ * Against a loopback endpoint (127.x.y.z) each group of LG_PER_SOURCE connections binds its own
+ * source address (127.1.a.b): the server bounds connections and handshakes per source address
+ * (PROTOCOL.md "Limits"), and thousands of agents from one address would measure those limits,
+ * not the rendezvous. Real agents come from as many hosts.
+ *
  * RLIMIT_NOFILE is raised as far as the hard limit allows.
  * Exit 0 on success, 1 on a protocol error, a bad assignment or the timeout (default 60 s).
  * Build (rdzv_bench.sh does this): cc -O2 -I rendezvous -o loadgen bench/loadgen.c
@@ -67,6 +72,21 @@ static struct ag *ags;
 static int n_agents, n_jobs = 1, inflight_max = 128, n_extra, idle_mode, no_hello;
 static const char *prefix = "lg", *token;
 static struct sockaddr_in srv;
+static int srv_loopback; /* srv is in 127.0.0.0/8: spread the sources (see the top) */
+
+#define LG_PER_SOURCE 32
+
+/* Binds a's socket to its group's loopback source address. Returns 0 or a UV_E* error. */
+static int bind_source(struct ag *a)
+{
+    struct sockaddr_in src;
+    unsigned g = (unsigned)a->idx / LG_PER_SOURCE;
+    char ip[32];
+
+    snprintf(ip, sizeof(ip), "127.1.%u.%u", (g / 250) % 250, g % 250 + 1);
+    uv_ip4_addr(ip, 0, &src);
+    return uv_tcp_bind(&a->conn.tcp, (const struct sockaddr *)&src, 0);
+}
 static long long t0;
 static uv_loop_t *loop;
 static struct rdzv_tls *tls;
@@ -231,7 +251,9 @@ static void start_connect(struct ag *a)
         a->open = 1;
         a->creq.data = a;
         a->st = ST_CONNECTING;
-        err = uv_tcp_connect(&a->creq, &a->conn.tcp, (const struct sockaddr *)&srv, on_connect);
+        err = srv_loopback ? bind_source(a) : 0;
+        if (err == 0)
+            err = uv_tcp_connect(&a->creq, &a->conn.tcp, (const struct sockaddr *)&srv, on_connect);
         if (err != 0)
             rdzv_conn_close(&a->conn, 0, idle_mode ? on_closed : NULL);
     }
@@ -398,6 +420,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "loadgen: numeric IPv4 endpoint only\n");
         return 2;
     }
+    srv_loopback = (ntohl(srv.sin_addr.s_addr) >> 24) == 127;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "agent.h"
 #include "endpoint.h"
+#include "kv.h"
 #include "message.h"
 #include "secret.h"
 #include "server.h"
@@ -43,8 +45,91 @@ static const char server_help[] =
     "  --handshakes-per-source N  TLS handshakes in flight from one address (default 128)\n"
     "  --handshake-rate N   new TLS handshakes a second from one address (default 200), with\n"
     "  --handshake-burst N  that many at once from a quiet address (default 2048); connections\n"
-    "                       over these are closed before any TLS work (a ClientHello flood)\n"
-    "Stops on SIGINT or SIGTERM (exit status 0).\n";
+    "                       over these are closed before any TLS work (a ClientHello flood)\n";
+
+/* The resource limit flags (server.h struct rdzv_limits; PROTOCOL.md "Limits"): each sets one
+ * field; a flag not given leaves it 0, the default. Sizes take a K, M or G suffix (KiB...). */
+struct limit_flag {
+    const char *name;
+    size_t offset;      /* in struct rdzv_limits */
+    int is_size;        /* a size_t field that takes a suffix; else unsigned */
+    const char *help;   /* "%s" gets the default */
+    unsigned long long def;
+};
+
+#define LF_U(name, field, def, help) {name, offsetof(struct rdzv_limits, field), 0, help, def}
+#define LF_S(name, field, def, help) {name, offsetof(struct rdzv_limits, field), 1, help, def}
+
+static const struct limit_flag limit_flags[] = {
+    LF_U("--max-connections", max_connections, RDZV_LIMIT_MAX_CONNECTIONS,
+         "open protocol connections"),
+    LF_U("--max-connections-per-source", max_connections_per_source,
+         RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE, "open connections from one address"),
+    LF_U("--handshake-timeout-ms", handshake_ms, RDZV_LIMIT_HANDSHAKE_MS,
+         "from connect until HELLO is accepted"),
+    LF_U("--idle-timeout-ms", idle_ms, RDZV_LIMIT_IDLE_MS,
+         "silence of a connection in no job"),
+    LF_U("--max-jobs", max_jobs, RDZV_LIMIT_MAX_JOBS, "jobs held at once"),
+    LF_U("--job-workers-per-proc", job_workers_per_proc, RDZV_LIMIT_JOB_WORKERS_PER_PROC,
+         "worker connections per job: this many per process"),
+    LF_U("--job-workers-slack", job_workers_slack, RDZV_LIMIT_JOB_WORKERS_SLACK,
+         "  ... plus this many"),
+    LF_S("--kv-max-keys", kv_max_keys, RDZV_KV_MAX_KEYS, "KV keys per job"),
+    LF_S("--kv-max-bytes", kv_max_bytes, RDZV_KV_MAX_BYTES, "KV key + value bytes per job"),
+    LF_S("--kv-max-total-bytes", kv_max_total_bytes, RDZV_LIMIT_KV_MAX_TOTAL_BYTES,
+         "KV bytes of all jobs together"),
+    LF_S("--send-queue-max", send_queue_max, RDZV_LIMIT_SEND_QUEUE_MAX,
+         "bytes not yet sent to one connection"),
+};
+
+#define N_LIMIT_FLAGS (sizeof(limit_flags) / sizeof(limit_flags[0]))
+
+static void print_help(void)
+{
+    fputs(server_help, stdout);
+    fputs("Limits (every hit closes or refuses that one connection or request, is counted in\n"
+          "muster_limit_hits_total and logged once per address; see rendezvous/PROTOCOL.md):\n",
+          stdout);
+    for (size_t i = 0; i < N_LIMIT_FLAGS; i++)
+        printf("  %-29s %s (default %llu)\n", limit_flags[i].name, limit_flags[i].help,
+               limit_flags[i].def);
+    fputs("Stops on SIGINT or SIGTERM (exit status 0).\n", stdout);
+}
+
+static int limit_flag_index(const char *o)
+{
+    for (size_t i = 0; i < N_LIMIT_FLAGS; i++)
+        if (strcmp(o, limit_flags[i].name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Parses v for flag f into l. Returns 0 or -EINVAL after saying why. */
+static int limit_flag_parse(const struct limit_flag *f, const char *v, struct rdzv_limits *l)
+{
+    unsigned long long n, mult = 1, max = f->is_size ? SIZE_MAX : 0xffffffffull;
+    char *end;
+
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (f->is_size && *end != '\0' && end[1] == '\0') {
+        mult = *end == 'K' || *end == 'k' ? 1ull << 10 : *end == 'M' || *end == 'm' ? 1ull << 20
+             : *end == 'G' || *end == 'g' ? 1ull << 30 : 0;
+        end += mult != 0;
+    }
+    if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n == 0 || mult == 0 ||
+        n > max / mult) {
+        fprintf(stderr, "muster: error: %s needs a number from 1 to %llu%s\n", f->name, max,
+                f->is_size ? " (K, M or G: KiB, MiB, GiB)" : "");
+        return -EINVAL;
+    }
+    n *= mult;
+    if (f->is_size)
+        *(size_t *)(void *)((char *)l + f->offset) = (size_t)n;
+    else
+        *(unsigned *)(void *)((char *)l + f->offset) = (unsigned)n;
+    return 0;
+}
 
 static void on_signal(uv_signal_t *h, int signum)
 {
@@ -66,6 +151,8 @@ struct server_args {
     const char *listen, *http, *token_file, *tls_cert, *tls_key, *tls_ca;
     const char *hs_per_source, *hs_rate, *hs_burst; /* struct rdzv_limits' handshake_* */
     unsigned hs_limits[3]; /* the three parsed; 0: the default */
+    const char *lim[N_LIMIT_FLAGS]; /* limit_flags' values as given; NULL: the default */
+    struct rdzv_limits limits;      /* them parsed (0 fields: the defaults) */
 };
 
 static int hs_flag(const char *name, const char *v, unsigned *out);
@@ -75,8 +162,9 @@ static int parse_args(int argc, char **argv, struct server_args *a)
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i];
         const char **slot = NULL;
+        int k;
         if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
-            fputs(server_help, stdout);
+            print_help();
             return 1;
         }
         if (strcmp(o, "--listen") == 0)
@@ -97,6 +185,8 @@ static int parse_args(int argc, char **argv, struct server_args *a)
             slot = &a->hs_rate;
         else if (strcmp(o, "--handshake-burst") == 0)
             slot = &a->hs_burst;
+        else if ((k = limit_flag_index(o)) >= 0)
+            slot = &a->lim[k];
         if (slot == NULL) {
             fprintf(stderr, "muster: error: unknown option '%s' (see 'muster server --help')\n", o);
             return -EINVAL;
@@ -115,6 +205,9 @@ static int parse_args(int argc, char **argv, struct server_args *a)
         hs_flag("--handshake-rate", a->hs_rate, &a->hs_limits[1]) < 0 ||
         hs_flag("--handshake-burst", a->hs_burst, &a->hs_limits[2]) < 0)
         return -EINVAL;
+    for (size_t i = 0; i < N_LIMIT_FLAGS; i++)
+        if (a->lim[i] != NULL && limit_flag_parse(&limit_flags[i], a->lim[i], &a->limits) < 0)
+            return -EINVAL;
     int certs = (a->tls_cert != NULL) + (a->tls_key != NULL) + (a->tls_ca != NULL);
     if (certs != 0 && certs != 3) {
         fprintf(stderr, "muster: error: certificate mode needs all of --tls-cert, --tls-key "
@@ -147,7 +240,7 @@ static int hs_flag(const char *name, const char *v, unsigned *out)
  * can set their fields in the same struct before the one rdzv_server_set_limits call. */
 static void set_limits(struct rdzv_server *srv, const struct server_args *a)
 {
-    struct rdzv_limits l = {0};
+    struct rdzv_limits l = a->limits;
 
     l.handshakes_per_source = a->hs_limits[0];
     l.handshake_rate = a->hs_limits[1];
