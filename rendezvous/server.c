@@ -150,9 +150,16 @@ static void peer_release(struct peer *p)
     srv_handle_closed(srv);
 }
 
+static void timer_closed_cb(uv_handle_t *handle);
+
+/* The connection is closed; a timer still bounding its flush (peer_lose) goes too. */
 static void peer_closed_cb(struct rdzv_conn *conn)
 {
-    peer_release(conn->data);
+    struct peer *p = conn->data;
+
+    if (!uv_is_closing((uv_handle_t *)&p->timer))
+        uv_close((uv_handle_t *)&p->timer, timer_closed_cb);
+    peer_release(p);
 }
 
 static void timer_closed_cb(uv_handle_t *handle)
@@ -207,6 +214,16 @@ uint64_t srv_wall_ms(void)
 
 /* A member connection going away mid-round is a lost node (`reason` says how); the job decides
  * what follows. Its worker requests are forgotten. */
+/* A flushing close waits for the queued bytes to reach the socket; a peer that does not read
+ * would hold it open (and its up to send_queue_max bytes) for ever: cut it after
+ * SRV_CLOSE_FLUSH_MS. */
+static void flush_timeout_cb(uv_timer_t *t)
+{
+    struct peer *p = t->data;
+
+    rdzv_conn_close(&p->conn, 0, peer_closed_cb); /* peer_closed_cb closes the timer */
+}
+
 static void peer_lose(struct peer *p, int flush, const char *reason)
 {
     if (p->closing)
@@ -220,7 +237,9 @@ static void peer_lose(struct peer *p, int flush, const char *reason)
         p->kvjob->nworkers--;
     p->kvjob = NULL;
     uv_timer_stop(&p->timer);
-    if (!uv_is_closing((uv_handle_t *)&p->timer))
+    if (flush && !uv_is_closing((uv_handle_t *)&p->timer))
+        uv_timer_start(&p->timer, flush_timeout_cb, SRV_CLOSE_FLUSH_MS, 0);
+    else if (!uv_is_closing((uv_handle_t *)&p->timer))
         uv_close((uv_handle_t *)&p->timer, timer_closed_cb);
     rdzv_conn_close(&p->conn, flush, peer_closed_cb);
 }

@@ -67,6 +67,8 @@ struct sjob {
 };
 
 #define SJOB_WAITING_EVERY_MS 250
+/* A closing connection gets this long to take what was queued for it (an ERROR...). */
+#define SRV_CLOSE_FLUSH_MS 5000
 #define RDZV_LISTEN_BACKLOG 65535
 
 /* Everything the server refuses is one of these: counted, and logged once per peer address.

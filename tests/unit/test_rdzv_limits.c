@@ -652,6 +652,11 @@ static int put_3_4(struct fixture *fx)
     return N(3, KV_REPLY) == 1 && N(4, KV_REPLY) == 1;
 }
 
+static int put_4(struct fixture *fx)
+{
+    return N(4, KV_REPLY) == 1;
+}
+
 static int send_queue_cut(struct fixture *fx)
 {
     return HITS(SEND_QUEUE) == 1;
@@ -717,6 +722,58 @@ static int kv_put_3(struct fixture *fx)
 static int kv_total_refused(struct fixture *fx)
 {
     return N(4, KV_REPLY) == 1;
+}
+
+static struct peer *hostile; /* test_flush_timeout's, once it is closing */
+
+static int hostile_closing(struct fixture *fx)
+{
+    for (struct peer *p = fx->srv->peers; p != NULL; p = p->next)
+        if (p->role == RDZV_ROLE_WORKER && p->closing && rdzv_conn_unsent(&p->conn) > 0)
+            hostile = p;
+    return hostile != NULL;
+}
+
+static int hostile_closed(struct fixture *fx)
+{
+    for (struct peer *p = fx->srv->peers; p != NULL; p = p->next)
+        if (p == hostile)
+            return 0;
+    return 1;
+}
+
+/* A flushing close (ERROR, then close once it is sent) of a peer that does not read: it used
+ * to wait for ever, holding the connection and its queued replies; it is cut after
+ * SRV_CLOSE_FLUSH_MS. */
+static void test_flush_timeout(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits *l = limits(fx);
+    uint64_t t0;
+
+    l->send_queue_max = 64u << 20; /* not this limit */
+    rdzv_server_set_limits(fx->srv, l);
+    good_start(fx);
+    run_until(fx, good_assigned);
+    fx->rcvbuf = 64 * 1024;
+    raw_connect_from(fx, 3, 0, "127.0.0.1");
+    hello(R(3), RDZV_ROLE_WORKER, TOKEN);
+    attach_msg(R(3), "good");
+    worker(fx, 4, "good");
+    run_until(fx, attached_3_4);
+    kv_req(R(4), RDZV_MSG_KV_PUT, 1, "big", RDZV_VALUE_MAX);
+    run_until(fx, put_4);
+    assert_int_equal(uv_read_stop((uv_stream_t *)&R(3)->conn.tcp), 0);
+    for (uint32_t i = 0; i < 200; i++) /* 12 MB of replies: more than the sockets hold */
+        kv_req(R(3), RDZV_MSG_KV_GET, 2 + i, "big", 0);
+    attach_msg(R(3), "good"); /* a second ATTACH: ERROR PROTOCOL, then a flushing close */
+    hostile = NULL;
+    run_until(fx, hostile_closing);
+    t0 = uv_now(&fx->loop);
+    run_until(fx, hostile_closed);
+    assert_true(uv_now(&fx->loop) - t0 >= SRV_CLOSE_FLUSH_MS - 1000);
+    assert_int_equal(HITS(SEND_QUEUE), 0);
+    good_finish(fx);
 }
 
 static int kv_pool_empty(struct fixture *fx)
@@ -886,6 +943,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kv_quota, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kv_total, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flush_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_per_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_workers, setup, teardown),
