@@ -931,6 +931,29 @@ static void test_job_workers(void **state)
     good_finish(fx);
 }
 
+static int r3_closed(struct fixture *fx)
+{
+    return R(3)->closed;
+}
+
+/* Peer-supplied text in a log line (here a job id of a refused ATTACH) is escaped: a newline
+ * cannot forge a line, an ESC sequence cannot reach the operator's terminal. */
+static void test_log_escaped(void **state)
+{
+    struct fixture *fx = *state;
+
+    good_start(fx);
+    run_until(fx, good_assigned);
+    worker(fx, 3, "good");
+    attach_msg(R(3), "x\nmuster: server: forged\x1b[2J");
+    run_until(fx, r3_closed);
+    assert_int_equal(HITS(AUTH_JOB_SCOPE) + HITS(PROTOCOL), 1);
+    assert_int_equal(logged(fx, "ATTACH to job x\\x0amuster: server: forged\\x1b[2J", NULL), 1);
+    for (int i = 0; i < fx->n_log && i < 32; i++)
+        assert_null(strpbrk(fx->log[i], "\n\x1b"));
+    good_finish(fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -947,6 +970,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_max_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_per_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_escaped, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
