@@ -5,11 +5,11 @@
  *
  * cgroup v2 (where the node has a writable cgroup2 with cgroup.kill, Linux >= 5.14): muster
  *   makes <its own cgroup>/muster-<pid>/ and one child cgroup per agent_group (an attempt, the
- *   pre-flight, a shared-GPU task's attempt). Each worker moves itself in before exec, so
- *   everything it starts is born inside. Ending the group writes cgroup.kill and waits until
- *   the cgroup is empty before the group is gone. A reaper process forked at start holds the
- *   read end of a pipe whose write end only muster has: when muster dies, even by SIGKILL, the
- *   pipe reaches EOF and the reaper kills muster-<pid>/ and removes it.
+ *   pre-flight, a shared-GPU task's attempt). Each worker is born in it (agent_spawn), so
+ *   everything it starts is too. Ending the group writes cgroup.kill and waits until the
+ *   cgroup is empty before the group is gone. A reaper process, forked after the first group's
+ *   workers, holds the read end of a pipe whose write end only muster has: when muster dies,
+ *   even by SIGKILL, the pipe reaches EOF and the reaper kills muster-<pid>/ and removes it.
  *
  * fallback (no cgroup2 mount, read-only, EACCES, EBUSY, no cgroup.kill): muster is a child
  *   subreaper, so orphans stay its descendants; at group end, every descendant in a worker's
