@@ -768,10 +768,11 @@ static void test_flush_timeout(void **state)
         kv_req(R(3), RDZV_MSG_KV_GET, 2 + i, "big", 0);
     attach_msg(R(3), "good"); /* a second ATTACH: ERROR PROTOCOL, then a flushing close */
     hostile = NULL;
+    uv_update_time(&fx->loop);
+    t0 = uv_now(&fx->loop); /* before the close: the poll may see it late on a busy host */
     run_until(fx, hostile_closing);
-    t0 = uv_now(&fx->loop);
     run_until(fx, hostile_closed);
-    assert_true(uv_now(&fx->loop) - t0 >= SRV_CLOSE_FLUSH_MS - 1000);
+    assert_true(uv_now(&fx->loop) - t0 >= SRV_CLOSE_FLUSH_MS - 50);
     assert_int_equal(HITS(SEND_QUEUE), 0);
     good_finish(fx);
 }
