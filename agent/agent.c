@@ -30,7 +30,8 @@
 static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define NSIGNALS ((int)(sizeof(handled_signals) / sizeof(handled_signals[0])))
 #define NSIGHANDLES AGENT_NSIGHANDLES
-_Static_assert(NSIGNALS + 1 == AGENT_NSIGHANDLES, "one spare handle for --preempt-signal");
+_Static_assert(NSIGNALS + 1 + 32 == AGENT_NSIGHANDLES,
+               "one spare handle for --preempt-signal, 32 for --signals-to-handle");
 
 
 void agent_log(const char *fmt, ...)
@@ -298,7 +299,10 @@ static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)
     char shown[MC_ESCAPE_SIZE(RDZV_TEXT_MAX)];
 
     mc_escape(text, shown, sizeof(shown)); /* the server's words */
-    agent_log("error: rendezvous failed: %s", shown);
+    if (err == UV_EACCES && a->o->token_hint != NULL)
+        agent_log("error: rendezvous failed: %s: %s", shown, a->o->token_hint);
+    else
+        agent_log("error: rendezvous failed: %s", shown);
     rdzv_client_close(c, NULL, NULL);
     exit_after_workers(a, AGENT_EXIT_RDZV);
 }
@@ -379,6 +383,7 @@ void agent_do_join_(struct agent *a)
     j.reconnect_grace_ms = o->reconnect_grace_ms;
     j.node_id = a->node_id;
     memcpy(j.node_secret, a->node_secret, sizeof(j.node_secret));
+    j.want_rank = o->want_rank;
     agent_ft_pick_resume_(a, &j);
     if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
         agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
@@ -388,12 +393,18 @@ void agent_do_join_(struct agent *a)
 
 /* ---- signals and shutdown ----------------------------------------------------------- */
 
-static int is_handled(int signum)
+/* The signal handle i watches: INT, TERM, HUP and QUIT always (so that workers are never
+ * left without their grace period, whatever --signals-to-handle says), then --preempt-signal,
+ * then the rest of --signals-to-handle (torchrun's SignalException: the workers get the same
+ * signal, then muster exits). 0: none. */
+static int handle_signum(const struct agent_options *o, int i)
 {
-    for (int i = 0; i < NSIGNALS; i++)
-        if (handled_signals[i] == signum)
-            return 1;
-    return 0;
+    if (i < NSIGNALS)
+        return handled_signals[i];
+    if (i == NSIGNALS)
+        return o->preempt_signal > 0 ? o->preempt_signal : 0;
+    i -= NSIGNALS + 1;
+    return (unsigned)i < o->nhandle_signals ? o->handle_signals[i] : 0;
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -477,6 +488,7 @@ static int start_rendezvous(struct agent *a)
         rc = o->tls_cert ? rdzv_server_new_tls(&a->loop, bind_host, o->rdzv_port, &tls, &a->server)
                          : rdzv_server_new(&a->loop, bind_host, o->rdzv_port, o->token, &a->server);
         if (rc == 0) {
+            rdzv_server_set_auth_hint(a->server, o->token_hint_host);
             port = rdzv_server_port(a->server);
             if (strcmp(bind_host, "0.0.0.0") == 0 || strcmp(bind_host, "::") == 0)
                 connect_host = "127.0.0.1";
@@ -519,10 +531,12 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
     agent_progress_init(&a->loop, &a->progress, o->run_id);
     for (int i = 0; i < NSIGHANDLES; i++) {
-        int signum = i < NSIGNALS ? handled_signals[i] : o->preempt_signal;
+        int signum = handle_signum(o, i), dup = 0;
         uv_signal_init(&a->loop, &a->sig[i]);
         a->sig[i].data = a;
-        if (i < NSIGNALS || (signum > 0 && !is_handled(signum)))
+        for (int j = 0; j < i; j++)
+            dup |= handle_signum(o, j) == signum;
+        if (signum > 0 && !dup)
             uv_signal_start(&a->sig[i], on_signal, signum);
     }
     return 0;

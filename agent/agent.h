@@ -18,12 +18,17 @@ enum agent_host_mode {
     AGENT_HOST_IF_LOCAL, /* host it when the address is this machine's and free, else connect */
 };
 
+struct agent_numa; /* numa.h */
+
 struct agent_options {
     const char *run_id;
     const char *rdzv_host;
     unsigned rdzv_port;
     enum agent_host_mode host_mode;
-    const char *token; /* the shared token (TLS pre-shared key); required unless tls_cert */
+    const char *token; /* the credential (TLS pre-shared key, cred.h); required unless tls_cert */
+    unsigned want_rank; /* 0, or 1 + the group rank to ask for (static recipe's --node-rank) */
+    const char *token_hint;
+    const char *token_hint_host; /* the same, logged by a hosted server refusing a node */ /* said when the rendezvous refuses the token (usertoken.h); or NULL */
     const char *tls_cert, *tls_key, *tls_ca; /* certificate mode, or all NULL */
     unsigned min_nodes, max_nodes;
     unsigned nproc;
@@ -40,6 +45,17 @@ struct agent_options {
     const unsigned char *tee;      /* per local rank: to file and console */
     const unsigned char *shown;    /* per local rank: 1 = console output wanted */
     const char *signals_to_handle; /* NULL or exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
+    /* torchrun's --signals-to-handle: each stops the job, passed on to the workers (0 of
+     * them: SIGTERM, SIGINT, SIGHUP, SIGQUIT, which are always handled) */
+    const int *handle_signals;
+    unsigned nhandle_signals;
+    int virtual_local_rank;        /* --virtual-local-rank (env.h) */
+    const struct agent_numa *numa; /* --numa-binding: per local rank CPUs and memory; or NULL */
+    /* console output (output.h) */
+    const char *prefix_template;   /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; NULL: "[rankN]: " */
+    int no_prefix;                 /* --no-prefix */
+    unsigned dedup_ms;             /* --dedup window; 0: off */
+    const char *const *dup_filters[2]; /* --duplicate-std{out,err}-filters; NULL: none */
     /* --rdzv-backend static across nodes: no shared rendezvous. Ranks come from
      * --node-rank and MASTER_ADDR/PORT from the flags; the agent still runs a private
      * server for its own restart accounting, so restarts are per node (as torchrun's). */

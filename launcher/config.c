@@ -17,12 +17,15 @@
 #include <unistd.h>
 
 #include "config_priv.h"
+#include "dedup.h"
 #include "endpoint.h"
 #include "gpus.h"
 #include "ids.h"
+#include "output.h"
 #include "secret.h"
 #include "slurm.h"
 #include "token.h"
+#include "usertoken.h"
 
 struct opt {
     const char *name; /* dash spelling, without "--" */
@@ -51,6 +54,12 @@ static const struct opt opts[O_COUNT_] = {
     [O_REDIRECTS] = {"redirects", 'r', OPT_VALUE, "PET_REDIRECTS"},
     [O_TEE] = {"tee", 't', OPT_VALUE, "PET_TEE"},
     [O_LOCAL_RANKS_FILTER] = {"local-ranks-filter", 0, OPT_VALUE, "PET_LOCAL_RANKS_FILTER"},
+    [O_DUP_STDOUT_FILTERS] = {"duplicate-stdout-filters", 0, OPT_VALUE,
+                              "PET_DUPLICATE_STDOUT_FILTERS"},
+    [O_DUP_STDERR_FILTERS] = {"duplicate-stderr-filters", 0, OPT_VALUE,
+                              "PET_DUPLICATE_STDERR_FILTERS"},
+    [O_NO_PREFIX] = {"no-prefix", 0, OPT_FLAG, "PET_NO_PREFIX"},
+    [O_DEDUP] = {"dedup", 0, OPT_OPTIONAL, "PET_DEDUP"},
     [O_NODE_RANK] = {"node-rank", 0, OPT_VALUE, "PET_NODE_RANK"},
     [O_MASTER_ADDR] = {"master-addr", 0, OPT_VALUE, "PET_MASTER_ADDR"},
     [O_MASTER_PORT] = {"master-port", 0, OPT_VALUE, "PET_MASTER_PORT"},
@@ -77,6 +86,9 @@ static const struct opt opts[O_COUNT_] = {
     [O_PREFLIGHT_ALLOW_MIXED] = {"preflight-allow-mixed", 0, OPT_FLAG, "PET_PREFLIGHT_ALLOW_MIXED"},
     [O_PREFLIGHT_TIMEOUT] = {"preflight-timeout", 0, OPT_VALUE, "PET_PREFLIGHT_TIMEOUT"},
     [O_PREFLIGHT_MAX_BYTES] = {"preflight-max-bytes", 0, OPT_VALUE, "PET_PREFLIGHT_MAX_BYTES"},
+    [O_LOGS_SPECS] = {"logs-specs", 0, OPT_VALUE, NULL}, /* torchrun reads no PET_ for these two */
+    [O_NUMA_BINDING] = {"numa-binding", 0, OPT_VALUE, NULL},
+    [O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, OPT_FLAG, "PET_VIRTUAL_LOCAL_RANK"},
 };
 
 
@@ -111,20 +123,64 @@ int cfg_parse_seconds_ms(const char *s, unsigned *ms)
     return 0;
 }
 
-static const struct opt *lookup_long(const char *name, size_t len, int *id)
+/* torchrun's long options. Where a prefix is shared with one of muster's own, torchrun's
+ * meaning wins, so that a torchrun command line keeps it: --nproc=2 is --nproc-per-node, as in
+ * torchrun, although muster also has --nproc-per-gpu. */
+static const char *const torchrun_longs[] = {
+    "nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
+    "standalone", "max-restarts", "monitor-interval", "start-method", "event-log-handler",
+    "role", "module", "no-python", "run-path", "log-dir", "redirects", "tee",
+    "local-ranks-filter", "node-rank", "master-addr", "master-port", "local-addr",
+    "logs-specs", "numa-binding", "signals-to-handle", "shutdown-timeout",
+    "virtual-local-rank", "duplicate-stdout-filters", "duplicate-stderr-filters", "help", NULL};
+
+static int is_torchrun_long(const char *name)
 {
-    char norm[64];
+    for (int i = 0; torchrun_longs[i] != NULL; i++)
+        if (strcmp(torchrun_longs[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+/* argparse's allow_abbrev, which torchrun keeps: an exact name wins, else a prefix that one
+ * option alone starts with names it (both spellings: '_' is '-'); a prefix several share is an
+ * error listing them, unless exactly one of them is torchrun's (above). Returns the option,
+ * or NULL with the reason in p->err. */
+static const struct opt *lookup_long(struct parse *p, const char *arg, size_t len, int *id)
+{
+    char norm[64], list[LAUNCHER_ERR_MAX] = "";
+    int n = 0, ntr = 0, hit = -1, tr = -1;
+
     if (len == 0 || len >= sizeof(norm))
-        return NULL;
+        goto unknown;
     for (size_t i = 0; i < len; i++)
-        norm[i] = name[i] == '_' ? '-' : name[i];
+        norm[i] = arg[2 + i] == '_' ? '-' : arg[2 + i];
     norm[len] = '\0';
     for (int i = 0; i < O_COUNT_; i++) {
-        if (strcmp(opts[i].name, norm) == 0) {
+        if (opts[i].name != NULL && strcmp(opts[i].name, norm) == 0) {
             *id = i;
             return &opts[i];
         }
     }
+    for (int i = 0; i < O_COUNT_; i++) {
+        if (opts[i].name == NULL || strncmp(opts[i].name, norm, len) != 0)
+            continue;
+        n++, hit = i;
+        if (is_torchrun_long(opts[i].name))
+            ntr++, tr = i;
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof(list) - used, "%s--%s", used ? ", " : "", opts[i].name);
+    }
+    if (n == 1 || ntr == 1) {
+        *id = n == 1 ? hit : tr;
+        return &opts[*id];
+    }
+    if (n > 1) {
+        cfg_fail(p, "ambiguous option: --%.*s could match %s", (int)len, arg + 2, list);
+        return NULL;
+    }
+unknown:
+    cfg_fail(p, "unknown option '%s' (see 'muster run --help')", arg);
     return NULL;
 }
 
@@ -149,7 +205,8 @@ static int take_option(struct parse *p, int argc, char **argv, int *i)
     if (a[1] == '-') {
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        o = lookup_long(name, len, &id);
+        if ((o = lookup_long(p, a, len, &id)) == NULL)
+            return -EINVAL;
         if (eq)
             inline_val = eq + 1;
     } else {
@@ -314,61 +371,6 @@ static int split_endpoint(struct parse *p, const char *v, unsigned defport)
     return rc;
 }
 
-static int parse_rdzv_conf(struct parse *p)
-{
-    static const char *const ignored[] = {"keep_alive_max_attempt", "read_timeout", "is_host",
-                                          "store_type", "timeout", "rank", NULL};
-    struct launcher_config *cfg = p->cfg;
-    const char *v = p->val[O_RDZV_CONF];
-    char *copy = NULL, *save = NULL;
-    int rc = 0;
-
-    if (v == NULL || *v == '\0')
-        return 0;
-    copy = strdup(v);
-    if (copy == NULL)
-        return -ENOMEM;
-    for (char *kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        unsigned *target = NULL;
-        if (eq == NULL) {
-            rc = cfg_fail(p, "--rdzv-conf entries must be KEY=VALUE, not '%s'", kv);
-            goto out;
-        }
-        *eq = '\0';
-        if (strcmp(kv, "join_timeout") == 0)
-            target = &cfg->join_timeout_ms;
-        else if (strcmp(kv, "last_call_timeout") == 0)
-            target = &cfg->last_call_timeout_ms;
-        else if (strcmp(kv, "close_timeout") == 0)
-            target = &cfg->close_timeout_ms;
-        else if (strcmp(kv, "heartbeat_timeout") == 0)
-            target = &cfg->heartbeat_timeout_ms;
-        else if (strcmp(kv, "keep_alive_interval") == 0)
-            target = &cfg->keep_alive_interval_ms;
-        else if (strcmp(kv, "reconnect_grace") == 0)
-            target = &cfg->reconnect_grace_ms;
-        if (target != NULL) {
-            if (cfg_parse_seconds_ms(eq + 1, target) != 0) {
-                rc = cfg_fail(p, "--rdzv-conf %s must be a number of seconds, not '%s'", kv, eq + 1);
-                goto out;
-            }
-            continue;
-        }
-        int known = 0;
-        for (int i = 0; ignored[i]; i++)
-            known |= strcmp(kv, ignored[i]) == 0;
-        if (!known) {
-            rc = cfg_fail(p, "--rdzv-conf: unknown key '%s' (known: join_timeout, last_call_timeout, "
-                         "close_timeout, heartbeat_timeout, keep_alive_interval, reconnect_grace)", kv);
-            goto out;
-        }
-    }
-out:
-    free(copy);
-    return rc;
-}
-
 static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spec)
 {
     const char *v = p->val[id];
@@ -439,6 +441,36 @@ static int parse_ranks_filter(struct parse *p)
     return 0;
 bad:
     return cfg_fail(p, "--local-ranks-filter must be a comma list of local ranks, not '%s'", v);
+}
+
+/* --duplicate-std{out,err}-filters, --no-prefix, --dedup[=MS] and the prefix template from
+ * TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (empty = unset, as torchrun's `if template:`). */
+static int parse_output(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *tmpl = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    const char *d = p->val[O_DEDUP];
+    long ms;
+    int rc;
+
+    for (int s = 0; s < 2; s++) {
+        const char *v = p->val[s ? O_DUP_STDERR_FILTERS : O_DUP_STDOUT_FILTERS];
+        if (v != NULL && (rc = agent_output_split_filters(v, &cfg->dup_filters[s])) != 0)
+            return rc;
+    }
+    if ((rc = flag_on(p, O_NO_PREFIX, &cfg->no_prefix)) != 0)
+        return rc;
+    if (tmpl != NULL && *tmpl != '\0' && (cfg->prefix_template = strdup(tmpl)) == NULL)
+        return -ENOMEM;
+    if (d == NULL || strcmp(d, "0") == 0)
+        return 0;
+    if (strcmp(d, "1") == 0) /* --dedup alone */
+        ms = AGENT_DEDUP_WINDOW_MS;
+    else if (cfg_parse_int(d, 2, 10000, &ms) != 0)
+        return cfg_fail(p, "%s takes a window of 2-10000 ms (--dedup=MS), not '%s'", p->src[O_DEDUP],
+                        d);
+    cfg->dedup_ms = (unsigned)ms;
+    return 0;
 }
 
 static int parse_backend(struct parse *p)
@@ -520,12 +552,62 @@ static int parse_rdzv(struct parse *p)
             return -ENOMEM;
         return split_endpoint(p, cfg->rdzv_endpoint, 29400);
     }
-    if (cfg->max_nodes > 1 && cfg->backend != LAUNCHER_BACKEND_STATIC)
-        return cfg_fail(p, "a multi-node run (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT",
-                    cfg->min_nodes, cfg->max_nodes);
+    if (cfg->max_nodes > 1 && cfg->backend == LAUNCHER_BACKEND_C10D)
+        return cfg_fail(p, "the c10d backend (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT, "
+                        "as in torchrun", cfg->min_nodes, cfg->max_nodes);
     if (cfg->max_nodes > 1 && cfg->min_nodes != cfg->max_nodes)
-        return cfg_fail(p, "the static backend needs a fixed --nnodes N, not %d:%d", cfg->min_nodes,
-                    cfg->max_nodes);
+        return cfg_fail(p, "without --rdzv-endpoint (torchrun's static recipe) --nnodes must be a "
+                        "fixed N, not %d:%d", cfg->min_nodes, cfg->max_nodes);
+    return 0;
+}
+
+/* The run id of a static recipe without --rdzv-id: the same on every node, made of what every
+ * node was given (MASTER_ADDR and MASTER_PORT), in the id character set. */
+static char *static_id(const char *addr, unsigned port)
+{
+    char id[MC_ID_MAX + 1];
+
+    snprintf(id, sizeof(id), "static-%s-%u", addr, port);
+    for (char *c = id; *c != '\0'; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '.' || *c == '-'))
+            *c = '_';
+    return strdup(id);
+}
+
+/* torchrun's static recipe (--nnodes N --node-rank R --master-addr A --master-port P, no
+ * --rdzv-endpoint): node rank 0 hosts the rendezvous on A:P+1 (P stays the workers'
+ * MASTER_PORT, where rank 0's TCPStore listens), every node asks for group rank R, and the job
+ * is one muster job: restarts are coordinated across nodes. */
+static int parse_static_recipe(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    unsigned port = cfg->master_port > 0 ? (unsigned)cfg->master_port : 29500;
+    const char *id = p->val[O_RDZV_ID];
+    char ep[300];
+
+    if (cfg->rdzv_host != NULL || cfg->max_nodes <= 1 || cfg->standalone)
+        return 0;
+    if (port >= 65535)
+        return cfg_fail(p, "--master-port %u leaves no port for the rendezvous (MASTER_PORT + 1)",
+                        port);
+    if (cfg->node_rank >= cfg->max_nodes)
+        return cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
+                        cfg->max_nodes);
+    cfg->backend = LAUNCHER_BACKEND_STATIC;
+    cfg->static_recipe = 1;
+    cfg->master_port = (int)port;
+    snprintf(ep, sizeof(ep), strchr(cfg->master_addr, ':') ? "[%s]:%u" : "%s:%u",
+             cfg->master_addr, port + 1);
+    free(cfg->rdzv_endpoint);
+    if ((cfg->rdzv_endpoint = strdup(ep)) == NULL || (cfg->rdzv_host = strdup(cfg->master_addr)) == NULL)
+        return -ENOMEM;
+    cfg->rdzv_port = port + 1;
+    if (id == NULL || strcmp(id, "none") == 0) {
+        free(cfg->rdzv_id);
+        if ((cfg->rdzv_id = static_id(cfg->master_addr, port)) == NULL)
+            return -ENOMEM;
+    }
     return 0;
 }
 
@@ -566,8 +648,7 @@ static int parse_numbers(struct parse *p)
     return 0;
 }
 
-/* "TERM", "SIGUSR1", "usr1" or a number. */
-static int parse_signal(const char *v, int *sig)
+int cfg_parse_signal(const char *v, int *sig)
 {
     long n;
     if (cfg_parse_int(v, 1, NSIG - 1, &n) == 0) {
@@ -604,7 +685,7 @@ static int parse_fault_tolerance(struct parse *p)
     if (cfg->slurm && p->val[O_PREEMPT_SIGNAL] == NULL)
         cfg->preempt_signal = SIGTERM; /* Slurm's pre-emption and scancel --signal default */
     if ((v = p->val[O_PREEMPT_SIGNAL]) != NULL) {
-        if (parse_signal(v, &cfg->preempt_signal) != 0 || cfg->preempt_signal == SIGKILL ||
+        if (cfg_parse_signal(v, &cfg->preempt_signal) != 0 || cfg->preempt_signal == SIGKILL ||
             cfg->preempt_signal == SIGSTOP || cfg->preempt_signal == SIGCHLD)
             return cfg_fail(p, "--preempt-signal must name a signal muster can catch (TERM, USR1, "
                            "USR2...), not '%s'", v);
@@ -645,6 +726,32 @@ static int parse_tls_files(struct parse *p)
 
 /* Every control connection is TLS with the token as its key (or certificates). A job that
  * spans nodes must be given one; a single node gets a random one of its own (run.c). */
+/* No token given to a multi-node job: the per-user token, like an ssh key (usertoken.h). */
+static int user_token(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    struct launcher_usertoken u;
+    char *token = NULL, err[LAUNCHER_ERR_MAX];
+    int rc;
+
+    if ((rc = launcher_secret_alloc(LAUNCHER_TOKEN_FILE_MAX + 1, &token)) != 0)
+        return rc;
+    rc = launcher_usertoken_get(&u, token, LAUNCHER_TOKEN_FILE_MAX + 1, err, sizeof(err));
+    if (rc != 0) {
+        launcher_secret_free(token);
+        return cfg_fail(p, "a multi-node job needs a shared token (--token-file FILE, "
+                        "MUSTER_TOKEN, or the per-user ~/.muster/token), but %s", err);
+    }
+    cfg->token = token;
+    launcher_usertoken_hint(&u, 0, err, sizeof(err));
+    if ((cfg->token_hint = strdup(err)) == NULL)
+        return -ENOMEM;
+    launcher_usertoken_hint(&u, 1, err, sizeof(err));
+    if ((cfg->token_hint_host = strdup(err)) == NULL)
+        return -ENOMEM;
+    return 0;
+}
+
 static int parse_security(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
@@ -670,12 +777,8 @@ static int parse_security(struct parse *p)
     }
     if ((rc = parse_tls_files(p)) != 0)
         return rc;
-    if (cfg->max_nodes > 1 && cfg->backend != LAUNCHER_BACKEND_STATIC && cfg->token == NULL &&
-        cfg->tls_cert == NULL)
-        return cfg_fail(p, "a multi-node job needs a shared token: create one with 'muster server "
-                       "--token-file FILE' (written when missing, mode 0600), then give every "
-                       "agent --token-file FILE or MUSTER_TOKEN (or use --tls-cert/--tls-key/"
-                       "--tls-ca)");
+    if (cfg->max_nodes > 1 && cfg->token == NULL && cfg->tls_cert == NULL)
+        return user_token(p);
     return 0;
 }
 
@@ -747,6 +850,8 @@ static void set_defaults(struct launcher_config *cfg)
     cfg->reconnect_grace_ms = 60000;
     cfg->monitor_interval = 0.1;
     cfg->shutdown_timeout_ms = 30000;
+    cfg->rdzv_is_host = -1;
+    cfg->rdzv_read_timeout_ms = 60000;
 }
 
 static int parse_values(struct parse *p)
@@ -760,11 +865,13 @@ static int parse_values(struct parse *p)
         (rc = flag_on(p, O_DRY_RUN, &cfg->dry_run)) != 0)
         return rc;
     if ((rc = parse_nnodes(p)) != 0 || (rc = parse_nproc(p)) != 0 || (rc = parse_rdzv(p)) != 0 ||
-        (rc = parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
-        (rc = parse_strings(p)) != 0 || (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
+        (rc = cfg_parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
+        (rc = parse_strings(p)) != 0 || (rc = parse_static_recipe(p)) != 0 ||
+        (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
         (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
+        (rc = parse_output(p)) != 0 ||
         (rc = parse_fault_tolerance(p)) != 0 || (rc = parse_security(p)) != 0 ||
-        (rc = cfg_parse_gpu(p)) != 0)
+        (rc = cfg_parse_gpu(p)) != 0 || (rc = cfg_parse_torchrun(p)) != 0)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
@@ -827,10 +934,15 @@ void launcher_config_free(struct launcher_config *cfg)
     free(cfg->signals_to_handle);
     free(cfg->checkpoint_dir);
     free(cfg->token_file);
+    free(cfg->token_hint);
+    free(cfg->token_hint_host);
     free(cfg->tls_cert);
     free(cfg->tls_key);
     free(cfg->tls_ca);
     free(cfg->local_ranks_filter);
+    free(cfg->dup_filters[0]);
+    free(cfg->dup_filters[1]);
+    free(cfg->prefix_template);
     for (int i = 0; i < cfg->ngpu_ids; i++)
         free(cfg->gpu_ids[i]);
     free(cfg->gpu_ids);

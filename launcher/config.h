@@ -4,6 +4,7 @@
 #define MUSTER_LAUNCHER_CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define LAUNCHER_ERR_MAX 512
 
@@ -38,6 +39,8 @@ struct launcher_config {
     unsigned shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace, default 30 s */
     char *role;                   /* default "default" */
     /* static backend */
+    int static_recipe;            /* torchrun's static recipe across nodes: node rank 0 hosts
+                                     the rendezvous on MASTER_ADDR:MASTER_PORT+1 */
     int node_rank;
     char *master_addr;
     int master_port;              /* 0 = not given */
@@ -55,13 +58,28 @@ struct launcher_config {
     struct launcher_std_spec redirects, tee;
     int *local_ranks_filter;      /* NULL = all */
     int local_ranks_filter_len;
+    char **dup_filters[2];        /* --duplicate-std{out,err}-filters, NULL-terminated; NULL: none */
+    char *prefix_template;        /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; NULL: "[rankN]: " */
+    int no_prefix;                /* --no-prefix */
+    unsigned dedup_ms;            /* --dedup[=MS] window; 0: off */
     /* muster's own */
     int dry_run;
     int help;                     /* -h/--help seen: nothing else was checked */
     char *token;                  /* --token-file or MUSTER_TOKEN; never printed; secret.h region */
     char *token_file;             /* --token-file */
+    char *token_hint;             /* with the per-user token (usertoken.h): what to say when
+                                     the nodes' tokens differ; NULL otherwise */
+    char *token_hint_host;        /* the same, for the node hosting the rendezvous */
     char *tls_cert, *tls_key, *tls_ca; /* certificate mode: all three or none */
     char *signals_to_handle;      /* exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
+    /* torchrun's remaining flags and --rdzv-conf keys (config_torchrun.c) */
+    int handle_signals[32];       /* --signals-to-handle: stopped on, passed to the workers */
+    int nhandle_signals;
+    int rdzv_is_host;             /* --rdzv-conf is_host: -1 unset (decide), 0 never, 1 host */
+    unsigned rdzv_read_timeout_ms; /* --rdzv-conf read_timeout (60 s) */
+    char numa_binding[16];        /* --numa-binding mode, "" off */
+    int virtual_local_rank;       /* LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES each */
+    char notes[1024];             /* warnings and notes for stderr, one per line */
     /* fault tolerance */
     char *checkpoint_dir;         /* --checkpoint-dir: MUSTER_CHECKPOINT_DIR, watched */
     int keep_checkpoints;         /* 0 = keep all */
@@ -101,6 +119,10 @@ int launcher_std_for_rank(const struct launcher_std_spec *spec, int local_rank);
 
 /* Returns 1 when local_rank's console output is shown (--local-ranks-filter). */
 int launcher_rank_shown(const struct launcher_config *cfg, int local_rank);
+
+/* Prints cfg->notes (flags accepted that do nothing, unknown --rdzv-conf keys) to f, each line
+ * as "muster: LINE". */
+void launcher_config_print_notes(const struct launcher_config *cfg, FILE *f);
 
 
 #endif

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "env.h"
 #include "help.h"
+#include "numa.h"
 #include "plan_cmd.h"
 #include "port.h"
 #include "secret.h"
@@ -58,6 +59,31 @@ static void print_command(char **argv)
     fputc('\n', stdout);
 }
 
+/* --numa-binding: every worker's CPUs, planned before anything starts (numa.h); what it
+ * found worth saying goes to out (stdout for --dry-run, as "# " lines). 0 or an exit code. */
+static int numa_plan(const struct launcher_config *cfg, struct agent_numa *numa, FILE *out)
+{
+    const char *lead = out == stdout ? "# " : "muster: note: ";
+    char err[LAUNCHER_ERR_MAX] = "";
+    int rc;
+
+    memset(numa, 0, sizeof(*numa));
+    if (cfg->numa_binding[0] == '\0')
+        return 0;
+    rc = agent_numa_plan(cfg->numa_binding, cfg->nproc_per_node, getenv("CUDA_VISIBLE_DEVICES"),
+                         getenv("MUSTER_SYSFS_ROOT"), numa, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "muster: error: %s\n", rc == -EINVAL ? err : strerror(-rc));
+        return rc == -EINVAL ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
+    }
+    if (numa->nbind == 0)
+        fprintf(out, "%s%s\n", lead, numa->why);
+    else if (!numa->by_gpu)
+        fprintf(out, "%s--numa-binding %s: not one GPU per worker, so the local ranks are spread "
+                "over the %d NUMA nodes in blocks\n", lead, cfg->numa_binding, numa->nnodes);
+    return 0;
+}
+
 static const char *endpoint_text(const struct launcher_config *cfg, char *buf, size_t len)
 {
     if (cfg->rdzv_host == NULL)
@@ -77,6 +103,7 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
     unsigned port = (unsigned)cfg->master_port;
     char ep[300];
     int fd;
+    struct agent_numa numa;
 
     if (port == 0 && cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->max_nodes > 1)
         port = 29500; /* every node must agree: torchrun's default */
@@ -91,6 +118,8 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
                "decides\n", group_rank, cfg->nproc_per_node);
     printf("preflight=%s\n", cfg->preflight ? "on" : "off");
     printf("# MASTER_PORT is reserved again when the job starts\n");
+    if ((fd = numa_plan(cfg, &numa, stdout)) != 0)
+        return fd;
     for (int i = 0; i < cfg->nproc_per_node; i++) {
         struct agent_worker_info w = {
             .rank = group_rank * cfg->nproc_per_node + i,
@@ -105,6 +134,7 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
             .max_restarts = (unsigned)cfg->max_restarts,
             .run_id = cfg->rdzv_id,
             .checkpoint_dir = cfg->checkpoint_dir,
+            .virtual_local_rank = cfg->virtual_local_rank,
         };
         struct agent_env env;
         char error_file[4096] = "";
@@ -125,11 +155,17 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
         }
         printf("\n[worker %d]\n", i);
         print_command(argv);
+        if (numa.nbind > 0) {
+            char bind[512];
+            agent_numa_describe(&numa, i, bind, sizeof(bind));
+            printf("# numa_binding=%s: %s\n", cfg->numa_binding, bind);
+        }
         for (size_t k = 0; k < env.len; k++)
             printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0
                                ? "MUSTER_TOKEN=<hidden>" : env.vars[k]);
         agent_env_free(&env);
     }
+    agent_numa_free(&numa);
     return fflush(stdout) == 0 ? 0 : AGENT_EXIT_INTERNAL;
 }
 
@@ -264,15 +300,22 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     int n = cfg->nproc_per_node;
     unsigned char *flags = std_flags(cfg, n);
     struct agent_options o = {0};
+    struct agent_numa numa;
     int rc;
 
     if (flags == NULL)
         return AGENT_EXIT_INTERNAL;
+    if ((rc = numa_plan(cfg, &numa, stderr)) != 0) {
+        free(flags);
+        return rc;
+    }
     o.run_id = cfg->rdzv_id;
     o.rdzv_host = cfg->rdzv_host ? cfg->rdzv_host : "127.0.0.1";
     o.rdzv_port = cfg->rdzv_host ? cfg->rdzv_port : 0;
     o.host_mode = host_mode(cfg);
     o.token = cfg->token;
+    o.token_hint = cfg->token_hint;
+    o.token_hint_host = cfg->token_hint_host;
     o.tls_cert = cfg->tls_cert;
     o.tls_key = cfg->tls_key;
     o.tls_ca = cfg->tls_ca;
@@ -299,8 +342,15 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.reconnect_grace_ms = cfg->reconnect_grace_ms;
     o.role = cfg->role;
     o.local_addr = cfg->local_addr;
+    if (o.local_addr == NULL && cfg->rdzv_host == NULL && cfg->max_nodes <= 1 && !cfg->standalone)
+        o.local_addr = cfg->master_addr; /* torchrun's static default: --master-addr as given */
     o.master_port = (unsigned)cfg->master_port; /* 0: a free port, reserved per round */
-    if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL) {
+    if (cfg->static_recipe) { /* config.c parse_static_recipe(): rank 0 hosts, ranks follow */
+        o.want_rank = (unsigned)cfg->node_rank + 1;
+        o.host_mode = cfg->node_rank == 0 ? AGENT_HOST_ALWAYS : AGENT_HOST_NEVER;
+        if (cfg->node_rank == 0 && o.local_addr == NULL)
+            o.local_addr = cfg->master_addr; /* MASTER_ADDR as given, to every node */
+    } else if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL) {
         o.local_addr = cfg->master_addr; /* one node: it is the master */
         o.master_port = (unsigned)cfg->master_port;
         if (cfg->max_nodes > 1) {
@@ -319,6 +369,15 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.tee = flags + n;
     o.shown = flags + 2 * n;
     o.signals_to_handle = cfg->signals_to_handle;
+    o.handle_signals = cfg->handle_signals;
+    o.nhandle_signals = (unsigned)cfg->nhandle_signals;
+    o.virtual_local_rank = cfg->virtual_local_rank;
+    o.numa = numa.nbind > 0 ? &numa : NULL;
+    o.prefix_template = cfg->prefix_template;
+    o.no_prefix = cfg->no_prefix;
+    o.dedup_ms = cfg->dedup_ms;
+    for (int s = 0; s < 2; s++)
+        o.dup_filters[s] = (const char *const *)cfg->dup_filters[s];
     o.checkpoint_dir = cfg->checkpoint_dir;
     o.keep_checkpoints = (unsigned)cfg->keep_checkpoints;
     o.hang_timeout_ms = cfg->hang_timeout_ms;
@@ -335,6 +394,7 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.preflight_allow_mixed = cfg->preflight_allow_mixed;
     o.preflight_max_bytes = cfg->preflight_max_bytes;
     rc = agent_run(&o);
+    agent_numa_free(&numa);
     launcher_secret_free(token);
     free(flags);
     return rc;
@@ -370,6 +430,7 @@ int launcher_run(int argc, char **argv)
         launcher_config_free(&cfg);
         return 0;
     }
+    launcher_config_print_notes(&cfg, stderr);
     if ((wargv = worker_argv(&cfg)) == NULL)
         rc = AGENT_EXIT_INTERNAL;
     else if (cfg.dry_run)

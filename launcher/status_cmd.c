@@ -17,6 +17,7 @@
 #include "secret.h"
 #include "tls.h"
 #include "token.h"
+#include "usertoken.h"
 
 #define STATUS_TIMEOUT_MS 5000
 
@@ -277,10 +278,19 @@ static int make_tls(struct status_cmd *c, const char *host)
         fprintf(stderr, "muster: error: %s\n", err); /* the server would cut it short */
         return AGENT_EXIT_USAGE;
     }
-    if (o.token == NULL && o.cert_file == NULL) {
-        fprintf(stderr, "muster: error: muster status needs the server's token (--token-file "
-                        "FILE or MUSTER_TOKEN) or certificates (--tls-cert/--tls-key/--tls-ca)\n");
-        return AGENT_EXIT_USAGE;
+    if (o.token == NULL && o.cert_file == NULL) { /* the per-user token, as muster run uses */
+        struct launcher_usertoken u;
+
+        if (launcher_secret_alloc(LAUNCHER_TOKEN_FILE_MAX + 1, &c->token_buf) != 0)
+            return AGENT_EXIT_INTERNAL;
+        if (launcher_usertoken_get(&u, c->token_buf, LAUNCHER_TOKEN_FILE_MAX + 1, err,
+                                   sizeof(err)) != 0) {
+            fprintf(stderr, "muster: error: muster status needs a credential (--token-file FILE "
+                            "or MUSTER_TOKEN) or certificates (--tls-cert/--tls-key/--tls-ca), "
+                            "and %s\n", err);
+            return AGENT_EXIT_USAGE;
+        }
+        o.token = c->token_buf;
     }
     if (rdzv_tls_new(&o, 0, &c->tls, err, sizeof(err)) != 0) {
         fprintf(stderr, "muster: error: %s\n", err);

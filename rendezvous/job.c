@@ -117,8 +117,9 @@ static int64_t prev_rank(const struct rdzv_job *job, uint64_t node_id)
     return -1;
 }
 
-/* Nodes of the previous round keep their group rank when it still fits (rank 0 is where the
- * newest checkpoint is); the others fill the gaps in join order. Quadratic in the node count
+/* A node that asks for a group rank (JOIN.want_rank: --node-rank of torchrun's static recipe)
+ * gets it when it fits and is free; nodes of the previous round keep their group rank when it
+ * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order. Quadratic in the node count
  * through prev_rank(), which is fine for the few thousand nodes a job has at most. */
 static void close_round(struct rdzv_job *job)
 {
@@ -126,10 +127,20 @@ static void close_round(struct rdzv_job *job)
     uint64_t offset = 0;
 
     memset(job->by_rank, 0, n * sizeof(*job->by_rank));
+    for (size_t i = 0; i < n; i++) { /* --node-rank of the static recipe first */
+        uint32_t w = job->members[i].want_rank - 1; /* 0 - 1: UINT32_MAX, asks for nothing */
+
+        job->members[i].group_rank = UINT32_MAX;
+        if (w < n && job->by_rank[w] == 0) {
+            job->members[i].group_rank = (uint32_t)w;
+            job->by_rank[w] = (uint32_t)i + 1;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         int64_t r = prev_rank(job, job->members[i].node_id);
 
-        job->members[i].group_rank = UINT32_MAX;
+        if (job->members[i].group_rank != UINT32_MAX)
+            continue;
         if (r >= 0 && (size_t)r < n && job->by_rank[r] == 0) {
             job->members[i].group_rank = (uint32_t)r;
             job->by_rank[r] = (uint32_t)i + 1;
@@ -176,6 +187,7 @@ static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, co
     m->node_id = j->node_id;
     m->peer = peer;
     m->nproc = j->nproc;
+    m->want_rank = j->want_rank;
     m->master_port = j->master_port;
     snprintf(m->host, sizeof(m->host), "%s", j->host);
     snprintf(m->addr, sizeof(m->addr), "%s", addr);

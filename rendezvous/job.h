@@ -46,6 +46,7 @@ struct rdzv_job_member {
     char host[RDZV_HOST_MAX + 1];
     char addr[RDZV_HOST_MAX + 1];
     uint32_t group_rank, rank_offset; /* valid while RUNNING */
+    uint32_t want_rank;               /* from its JOIN: 0, or 1 + the group rank it asks for */
     int done;
     char resume[RDZV_CKPT_NAME_MAX + 1]; /* from its JOIN: where this node would resume */
     int64_t resume_step;

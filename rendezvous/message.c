@@ -283,6 +283,7 @@ static void put_join(struct writer *w, const struct rdzv_join *j)
     put_ckpt_name(w, j->resume);
     put_i64(w, j->resume_step);
     put_bytes(w, j->node_secret, sizeof(j->node_secret));
+    put_u32(w, j->want_rank);
 }
 
 static void get_join(struct reader *r, struct rdzv_join *j)
@@ -304,6 +305,7 @@ static void get_join(struct reader *r, struct rdzv_join *j)
     get_ckpt_name(r, j->resume);
     j->resume_step = get_i64(r);
     get_bytes(r, j->node_secret, sizeof(j->node_secret));
+    j->want_rank = get_u32(r);
 }
 
 static void put_assign(struct writer *w, const struct rdzv_assign *a)

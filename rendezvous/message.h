@@ -98,6 +98,10 @@ struct rdzv_join {
     /* version 3: the node's secret; node_id must be the first 8 bytes of its SHA-256 (cred.h),
      * so the node id shown by STATUS is not enough to act for the node. */
     uint8_t node_secret[32];
+    /* version 3: 1 + the group rank this node asks for (--node-rank of torchrun's static
+     * recipe), honoured when it fits the round and is free; 0: any (so a zeroed JOIN asks for
+     * nothing) */
+    uint32_t want_rank;
 };
 
 struct rdzv_waiting {

@@ -417,7 +417,7 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
  * the operator's terminal. The server's own words have no control bytes or backslashes. */
 void srv_log(struct rdzv_server *srv, const char *fmt, ...)
 {
-    char line[512], safe[MC_ESCAPE_SIZE(sizeof(line))];
+    char line[1024], safe[MC_ESCAPE_SIZE(sizeof(line))];
     va_list ap;
 
     va_start(ap, fmt);
@@ -454,7 +454,7 @@ static void event_va(struct rdzv_server *srv, enum srv_event ev, const char *add
                      const char *fmt, va_list ap)
 {
     const char *family, *label;
-    char text[256];
+    char text[640];
 
     srv->stats.events[ev]++;
     if (addr[0] == '\0')
@@ -626,10 +626,11 @@ static void error_cb(struct rdzv_conn *conn, int err)
     if (!rdzv_conn_handshake_done(conn)) {
         const char *why = rdzv_conn_tls_error(conn);
 
-        srv_peer_event(p, SRV_EV_AUTH_TLS, "TLS handshake failed: %s",
+        srv_peer_event(p, SRV_EV_AUTH_TLS, "TLS handshake failed: %s%s%s",
                        why[0] != '\0' ? why
                        : err == UV_EOF ? "closed before the handshake finished"
-                                       : uv_strerror(err));
+                                       : uv_strerror(err),
+                       p->srv->auth_hint[0] != '\0' ? "; " : "", p->srv->auth_hint);
         srv_peer_close(p, 0);
         return;
     }
@@ -935,6 +936,11 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     s->limits = l;
     s->kv_pool.max_bytes = l.kv_max_total_bytes;
     hs_configure(s);
+}
+
+void rdzv_server_set_auth_hint(struct rdzv_server *s, const char *hint)
+{
+    snprintf(s->auth_hint, sizeof(s->auth_hint), "%s", hint != NULL ? hint : "");
 }
 
 void rdzv_server_set_log(struct rdzv_server *s, rdzv_server_log_cb cb, void *data)

@@ -91,6 +91,11 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
  * default. Borrows data. */
 void rdzv_server_set_log(struct rdzv_server *s, rdzv_server_log_cb cb, void *data);
 
+/* A hint appended to the log line of a failed TLS handshake (copied; NULL or "" for none): an
+ * agent hosting its job's rendezvous with the per-user token says there that the nodes' tokens
+ * differ and how to fix it. */
+void rdzv_server_set_auth_hint(struct rdzv_server *s, const char *hint);
+
 /* As rdzv_server_new(), with the TLS settings of tls.h (borrowed; files are read now): token
  * mode when opts->token is set and opts->cert_file is NULL, certificate mode (client
  * certificates verified against opts->ca_file) otherwise; with a token in certificate mode,

@@ -143,6 +143,7 @@ struct rdzv_server {
     struct rdzv_limits limits;
     rdzv_server_log_cb log_cb; /* NULL: stderr */
     void *log_data;
+    char auth_hint[384]; /* rdzv_server_set_auth_hint() */
     struct srv_logged logged[SRV_LOG_PEERS];
     unsigned logged_next; /* next slot to reuse */
     struct rdzv_kv_pool kv_pool;  /* every job's KV bytes: limits.kv_max_total_bytes */

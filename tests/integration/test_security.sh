@@ -6,13 +6,23 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-# 1. no token across nodes: exit 2, one line that says how to make one, nothing started
-IT_TIMEOUT=20 mrun -u MUSTER_TOKEN -- run --nnodes 2 --rdzv-endpoint 127.0.0.1:29999 \
-    --rdzv-id sec --no-python /bin/true
-[ "$RC" = 2 ] || fail "multi-node without a token: expected exit 2, got $RC"
+# 1. no token across nodes: the per-user token ~/.muster/token (made 0600 on first use, in a
+#    0700 directory); a home where it cannot be made: exit 2, one line naming the other ways
+IT_TIMEOUT=20 mrun -u MUSTER_TOKEN HOME=/proc/self -- run --nnodes 2 --rdzv-endpoint \
+    127.0.0.1:29999 --rdzv-id sec --no-python /bin/true
+[ "$RC" = 2 ] || fail "multi-node without a usable per-user token: expected exit 2, got $RC"
 [ "$(wc -l < "$T/err")" = 1 ] || { cat "$T/err" >&2; fail "expected exactly one line on stderr"; }
-grep -q "^muster: error: a multi-node job needs a shared token: create one with 'muster server --token-file" "$T/err" \
-    || { cat "$T/err" >&2; fail "the error does not say how to make a token"; }
+grep -q "^muster: error: a multi-node job needs a shared token (--token-file FILE, MUSTER_TOKEN, or the per-user ~/.muster/token), but cannot create" "$T/err" \
+    || { cat "$T/err" >&2; fail "the error does not say how to give a token"; }
+mkdir -m 700 "$T/home"
+P=$(free_port)
+for i in 1 2; do
+    agent u$i -u MUSTER_TOKEN HOME="$T/home" -- --nnodes 2 --rdzv-backend c10d \
+        --rdzv-endpoint 127.0.0.1:$P --rdzv-id usertok --no-python /bin/true
+done
+for i in 1 2; do agent_wait u$i 60; expect_agent_rc u$i 0; done
+[ "$(stat -c %a "$T/home/.muster/token")" = 600 ] || fail "~/.muster/token is not 0600"
+[ "$(stat -c %a "$T/home/.muster")" = 700 ] || fail "~/.muster is not 0700"
 
 # 2. a server writes a new token file (0600) when it is missing
 TF=$T/job.token

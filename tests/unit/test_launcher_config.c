@@ -1,6 +1,7 @@
 /* Unit tests for launcher/config.c (`muster run` argument parsing) and launcher/gpus.c. */
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,6 +45,7 @@ static const char *const env_names[] = {"PET_NNODES",
                                         "PET_LOCAL_ADDR",
                                         "PET_SHUTDOWN_TIMEOUT",
                                         "PET_SIGNALS_TO_HANDLE",
+                                        "PET_VIRTUAL_LOCAL_RANK",
                                         "PYTHON_EXEC",
                                         "MUSTER_TOKEN",
                                         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
@@ -237,7 +239,14 @@ static void test_defaults(void **state)
     assert_int_equal(c->dry_run, 0);
     assert_int_equal(c->help, 0);
     assert_null(c->token);
-    assert_null(c->signals_to_handle);
+    /* torchrun exports its default list too; muster stops on each of them */
+    assert_string_equal(c->signals_to_handle, "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    assert_int_equal(c->nhandle_signals, 4);
+    assert_int_equal(c->rdzv_is_host, -1);
+    assert_int_equal(c->rdzv_read_timeout_ms, 60000);
+    assert_string_equal(c->numa_binding, "");
+    assert_int_equal(c->virtual_local_rank, 0);
+    assert_string_equal(c->notes, "");
 }
 
 static void test_dash_and_underscore_spellings(void **state)
@@ -505,12 +514,227 @@ static void test_rdzv_conf(void **state)
     assert_int_equal(fx->cfg.join_timeout_ms, 900000);
     assert_int_equal(fx->cfg.last_call_timeout_ms, 30000);
 
-    assert_einval(fx, parse(fx, "--rdzv-conf", "bogus_key=1", "@S", NULL));
-    assert_non_null(strstr(fx->err, "bogus_key"));
+    /* an unknown key is a warning, as torchrun ignores keys it has no use for */
+    assert_ok(fx, parse(fx, "--rdzv-conf", "bogus_key=1", "@S", NULL));
+    assert_non_null(strstr(fx->cfg.notes, "warning: --rdzv-conf: unknown key 'bogus_key'"));
     assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout", "@S", NULL));
     assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout=abc", "@S", NULL));
     assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout=-5", "@S", NULL));
     assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout=inf", "@S", NULL));
+}
+
+/* torchrun's keys that muster has a use for, and the ones it says it has none for. */
+static void test_rdzv_conf_torchrun_keys(void **state)
+{
+    struct fx *fx = *state;
+
+    /* timeout: static's join deadline; join_timeout wins when both are given */
+    assert_ok(fx, parse(fx, "--rdzv-conf", "timeout=100", "@S", NULL));
+    assert_int_equal(fx->cfg.join_timeout_ms, 100000);
+    assert_ok(fx, parse(fx, "--rdzv-conf", "join_timeout=7,timeout=100", "@S", NULL));
+    assert_int_equal(fx->cfg.join_timeout_ms, 7000);
+    /* keep_alive_interval x keep_alive_max_attempt is the lost-node deadline ... */
+    assert_ok(fx, parse(fx, "--rdzv-conf", "keep_alive_interval=2,keep_alive_max_attempt=4",
+                        "@S", NULL));
+    assert_int_equal(fx->cfg.keep_alive_interval_ms, 2000);
+    assert_int_equal(fx->cfg.heartbeat_timeout_ms, 8000);
+    assert_ok(fx, parse(fx, "--rdzv-conf", "keep_alive_interval=5", "@S", NULL));
+    assert_int_equal(fx->cfg.heartbeat_timeout_ms, 15000); /* torchrun's 3 attempts */
+    /* ... unless heartbeat_timeout itself is given */
+    assert_ok(fx, parse(fx, "--rdzv-conf", "keep_alive_max_attempt=9,heartbeat_timeout=4",
+                        "@S", NULL));
+    assert_int_equal(fx->cfg.heartbeat_timeout_ms, 4000);
+    assert_ok(fx, parse(fx, "--rdzv-conf", "read_timeout=90,store_type=tcp,use_libuv=1",
+                        "@S", NULL));
+    assert_int_equal(fx->cfg.rdzv_read_timeout_ms, 90000);
+    assert_string_equal(fx->cfg.notes, "");
+    /* is_host: torchrun's boolean spellings */
+    static const char *const yes[] = {"is_host=1", "is_host=true", "is_host=True", "is_host=yes"};
+    for (int i = 0; i < 4; i++) {
+        assert_ok(fx, parse(fx, "--rdzv-conf", yes[i], "@S", NULL));
+        assert_int_equal(fx->cfg.rdzv_is_host, 1);
+    }
+    assert_ok(fx, parse(fx, "--rdzv-conf", "is_host=0", "@S", NULL));
+    assert_int_equal(fx->cfg.rdzv_is_host, 0);
+    assert_ok(fx, parse(fx, "--rdzv-conf", "is_host=False", "@S", NULL));
+    assert_int_equal(fx->cfg.rdzv_is_host, 0);
+    /* accepted, and muster says it does nothing with them */
+    assert_ok(fx, parse(fx, "--rdzv-conf", "use_libuv=0,store_port=29401", "@S", NULL));
+    assert_non_null(strstr(fx->cfg.notes, "use_libuv=0"));
+    assert_non_null(strstr(fx->cfg.notes, "store_port does nothing"));
+    /* bad values are errors that name the key */
+    static const char *const bad[] = {"is_host=maybe", "use_libuv=2", "keep_alive_max_attempt=0",
+                                      "keep_alive_max_attempt=x", "read_timeout=soon",
+                                      "store_type=etcd", "store_port=70000", "timeout=-1"};
+    for (int i = 0; i < 8; i++) {
+        char key[32];
+        assert_einval(fx, parse(fx, "--rdzv-conf", bad[i], "@S", NULL));
+        snprintf(key, sizeof(key), "%.*s", (int)strcspn(bad[i], "="), bad[i]);
+        assert_non_null(strstr(fx->err, key));
+    }
+    /* no file store: refused with the reason */
+    assert_einval(fx, parse(fx, "--rdzv-conf", "store_type=file", "@S", NULL));
+    assert_non_null(strstr(fx->err, "no file store"));
+}
+
+/* Quotes as a shell would have removed them: pytorch's own tests pass
+ * --rdzv_conf='join_timeout=5,last_call_timeout=1' as one argv entry. */
+static void test_rdzv_conf_quotes(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_ok(fx, parse(fx, "--rdzv_conf='join_timeout=5,last_call_timeout=1'", "@S", NULL));
+    assert_int_equal(fx->cfg.join_timeout_ms, 5000);
+    assert_int_equal(fx->cfg.last_call_timeout_ms, 1000);
+    assert_ok(fx, parse(fx, "--rdzv-conf", "\"timeout=100\"", "@S", NULL));
+    assert_int_equal(fx->cfg.join_timeout_ms, 100000);
+    assert_ok(fx, parse(fx, "--rdzv-conf", "'join_timeout'='6', \"close_timeout\"=\"3\"", "@S",
+                        NULL));
+    assert_int_equal(fx->cfg.join_timeout_ms, 6000);
+    assert_int_equal(fx->cfg.close_timeout_ms, 3000);
+    assert_ok(fx, parse(fx, "--rdzv-conf", " join_timeout = 8 ", "@S", NULL));
+    assert_int_equal(fx->cfg.join_timeout_ms, 8000);
+    assert_ok(fx, parse(fx, "--rdzv-conf", "''", "@S", NULL)); /* empty, as torchrun */
+    assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout=5,", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-conf", "join_timeout=''", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-conf", "'=5'", "@S", NULL));
+    assert_einval(fx, parse(fx, "--rdzv-conf", "'join_timeout=5", "@S", NULL)); /* unmatched */
+}
+
+/* argparse's unique prefixes, before the script only. */
+static void test_option_prefixes(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_ok(fx, parse(fx, "--nnode", "1", "--nproc=3", "--max_rest", "2", "@S", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 3);
+    assert_int_equal(fx->cfg.max_restarts, 2);
+    assert_ok(fx, parse(fx, "--nproc_per", "2", "--rdzv-i", "pj", "@S", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 2);
+    assert_string_equal(fx->cfg.rdzv_id, "pj");
+    /* --nproc also starts muster's --nproc-per-gpu: torchrun's meaning wins */
+    assert_ok(fx, parse(fx, "--nproc", "4", "@S", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 4);
+    /* ambiguous among torchrun's own: an error listing the candidates */
+    assert_einval(fx, parse(fx, "--rdzv", "x", "@S", NULL));
+    assert_non_null(strstr(fx->err, "ambiguous option: --rdzv could match"));
+    assert_non_null(strstr(fx->err, "--rdzv-backend"));
+    assert_non_null(strstr(fx->err, "--rdzv-conf"));
+    assert_einval(fx, parse(fx, "--local=1", "@S", NULL));
+    assert_non_null(strstr(fx->err, "--local-addr"));
+    assert_non_null(strstr(fx->err, "--local-ranks-filter"));
+    /* ambiguous among muster's own */
+    assert_einval(fx, parse(fx, "--preflight-m", "1", "@S", NULL));
+    assert_non_null(strstr(fx->err, "--preflight-min-busbw"));
+    /* an exact name wins over the longer ones it starts (--tee vs nothing, --preflight vs
+     * --preflight-timeout...) */
+    assert_ok(fx, parse(fx, "--preflight", "off", "@S", NULL));
+    assert_int_equal(fx->cfg.preflight, 0);
+    assert_ok(fx, parse(fx, "--stand", "@S", NULL));
+    assert_int_equal(fx->cfg.standalone, 1);
+    /* a flag's prefix takes no value, like the flag */
+    assert_einval(fx, parse(fx, "--stand=1", "@S", NULL));
+    /* after the script, nothing is an option */
+    assert_ok(fx, parse(fx, "@S", "--nproc", "9", NULL));
+    assert_int_equal(fx->cfg.nproc_per_node, 1);
+    assert_int_equal(fx->cfg.script_argc, 2);
+    assert_einval(fx, parse(fx, "--nprocx", "2", "@S", NULL));
+    assert_non_null(strstr(fx->err, "unknown option"));
+}
+
+static void test_logs_specs(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_ok(fx, parse(fx, "--logs-specs", "default", "@S", NULL));
+    assert_ok(fx, parse(fx, "--logs_specs=default", "@S", NULL));
+    assert_einval(fx, parse(fx, "--logs-specs", "my_plugin", "@S", NULL));
+    assert_non_null(strstr(fx->err, "only 'default'"));
+}
+
+static void test_numa_binding(void **state)
+{
+    struct fx *fx = *state;
+    static const char *const modes[] = {"node", "socket", "exclusive", "core-complex"};
+
+    for (int i = 0; i < 4; i++) {
+        assert_ok(fx, parse(fx, "--numa-binding", modes[i], "@S", NULL));
+        assert_string_equal(fx->cfg.numa_binding, modes[i]);
+    }
+    assert_ok(fx, parse(fx, "--numa_binding=exclusive", "@S", NULL));
+    assert_string_equal(fx->cfg.numa_binding, "exclusive");
+    assert_einval(fx, parse(fx, "--numa-binding", "Node", "@S", NULL));
+    assert_non_null(strstr(fx->err, "node, socket, exclusive or core-complex"));
+    assert_einval(fx, parse(fx, "--numa-binding", "", "@S", NULL));
+}
+
+static void test_virtual_local_rank_flag(void **state)
+{
+    struct fx *fx = *state;
+
+    setenv("CUDA_VISIBLE_DEVICES", "2,3,5", 1);
+    assert_ok(fx, parse(fx, "--virtual-local-rank", "--nproc-per-node", "3", "@S", NULL));
+    assert_int_equal(fx->cfg.virtual_local_rank, 1);
+    assert_ok(fx, parse(fx, "--virtual_local_rank", "@S", NULL));
+    assert_int_equal(fx->cfg.virtual_local_rank, 1);
+    setenv("PET_VIRTUAL_LOCAL_RANK", "1", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_int_equal(fx->cfg.virtual_local_rank, 1);
+    unsetenv("PET_VIRTUAL_LOCAL_RANK");
+    assert_einval(fx, parse(fx, "--virtual-local-rank=1", "@S", NULL)); /* a flag */
+    /* one GPU per worker: refused before anything starts (torchrun: in every worker) */
+    assert_einval(fx, parse(fx, "--virtual-local-rank", "--nproc-per-node", "4", "@S", NULL));
+    assert_non_null(strstr(fx->err, "CUDA_VISIBLE_DEVICES=2,3,5"));
+    assert_ok(fx, parse(fx, "--nproc-per-node", "4", "@S", NULL));
+    assert_int_equal(fx->cfg.virtual_local_rank, 0);
+}
+
+/* torchrun flags that do nothing in muster say so, only when given. */
+static void test_noop_flags_noted(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_string_equal(fx->cfg.notes, "");
+    assert_ok(fx, parse(fx, "--monitor-interval", "5", "--start-method", "fork",
+                        "--event-log-handler", "console", "@S", NULL));
+    assert_non_null(strstr(fx->cfg.notes, "note: --monitor-interval does nothing"));
+    assert_non_null(strstr(fx->cfg.notes, "note: --start-method does nothing"));
+    assert_non_null(strstr(fx->cfg.notes, "note: --event-log-handler does nothing"));
+    setenv("PET_START_METHOD", "spawn", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_non_null(strstr(fx->cfg.notes, "note: PET_START_METHOD does nothing"));
+}
+
+static void test_signals_to_handle(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_ok(fx, parse(fx, "--signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,USR2",
+                        "@S", NULL));
+    assert_int_equal(fx->cfg.nhandle_signals, 6);
+    assert_int_equal(fx->cfg.handle_signals[4], SIGUSR1);
+    assert_int_equal(fx->cfg.handle_signals[5], SIGUSR2);
+    assert_string_equal(fx->cfg.signals_to_handle, "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,USR2");
+    assert_ok(fx, parse(fx, "--signals_to_handle=SIGUSR1, SIGHUP", "@S", NULL));
+    assert_int_equal(fx->cfg.nhandle_signals, 2);
+    assert_int_equal(fx->cfg.handle_signals[1], SIGHUP);
+    assert_einval(fx, parse(fx, "--signals-to-handle", "SIGTERM,SIGNOPE", "@S", NULL));
+    assert_non_null(strstr(fx->err, "SIGNOPE"));
+    assert_einval(fx, parse(fx, "--signals-to-handle", "SIGKILL", "@S", NULL));
+    assert_einval(fx, parse(fx, "--signals-to-handle", "SIGCHLD", "@S", NULL));
+    assert_einval(fx, parse(fx, "--signals-to-handle", "SIGTERM,,SIGINT", "@S", NULL));
+}
+
+/* --master-addr reaches MASTER_ADDR as written: no resolution of names. */
+static void test_master_addr_as_given(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_ok(fx, parse(fx, "--master-addr", "localhost", "@S", NULL));
+    assert_string_equal(fx->cfg.master_addr, "localhost");
+    assert_ok(fx, parse(fx, "--master_addr=[::1]", "@S", NULL));
+    assert_string_equal(fx->cfg.master_addr, "[::1]");
 }
 
 /* A timeout the unsigned millisecond field cannot hold must be refused, not wrapped
@@ -548,9 +772,41 @@ static void test_nnodes(void **state)
     assert_einval(fx, parse(fx, "--nnodes", "abc", "@S", NULL));
     assert_einval(fx, parse(fx, "--nnodes", "2x", "@S", NULL));
     assert_einval(fx, parse(fx, "--nnodes", "", "@S", NULL));
-    /* several nodes need an endpoint */
-    assert_einval(fx, parse(fx, "--nnodes", "2", "@S", NULL));
+    /* several nodes without an endpoint: torchrun's static recipe, which needs a fixed N; c10d
+     * needs an endpoint */
+    assert_einval(fx, parse(fx, "--nnodes", "2:3", "@S", NULL));
+    assert_non_null(strstr(fx->err, "fixed N"));
+    assert_einval(fx, parse(fx, "--nnodes", "2", "--rdzv-backend", "c10d", "@S", NULL));
     assert_non_null(strstr(fx->err, "rdzv-endpoint"));
+}
+
+/* torchrun's static recipe (issue 12): node rank 0 hosts the rendezvous on MASTER_PORT + 1, the
+ * run id is the same on every node, MASTER_ADDR and MASTER_PORT stay as given. */
+static void test_static_recipe(void **state)
+{
+    struct fx *fx = *state;
+
+    setenv("HOME", tmpdir, 1); /* the per-user token goes there, not into the real home */
+    assert_ok(fx, parse(fx, "--nnodes", "2", "--node-rank", "1", "--master-addr", "node0",
+                        "--master-port", "29500", "@S", NULL));
+    assert_true(fx->cfg.static_recipe);
+    assert_int_equal(fx->cfg.backend, LAUNCHER_BACKEND_STATIC);
+    assert_string_equal(fx->cfg.rdzv_host, "node0");
+    assert_int_equal(fx->cfg.rdzv_port, 29501);
+    assert_int_equal(fx->cfg.master_port, 29500);
+    assert_string_equal(fx->cfg.master_addr, "node0");
+    assert_string_equal(fx->cfg.rdzv_id, "static-node0-29500");
+    assert_non_null(fx->cfg.token); /* the per-user token */
+    assert_ok(fx, parse(fx, "--nnodes", "2", "--node-rank", "0", "@S", NULL));
+    assert_int_equal(fx->cfg.rdzv_port, 29501); /* torchrun's default MASTER_PORT 29500 */
+    assert_ok(fx, parse(fx, "--nnodes", "2", "--rdzv-backend", "static", "--rdzv-id", "j7",
+                        "--master-addr", "10.0.0.1", "--master-port", "40000", "@S", NULL));
+    assert_string_equal(fx->cfg.rdzv_id, "j7");
+    assert_int_equal(fx->cfg.rdzv_port, 40001);
+    assert_einval(fx, parse(fx, "--nnodes", "2", "--node-rank", "2", "@S", NULL));
+    assert_non_null(strstr(fx->err, "--node-rank 2 must be below --nnodes 2"));
+    assert_einval(fx, parse(fx, "--nnodes", "2", "--master-port", "65535", "@S", NULL));
+    assert_non_null(strstr(fx->err, "MASTER_PORT + 1"));
 }
 
 static void test_nproc_per_node(void **state)
@@ -807,8 +1063,34 @@ static void test_security(void **state)
     char path[256];
     FILE *f;
 
+    struct stat st;
+
+    /* no token: the per-user one, made on first use (0600 in a 0700 directory), then reused */
+    snprintf(path, sizeof(path), "%s/home", tmpdir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    setenv("HOME", path, 1);
+    unsetenv("MUSTER_TOKEN");
+    assert_ok(fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "@S", NULL));
+    assert_non_null(fx->cfg.token);
+    assert_non_null(strstr(fx->cfg.token_hint, "created just now"));
+    snprintf(path, sizeof(path), "%s/home/.muster/token", tmpdir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    char first[64];
+    snprintf(first, sizeof(first), "%s", fx->cfg.token);
+    assert_ok(fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "@S", NULL));
+    assert_string_equal(fx->cfg.token, first);
+    assert_null(strstr(fx->cfg.token_hint, "created just now"));
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/home/.muster", tmpdir);
+    rmdir(path);
+    snprintf(path, sizeof(path), "%s/home", tmpdir);
+    rmdir(path);
+    /* a home muster cannot use: one line that names the other ways */
+    setenv("HOME", "/proc/self", 1);
     assert_einval(fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "@S", NULL));
-    assert_non_null(strstr(fx->err, "needs a shared token"));
+    assert_non_null(strstr(fx->err, "needs a shared token (--token-file FILE, MUSTER_TOKEN"));
+    setenv("HOME", tmpdir, 1);
     assert_ok(fx, parse(fx, "--nnodes", "1", "--rdzv-endpoint", "h:1", "@S", NULL));
     assert_null(fx->cfg.token); /* one node: run.c makes a random one */
 
@@ -839,6 +1121,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_defaults),
         T(test_dash_and_underscore_spellings),
+        T(test_static_recipe),
         T(test_equals_values),
         T(test_module_short_flag),
         T(test_redirects_and_tee),
@@ -852,6 +1135,15 @@ int main(void)
         T(test_shutdown_timeout_sources),
         T(test_rdzv_conf),
         T(test_rdzv_conf_overflow),
+        T(test_rdzv_conf_torchrun_keys),
+        T(test_rdzv_conf_quotes),
+        T(test_option_prefixes),
+        T(test_logs_specs),
+        T(test_numa_binding),
+        T(test_virtual_local_rank_flag),
+        T(test_noop_flags_noted),
+        T(test_signals_to_handle),
+        T(test_master_addr_as_given),
         T(test_nnodes),
         T(test_nproc_per_node),
         T(test_endpoints),
