@@ -7,7 +7,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "escape.h"
 #include "safefile.h"
+
+/* Checkpoint names are whatever the training script chose, or another node through a shared
+ * registry: a newline or an ESC sequence in one must not forge a log line (common/escape.h).
+ * The agent's log line holds 1 KiB: that is all that is kept. */
+static void emit(struct agent_ckptwatch *w, const char *line)
+{
+    char shown[2048];
+
+    mc_escape(line, shown, sizeof(shown));
+    w->log(w->data, shown);
+}
 
 static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -19,13 +31,13 @@ static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    w->log(w->data, line);
+    emit(w, line);
 }
 
 static void log_line(void *arg, const char *line)
 {
     struct agent_ckptwatch *w = arg;
-    w->log(w->data, line);
+    emit(w, line);
 }
 
 static const struct agent_ckpt_entry *find(const struct agent_ckptwatch *w, const char *name)
