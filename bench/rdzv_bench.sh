@@ -75,8 +75,8 @@ SUMMARY=""
 summ() { SUMMARY="$SUMMARY$*"$'\n'; log "$*"; }
 
 ${CC:-cc} -O2 -Wall -o "$W/stamp" "$SRC/bench/stamp.c" || exit 1
-${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -o "$W/loadgen" "$SRC/bench/loadgen.c" \
-    "$BUILD_DIR/rendezvous/libmuster_rdzv.a" -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash || exit 1
+${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -I "$SRC/common" -o "$W/loadgen" "$SRC/bench/loadgen.c" \
+    "$BUILD_DIR/rendezvous/libmuster_rdzv.a" "$BUILD_DIR/common/libmuster_common.a" -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash || exit 1
 ${CC:-cc} -O2 -Wall -o "$W/slowloris" "$SRC/bench/slowloris.c" || exit 1
 STAMP=$W/stamp
 now() { "$STAMP" now; }
