@@ -8,6 +8,7 @@
 #include "agent_priv.h"
 #include "env.h"
 #include "output.h"
+#include "path.h"
 
 extern char **environ;
 
@@ -15,6 +16,10 @@ static int wants_files(const struct agent_options *o)
 {
     for (unsigned i = 0; i < o->nproc; i++)
         if (o->redirect[i] | o->tee[i])
+            return 1;
+    /* the filter files live in the attempt directories */
+    for (int s = 0; s < 2; s++)
+        if (o->dup_filters[s] != NULL && o->dup_filters[s][0] != NULL)
             return 1;
     return 0;
 }
@@ -27,8 +32,8 @@ int agent_prepare_logdir_(struct agent *a)
                                a->o->run_id, keep, err, sizeof(err));
     if (rc != 0)
         agent_log("error: %s", err);
-    else if (keep)
-        agent_log("worker logs in %s", a->logdir.base);
+    else if (keep || (a->o->log_dir != NULL && a->logdir.base[0] != '\0'))
+        agent_log("worker logs in %s", a->logdir.base); /* a re-run's may carry a suffix */
     return rc;
 }
 
@@ -77,10 +82,35 @@ void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redi
         /* an explicit --log-dir keeps every stream; the private directory only what
          * --redirects/--tee send there */
         int to_file = all_to_files || ((redirect | tee) & bit);
-        spec->console[s] = shown && !(redirect & bit) ? 1 + s : -1;
+        /* tee wins over redirect for the same stream, as in torchrun (file and console) */
+        spec->console[s] = shown && (!(redirect & bit) || (tee & bit)) ? 1 + s : -1;
         spec->file[s] = -1;
         if (to_file && dir[0] != '\0')
             spec->file[s] = open_log(dir, s ? "stderr.log" : "stdout.log");
+    }
+}
+
+/* The console options of worker i's streams; filter files go next to the LOCAL_RANK
+ * directories in dir's parent (attempt_N/filtered_std{out,err}.log, torchrun's places). The
+ * strings must live until the spawn: paths is two PATH_MAX buffers. */
+static void output_cfg(const struct agent_options *o, const char *dir,
+                       char (*paths)[PATH_MAX], struct agent_output_cfg *cfg)
+{
+    const char *slash = strrchr(dir, '/');
+    int dirlen = slash != NULL ? (int)(slash - dir) : 0;
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->prefix_template = o->prefix_template;
+    cfg->no_prefix = o->no_prefix;
+    cfg->role = o->role;
+    cfg->dedup_ms = o->dedup_ms;
+    for (int s = 0; s < 2; s++) {
+        cfg->filters[s] = o->dup_filters[s];
+        if (o->dup_filters[s] == NULL || o->dup_filters[s][0] == NULL || dirlen == 0)
+            continue;
+        if (agent_path_fmt(paths[s], PATH_MAX, "%.*s/filtered_%s.log", dirlen, dir,
+                           s ? "stderr" : "stdout") == 0)
+            cfg->filter_path[s] = paths[s];
     }
 }
 
@@ -92,6 +122,8 @@ int agent_spawn_one_(struct agent *a, int i)
     struct agent_worker_info info;
     struct agent_env env, full;
     char dir[PATH_MAX] = "", error_file[PATH_MAX] = "", heartbeat[PATH_MAX] = "";
+    char filter_paths[2][PATH_MAX];
+    struct agent_output_cfg out_cfg;
     int rc;
 
     agent_env_init(&env);
@@ -104,6 +136,8 @@ int agent_spawn_one_(struct agent *a, int i)
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
     agent_worker_streams_(dir, o->log_dir != NULL, o->redirect[i], o->tee[i], o->shown[i],
                           &spec);
+    output_cfg(o, dir, filter_paths, &out_cfg);
+    spec.output = &out_cfg;
     worker_info(a, i, error_file, &info);
     if (a->hang_on) {
         agent_hang_file(&a->hang, a->as.restart_count, i, heartbeat);

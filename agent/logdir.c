@@ -12,21 +12,59 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#define RUN_DIR_TRIES 1000 /* RUN_ID, RUN_ID.1, ... RUN_ID.999 */
+
+/* Creates path for this run alone. Returns 1 when it was created here, 0 when something is
+ * there already, or a negative errno. mkdir is the test: two agents of one job on one host, or
+ * two runs at once, never get the same directory. */
+static int create_fresh(const char *path)
+{
+    if (mkdir(path, 0755) != 0)
+        return errno == EEXIST ? 0 : -errno;
+    /* exactly 0755 whatever the umask, like mc_dir_open's; nobody else can swap the entry
+     * meanwhile: the parent was checked (ours, or sticky) */
+    return chmod(path, 0755) == 0 ? 1 : -errno;
+}
 
 /* The directory muster writes into: created if missing, refused (with err saying why) when
  * another local user owns or can write it or a directory above it (common/safefile.h). base
- * gets the resolved path, so that the workers' paths never pass a symlink. */
+ * gets the resolved path, so that the workers' paths never pass a symlink.
+ *
+ * Each run gets a fresh RUN_ID directory: RUN_ID, or RUN_ID.1, RUN_ID.2, ... when earlier runs
+ * with the same --log-dir and run id left theirs, so a re-run never overwrites their logs
+ * (torchrun makes a fresh RUN_ID_<random> directory per run for the same reason; muster keeps
+ * the plain RUN_ID for the first one). An existing entry is checked before it is stepped over:
+ * one planted by another user is refused, as before, not silently skipped. */
 static int open_explicit(struct agent_logdir *d, const char *log_dir, const char *run_id, char *err,
                          size_t errlen)
 {
     char top[PATH_MAX], path[PATH_MAX];
     int rc = mc_dir_open(log_dir, 0755, "--log-dir", NULL, top, err, errlen);
 
-    if (rc == 0 && (rc = agent_path_fmt(path, sizeof(path), "%s/%s", top, run_id)) != 0)
-        snprintf(err, errlen, "--log-dir %s/%s: %s", log_dir, run_id, strerror(-rc));
-    /* RUN_ID may have been planted by someone else in a shared (sticky) --log-dir */
-    if (rc == 0)
-        rc = mc_dir_open(path, 0755, "--log-dir", NULL, d->base, err, errlen);
+    d->base[0] = '\0';
+    if (rc != 0)
+        return rc;
+    for (unsigned n = 0; rc == 0 && n < RUN_DIR_TRIES; n++) {
+        rc = n == 0 ? agent_path_fmt(path, sizeof(path), "%s/%s", top, run_id)
+                    : agent_path_fmt(path, sizeof(path), "%s/%s.%u", top, run_id, n);
+        if (rc != 0) {
+            snprintf(err, errlen, "--log-dir %s/%s: %s", log_dir, run_id, strerror(-rc));
+            return rc;
+        }
+        if ((rc = create_fresh(path)) != 0)
+            break; /* ours now, or mkdir's error, which mc_dir_open below puts in words */
+        /* RUN_ID may have been planted by someone else in a shared (sticky) --log-dir */
+        if ((rc = mc_dir_open(path, 0, "--log-dir", NULL, NULL, err, errlen)) != 0)
+            return rc;
+    }
+    if (rc == 0) {
+        snprintf(err, errlen, "--log-dir %s: %s and %s.1 to .%d all exist", log_dir, run_id,
+                 run_id, RUN_DIR_TRIES - 1);
+        return -EEXIST;
+    }
+    rc = mc_dir_open(path, 0755, "--log-dir", NULL, d->base, err, errlen);
     if (rc != 0)
         d->base[0] = '\0';
     return rc;

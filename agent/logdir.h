@@ -1,6 +1,8 @@
 /* Where workers' logs and error files go.
  *
- * --log-dir DIR: DIR/RUN_ID/attempt_N/LOCAL_RANK/{stdout.log,stderr.log,error.json}, kept.
+ * --log-dir DIR: DIR/RUN_ID/attempt_N/LOCAL_RANK/{stdout.log,stderr.log,error.json}, kept;
+ * attempt_N/filtered_std{out,err}.log for --duplicate-std*-filters. A later run with the same
+ * DIR and RUN_ID gets DIR/RUN_ID.1 (then .2, ...): earlier runs' files are never overwritten.
  * No --log-dir: a private directory $TMPDIR/muster-RUN_ID-XXXXXX. When output goes to files
  * (--redirects/--tee) it has the same layout and is kept (its path is printed); otherwise it
  * only ever holds error files, stays flat (error_N_LOCALRANK.json: every directory created and

@@ -1,21 +1,60 @@
-/* One worker stream (stdout or stderr) on its way out: raw bytes to the log file, complete
- * lines with a "[rankN]: " prefix to the console. Lines are written with one writev() each so
- * that lines of different workers never interleave mid-line. */
+/* One worker stream (stdout or stderr) on its way out: raw bytes to the log file, and to the
+ * console with a prefix ("[rankN]: " by default) at the start of every visible update. An update
+ * ends at '\n' or '\r' ('\r': progress bars such as tqdm's redraw their line in place, so each
+ * redraw is passed on at once and gets its own prefix). Each update is written with one writev()
+ * so that different workers' lines never interleave mid-line.
+ *
+ * Partial lines: text without a terminator is held for at most AGENT_OUTPUT_HOLD_MS (it is
+ * usually the rest of a line cut by a pipe read or a stdio buffer) and then shown as it is; the
+ * rest of that line follows without a second prefix. When another worker writes to the same
+ * console while a line is open (shown without '\n', or redrawn with '\r'), that line is ended
+ * with '\n' first, and its continuation gets the prefix again: a progress bar is never
+ * overwritten by another rank's text. Without a loop (agent_output_configure not called) a
+ * partial line waits for its terminator or agent_output_flush.
+ *
+ * Options (struct agent_output_cfg): the prefix template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
+ * or no prefix, --dedup (dedup.h; one agent-wide queue) and --duplicate-std*-filters (matching
+ * lines, with their prefix, also go to a filter file shared by the attempt's workers). */
 #ifndef MUSTER_AGENT_OUTPUT_H
 #define MUSTER_AGENT_OUTPUT_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
 
 #define AGENT_OUTPUT_LINE_MAX (64 * 1024) /* longer lines are split, each part prefixed */
+#define AGENT_OUTPUT_HOLD_MS 100          /* the longest a partial line is held back */
+#define AGENT_OUTPUT_PREFIX_MAX 128       /* longer expanded templates are cut */
+
+/* How an attempt's worker streams are shown; borrowed, the strings must outlive the outputs. */
+struct agent_output_cfg {
+    const char *prefix_template; /* NULL or "": "[rank${rank}]: " */
+    int no_prefix;               /* --no-prefix: workers' text as it is */
+    const char *role;            /* ${role_name} */
+    unsigned dedup_ms;           /* --dedup's window; 0: off */
+    const char *const *filters[2]; /* NULL or NULL-terminated substrings, per stream */
+    const char *filter_path[2];    /* the attempt's filtered_std{out,err}.log; NULL: none */
+};
 
 struct agent_output {
     int console_fd; /* -1: not shown on the console; borrowed */
     int file_fd;    /* -1: no log file; owned */
-    char prefix[32];
+    int filter_fd;  /* -1: no filter file; owned */
+    const char *const *filters;
+    char prefix[AGENT_OUTPUT_PREFIX_MAX];
     size_t prefix_len;
-    char *line; /* partial line, AGENT_OUTPUT_LINE_MAX bytes once allocated */
+    int rank;
+    char *line; /* the current line, AGENT_OUTPUT_LINE_MAX bytes once allocated */
     size_t len;
+    size_t shown;   /* bytes of line already on the console (a held partial line was shown) */
+    int open;       /* the console line is ours and unterminated: continue without a prefix */
+    int cut;        /* our open line was ended by another worker's output */
     int swallow_nl; /* the last part of a split line was written: drop a leading newline */
+    int attached;   /* counted in the agent-wide console state (timer, dedup) */
+    int dedup, dedup_fd;
+    uint64_t dedup_seq;                      /* agent_dedup_add's cookie */
+    uint64_t hold_until;                     /* ms; 0: nothing held */
+    struct agent_output *hold_prev, *hold_next; /* in the list of held partial lines */
 };
 
 /* Opens dir/name (stdout.log, stderr.log) for a worker's stream: truncated, appended to. A log
@@ -24,17 +63,37 @@ struct agent_output {
  * Returns 0 with *fd set, or a negative errno. */
 int agent_output_open_log(const char *dir, const char *name, int *fd);
 
-/* console_fd is borrowed, file_fd is owned (closed by agent_output_close). */
+/* console_fd is borrowed, file_fd is owned (closed by agent_output_close). The prefix is
+ * "[rankN]: " until agent_output_configure. */
 void agent_output_init(struct agent_output *o, int console_fd, int file_fd, int rank);
 
-/* Passes n bytes on: to the file at once, to the console line by line. */
+/* Applies cfg (NULL: defaults) for stream (0 stdout, 1 stderr) of the worker with local_rank,
+ * and joins the agent-wide console state on loop (one timer shared by every output: held
+ * partial lines and --dedup's window). A filter file that cannot be opened is reported on
+ * stderr and left out. Borrows loop and cfg's strings. */
+void agent_output_configure(struct agent_output *o, uv_loop_t *loop,
+                            const struct agent_output_cfg *cfg, int local_rank, int stream);
+
+/* Passes n bytes on: to the file at once, to the console update by update. */
 void agent_output_feed(struct agent_output *o, const char *data, size_t n);
 
 /* Writes a pending partial line to the console, ending it with a newline. */
 void agent_output_flush(struct agent_output *o);
 
-/* Flushes, closes the file and frees the buffer. Accepts a zeroed struct. */
+/* Flushes, closes the files, leaves the console state and frees the buffer. Accepts a zeroed
+ * struct. */
 void agent_output_close(struct agent_output *o);
+
+/* Expands a TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE like Python's string.Template.safe_substitute:
+ * $role_name / ${role_name}, $rank / ${rank}, $local_rank / ${local_rank}; "$$" is "$"; any
+ * other '$' stays as it is. Writes at most len - 1 bytes and a NUL; returns the length written. */
+size_t agent_output_prefix(const char *tmpl, const char *role, int rank, int local_rank,
+                           char *buf, size_t len);
+
+/* Splits a torchrun filter list ("a,b,,c": ",," is a literal comma, so that is "a" and "b,c")
+ * into *out, a NULL-terminated array in one allocation (free() it). Empty items are dropped;
+ * an empty list gives an array of just NULL. Returns 0 or -ENOMEM. */
+int agent_output_split_filters(const char *list, char ***out);
 
 /* Writes all of buf to fd, retrying on EINTR, partial writes and EAGAIN. Returns 0 or a
  * negative errno (e.g. -EPIPE when the console went away). */

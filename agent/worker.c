@@ -121,6 +121,7 @@ static int setup_stream(uv_loop_t *loop, struct agent_worker *w, const struct ag
         return rc;
     }
     agent_output_init(&w->out[i], s->console[i], s->file[i], w->rank);
+    agent_output_configure(&w->out[i], loop, s->output, w->local_rank, i);
     *child_fd = fds[1];
     return 0;
 }

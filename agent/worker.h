@@ -17,6 +17,7 @@ struct agent_worker_spec {
     char **env;      /* the complete environment, NULL-terminated; borrowed */
     int console[2];  /* stdout/stderr console fd, or -1 */
     int file[2];     /* log file fd per stream or -1; ownership passes to the worker */
+    const struct agent_output_cfg *output; /* prefix, --dedup, filters; NULL: defaults */
 };
 
 struct agent_worker {

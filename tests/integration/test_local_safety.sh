@@ -71,16 +71,19 @@ refused "planted RUN_ID directory" "owned by uid $EVIL_UID, not by you (uid 0)"
 rm -rf "${S:?}/$ID"
 
 # ... and with nothing planted the job runs there, in directories of root's that nobody else can
-# write, and a re-run with the same --log-dir reuses its own files.
+# write; a re-run with the same --log-dir gets RUN_ID.1 and leaves the first run's files alone.
 for n in 1 2; do
     job --log-dir "$S" --tee 3
     expect_rc "sticky --log-dir, run $n" 0
-    grep -q "hello-from-rank-0" "$S/$ID/attempt_0/0/stdout.log" ||
-        fail "sticky --log-dir, run $n: stdout.log lacks the output"
+    R="$S/$ID"
+    [ "$n" = 2 ] && R="$S/$ID.1"
+    grep -q "hello-from-rank-0" "$R/attempt_0/0/stdout.log" ||
+        fail "sticky --log-dir, run $n: $R/attempt_0/0/stdout.log lacks the output"
+    grep -qF "worker logs in $R" "$T/err" || fail "sticky --log-dir, run $n: $R not printed"
 done
 [ "$(grep -c hello-from-rank-0 "$S/$ID/attempt_0/0/stdout.log")" = 1 ] ||
-    fail "the re-run did not truncate its own stdout.log"
-for p in "$S/$ID" "$S/$ID/attempt_0" "$S/$ID/attempt_0/0"; do
+    fail "the re-run wrote into the first run's stdout.log"
+for p in "$S/$ID" "$S/$ID/attempt_0" "$S/$ID/attempt_0/0" "$S/$ID.1"; do
     expect_eq "owner and mode of $p" "0 755" "$(stat -c '%u %a' "$p")"
 done
 # the other user now plants next to root's run directory: nothing of it is used

@@ -1,4 +1,5 @@
-/* Unit tests for agent/output.c: raw bytes to the log file, "[rankN]: " lines to the console.
+/* Unit tests for agent/output.c: raw bytes to the log file, "[rankN]: " lines and '\r' redraws
+ * to the console, held partial lines, prefix templates, filter files.
  * The console is a pipe enlarged to 1 MiB, so the writes never block a test that reads only
  * afterwards; the log file is a temp file re-read by path. */
 #include <errno.h>
@@ -172,6 +173,153 @@ static void test_prefix_has_rank(void **state)
     agent_output_init(&fx->o, fx->pipe[1], -1, 12);
     feed(fx, "x\n");
     assert_string_equal(console(fx), "[rank12]: x\n");
+}
+
+/* '\r' ends an update too (progress bars): each redraw goes out at once with the prefix. */
+static void test_carriage_return_updates(void **state)
+{
+    struct fx *fx = *state;
+    feed(fx, "p1\r");
+    assert_string_equal(console(fx), PFX "p1\r");
+    feed(fx, "p2\rp3\r");
+    assert_string_equal(console(fx), PFX "p2\r" PFX "p3\r");
+    feed(fx, "\r"); /* a redraw that starts with '\r' (tqdm's way): nothing to show yet */
+    assert_string_equal(console(fx), "");
+    feed(fx, "done\n");
+    assert_string_equal(console(fx), PFX "done\n");
+}
+
+/* Another worker writing while our redraw is on the console: ours is ended first, never
+ * overwritten; the same for a partial line shown at close. */
+static void test_other_worker_ends_our_line(void **state)
+{
+    struct fx *fx = *state;
+    struct agent_output other;
+    agent_output_init(&other, fx->pipe[1], -1, 4);
+    feed(fx, "bar 10%\r");
+    agent_output_feed(&other, "hello\n", 6);
+    assert_string_equal(console(fx), PFX "bar 10%\r\n[rank4]: hello\n");
+    feed(fx, "bar 20%\r");
+    agent_output_close(&fx->o); /* a cut-short bar stays visible */
+    agent_output_feed(&other, "bye\n", 4);
+    agent_output_close(&other);
+    assert_string_equal(console(fx), PFX "bar 20%\r\n[rank4]: bye\n");
+}
+
+/* With a loop, a partial line is shown after AGENT_OUTPUT_HOLD_MS; its rest follows without a
+ * second prefix, unless another worker wrote in between. */
+static void test_partial_line_shown_after_hold(void **state)
+{
+    struct fx *fx = *state;
+    struct agent_output other;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    agent_output_configure(&fx->o, &loop, NULL, 0, 0);
+    agent_output_init(&other, fx->pipe[1], -1, 4);
+    agent_output_configure(&other, &loop, NULL, 1, 0);
+    uint64_t start = uv_now(&loop);
+    feed(fx, "epoch 1: ");
+    assert_string_equal(console(fx), "");
+    while (fx->o.shown == 0 && uv_now(&loop) - start < 5000)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_string_equal(console(fx), PFX "epoch 1: ");
+    assert_true(uv_now(&loop) - start >= AGENT_OUTPUT_HOLD_MS);
+    feed(fx, "ok\nepoch 2: ");
+    assert_string_equal(console(fx), "ok\n");
+    while (fx->o.shown == 0 && uv_now(&loop) - start < 10000)
+        uv_run(&loop, UV_RUN_ONCE);
+    agent_output_feed(&other, "interrupt\n", 10);
+    feed(fx, "ok\n");
+    assert_string_equal(console(fx), PFX "epoch 2: \n[rank4]: interrupt\n" PFX "ok\n");
+    agent_output_close(&other);
+    agent_output_close(&fx->o);
+    uv_run(&loop, UV_RUN_DEFAULT); /* the shared timer closes with the last output */
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* A lone newline right after our cut line is not an extra empty line. */
+static void test_cut_line_rest_is_only_newline(void **state)
+{
+    struct fx *fx = *state;
+    struct agent_output other;
+    agent_output_init(&other, fx->pipe[1], -1, 4);
+    feed(fx, "bar\r");
+    agent_output_feed(&other, "x\n", 2);
+    feed(fx, "\n");
+    agent_output_close(&other);
+    assert_string_equal(console(fx), PFX "bar\r\n[rank4]: x\n");
+}
+
+static void test_prefix_template(void **state)
+{
+    (void)state;
+    char buf[64];
+    agent_output_prefix("[${role_name}${local_rank}]:", "trainer", 9, 1, buf, sizeof(buf));
+    assert_string_equal(buf, "[trainer1]:");
+    agent_output_prefix("$rank/$local_rank $$rank ${nope} $ranks $ $5 ${rank", "r", 12, 3, buf,
+                        sizeof(buf));
+    assert_string_equal(buf, "12/3 $rank ${nope} $ranks $ $5 ${rank");
+    assert_int_equal(agent_output_prefix("${rank}${rank}${rank}", "r", 123456, 0, buf, 8), 7);
+    assert_string_equal(buf, "1234561");
+}
+
+static void test_template_and_no_prefix_cfg(void **state)
+{
+    struct fx *fx = *state;
+    struct agent_output_cfg cfg = {.prefix_template = "${role_name}:${rank}> ", .role = "w"};
+    agent_output_close(&fx->o);
+    agent_output_init(&fx->o, fx->pipe[1], -1, RANK);
+    agent_output_configure(&fx->o, NULL, &cfg, 0, 0);
+    feed(fx, "a\n");
+    assert_string_equal(console(fx), "w:3> a\n");
+    cfg = (struct agent_output_cfg){.prefix_template = "", .role = "w"};
+    agent_output_close(&fx->o);
+    agent_output_init(&fx->o, fx->pipe[1], -1, RANK);
+    agent_output_configure(&fx->o, NULL, &cfg, 0, 0);
+    feed(fx, "b\n");
+    assert_string_equal(console(fx), PFX "b\n"); /* empty template: unset, as in torchrun */
+    cfg.no_prefix = 1;
+    agent_output_close(&fx->o);
+    agent_output_init(&fx->o, fx->pipe[1], -1, RANK);
+    agent_output_configure(&fx->o, NULL, &cfg, 0, 0);
+    feed(fx, "c\rd\n");
+    assert_string_equal(console(fx), "c\rd\n");
+}
+
+static void test_split_filters(void **state)
+{
+    (void)state;
+    char **v;
+    assert_int_equal(agent_output_split_filters("a,b,,c,,,d", &v), 0);
+    assert_string_equal(v[0], "a");
+    assert_string_equal(v[1], "b,c,");
+    assert_string_equal(v[2], "d");
+    assert_null(v[3]);
+    free(v);
+    assert_int_equal(agent_output_split_filters("", &v), 0);
+    assert_null(v[0]);
+    free(v);
+    assert_int_equal(agent_output_split_filters(",x,,", &v), 0);
+    assert_string_equal(v[0], "x,");
+    assert_null(v[1]);
+    free(v);
+}
+
+/* Lines containing any filter also go, with their prefix, to the filter file. */
+static void test_filter_file(void **state)
+{
+    struct fx *fx = *state;
+    const char *const filters[] = {"loss", "err,or", NULL};
+    struct agent_output_cfg cfg = {.filters = {filters, NULL}, .filter_path = {fx->path, NULL}};
+    agent_output_close(&fx->o);
+    agent_output_init(&fx->o, fx->pipe[1], -1, RANK);
+    agent_output_configure(&fx->o, NULL, &cfg, 0, 0);
+    feed(fx, "step 1 loss 0.5\nnothing\nan err,or\rlo");
+    feed(fx, "ss at end");
+    agent_output_close(&fx->o);
+    size_t len;
+    assert_string_equal(file_contents(fx, &len),
+                        PFX "step 1 loss 0.5\n" PFX "an err,or\n" PFX "loss at end\n");
 }
 
 /* Expected console text for a line of n 'a's (plus '\n') split at AGENT_OUTPUT_LINE_MAX. */
@@ -398,6 +546,14 @@ int main(void)
         T(test_closed_console_epipe),
         T(test_write_all),
         T(test_close_zeroed_struct),
+        T(test_carriage_return_updates),
+        T(test_other_worker_ends_our_line),
+        T(test_partial_line_shown_after_hold),
+        T(test_cut_line_rest_is_only_newline),
+        T(test_prefix_template),
+        T(test_template_and_no_prefix_cfg),
+        T(test_split_filters),
+        T(test_filter_file),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
