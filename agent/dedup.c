@@ -246,9 +246,8 @@ static struct entry *find(struct agent_dedup *d, int fd, const char *text, size_
     return before;
 }
 
-int agent_dedup_add(struct agent_dedup *d, int fd, int rank, const char *prefix,
-                    const char *text, size_t len, uint64_t now_ms, int expected,
-                    uint64_t *last_seq)
+int agent_dedup_add(struct agent_dedup *d, int fd, int rank, const char *prefix, const char *text,
+                    size_t len, uint64_t now_ms, int expected, uint64_t *last_seq)
 {
     struct entry *e = find(d, fd, text, len, rank, by_seq(d, *last_seq));
 

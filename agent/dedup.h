@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define AGENT_DEDUP_WINDOW_MS 100
-#define AGENT_DEDUP_LINE_MAX 4096 /* longer lines are not compared: the caller prints them */
+#define AGENT_DEDUP_LINE_MAX 4096  /* longer lines are not compared: the caller prints them */
 #define AGENT_DEDUP_QUEUE_MAX 4096 /* entries; beyond it the oldest leave early */
 
 struct agent_dedup;
@@ -36,9 +36,8 @@ void agent_dedup_free(struct agent_dedup *d);
  * line is in. expected: how many streams feed fd, so that an entry all of them joined leaves
  * at once. Returns 0 or -ENOMEM (nothing queued: print the line yourself after
  * agent_dedup_flush_to(*last_seq)). May emit. */
-int agent_dedup_add(struct agent_dedup *d, int fd, int rank, const char *prefix,
-                    const char *text, size_t len, uint64_t now_ms, int expected,
-                    uint64_t *last_seq);
+int agent_dedup_add(struct agent_dedup *d, int fd, int rank, const char *prefix, const char *text,
+                    size_t len, uint64_t now_ms, int expected, uint64_t *last_seq);
 
 /* Emits every entry up to and including the one named seq (0 or gone: nothing), so that what
  * the stream prints next comes after its queued lines. */

@@ -60,8 +60,8 @@ static int open_explicit(struct agent_logdir *d, const char *log_dir, const char
             return rc;
     }
     if (rc == 0) {
-        snprintf(err, errlen, "--log-dir %s: %s and %s.1 to .%d all exist", log_dir, run_id,
-                 run_id, RUN_DIR_TRIES - 1);
+        snprintf(err, errlen, "--log-dir %s: %s and %s.1 to .%d all exist", log_dir, run_id, run_id,
+                 RUN_DIR_TRIES - 1);
         return -EEXIST;
     }
     rc = mc_dir_open(path, 0755, "--log-dir", NULL, d->base, err, errlen);

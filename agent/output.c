@@ -313,8 +313,8 @@ static void put(char *buf, size_t len, size_t *used, const char *s, size_t n)
         buf[(*used)++] = s[i];
 }
 
-size_t agent_output_prefix(const char *tmpl, const char *role, int rank, int local_rank,
-                           char *buf, size_t len)
+size_t agent_output_prefix(const char *tmpl, const char *role, int rank, int local_rank, char *buf,
+                           size_t len)
 {
     size_t used = 0;
     char num[16];

@@ -28,10 +28,10 @@
 
 /* How an attempt's worker streams are shown; borrowed, the strings must outlive the outputs. */
 struct agent_output_cfg {
-    const char *prefix_template; /* NULL or "": "[rank${rank}]: " */
-    int no_prefix;               /* --no-prefix: workers' text as it is */
-    const char *role;            /* ${role_name} */
-    unsigned dedup_ms;           /* --dedup's window; 0: off */
+    const char *prefix_template;   /* NULL or "": "[rank${rank}]: " */
+    int no_prefix;                 /* --no-prefix: workers' text as it is */
+    const char *role;              /* ${role_name} */
+    unsigned dedup_ms;             /* --dedup's window; 0: off */
     const char *const *filters[2]; /* NULL or NULL-terminated substrings, per stream */
     const char *filter_path[2];    /* the attempt's filtered_std{out,err}.log; NULL: none */
 };
@@ -52,8 +52,8 @@ struct agent_output {
     int swallow_nl; /* the last part of a split line was written: drop a leading newline */
     int attached;   /* counted in the agent-wide console state (timer, dedup) */
     int dedup, dedup_fd;
-    uint64_t dedup_seq;                      /* agent_dedup_add's cookie */
-    uint64_t hold_until;                     /* ms; 0: nothing held */
+    uint64_t dedup_seq;                         /* agent_dedup_add's cookie */
+    uint64_t hold_until;                        /* ms; 0: nothing held */
     struct agent_output *hold_prev, *hold_next; /* in the list of held partial lines */
 };
 
@@ -87,8 +87,8 @@ void agent_output_close(struct agent_output *o);
 /* Expands a TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE like Python's string.Template.safe_substitute:
  * $role_name / ${role_name}, $rank / ${rank}, $local_rank / ${local_rank}; "$$" is "$"; any
  * other '$' stays as it is. Writes at most len - 1 bytes and a NUL; returns the length written. */
-size_t agent_output_prefix(const char *tmpl, const char *role, int rank, int local_rank,
-                           char *buf, size_t len);
+size_t agent_output_prefix(const char *tmpl, const char *role, int rank, int local_rank, char *buf,
+                           size_t len);
 
 /* Splits a torchrun filter list ("a,b,,c": ",," is a literal comma, so that is "a" and "b,c")
  * into *out, a NULL-terminated array in one allocation (free() it). Empty items are dropped;

@@ -203,9 +203,15 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_all_ranks_merge_at_once), T(test_window),      T(test_specific_lines_between),
-        T(test_never_reorders),          T(test_repeat_by_one_rank), T(test_flush_to),
-        T(test_free_flushes),            T(test_ranks_fmt),   T(test_other_stream_does_not_block),
+        T(test_all_ranks_merge_at_once),
+        T(test_window),
+        T(test_specific_lines_between),
+        T(test_never_reorders),
+        T(test_repeat_by_one_rank),
+        T(test_flush_to),
+        T(test_free_flushes),
+        T(test_ranks_fmt),
+        T(test_other_stream_does_not_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
