@@ -20,9 +20,9 @@
 
 enum next_step { NEXT_NONE, NEXT_REJOIN, NEXT_EXIT };
 
-/* INT, TERM, HUP, QUIT, and one more for a --preempt-signal outside that list (SIGUSR1 for
- * sbatch --signal) */
-#define AGENT_NSIGHANDLES 5
+/* INT, TERM, HUP, QUIT, one more for a --preempt-signal outside that list (SIGUSR1 for
+ * sbatch --signal), and up to 32 more from --signals-to-handle */
+#define AGENT_NSIGHANDLES 37
 
 struct agent {
     uv_loop_t loop;

@@ -7,6 +7,7 @@
 
 #include "agent_priv.h"
 #include "env.h"
+#include "numa.h"
 #include "output.h"
 #include "path.h"
 
@@ -72,6 +73,7 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->round = as->round;
     w->checkpoint_dir = a->o->checkpoint_dir;
     w->resume_from = a->resume_from;
+    w->virtual_local_rank = a->o->virtual_local_rank;
 }
 
 void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,
@@ -118,7 +120,9 @@ static void output_cfg(const struct agent_options *o, const char *dir,
 int agent_spawn_one_(struct agent *a, int i)
 {
     const struct agent_options *o = a->o;
-    struct agent_worker_spec spec = {.argv = o->argv, .file = {-1, -1}};
+    struct agent_worker_spec spec = {
+        .argv = o->argv, .file = {-1, -1},
+        .bind = o->numa != NULL && i < o->numa->nbind ? &o->numa->bind[i] : NULL};
     struct agent_worker_info info;
     struct agent_env env, full;
     char dir[PATH_MAX] = "", error_file[PATH_MAX] = "", heartbeat[PATH_MAX] = "";

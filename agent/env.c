@@ -100,6 +100,29 @@ static const char *parent_get(char *const *parent, const char *key)
     return NULL;
 }
 
+/* --virtual-local-rank: the worker sees its one GPU as device 0. Entry local_rank of the
+ * agent's list, as written (torchrun strips blanks around it), else GPU local_rank. */
+static int set_virtual_gpu(struct agent_env *env, const struct agent_worker_info *w,
+                           char *const *parent)
+{
+    const char *cvd = parent_get(parent, "CUDA_VISIBLE_DEVICES"), *s = cvd;
+    size_t len;
+
+    if (cvd == NULL)
+        return agent_env_setf(env, "CUDA_VISIBLE_DEVICES", "%d", w->local_rank) ? -ENOMEM : 0;
+    for (int i = 0; i < w->local_rank; i++)
+        if ((s = strchr(s, ',')) == NULL)
+            return -ERANGE;
+        else
+            s++;
+    len = strcspn(s, ",");
+    while (len > 0 && (*s == ' ' || *s == '\t'))
+        s++, len--;
+    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+        len--;
+    return agent_env_setf(env, "CUDA_VISIBLE_DEVICES", "%.*s", (int)len, s) ? -ENOMEM : 0;
+}
+
 int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *w,
                          char *const *parent)
 {
@@ -124,6 +147,9 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
     rc |= agent_env_set(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
     rc |= agent_env_set(env, "TORCHELASTIC_ERROR_FILE", w->error_file);
     rc |= agent_env_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
+    /* torch < 2.2 reads only the old name (and defaults it off); newer torch reads both */
+    if (parent_get(parent, "NCCL_ASYNC_ERROR_HANDLING") == NULL)
+        rc |= agent_env_set(env, "NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
     if (parent_get(parent, "OMP_NUM_THREADS") == NULL && w->local_world_size > 1)
         rc |= agent_env_set(env, "OMP_NUM_THREADS", "1");
     rc |= agent_env_set(env, "MUSTER_JOB_ID", w->run_id);
@@ -141,6 +167,10 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
         rc |= agent_env_set(env, "MUSTER_RESUME_FROM", w->resume_from);
     if (w->heartbeat_file != NULL && w->heartbeat_file[0] != '\0')
         rc |= agent_env_set(env, "MUSTER_HEARTBEAT_FILE", w->heartbeat_file);
+    if (rc == 0 && w->virtual_local_rank) {
+        rc = agent_env_set(env, "LOCAL_RANK", "0");
+        return rc ? -ENOMEM : set_virtual_gpu(env, w, parent);
+    }
     return rc ? -ENOMEM : 0;
 }
 

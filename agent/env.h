@@ -30,6 +30,9 @@ struct agent_worker_info {
     const char *checkpoint_dir; /* MUSTER_CHECKPOINT_DIR */
     const char *resume_from;    /* MUSTER_RESUME_FROM: the checkpoint to resume from */
     const char *heartbeat_file; /* MUSTER_HEARTBEAT_FILE (--hang-timeout) */
+    /* --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES = entry local_rank of the
+     * agent's CUDA_VISIBLE_DEVICES (or local_rank itself when it is unset), as torchrun */
+    int virtual_local_rank;
 };
 
 void agent_env_init(struct agent_env *env);
@@ -45,7 +48,10 @@ const char *agent_env_get(const struct agent_env *env, const char *key);
 
 /* Fills env with the variables muster sets for one worker (torchrun's set, then MUSTER_*).
  * `parent` is the agent's environment (e.g. environ): inherited values such as
- * TORCH_NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS are honoured. Returns 0 or -ENOMEM. */
+ * TORCH_NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS are honoured; NCCL_ASYNC_ERROR_HANDLING
+ * (the name torch before 2.2 reads) follows TORCH_NCCL_ASYNC_ERROR_HANDLING unless set.
+ * Returns 0, -ENOMEM, or -ERANGE when virtual_local_rank finds no CUDA_VISIBLE_DEVICES entry
+ * for the worker. */
 int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *w,
                          char *const *parent);
 

@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/mempolicy.h> /* MPOL_PREFERRED */
 #include <linux/sched.h> /* struct clone_args, CLONE_INTO_CGROUP */
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@ struct spawn_ctx {
     int err; /* written by the child: shared memory (CLONE_VM), read after it exec'd or died */
     int write_cgroup; /* the child joins by writing cgroup.procs (no clone3) */
     int cgroup_err;
+    int bind_err;
 };
 
 /* The child runs on this stack while the parent is suspended (CLONE_VFORK), so one stack
@@ -37,6 +40,22 @@ static int install_stdio(const int *want)
         if (dup2(fd[i], i) < 0) /* dup2 clears close-on-exec on the new fd */
             return -1;
     return 0;
+}
+
+/* --numa-binding (numa.h), in the child, before exec: the program's first thread and all it
+ * starts run there. MPOL_PREFERRED: a full node spills over rather than call the OOM killer.
+ * Returns 0 or an errno. */
+static int apply_bind(const struct agent_spawn_bind *b)
+{
+    int err = 0;
+
+    if (CPU_COUNT(&b->cpus) > 0 && sched_setaffinity(0, sizeof(b->cpus), &b->cpus) != 0)
+        err = errno;
+    if (b->mem_node >= 0 &&
+        syscall(SYS_set_mempolicy, MPOL_PREFERRED, b->mems, 8 * sizeof(b->mems) + 1) != 0 &&
+        err == 0)
+        err = errno;
+    return err;
 }
 
 /* Async-signal-safe calls only: this shares the parent's memory. */
@@ -61,6 +80,8 @@ static int child_main(void *arg)
     /* before exec, so nothing the program starts can be born outside (see start_child) */
     if (c->write_cgroup && write(c->o->cgroup_procs_fd, "0", 1) != 1)
         c->cgroup_err = errno ? errno : EIO;
+    if (c->o->bind != NULL)
+        c->bind_err = apply_bind(c->o->bind);
     if (install_stdio(c->o->stdio) != 0)
         goto fail;
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -169,6 +190,8 @@ int agent_spawn(const struct agent_spawn_opts *o, pid_t *pid)
         return -clone_err;
     if (o->cgroup_err != NULL)
         *o->cgroup_err = c.cgroup_err;
+    if (o->bind_err != NULL)
+        *o->bind_err = c.bind_err;
     if (c.err != 0) {
         while (waitpid(p, NULL, 0) < 0 && errno == EINTR)
             ;

@@ -11,7 +11,16 @@
 #ifndef MUSTER_AGENT_SPAWN_H
 #define MUSTER_AGENT_SPAWN_H
 
+#include <sched.h>
 #include <sys/types.h>
+
+/* Where a child runs and allocates: computed by the parent, applied by the child with two
+ * system calls (sched_setaffinity, set_mempolicy). */
+struct agent_spawn_bind {
+    cpu_set_t cpus;          /* no CPU set: not bound */
+    int mem_node;            /* the NUMA node preferred for memory, -1: no memory policy */
+    unsigned long mems[16];  /* mem_node as set_mempolicy's mask (1024 nodes) */
+};
 
 struct agent_spawn_opts {
     const char *file;    /* looked up on the child's PATH when it has no '/' */
@@ -27,6 +36,10 @@ struct agent_spawn_opts {
     int cgroup_dir_fd;
     int cgroup_procs_fd;
     int *cgroup_err;
+    /* bind (NULL: none): the child binds itself before exec (numa.h); failing to does not
+     * stop it: the errno goes to *bind_err (0 when bound), if not NULL */
+    const struct agent_spawn_bind *bind;
+    int *bind_err;
 };
 
 /* Starts a child in a new session (its own process group, pgid == pid) with every signal at

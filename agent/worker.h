@@ -11,12 +11,14 @@
 #include "output.h"
 
 struct agent_group;
+struct agent_spawn_bind; /* spawn.h */
 
 struct agent_worker_spec {
     char **argv;     /* the worker command, NULL-terminated; borrowed */
     char **env;      /* the complete environment, NULL-terminated; borrowed */
     int console[2];  /* stdout/stderr console fd, or -1 */
     int file[2];     /* log file fd per stream or -1; ownership passes to the worker */
+    const struct agent_spawn_bind *bind; /* --numa-binding (numa.h), NULL: none; borrowed */
     const struct agent_output_cfg *output; /* prefix, --dedup, filters; NULL: defaults */
 };
 

@@ -18,6 +18,7 @@ enum opt_id {
     O_TOKEN_FILE, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_NPROC_PER_GPU, O_GPU_MEM_FRACTION, O_GPU_MEM,
     O_MPS, O_AUTO_BATCH, O_PREFLIGHT, O_PREFLIGHT_MIN_BUSBW, O_PREFLIGHT_ALLOW_MIXED,
     O_PREFLIGHT_TIMEOUT, O_PREFLIGHT_MAX_BYTES,
+    O_LOGS_SPECS, O_NUMA_BINDING, O_VIRTUAL_LOCAL_RANK, /* torchrun's, config_torchrun.c */
     O_DUP_STDOUT_FILTERS, O_DUP_STDERR_FILTERS, O_NO_PREFIX, O_DEDUP, /* output (config.c) */
     O_COUNT_
 };
@@ -37,6 +38,18 @@ int cfg_fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf
 int cfg_parse_int(const char *s, long lo, long hi, long *out);
 /* Seconds as a non-negative decimal ("30", "0.5") converted to milliseconds. 0 or -EINVAL. */
 int cfg_parse_seconds_ms(const char *s, unsigned *ms);
+
+/* "TERM", "SIGUSR1", "usr1" or a number. 0 or -EINVAL. */
+int cfg_parse_signal(const char *v, int *sig);
+/* Appends one line to cfg->notes (printed on stderr before anything starts). */
+void cfg_note(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* config_torchrun.c: --rdzv-conf's keys (torchrun's and muster's). After parse_rdzv. Returns 0,
+ * -EINVAL (reason in p->err) or -ENOMEM. */
+int cfg_parse_rdzv_conf(struct parse *p);
+/* config_torchrun.c: --signals-to-handle, --logs-specs, --numa-binding, --virtual-local-rank and
+ * the notes for flags that do nothing in muster. After cfg_parse_gpu. 0 or -EINVAL/-ENOMEM. */
+int cfg_parse_torchrun(struct parse *p);
 
 /* config_gpu.c: --nproc-per-gpu, --gpu-mem*, --mps, --auto-batch and --preflight*. Runs after
  * --nproc-per-node and --nnodes are known. Returns 0 or -EINVAL (reason in p->err). */

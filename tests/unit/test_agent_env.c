@@ -100,11 +100,12 @@ static void test_worker_env_all_variables(void **state)
     assert_var(&fx->env, "TORCHELASTIC_USE_AGENT_STORE", "False");
     assert_var(&fx->env, "TORCHELASTIC_ERROR_FILE", "/logs/job42/attempt_2/1/error.json");
     assert_var(&fx->env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+    assert_var(&fx->env, "NCCL_ASYNC_ERROR_HANDLING", "1"); /* torch < 2.2's name */
     assert_var(&fx->env, "OMP_NUM_THREADS", "1");
     assert_var(&fx->env, "MUSTER_JOB_ID", "job42");
     assert_var(&fx->env, "MUSTER_RESTART_COUNT", "2");
-    /* exactly these 20, and nothing from the parent */
-    assert_int_equal(fx->env.len, 20);
+    /* exactly these 21, and nothing from the parent */
+    assert_int_equal(fx->env.len, 21);
     assert_null(agent_env_get(&fx->env, "PATH"));
     assert_null(agent_env_get(&fx->env, "HOME"));
     assert_terminated(&fx->env);
@@ -133,7 +134,7 @@ static void test_omp_only_when_unset_and_several_local_workers(void **state)
 
     assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, with_omp), 0);
     assert_null(agent_env_get(&fx->env, "OMP_NUM_THREADS"));
-    assert_int_equal(fx->env.len, 19);
+    assert_int_equal(fx->env.len, 20);
     agent_env_free(&fx->env);
 
     fx->w.local_world_size = 1;
@@ -165,6 +166,49 @@ static void test_nccl_async_inherited(void **state)
     assert_var(&fx->env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
 }
 
+/* NCCL_ASYNC_ERROR_HANDLING (read by torch < 2.2) follows TORCH_NCCL_ASYNC_ERROR_HANDLING,
+ * inherited or "1"; one the agent has is left alone (the merge passes it on). */
+static void test_nccl_async_old_name(void **state)
+{
+    struct fx *fx = *state;
+    char *torch0[] = {"TORCH_NCCL_ASYNC_ERROR_HANDLING=0", NULL};
+    char *old2[] = {"NCCL_ASYNC_ERROR_HANDLING=2", NULL};
+
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, torch0), 0);
+    assert_var(&fx->env, "NCCL_ASYNC_ERROR_HANDLING", "0");
+    agent_env_free(&fx->env);
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, old2), 0);
+    assert_null(agent_env_get(&fx->env, "NCCL_ASYNC_ERROR_HANDLING"));
+    assert_var(&fx->env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+    assert_int_equal(agent_env_merge(&fx->env, old2, &fx->merged), 0);
+    assert_var(&fx->merged, "NCCL_ASYNC_ERROR_HANDLING", "2");
+}
+
+/* --virtual-local-rank: LOCAL_RANK 0 and the worker's own entry of the agent's list (blanks
+ * around it dropped), GPU local_rank without one, -ERANGE past its end. */
+static void test_virtual_local_rank(void **state)
+{
+    struct fx *fx = *state;
+    char *cvd[] = {"CUDA_VISIBLE_DEVICES=4, GPU-abc ,7", NULL};
+    char *short_cvd[] = {"CUDA_VISIBLE_DEVICES=4", NULL};
+
+    fx->w.virtual_local_rank = 1;
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, cvd), 0);
+    assert_var(&fx->env, "LOCAL_RANK", "0");
+    assert_var(&fx->env, "CUDA_VISIBLE_DEVICES", "GPU-abc");
+    assert_var(&fx->env, "RANK", "5");
+    agent_env_free(&fx->env);
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, NULL), 0);
+    assert_var(&fx->env, "CUDA_VISIBLE_DEVICES", "1");
+    agent_env_free(&fx->env);
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, short_cvd), -ERANGE);
+    agent_env_free(&fx->env);
+    fx->w.virtual_local_rank = 0;
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, cvd), 0);
+    assert_var(&fx->env, "LOCAL_RANK", "1");
+    assert_null(agent_env_get(&fx->env, "CUDA_VISIBLE_DEVICES")); /* inherited by the merge */
+}
+
 static void test_worker_env_twice_replaces(void **state)
 {
     struct fx *fx = *state;
@@ -172,7 +216,7 @@ static void test_worker_env_twice_replaces(void **state)
     fx->w.restart_count = 3;
     fx->w.rank = 7;
     assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, NULL), 0);
-    assert_int_equal(fx->env.len, 20);
+    assert_int_equal(fx->env.len, 21);
     assert_var(&fx->env, "RANK", "7");
     assert_var(&fx->env, "TORCHELASTIC_RESTART_COUNT", "3");
     assert_var(&fx->env, "MUSTER_RESTART_COUNT", "3");
@@ -305,7 +349,7 @@ static void test_merge_full_worker_env(void **state)
     assert_var(&fx->merged, "OMP_NUM_THREADS", "4");
     assert_var(&fx->merged, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "0");
     assert_var(&fx->merged, "WORLD_SIZE", "9");
-    assert_int_equal(fx->merged.len, 19 + 2);
+    assert_int_equal(fx->merged.len, 20 + 2);
 }
 
 int main(void)
@@ -313,6 +357,8 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_worker_env_all_variables),
+        T(test_nccl_async_old_name),
+        T(test_virtual_local_rank),
         T(test_worker_env_null_parent_and_empty_error_file),
         T(test_omp_only_when_unset_and_several_local_workers),
         T(test_nccl_async_inherited),
