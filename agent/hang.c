@@ -143,4 +143,7 @@ void agent_hang_close(struct agent_hang *h, void (*close_cb)(void *data))
     h->close_cb = close_cb;
     uv_close((uv_handle_t *)&h->event, on_closed);
     uv_close((uv_handle_t *)&h->timer, on_closed);
+    /* empty now unless a worker still writes: then it stays, like before; a fresh mkdtemp
+     * directory per run would otherwise pile up in $TMPDIR (--log-dir /dev/null) */
+    rmdir(h->dir);
 }
