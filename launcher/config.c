@@ -86,6 +86,10 @@ static const struct opt opts[O_COUNT_] = {
     [O_PREFLIGHT_ALLOW_MIXED] = {"preflight-allow-mixed", 0, OPT_FLAG, "PET_PREFLIGHT_ALLOW_MIXED"},
     [O_PREFLIGHT_TIMEOUT] = {"preflight-timeout", 0, OPT_VALUE, "PET_PREFLIGHT_TIMEOUT"},
     [O_PREFLIGHT_MAX_BYTES] = {"preflight-max-bytes", 0, OPT_VALUE, "PET_PREFLIGHT_MAX_BYTES"},
+    [O_PREFLIGHT_MIN_TFLOPS] = {"preflight-min-tflops", 0, OPT_VALUE, "PET_PREFLIGHT_MIN_TFLOPS"},
+    [O_PREFLIGHT_MIN_HBM_GBPS] = {"preflight-min-hbm-gbps", 0, OPT_VALUE,
+                                  "PET_PREFLIGHT_MIN_HBM_GBPS"},
+    [O_PREFLIGHT_ALLOW_SLOW] = {"preflight-allow-slow", 0, OPT_FLAG, "PET_PREFLIGHT_ALLOW_SLOW"},
     [O_LOGS_SPECS] = {"logs-specs", 0, OPT_VALUE, NULL}, /* torchrun reads no PET_ for these two */
     [O_NUMA_BINDING] = {"numa-binding", 0, OPT_VALUE, NULL},
     [O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, OPT_FLAG, "PET_VIRTUAL_LOCAL_RANK"},
@@ -777,8 +781,8 @@ static int parse_security(struct parse *p)
     }
     if ((rc = parse_tls_files(p)) != 0)
         return rc;
-    if (cfg->max_nodes > 1 && cfg->token == NULL && cfg->tls_cert == NULL)
-        return user_token(p);
+    if (cfg->max_nodes > 1 && cfg->token == NULL && cfg->tls_cert == NULL && !cfg->dry_run)
+        return user_token(p); /* --dry-run starts nothing, so it makes no file either */
     return 0;
 }
 
