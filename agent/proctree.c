@@ -229,7 +229,7 @@ static void ensure_reaper(void)
 {
     int rc;
 
-    if (pt.reaper_state != 0)
+    if (pt.reaper_state != 0 || pt.mode == AGENT_PROCTREE_DISABLED)
         return;
     if ((rc = start_reaper()) != 0) {
         pt.reaper_state = rc;
@@ -305,7 +305,13 @@ enum agent_proctree_mode agent_proctree_start(int adopt_orphans)
     if (pt.mode != AGENT_PROCTREE_OFF)
         return pt.mode;
     pt.adopt = adopt_orphans;
-    if ((rc = make_job_cgroup(why, sizeof(why))) == 0) {
+    if (getenv("MUSTER_PROCTREE") != NULL && strcmp(getenv("MUSTER_PROCTREE"), "off") == 0) {
+        /* the escape hatch: process groups only, as before issue 11 */
+        pt.mode = AGENT_PROCTREE_DISABLED;
+        snprintf(pt.describe, sizeof(pt.describe),
+                 "process trees: off (MUSTER_PROCTREE=off): only the workers' process groups "
+                 "are killed");
+    } else if ((rc = make_job_cgroup(why, sizeof(why))) == 0) {
         pt.mode = AGENT_PROCTREE_CGROUP;
         snprintf(pt.describe, sizeof(pt.describe),
                  "process trees: cgroup v2 %s (cgroup.kill at attempt end; a reaper process "
@@ -351,8 +357,9 @@ int agent_proctree_group_open(struct agent_proctree_group *t, int n)
     t->open = 1;
     t->next = open_groups;
     open_groups = t;
-    t->scan = agent_proctree_start(0) != AGENT_PROCTREE_CGROUP;
-    if (t->scan)
+    enum agent_proctree_mode mode = agent_proctree_start(0);
+    t->scan = mode == AGENT_PROCTREE_FALLBACK;
+    if (mode != AGENT_PROCTREE_CGROUP)
         return 0;
     if (agent_path_fmt(t->dir, sizeof(t->dir), "%s/g%u", pt.job, pt.next_id++) != 0 ||
         mkdir(t->dir, 0755) != 0) {

@@ -19,7 +19,8 @@
  *   sessions (the reaper kills the sessions); without adopt_orphans, setsid()'d orphans.
  *
  * MUSTER_CGROUP_ROOT=<dir> replaces <its own cgroup> (a test seam: a non-existent dir forces
- * the fallback); MUSTER_DEBUG_PROCTREE=1 prints the mechanism chosen. Never fails a job. */
+ * the fallback); MUSTER_PROCTREE=off turns all of this off (process groups only, as before);
+ * MUSTER_DEBUG_PROCTREE=1 prints the mechanism chosen. Never fails a job. */
 #ifndef MUSTER_AGENT_PROCTREE_H
 #define MUSTER_AGENT_PROCTREE_H
 
@@ -30,6 +31,7 @@ enum agent_proctree_mode {
     AGENT_PROCTREE_OFF,      /* agent_proctree_start() not called yet */
     AGENT_PROCTREE_CGROUP,   /* cgroup v2 + cgroup.kill */
     AGENT_PROCTREE_FALLBACK, /* sessions, /proc scan, optionally child subreaper */
+    AGENT_PROCTREE_DISABLED, /* MUSTER_PROCTREE=off: process groups only */
 };
 
 /* One agent_group's share: its cgroup, and its workers' pids (each leads its own session). */
