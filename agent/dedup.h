@@ -15,7 +15,7 @@
 
 #define AGENT_DEDUP_WINDOW_MS 100
 #define AGENT_DEDUP_LINE_MAX 4096  /* longer lines are not compared: the caller prints them */
-#define AGENT_DEDUP_QUEUE_MAX 4096 /* entries; beyond it the oldest leave early */
+#define AGENT_DEDUP_QUEUE_MAX 1024 /* each new line scans them; beyond it the oldest leave */
 
 struct agent_dedup;
 

@@ -125,5 +125,10 @@ for d in same-id same-id.1; do
         fail "re-run: $d/attempt_0/0/stdout.log lost or mixed its run's output"
 done
 
+# 6. a bad --dedup window is a usage error: one line, exit 2, nothing started
+IT_TIMEOUT=30 mrun -- run --standalone --dedup=soon --no-python "$T/lines.sh" "$T/none" 1
+expect_rc "--dedup=soon" 2
+grep -q "^muster: error: .*--dedup" "$T/err" || { show_output; fail "--dedup=soon: no usage error naming --dedup"; }
+
 assert_no_marked_left 10
 exit 0
