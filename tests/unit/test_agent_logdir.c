@@ -89,6 +89,31 @@ static void test_explicit_log_dir(void **state)
     assert_true(is_dir(want));
 }
 
+/* A later run with the same --log-dir and run id gets RUN_ID.1, then .2: never the earlier
+ * run's directory. */
+static void test_rerun_gets_fresh_dir(void **state)
+{
+    struct fx *fx = *state;
+    struct agent_logdir d;
+    char logs[PATH_MAX], want[PATH_MAX + 64], err[256];
+
+    snprintf(logs, sizeof(logs), "%s/logs", fx->tmp);
+    assert_int_equal(agent_logdir_open(&d, logs, "job", 0, err, sizeof(err)), 0);
+    snprintf(want, sizeof(want), "%s/job", logs);
+    assert_string_equal(d.base, want);
+    assert_int_equal(agent_logdir_open(&d, logs, "job", 0, err, sizeof(err)), 0);
+    snprintf(want, sizeof(want), "%s/job.1", logs);
+    assert_string_equal(d.base, want);
+    assert_true(is_dir(want));
+    assert_int_equal(agent_logdir_open(&d, logs, "job", 0, err, sizeof(err)), 0);
+    snprintf(want, sizeof(want), "%s/job.2", logs);
+    assert_string_equal(d.base, want);
+    /* another job whose id is job.1 starts fresh elsewhere, never inside ours */
+    assert_int_equal(agent_logdir_open(&d, logs, "job.1", 0, err, sizeof(err)), 0);
+    snprintf(want, sizeof(want), "%s/job.1.1", logs);
+    assert_string_equal(d.base, want);
+}
+
 static void test_private_flat_removed(void **state)
 {
     struct fx *fx = *state;
@@ -174,6 +199,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_explicit_log_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rerun_gets_fresh_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_private_flat_removed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_private_with_files_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disabled, setup, teardown),
