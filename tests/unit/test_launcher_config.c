@@ -398,6 +398,40 @@ static void test_local_ranks_filter(void **state)
     assert_einval(fx, parse(fx, "--local-ranks-filter", "-1", "@S", NULL));
 }
 
+static void test_output_flags(void **state)
+{
+    struct fx *fx = *state;
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_null(fx->cfg.dup_filters[0]);
+    assert_null(fx->cfg.dup_filters[1]);
+    assert_int_equal(fx->cfg.no_prefix, 0);
+    assert_int_equal(fx->cfg.dedup_ms, 0);
+
+    assert_ok(fx, parse(fx, "--duplicate-stdout-filters", "a,,b,c", "--duplicate_stderr_filters=",
+                        "--no-prefix", "--dedup", "@S", NULL));
+    assert_string_equal(fx->cfg.dup_filters[0][0], "a,b");
+    assert_string_equal(fx->cfg.dup_filters[0][1], "c");
+    assert_null(fx->cfg.dup_filters[0][2]);
+    assert_null(fx->cfg.dup_filters[1][0]); /* an empty list copies nothing */
+    assert_int_equal(fx->cfg.no_prefix, 1);
+    assert_int_equal(fx->cfg.dedup_ms, 100);
+    assert_ok(fx, parse(fx, "--dedup=250", "@S", NULL));
+    assert_int_equal(fx->cfg.dedup_ms, 250);
+    assert_ok(fx, parse(fx, "--dedup=0", "@S", NULL));
+    assert_int_equal(fx->cfg.dedup_ms, 0);
+    assert_einval(fx, parse(fx, "--dedup=soon", "@S", NULL));
+    assert_einval(fx, parse(fx, "--dedup=99999", "@S", NULL));
+
+    /* the prefix template comes from the environment; empty counts as unset (torchrun) */
+    setenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}${local_rank}]:", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_string_equal(fx->cfg.prefix_template, "[${role_name}${local_rank}]:");
+    setenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "", 1);
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_null(fx->cfg.prefix_template);
+    unsetenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+}
+
 /* ---- PET_* ----------------------------------------------------------------------------------- */
 
 static void test_pet_env_fallback(void **state)
@@ -1127,6 +1161,7 @@ int main(void)
         T(test_redirects_and_tee),
         T(test_std_for_rank_plain),
         T(test_local_ranks_filter),
+        T(test_output_flags),
         T(test_pet_env_fallback),
         T(test_command_line_beats_pet),
         T(test_pet_flags),
