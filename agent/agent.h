@@ -76,6 +76,9 @@ struct agent_options {
     double preflight_min_busbw;    /* GB/s, 0 = no floor */
     int preflight_allow_mixed;
     const char *preflight_max_bytes; /* NULL: muster-preflight's default */
+    double preflight_min_tflops;   /* per-GPU bf16 GEMM floor, 0 = none (issue 15) */
+    double preflight_min_hbm_gbps; /* per-GPU HBM copy floor, 0 = none */
+    int preflight_allow_slow;      /* slow GPUs warn instead of failing */
 };
 
 /* Runs the job on this node until it ends. Borrows opts. Returns the process exit code. */

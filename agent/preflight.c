@@ -165,12 +165,19 @@ static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
         snprintf(bufs[9], PATH_MAX, "--reason-file=%.4000s", a->pf_reason);
         argv[k++] = bufs[9];
     }
+    /* issue 15: per-GPU floors and --preflight-allow-slow */
+    snprintf(bufs[10], PATH_MAX, "--min-tflops=%g", o->preflight_min_tflops);
+    argv[k++] = bufs[10];
+    snprintf(bufs[11], PATH_MAX, "--min-hbm-gbps=%g", o->preflight_min_hbm_gbps);
+    argv[k++] = bufs[11];
+    if (o->preflight_allow_slow)
+        argv[k++] = "--allow-slow";
     argv[k] = NULL;
 }
 
 static int spawn_node_process(struct agent *a)
 {
-    static char bufs[10][PATH_MAX];
+    static char bufs[12][PATH_MAX];
     char *argv[16];
     struct agent_worker_spec spec = {.argv = argv, .console = {-1, -1}, .file = {-1, -1}};
     struct agent_worker_info w = {0};

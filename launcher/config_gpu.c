@@ -149,6 +149,15 @@ static int parse_preflight(struct parse *p)
         return cfg_fail(p, "--preflight-min-busbw must be GB/s >= 0, not '%s'", v);
     cfg->preflight_allow_mixed = p->val[O_PREFLIGHT_ALLOW_MIXED] != NULL &&
                                  strcmp(p->val[O_PREFLIGHT_ALLOW_MIXED], "0") != 0;
+    /* issue 15: per-GPU floors, and slow GPUs as warnings */
+    if ((v = p->val[O_PREFLIGHT_MIN_TFLOPS]) != NULL &&
+        parse_double(v, -1e-300, 1e6, &cfg->preflight_min_tflops) != 0)
+        return cfg_fail(p, "--preflight-min-tflops must be TFLOP/s >= 0, not '%s'", v);
+    if ((v = p->val[O_PREFLIGHT_MIN_HBM_GBPS]) != NULL &&
+        parse_double(v, -1e-300, 1e6, &cfg->preflight_min_hbm_gbps) != 0)
+        return cfg_fail(p, "--preflight-min-hbm-gbps must be GB/s >= 0, not '%s'", v);
+    cfg->preflight_allow_slow = p->val[O_PREFLIGHT_ALLOW_SLOW] != NULL &&
+                                strcmp(p->val[O_PREFLIGHT_ALLOW_SLOW], "0") != 0;
     if ((v = p->val[O_PREFLIGHT_TIMEOUT]) != NULL &&
         (cfg_parse_seconds_ms(v, &cfg->preflight_timeout_ms) != 0 ||
          cfg->preflight_timeout_ms < 1000))

@@ -392,6 +392,9 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.preflight_timeout_ms = cfg->preflight_timeout_ms;
     o.preflight_min_busbw = cfg->preflight_min_busbw;
     o.preflight_allow_mixed = cfg->preflight_allow_mixed;
+    o.preflight_min_tflops = cfg->preflight_min_tflops;
+    o.preflight_min_hbm_gbps = cfg->preflight_min_hbm_gbps;
+    o.preflight_allow_slow = cfg->preflight_allow_slow;
     o.preflight_max_bytes = cfg->preflight_max_bytes;
     rc = agent_run(&o);
     agent_numa_free(&numa);

@@ -18,6 +18,15 @@ double pf_busbw_allreduce(double algbw, int nranks)
     return algbw * (2.0 * (double)(nranks - 1) / (double)nranks);
 }
 
+enum pf_busbw_verdict pf_busbw_judge(int nranks, double busbw, double min_busbw)
+{
+    if (!(min_busbw > 0))
+        return PF_BUSBW_NO_FLOOR;
+    if (nranks < 2)
+        return PF_BUSBW_ONE_RANK;
+    return busbw >= min_busbw ? PF_BUSBW_OK : PF_BUSBW_BELOW;
+}
+
 int pf_size_sweep(uint64_t min, uint64_t max, unsigned factor, uint64_t *out, int cap)
 {
     int n = 0;

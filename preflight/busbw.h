@@ -16,6 +16,17 @@ double pf_algbw_gbps(double bytes, double seconds);
  * nranks < 1 also gives 0. */
 double pf_busbw_allreduce(double algbw, int nranks);
 
+/* --preflight-min-busbw against the busbw at the largest size (issue 15). With one rank an
+ * all-reduce moves no data (busbw is 0 and algbw only times a local copy), so a floor cannot
+ * apply: judging it would fail every one-GPU job. */
+enum pf_busbw_verdict {
+    PF_BUSBW_NO_FLOOR = 0, /* min_busbw <= 0: no floor given */
+    PF_BUSBW_ONE_RANK,     /* nranks < 2: floor given but not applied (say so) */
+    PF_BUSBW_OK,           /* busbw >= min_busbw */
+    PF_BUSBW_BELOW         /* busbw < min_busbw: the pre-flight fails */
+};
+enum pf_busbw_verdict pf_busbw_judge(int nranks, double busbw, double min_busbw);
+
 /* Fills out[] with min, min*factor, min*factor^2, ... while <= max, then max itself if the last
  * one was below it (max is always the last entry, even when it is not min * factor^k).
  * Returns the number of entries (>= 1), -EINVAL for min == 0, min > max or factor < 2, or

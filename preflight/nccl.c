@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "busbw.h"
 #include "muster.h"
 #include "node.h"
 #include "node_priv.h"
@@ -176,6 +177,42 @@ static void describe_failure(json_t *r, char *out, size_t cap)
                  err ? err : "failed");
 }
 
+/* The bandwidth table and --preflight-min-busbw. With one rank there is no bandwidth to
+ * show or judge (issue 15: it printed algbw 1,173,488 GB/s and busbw 0.0, and any floor failed
+ * every one-GPU job). Returns 1 when the floor fails (reason set), else 0. */
+static int judge_bandwidth(struct pf_node *n, json_t *all)
+{
+    double bytes = 0, busbw = 0;
+
+    if (n->world < 2) {
+        fprintf(stderr, "muster: preflight: NCCL all-reduce over 1 rank: sum exact; no bandwidth "
+                "figures (one rank moves no data)\n");
+        json_object_set_new(n->report_json, "busbw_floor",
+                            json_string(n->min_busbw > 0 ? "not applied: one rank" : "none"));
+        if (n->min_busbw > 0)
+            fprintf(stderr, "muster: preflight: --preflight-min-busbw %.1f not applied: it needs "
+                    "at least 2 ranks\n", n->min_busbw);
+        return 0;
+    }
+    busbw = last_busbw(all, &bytes);
+    fprintf(stderr, "muster: preflight: NCCL all-reduce over %d ranks: sums exact on every rank, "
+            "every GPU distinct\n", n->world);
+    print_sizes(all);
+    switch (pf_busbw_judge(n->world, busbw, n->min_busbw)) {
+    case PF_BUSBW_BELOW:
+        snprintf(n->reason, sizeof(n->reason), "busbw %.1f GB/s at %.0f MiB is below "
+                 "--preflight-min-busbw %.1f GB/s", busbw, bytes / (1 << 20), n->min_busbw);
+        json_object_set_new(n->report_json, "busbw_floor", json_string("failed"));
+        return 1;
+    case PF_BUSBW_OK:
+        json_object_set_new(n->report_json, "busbw_floor", json_string("passed"));
+        return 0;
+    default:
+        json_object_set_new(n->report_json, "busbw_floor", json_string("none"));
+        return 0;
+    }
+}
+
 /* Group rank 0: every node's ranks; prints the table and checks --preflight-min-busbw. */
 static int judge_nccl(struct pf_node *n, json_t *mine)
 {
@@ -214,15 +251,8 @@ static int judge_nccl(struct pf_node *n, json_t *mine)
     }
     json_t *all = rank0 ? stage_of(rank0, "all") : NULL;
     if (bad == 0 && all != NULL) {
-        double bytes, busbw = last_busbw(all, &bytes);
-        fprintf(stderr, "muster: preflight: NCCL all-reduce over %d rank%s: sums exact on every "
-                "rank, every GPU distinct\n", n->world, n->world == 1 ? "" : "s");
-        print_sizes(all);
-        if (n->min_busbw > 0 && busbw < n->min_busbw) {
-            snprintf(n->reason, sizeof(n->reason), "busbw %.1f GB/s at %.0f MiB is below "
-                     "--preflight-min-busbw %.1f GB/s", busbw, bytes / (1 << 20), n->min_busbw);
-            bad++;
-        }
+        bad += judge_bandwidth(n, all);
+        bad += pf_judge_health(n, nodes);
     } else if (bad == 0) {
         snprintf(n->reason, sizeof(n->reason), "no result from rank 0");
         bad++;

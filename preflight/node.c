@@ -161,6 +161,8 @@ static int parse_args(struct pf_node *n, int argc, char **argv)
         {"max-bytes", required_argument, NULL, 's'}, {"report", required_argument, NULL, 'r'},
         {"bin", required_argument, NULL, 'p'},       {"local-addr", required_argument, NULL, 'a'},
         {"reason-file", required_argument, NULL, 'f'},
+        {"min-tflops", required_argument, NULL, 'T'}, {"min-hbm-gbps", required_argument, NULL, 'H'},
+        {"allow-slow", no_argument, NULL, 'w'},
         {NULL, 0, NULL, 0}};
     int c;
 
@@ -176,6 +178,9 @@ static int parse_args(struct pf_node *n, int argc, char **argv)
         case 'p': n->bin = optarg; break;
         case 'a': n->local_addr = optarg; break;
         case 'f': n->reason_file = optarg; break;
+        case 'T': n->min_tflops = strtod(optarg, NULL); break;
+        case 'H': n->min_hbm_gbps = strtod(optarg, NULL); break;
+        case 'w': n->allow_slow = 1; break;
         default: return -EINVAL;
         }
     }

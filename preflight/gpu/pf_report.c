@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 
+#include "health.h"
+
 static json_t *gpu_json(const struct pf_run *run)
 {
     const struct pf_gpu *g = &run->gpu;
@@ -46,6 +48,58 @@ static json_t *init_json(const struct pf_run *run)
     return o;
 }
 
+/* NVML's facts (null where NVML did not answer), its summary line and the named issues. */
+static json_t *nvml_json(const struct pf_health *h)
+{
+    struct pf_health_issue is[PF_HEALTH_MAX_ISSUES];
+    int n = pf_health_judge(h, is, PF_HEALTH_MAX_ISSUES);
+    static const char *const level[] = {"note", "warning", "failure"};
+    char line[512], clk[160] = "";
+    json_t *o, *issues = json_array();
+
+    pf_health_summary(h, line, sizeof(line));
+    if (h->clock_events >= 0)
+        pf_health_clock_names(h->clock_events, clk, sizeof(clk));
+#define OPT(v) ((v) >= 0 ? json_integer(v) : json_null())
+    o = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s?, s:o, s:o, s:o, s:o, "
+                  "s:o, s:o, s:o, s:o}",
+                  "found", h->nvml, "summary", line, "ecc_enabled", OPT(h->ecc_enabled),
+                  "ecc_uncorrected_volatile", OPT(h->ecc_volatile_unc),
+                  "ecc_uncorrected_aggregate", OPT(h->ecc_aggregate_unc), "remap_pending",
+                  OPT(h->remap_pending), "remap_failure", OPT(h->remap_failure),
+                  "remapped_rows_uncorrectable", OPT(h->remap_unc_rows), "clock_events",
+                  OPT(h->clock_events), "sm_mhz", OPT(h->sm_mhz), "clock_event_names",
+                  clk[0] ? clk : NULL, "sm_max_mhz", OPT(h->sm_max_mhz), "temperature_c",
+                  OPT(h->temp_c), "pcie_gen", OPT(h->pcie_gen), "pcie_gen_max",
+                  OPT(h->pcie_gen_max), "pcie_width", OPT(h->pcie_width), "pcie_width_max",
+                  OPT(h->pcie_width_max), "persistence", OPT(h->persistence), "issues", issues);
+#undef OPT
+    for (int i = 0; o != NULL && i < n && i < PF_HEALTH_MAX_ISSUES; i++)
+        json_array_append_new(issues, json_pack("{s:s, s:s}", "level", level[is[i].level],
+                                                "text", is[i].text));
+    return o;
+}
+
+/* Issue 15: GEMM and HBM figures (null when not measured) and NVML health; null when the
+ * measurement did not run (an earlier stage failed). */
+static json_t *health_json(const struct pf_run *run)
+{
+    const struct pf_bench *b = &run->bench;
+
+    if (!b->ran)
+        return json_null();
+    return json_pack("{s:o, s:i, s:i, s:s?, s:s?, s:o, s:s, s:I, s:i, s:f, s:o, s:o}",
+                     "gemm_tflops", b->gemm_tflops > 0 ? json_real(b->gemm_tflops) : json_null(),
+                     "gemm_n", b->gemm_n, "gemm_iters", b->gemm_iters, "cublas",
+                     b->cublas[0] ? b->cublas : NULL, "gemm_note",
+                     b->gemm_note[0] ? b->gemm_note : NULL, "hbm_gbps",
+                     b->hbm_gbps > 0 ? json_real(b->hbm_gbps) : json_null(), "hbm_counts",
+                     "read+write", "hbm_bytes", (json_int_t)b->hbm_bytes, "hbm_iters",
+                     b->hbm_iters, "ms", b->ms, "simulated_slow",
+                     b->slow_factor < 1 ? json_real(b->slow_factor) : json_null(), "nvml",
+                     nvml_json(&run->health));
+}
+
 static json_t *result_json(const struct pf_run *run)
 {
     json_t *stages = json_array();
@@ -54,12 +108,15 @@ static json_t *result_json(const struct pf_run *run)
 
     for (int i = 0; stages != NULL && i < run->nstages; i++)
         json_array_append_new(stages, stage_json(&run->stages[i]));
-    return json_pack("{s:i, s:i, s:s, s:o*, s:b, s:s?, s:i, s:o*, s:o*, s:I, s:s?, s:f}", "rank",
+    json_t *o = json_pack("{s:i, s:i, s:s, s:o*, s:b, s:s?, s:i, s:o*, s:o*, s:I, s:s?, s:f}", "rank",
                      run->env.rank, "local_rank", run->env.local_rank, "host", run->host, "gpu",
                      gpu_json(run), "ok", run->exit_code == PF_EXIT_OK, "error", err, "exit",
                      run->exit_code, "init_ms", init_json(run), "stages", stages, "max_bytes",
                      (json_int_t)run->max_bytes, "note", note, "total_ms",
                      pf_now_ms() - run->start_ms);
+    if (o != NULL)
+        json_object_set_new(o, "health", health_json(run));
+    return o;
 }
 
 static int write_all(int fd, const char *s, size_t n)

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <muster.h>
 
+#include "pf_bench.h"
 #include "pf_gpu.h"
 #include "pf_kv.h"
 #include "pf_report.h"
@@ -185,6 +186,9 @@ int pf_allreduce_run(struct pf_run *run)
         rc = pf_kv_check_gpus(run);
     if (rc == 0)
         rc = run_stages(run);
+    /* After the collectives, so no rank waits on another's GEMM (issue 15) */
+    if (rc == 0)
+        rc = pf_bench_run(run);
     if (rc < 0 && run->error[0] == '\0')
         pf_fail(run, PF_EXIT_START, rc, "internal error: %s", strerror(-rc));
     pf_kv_report_error(run);

@@ -9,6 +9,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "health.h"
+
 /* Exit codes (also in muster_preflight.c's header comment and --help). */
 #define PF_EXIT_OK 0      /* every check passed */
 #define PF_EXIT_CHECK 1   /* a check failed: duplicate GPU, NCCL error, wrong sum */
@@ -62,6 +64,20 @@ struct pf_stage_result {
     struct pf_size_result sizes[PF_MAX_SIZES];
 };
 
+/* Issue 15: this GPU's throughput (pf_bench.c). A figure <= 0 was not measured. */
+struct pf_bench {
+    int ran;
+    double gemm_tflops; /* bf16 in/out, FP32 compute, 2n^3 FLOP per call */
+    int gemm_n, gemm_iters;
+    double hbm_gbps; /* device-to-device copy, bytes read + bytes written per second */
+    uint64_t hbm_bytes;
+    int hbm_iters;
+    double slow_factor; /* test-only scaling (PF_SIMULATE_SLOW_ENV), 1 = none */
+    double ms;          /* the whole measurement, cuBLAS loading and NVML included */
+    char cublas[128];   /* the library loaded, or "" */
+    char gemm_note[256]; /* why there is no GEMM figure, or "" */
+};
+
 struct pf_run {
     struct pf_opts opts;
     struct pf_env env;
@@ -80,6 +96,8 @@ struct pf_run {
     int exit_code;
     char error[PF_ERROR_MAX]; /* the first error; empty when none */
     char note[512];
+    struct pf_bench bench;
+    struct pf_health health;
 };
 
 /* Records the first error (later ones are dropped: the first is the cause) with its exit code

@@ -77,6 +77,30 @@ mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_BUSBW=100.
 expect_rc "step 8" 4
 grep -q "busbw 100.0 GB/s at 256 MiB is below --preflight-min-busbw 250.0" "$T/err" \
     || fail "the busbw floor was not reported: $(cat "$T/err")"
+# one rank: no bandwidth figures, and the busbw floor is not applied (issue 15)
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_BUSBW=100.0 -- \
+    preflight --nproc-per-node 1 --preflight-min-busbw 250
+expect_rc "one rank with a busbw floor" 0
+grep -q "over 1 rank: sum exact; no bandwidth figures" "$T/err" || fail "one rank: $(cat "$T/err")"
+grep -qE "algbw| us +[0-9.]+ GB/s" "$T/err" && fail "one rank printed bandwidth figures: $(cat "$T/err")"
+grep -q "min-busbw 250.0 not applied" "$T/err" || fail "floor not said to be skipped: $(cat "$T/err")"
+
+# a slow GPU (issue 15): more than 10 % below the median of its model fails, named with node,
+# index, UUID and figure; --preflight-allow-slow warns; an NVML failure always fails
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_SLOW_RANK=1 -- preflight
+expect_rc "slow GPU" 4
+grep -q "! node .*, GPU 1 (GPU-00000001-aaaa-bbbb-cccc-dddddddddddd): bf16 GEMM 474.0 TFLOP/s is .* below the median 632.0 of 2 NVIDIA H200" "$T/err" \
+    || fail "the slow GPU was not named: $(cat "$T/err")"
+grep -q "node .*: 2 GPUs: bf16 GEMM 474.0-790.0 TFLOP/s" "$T/err" || fail "no node line: $(cat "$T/err")"
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_SLOW_RANK=1 -- preflight \
+    --preflight-allow-slow
+expect_rc "slow GPU with --preflight-allow-slow" 0
+grep -q "~ node .*GPU 1 .*allow-slow: running anyway" "$T/err" || fail "no warning: $(cat "$T/err")"
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_NVML_FAIL_RANK=0 -- preflight \
+    --preflight-allow-slow --preflight-min-tflops 800
+expect_rc "NVML failure and a floor" 4
+grep -q "! node .*, GPU 0 (GPU-0.*): 1 uncorrectable ECC error" "$T/err" || fail "NVML: $(cat "$T/err")"
+grep -q "below --preflight-min-tflops 800.0" "$T/err" || fail "floor: $(cat "$T/err")"
 
 # --- two nodes with different NCCL versions ---
 start_server

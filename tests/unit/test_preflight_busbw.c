@@ -163,6 +163,22 @@ static void test_check_values(void **state)
     assert_true(pf_check_value(0, 1024, 0) != pf_check_value(1023, 1024, 0));
 }
 
+/* Issue 15: one rank moves no data, so a busbw floor is not applied (it failed every one-GPU
+ * job); from 2 ranks on it is. */
+static void test_busbw_floor_ranks(void **state)
+{
+    (void)state;
+    assert_int_equal(pf_busbw_judge(1, 0.0, 1.0), PF_BUSBW_ONE_RANK);
+    assert_int_equal(pf_busbw_judge(0, 0.0, 1.0), PF_BUSBW_ONE_RANK);
+    assert_int_equal(pf_busbw_judge(1, 0.0, 0.0), PF_BUSBW_NO_FLOOR);
+    assert_int_equal(pf_busbw_judge(2, 299.4, 0.0), PF_BUSBW_NO_FLOOR);
+    assert_int_equal(pf_busbw_judge(2, 299.4, 250.0), PF_BUSBW_OK);
+    assert_int_equal(pf_busbw_judge(2, 250.0, 250.0), PF_BUSBW_OK);
+    assert_int_equal(pf_busbw_judge(2, 100.0, 250.0), PF_BUSBW_BELOW);
+    assert_int_equal(pf_busbw_judge(8, 0.0, 1.0), PF_BUSBW_BELOW);
+    assert_int_equal(pf_busbw_judge(2, 100.0, -1.0), PF_BUSBW_NO_FLOOR);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -170,6 +186,7 @@ int main(void)
         cmocka_unit_test(test_sweep_max_not_power), cmocka_unit_test(test_sweep_bad),
         cmocka_unit_test(test_parse_units),         cmocka_unit_test(test_parse_bad),
         cmocka_unit_test(test_check_values),
+        cmocka_unit_test(test_busbw_floor_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

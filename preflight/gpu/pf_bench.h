@@ -1,0 +1,21 @@
+/* Per GPU throughput in muster-preflight (issue 15): bf16 GEMM through cuBLAS (loaded at run
+ * time) and HBM bandwidth by a device-to-device copy, then NVML's health facts. */
+#ifndef MUSTER_PREFLIGHT_BENCH_H
+#define MUSTER_PREFLIGHT_BENCH_H
+
+#include "pf_run.h"
+
+/* Test-only: MUSTER_PREFLIGHT_SIMULATE_SLOW=<gpu index>:<factor> scales the figures that GPU
+ * measured by factor (0 < factor <= 1), so the "named as slow" path runs on a healthy host. */
+#define PF_SIMULATE_SLOW_ENV "MUSTER_PREFLIGHT_SIMULATE_SLOW"
+
+/* Measures run->gpu (current device, context up): GEMM, HBM copy, NVML. Fills run->bench and
+ * run->health. cuBLAS or NVML missing is no error (said in run->bench.gemm_note / the NVML
+ * summary); a CUDA error during the measurement is recorded with pf_fail (PF_EXIT_CHECK) and
+ * returned as a negative errno. */
+int pf_bench_run(struct pf_run *run);
+
+/* Parses PF_SIMULATE_SLOW_ENV's value "I:F"; returns F when I == index and 0 < F <= 1, else 1. */
+double pf_bench_slow_factor(const char *value, int index);
+
+#endif

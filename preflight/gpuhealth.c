@@ -1,0 +1,147 @@
+/* Pre-flight, issue 15: group rank 0's node compares every GPU's GEMM and HBM figures
+ * (perf.c's rule) and names NVML's findings that muster-preflight put in each rank's result
+ * ("health"), then prints one line per node. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node_priv.h"
+#include "perf.h"
+
+#define MAX_FINDINGS 256
+
+static double num_or_0(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : 0;
+}
+
+/* Every rank of every node with its figures; *ranks gets the matching rank objects. */
+static size_t collect(json_t *nodes, struct pf_perf **out, json_t ***ranks)
+{
+    size_t count = 0, k = 0, i, j;
+    json_t *node, *r;
+
+    json_array_foreach(nodes, i, node)
+        count += json_array_size(json_object_get(node, "ranks"));
+    *out = calloc(count ? count : 1, sizeof(**out));
+    *ranks = calloc(count ? count : 1, sizeof(**ranks));
+    if (*out == NULL || *ranks == NULL)
+        return 0;
+    json_array_foreach(nodes, i, node) {
+        json_array_foreach(json_object_get(node, "ranks"), j, r) {
+            json_t *gpu = json_object_get(r, "gpu"), *h = json_object_get(r, "health");
+            (*out)[k] = (struct pf_perf){json_string_value(json_object_get(r, "host")),
+                                         (int)json_integer_value(json_object_get(gpu, "index")),
+                                         json_string_value(json_object_get(gpu, "uuid")),
+                                         json_string_value(json_object_get(gpu, "name")),
+                                         num_or_0(h, "gemm_tflops"), num_or_0(h, "hbm_gbps")};
+            (*ranks)[k++] = r;
+        }
+    }
+    return k;
+}
+
+/* "node vm: 1 GPU: bf16 GEMM 791.2 TFLOP/s, HBM copy 4270.1 GB/s (read+write); NVML: ..." */
+static void node_line(json_t *node, const struct pf_perf *g, json_t **ranks, size_t n)
+{
+    const char *host = json_string_value(json_object_get(node, "host"));
+    double tmin = 0, tmax = 0, hmin = 0, hmax = 0;
+    int ngpu = 0, nvml = 0, warn = 0, fail = 0;
+    const char *summary = NULL;
+    char gemm[96] = "bf16 GEMM not measured", hbm[96] = "HBM copy not measured";
+
+    for (size_t k = 0; k < n; k++) {
+        json_t *nv = json_object_get(json_object_get(ranks[k], "health"), "nvml"), *is;
+        size_t j;
+        if (!json_equal(json_object_get(ranks[k], "host"), json_object_get(node, "host")))
+            continue;
+        ngpu++;
+        if (g[k].tflops > 0 && (tmin == 0 || g[k].tflops < tmin))
+            tmin = g[k].tflops;
+        if (g[k].tflops > tmax)
+            tmax = g[k].tflops;
+        if (g[k].hbm_gbps > 0 && (hmin == 0 || g[k].hbm_gbps < hmin))
+            hmin = g[k].hbm_gbps;
+        if (g[k].hbm_gbps > hmax)
+            hmax = g[k].hbm_gbps;
+        nvml += json_is_true(json_object_get(nv, "found"));
+        summary = json_string_value(json_object_get(nv, "summary"));
+        json_array_foreach(json_object_get(nv, "issues"), j, is) {
+            const char *lv = json_string_value(json_object_get(is, "level"));
+            warn += lv && strcmp(lv, "warning") == 0;
+            fail += lv && strcmp(lv, "failure") == 0;
+        }
+    }
+    if (tmax > 0)
+        snprintf(gemm, sizeof(gemm), tmin == tmax ? "bf16 GEMM %.1f TFLOP/s" : "bf16 GEMM %.1f-%.1f TFLOP/s", tmin, tmax);
+    if (hmax > 0)
+        snprintf(hbm, sizeof(hbm), hmin == hmax ? "HBM copy %.1f GB/s" : "HBM copy %.1f-%.1f GB/s", hmin, hmax);
+    if (ngpu == 1 || nvml == 0)
+        fprintf(stderr, "muster: preflight: node %s: %d GPU%s: %s, %s (read+write); NVML: %s\n",
+                host ? host : "?", ngpu, ngpu == 1 ? "" : "s", gemm, hbm,
+                nvml == 0 ? "NVML not found: health not checked" : summary ? summary : "?");
+    else
+        fprintf(stderr, "muster: preflight: node %s: %d GPUs: %s, %s (read+write); NVML: %d "
+                "checked, %d warning(s), %d failure(s)\n", host ? host : "?", ngpu, gemm, hbm,
+                nvml, warn, fail);
+}
+
+/* NVML's warnings and failures, one line each naming the GPU. Returns the failures. */
+static int nvml_issues(struct pf_node *n, const struct pf_perf *g, json_t **ranks, size_t cnt,
+                       json_t *list)
+{
+    int fails = 0;
+
+    for (size_t k = 0; k < cnt; k++) {
+        json_t *nv = json_object_get(json_object_get(ranks[k], "health"), "nvml"), *is;
+        size_t j;
+        json_array_foreach(json_object_get(nv, "issues"), j, is) {
+            const char *lv = json_string_value(json_object_get(is, "level"));
+            const char *text = json_string_value(json_object_get(is, "text"));
+            char line[600];
+            int fatal = lv && strcmp(lv, "failure") == 0;
+            if (lv == NULL || strcmp(lv, "note") == 0)
+                continue;
+            snprintf(line, sizeof(line), "node %s, GPU %d (%s): %s", g[k].host ? g[k].host : "?",
+                     g[k].index, g[k].uuid ? g[k].uuid : "?", text ? text : "?");
+            fprintf(stderr, "  %s %s\n", fatal ? "!" : "~", line);
+            json_array_append_new(list, json_pack("{s:s, s:s}", "level", lv, "text", line));
+            if (fatal && fails++ == 0)
+                snprintf(n->reason, sizeof(n->reason), "%s", line);
+        }
+    }
+    return fails;
+}
+
+int pf_judge_health(struct pf_node *n, json_t *nodes)
+{
+    struct pf_perf_limits lim = {n->min_tflops, n->min_hbm_gbps};
+    struct pf_perf_finding f[MAX_FINDINGS];
+    struct pf_perf *g = NULL;
+    json_t **ranks = NULL, *node, *list = json_array();
+    size_t cnt = collect(nodes, &g, &ranks), i;
+    int nf, bad = 0;
+
+    json_array_foreach(nodes, i, node)
+        node_line(node, g, ranks, cnt);
+    nf = pf_perf_compare(g, cnt, &lim, f, MAX_FINDINGS);
+    for (int k = 0; k < nf && k < MAX_FINDINGS; k++) {
+        char line[600];
+        pf_perf_format(g, &f[k], line, sizeof(line));
+        fprintf(stderr, "  %s %s%s\n", n->allow_slow ? "~" : "!", line,
+                n->allow_slow ? " (--preflight-allow-slow: running anyway)" : "");
+        json_array_append_new(list, json_pack("{s:s, s:s}", "level",
+                                              n->allow_slow ? "warning" : "failure", "text", line));
+        if (!n->allow_slow && bad++ == 0)
+            snprintf(n->reason, sizeof(n->reason), "slow GPU: %s", line);
+    }
+    bad += nvml_issues(n, g, ranks, cnt, list);
+    json_object_set_new(n->report_json, "gpu_health",
+                        json_pack("{s:o, s:f, s:f, s:b, s:f}", "findings", list, "min_tflops",
+                                  n->min_tflops, "min_hbm_gbps", n->min_hbm_gbps, "allow_slow",
+                                  n->allow_slow, "outlier_fraction", PF_PERF_OUTLIER));
+    free(g);
+    free(ranks);
+    return bad;
+}
