@@ -251,7 +251,7 @@ void agent_preflight_start_(struct agent *a)
         agent_log("pre-flight: %u node%s, %u rank%s%s", a->as.group_world_size,
                   a->as.group_world_size == 1 ? "" : "s", a->as.world_size,
                   a->as.world_size == 1 ? "" : "s",
-                  a->o->preflight_need_gpus ? " (inventory, TCP mesh, NCCL)"
+                  a->o->preflight_need_gpus ? " (inventory, TCP mesh, NCCL, GPU health)"
                                             : " (no GPU: inventory and TCP mesh)");
     if ((rc = spawn_node_process(a)) != 0) {
         agent_log("error: cannot start the pre-flight: %s", strerror(-rc));

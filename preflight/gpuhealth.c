@@ -22,20 +22,22 @@ static size_t collect(json_t *nodes, struct pf_perf **out, json_t ***ranks)
     size_t count = 0, k = 0, i, j;
     json_t *node, *r;
 
-    json_array_foreach(nodes, i, node)
-        count += json_array_size(json_object_get(node, "ranks"));
+    json_array_foreach(nodes, i, node) count += json_array_size(json_object_get(node, "ranks"));
     *out = calloc(count ? count : 1, sizeof(**out));
     *ranks = calloc(count ? count : 1, sizeof(**ranks));
     if (*out == NULL || *ranks == NULL)
         return 0;
-    json_array_foreach(nodes, i, node) {
-        json_array_foreach(json_object_get(node, "ranks"), j, r) {
+    json_array_foreach(nodes, i, node)
+    {
+        json_array_foreach(json_object_get(node, "ranks"), j, r)
+        {
             json_t *gpu = json_object_get(r, "gpu"), *h = json_object_get(r, "health");
             (*out)[k] = (struct pf_perf){json_string_value(json_object_get(r, "host")),
                                          (int)json_integer_value(json_object_get(gpu, "index")),
                                          json_string_value(json_object_get(gpu, "uuid")),
                                          json_string_value(json_object_get(gpu, "name")),
-                                         num_or_0(h, "gemm_tflops"), num_or_0(h, "hbm_gbps")};
+                                         num_or_0(h, "gemm_tflops"),
+                                         num_or_0(h, "hbm_gbps")};
             (*ranks)[k++] = r;
         }
     }
@@ -67,24 +69,31 @@ static void node_line(json_t *node, const struct pf_perf *g, json_t **ranks, siz
             hmax = g[k].hbm_gbps;
         nvml += json_is_true(json_object_get(nv, "found"));
         summary = json_string_value(json_object_get(nv, "summary"));
-        json_array_foreach(json_object_get(nv, "issues"), j, is) {
+        json_array_foreach(json_object_get(nv, "issues"), j, is)
+        {
             const char *lv = json_string_value(json_object_get(is, "level"));
             warn += lv && strcmp(lv, "warning") == 0;
             fail += lv && strcmp(lv, "failure") == 0;
         }
     }
     if (tmax > 0)
-        snprintf(gemm, sizeof(gemm), tmin == tmax ? "bf16 GEMM %.1f TFLOP/s" : "bf16 GEMM %.1f-%.1f TFLOP/s", tmin, tmax);
+        snprintf(gemm, sizeof(gemm),
+                 tmin == tmax ? "bf16 GEMM %.1f TFLOP/s" : "bf16 GEMM %.1f-%.1f TFLOP/s", tmin,
+                 tmax);
     if (hmax > 0)
-        snprintf(hbm, sizeof(hbm), hmin == hmax ? "HBM copy %.1f GB/s" : "HBM copy %.1f-%.1f GB/s", hmin, hmax);
+        snprintf(hbm, sizeof(hbm), hmin == hmax ? "HBM copy %.1f GB/s" : "HBM copy %.1f-%.1f GB/s",
+                 hmin, hmax);
     if (ngpu == 1 || nvml == 0)
         fprintf(stderr, "muster: preflight: node %s: %d GPU%s: %s, %s (read+write); NVML: %s\n",
                 host ? host : "?", ngpu, ngpu == 1 ? "" : "s", gemm, hbm,
-                nvml == 0 ? "NVML not found: health not checked" : summary ? summary : "?");
+                nvml == 0 ? "NVML not found: health not checked"
+                : summary ? summary
+                          : "?");
     else
-        fprintf(stderr, "muster: preflight: node %s: %d GPUs: %s, %s (read+write); NVML: %d "
-                "checked, %d warning(s), %d failure(s)\n", host ? host : "?", ngpu, gemm, hbm,
-                nvml, warn, fail);
+        fprintf(stderr,
+                "muster: preflight: node %s: %d GPUs: %s, %s (read+write); NVML: %d "
+                "checked, %d warning(s), %d failure(s)\n",
+                host ? host : "?", ngpu, gemm, hbm, nvml, warn, fail);
 }
 
 /* NVML's warnings and failures, one line each naming the GPU. Returns the failures. */
@@ -96,7 +105,8 @@ static int nvml_issues(struct pf_node *n, const struct pf_perf *g, json_t **rank
     for (size_t k = 0; k < cnt; k++) {
         json_t *nv = json_object_get(json_object_get(ranks[k], "health"), "nvml"), *is;
         size_t j;
-        json_array_foreach(json_object_get(nv, "issues"), j, is) {
+        json_array_foreach(json_object_get(nv, "issues"), j, is)
+        {
             const char *lv = json_string_value(json_object_get(is, "level"));
             const char *text = json_string_value(json_object_get(is, "text"));
             char line[600];
@@ -123,8 +133,7 @@ int pf_judge_health(struct pf_node *n, json_t *nodes)
     size_t cnt = collect(nodes, &g, &ranks), i;
     int nf, bad = 0;
 
-    json_array_foreach(nodes, i, node)
-        node_line(node, g, ranks, cnt);
+    json_array_foreach(nodes, i, node) node_line(node, g, ranks, cnt);
     nf = pf_perf_compare(g, cnt, &lim, f, MAX_FINDINGS);
     for (int k = 0; k < nf && k < MAX_FINDINGS; k++) {
         char line[600];

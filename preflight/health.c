@@ -29,10 +29,14 @@ static const struct {
     long long bit;
     const char *name;
 } clock_bits[] = {
-    {PF_CLK_GPU_IDLE, "idle"},           {PF_CLK_APP_CLOCKS, "app_clocks"},
-    {PF_CLK_SW_POWER_CAP, "sw_power_cap"}, {PF_CLK_HW_SLOWDOWN, "hw_slowdown"},
-    {PF_CLK_SYNC_BOOST, "sync_boost"},   {PF_CLK_SW_THERMAL, "sw_thermal"},
-    {PF_CLK_HW_THERMAL, "hw_thermal"},   {PF_CLK_HW_POWER_BRAKE, "hw_power_brake"},
+    {PF_CLK_GPU_IDLE, "idle"},
+    {PF_CLK_APP_CLOCKS, "app_clocks"},
+    {PF_CLK_SW_POWER_CAP, "sw_power_cap"},
+    {PF_CLK_HW_SLOWDOWN, "hw_slowdown"},
+    {PF_CLK_SYNC_BOOST, "sync_boost"},
+    {PF_CLK_SW_THERMAL, "sw_thermal"},
+    {PF_CLK_HW_THERMAL, "hw_thermal"},
+    {PF_CLK_HW_POWER_BRAKE, "hw_power_brake"},
     {PF_CLK_DISPLAY, "display_clock"},
 };
 
@@ -64,14 +68,15 @@ static void judge_memory(const struct pf_health *h, struct issues *is)
         add(is, PF_HEALTH_WARN, "%lld uncorrectable ECC error(s) in the GPU's life",
             h->ecc_aggregate_unc);
     if (h->remap_failure > 0)
-        add(is, PF_HEALTH_FAIL, "row remapping failed: the HBM has a bad row that cannot be "
+        add(is, PF_HEALTH_FAIL,
+            "row remapping failed: the HBM has a bad row that cannot be "
             "replaced (replace the GPU)");
     if (h->remap_pending > 0)
         add(is, PF_HEALTH_WARN, "a row remap is pending: reset the GPU to apply it");
 }
 
 /* The clock-event reasons that mean the hardware or the driver is holding clocks down. */
-#define TROUBLE_BITS                                                                            \
+#define TROUBLE_BITS                                                                               \
     (PF_CLK_HW_SLOWDOWN | PF_CLK_HW_THERMAL | PF_CLK_HW_POWER_BRAKE | PF_CLK_SW_THERMAL)
 
 static void judge_running(const struct pf_health *h, struct issues *is)
@@ -136,9 +141,14 @@ void pf_health_summary(const struct pf_health *h, char *out, size_t cap)
     snprintf(out, cap,
              "%s; rows: %s%s; clock events: %s; SM %d/%d MHz; %s; PCIe gen%d x%d (max gen%d "
              "x%d); persistence %s",
-             ecc, h->remap_failure > 0 ? "remap FAILED" : h->remap_pending > 0 ? "remap pending"
-                                                      : h->remap_pending == 0 ? "ok" : "?",
+             ecc,
+             h->remap_failure > 0    ? "remap FAILED"
+             : h->remap_pending > 0  ? "remap pending"
+             : h->remap_pending == 0 ? "ok"
+                                     : "?",
              h->remap_unc_rows > 0 ? " (remapped for uncorrectable)" : "", clk, h->sm_mhz,
-             h->sm_max_mhz, temp, h->pcie_gen, h->pcie_width, h->pcie_gen_max,
-             h->pcie_width_max, h->persistence > 0 ? "on" : h->persistence == 0 ? "off" : "?");
+             h->sm_max_mhz, temp, h->pcie_gen, h->pcie_width, h->pcie_gen_max, h->pcie_width_max,
+             h->persistence > 0    ? "on"
+             : h->persistence == 0 ? "off"
+                                   : "?");
 }

@@ -21,18 +21,18 @@
 
 /* Every field -1 when NVML did not answer it (an old driver, a GPU without ECC, a VM). */
 struct pf_health {
-    int nvml;                       /* 1: NVML answered for this GPU; 0: nothing below is valid */
-    int ecc_enabled;                /* current ECC mode */
-    long long ecc_volatile_unc;     /* uncorrected ECC errors since the driver loaded */
-    long long ecc_aggregate_unc;    /* uncorrected ECC errors over the GPU's life */
-    int remap_pending;              /* rows remapped, applied at the next GPU reset */
-    int remap_failure;              /* a row could not be remapped: the memory is bad */
-    long long remap_unc_rows;       /* rows remapped for uncorrectable errors */
-    long long clock_events;         /* PF_CLK_* bits now */
-    int sm_mhz, sm_max_mhz;         /* SM clock now (right after the GEMM) and its maximum */
+    int nvml;                    /* 1: NVML answered for this GPU; 0: nothing below is valid */
+    int ecc_enabled;             /* current ECC mode */
+    long long ecc_volatile_unc;  /* uncorrected ECC errors since the driver loaded */
+    long long ecc_aggregate_unc; /* uncorrected ECC errors over the GPU's life */
+    int remap_pending;           /* rows remapped, applied at the next GPU reset */
+    int remap_failure;           /* a row could not be remapped: the memory is bad */
+    long long remap_unc_rows;    /* rows remapped for uncorrectable errors */
+    long long clock_events;      /* PF_CLK_* bits now */
+    int sm_mhz, sm_max_mhz;      /* SM clock now (right after the GEMM) and its maximum */
     int temp_c;
     int pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
-    int persistence;                /* persistence mode on */
+    int persistence; /* persistence mode on */
 };
 
 enum pf_health_level { PF_HEALTH_NOTE = 0, PF_HEALTH_WARN = 1, PF_HEALTH_FAIL = 2 };

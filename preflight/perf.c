@@ -64,8 +64,8 @@ int pf_perf_compare(const struct pf_perf *g, size_t n, const struct pf_perf_limi
         return -EINVAL;
     for (size_t i = 0; i < n; i++) {
         for (int m = PF_PERF_GEMM; m <= PF_PERF_HBM; m++) {
-            double v = figure(&g[i], m), floor = m == PF_PERF_GEMM ? lim->min_tflops
-                                                                    : lim->min_hbm_gbps;
+            double v = figure(&g[i], m),
+                   floor = m == PF_PERF_GEMM ? lim->min_tflops : lim->min_hbm_gbps;
             struct pf_perf_finding f = {i, m, v, 0, 0, 0};
             double med = 0;
             if (!(v > 0))
@@ -92,13 +92,13 @@ int pf_perf_format(const struct pf_perf *g, const struct pf_perf_finding *f, cha
     const struct pf_perf *p = &g[f->gpu];
     const char *what = f->metric == PF_PERF_GEMM ? "bf16 GEMM" : "HBM copy";
     const char *unit = f->metric == PF_PERF_GEMM ? "TFLOP/s" : "GB/s (read+write)";
-    const char *flag = f->metric == PF_PERF_GEMM ? "--preflight-min-tflops"
-                                                 : "--preflight-min-hbm-gbps";
+    const char *flag =
+        f->metric == PF_PERF_GEMM ? "--preflight-min-tflops" : "--preflight-min-hbm-gbps";
 
     if (f->below_floor)
         return snprintf(out, cap, "node %s, GPU %d (%s): %s %.1f %s is below %s %.1f",
-                        p->host ? p->host : "?", p->index, p->uuid ? p->uuid : "?", what,
-                        f->value, unit, flag, f->ref);
+                        p->host ? p->host : "?", p->index, p->uuid ? p->uuid : "?", what, f->value,
+                        unit, flag, f->ref);
     return snprintf(out, cap,
                     "node %s, GPU %d (%s): %s %.1f %s is %.1f %% below the median %.1f of %d %s",
                     p->host ? p->host : "?", p->index, p->uuid ? p->uuid : "?", what, f->value,

@@ -15,8 +15,9 @@ struct pf_perf {
     int index;
     const char *uuid;
     const char *model;
-    double tflops;   /* bf16 GEMM, TFLOP/s; <= 0: not measured (never judged) */
-    double hbm_gbps; /* device-to-device copy, GB/s with read and write counted; <= 0: not measured */
+    double tflops; /* bf16 GEMM, TFLOP/s; <= 0: not measured (never judged) */
+    double
+        hbm_gbps; /* device-to-device copy, GB/s with read and write counted; <= 0: not measured */
 };
 
 struct pf_perf_limits {
@@ -27,12 +28,12 @@ struct pf_perf_limits {
 enum pf_perf_metric { PF_PERF_GEMM = 0, PF_PERF_HBM = 1 };
 
 struct pf_perf_finding {
-    size_t gpu;                 /* index into the array given to pf_perf_compare */
+    size_t gpu; /* index into the array given to pf_perf_compare */
     enum pf_perf_metric metric;
     double value;
-    double ref;                 /* the floor, or the model's median */
-    int below_floor;            /* 1: below the floor; 0: more than 10 % below the median */
-    int peers;                  /* GPUs of the model with this figure (the median's sample) */
+    double ref;      /* the floor, or the model's median */
+    int below_floor; /* 1: below the floor; 0: more than 10 % below the median */
+    int peers;       /* GPUs of the model with this figure (the median's sample) */
 };
 
 /* Median of v[0..n) (the mean of the middle two for even n), 0 for n == 0. Does not modify v;
@@ -50,7 +51,6 @@ int pf_perf_compare(const struct pf_perf *g, size_t n, const struct pf_perf_limi
 /* One line naming the GPU (node, index, UUID) and its figure, e.g.
  * "node gpu-a, GPU 3 (GPU-1234...): bf16 GEMM 612.0 TFLOP/s is 22.5 % below the median 790.0
  * TFLOP/s of 8 NVIDIA H200". Returns what snprintf returns. */
-int pf_perf_format(const struct pf_perf *g, const struct pf_perf_finding *f, char *out,
-                   size_t cap);
+int pf_perf_format(const struct pf_perf *g, const struct pf_perf_finding *f, char *out, size_t cap);
 
 #endif

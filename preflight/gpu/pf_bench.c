@@ -37,9 +37,9 @@ struct cublas {
     int (*create)(cublas_handle *);
     int (*destroy)(cublas_handle);
     int (*set_workspace)(cublas_handle, void *, size_t);
-    int (*gemm_ex)(cublas_handle, int, int, int, int, int, const void *, const void *,
-                   cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
-                   cudaDataType, int, int, int);
+    int (*gemm_ex)(cublas_handle, int, int, int, int, int, const void *, const void *, cudaDataType,
+                   int, const void *, cudaDataType, int, const void *, void *, cudaDataType, int,
+                   int, int);
 };
 #define CUBLAS_OP_N_ 0
 #define CUBLAS_COMPUTE_32F_ 68
@@ -208,8 +208,10 @@ static int hbm(struct pf_run *run)
     cudaFree(dst);
     cudaFree(src);
     if (ce != cudaSuccess)
-        return pf_fail(run, PF_EXIT_CHECK, -EIO, "CUDA error in the HBM copy check on GPU %d "
-                       "(%s): %s", run->gpu.index, run->gpu.uuid, cudaGetErrorString(ce));
+        return pf_fail(run, PF_EXIT_CHECK, -EIO,
+                       "CUDA error in the HBM copy check on GPU %d "
+                       "(%s): %s",
+                       run->gpu.index, run->gpu.uuid, cudaGetErrorString(ce));
     return 0;
 }
 

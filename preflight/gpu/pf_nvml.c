@@ -36,7 +36,8 @@ static void *sym(void *lib, const char *name)
 
 static void ecc(void *lib, nvml_dev d, struct pf_health *h)
 {
-    int (*mode)(nvml_dev, int *, int *) = (int (*)(nvml_dev, int *, int *))sym(lib, "nvmlDeviceGetEccMode");
+    int (*mode)(nvml_dev, int *, int *) =
+        (int (*)(nvml_dev, int *, int *))sym(lib, "nvmlDeviceGetEccMode");
     int (*total)(nvml_dev, int, int, unsigned long long *) =
         (int (*)(nvml_dev, int, int, unsigned long long *))sym(lib, "nvmlDeviceGetTotalEccErrors");
     int cur = 0, pend = 0;
@@ -55,8 +56,8 @@ static void ecc(void *lib, nvml_dev d, struct pf_health *h)
 static void rows(void *lib, nvml_dev d, struct pf_health *h)
 {
     int (*remapped)(nvml_dev, unsigned int *, unsigned int *, unsigned int *, unsigned int *) =
-        (int (*)(nvml_dev, unsigned int *, unsigned int *, unsigned int *,
-                 unsigned int *))sym(lib, "nvmlDeviceGetRemappedRows");
+        (int (*)(nvml_dev, unsigned int *, unsigned int *, unsigned int *, unsigned int *))sym(
+            lib, "nvmlDeviceGetRemappedRows");
     unsigned int corr = 0, unc = 0, pending = 0, failure = 0;
 
     if (remapped && remapped(d, &corr, &unc, &pending, &failure) == 0) {

@@ -99,7 +99,7 @@ static void test_one_gpu_floors(void **state)
     pf_perf_format(g, &f[0], line, sizeof(line));
     assert_string_equal(line, "node gpu-a, GPU 0 (GPU-0): bf16 GEMM 400.0 TFLOP/s is below "
                               "--preflight-min-tflops 700.0");
-    g[0].tflops = 0;    /* cuBLAS missing */
+    g[0].tflops = 0; /* cuBLAS missing */
     g[0].hbm_gbps = 3000;
     assert_int_equal(pf_perf_compare(g, 1, &floors, f, 4), 1);
     assert_int_equal(f[0].metric, PF_PERF_HBM);
@@ -126,8 +126,8 @@ static void test_floor_wins_and_cap(void **state)
 
 static struct pf_health healthy(void)
 {
-    return (struct pf_health){1, 1, 0, 0, 0, 0, 0, PF_CLK_SW_POWER_CAP, 1980, 1980, 38, 5, 5,
-                              16, 16, 1};
+    return (struct pf_health){1,    1,    0,  0, 0, 0,  0,  PF_CLK_SW_POWER_CAP,
+                              1980, 1980, 38, 5, 5, 16, 16, 1};
 }
 
 static void test_health_ok(void **state)
@@ -218,10 +218,14 @@ static void test_health_no_nvml(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_median),          cmocka_unit_test(test_slow_gemm_named),
-        cmocka_unit_test(test_threshold_and_hbm), cmocka_unit_test(test_models_apart),
-        cmocka_unit_test(test_one_gpu_floors),  cmocka_unit_test(test_floor_wins_and_cap),
-        cmocka_unit_test(test_health_ok),       cmocka_unit_test(test_health_failures),
+        cmocka_unit_test(test_median),
+        cmocka_unit_test(test_slow_gemm_named),
+        cmocka_unit_test(test_threshold_and_hbm),
+        cmocka_unit_test(test_models_apart),
+        cmocka_unit_test(test_one_gpu_floors),
+        cmocka_unit_test(test_floor_wins_and_cap),
+        cmocka_unit_test(test_health_ok),
+        cmocka_unit_test(test_health_failures),
         cmocka_unit_test(test_health_throttle_pcie_notes),
         cmocka_unit_test(test_health_no_nvml),
     };
