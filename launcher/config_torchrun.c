@@ -252,6 +252,10 @@ static int parse_signals(struct parse *p)
                             src, sigabbrev_np(sig));
         if (cfg->nhandle_signals == (int)(sizeof(cfg->handle_signals) / sizeof(int)))
             return cfg_fail(p, "%s: too many signals", src);
+        if (cfg->nproc_per_gpu > 0 && sig != SIGTERM && sig != SIGINT && sig != SIGHUP &&
+            sig != SIGQUIT) /* agent/shared.c watches those four only */
+            return cfg_fail(p, "%s: shared-GPU mode (--nproc-per-gpu) stops on SIGTERM, SIGINT, "
+                               "SIGHUP and SIGQUIT only, not SIG%s", src, sigabbrev_np(sig));
         cfg->handle_signals[cfg->nhandle_signals++] = sig;
         s += len + (s[len] == ',');
     }

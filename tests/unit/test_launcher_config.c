@@ -758,6 +758,13 @@ static void test_signals_to_handle(void **state)
     assert_einval(fx, parse(fx, "--signals-to-handle", "SIGKILL", "@S", NULL));
     assert_einval(fx, parse(fx, "--signals-to-handle", "SIGCHLD", "@S", NULL));
     assert_einval(fx, parse(fx, "--signals-to-handle", "SIGTERM,,SIGINT", "@S", NULL));
+    /* shared-GPU mode's agent watches the default four only: more is refused, not ignored */
+    setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+    assert_ok(fx, parse(fx, "--nproc-per-gpu", "2", "--signals-to-handle", "SIGTERM,SIGHUP", "@S",
+                        NULL));
+    assert_einval(fx, parse(fx, "--nproc-per-gpu", "2", "--signals-to-handle", "SIGTERM,SIGUSR1",
+                            "@S", NULL));
+    assert_non_null(strstr(fx->err, "SIGUSR1"));
 }
 
 /* --master-addr reaches MASTER_ADDR as written: no resolution of names. */
