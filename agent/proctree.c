@@ -160,12 +160,49 @@ static int reaper_detach(int rfd)
 
 /* The reaper's whole life: wait until every write end of the pipe is closed, which happens
  * when muster exits whichever way, then kill and remove what muster left. */
+/* Removes the empty job cgroups of musters that are gone: a muster killed together with its
+ * reaper (a test's cleanup SIGKILLs both), or before the reaper started. One whose pid lives
+ * (maybe reused) is left alone, and rmdir refuses a populated cgroup: nothing is killed. */
+static void reaper_sweep(void)
+{
+    char parent[PATH_MAX], path[PATH_MAX], buf[4096];
+    char *slash = strrchr(pt.job, '/');
+    int fd;
+    ssize_t n;
+
+    if (slash == NULL || slash == pt.job || (size_t)(slash - pt.job) >= sizeof(parent))
+        return;
+    memcpy(parent, pt.job, (size_t)(slash - pt.job));
+    parent[slash - pt.job] = '\0';
+    if ((fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return;
+    while ((n = getdents64(fd, buf, sizeof(buf))) > 0) {
+        for (ssize_t off = 0; off < n;) {
+            struct dirent64 *d = (struct dirent64 *)(buf + off);
+            char *end;
+            off += d->d_reclen;
+            if (d->d_type != DT_DIR || strncmp(d->d_name, "muster-", 7) != 0)
+                continue;
+            long pid = strtol(d->d_name + 7, &end, 10);
+            if (*end != '\0' || pid <= 0 || pid == (long)getppid() || kill((pid_t)pid, 0) == 0 ||
+                errno != ESRCH)
+                continue;
+            if (agent_path_fmt(path, sizeof(path), "%s/%s", parent, d->d_name) == 0)
+                agent_cgroup_remove(path);
+        }
+    }
+    close(fd);
+}
+
 static void reaper_main(int rfd)
 {
     static struct reaper_sessions s;
     int32_t msg[256];
     ssize_t n;
     int fd = reaper_detach(rfd);
+
+    if (pt.job[0] != '\0')
+        reaper_sweep(); /* here, off muster's path: muster does not wait for it */
 
     while ((n = read(fd, msg, sizeof(msg))) != 0) {
         if (n < 0 && errno != EINTR)
