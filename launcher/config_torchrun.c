@@ -113,6 +113,10 @@ static int conf_seconds_key(struct parse *p, const char *k, const char *v, struc
         seen->seconds[i] = 1;
         if (strcmp(k, "timeout") != 0 || !seen->seconds[K_JOIN]) /* join_timeout wins */
             *target = ms;
+        if (strcmp(k, "read_timeout") == 0) /* kept in cfg for a later use */
+            cfg_note(p, "note: --rdzv-conf read_timeout does nothing in muster: its requests "
+                        "have no deadline of their own; a silent server is lost after "
+                        "heartbeat_timeout, an unreachable one retried until join_timeout");
         return 1;
     }
     return 0;
