@@ -361,7 +361,8 @@ static int parse_nproc(struct parse *p)
                            "(%s is empty or CUDA_VISIBLE_DEVICES hides them)",
                         LAUNCHER_NVIDIA_PROC_DIR);
     } else if (cfg_parse_int(v, 1, 4096, &n) != 0) {
-        return cfg_fail(p, "--nproc-per-node must be a positive number, cpu, gpu or auto, not '%s'", v);
+        return cfg_fail(p, "--nproc-per-node must be a positive number, cpu, gpu or auto, not "
+                           "'%s'%s", v, strcmp(v, "xpu") == 0 ? " (muster knows NVIDIA GPUs only)" : "");
     }
     cfg->nproc_per_node = n > 0 ? (int)n : 1;
     return 0;
@@ -488,6 +489,9 @@ static int parse_backend(struct parse *p)
         cfg->backend = LAUNCHER_BACKEND_C10D;
     else if (strcmp(v, "static") == 0)
         cfg->backend = LAUNCHER_BACKEND_STATIC;
+    else if (strncmp(v, "etcd", 4) == 0) /* etcd, etcd-v2 */
+        return cfg_fail(p, "--rdzv-backend %s: muster has no etcd client; its own server "
+                           "(muster, the default; c10d and static recipes) holds the rendezvous", v);
     else
         return cfg_fail(p, "--rdzv-backend must be muster, c10d or static, not '%s'", v);
     return 0;

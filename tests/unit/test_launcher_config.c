@@ -677,6 +677,17 @@ static void test_option_prefixes(void **state)
     assert_non_null(strstr(fx->err, "unknown option"));
 }
 
+/* torchrun values muster has no use for are refused with the reason */
+static void test_torchrun_values_refused(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_einval(fx, parse(fx, "--rdzv-backend", "etcd-v2", "@S", NULL));
+    assert_non_null(strstr(fx->err, "no etcd client"));
+    assert_einval(fx, parse(fx, "--nproc-per-node", "xpu", "@S", NULL));
+    assert_non_null(strstr(fx->err, "NVIDIA GPUs only"));
+}
+
 static void test_logs_specs(void **state)
 {
     struct fx *fx = *state;
@@ -1182,6 +1193,7 @@ int main(void)
         T(test_rdzv_conf_quotes),
         T(test_option_prefixes),
         T(test_logs_specs),
+        T(test_torchrun_values_refused),
         T(test_numa_binding),
         T(test_virtual_local_rank_flag),
         T(test_noop_flags_noted),
