@@ -436,11 +436,10 @@ static void tls_pump(struct rdzv_conn *conn)
  *
  * At most HS_STEPS_RUNNING steps are in the pool at once; the others wait in a FIFO here:
  * the pool (4 threads unless UV_THREADPOOL_SIZE says otherwise) also runs every uv_fs_* and
- * getaddrinfo of the process, which must not queue behind a flood. Per thread, as a loop is. */
+ * getaddrinfo of the process, which must not queue behind a flood. The FIFO and the count are
+ * the server's (its rdzv_tls: one server, one loop), not the thread's: two servers run in
+ * turn on one thread would otherwise wait on steps whose loop is not running. */
 #define HS_STEPS_RUNNING 2
-
-static _Thread_local struct rdzv_conn_tls *wait_head, *wait_tail;
-static _Thread_local unsigned steps_running;
 
 static void tls_destroy(struct rdzv_conn_tls *t)
 {
@@ -477,15 +476,18 @@ static void step_work(uv_work_t *req)
 
 static void step_done(uv_work_t *req, int status);
 
-/* Gives waiting steps to the pool while fewer than HS_STEPS_RUNNING are there. */
-static void steps_start(void)
+/* Gives waiting steps of tls's server to the pool while fewer than HS_STEPS_RUNNING are there. */
+static void steps_start(struct rdzv_tls *tls)
 {
-    while (steps_running < HS_STEPS_RUNNING && wait_head != NULL) {
-        struct rdzv_conn_tls *t = wait_head;
+    struct rdzv_tls_steps *q = rdzv_tls_steps(tls);
 
-        wait_head = t->next_wait;
-        if (wait_head == NULL)
-            wait_tail = NULL;
+    rdzv_tls_hold(tls); /* an orphan freed below may hold the last other reference */
+    while (q->running < HS_STEPS_RUNNING && q->head != NULL) {
+        struct rdzv_conn_tls *t = q->head;
+
+        q->head = t->next_wait;
+        if (q->head == NULL)
+            q->tail = NULL;
         t->next_wait = NULL;
         if (t->conn == NULL) { /* closed while waiting */
             step_orphan_free(t);
@@ -494,8 +496,9 @@ static void steps_start(void)
         t->work.data = t;
         (void)uv_queue_work(t->loop, &t->work, step_work, step_done); /* fails only on NULL */
         t->queued = 1;
-        steps_running++;
+        q->running++;
     }
+    rdzv_tls_free(tls);
 }
 
 /* Queues a step over hs_in; conn's reading pauses until it returns. */
@@ -507,12 +510,14 @@ static void step_queue(struct rdzv_conn *conn)
     t->busy = 1;
     t->queued = 0;
     rdzv_tls_hold(t->tls); /* the server may close, and free it, while the step runs */
-    if (wait_tail != NULL)
-        wait_tail->next_wait = t;
+    struct rdzv_tls_steps *q = rdzv_tls_steps(t->tls);
+
+    if (q->tail != NULL)
+        ((struct rdzv_conn_tls *)q->tail)->next_wait = t;
     else
-        wait_head = t;
-    wait_tail = t;
-    steps_start();
+        q->head = t;
+    q->tail = t;
+    steps_start(t->tls);
 }
 
 /* Ciphertext of one read during a server handshake: kept for the next step. */
@@ -598,18 +603,22 @@ static void step_finish(struct rdzv_conn *conn)
 static void step_done(uv_work_t *req, int status)
 {
     struct rdzv_conn_tls *t = req->data;
+    struct rdzv_tls *tls = t->tls;
 
-    (void)status; /* UV_ECANCELED only for a conn that closed (tls_free) */
-    steps_running--;
+    /* status is UV_ECANCELED only for a conn that closed (tls_free) */
+    (void)status;
+    rdzv_tls_hold(tls); /* until the next steps started: t's hold may go with t */
+    rdzv_tls_steps(tls)->running--;
     t->busy = 0;
     t->queued = 0;
     if (t->conn == NULL) {
         step_orphan_free(t);
     } else {
-        rdzv_tls_free(t->tls); /* the hold; the conn's owner keeps its own */
+        rdzv_tls_free(tls); /* the step's hold; the conn's owner keeps its own */
         step_finish(t->conn);
     }
-    steps_start();
+    steps_start(tls);
+    rdzv_tls_free(tls);
 }
 
 static void tls_read(struct rdzv_conn *conn, ssize_t nread)

@@ -34,6 +34,7 @@ struct rdzv_tls {
     char job_scope[RDZV_ID_MAX + 1];
     rdzv_tls_cred_sink_cb cred_sink;
     unsigned refs; /* the owner's, plus one per server handshake step in the pool (conn.c) */
+    struct rdzv_tls_steps steps;
 };
 
 /* ECDHE-PSK: forward secrecy, so a token that leaks later does not decrypt recorded sessions.
@@ -293,6 +294,11 @@ int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls *
     }
     *out = t;
     return 0;
+}
+
+struct rdzv_tls_steps *rdzv_tls_steps(struct rdzv_tls *t)
+{
+    return &t->steps;
 }
 
 void rdzv_tls_hold(struct rdzv_tls *t)

@@ -40,6 +40,15 @@ int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls *
  * loop. Accepts NULL. */
 void rdzv_tls_free(struct rdzv_tls *t);
 
+/* conn.c's queue of server handshake steps waiting for the thread pool, and how many are
+ * there (conn.c "server handshake steps off the loop"); kept here because a configuration
+ * belongs to one server and so to one loop. Loop thread only. */
+struct rdzv_tls_steps {
+    void *head, *tail; /* struct rdzv_conn_tls (conn.c), linked through its next_wait */
+    unsigned running;
+};
+struct rdzv_tls_steps *rdzv_tls_steps(struct rdzv_tls *t);
+
 /* Takes another reference, dropped by rdzv_tls_free. References are counted without locks:
  * take and drop them on one thread (the loop's). */
 void rdzv_tls_hold(struct rdzv_tls *t);
