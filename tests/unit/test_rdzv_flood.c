@@ -70,7 +70,8 @@ struct fixture {
     struct rdzv_tls *tls;
     struct flooder fl[NFLOOD];
     int flooding;
-    unsigned cycles; /* flood connections made */
+    unsigned cycles;   /* flood connections made */
+    unsigned answered; /* flood connections the server sent bytes to (a ServerHello) */
     struct agent ag[2];
     struct http_get http;
     int (*pred)(struct fixture *fx);
@@ -203,9 +204,12 @@ static void flood_alloc_cb(uv_handle_t *h, size_t s, uv_buf_t *buf)
 
 static void flood_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
+    struct flooder *f = s->data;
+
     (void)buf;
+    f->fx->answered += n > 0;
     if (n != 0) /* the server's first bytes (its ServerHello: its key is made), or its close */
-        flood_hangup(s->data);
+        flood_hangup(f);
 }
 
 static void flood_connect_cb(uv_connect_t *req, int status)
@@ -561,11 +565,37 @@ static void test_p521_only(void **state)
     assert_int_equal(HITS(AUTH_TLS), 1);
 }
 
+static int some_answered(struct fixture *fx)
+{
+    return fx->answered > 0;
+}
+
+/* The server closes while handshake steps are in the pool or waiting for it: 16 hellos at once,
+ * the server closed as soon as the first is answered (the others are still being worked on).
+ * Each step returns to a closed conn and frees its TLS state then, the last one the server's
+ * TLS configuration too; ASan (CI) checks for a use after free or a leak. */
+static void test_close_mid_handshake(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits l = rdzv_limits_default();
+
+    rdzv_server_set_limits(fx->srv, &l); /* no refusals: every hello gets a step */
+    for (int i = 0; i < NFLOOD; i++) {
+        fx->fl[i].fx = fx;
+        flood_connect(&fx->fl[i]);
+    }
+    run_until(fx, some_answered);
+    rdzv_server_close(fx->srv, NULL, NULL);
+    fx->srv = NULL;
+    run_until(fx, flood_over);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_p521_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flood, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_mid_handshake, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
