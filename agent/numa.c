@@ -210,8 +210,8 @@ static int cmp_int(const void *a, const void *b)
 }
 
 /* The groups (by `name`) of node's CPUs: ids[] sorted, count returned. */
-static int groups(const struct topo *t, const cpu_set_t *cpus, int (*name)(const struct topo *, int),
-                  int *ids)
+static int groups(const struct topo *t, const cpu_set_t *cpus,
+                  int (*name)(const struct topo *, int), int *ids)
 {
     int n = 0;
     for (int c = 0; c < CPU_SETSIZE; c++) {

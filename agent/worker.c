@@ -144,8 +144,8 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
     if (rc == 0) {
         w->alive = 1;
         if (bind_err != 0)
-            fprintf(stderr, "muster: worker local_rank %d: --numa-binding not (fully) applied: %s\n",
-                    w->local_rank, strerror(bind_err));
+            fprintf(stderr, "muster: worker local_rank %d: --numa-binding not (fully) "
+                    "applied: %s\n", w->local_rank, strerror(bind_err));
         agent_proctree_group_started(&w->group->tree, w->local_rank, w->pid, cgroup_err);
         for (int i = 0; i < 2 && rc == 0; i++)
             if (w->pipe_open[i])

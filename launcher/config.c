@@ -362,7 +362,8 @@ static int parse_nproc(struct parse *p)
                         LAUNCHER_NVIDIA_PROC_DIR);
     } else if (cfg_parse_int(v, 1, 4096, &n) != 0) {
         return cfg_fail(p, "--nproc-per-node must be a positive number, cpu, gpu or auto, not "
-                           "'%s'%s", v, strcmp(v, "xpu") == 0 ? " (muster knows NVIDIA GPUs only)" : "");
+                           "'%s'%s", v,
+                        strcmp(v, "xpu") == 0 ? " (muster knows NVIDIA GPUs only)" : "");
     }
     cfg->nproc_per_node = n > 0 ? (int)n : 1;
     return 0;

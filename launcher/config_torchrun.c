@@ -235,8 +235,10 @@ static int parse_signals(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     const char *v = cfg->signals_to_handle ? cfg->signals_to_handle : DEFAULT_SIGNALS;
-    const char *src = p->src[O_SIGNALS_TO_HANDLE] ? p->src[O_SIGNALS_TO_HANDLE] : "--signals-to-handle";
+    const char *src = p->src[O_SIGNALS_TO_HANDLE];
 
+    if (src == NULL)
+        src = "--signals-to-handle";
     cfg->nhandle_signals = 0;
     for (const char *s = v; *s != '\0';) {
         size_t len = strcspn(s, ",");
