@@ -279,6 +279,8 @@ static enum agent_host_mode host_mode(const struct launcher_config *cfg)
 {
     if (cfg->rdzv_host == NULL)
         return AGENT_HOST_ALWAYS; /* --standalone, or one node with no endpoint */
+    if (cfg->rdzv_is_host >= 0) /* --rdzv-conf is_host, as torchrun's c10d backend */
+        return cfg->rdzv_is_host ? AGENT_HOST_ALWAYS : AGENT_HOST_NEVER;
     return AGENT_HOST_IF_LOCAL;
 }
 
