@@ -146,7 +146,13 @@ static void test_free_foreign_pointer_aborts(void **state)
         _exit(0);
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer catches the read of the missing header first and exits non-zero */
+    assert_true((WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) ||
+                (WIFEXITED(status) && WEXITSTATUS(status) != 0));
+#else
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+#endif
 }
 
 int main(void)
