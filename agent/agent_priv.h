@@ -11,6 +11,7 @@
 #include "agent.h"
 #include "ckptwatch.h"
 #include "client.h"
+#include "cred.h"
 #include "group.h"
 #include "hang.h"
 #include "logdir.h"
@@ -58,7 +59,7 @@ struct agent {
     unsigned char node_secret[32]; /* proves node_id to the server in JOIN and REJOIN */
     /* MUSTER_TOKEN of the workers: the job's worker credential from ASSIGN (cred.h string
      * form), never the agent's own credential */
-    char worker_cred[232];
+    char worker_cred[RDZV_CRED_TEXT_MAX + 1];
     unsigned server_wait_logs; /* lines logged while the first connection is refused */
     int preflight_ran;          /* the pre-flight was started (it runs once per agent) */
     int preflight_code;         /* the node process's exit code */
