@@ -33,7 +33,6 @@ static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 _Static_assert(NSIGNALS + 1 + 32 == AGENT_NSIGHANDLES,
                "one spare handle for --preempt-signal, 32 for --signals-to-handle");
 
-
 void agent_log(const char *fmt, ...)
 {
     char buf[1024];
@@ -73,11 +72,12 @@ void agent_local_failure_(struct agent *a, const struct rdzv_failure *f, int pid
     a->local_failure = *f;
     agent_failure_describe(f, how, sizeof(how));
     if (pid > 0)
-        agent_log("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers",
-                  f->rank, f->local_rank, pid, how);
+        agent_log("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers", f->rank,
+                  f->local_rank, pid, how);
     else
         agent_log("worker rank %d (local_rank %d) could not start: %s; stopping the other "
-                  "workers", f->rank, f->local_rank, f->text);
+                  "workers",
+                  f->rank, f->local_rank, f->text);
     /* Stop first, report second: the others' SIGTERM is on its way before any round trip. */
     agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
     if (rdzv_client_report_failure(a->client, f, 0) != 0) {
@@ -109,8 +109,7 @@ static void after_group_closed(void *data)
 static void print_job_failed(struct agent *a)
 {
     const struct rdzv_failure *f = &a->job_failed.cause;
-    int ours = a->round_failed && f->rank == a->local_failure.rank &&
-               strcmp(f->host, a->host) == 0;
+    int ours = a->round_failed && f->rank == a->local_failure.rank && strcmp(f->host, a->host) == 0;
     agent_failure_print_summary(stderr, a->o->run_id, a->job_failed.restarts, f,
                                 ours ? a->local_error_file : NULL);
 }
@@ -150,7 +149,8 @@ static const struct agent_group_cbs group_cbs = {
  * failed like one exiting with the shell's code, 127 or 126. */
 static void spawn_failure(struct agent *a, int i, int err)
 {
-    struct agent_worker w = {.local_rank = i, .rank = (int)a->as.rank_offset + i,
+    struct agent_worker w = {.local_rank = i,
+                             .rank = (int)a->as.rank_offset + i,
                              .exit_status = err == -ENOENT ? 127 : 126};
     struct rdzv_failure f;
     struct timeval tv;
@@ -252,8 +252,8 @@ static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
         agent_log("restarting workers (restart %u/%u): rank %d %s", r->restart_count,
                   a->o->max_restarts, r->cause.rank, how);
     else
-        agent_log("restarting workers (restart %u/%u): %s", r->restart_count,
-                  a->o->max_restarts, how);
+        agent_log("restarting workers (restart %u/%u): %s", r->restart_count, a->o->max_restarts,
+                  how);
     a->next = NEXT_REJOIN;
     if (a->group == NULL)
         agent_do_join_(a);
@@ -328,9 +328,8 @@ static void on_server_wait(struct rdzv_client *c, int err, uint64_t waited_ms)
         return;
     if (o->join_timeout_ms > 0)
         snprintf(until, sizeof(until), "until the join timeout (%u s)", o->join_timeout_ms / 1000);
-    agent_log("waiting for the rendezvous at %s:%u (%s, %llu s so far); retrying %s",
-              o->rdzv_host, o->rdzv_port, uv_strerror(err),
-              (unsigned long long)(waited_ms / 1000), until);
+    agent_log("waiting for the rendezvous at %s:%u (%s, %llu s so far); retrying %s", o->rdzv_host,
+              o->rdzv_port, uv_strerror(err), (unsigned long long)(waited_ms / 1000), until);
     a->server_wait_logs++;
 }
 
@@ -420,8 +419,8 @@ static void on_signal(uv_signal_t *h, int signum)
     a->stop_signal = signum;
     if (signum == a->o->preempt_signal)
         agent_log("pre-empted (SIG%s): passing it to the workers, %.0f s for a final checkpoint, "
-                  "then exit %d (requeue)", sigabbrev_np(signum),
-                  a->o->shutdown_timeout_ms / 1000.0, AGENT_EXIT_REQUEUE);
+                  "then exit %d (requeue)",
+                  sigabbrev_np(signum), a->o->shutdown_timeout_ms / 1000.0, AGENT_EXIT_REQUEUE);
     else
         agent_log("received SIG%s: stopping the workers", sigabbrev_np(signum));
     if (a->client != NULL && a->group != NULL) {
@@ -481,10 +480,11 @@ static int start_rendezvous(struct agent *a)
     int rc = 0;
 
     if (o->host_mode != AGENT_HOST_NEVER) {
-        const char *bind_host = strcmp(o->rdzv_host, "localhost") == 0 ? "127.0.0.1"
-                                                                       : o->rdzv_host;
-        struct rdzv_tls_opts tls = {.token = o->token, .cert_file = o->tls_cert,
-                                    .key_file = o->tls_key, .ca_file = o->tls_ca};
+        const char *bind_host = strcmp(o->rdzv_host, "localhost") == 0 ? "127.0.0.1" : o->rdzv_host;
+        struct rdzv_tls_opts tls = {.token = o->token,
+                                    .cert_file = o->tls_cert,
+                                    .key_file = o->tls_key,
+                                    .ca_file = o->tls_ca};
         rc = o->tls_cert ? rdzv_server_new_tls(&a->loop, bind_host, o->rdzv_port, &tls, &a->server)
                          : rdzv_server_new(&a->loop, bind_host, o->rdzv_port, o->token, &a->server);
         if (rc == 0) {
@@ -502,8 +502,10 @@ static int start_rendezvous(struct agent *a)
     snprintf(a->endpoint, sizeof(a->endpoint), strchr(connect_host, ':') ? "[%s]:%u" : "%s:%u",
              connect_host, port);
     if (o->tls_cert != NULL) {
-        struct rdzv_tls_opts tls = {.token = o->token, .cert_file = o->tls_cert,
-                                    .key_file = o->tls_key, .ca_file = o->tls_ca,
+        struct rdzv_tls_opts tls = {.token = o->token,
+                                    .cert_file = o->tls_cert,
+                                    .key_file = o->tls_key,
+                                    .ca_file = o->tls_ca,
                                     .server_name = connect_host};
         rc = rdzv_client_new_tls(&a->loop, connect_host, port, &tls, &client_cbs, a, &a->client);
     } else {

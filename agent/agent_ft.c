@@ -35,7 +35,8 @@ void agent_ft_prepare_(struct agent *a)
             agent_log("attempt %u resumes from %s", as->restart_count, shown);
         else if (as->restart_count > 0 || a->my_resume_step >= 0)
             agent_log("attempt %u starts from scratch: no checkpoint verifies on the node of "
-                      "group rank 0", as->restart_count);
+                      "group rank 0",
+                      as->restart_count);
         if (a->resume_from[0] != '\0' && stat(a->resume_from, &st) != 0)
             agent_log("warning: %s is not on this node; its workers cannot read it (share "
                       "--checkpoint-dir between nodes, or load on rank 0 and broadcast)",
@@ -98,7 +99,9 @@ static void ckpt_log(void *data, const char *line)
 
 static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const char *why)
 {
-    struct rdzv_ckpt ck = {.step = e->step, .size = e->size, .checksum = e->checksum,
+    struct rdzv_ckpt ck = {.step = e->step,
+                           .size = e->size,
+                           .checksum = e->checksum,
                            .time_ms = (uint64_t)(e->recorded_ns / 1000000)};
 
     if (a->client == NULL || !a->was_rank0 || !rdzv_ckpt_name_ok(e->name))
@@ -175,8 +178,8 @@ int agent_ft_start_(struct agent *a)
     if (o->hang_timeout_ms > 0) {
         if ((rc = heartbeat_dir(a, dir, sizeof(dir))) != 0)
             return rc;
-        rc = agent_hang_init(&a->loop, &a->hang, dir, (int)o->nproc, o->hang_timeout_ms, on_hang,
-                             a);
+        rc =
+            agent_hang_init(&a->loop, &a->hang, dir, (int)o->nproc, o->hang_timeout_ms, on_hang, a);
         if (rc != 0) {
             agent_log("error: cannot watch heartbeat files in %s: %s", dir, strerror(-rc));
             return rc;
@@ -185,4 +188,3 @@ int agent_ft_start_(struct agent *a)
     }
     return 0;
 }
-

@@ -35,15 +35,15 @@ struct agent {
     int port_fd;
     unsigned port;
     struct rdzv_assign as;
-    int round_failed;            /* a local worker of this round failed (FAILED sent) */
+    int round_failed; /* a local worker of this round failed (FAILED sent) */
     struct rdzv_failure local_failure;
     char local_error_file[PATH_MAX];
     struct rdzv_job_failed job_failed;
     int have_job_failed;
     enum next_step next;
     int exit_code;
-    int stop_signal;  /* the signal that is stopping muster, 0 when none */
-    int finished;     /* handles are closing; the loop ends when they are closed */
+    int stop_signal; /* the signal that is stopping muster, 0 when none */
+    int finished;    /* handles are closing; the loop ends when they are closed */
     struct agent_logdir logdir;
     struct agent_progress progress;
     struct agent_hang hang;
@@ -54,16 +54,16 @@ struct agent {
     int64_t my_resume_step;     /* this node's own pick at the last JOIN, -1 none */
     int was_rank0;              /* this node held group rank 0 in the last round */
     char host[256];
-    char endpoint[300]; /* the server as workers reach it: MUSTER_ENDPOINT */
-    uint64_t node_id;           /* commits to node_secret (rendezvous/cred.h) */
+    char endpoint[300];            /* the server as workers reach it: MUSTER_ENDPOINT */
+    uint64_t node_id;              /* commits to node_secret (rendezvous/cred.h) */
     unsigned char node_secret[32]; /* proves node_id to the server in JOIN and REJOIN */
     /* MUSTER_TOKEN of the workers: the job's worker credential from ASSIGN (cred.h string
      * form), never the agent's own credential */
     char worker_cred[RDZV_CRED_TEXT_MAX + 1];
     unsigned server_wait_logs; /* lines logged while the first connection is refused */
-    int preflight_ran;          /* the pre-flight was started (it runs once per agent) */
-    int preflight_code;         /* the node process's exit code */
-    char pf_reason[PATH_MAX];   /* the node process's reason file, "" when none */
+    int preflight_ran;         /* the pre-flight was started (it runs once per agent) */
+    int preflight_code;        /* the node process's exit code */
+    char pf_reason[PATH_MAX];  /* the node process's reason file, "" when none */
 };
 
 /* agent.c */

@@ -95,8 +95,8 @@ void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redi
 /* The console options of worker i's streams; filter files go next to the LOCAL_RANK
  * directories in dir's parent (attempt_N/filtered_std{out,err}.log, torchrun's places). The
  * strings must live until the spawn: paths is two PATH_MAX buffers. */
-static void output_cfg(const struct agent_options *o, const char *dir,
-                       char (*paths)[PATH_MAX], struct agent_output_cfg *cfg)
+static void output_cfg(const struct agent_options *o, const char *dir, char (*paths)[PATH_MAX],
+                       struct agent_output_cfg *cfg)
 {
     const char *slash = strrchr(dir, '/');
     int dirlen = slash != NULL ? (int)(slash - dir) : 0;
@@ -121,7 +121,8 @@ int agent_spawn_one_(struct agent *a, int i)
 {
     const struct agent_options *o = a->o;
     struct agent_worker_spec spec = {
-        .argv = o->argv, .file = {-1, -1},
+        .argv = o->argv,
+        .file = {-1, -1},
         .bind = o->numa != NULL && i < o->numa->nbind ? &o->numa->bind[i] : NULL};
     struct agent_worker_info info;
     struct agent_env env, full;
@@ -138,8 +139,7 @@ int agent_spawn_one_(struct agent *a, int i)
         goto out;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
-    agent_worker_streams_(dir, o->log_dir != NULL, o->redirect[i], o->tee[i], o->shown[i],
-                          &spec);
+    agent_worker_streams_(dir, o->log_dir != NULL, o->redirect[i], o->tee[i], o->shown[i], &spec);
     output_cfg(o, dir, filter_paths, &out_cfg);
     spec.output = &out_cfg;
     worker_info(a, i, error_file, &info);
@@ -167,4 +167,3 @@ out:
     agent_env_free(&full);
     return rc;
 }
-

@@ -63,8 +63,8 @@ int agent_ckpt_registry_pick(const struct agent_ckpt_registry *reg, const char *
 int agent_ckpt_registry_prune(struct agent_ckpt_registry *reg, const char *dir, unsigned keep,
                               agent_ckpt_log_cb log, void *log_arg);
 
-/* Writes the registry to path as JSON, atomically (.registry.json.RANDOM, fsync, rename, fsync of the
- * directory), so that a crash leaves the old file or the new one, newest first:
+/* Writes the registry to path as JSON, atomically (.registry.json.RANDOM, fsync, rename, fsync of
+ * the directory), so that a crash leaves the old file or the new one, newest first:
  * {"version":1,"entries":[{"name":"ckpt_5.pt","step":5,"size":4096,
  *   "checksum":"0123456789abcdef","mtime_ns":...,"recorded_ns":...}, ...]}
  * The checksum is a hex string because JSON integers are signed 64-bit in jansson.

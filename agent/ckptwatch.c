@@ -123,8 +123,8 @@ static int open_dirs(struct agent_ckptwatch *w, const char *dir, const char *met
     return rc;
 }
 
-int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
-                         unsigned keep, const struct agent_ckptwatch_cbs *cbs, void *data)
+int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir, unsigned keep,
+                         const struct agent_ckptwatch_cbs *cbs, void *data)
 {
     char meta[PATH_MAX];
     int rc;

@@ -45,8 +45,8 @@ struct agent_ckptwatch {
  * Borrows loop; copies cbs (log is required). Returns 0 or a negative errno (nothing to close
  * then), having logged one line that says why: -EPERM when dir, its .muster/ or a directory
  * above is owned or writable by another user (common/safefile.h). */
-int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir,
-                         unsigned keep, const struct agent_ckptwatch_cbs *cbs, void *data);
+int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir, unsigned keep,
+                         const struct agent_ckptwatch_cbs *cbs, void *data);
 
 /* Whether this node records (it holds group rank 0 in the current round). Starts off. */
 void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording);

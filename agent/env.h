@@ -23,8 +23,8 @@ struct agent_worker_info {
     const char *run_id;
     const char *error_file; /* "" when logs are disabled */
     /* for libmuster (muster.h): how workers reach the rendezvous server's KV store */
-    const char *endpoint;   /* "host:port" ("[v6]:port"), NULL: not exported */
-    const char *token;      /* exported with the endpoint; NULL: "" */
+    const char *endpoint; /* "host:port" ("[v6]:port"), NULL: not exported */
+    const char *token;    /* exported with the endpoint; NULL: "" */
     unsigned round;
     /* fault tolerance (each NULL or "": not exported) */
     const char *checkpoint_dir; /* MUSTER_CHECKPOINT_DIR */

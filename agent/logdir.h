@@ -32,8 +32,8 @@ int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *r
  * no log files) and error_file ("" when disabled); both PATH_MAX buffers. With create != 0
  * the directory is created and checked as in _open (a refusal is printed on stderr). Returns 0
  * or a negative errno (-ENAMETOOLONG, -EPERM, mkdir's). */
-int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int local_rank,
-                        int create, char *dir, char *error_file);
+int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int local_rank, int create,
+                        char *dir, char *error_file);
 
 /* Removes a flat private directory and what is in it; keeps every other kind. */
 void agent_logdir_close(struct agent_logdir *d);

@@ -18,7 +18,7 @@ struct topo {
     int node_id[MAX_NODES];
     cpu_set_t node_cpus[MAX_NODES]; /* within allowed; empty nodes are left out */
     int ngpus;
-    int gpu_node[MAX_GPUS];         /* index into node_id, -1: not one of ours */
+    int gpu_node[MAX_GPUS]; /* index into node_id, -1: not one of ours */
 };
 
 /* Reads root/rel (printf-style) into buf; 0 or -1. */
@@ -186,8 +186,9 @@ static int llc_of(const struct topo *t, int cpu)
             continue;
         if (strcmp(buf, "Unified") != 0 && strcmp(buf, "Data") != 0)
             continue;
-        if (read_sys(t, buf, sizeof(buf), "devices/system/cpu/cpu%d/cache/index%d/level", cpu,
-                     k) != 0 || atoi(buf) <= best_level)
+        if (read_sys(t, buf, sizeof(buf), "devices/system/cpu/cpu%d/cache/index%d/level", cpu, k) !=
+                0 ||
+            atoi(buf) <= best_level)
             continue;
         best_level = atoi(buf);
         snprintf(rel, sizeof(rel), "devices/system/cpu/cpu%%d/cache/index%d/shared_cpu_list", k);
@@ -233,8 +234,8 @@ static int core_of(const struct topo *t, int cpu)
 }
 
 /* The CPUs of node k whose group (by name) is g. */
-static void cpus_in_group(const struct topo *t, int k, int (*name)(const struct topo *, int),
-                          int g, cpu_set_t *out)
+static void cpus_in_group(const struct topo *t, int k, int (*name)(const struct topo *, int), int g,
+                          cpu_set_t *out)
 {
     for (int c = 0; c < CPU_SETSIZE; c++)
         if (CPU_ISSET(c, &t->node_cpus[k]) && name(t, c) == g)
@@ -242,16 +243,18 @@ static void cpus_in_group(const struct topo *t, int k, int (*name)(const struct 
 }
 
 /* exclusive: member rel of nmem gets its slice of node k's physical cores. */
-static int bind_exclusive(const struct topo *t, int k, int rel, int nmem, cpu_set_t *out,
-                          char *err, size_t errlen)
+static int bind_exclusive(const struct topo *t, int k, int rel, int nmem, cpu_set_t *out, char *err,
+                          size_t errlen)
 {
     static int ids[CPU_SETSIZE];
     int n = groups(t, &t->node_cpus[k], core_of, ids), per = n / nmem, extra = n % nmem;
     int start = rel * per + (rel < extra ? rel : extra), end = start + per + (rel < extra);
 
     if (per < 1) {
-        snprintf(err, errlen, "--numa-binding exclusive: NUMA node %d has %d physical core%s "
-                 "for %d GPUs", t->node_id[k], n, n == 1 ? "" : "s", nmem);
+        snprintf(err, errlen,
+                 "--numa-binding exclusive: NUMA node %d has %d physical core%s "
+                 "for %d GPUs",
+                 t->node_id[k], n, n == 1 ? "" : "s", nmem);
         return -EINVAL;
     }
     for (int i = start; i < end; i++)
@@ -364,8 +367,10 @@ int agent_numa_plan(const char *mode, int nproc, const char *cvd, const char *ro
     load_gpus(t);
     out->nnodes = t->nnodes;
     if (t->nnodes <= 1) {
-        snprintf(out->why, sizeof(out->why), "%s NUMA node on this machine: --numa-binding %s "
-                 "has nothing to bind", t->nnodes ? "one" : "no", mode);
+        snprintf(out->why, sizeof(out->why),
+                 "%s NUMA node on this machine: --numa-binding %s "
+                 "has nothing to bind",
+                 t->nnodes ? "one" : "no", mode);
         goto out;
     }
     out->by_gpu = all_by_gpu(t, cvd, nproc);

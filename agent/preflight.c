@@ -77,8 +77,11 @@ static void report_final_failure(struct agent *a)
 {
     char reason[RDZV_TEXT_MAX + 1] = "";
     FILE *f_in = NULL;
-    struct rdzv_failure f = {.round = a->as.round, .rank = -1, .local_rank = -1,
-                             .exit_code = AGENT_EXIT_PREFLIGHT, .flags = RDZV_FAILURE_FINAL};
+    struct rdzv_failure f = {.round = a->as.round,
+                             .rank = -1,
+                             .local_rank = -1,
+                             .exit_code = AGENT_EXIT_PREFLIGHT,
+                             .flags = RDZV_FAILURE_FINAL};
     struct timeval tv;
 
     gettimeofday(&tv, NULL);

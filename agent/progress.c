@@ -21,8 +21,8 @@ static void draw(struct agent_progress *p)
                 w->max_nodes, last);
         p->drawn = 1;
     } else if (w->joined != p->printed_joined || now - p->printed_at >= PROGRESS_LOG_EVERY_MS) {
-        fprintf(stderr, "muster: rendezvous %s: %u/%u nodes%s\n", p->job, w->joined,
-                w->max_nodes, last);
+        fprintf(stderr, "muster: rendezvous %s: %u/%u nodes%s\n", p->job, w->joined, w->max_nodes,
+                last);
         p->printed_at = now;
         p->printed_joined = w->joined;
     }

@@ -17,7 +17,7 @@ struct agent_progress {
     uint64_t printed_at;      /* uv_now() of the last line (not on a terminal) */
     uint32_t printed_joined;
     int tty;
-    int drawn;  /* a terminal line is on screen without its newline */
+    int drawn; /* a terminal line is on screen without its newline */
     int active;
 };
 

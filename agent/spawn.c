@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/mempolicy.h> /* MPOL_PREFERRED */
-#include <linux/sched.h> /* struct clone_args, CLONE_INTO_CGROUP */
+#include <linux/sched.h>     /* struct clone_args, CLONE_INTO_CGROUP */
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -32,7 +32,8 @@ static int install_stdio(const int *want)
     int fd[3];
 
     for (int i = 0; i < 3; i++) {
-        fd[i] = want[i] >= 0 ? fcntl(want[i], F_DUPFD_CLOEXEC, 3) : open("/dev/null", O_RDWR | O_CLOEXEC);
+        fd[i] = want[i] >= 0 ? fcntl(want[i], F_DUPFD_CLOEXEC, 3)
+                             : open("/dev/null", O_RDWR | O_CLOEXEC);
         if (fd[i] < 0)
             return -1;
     }

@@ -17,16 +17,16 @@
 /* Where a child runs and allocates: computed by the parent, applied by the child with two
  * system calls (sched_setaffinity, set_mempolicy). */
 struct agent_spawn_bind {
-    cpu_set_t cpus;          /* no CPU set: not bound */
-    int mem_node;            /* the NUMA node preferred for memory, -1: no memory policy */
-    unsigned long mems[16];  /* mem_node as set_mempolicy's mask (1024 nodes) */
+    cpu_set_t cpus;         /* no CPU set: not bound */
+    int mem_node;           /* the NUMA node preferred for memory, -1: no memory policy */
+    unsigned long mems[16]; /* mem_node as set_mempolicy's mask (1024 nodes) */
 };
 
 struct agent_spawn_opts {
-    const char *file;    /* looked up on the child's PATH when it has no '/' */
-    char *const *argv;   /* NULL-terminated */
-    char *const *envp;   /* NULL-terminated, the complete environment */
-    int stdio[3];        /* fds installed as 0, 1, 2 in the child; -1: /dev/null */
+    const char *file;  /* looked up on the child's PATH when it has no '/' */
+    char *const *argv; /* NULL-terminated */
+    char *const *envp; /* NULL-terminated, the complete environment */
+    int stdio[3];      /* fds installed as 0, 1, 2 in the child; -1: /dev/null */
     /* join_cgroup: the child is born in a cgroup (proctree.h): created there by clone3's
      * CLONE_INTO_CGROUP through cgroup_dir_fd (the cgroup's directory), or where clone3 is
      * refused, it writes "0" into cgroup_procs_fd (its cgroup.procs) before exec. Either way

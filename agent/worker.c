@@ -129,13 +129,16 @@ static int setup_stream(uv_loop_t *loop, struct agent_worker *w, const struct ag
 int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct agent_worker_spec *s)
 {
     int cgroup_err = 0, bind_err = 0;
-    struct agent_spawn_opts o = {.file = s->argv[0], .argv = s->argv, .envp = s->env,
-                                 .stdio = {0, -1, -1}, .cgroup_err = &cgroup_err,
-                                 .bind = s->bind, .bind_err = &bind_err};
+    struct agent_spawn_opts o = {.file = s->argv[0],
+                                 .argv = s->argv,
+                                 .envp = s->env,
+                                 .stdio = {0, -1, -1},
+                                 .cgroup_err = &cgroup_err,
+                                 .bind = s->bind,
+                                 .bind_err = &bind_err};
     int rc = 0;
 
-    o.join_cgroup = agent_proctree_group_fds(&w->group->tree, &o.cgroup_dir_fd,
-                                             &o.cgroup_procs_fd);
+    o.join_cgroup = agent_proctree_group_fds(&w->group->tree, &o.cgroup_dir_fd, &o.cgroup_procs_fd);
 
     for (int i = 0; i < 2 && rc == 0; i++)
         rc = setup_stream(loop, w, s, i, &o.stdio[1 + i]);
@@ -144,8 +147,10 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
     if (rc == 0) {
         w->alive = 1;
         if (bind_err != 0)
-            fprintf(stderr, "muster: worker local_rank %d: --numa-binding not (fully) "
-                    "applied: %s\n", w->local_rank, strerror(bind_err));
+            fprintf(stderr,
+                    "muster: worker local_rank %d: --numa-binding not (fully) "
+                    "applied: %s\n",
+                    w->local_rank, strerror(bind_err));
         agent_proctree_group_started(&w->group->tree, w->local_rank, w->pid, cgroup_err);
         for (int i = 0; i < 2 && rc == 0; i++)
             if (w->pipe_open[i])

@@ -14,11 +14,11 @@ struct agent_group;
 struct agent_spawn_bind; /* spawn.h */
 
 struct agent_worker_spec {
-    char **argv;     /* the worker command, NULL-terminated; borrowed */
-    char **env;      /* the complete environment, NULL-terminated; borrowed */
-    int console[2];  /* stdout/stderr console fd, or -1 */
-    int file[2];     /* log file fd per stream or -1; ownership passes to the worker */
-    const struct agent_spawn_bind *bind; /* --numa-binding (numa.h), NULL: none; borrowed */
+    char **argv;    /* the worker command, NULL-terminated; borrowed */
+    char **env;     /* the complete environment, NULL-terminated; borrowed */
+    int console[2]; /* stdout/stderr console fd, or -1 */
+    int file[2];    /* log file fd per stream or -1; ownership passes to the worker */
+    const struct agent_spawn_bind *bind;   /* --numa-binding (numa.h), NULL: none; borrowed */
     const struct agent_output_cfg *output; /* prefix, --dedup, filters; NULL: defaults */
 };
 
@@ -27,9 +27,9 @@ struct agent_worker {
     struct agent_output out[2];
     int pipe_open[2];
     int local_rank, rank;
-    pid_t pid;           /* 0: never started */
-    int alive;           /* started and not reaped yet */
-    int exit_status;     /* valid once reaped */
+    pid_t pid;       /* 0: never started */
+    int alive;       /* started and not reaped yet */
+    int exit_status; /* valid once reaped */
     int term_signal;
     uint64_t exit_time_ms; /* wall clock */
     struct agent_group *group;

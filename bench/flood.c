@@ -189,7 +189,8 @@ static int parse_args(int argc, char **argv, int *n, int *secs, int *mode)
         return -1;
     srv = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     src = (struct sockaddr_in){.sin_family = AF_INET};
-    if (inet_pton(AF_INET, host, &srv.sin_addr) != 1 || inet_pton(AF_INET, from, &src.sin_addr) != 1)
+    if (inet_pton(AF_INET, host, &srv.sin_addr) != 1 ||
+        inet_pton(AF_INET, from, &src.sin_addr) != 1)
         return -1;
     return 0;
 }

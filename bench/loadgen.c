@@ -25,9 +25,9 @@
  * -I IDLE: instead, hold IDLE connections that complete the TLS handshake and send HELLO (role
  * agent) and then stay silent, at most INFLIGHT (-w) of them between connect and WELCOME at
  * once (1,000 simultaneous ECDHE handshakes do not finish within the server's 5 s handshake
- * timeout on 2 cores: all are cut and retried forever); a connection the server cuts (its 30 s idle timeout for
- * connections in no job) is opened again at once. With -H they send no HELLO (handshake only;
- * the server cuts them at its 5 s handshake timeout, and they reconnect). Runs for -t seconds
+ * timeout on 2 cores: all are cut and retried forever); a connection the server cuts (its 30 s idle
+ * timeout for connections in no job) is opened again at once. With -H they send no HELLO (handshake
+ * only; the server cuts them at its 5 s handshake timeout, and they reconnect). Runs for -t seconds
  * (0 = until SIGINT/SIGTERM; -H ignores INFLIGHT), prints one line a second and a summary:
  *
  *   idle open=N welcomed=N (now handshaked/welcomed) opened=N cut=N failed=N
@@ -57,8 +57,16 @@
 #include "message.h"
 #include "tls.h"
 
-enum st { ST_IDLE, ST_CONNECTING, ST_HELLO, ST_JOINED, ST_ASSIGNED, ST_DONE_SENT, ST_FINISHED,
-          ST_WELCOMED };
+enum st {
+    ST_IDLE,
+    ST_CONNECTING,
+    ST_HELLO,
+    ST_JOINED,
+    ST_ASSIGNED,
+    ST_DONE_SENT,
+    ST_FINISHED,
+    ST_WELCOMED
+};
 
 struct ag {
     struct rdzv_conn conn;
@@ -148,7 +156,9 @@ static void on_error(struct rdzv_conn *conn, int err)
     }
     const char *why = rdzv_conn_tls_error(conn);
     fprintf(stderr, "loadgen: agent %d: connection error in state %d: %s%s%s\n", a->idx, a->st,
-            err == UV_EOF ? "server closed the connection" : err < 0 && err > -4096 ? uv_strerror(err) : "?",
+            err == UV_EOF            ? "server closed the connection"
+            : err < 0 && err > -4096 ? uv_strerror(err)
+                                     : "?",
             *why ? ": " : "", why);
     exit(1);
 }
@@ -207,7 +217,8 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
             t_done_all = now_ns();
         break;
     case RDZV_MSG_ERROR:
-        fprintf(stderr, "loadgen: agent %d: ERROR %u: %s\n", a->idx, m->u.error.code, m->u.error.text);
+        fprintf(stderr, "loadgen: agent %d: ERROR %u: %s\n", a->idx, m->u.error.code,
+                m->u.error.text);
         exit(1);
     default:
         fprintf(stderr, "loadgen: agent %d: unexpected %s\n", a->idx, rdzv_msg_name(m->type));
@@ -238,7 +249,8 @@ static void on_connect(uv_connect_t *req, int status)
             rdzv_conn_close(&a->conn, 0, on_closed);
             return;
         }
-        fprintf(stderr, "loadgen: agent %d: connect: %s\n", a->idx, err > -4096 ? uv_strerror(err) : "?");
+        fprintf(stderr, "loadgen: agent %d: connect: %s\n", a->idx,
+                err > -4096 ? uv_strerror(err) : "?");
         exit(1);
     }
     a->st = ST_HELLO;
@@ -258,7 +270,8 @@ static void start_connect(struct ag *a)
             rdzv_conn_close(&a->conn, 0, idle_mode ? on_closed : NULL);
     }
     if (err != 0) {
-        fprintf(stderr, "loadgen: agent %d: connect: %s (raise ulimit -n?)\n", a->idx, uv_strerror(err));
+        fprintf(stderr, "loadgen: agent %d: connect: %s (raise ulimit -n?)\n", a->idx,
+                uv_strerror(err));
         if (!idle_mode)
             exit(1);
         i_failed++;
@@ -302,13 +315,17 @@ static int check_assignments(void)
             if (a->as.group_world_size != (uint32_t)n || a->as.world_size != (uint32_t)n ||
                 a->as.group_rank >= (uint32_t)n || seen[a->as.group_rank] ||
                 (n_extra == 0 && a->as.rank_offset != a->as.group_rank)) {
-                fprintf(stderr, "loadgen: job %d: bad ASSIGN for agent %d (rank %u of %u, world %u, offset %u)\n",
-                        j, i, a->as.group_rank, a->as.group_world_size, a->as.world_size, a->as.rank_offset);
+                fprintf(stderr,
+                        "loadgen: job %d: bad ASSIGN for agent %d (rank %u of %u, world %u, offset "
+                        "%u)\n",
+                        j, i, a->as.group_rank, a->as.group_world_size, a->as.world_size,
+                        a->as.rank_offset);
                 return -1;
             }
             seen[a->as.group_rank] = 1;
             if (master && strcmp(master, a->as.master_addr) != 0) {
-                fprintf(stderr, "loadgen: job %d: two masters %s and %s\n", j, master, a->as.master_addr);
+                fprintf(stderr, "loadgen: job %d: two masters %s and %s\n", j, master,
+                        a->as.master_addr);
                 return -1;
             }
             master = a->as.master_addr;
@@ -366,7 +383,8 @@ static void on_tick(uv_timer_t *t)
     }
     (void)t;
     if (now_ns() > deadline) {
-        fprintf(stderr, "loadgen: timeout after %d s: %d connected+welcomed, %d assigned, %d done of %d\n",
+        fprintf(stderr,
+                "loadgen: timeout after %d s: %d connected+welcomed, %d assigned, %d done of %d\n",
                 timeout_s, n_welcomed, n_assigned, n_finished, n_agents);
         exit(1);
     }
@@ -385,18 +403,40 @@ int main(int argc, char **argv)
     int opt;
     while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:I:H")) != -1) {
         switch (opt) {
-        case 'e': endpoint = optarg; break;
-        case 'n': n_agents = atoi(optarg); break;
-        case 'j': n_jobs = atoi(optarg); break;
-        case 'w': inflight_max = atoi(optarg); break;
-        case 't': timeout_s = atoi(optarg); break;
-        case 'p': server_pid = atoi(optarg); break;
-        case 'i': prefix = optarg; break;
-        case 'x': n_extra = atoi(optarg); break;
-        case 'I': idle_mode = 1; n_agents = atoi(optarg); break;
-        case 'H': no_hello = 1; break;
+        case 'e':
+            endpoint = optarg;
+            break;
+        case 'n':
+            n_agents = atoi(optarg);
+            break;
+        case 'j':
+            n_jobs = atoi(optarg);
+            break;
+        case 'w':
+            inflight_max = atoi(optarg);
+            break;
+        case 't':
+            timeout_s = atoi(optarg);
+            break;
+        case 'p':
+            server_pid = atoi(optarg);
+            break;
+        case 'i':
+            prefix = optarg;
+            break;
+        case 'x':
+            n_extra = atoi(optarg);
+            break;
+        case 'I':
+            idle_mode = 1;
+            n_agents = atoi(optarg);
+            break;
+        case 'H':
+            no_hello = 1;
+            break;
         default:
-            fprintf(stderr, "usage: loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t TIMEOUT_S] [-p SERVER_PID] [-i PREFIX] [-x EXTRA]\n"
+            fprintf(stderr, "usage: loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t "
+                            "TIMEOUT_S] [-p SERVER_PID] [-i PREFIX] [-x EXTRA]\n"
                             "       loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]\n");
             return 2;
         }

@@ -132,10 +132,17 @@ static int parse(int argc, char **argv, double *secs)
             if (inet_pton(AF_INET, host, &srv.sin_addr) != 1)
                 return -1;
             break;
-        case 'n': n_idle = atoi(optarg); break;
-        case 't': *secs = atof(optarg); break;
-        case 'r': reopen = 1; break;
-        default: return -1;
+        case 'n':
+            n_idle = atoi(optarg);
+            break;
+        case 't':
+            *secs = atof(optarg);
+            break;
+        case 'r':
+            reopen = 1;
+            break;
+        default:
+            return -1;
         }
     }
     return srv.sin_family == AF_INET && n_idle >= 0 ? 0 : -1;

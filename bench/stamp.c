@@ -135,6 +135,7 @@ int main(int argc, char **argv)
         sleep((unsigned)atoi(argv[3]));
         return 0;
     }
-    fprintf(stderr, "usage: stamp now | time CMD... | worker LOG | sleeper DIR SECONDS | mark LOG [S] | hold LOG\n");
+    fprintf(stderr, "usage: stamp now | time CMD... | worker LOG | sleeper DIR SECONDS | mark LOG "
+                    "[S] | hold LOG\n");
     return 2;
 }

@@ -44,9 +44,8 @@ static void check_identity(const uint8_t *id, size_t len)
         return;
     if (rdzv_cred_identity(&c, back, sizeof(back)) != len || memcmp(back, id, len) != 0)
         abort();
-    if (c.kind != RDZV_CRED_SERVER &&
-        (rdzv_cred_derive(master, c.kind, c.scope, &d) != 0 ||
-         memcmp(d.key, c.key, sizeof(c.key)) != 0))
+    if (c.kind != RDZV_CRED_SERVER && (rdzv_cred_derive(master, c.kind, c.scope, &d) != 0 ||
+                                       memcmp(d.key, c.key, sizeof(c.key)) != 0))
         abort();
 }
 

@@ -12,10 +12,24 @@
 #include "fuzz_common.h"
 
 static const char *const options[] = {
-    "--rdzv-conf", "--redirects", "--tee", "--local-ranks-filter", "--nnodes",
-    "--nproc-per-node", "--rdzv-endpoint", "--rdzv-id", "--preempt-signal",
-    "--monitor-interval", "--shutdown-timeout", "--hang-timeout", "--master-port",
-    "--rdzv-backend", "--start-method", "--standalone", "-r", "-t",
+    "--rdzv-conf",
+    "--redirects",
+    "--tee",
+    "--local-ranks-filter",
+    "--nnodes",
+    "--nproc-per-node",
+    "--rdzv-endpoint",
+    "--rdzv-id",
+    "--preempt-signal",
+    "--monitor-interval",
+    "--shutdown-timeout",
+    "--hang-timeout",
+    "--master-port",
+    "--rdzv-backend",
+    "--start-method",
+    "--standalone",
+    "-r",
+    "-t",
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 

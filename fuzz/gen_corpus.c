@@ -123,7 +123,10 @@ static void fill(uint8_t type)
         strcpy(msg.u.kv.key, type == RDZV_MSG_BARRIER ? "init" : "nccl_unique_id");
         if (type == RDZV_MSG_KV_PUT || type == RDZV_MSG_KV_REPLY) {
             msg.u.kv.value_len = 8;
-            memcpy(msg.u.kv.value, "\x01\x02\x00\xff" "abcd", 8);
+            memcpy(msg.u.kv.value,
+                   "\x01\x02\x00\xff"
+                   "abcd",
+                   8);
         }
         break;
     case RDZV_MSG_STATUS_REQ:

@@ -128,7 +128,7 @@ static int watch_output(struct launcher_child *c, int fd, uint64_t timeout_ms)
 }
 
 int launcher_child_run(struct launcher_child *c, char *const *argv, int capture, int out_fd,
-                     uint64_t timeout_ms)
+                       uint64_t timeout_ms)
 {
     struct agent_spawn_opts so = {
         .file = argv[0], .argv = argv, .envp = environ, .stdio = {0, out_fd, 2}};

@@ -31,7 +31,7 @@ struct opt {
     const char *name; /* dash spelling, without "--" */
     char short_name;  /* 0 = none */
     enum opt_kind kind;
-    const char *pet;  /* PET_<NAME>, NULL = no environment override */
+    const char *pet; /* PET_<NAME>, NULL = no environment override */
 };
 
 static const struct opt opts[O_COUNT_] = {
@@ -95,7 +95,6 @@ static const struct opt opts[O_COUNT_] = {
     [O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, OPT_FLAG, "PET_VIRTUAL_LOCAL_RANK"},
 };
 
-
 int cfg_fail(struct parse *p, const char *fmt, ...)
 {
     va_list ap;
@@ -130,13 +129,38 @@ int cfg_parse_seconds_ms(const char *s, unsigned *ms)
 /* torchrun's long options. Where a prefix is shared with one of muster's own, torchrun's
  * meaning wins, so that a torchrun command line keeps it: --nproc=2 is --nproc-per-node, as in
  * torchrun, although muster also has --nproc-per-gpu. */
-static const char *const torchrun_longs[] = {
-    "nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
-    "standalone", "max-restarts", "monitor-interval", "start-method", "event-log-handler",
-    "role", "module", "no-python", "run-path", "log-dir", "redirects", "tee",
-    "local-ranks-filter", "node-rank", "master-addr", "master-port", "local-addr",
-    "logs-specs", "numa-binding", "signals-to-handle", "shutdown-timeout",
-    "virtual-local-rank", "duplicate-stdout-filters", "duplicate-stderr-filters", "help", NULL};
+static const char *const torchrun_longs[] = {"nnodes",
+                                             "nproc-per-node",
+                                             "rdzv-backend",
+                                             "rdzv-endpoint",
+                                             "rdzv-id",
+                                             "rdzv-conf",
+                                             "standalone",
+                                             "max-restarts",
+                                             "monitor-interval",
+                                             "start-method",
+                                             "event-log-handler",
+                                             "role",
+                                             "module",
+                                             "no-python",
+                                             "run-path",
+                                             "log-dir",
+                                             "redirects",
+                                             "tee",
+                                             "local-ranks-filter",
+                                             "node-rank",
+                                             "master-addr",
+                                             "master-port",
+                                             "local-addr",
+                                             "logs-specs",
+                                             "numa-binding",
+                                             "signals-to-handle",
+                                             "shutdown-timeout",
+                                             "virtual-local-rank",
+                                             "duplicate-stdout-filters",
+                                             "duplicate-stderr-filters",
+                                             "help",
+                                             NULL};
 
 static int is_torchrun_long(const char *name)
 {
@@ -357,13 +381,15 @@ static int parse_nproc(struct parse *p)
         if (n <= 0 && strcmp(v, "auto") == 0)
             n = sysconf(_SC_NPROCESSORS_ONLN);
         else if (n <= 0)
-            return cfg_fail(p, "--nproc-per-node gpu: no NVIDIA GPU visible on this node "
-                           "(%s is empty or CUDA_VISIBLE_DEVICES hides them)",
-                        LAUNCHER_NVIDIA_PROC_DIR);
+            return cfg_fail(p,
+                            "--nproc-per-node gpu: no NVIDIA GPU visible on this node "
+                            "(%s is empty or CUDA_VISIBLE_DEVICES hides them)",
+                            LAUNCHER_NVIDIA_PROC_DIR);
     } else if (cfg_parse_int(v, 1, 4096, &n) != 0) {
-        return cfg_fail(p, "--nproc-per-node must be a positive number, cpu, gpu or auto, not "
-                           "'%s'%s", v,
-                        strcmp(v, "xpu") == 0 ? " (muster knows NVIDIA GPUs only)" : "");
+        return cfg_fail(p,
+                        "--nproc-per-node must be a positive number, cpu, gpu or auto, not "
+                        "'%s'%s",
+                        v, strcmp(v, "xpu") == 0 ? " (muster knows NVIDIA GPUs only)" : "");
     }
     cfg->nproc_per_node = n > 0 ? (int)n : 1;
     return 0;
@@ -415,8 +441,9 @@ static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spe
     }
     return 0;
 bad:
-    return cfg_fail(p, "%s must be 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,..., not '%s'",
-                p->src[id], v);
+    return cfg_fail(p,
+                    "%s must be 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,..., not '%s'",
+                    p->src[id], v);
 }
 
 static int parse_ranks_filter(struct parse *p)
@@ -473,8 +500,8 @@ static int parse_output(struct parse *p)
     if (strcmp(d, "1") == 0) /* --dedup alone */
         ms = AGENT_DEDUP_WINDOW_MS;
     else if (cfg_parse_int(d, 2, 10000, &ms) != 0)
-        return cfg_fail(p, "%s takes a window of 2-10000 ms (--dedup=MS), not '%s'", p->src[O_DEDUP],
-                        d);
+        return cfg_fail(p, "%s takes a window of 2-10000 ms (--dedup=MS), not '%s'",
+                        p->src[O_DEDUP], d);
     cfg->dedup_ms = (unsigned)ms;
     return 0;
 }
@@ -491,8 +518,10 @@ static int parse_backend(struct parse *p)
     else if (strcmp(v, "static") == 0)
         cfg->backend = LAUNCHER_BACKEND_STATIC;
     else if (strncmp(v, "etcd", 4) == 0) /* etcd, etcd-v2 */
-        return cfg_fail(p, "--rdzv-backend %s: muster has no etcd client; its own server "
-                           "(muster, the default; c10d and static recipes) holds the rendezvous", v);
+        return cfg_fail(p,
+                        "--rdzv-backend %s: muster has no etcd client; its own server "
+                        "(muster, the default; c10d and static recipes) holds the rendezvous",
+                        v);
     else
         return cfg_fail(p, "--rdzv-backend must be muster, c10d or static, not '%s'", v);
     return 0;
@@ -511,9 +540,9 @@ static char *random_uuid(void)
     }
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(s, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
+    snprintf(s, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
     return s;
 }
 
@@ -541,8 +570,9 @@ static int parse_rdzv(struct parse *p)
     if ((rc = parse_backend(p)) != 0 || (rc = flag_on(p, O_STANDALONE, &cfg->standalone)) != 0)
         return rc;
     if (cfg->standalone && cfg->max_nodes > 1)
-        return cfg_fail(p, "--standalone runs a single node; it cannot be combined with --nnodes %d",
-                    cfg->max_nodes);
+        return cfg_fail(p,
+                        "--standalone runs a single node; it cannot be combined with --nnodes %d",
+                        cfg->max_nodes);
     if (cfg->standalone) {
         /* Like torchrun: --standalone overrides endpoint and id. Unlike torchrun the
          * embedded server never uses a fixed port, so two standalone jobs cannot collide. */
@@ -562,11 +592,15 @@ static int parse_rdzv(struct parse *p)
         return split_endpoint(p, cfg->rdzv_endpoint, 29400);
     }
     if (cfg->max_nodes > 1 && cfg->backend == LAUNCHER_BACKEND_C10D)
-        return cfg_fail(p, "the c10d backend (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT, "
-                        "as in torchrun", cfg->min_nodes, cfg->max_nodes);
+        return cfg_fail(p,
+                        "the c10d backend (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT, "
+                        "as in torchrun",
+                        cfg->min_nodes, cfg->max_nodes);
     if (cfg->max_nodes > 1 && cfg->min_nodes != cfg->max_nodes)
-        return cfg_fail(p, "without --rdzv-endpoint (torchrun's static recipe) --nnodes must be a "
-                        "fixed N, not %d:%d", cfg->min_nodes, cfg->max_nodes);
+        return cfg_fail(p,
+                        "without --rdzv-endpoint (torchrun's static recipe) --nnodes must be a "
+                        "fixed N, not %d:%d",
+                        cfg->min_nodes, cfg->max_nodes);
     return 0;
 }
 
@@ -606,10 +640,11 @@ static int parse_static_recipe(struct parse *p)
     cfg->backend = LAUNCHER_BACKEND_STATIC;
     cfg->static_recipe = 1;
     cfg->master_port = (int)port;
-    snprintf(ep, sizeof(ep), strchr(cfg->master_addr, ':') ? "[%s]:%u" : "%s:%u",
-             cfg->master_addr, port + 1);
+    snprintf(ep, sizeof(ep), strchr(cfg->master_addr, ':') ? "[%s]:%u" : "%s:%u", cfg->master_addr,
+             port + 1);
     free(cfg->rdzv_endpoint);
-    if ((cfg->rdzv_endpoint = strdup(ep)) == NULL || (cfg->rdzv_host = strdup(cfg->master_addr)) == NULL)
+    if ((cfg->rdzv_endpoint = strdup(ep)) == NULL ||
+        (cfg->rdzv_host = strdup(cfg->master_addr)) == NULL)
         return -ENOMEM;
     cfg->rdzv_port = port + 1;
     if (id == NULL || strcmp(id, "none") == 0) {
@@ -684,7 +719,8 @@ static int parse_fault_tolerance(struct parse *p)
 
     if ((v = p->val[O_KEEP_CHECKPOINTS]) != NULL) {
         if (cfg_parse_int(v, 0, 1000000, &n) != 0)
-            return cfg_fail(p, "--keep-checkpoints must be a number >= 0 (0 keeps all), not '%s'", v);
+            return cfg_fail(p, "--keep-checkpoints must be a number >= 0 (0 keeps all), not '%s'",
+                            v);
         cfg->keep_checkpoints = (int)n;
     }
     if ((v = p->val[O_HANG_TIMEOUT]) != NULL) {
@@ -696,8 +732,10 @@ static int parse_fault_tolerance(struct parse *p)
     if ((v = p->val[O_PREEMPT_SIGNAL]) != NULL) {
         if (cfg_parse_signal(v, &cfg->preempt_signal) != 0 || cfg->preempt_signal == SIGKILL ||
             cfg->preempt_signal == SIGSTOP || cfg->preempt_signal == SIGCHLD)
-            return cfg_fail(p, "--preempt-signal must name a signal muster can catch (TERM, USR1, "
-                           "USR2...), not '%s'", v);
+            return cfg_fail(p,
+                            "--preempt-signal must name a signal muster can catch (TERM, USR1, "
+                            "USR2...), not '%s'",
+                            v);
     }
     if ((v = p->val[O_CHECKPOINT_DIR]) != NULL) {
         struct stat st;
@@ -748,8 +786,10 @@ static int user_token(struct parse *p)
     rc = launcher_usertoken_get(&u, token, LAUNCHER_TOKEN_FILE_MAX + 1, err, sizeof(err));
     if (rc != 0) {
         launcher_secret_free(token);
-        return cfg_fail(p, "a multi-node job needs a shared token (--token-file FILE, "
-                        "MUSTER_TOKEN, or the per-user ~/.muster/token), but %s", err);
+        return cfg_fail(p,
+                        "a multi-node job needs a shared token (--token-file FILE, "
+                        "MUSTER_TOKEN, or the per-user ~/.muster/token), but %s",
+                        err);
     }
     cfg->token = token;
     launcher_usertoken_hint(&u, 0, err, sizeof(err));
@@ -832,7 +872,8 @@ static int check_script(struct parse *p)
     if (cfg->module && cfg->no_python)
         return cfg_fail(p, "-m/--module and --no-python cannot be used together");
     if (cfg->script == NULL)
-        return cfg_fail(p, "no training script given (usage: muster run [options] SCRIPT [ARGS...])");
+        return cfg_fail(p,
+                        "no training script given (usage: muster run [options] SCRIPT [ARGS...])");
     if (cfg->module)
         return 0;
     if (cfg->no_python && strchr(cfg->script, '/') == NULL)
@@ -878,15 +919,16 @@ static int parse_values(struct parse *p)
         (rc = parse_strings(p)) != 0 || (rc = parse_static_recipe(p)) != 0 ||
         (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
         (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
-        (rc = parse_output(p)) != 0 ||
-        (rc = parse_fault_tolerance(p)) != 0 || (rc = parse_security(p)) != 0 ||
-        (rc = cfg_parse_gpu(p)) != 0 || (rc = cfg_parse_torchrun(p)) != 0)
+        (rc = parse_output(p)) != 0 || (rc = parse_fault_tolerance(p)) != 0 ||
+        (rc = parse_security(p)) != 0 || (rc = cfg_parse_gpu(p)) != 0 ||
+        (rc = cfg_parse_torchrun(p)) != 0)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
     if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL &&
         cfg->node_rank >= cfg->max_nodes)
-        return cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank, cfg->max_nodes);
+        return cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
+                        cfg->max_nodes);
     return check_script(p);
 }
 

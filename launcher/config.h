@@ -12,7 +12,7 @@ enum launcher_backend { LAUNCHER_BACKEND_MUSTER, LAUNCHER_BACKEND_C10D, LAUNCHER
 
 /* Per-local-rank stream selection for --redirects / --tee: bit 1 stdout, bit 2 stderr. */
 struct launcher_std_spec {
-    int all;           /* value for ranks not in the map; -1 when only a map was given */
+    int all; /* value for ranks not in the map; -1 when only a map was given */
     int map_len;
     int map_rank[64];
     int map_val[64];
@@ -20,92 +20,92 @@ struct launcher_std_spec {
 
 struct launcher_config {
     /* nodes and rendezvous */
-    int min_nodes, max_nodes;     /* --nnodes N or MIN:MAX */
-    int nproc_per_node;           /* resolved number (cpu/gpu/auto already counted) */
-    char nproc_spec[16];          /* as given: "4", "cpu", "gpu", "auto" */
+    int min_nodes, max_nodes; /* --nnodes N or MIN:MAX */
+    int nproc_per_node;       /* resolved number (cpu/gpu/auto already counted) */
+    char nproc_spec[16];      /* as given: "4", "cpu", "gpu", "auto" */
     enum launcher_backend backend;
-    char *rdzv_endpoint;          /* "host:port" or NULL */
-    char *rdzv_host;              /* parsed from endpoint (brackets stripped for IPv6) */
+    char *rdzv_endpoint; /* "host:port" or NULL */
+    char *rdzv_host;     /* parsed from endpoint (brackets stripped for IPv6) */
     unsigned rdzv_port;
-    char *rdzv_id;                /* job id; random uuid for --standalone */
+    char *rdzv_id; /* job id; random uuid for --standalone */
     int standalone;
     /* --rdzv-conf, milliseconds */
     unsigned join_timeout_ms, last_call_timeout_ms, close_timeout_ms;
     unsigned heartbeat_timeout_ms, keep_alive_interval_ms;
-    unsigned reconnect_grace_ms;  /* how long agents wait for a restarted server */
+    unsigned reconnect_grace_ms; /* how long agents wait for a restarted server */
     /* supervision */
     int max_restarts;
     double monitor_interval;      /* accepted and ignored: muster is event-driven */
     unsigned shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace, default 30 s */
     char *role;                   /* default "default" */
     /* static backend */
-    int static_recipe;            /* torchrun's static recipe across nodes: node rank 0 hosts
-                                     the rendezvous on MASTER_ADDR:MASTER_PORT+1 */
+    int static_recipe; /* torchrun's static recipe across nodes: node rank 0 hosts
+                          the rendezvous on MASTER_ADDR:MASTER_PORT+1 */
     int node_rank;
     char *master_addr;
-    int master_port;              /* 0 = not given */
+    int master_port; /* 0 = not given */
     char *local_addr;
     /* what to run */
-    int module;                   /* -m */
+    int module; /* -m */
     int no_python;
-    int run_path;                 /* --run-path: accepted, runs like a script */
-    char *python_exec;            /* PYTHON_EXEC or "python3" */
-    char *script;                 /* training script, module or binary */
+    int run_path;      /* --run-path: accepted, runs like a script */
+    char *python_exec; /* PYTHON_EXEC or "python3" */
+    char *script;      /* training script, module or binary */
     int script_argc;
-    char **script_argv;           /* borrowed from argv */
+    char **script_argv; /* borrowed from argv */
     /* output */
-    char *log_dir;                /* NULL: a private temporary directory */
+    char *log_dir; /* NULL: a private temporary directory */
     struct launcher_std_spec redirects, tee;
-    int *local_ranks_filter;      /* NULL = all */
+    int *local_ranks_filter; /* NULL = all */
     int local_ranks_filter_len;
-    char **dup_filters[2];        /* --duplicate-std{out,err}-filters, NULL-terminated; NULL: none */
-    char *prefix_template;        /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; NULL: "[rankN]: " */
-    int no_prefix;                /* --no-prefix */
-    unsigned dedup_ms;            /* --dedup[=MS] window; 0: off */
+    char **dup_filters[2]; /* --duplicate-std{out,err}-filters, NULL-terminated; NULL: none */
+    char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; NULL: "[rankN]: " */
+    int no_prefix;         /* --no-prefix */
+    unsigned dedup_ms;     /* --dedup[=MS] window; 0: off */
     /* muster's own */
     int dry_run;
-    int help;                     /* -h/--help seen: nothing else was checked */
-    char *token;                  /* --token-file or MUSTER_TOKEN; never printed; secret.h region */
-    char *token_file;             /* --token-file */
-    char *token_hint;             /* with the per-user token (usertoken.h): what to say when
-                                     the nodes' tokens differ; NULL otherwise */
-    char *token_hint_host;        /* the same, for the node hosting the rendezvous */
+    int help;              /* -h/--help seen: nothing else was checked */
+    char *token;           /* --token-file or MUSTER_TOKEN; never printed; secret.h region */
+    char *token_file;      /* --token-file */
+    char *token_hint;      /* with the per-user token (usertoken.h): what to say when
+                              the nodes' tokens differ; NULL otherwise */
+    char *token_hint_host; /* the same, for the node hosting the rendezvous */
     char *tls_cert, *tls_key, *tls_ca; /* certificate mode: all three or none */
-    char *signals_to_handle;      /* exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
+    char *signals_to_handle;           /* exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
     /* torchrun's remaining flags and --rdzv-conf keys (config_torchrun.c) */
-    int handle_signals[32];       /* --signals-to-handle: stopped on, passed to the workers */
+    int handle_signals[32]; /* --signals-to-handle: stopped on, passed to the workers */
     int nhandle_signals;
-    int rdzv_is_host;             /* --rdzv-conf is_host: -1 unset (decide), 0 never, 1 host */
+    int rdzv_is_host;              /* --rdzv-conf is_host: -1 unset (decide), 0 never, 1 host */
     unsigned rdzv_read_timeout_ms; /* --rdzv-conf read_timeout (60 s) */
-    char numa_binding[16];        /* --numa-binding mode, "" off */
-    int virtual_local_rank;       /* LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES each */
-    char notes[1024];             /* warnings and notes for stderr, one per line */
+    char numa_binding[16];         /* --numa-binding mode, "" off */
+    int virtual_local_rank;        /* LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES each */
+    char notes[1024];              /* warnings and notes for stderr, one per line */
     /* fault tolerance */
-    char *checkpoint_dir;         /* --checkpoint-dir: MUSTER_CHECKPOINT_DIR, watched */
-    int keep_checkpoints;         /* 0 = keep all */
-    unsigned hang_timeout_ms;     /* 0 = no hang detection */
-    int preempt_signal;           /* 0 = none given; SIGTERM by default under Slurm */
-    int slurm;                    /* SLURM_* supplied defaults: inside an allocation */
+    char *checkpoint_dir;     /* --checkpoint-dir: MUSTER_CHECKPOINT_DIR, watched */
+    int keep_checkpoints;     /* 0 = keep all */
+    unsigned hang_timeout_ms; /* 0 = no hang detection */
+    int preempt_signal;       /* 0 = none given; SIGTERM by default under Slurm */
+    int slurm;                /* SLURM_* supplied defaults: inside an allocation */
     /* GPUs (config_gpu.c) */
-    int gpus_visible;             /* NVIDIA GPUs this node's workers would see */
-    int nproc_per_gpu;            /* --nproc-per-gpu K: shared-GPU mode when > 0 */
-    char **gpu_ids;               /* shared-GPU mode: CUDA_VISIBLE_DEVICES entries in use */
+    int gpus_visible;  /* NVIDIA GPUs this node's workers would see */
+    int nproc_per_gpu; /* --nproc-per-gpu K: shared-GPU mode when > 0 */
+    char **gpu_ids;    /* shared-GPU mode: CUDA_VISIBLE_DEVICES entries in use */
     int ngpu_ids;
-    double gpu_mem_fraction;      /* F, default 0.85 */
-    double gpu_mem_bytes;         /* --gpu-mem, 0 = ask the GPU */
-    int mps;                      /* 0 off, 1 on, 2 auto */
+    double gpu_mem_fraction; /* F, default 0.85 */
+    double gpu_mem_bytes;    /* --gpu-mem, 0 = ask the GPU */
+    int mps;                 /* 0 off, 1 on, 2 auto */
     int auto_batch;
     /* pre-flight */
-    int preflight;                /* 1 when the checks run (auto already decided) */
-    int preflight_only;           /* set by `muster preflight`: no workers */
-    int preflight_skipped;        /* auto chose off on a node with GPUs (more workers than GPUs) */
-    double preflight_min_busbw;   /* GB/s, 0 = no floor */
+    int preflight;              /* 1 when the checks run (auto already decided) */
+    int preflight_only;         /* set by `muster preflight`: no workers */
+    int preflight_skipped;      /* auto chose off on a node with GPUs (more workers than GPUs) */
+    double preflight_min_busbw; /* GB/s, 0 = no floor */
     int preflight_allow_mixed;
-    double preflight_min_tflops;  /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
+    double preflight_min_tflops;   /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
     double preflight_min_hbm_gbps; /* HBM copy floor per GPU (read+write GB/s), 0 = none */
-    int preflight_allow_slow;     /* slow GPUs warn instead of failing */
+    int preflight_allow_slow;      /* slow GPUs warn instead of failing */
     unsigned preflight_timeout_ms;
-    char *preflight_max_bytes;    /* as given, checked; NULL = muster-preflight's default */
+    char *preflight_max_bytes; /* as given, checked; NULL = muster-preflight's default */
 };
 
 /* Parses `muster run` arguments (argv[0] is the first option, not the program name) with env
@@ -126,6 +126,5 @@ int launcher_rank_shown(const struct launcher_config *cfg, int local_rank);
 /* Prints cfg->notes (flags accepted that do nothing, unknown --rdzv-conf keys) to f, each line
  * as "muster: LINE". */
 void launcher_config_print_notes(const struct launcher_config *cfg, FILE *f);
-
 
 #endif

@@ -67,8 +67,10 @@ static int pick_gpus(struct parse *p)
     if (rc != 0)
         return rc;
     if (cfg->ngpu_ids == 0)
-        return cfg_fail(p, "--nproc-per-gpu: no NVIDIA GPU visible on this node (%s is empty "
-                           "or CUDA_VISIBLE_DEVICES hides them)", LAUNCHER_NVIDIA_PROC_DIR);
+        return cfg_fail(p,
+                        "--nproc-per-gpu: no NVIDIA GPU visible on this node (%s is empty "
+                        "or CUDA_VISIBLE_DEVICES hides them)",
+                        LAUNCHER_NVIDIA_PROC_DIR);
     if (p->val[O_NPROC] != NULL && cfg_parse_int(p->val[O_NPROC], 1, 4096, &want) == 0) {
         if (want > cfg->ngpu_ids)
             return cfg_fail(p, "--nproc-per-node %ld with --nproc-per-gpu: only %d GPU%s visible",
@@ -130,12 +132,11 @@ static int parse_preflight(struct parse *p)
     if (strcmp(v, "auto") == 0) {
         /* on when the workers look like one GPU each: a node with GPUs, no more workers than
          * GPUs (8 CPU workers on a 2-GPU node are no GPU job), not --nproc-per-node cpu */
-        int gpu_job = cfg->gpus_visible > 0 && cfg->nproc_per_gpu == 0 &&
-                      strcmp(cfg->nproc_spec, "cpu") != 0;
+        int gpu_job =
+            cfg->gpus_visible > 0 && cfg->nproc_per_gpu == 0 && strcmp(cfg->nproc_spec, "cpu") != 0;
         cfg->preflight = gpu_job && cfg->nproc_per_node <= cfg->gpus_visible;
         cfg->preflight_skipped = gpu_job && !cfg->preflight;
-    }
-    else if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
+    } else if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
         cfg->preflight = 1;
     else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
         cfg->preflight = 0;
@@ -156,16 +157,18 @@ static int parse_preflight(struct parse *p)
     if ((v = p->val[O_PREFLIGHT_MIN_HBM_GBPS]) != NULL &&
         parse_double(v, -1e-300, 1e6, &cfg->preflight_min_hbm_gbps) != 0)
         return cfg_fail(p, "--preflight-min-hbm-gbps must be GB/s >= 0, not '%s'", v);
-    cfg->preflight_allow_slow = p->val[O_PREFLIGHT_ALLOW_SLOW] != NULL &&
-                                strcmp(p->val[O_PREFLIGHT_ALLOW_SLOW], "0") != 0;
+    cfg->preflight_allow_slow =
+        p->val[O_PREFLIGHT_ALLOW_SLOW] != NULL && strcmp(p->val[O_PREFLIGHT_ALLOW_SLOW], "0") != 0;
     if ((v = p->val[O_PREFLIGHT_TIMEOUT]) != NULL &&
         (cfg_parse_seconds_ms(v, &cfg->preflight_timeout_ms) != 0 ||
          cfg->preflight_timeout_ms < 1000))
         return cfg_fail(p, "--preflight-timeout must be a number of seconds >= 1, not '%s'", v);
     if ((v = p->val[O_PREFLIGHT_MAX_BYTES]) != NULL) {
         if (launcher_parse_mem(v, &bytes) != 0 || bytes < 4096 || bytes > 64 * LAUNCHER_PLAN_GIB)
-            return cfg_fail(p, "--preflight-max-bytes must be a size from 4KiB to 64GiB, "
-                               "not '%s'", v);
+            return cfg_fail(p,
+                            "--preflight-max-bytes must be a size from 4KiB to 64GiB, "
+                            "not '%s'",
+                            v);
         if ((cfg->preflight_max_bytes = strdup(v)) == NULL)
             return -ENOMEM;
     }
@@ -179,8 +182,8 @@ int cfg_parse_gpu(struct parse *p)
 
     cfg->gpu_mem_fraction = 0.85; /* the seed's safety factor */
     cfg->preflight_timeout_ms = 30000;
-    cfg->gpus_visible = launcher_count_gpus(LAUNCHER_NVIDIA_PROC_DIR,
-                                            getenv("CUDA_VISIBLE_DEVICES"));
+    cfg->gpus_visible =
+        launcher_count_gpus(LAUNCHER_NVIDIA_PROC_DIR, getenv("CUDA_VISIBLE_DEVICES"));
     if ((rc = parse_shared(p)) != 0)
         return rc;
     return parse_preflight(p);

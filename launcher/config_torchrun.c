@@ -84,7 +84,10 @@ struct conf_seconds {
 /* indices into seconds_keys */
 enum { K_JOIN, K_LAST_CALL, K_CLOSE, K_HEARTBEAT, K_KEEP_ALIVE };
 
-#define SECONDS_KEY(k, field) {k, offsetof(struct launcher_config, field)}
+#define SECONDS_KEY(k, field)                                                                      \
+    {                                                                                              \
+        k, offsetof(struct launcher_config, field)                                                 \
+    }
 static const struct conf_seconds seconds_keys[] = {
     SECONDS_KEY("join_timeout", join_timeout_ms),
     SECONDS_KEY("last_call_timeout", last_call_timeout_ms),
@@ -133,8 +136,10 @@ static int conf_key(struct parse *p, const char *k, const char *v, struct conf_s
         return rc < 0 ? rc : 0;
     if (strcmp(k, "keep_alive_max_attempt") == 0) {
         if (cfg_parse_int(v, 1, 1000, &n) != 0)
-            return cfg_fail(p, "--rdzv-conf keep_alive_max_attempt must be a number 1-1000, "
-                               "not '%s'", v);
+            return cfg_fail(p,
+                            "--rdzv-conf keep_alive_max_attempt must be a number 1-1000, "
+                            "not '%s'",
+                            v);
         seen->attempts = n;
     } else if (strcmp(k, "is_host") == 0) {
         if (parse_bool(v, &b) != 0)
@@ -150,8 +155,10 @@ static int conf_key(struct parse *p, const char *k, const char *v, struct conf_s
         if (parse_bool(v, &b) != 0)
             return cfg_fail(p, "--rdzv-conf use_libuv must be true or false (1/0), not '%s'", v);
         if (!b)
-            cfg_note(p, "note: --rdzv-conf use_libuv=%s: muster's rendezvous server is always "
-                        "libuv's event loop; there is no other", v);
+            cfg_note(p,
+                     "note: --rdzv-conf use_libuv=%s: muster's rendezvous server is always "
+                     "libuv's event loop; there is no other",
+                     v);
     } else if (strcmp(k, "store_port") == 0) {
         if (cfg_parse_int(v, 0, 65535, &n) != 0)
             return cfg_fail(p, "--rdzv-conf store_port must be a port number, not '%s'", v);
@@ -206,8 +213,8 @@ int cfg_parse_rdzv_conf(struct parse *p)
         key = unquote(item);
         val = unquote(eq + 1);
         if (*key == '\0' || *val == '\0' || key[strspn(key, KEY_CHARS)] != '\0')
-            rc = cfg_fail(p, "--rdzv-conf entries must be KEY=VALUE with both given ('%s=%s')",
-                          key, val);
+            rc = cfg_fail(p, "--rdzv-conf entries must be KEY=VALUE with both given ('%s=%s')", key,
+                          val);
         else
             rc = conf_key(p, key, val, &seen);
     }
@@ -227,8 +234,8 @@ out:
  * signals (SEGV, BUS, FPE, ILL) are the kernel's, not a request to stop. */
 static int signal_refused(int sig)
 {
-    return sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD || sig == SIGPIPE ||
-           sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL;
+    return sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD || sig == SIGPIPE || sig == SIGSEGV ||
+           sig == SIGBUS || sig == SIGFPE || sig == SIGILL;
 }
 
 static int parse_signals(struct parse *p)
@@ -253,15 +260,18 @@ static int parse_signals(struct parse *p)
         if (*t == '\0' || cfg_parse_signal(t, &sig) != 0)
             return cfg_fail(p, "%s: '%s' is not a signal (e.g. SIGTERM,SIGUSR1)", src, t);
         if (signal_refused(sig))
-            return cfg_fail(p, "%s: muster cannot stop on SIG%s (KILL and STOP cannot be "
-                               "caught; CHLD, PIPE and the fault signals are muster's own)",
+            return cfg_fail(p,
+                            "%s: muster cannot stop on SIG%s (KILL and STOP cannot be "
+                            "caught; CHLD, PIPE and the fault signals are muster's own)",
                             src, sigabbrev_np(sig));
         if (cfg->nhandle_signals == (int)(sizeof(cfg->handle_signals) / sizeof(int)))
             return cfg_fail(p, "%s: too many signals", src);
         if (cfg->nproc_per_gpu > 0 && sig != SIGTERM && sig != SIGINT && sig != SIGHUP &&
             sig != SIGQUIT) /* agent/shared.c watches those four only */
-            return cfg_fail(p, "%s: shared-GPU mode (--nproc-per-gpu) stops on SIGTERM, SIGINT, "
-                               "SIGHUP and SIGQUIT only, not SIG%s", src, sigabbrev_np(sig));
+            return cfg_fail(p,
+                            "%s: shared-GPU mode (--nproc-per-gpu) stops on SIGTERM, SIGINT, "
+                            "SIGHUP and SIGQUIT only, not SIG%s",
+                            src, sigabbrev_np(sig));
         cfg->handle_signals[cfg->nhandle_signals++] = sig;
         s += len + (s[len] == ',');
     }
@@ -312,13 +322,13 @@ static int parse_virtual_local_rank(struct parse *p)
         for (const char *s = cvd; (s = strchr(s, ',')) != NULL; s++)
             entries++;
         if (cfg->nproc_per_node > entries)
-            return cfg_fail(p, "--virtual-local-rank: %d workers but CUDA_VISIBLE_DEVICES=%s "
-                               "has %d entr%s (one GPU per worker)",
+            return cfg_fail(p,
+                            "--virtual-local-rank: %d workers but CUDA_VISIBLE_DEVICES=%s "
+                            "has %d entr%s (one GPU per worker)",
                             cfg->nproc_per_node, cvd, entries, entries == 1 ? "y" : "ies");
     } else if (cfg->gpus_visible > 0 && cfg->nproc_per_node > cfg->gpus_visible) {
         return cfg_fail(p, "--virtual-local-rank: %d workers but %d GPU%s (one GPU per worker)",
-                        cfg->nproc_per_node, cfg->gpus_visible,
-                        cfg->gpus_visible == 1 ? "" : "s");
+                        cfg->nproc_per_node, cfg->gpus_visible, cfg->gpus_visible == 1 ? "" : "s");
     }
     cfg->virtual_local_rank = 1;
     return 0;
@@ -328,15 +338,19 @@ static int parse_virtual_local_rank(struct parse *p)
 static void note_noops(struct parse *p)
 {
     if (p->val[O_MONITOR_INTERVAL] != NULL)
-        cfg_note(p, "note: %s does nothing in muster: a worker's exit is an event that muster "
-                    "handles at once; nothing polls", p->src[O_MONITOR_INTERVAL]);
+        cfg_note(p,
+                 "note: %s does nothing in muster: a worker's exit is an event that muster "
+                 "handles at once; nothing polls",
+                 p->src[O_MONITOR_INTERVAL]);
     if (p->val[O_START_METHOD] != NULL)
-        cfg_note(p, "note: %s does nothing in muster: every worker is a new process that "
-                    "execs the command (torchrun too ignores it for scripts)",
+        cfg_note(p,
+                 "note: %s does nothing in muster: every worker is a new process that "
+                 "execs the command (torchrun too ignores it for scripts)",
                  p->src[O_START_METHOD]);
     if (p->val[O_EVENT_LOG_HANDLER] != NULL)
-        cfg_note(p, "note: %s does nothing in muster: it records no torchelastic events (its "
-                    "log is stderr; muster server --http serves /metrics and /status)",
+        cfg_note(p,
+                 "note: %s does nothing in muster: it records no torchelastic events (its "
+                 "log is stderr; muster server --http serves /metrics and /status)",
                  p->src[O_EVENT_LOG_HANDLER]);
 }
 
@@ -346,9 +360,11 @@ int cfg_parse_torchrun(struct parse *p)
     int rc;
 
     if (ls != NULL && strcmp(ls, "default") != 0)
-        return cfg_fail(p, "--logs-specs %s: muster loads no logs-specs plugins; only 'default' "
-                           "(torchrun's DefaultLogsSpecs layout, which --log-dir writes) is "
-                           "accepted", ls);
+        return cfg_fail(p,
+                        "--logs-specs %s: muster loads no logs-specs plugins; only 'default' "
+                        "(torchrun's DefaultLogsSpecs layout, which --log-dir writes) is "
+                        "accepted",
+                        ls);
     if ((rc = parse_signals(p)) != 0 || (rc = parse_numa(p)) != 0 ||
         (rc = parse_virtual_local_rank(p)) != 0)
         return rc;

@@ -609,13 +609,17 @@ int launcher_plan_auto_batch(char **argv, const char *gpu_id, unsigned procs, do
         gpu_mem = probe.total_bytes;
     if (gpu_mem <= 0 && (rc = gpu_mem_from_smi(&gpu_mem)) != 0)
         return rc;
-    in = (struct launcher_plan_in){.gpu_mem = gpu_mem, .static_mem = probe.static_bytes,
-                                   .per_sample = probe.per_sample, .safety = safety,
+    in = (struct launcher_plan_in){.gpu_mem = gpu_mem,
+                                   .static_mem = probe.static_bytes,
+                                   .per_sample = probe.per_sample,
+                                   .safety = safety,
                                    .procs = procs};
     if (launcher_plan_compute(&in, &out, err, sizeof(err)) != 0)
         return usage_err("--auto-batch: %s", err);
-    fprintf(stderr, "muster: --auto-batch: %s per process, static %s, %s per sample: max batch "
-            "%ld, MUSTER_BATCH_SIZE=%ld\n", launcher_plan_fmt_size(out.per_proc, s1, sizeof(s1)),
+    fprintf(stderr,
+            "muster: --auto-batch: %s per process, static %s, %s per sample: max batch "
+            "%ld, MUSTER_BATCH_SIZE=%ld\n",
+            launcher_plan_fmt_size(out.per_proc, s1, sizeof(s1)),
             launcher_plan_fmt_size(probe.static_bytes, s2, sizeof(s2)),
             launcher_plan_fmt_size(probe.per_sample, s3, sizeof(s3)), out.max_batch,
             out.start_batch);

@@ -72,8 +72,8 @@ int launcher_preflight(int argc, char **argv)
     struct launcher_config cfg;
     char err[LAUNCHER_ERR_MAX];
     char **args = calloc((size_t)argc + 8, sizeof(*args));
-    int n = 0, rc, gpus = launcher_count_gpus(LAUNCHER_NVIDIA_PROC_DIR,
-                                              getenv("CUDA_VISIBLE_DEVICES"));
+    int n = 0, rc,
+        gpus = launcher_count_gpus(LAUNCHER_NVIDIA_PROC_DIR, getenv("CUDA_VISIBLE_DEVICES"));
 
     if (args == NULL)
         return AGENT_EXIT_INTERNAL;
@@ -85,9 +85,11 @@ int launcher_preflight(int argc, char **argv)
     launcher_secret_protect_process(); /* the agent holds the job's token, as muster run's */
     if (!has_option(argc, argv, "nproc-per-node") && getenv("PET_NPROC_PER_NODE") == NULL) {
         if (gpus <= 0) {
-            fprintf(stderr, "muster: error: preflight: no NVIDIA GPU on this node (%s is empty "
+            fprintf(stderr,
+                    "muster: error: preflight: no NVIDIA GPU on this node (%s is empty "
                     "or CUDA_VISIBLE_DEVICES hides them); pass --nproc-per-node N to check a "
-                    "CPU-only job\n", LAUNCHER_NVIDIA_PROC_DIR);
+                    "CPU-only job\n",
+                    LAUNCHER_NVIDIA_PROC_DIR);
             free(args);
             return AGENT_EXIT_NO_GPU;
         }

@@ -79,8 +79,10 @@ static int numa_plan(const struct launcher_config *cfg, struct agent_numa *numa,
     if (numa->nbind == 0)
         fprintf(out, "%s%s\n", lead, numa->why);
     else if (!numa->by_gpu)
-        fprintf(out, "%s--numa-binding %s: not one GPU per worker, so the local ranks are spread "
-                "over the %d NUMA nodes in blocks\n", lead, cfg->numa_binding, numa->nnodes);
+        fprintf(out,
+                "%s--numa-binding %s: not one GPU per worker, so the local ranks are spread "
+                "over the %d NUMA nodes in blocks\n",
+                lead, cfg->numa_binding, numa->nnodes);
     return 0;
 }
 
@@ -111,11 +113,12 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
         close(fd); /* a port that is free now, to show a realistic plan */
     printf("run_id=%s\nrdzv_backend=%s\nrdzv_endpoint=%s\nnnodes=%d:%d\nnproc_per_node=%d\n"
            "world_size=%d\nmax_restarts=%d\n",
-           cfg->rdzv_id, backends[cfg->backend], endpoint_text(cfg, ep, sizeof(ep)),
-           cfg->min_nodes, cfg->max_nodes, cfg->nproc_per_node, world, cfg->max_restarts);
+           cfg->rdzv_id, backends[cfg->backend], endpoint_text(cfg, ep, sizeof(ep)), cfg->min_nodes,
+           cfg->max_nodes, cfg->nproc_per_node, world, cfg->max_restarts);
     if (cfg->max_nodes > 1)
         printf("# ranks assume group rank %d and %d workers on every node; the rendezvous "
-               "decides\n", group_rank, cfg->nproc_per_node);
+               "decides\n",
+               group_rank, cfg->nproc_per_node);
     printf("preflight=%s\n", cfg->preflight ? "on" : "off");
     printf("# MASTER_PORT is reserved again when the job starts\n");
     if ((fd = numa_plan(cfg, &numa, stdout)) != 0)
@@ -143,8 +146,8 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
         w.role_world_size = world;
         if (cfg->log_dir == NULL || strcmp(cfg->log_dir, "/dev/null") != 0)
             snprintf(error_file, sizeof(error_file), "%s/%s/attempt_0/%d/error.json",
-                     cfg->log_dir ? cfg->log_dir : "<private temporary directory>",
-                     cfg->rdzv_id, i);
+                     cfg->log_dir ? cfg->log_dir : "<private temporary directory>", cfg->rdzv_id,
+                     i);
         w.error_file = error_file;
         agent_env_init(&env);
         if (agent_env_for_worker(&env, &w, environ) != 0 ||
@@ -161,8 +164,8 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
             printf("# numa_binding=%s: %s\n", cfg->numa_binding, bind);
         }
         for (size_t k = 0; k < env.len; k++)
-            printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0
-                               ? "MUSTER_TOKEN=<hidden>" : env.vars[k]);
+            printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0 ? "MUSTER_TOKEN=<hidden>"
+                                                                          : env.vars[k]);
         agent_env_free(&env);
     }
     agent_numa_free(&numa);
@@ -220,7 +223,10 @@ static int dry_run_shared(const struct launcher_config *cfg, char **argv)
     printf("run_id=%s\nmode=shared-gpu\ngpus=%d\nnproc_per_gpu=%d\nworkers=%d\n"
            "gpu_mem_fraction=%.4f\nmps=%s\nmax_restarts=%d (per worker)\n",
            cfg->rdzv_id, cfg->ngpu_ids, cfg->nproc_per_gpu, cfg->nproc_per_node,
-           cfg->gpu_mem_fraction, cfg->mps == 1 ? "on" : cfg->mps == 2 ? "auto" : "off",
+           cfg->gpu_mem_fraction,
+           cfg->mps == 1   ? "on"
+           : cfg->mps == 2 ? "auto"
+                           : "off",
            cfg->max_restarts);
     if (cfg->auto_batch)
         printf("# --auto-batch: a probe run at batch %d plans MUSTER_BATCH_SIZE at start\n",
@@ -279,7 +285,7 @@ static enum agent_host_mode host_mode(const struct launcher_config *cfg)
 {
     if (cfg->rdzv_host == NULL)
         return AGENT_HOST_ALWAYS; /* --standalone, or one node with no endpoint */
-    if (cfg->rdzv_is_host >= 0) /* --rdzv-conf is_host, as torchrun's c10d backend */
+    if (cfg->rdzv_is_host >= 0)   /* --rdzv-conf is_host, as torchrun's c10d backend */
         return cfg->rdzv_is_host ? AGENT_HOST_ALWAYS : AGENT_HOST_NEVER;
     return AGENT_HOST_IF_LOCAL;
 }
@@ -386,11 +392,13 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
     o.preempt_signal = cfg->preempt_signal;
     o.preflight = cfg->preflight;
     if (cfg->preflight_skipped)
-        fprintf(stderr, "muster: pre-flight skipped: %d workers but %d GPUs, so not one GPU per "
-                "worker (--preflight on checks anyway)\n", n, cfg->gpus_visible);
+        fprintf(stderr,
+                "muster: pre-flight skipped: %d workers but %d GPUs, so not one GPU per "
+                "worker (--preflight on checks anyway)\n",
+                n, cfg->gpus_visible);
     o.preflight_only = cfg->preflight_only;
-    o.preflight_need_gpus = cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0
-                                ? (unsigned)n : 0;
+    o.preflight_need_gpus =
+        cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0 ? (unsigned)n : 0;
     o.preflight_timeout_ms = cfg->preflight_timeout_ms;
     o.preflight_min_busbw = cfg->preflight_min_busbw;
     o.preflight_allow_mixed = cfg->preflight_allow_mixed;

@@ -51,14 +51,20 @@ static const char server_help[] =
  * field; a flag not given leaves it 0, the default. Sizes take a K, M or G suffix (KiB...). */
 struct limit_flag {
     const char *name;
-    size_t offset;      /* in struct rdzv_limits */
-    int is_size;        /* a size_t field that takes a suffix; else unsigned */
-    const char *help;   /* "%s" gets the default */
+    size_t offset;    /* in struct rdzv_limits */
+    int is_size;      /* a size_t field that takes a suffix; else unsigned */
+    const char *help; /* "%s" gets the default */
     unsigned long long def;
 };
 
-#define LF_U(name, field, def, help) {name, offsetof(struct rdzv_limits, field), 0, help, def}
-#define LF_S(name, field, def, help) {name, offsetof(struct rdzv_limits, field), 1, help, def}
+#define LF_U(name, field, def, help)                                                               \
+    {                                                                                              \
+        name, offsetof(struct rdzv_limits, field), 0, help, def                                    \
+    }
+#define LF_S(name, field, def, help)                                                               \
+    {                                                                                              \
+        name, offsetof(struct rdzv_limits, field), 1, help, def                                    \
+    }
 
 static const struct limit_flag limit_flags[] = {
     LF_U("--max-connections", max_connections, RDZV_LIMIT_MAX_CONNECTIONS,
@@ -67,8 +73,7 @@ static const struct limit_flag limit_flags[] = {
          RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE, "open connections from one address"),
     LF_U("--handshake-timeout-ms", handshake_ms, RDZV_LIMIT_HANDSHAKE_MS,
          "from connect until HELLO is accepted"),
-    LF_U("--idle-timeout-ms", idle_ms, RDZV_LIMIT_IDLE_MS,
-         "silence of a connection in no job"),
+    LF_U("--idle-timeout-ms", idle_ms, RDZV_LIMIT_IDLE_MS, "silence of a connection in no job"),
     LF_U("--max-jobs", max_jobs, RDZV_LIMIT_MAX_JOBS, "jobs held at once"),
     LF_U("--job-workers-per-proc", job_workers_per_proc, RDZV_LIMIT_JOB_WORKERS_PER_PROC,
          "worker connections per job: this many per process"),
@@ -113,8 +118,10 @@ static int limit_flag_parse(const struct limit_flag *f, const char *v, struct rd
     errno = 0;
     n = strtoull(v, &end, 10);
     if (f->is_size && *end != '\0' && end[1] == '\0') {
-        mult = *end == 'K' || *end == 'k' ? 1ull << 10 : *end == 'M' || *end == 'm' ? 1ull << 20
-             : *end == 'G' || *end == 'g' ? 1ull << 30 : 0;
+        mult = *end == 'K' || *end == 'k'   ? 1ull << 10
+               : *end == 'M' || *end == 'm' ? 1ull << 20
+               : *end == 'G' || *end == 'g' ? 1ull << 30
+                                            : 0;
         end += mult != 0;
     }
     if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n == 0 || mult == 0 ||
@@ -150,7 +157,7 @@ static const char *bracket(const char *host, char *buf, size_t len)
 struct server_args {
     const char *listen, *http, *token_file, *tls_cert, *tls_key, *tls_ca;
     const char *hs_per_source, *hs_rate, *hs_burst; /* struct rdzv_limits' handshake_* */
-    unsigned hs_limits[3]; /* the three parsed; 0: the default */
+    unsigned hs_limits[3];                          /* the three parsed; 0: the default */
     const char *lim[N_LIMIT_FLAGS]; /* limit_flags' values as given; NULL: the default */
     struct rdzv_limits limits;      /* them parsed (0 fields: the defaults) */
 };
@@ -277,12 +284,14 @@ static int get_token(const struct server_args *a, char *token, size_t len)
     if (a->token_file != NULL && access(a->token_file, F_OK) != 0 && errno == ENOENT) {
         int rc = write_new_token(a->token_file, token, len);
         if (rc != 0) {
-            fprintf(stderr, "muster: error: cannot write a new token to %s: %s\n",
-                    a->token_file, strerror(-rc));
+            fprintf(stderr, "muster: error: cannot write a new token to %s: %s\n", a->token_file,
+                    strerror(-rc));
             return -EINVAL;
         }
-        fprintf(stderr, "muster: wrote a new token to %s: give every agent --token-file %s "
-                        "(copy it with its 0600 mode)\n", a->token_file, a->token_file);
+        fprintf(stderr,
+                "muster: wrote a new token to %s: give every agent --token-file %s "
+                "(copy it with its 0600 mode)\n",
+                a->token_file, a->token_file);
     } else if (a->token_file != NULL) {
         if (launcher_read_token_file(a->token_file, token, len, err, sizeof(err)) != 0) {
             fprintf(stderr, "muster: error: %s\n", err);
@@ -315,8 +324,11 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
     /* --http PORT or --http :PORT: loopback, the safe default for an unauthenticated port */
     if (a->http != NULL) {
         int digits = a->http[strspn(a->http, "0123456789")] == '\0';
-        snprintf(http, sizeof(http), "%s%s", digits ? "127.0.0.1:" :
-                 a->http[0] == ':' ? "127.0.0.1" : "", a->http);
+        snprintf(http, sizeof(http), "%s%s",
+                 digits              ? "127.0.0.1:"
+                 : a->http[0] == ':' ? "127.0.0.1"
+                                     : "",
+                 a->http);
     }
     if (launcher_parse_endpoint(a->listen, 29400, &host, &port) != 0 ||
         (a->http && launcher_parse_endpoint(http, 8080, &hhost, &hport) != 0)) {
@@ -324,8 +336,8 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
         rc = AGENT_EXIT_USAGE;
         goto out;
     }
-    struct rdzv_tls_opts tls = {.token = token, .cert_file = a->tls_cert,
-                                .key_file = a->tls_key, .ca_file = a->tls_ca};
+    struct rdzv_tls_opts tls = {
+        .token = token, .cert_file = a->tls_cert, .key_file = a->tls_key, .ca_file = a->tls_ca};
     rc = a->tls_cert ? rdzv_server_new_tls(&c->loop, host, port, &tls, &c->server)
                      : rdzv_server_new(&c->loop, host, port, token, &c->server);
     if (rc != 0) {

@@ -153,8 +153,8 @@ static void print_job(json_t *job)
            str(job, "id"), str(job, "state"), num(job, "round"), num(job, "restart_count"),
            num(job, "max_restarts"), num(job, "min_nodes"), num(job, "max_nodes"),
            num(job, "world_size"));
-    printf("  %-10s %-24s %-16s %-12s %-10s %s\n", "GROUP_RANK", "HOST", "ADDR", "RANKS",
-           "STATE", "LAST SEEN");
+    printf("  %-10s %-24s %-16s %-12s %-10s %s\n", "GROUP_RANK", "HOST", "ADDR", "RANKS", "STATE",
+           "LAST SEEN");
     json_array_foreach(json_object_get(job, "nodes"), i, n)
     {
         long first = num(n, "rank_offset"), cnt = num(n, "nproc");
@@ -176,10 +176,9 @@ static void print_checkpoints(json_t *job)
     if (json_array_size(cks) == 0)
         return;
     printf("  %-32s %-10s %-12s %-9s %s\n", "CHECKPOINT", "STEP", "BYTES", "STATE", "REASON");
-    json_array_foreach(cks, i, ck)
-        printf("  %-32s %-10ld %-12ld %-9s %s\n", str(ck, "name"), num(ck, "step"),
-               num(ck, "size"), str(ck, "state"),
-               json_is_string(json_object_get(ck, "reason")) ? str(ck, "reason") : "");
+    json_array_foreach(cks, i, ck) printf(
+        "  %-32s %-10ld %-12ld %-9s %s\n", str(ck, "name"), num(ck, "step"), num(ck, "size"),
+        str(ck, "state"), json_is_string(json_object_get(ck, "reason")) ? str(ck, "reason") : "");
 }
 
 static int print_answer(const struct status_cmd *c)
@@ -197,7 +196,8 @@ static int print_answer(const struct status_cmd *c)
         return AGENT_EXIT_RDZV;
     }
     if (json_array_size(json_object_get(root, "jobs")) == 0)
-        printf(c->job_id ? "no job %s on this server\n" : "no jobs%s\n", c->job_id ? c->job_id : "");
+        printf(c->job_id ? "no job %s on this server\n" : "no jobs%s\n",
+               c->job_id ? c->job_id : "");
     json_array_foreach(json_object_get(root, "jobs"), i, job)
     {
         print_job(job);
@@ -260,8 +260,11 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
 
 static int make_tls(struct status_cmd *c, const char *host)
 {
-    struct rdzv_tls_opts o = {.token = c->token, .cert_file = c->tls_cert,
-                              .key_file = c->tls_key, .ca_file = c->tls_ca, .server_name = host};
+    struct rdzv_tls_opts o = {.token = c->token,
+                              .cert_file = c->tls_cert,
+                              .key_file = c->tls_key,
+                              .ca_file = c->tls_ca,
+                              .server_name = host};
     char err[512];
 
     if (c->token_file != NULL) {
@@ -285,9 +288,11 @@ static int make_tls(struct status_cmd *c, const char *host)
             return AGENT_EXIT_INTERNAL;
         if (launcher_usertoken_get(&u, c->token_buf, LAUNCHER_TOKEN_FILE_MAX + 1, err,
                                    sizeof(err)) != 0) {
-            fprintf(stderr, "muster: error: muster status needs a credential (--token-file FILE "
-                            "or MUSTER_TOKEN) or certificates (--tls-cert/--tls-key/--tls-ca), "
-                            "and %s\n", err);
+            fprintf(stderr,
+                    "muster: error: muster status needs a credential (--token-file FILE "
+                    "or MUSTER_TOKEN) or certificates (--tls-cert/--tls-key/--tls-ca), "
+                    "and %s\n",
+                    err);
             return AGENT_EXIT_USAGE;
         }
         o.token = c->token_buf;
@@ -331,7 +336,6 @@ static int start(struct status_cmd *c)
     free(host);
     return rc == 0 ? 0 : AGENT_EXIT_RDZV;
 }
-
 
 int launcher_status(int argc, char **argv)
 {

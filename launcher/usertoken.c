@@ -62,8 +62,9 @@ int launcher_usertoken_get(struct launcher_usertoken *u, char *token, size_t len
 
     memset(u, 0, sizeof(*u));
     if (home == NULL) {
-        snprintf(err, errlen, "no home directory for the per-user token ~/.muster/token: give "
-                              "--token-file FILE or MUSTER_TOKEN");
+        snprintf(err, errlen,
+                 "no home directory for the per-user token ~/.muster/token: give "
+                 "--token-file FILE or MUSTER_TOKEN");
         return -ENOENT;
     }
     if (snprintf(dir, sizeof(dir), "%s/.muster", home) >= (int)sizeof(dir) ||
@@ -86,12 +87,12 @@ int launcher_usertoken_get(struct launcher_usertoken *u, char *token, size_t len
     return launcher_read_token_file(u->path, token, len, err, errlen);
 }
 
-void launcher_usertoken_hint(const struct launcher_usertoken *u, int hosting, char *buf,
-                             size_t len)
+void launcher_usertoken_hint(const struct launcher_usertoken *u, int hosting, char *buf, size_t len)
 {
     if (hosting)
-        snprintf(buf, len, "the nodes' tokens differ (this node uses %s): share the home "
-                           "directory, or give every node --token-file FILE or MUSTER_TOKEN",
+        snprintf(buf, len,
+                 "the nodes' tokens differ (this node uses %s): share the home "
+                 "directory, or give every node --token-file FILE or MUSTER_TOKEN",
                  u->path);
     else
         snprintf(buf, len,

@@ -70,8 +70,8 @@ static void *echo_loop(void *arg)
 
 int pf_mesh_listen(struct pf_mesh_listener *l, unsigned port)
 {
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
-                             .sin6_addr = IN6ADDR_ANY_INIT};
+    struct sockaddr_in6 a = {
+        .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = IN6ADDR_ANY_INIT};
     int one = 1, zero = 0, rc;
     socklen_t len = sizeof(a);
     pthread_t t;
@@ -86,7 +86,8 @@ int pf_mesh_listen(struct pf_mesh_listener *l, unsigned port)
         if (bind(l->fd, (struct sockaddr *)&a, sizeof(a)) != 0)
             goto fail;
     } else if (errno == EAFNOSUPPORT) {
-        struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in a4 = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
                                  .sin_addr.s_addr = htonl(INADDR_ANY)};
         if ((l->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
             return -errno;

@@ -28,7 +28,7 @@ struct pf_mesh_target {
     unsigned port;
     /* results */
     int ok;
-    double rtt_us;       /* connect + one ping round trip */
+    double rtt_us; /* connect + one ping round trip */
     double connect_us;
     char error[128];
 };

@@ -56,8 +56,15 @@ static void run_ranks(struct pf_node *n, const char *dir, int *codes)
     snprintf(timeout, sizeof(timeout), "%d", n->timeout_ms);
     for (int i = 0; pids && i < n->nproc; i++) {
         char out[4200], **env = rank_env(n, i);
-        char *argv[] = {(char *)n->bin, "allreduce", "--out", out, "--timeout-ms", timeout,
-                        n->max_bytes ? "--max-bytes" : NULL, (char *)n->max_bytes, NULL};
+        char *argv[] = {(char *)n->bin,
+                        "allreduce",
+                        "--out",
+                        out,
+                        "--timeout-ms",
+                        timeout,
+                        n->max_bytes ? "--max-bytes" : NULL,
+                        (char *)n->max_bytes,
+                        NULL};
         snprintf(out, sizeof(out), "%s/rank%d.json", dir, n->rank0 + i);
         codes[i] = env ? posix_spawn(&pids[i], n->bin, NULL, NULL, argv, env) : ENOMEM;
         if (codes[i] != 0) {
@@ -126,11 +133,12 @@ static void print_sizes(json_t *stage)
     size_t i;
 
     fprintf(stderr, "  %10s %12s %12s %12s\n", "size", "time", "algbw", "busbw");
-    json_array_foreach(json_object_get(stage, "sizes"), i, s) {
+    json_array_foreach(json_object_get(stage, "sizes"), i, s)
+    {
         double bytes = json_number_value(json_object_get(s, "bytes"));
         fprintf(stderr, "  %6.0f %s %9.1f us %7.1f GB/s %7.1f GB/s\n",
-                bytes >= 1 << 20 ? bytes / (1 << 20) : bytes / 1024, bytes >= 1 << 20 ? "MiB" : "KiB",
-                json_number_value(json_object_get(s, "time_us")),
+                bytes >= 1 << 20 ? bytes / (1 << 20) : bytes / 1024,
+                bytes >= 1 << 20 ? "MiB" : "KiB", json_number_value(json_object_get(s, "time_us")),
                 json_number_value(json_object_get(s, "algbw")),
                 json_number_value(json_object_get(s, "busbw")));
     }
@@ -141,7 +149,8 @@ static json_t *stage_of(json_t *rank, const char *name)
 {
     json_t *st;
     size_t i;
-    json_array_foreach(json_object_get(rank, "stages"), i, st) {
+    json_array_foreach(json_object_get(rank, "stages"), i, st)
+    {
         const char *s = json_string_value(json_object_get(st, "stage"));
         if (s && strcmp(s, name) == 0)
             return st;
@@ -186,22 +195,28 @@ static int judge_bandwidth(struct pf_node *n, json_t *all)
 
     if (n->world < 2) {
         fprintf(stderr, "muster: preflight: NCCL all-reduce over 1 rank: sum exact; no bandwidth "
-                "figures (one rank moves no data)\n");
+                        "figures (one rank moves no data)\n");
         json_object_set_new(n->report_json, "busbw_floor",
                             json_string(n->min_busbw > 0 ? "not applied: one rank" : "none"));
         if (n->min_busbw > 0)
-            fprintf(stderr, "muster: preflight: --preflight-min-busbw %.1f not applied: it needs "
-                    "at least 2 ranks\n", n->min_busbw);
+            fprintf(stderr,
+                    "muster: preflight: --preflight-min-busbw %.1f not applied: it needs "
+                    "at least 2 ranks\n",
+                    n->min_busbw);
         return 0;
     }
     busbw = last_busbw(all, &bytes);
-    fprintf(stderr, "muster: preflight: NCCL all-reduce over %d ranks: sums exact on every rank, "
-            "every GPU distinct\n", n->world);
+    fprintf(stderr,
+            "muster: preflight: NCCL all-reduce over %d ranks: sums exact on every rank, "
+            "every GPU distinct\n",
+            n->world);
     print_sizes(all);
     switch (pf_busbw_judge(n->world, busbw, n->min_busbw)) {
     case PF_BUSBW_BELOW:
-        snprintf(n->reason, sizeof(n->reason), "busbw %.1f GB/s at %.0f MiB is below "
-                 "--preflight-min-busbw %.1f GB/s", busbw, bytes / (1 << 20), n->min_busbw);
+        snprintf(n->reason, sizeof(n->reason),
+                 "busbw %.1f GB/s at %.0f MiB is below "
+                 "--preflight-min-busbw %.1f GB/s",
+                 busbw, bytes / (1 << 20), n->min_busbw);
         json_object_set_new(n->report_json, "busbw_floor", json_string("failed"));
         return 1;
     case PF_BUSBW_OK:
@@ -227,8 +242,10 @@ static int judge_nccl(struct pf_node *n, json_t *mine)
         if ((rc = pf_get_json(n, key, 2 * n->timeout_ms + 70000, &res)) != 0) {
             char host[256];
             pf_node_host(n, g, host, sizeof(host));
-            snprintf(n->reason, sizeof(n->reason), "node %s (group rank %d) sent no NCCL "
-                     "results: %s", host, g, muster_strerror(rc));
+            snprintf(n->reason, sizeof(n->reason),
+                     "node %s (group rank %d) sent no NCCL "
+                     "results: %s",
+                     host, g, muster_strerror(rc));
             bad++;
         } else {
             json_array_append_new(nodes, res);
@@ -236,8 +253,10 @@ static int judge_nccl(struct pf_node *n, json_t *mine)
     }
     json_t *node, *r;
     size_t i, j;
-    json_array_foreach(nodes, i, node) {
-        json_array_foreach(json_object_get(node, "ranks"), j, r) {
+    json_array_foreach(nodes, i, node)
+    {
+        json_array_foreach(json_object_get(node, "ranks"), j, r)
+        {
             if (json_integer_value(json_object_get(r, "rank")) == 0)
                 rank0 = r;
             if (json_is_true(json_object_get(r, "ok")))
@@ -272,9 +291,9 @@ static int put_node_result(struct pf_node *n, json_t *res)
     size_t i;
 
     if (s != NULL && strlen(s) > MUSTER_VALUE_MAX) {
-        json_array_foreach(json_object_get(res, "ranks"), i, r)
-            if (json_integer_value(json_object_get(r, "rank")) != 0)
-                json_object_del(r, "stages");
+        json_array_foreach(json_object_get(res, "ranks"), i,
+                           r) if (json_integer_value(json_object_get(r, "rank")) != 0)
+            json_object_del(r, "stages");
         free(s);
         s = json_dumps(res, JSON_COMPACT);
     }
@@ -288,8 +307,8 @@ int pf_stage_nccl(struct pf_node *n)
 {
     char dir[4096];
     int *codes = calloc((size_t)n->nproc, sizeof(*codes)), rc;
-    json_t *res = json_pack("{s:i, s:s, s:[]}", "group_rank", n->group_rank, "host", n->host,
-                            "ranks");
+    json_t *res =
+        json_pack("{s:i, s:s, s:[]}", "group_rank", n->group_rank, "host", n->host, "ranks");
 
     snprintf(dir, sizeof(dir), "%.4000s/muster-pf-XXXXXX", mc_tmpdir());
     if (codes == NULL || res == NULL || mkdtemp(dir) == NULL) {

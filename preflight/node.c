@@ -122,8 +122,8 @@ int pf_verdict(struct pf_node *n, const char *stage, int ok, const char *reason)
     int wait_ms = strcmp(stage, "nccl") == 0 ? 2 * n->timeout_ms + 75000 : n->timeout_ms + 15000;
     int rc = pf_get(n, key, wait_ms, &v);
     if (rc != 0) {
-        snprintf(n->reason, sizeof(n->reason), "no %s verdict from group rank 0's node: %s",
-                 stage, muster_strerror(rc));
+        snprintf(n->reason, sizeof(n->reason), "no %s verdict from group rank 0's node: %s", stage,
+                 muster_strerror(rc));
         pf_say("%s", n->reason);
         return PF_EXIT_FAILED;
     }
@@ -155,33 +155,62 @@ static int env_int(const char *name, int *out)
 
 static int parse_args(struct pf_node *n, int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"need-gpus", required_argument, NULL, 'g'}, {"timeout-ms", required_argument, NULL, 't'},
-        {"min-busbw", required_argument, NULL, 'b'}, {"allow-mixed", no_argument, NULL, 'x'},
-        {"max-bytes", required_argument, NULL, 's'}, {"report", required_argument, NULL, 'r'},
-        {"bin", required_argument, NULL, 'p'},       {"local-addr", required_argument, NULL, 'a'},
-        {"reason-file", required_argument, NULL, 'f'},
-        {"min-tflops", required_argument, NULL, 'T'}, {"min-hbm-gbps", required_argument, NULL, 'H'},
-        {"allow-slow", no_argument, NULL, 'w'},
-        {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"need-gpus", required_argument, NULL, 'g'},
+                                             {"timeout-ms", required_argument, NULL, 't'},
+                                             {"min-busbw", required_argument, NULL, 'b'},
+                                             {"allow-mixed", no_argument, NULL, 'x'},
+                                             {"max-bytes", required_argument, NULL, 's'},
+                                             {"report", required_argument, NULL, 'r'},
+                                             {"bin", required_argument, NULL, 'p'},
+                                             {"local-addr", required_argument, NULL, 'a'},
+                                             {"reason-file", required_argument, NULL, 'f'},
+                                             {"min-tflops", required_argument, NULL, 'T'},
+                                             {"min-hbm-gbps", required_argument, NULL, 'H'},
+                                             {"allow-slow", no_argument, NULL, 'w'},
+                                             {NULL, 0, NULL, 0}};
     int c;
 
     optind = 0; /* argv[0] is an option here: start scanning at it */
     while ((c = getopt_long(argc + 1, argv - 1, "", longopts, NULL)) != -1) {
         switch (c) {
-        case 'g': n->need_gpus = atoi(optarg); break;
-        case 't': n->timeout_ms = atoi(optarg); break;
-        case 'b': n->min_busbw = strtod(optarg, NULL); break;
-        case 'x': n->allow_mixed = 1; break;
-        case 's': n->max_bytes = optarg; break;
-        case 'r': n->report = optarg; break;
-        case 'p': n->bin = optarg; break;
-        case 'a': n->local_addr = optarg; break;
-        case 'f': n->reason_file = optarg; break;
-        case 'T': n->min_tflops = strtod(optarg, NULL); break;
-        case 'H': n->min_hbm_gbps = strtod(optarg, NULL); break;
-        case 'w': n->allow_slow = 1; break;
-        default: return -EINVAL;
+        case 'g':
+            n->need_gpus = atoi(optarg);
+            break;
+        case 't':
+            n->timeout_ms = atoi(optarg);
+            break;
+        case 'b':
+            n->min_busbw = strtod(optarg, NULL);
+            break;
+        case 'x':
+            n->allow_mixed = 1;
+            break;
+        case 's':
+            n->max_bytes = optarg;
+            break;
+        case 'r':
+            n->report = optarg;
+            break;
+        case 'p':
+            n->bin = optarg;
+            break;
+        case 'a':
+            n->local_addr = optarg;
+            break;
+        case 'f':
+            n->reason_file = optarg;
+            break;
+        case 'T':
+            n->min_tflops = strtod(optarg, NULL);
+            break;
+        case 'H':
+            n->min_hbm_gbps = strtod(optarg, NULL);
+            break;
+        case 'w':
+            n->allow_slow = 1;
+            break;
+        default:
+            return -EINVAL;
         }
     }
     if (n->timeout_ms <= 0)

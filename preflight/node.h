@@ -12,8 +12,8 @@
 
 /* Exit codes (the agent maps PF_EXIT_FAILED to its own pre-flight exit code). */
 #define PF_EXIT_OK 0
-#define PF_EXIT_FAILED 4   /* a check failed (this node's or another's) */
-#define PF_EXIT_NO_GPU 5   /* GPUs are needed but none (or no muster-preflight) is here */
+#define PF_EXIT_FAILED 4 /* a check failed (this node's or another's) */
+#define PF_EXIT_NO_GPU 5 /* GPUs are needed but none (or no muster-preflight) is here */
 #define PF_EXIT_USAGE 2
 #define PF_EXIT_INTERNAL 70
 

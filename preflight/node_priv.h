@@ -15,21 +15,21 @@ struct pf_node {
     int master_port;
     char host[256];
     /* options */
-    const char *bin;        /* muster-preflight, "" when not installed */
-    int need_gpus;          /* workers here that need a GPU; 0 = CPU job */
-    int timeout_ms;         /* per stage */
-    double min_busbw;       /* GB/s at the largest size, 0 = none */
+    const char *bin;  /* muster-preflight, "" when not installed */
+    int need_gpus;    /* workers here that need a GPU; 0 = CPU job */
+    int timeout_ms;   /* per stage */
+    double min_busbw; /* GB/s at the largest size, 0 = none */
     int allow_mixed;
-    double min_tflops;      /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
-    double min_hbm_gbps;    /* HBM copy floor per GPU (read+write), 0 = none */
-    int allow_slow;         /* slow GPUs warn instead of failing */
-    const char *max_bytes;  /* NULL: muster-preflight's default */
-    const char *report;     /* group rank 0: where the JSON report goes */
-    const char *local_addr; /* the address other nodes reach this one at, NULL: guess */
+    double min_tflops;       /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
+    double min_hbm_gbps;     /* HBM copy floor per GPU (read+write), 0 = none */
+    int allow_slow;          /* slow GPUs warn instead of failing */
+    const char *max_bytes;   /* NULL: muster-preflight's default */
+    const char *report;      /* group rank 0: where the JSON report goes */
+    const char *local_addr;  /* the address other nodes reach this one at, NULL: guess */
     const char *reason_file; /* where the failure's one-line reason goes for the agent */
     /* results */
     json_t *report_json;
-    char reason[1024];      /* the failure, one line */
+    char reason[1024]; /* the failure, one line */
     double t0;
 };
 

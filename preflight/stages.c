@@ -23,9 +23,10 @@ static json_t *local_inventory(struct pf_node *n)
     if (rec == NULL || n->need_gpus == 0)
         return rec; /* a CPU job needs no GPU facts */
     if (n->bin[0] == '\0') {
-        json_object_set_new(rec, "error", json_string("muster-preflight is not installed next to "
-                                                      "muster (it is built only where the CUDA "
-                                                      "toolkit and NCCL are found)"));
+        json_object_set_new(rec, "error",
+                            json_string("muster-preflight is not installed next to "
+                                        "muster (it is built only where the CUDA "
+                                        "toolkit and NCCL are found)"));
         return rec;
     }
     rc = pf_run_capture(argv, n->timeout_ms, &out);
@@ -61,12 +62,14 @@ static int judge_inventory(struct pf_node *n, json_t *mine)
         if ((rc = pf_get_json(n, key, left > 0 ? left : 0, &recs[g])) != 0) {
             char host[256];
             pf_node_host(n, g, host, sizeof(host));
-            snprintf(n->reason, sizeof(n->reason), "node %s (group rank %d) sent no inventory "
-                     "within %.0f s: %s", host, g, n->timeout_ms / 1000.0, muster_strerror(rc));
+            snprintf(n->reason, sizeof(n->reason),
+                     "node %s (group rank %d) sent no inventory "
+                     "within %.0f s: %s",
+                     host, g, n->timeout_ms / 1000.0, muster_strerror(rc));
         }
     }
-    if (rc == 0 && pf_inventory_compare(recs, (size_t)n->gws, n->allow_mixed, &v, &table,
-                                        &summary) != 0)
+    if (rc == 0 &&
+        pf_inventory_compare(recs, (size_t)n->gws, n->allow_mixed, &v, &table, &summary) != 0)
         snprintf(n->reason, sizeof(n->reason), "cannot compare the inventories"), rc = -1;
     if (rc == 0) {
         fprintf(stderr, "muster: preflight: inventory\n%s", table);
@@ -130,9 +133,8 @@ static void advertised_addr(struct pf_node *n, char *out, int cap)
 
 static json_t *link_json(int to, const char *host, const struct pf_mesh_target *t)
 {
-    return json_pack("{s:i, s:s, s:s, s:i, s:b, s:f, s:s}", "to", to, "host", host, "addr",
-                     t->host, "port", (int)t->port, "ok", t->ok, "rtt_us", t->rtt_us, "error",
-                     t->error);
+    return json_pack("{s:i, s:s, s:s, s:i, s:b, s:f, s:s}", "to", to, "host", host, "addr", t->host,
+                     "port", (int)t->port, "ok", t->ok, "rtt_us", t->rtt_us, "error", t->error);
 }
 
 /* Each node probes at most this many peers (its next ones around the ring of group ranks), so
@@ -145,7 +147,7 @@ static json_t *probe_peers(struct pf_node *n)
 {
     int npeers = n->gws - 1 < PF_MESH_PEERS_MAX ? n->gws - 1 : PF_MESH_PEERS_MAX;
     struct pf_mesh_target *t = calloc((size_t)npeers + 1, sizeof(*t));
-    char (*hosts)[256] = calloc((size_t)npeers + 1, sizeof(*hosts));
+    char(*hosts)[256] = calloc((size_t)npeers + 1, sizeof(*hosts));
     int *to = calloc((size_t)npeers + 1, sizeof(*to)), nt = 0;
     json_t *links = json_array();
     char key[64], *v = NULL;
@@ -191,11 +193,14 @@ static int judge_mesh(struct pf_node *n)
         snprintf(key, sizeof(key), "pf/meshres/%d", g);
         pf_node_host(n, g, from, sizeof(from));
         if ((rc = pf_get_json(n, key, n->timeout_ms, &res)) != 0) {
-            snprintf(n->reason, sizeof(n->reason), "node %s (group rank %d) sent no mesh "
-                     "results: %s", from, g, muster_strerror(rc));
+            snprintf(n->reason, sizeof(n->reason),
+                     "node %s (group rank %d) sent no mesh "
+                     "results: %s",
+                     from, g, muster_strerror(rc));
             break;
         }
-        json_array_foreach(json_object_get(res, "links"), i, l) {
+        json_array_foreach(json_object_get(res, "links"), i, l)
+        {
             double rtt = json_real_value(json_object_get(l, "rtt_us"));
             if (json_is_true(json_object_get(l, "ok"))) {
                 worst = rtt > worst ? rtt : worst;
@@ -209,8 +214,8 @@ static int judge_mesh(struct pf_node *n)
                          to);
             else
                 snprintf(target, sizeof(target), "MASTER_ADDR:MASTER_PORT");
-            snprintf(line, sizeof(line), "node %s (group rank %d) cannot reach %s %s:%d: %s",
-                     from, g, target, json_string_value(json_object_get(l, "addr")),
+            snprintf(line, sizeof(line), "node %s (group rank %d) cannot reach %s %s:%d: %s", from,
+                     g, target, json_string_value(json_object_get(l, "addr")),
                      (int)json_integer_value(json_object_get(l, "port")),
                      json_string_value(json_object_get(l, "error")));
             fprintf(stderr, "  ! %s\n", line);
@@ -220,7 +225,8 @@ static int judge_mesh(struct pf_node *n)
         json_array_append_new(all, res);
     }
     if (rc == 0 && bad == 0)
-        fprintf(stderr, "muster: preflight: TCP mesh: %d node%s, every link and "
+        fprintf(stderr,
+                "muster: preflight: TCP mesh: %d node%s, every link and "
                 "MASTER_ADDR:MASTER_PORT %s:%d reachable; slowest round trip %.2f ms\n",
                 n->gws, n->gws == 1 ? "" : "s", n->master_addr, n->master_port, worst / 1000.0);
     else if (rc == 0)
@@ -254,11 +260,13 @@ int pf_stage_mesh(struct pf_node *n)
     snprintf(val, sizeof(val), "%s %u %s", addr, peer.port, n->host);
     rc = pf_put(n, key, val);
     if (rc == 0 && (rc = muster_barrier(n->m, "pf/mesh/up", (unsigned)n->gws, n->timeout_ms)))
-        snprintf(n->reason, sizeof(n->reason), "not every node reached the mesh stage within "
-                 "%.0f s: %s", n->timeout_ms / 1000.0, muster_strerror(rc));
+        snprintf(n->reason, sizeof(n->reason),
+                 "not every node reached the mesh stage within "
+                 "%.0f s: %s",
+                 n->timeout_ms / 1000.0, muster_strerror(rc));
     if (rc == 0) {
-        res = json_pack("{s:i, s:s, s:o}", "group_rank", n->group_rank, "host", n->host,
-                        "links", probe_peers(n));
+        res = json_pack("{s:i, s:s, s:o}", "group_rank", n->group_rank, "host", n->host, "links",
+                        probe_peers(n));
         snprintf(key, sizeof(key), "pf/meshres/%d", n->group_rank);
         rc = res ? pf_put_json(n, key, res) : -ENOMEM;
         json_decref(res);

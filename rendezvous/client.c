@@ -48,7 +48,7 @@ struct rdzv_client {
     void *data;
     char host[RDZV_HOST_MAX + 1];
     unsigned port;
-    struct rdzv_tls *tls;           /* every connection, reconnects included */
+    struct rdzv_tls *tls;         /* every connection, reconnects included */
     struct sockaddr_storage addr; /* what the first connection reached; reconnects reuse it */
 
     enum client_state state;
@@ -58,9 +58,9 @@ struct rdzv_client {
     int join_active;       /* a JOIN went out and no RESTART superseded it */
     int running, done;     /* ASSIGN for the active JOIN came / DONE was reported for it */
     struct rdzv_assign assign;
-    int finished; /* JOB_DONE or JOB_FAILED: no heartbeats, no reconnects */
-    int welcomed; /* some connection got WELCOME: breaks from now on mean reconnect */
-    int away;     /* an outage is in progress (from the break until re-registered) */
+    int finished;          /* JOB_DONE or JOB_FAILED: no heartbeats, no reconnects */
+    int welcomed;          /* some connection got WELCOME: breaks from now on mean reconnect */
+    int away;              /* an outage is in progress (from the break until re-registered) */
     uint64_t first_try_ms; /* uv_now of the first connect attempt, 0 before it */
     int rejoin_wait;
     unsigned backoff_ms;
@@ -100,8 +100,8 @@ static int open_conn(struct rdzv_client *c)
 }
 
 static int client_new(uv_loop_t *loop, const char *host, unsigned port,
-                      const struct rdzv_tls_opts *o, const struct rdzv_client_cbs *cbs,
-                      void *data, struct rdzv_client **out)
+                      const struct rdzv_tls_opts *o, const struct rdzv_client_cbs *cbs, void *data,
+                      struct rdzv_client **out)
 {
     struct rdzv_tls_opts opts = *o;
     struct rdzv_client *c;

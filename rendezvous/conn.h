@@ -51,11 +51,11 @@ struct rdzv_conn {
     uint32_t payload_len, payload_got;
 
     uint64_t bytes_in, bytes_out; /* frame bytes read and queued for writing, for metrics */
-    size_t send_max; /* the owner's cap on unsent bytes (rdzv_conn_send); 0: none */
-    int reading;  /* rdzv_conn_start() succeeded and no error stopped it */
-    int closing;  /* rdzv_conn_close() was called */
-    int shutting; /* a uv_shutdown is in flight */
-    struct rdzv_conn_tls *tls; /* NULL on a plaintext connection; freed before close_cb */
+    size_t send_max;              /* the owner's cap on unsent bytes (rdzv_conn_send); 0: none */
+    int reading;                  /* rdzv_conn_start() succeeded and no error stopped it */
+    int closing;                  /* rdzv_conn_close() was called */
+    int shutting;                 /* a uv_shutdown is in flight */
+    struct rdzv_conn_tls *tls;    /* NULL on a plaintext connection; freed before close_cb */
 };
 
 /* Initialises conn and its TCP handle on loop. Borrows the callbacks and data. Returns 0 or a
@@ -70,10 +70,11 @@ int rdzv_conn_start(struct rdzv_conn *conn);
 
 /* Like rdzv_conn_start, but TLS (server side when is_server) with the shared configuration tls
  * (borrowed: it must outlive the conn, but a server conn closed during a handshake step holds
- * its own reference until the step returns: rdzv_tls_free may come first). A client starts its handshake at once. Messages sent
- * before the handshake finished are queued and sent after it (dropped if the conn closes
- * first). Handshake failures arrive through error_cb (see there). Returns 0, -ENOMEM, -EPROTO
- * (mbedTLS refused the setup) or a UV_E* error; then no callback runs; close the conn. */
+ * its own reference until the step returns: rdzv_tls_free may come first). A client starts its
+ * handshake at once. Messages sent before the handshake finished are queued and sent after it
+ * (dropped if the conn closes first). Handshake failures arrive through error_cb (see there).
+ * Returns 0, -ENOMEM, -EPROTO (mbedTLS refused the setup) or a UV_E* error; then no callback runs;
+ * close the conn. */
 int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_server);
 
 /* 1 once the TLS handshake completed, 0 before or after a failure; 1 on a plaintext conn.

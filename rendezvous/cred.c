@@ -71,8 +71,8 @@ static void hmac(const unsigned char master[RDZV_KEY_LEN], const char *label, co
 
     memcpy(msg, label, ll); /* the label's NUL separates it from the scope */
     memcpy(msg + ll, scope, sl);
-    (void)mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), master, RDZV_KEY_LEN,
-                          msg, ll + sl, out);
+    (void)mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), master, RDZV_KEY_LEN, msg,
+                          ll + sl, out);
 }
 
 int rdzv_cred_derive(const unsigned char master[RDZV_KEY_LEN], enum rdzv_cred_kind kind,
@@ -233,8 +233,7 @@ int rdzv_cred_from_identity(const unsigned char master[RDZV_KEY_LEN], const unsi
     if (starts(s, ID_JOB))
         return rdzv_cred_derive(master, RDZV_CRED_JOB, s + strlen(ID_JOB), out) ? -EACCES : 0;
     if (starts(s, ID_WORKER))
-        return rdzv_cred_derive(master, RDZV_CRED_WORKER, s + strlen(ID_WORKER), out) ? -EACCES
-                                                                                         : 0;
+        return rdzv_cred_derive(master, RDZV_CRED_WORKER, s + strlen(ID_WORKER), out) ? -EACCES : 0;
     if (strcmp(s, ID_OBSERVER) == 0)
         return rdzv_cred_derive(master, RDZV_CRED_OBSERVER, "", out) ? -EACCES : 0;
     return -EACCES;
@@ -272,7 +271,8 @@ int rdzv_cred_may_role(const struct rdzv_cred *c, unsigned role)
 
 int rdzv_cred_may_join(const struct rdzv_cred *c, const char *job_id)
 {
-    return all_powerful(c) || (c->kind == RDZV_CRED_JOB && rdzv_cred_scope_covers(c->scope, job_id));
+    return all_powerful(c) ||
+           (c->kind == RDZV_CRED_JOB && rdzv_cred_scope_covers(c->scope, job_id));
 }
 
 int rdzv_cred_may_attach(const struct rdzv_cred *c, const char *job_id)

@@ -5,9 +5,10 @@
  *
  *   kind      string form (token files, MUSTER_TOKEN)     TLS PSK identity   PSK
  *   server    S itself (any text without a prefix below)   "muster"           M
- *   job       muster-job-v1:SCOPE:HEX64                     "job:SCOPE"        HMAC(M, "muster job\0" SCOPE)
- *   worker    muster-worker-v1:JOBID:HEX64                  "worker:JOBID"     HMAC(M, "muster worker\0" JOBID)
- *   observer  muster-observer-v1:HEX64                      "observer"         HMAC(M, "muster observer")
+ *   job       muster-job-v1:SCOPE:HEX64                     "job:SCOPE"        HMAC(M, "muster
+ * job\0" SCOPE) worker    muster-worker-v1:JOBID:HEX64                  "worker:JOBID"     HMAC(M,
+ * "muster worker\0" JOBID) observer  muster-observer-v1:HEX64                      "observer"
+ * HMAC(M, "muster observer")
  *
  * SCOPE is a job id, or a prefix ending in '*' ("team-a-*" admits every job id starting with
  * "team-a-"). The TLS handshake proves the key (a PSK handshake fails without it); the server
@@ -42,7 +43,7 @@ enum rdzv_cred_kind {
 
 struct rdzv_cred {
     enum rdzv_cred_kind kind;
-    char scope[RDZV_ID_MAX + 1]; /* job: the scope ("id" or "prefix*"); worker: the job id */
+    char scope[RDZV_ID_MAX + 1];     /* job: the scope ("id" or "prefix*"); worker: the job id */
     unsigned char key[RDZV_KEY_LEN]; /* the PSK */
 };
 
@@ -76,7 +77,7 @@ int rdzv_cred_from_identity(const unsigned char master[RDZV_KEY_LEN], const unsi
 int rdzv_cred_scope_covers(const char *scope, const char *job_id);
 
 /* What a connection authenticated as c may do. Each returns 1 (allowed) or 0. */
-int rdzv_cred_may_role(const struct rdzv_cred *c, unsigned role); /* HELLO role */
+int rdzv_cred_may_role(const struct rdzv_cred *c, unsigned role);        /* HELLO role */
 int rdzv_cred_may_join(const struct rdzv_cred *c, const char *job_id);   /* JOIN, REJOIN */
 int rdzv_cred_may_attach(const struct rdzv_cred *c, const char *job_id); /* ATTACH */
 /* STATUS_REQ for job_id ("" = every job the credential covers). */

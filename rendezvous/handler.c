@@ -16,8 +16,8 @@ void handle_hello(struct peer *p, const struct rdzv_hello *h)
 
     if (h->version != RDZV_PROTO_VERSION) {
         srv_send_error(p, RDZV_ERR_VERSION,
-                       "protocol version %" PRIu32 " not supported (server speaks %d)",
-                       h->version, RDZV_PROTO_VERSION);
+                       "protocol version %" PRIu32 " not supported (server speaks %d)", h->version,
+                       RDZV_PROTO_VERSION);
         return;
     }
     if (rdzv_conn_cred(&p->conn, &p->cred) < 0) {
@@ -55,8 +55,10 @@ static int join_allowed(struct peer *p, const struct rdzv_join *j)
         return 0;
     }
     if (!rdzv_node_secret_ok(j->node_secret, j->node_id)) {
-        srv_peer_event(p, SRV_EV_AUTH_NODE, "JOIN for node %016" PRIx64 " of job %s without its "
-                       "node secret", j->node_id, j->job_id);
+        srv_peer_event(p, SRV_EV_AUTH_NODE,
+                       "JOIN for node %016" PRIx64 " of job %s without its "
+                       "node secret",
+                       j->node_id, j->job_id);
         srv_send_error(p, RDZV_ERR_AUTH, "node %016" PRIx64 ": the node secret does not match",
                        j->node_id);
         return 0;
@@ -72,8 +74,7 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
     if (sj != NULL && strcmp(sj->job->id, j->job_id) != 0) {
         srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "JOIN for job %s on a connection of job %s",
                        j->job_id, sj->job->id);
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection already joined job %s",
-                       sj->job->id);
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection already joined job %s", sj->job->id);
         return NULL;
     }
     if (sj == NULL)
@@ -84,11 +85,10 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
         return sj;
     }
     if (rdzv_job_check(sj->job, j) < 0) {
-        srv_send_error(p, RDZV_ERR_MISMATCH,
-                       "job %s has nnodes %" PRIu32 ":%" PRIu32 ", this node asked for %" PRIu32
-                       ":%" PRIu32,
-                       sj->job->id, sj->job->min_nodes, sj->job->max_nodes, j->min_nodes,
-                       j->max_nodes);
+        srv_send_error(
+            p, RDZV_ERR_MISMATCH,
+            "job %s has nnodes %" PRIu32 ":%" PRIu32 ", this node asked for %" PRIu32 ":%" PRIu32,
+            sj->job->id, sj->job->min_nodes, sj->job->max_nodes, j->min_nodes, j->max_nodes);
         return NULL;
     }
     return sj;
@@ -102,8 +102,8 @@ static void join_error(struct peer *p, struct sjob *sj, int err, uint64_t node_i
         srv_send_error(p, RDZV_ERR_CLOSED, "job %s already finished", job->id);
     else if (err == -EEXIST)
         srv_send_error(p, RDZV_ERR_PROTOCOL,
-                       "node %016" PRIx64 " already joined round %" PRIu32 " of job %s",
-                       node_id, job->round, job->id);
+                       "node %016" PRIx64 " already joined round %" PRIu32 " of job %s", node_id,
+                       job->round, job->id);
     else
         srv_send_error(p, RDZV_ERR_PROTOCOL, "join failed: %s", strerror(-err));
     if (sj->npeers == 0)

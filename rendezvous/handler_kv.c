@@ -15,16 +15,17 @@ void handle_attach(struct peer *p, const struct rdzv_attach *a)
     struct sjob *sj = sjob_find(p->srv, a->job_id);
 
     if (!p->attached && !rdzv_cred_may_attach(&p->cred, a->job_id)) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "ATTACH to job %s outside the credential's "
-                       "scope", a->job_id);
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
+                       "ATTACH to job %s outside the credential's "
+                       "scope",
+                       a->job_id);
         srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", a->job_id);
         return;
     }
     if (p->attached) {
         if (p->kvjob != NULL && strcmp(p->kvjob->job->id, a->job_id) != 0)
-            srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
-                           "ATTACH to job %s on a connection of job %s", a->job_id,
-                           p->kvjob->job->id);
+            srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "ATTACH to job %s on a connection of job %s",
+                           a->job_id, p->kvjob->job->id);
         else
             srv_peer_event(p, SRV_EV_PROTOCOL, "ATTACH sent twice");
         srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection is already attached");
@@ -92,8 +93,7 @@ void handle_kv(struct peer *p, const struct rdzv_msg *m)
         srv_send_error(p, RDZV_ERR_PROTOCOL, "%s before ATTACH", rdzv_msg_name(m->type));
         return;
     }
-    if (sj == NULL || p->kv_round != rdzv_kv_round(sj->kv) ||
-        p->kv_round != sj->job->round) {
+    if (sj == NULL || p->kv_round != rdzv_kv_round(sj->kv) || p->kv_round != sj->job->round) {
         sjob_kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
         return;
     }
@@ -125,14 +125,18 @@ void handle_status_req(struct peer *p, const struct rdzv_status_req *r)
     size_t len = 0;
 
     if (own != NULL && job_id[0] != '\0' && strcmp(own, job_id) != 0) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "STATUS_REQ for job %s on a connection of "
-                       "job %s", job_id, own);
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
+                       "STATUS_REQ for job %s on a connection of "
+                       "job %s",
+                       job_id, own);
         srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection may only ask about job %s", own);
         return;
     }
     if (own == NULL && !rdzv_cred_may_status(&p->cred, job_id)) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "STATUS_REQ for job %s outside the "
-                       "credential's scope", job_id);
+        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
+                       "STATUS_REQ for job %s outside the "
+                       "credential's scope",
+                       job_id);
         srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", job_id);
         return;
     }
@@ -146,8 +150,7 @@ void handle_status_req(struct peer *p, const struct rdzv_status_req *r)
         return;
     }
     m->type = RDZV_MSG_STATUS;
-    if (rdzv_status_json(p->srv, job_id, m->u.status.json, sizeof(m->u.status.json),
-                         &len) < 0) {
+    if (rdzv_status_json(p->srv, job_id, m->u.status.json, sizeof(m->u.status.json), &len) < 0) {
         free(m);
         srv_send_error(p, RDZV_ERR_PROTOCOL, "status document failed");
         return;

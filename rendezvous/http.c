@@ -259,12 +259,12 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
            (double)t.bytes_in);
     metric(f, "muster_bytes_sent_total", "counter", "Protocol bytes sent.", (double)t.bytes_out);
     metric(f, "muster_heartbeat_lateness_seconds", "gauge",
-           "Max over agents of now - last seen - keep-alive interval, floored at 0.",
-           t.lateness_s);
+           "Max over agents of now - last seen - keep-alive interval, floored at 0.", t.lateness_s);
     metric(f, "muster_kv_keys", "gauge", "Keys in the workers' KV stores.", (double)t.kv_keys);
     metric(f, "muster_kv_bytes", "gauge",
            "KV bytes of all jobs as charged against the server's total (key + value + "
-           "per-key overhead).", (double)srv->kv_pool.bytes);
+           "per-key overhead).",
+           (double)srv->kv_pool.bytes);
     metric(f, "muster_kv_bytes_limit", "gauge", "The server's total for KV bytes.",
            (double)srv->limits.kv_max_total_bytes);
     metric(f, "muster_jobs_limit", "gauge", "Jobs the server may hold.", srv->limits.max_jobs);
@@ -288,12 +288,24 @@ static void html_escaped(FILE *f, const char *s)
 {
     for (; *s != '\0'; s++) {
         switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&#39;", f); break;
-        default: fputc(*s, f); break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        case '\'':
+            fputs("&#39;", f);
+            break;
+        default:
+            fputc(*s, f);
+            break;
         }
     }
 }
@@ -302,8 +314,9 @@ static void html_job(FILE *f, const struct rdzv_job *job)
 {
     fputs("<h2>", f);
     html_escaped(f, job->id);
-    fprintf(f, "</h2><p>round %u, restarts %u of %u, nodes %u:%u</p>\n<table><tr><th>host"
-               "<th>addr<th>group rank<th>nproc</tr>\n",
+    fprintf(f,
+            "</h2><p>round %u, restarts %u of %u, nodes %u:%u</p>\n<table><tr><th>host"
+            "<th>addr<th>group rank<th>nproc</tr>\n",
             job->round, job->restart_count, job->max_restarts, job->min_nodes, job->max_nodes);
     for (size_t i = 0; i < job->n_members; i++) {
         const struct rdzv_job_member *m = &job->members[i];
@@ -327,9 +340,10 @@ static char *html_page(struct rdzv_server *srv, size_t *len)
 
     if (f == NULL)
         return NULL;
-    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>muster</title>"
-               "</head><body>\n<h1>muster rendezvous</h1><p>%u jobs, %u connections. "
-               "<a href=\"/status\">status</a> <a href=\"/metrics\">metrics</a></p>\n",
+    fprintf(f,
+            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>muster</title>"
+            "</head><body>\n<h1>muster rendezvous</h1><p>%u jobs, %u connections. "
+            "<a href=\"/status\">status</a> <a href=\"/metrics\">metrics</a></p>\n",
             srv->n_jobs, srv->n_peers);
     for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next)
         html_job(f, sj->job);
@@ -480,7 +494,7 @@ int rdzv_server_http_listen(struct rdzv_server *s, const char *host, unsigned po
     if (h == NULL)
         return UV_ENOMEM;
     h->srv = s;
-    h->refs = 1; /* the listener */
+    h->refs = 1;                        /* the listener */
     uv_tcp_init(s->loop, &h->listener); /* cannot fail on unix */
     h->listener.data = h;
     s->handles++;

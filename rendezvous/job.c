@@ -39,8 +39,8 @@ int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out)
     job->max_restarts = j->max_restarts;
     job->last_call_ms = j->last_call_ms;
     job->join_timeout_ms = j->join_timeout_ms;
-    job->reconnect_grace_ms = j->reconnect_grace_ms ? j->reconnect_grace_ms
-                                                    : RDZV_JOB_RECONNECT_GRACE_MS;
+    job->reconnect_grace_ms =
+        j->reconnect_grace_ms ? j->reconnect_grace_ms : RDZV_JOB_RECONNECT_GRACE_MS;
     job->state = RDZV_JOB_FILLING;
     *out = job;
     return 0;
@@ -119,15 +119,16 @@ static int64_t prev_rank(const struct rdzv_job *job, uint64_t node_id)
 
 /* A node that asks for a group rank (JOIN.want_rank: --node-rank of torchrun's static recipe)
  * gets it when it fits and is free; nodes of the previous round keep their group rank when it
- * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order. Quadratic in the node count
- * through prev_rank(), which is fine for the few thousand nodes a job has at most. */
+ * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order.
+ * Quadratic in the node count through prev_rank(), which is fine for the few thousand nodes a job
+ * has at most. */
 static void close_round(struct rdzv_job *job)
 {
     size_t n = job->n_members, next = 0;
     uint64_t offset = 0;
 
     memset(job->by_rank, 0, n * sizeof(*job->by_rank));
-    for (size_t i = 0; i < n; i++) { /* --node-rank of the static recipe first */
+    for (size_t i = 0; i < n; i++) {                /* --node-rank of the static recipe first */
         uint32_t w = job->members[i].want_rank - 1; /* 0 - 1: UINT32_MAX, asks for nothing */
 
         job->members[i].group_rank = UINT32_MAX;
@@ -171,8 +172,7 @@ static void close_round(struct rdzv_job *job)
     job->state = RDZV_JOB_RUNNING;
 }
 
-static int in_list(const struct rdzv_job_member *list, size_t n, const void *peer,
-                   uint64_t node_id)
+static int in_list(const struct rdzv_job_member *list, size_t n, const void *peer, uint64_t node_id)
 {
     for (size_t i = 0; i < n; i++)
         if (list[i].peer == peer || list[i].node_id == node_id)
@@ -549,8 +549,7 @@ static int rank_taken(const struct rdzv_job *job, uint32_t rank)
 }
 
 /* A member of the rebuilt round comes back with the ranks it runs with. */
-static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
-                   void *peer)
+static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr, void *peer)
 {
     const struct rdzv_assign *a = &rj->assign;
     struct rdzv_job_member *m;

@@ -51,8 +51,8 @@ static uint64_t hash(const char *s)
     return h;
 }
 
-int rdzv_kv_new(const struct rdzv_kv_limits *limits, uint32_t round, rdzv_kv_reply_cb cb,
-                void *ctx, struct rdzv_kv_store **out)
+int rdzv_kv_new(const struct rdzv_kv_limits *limits, uint32_t round, rdzv_kv_reply_cb cb, void *ctx,
+                struct rdzv_kv_store **out)
 {
     struct rdzv_kv_store *kv = calloc(1, sizeof(*kv));
 

@@ -13,8 +13,8 @@
 
 #include "message.h"
 
-#define RDZV_KV_MAX_KEYS 65536u           /* default key quota per job */
-#define RDZV_KV_MAX_BYTES (64u << 20)     /* default quota of key + value bytes per job */
+#define RDZV_KV_MAX_KEYS 65536u       /* default key quota per job */
+#define RDZV_KV_MAX_BYTES (64u << 20) /* default quota of key + value bytes per job */
 
 /* What one key costs the shared pool beyond its key and value bytes: the entry, two heap
  * blocks and the bucket slot. Charging it makes a flood of empty values count too. */
@@ -32,21 +32,21 @@ struct rdzv_kv_pool {
 };
 
 struct rdzv_kv_limits {
-    size_t max_keys;  /* 0 = RDZV_KV_MAX_KEYS */
-    size_t max_bytes; /* 0 = RDZV_KV_MAX_BYTES */
+    size_t max_keys;           /* 0 = RDZV_KV_MAX_KEYS */
+    size_t max_bytes;          /* 0 = RDZV_KV_MAX_BYTES */
     struct rdzv_kv_pool *pool; /* borrowed; NULL: none */
 };
 
 /* One reply for request req_id of peer. value/len only with RDZV_KV_OK for a get (else NULL,
  * 0); value is borrowed for the duration of the call. The callback must not call into the
  * store. */
-typedef void (*rdzv_kv_reply_cb)(void *ctx, void *peer, uint32_t req_id,
-                                 enum rdzv_kv_status status, const uint8_t *value, uint32_t len);
+typedef void (*rdzv_kv_reply_cb)(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
+                                 const uint8_t *value, uint32_t len);
 
 /* Creates an empty store for round `round`. limits may be NULL (defaults); cb and ctx are
  * borrowed. Returns 0 or -ENOMEM; *out set on success only. */
-int rdzv_kv_new(const struct rdzv_kv_limits *limits, uint32_t round, rdzv_kv_reply_cb cb,
-                void *ctx, struct rdzv_kv_store **out);
+int rdzv_kv_new(const struct rdzv_kv_limits *limits, uint32_t round, rdzv_kv_reply_cb cb, void *ctx,
+                struct rdzv_kv_store **out);
 
 /* Frees the store and every key. Held requests get no reply (call rdzv_kv_set_round() or
  * rdzv_kv_forget() first to answer them). Accepts NULL. */
@@ -60,7 +60,8 @@ void rdzv_kv_set_round(struct rdzv_kv_store *kv, uint32_t round);
 
 /* Stores key (copied; ≤ RDZV_KEY_MAX) = value (len ≤ RDZV_VALUE_MAX, copied), replacing an old
  * value. Replies OK (and answers every held get of the key), or LIMIT when the store's quota or
- * the pool's would be exceeded (the pool's: pool->refused grows by one before the reply). Returns 0, -EINVAL (over-long key or value: no reply) or -ENOMEM (no reply). */
+ * the pool's would be exceeded (the pool's: pool->refused grows by one before the reply). Returns
+ * 0, -EINVAL (over-long key or value: no reply) or -ENOMEM (no reply). */
 int rdzv_kv_put(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const char *key,
                 const uint8_t *value, uint32_t len);
 

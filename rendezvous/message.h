@@ -18,47 +18,47 @@
 #define RDZV_HOST_MAX 255            /* host names and addresses */
 #define RDZV_TEXT_MAX 1024           /* error and failure messages */
 #define RDZV_TOKEN_MAX 256
-#define RDZV_CKPT_NAME_MAX 255       /* checkpoint name, relative to the checkpoint directory */
+#define RDZV_CKPT_NAME_MAX 255 /* checkpoint name, relative to the checkpoint directory */
 
 /* Append-only: never renumber; add new types at the end and document them in PROTOCOL.md. */
 enum rdzv_msg_type {
-    RDZV_MSG_HELLO = 1,      /* C->S first message: version, token, role */
-    RDZV_MSG_WELCOME = 2,    /* S->C HELLO accepted */
-    RDZV_MSG_ERROR = 3,      /* either way: code + text; sender closes afterwards */
-    RDZV_MSG_JOIN = 4,       /* agent->S join the job's next round */
-    RDZV_MSG_WAITING = 5,    /* S->agent progress while the round fills */
-    RDZV_MSG_ASSIGN = 6,     /* S->agent round closed: your ranks */
-    RDZV_MSG_FAILED = 7,     /* agent->S a local worker failed in round R */
-    RDZV_MSG_RESTART = 8,    /* S->agent stop your workers and JOIN again */
-    RDZV_MSG_DONE = 9,       /* agent->S all local workers of round R exited 0 */
-    RDZV_MSG_JOB_DONE = 10,  /* S->agent every node of the round is done */
-    RDZV_MSG_JOB_FAILED = 11,/* S->agent restarts exhausted: root cause */
-    RDZV_MSG_LEAVE = 12,     /* agent->S leaving (signal); S treats it like a failure */
+    RDZV_MSG_HELLO = 1,       /* C->S first message: version, token, role */
+    RDZV_MSG_WELCOME = 2,     /* S->C HELLO accepted */
+    RDZV_MSG_ERROR = 3,       /* either way: code + text; sender closes afterwards */
+    RDZV_MSG_JOIN = 4,        /* agent->S join the job's next round */
+    RDZV_MSG_WAITING = 5,     /* S->agent progress while the round fills */
+    RDZV_MSG_ASSIGN = 6,      /* S->agent round closed: your ranks */
+    RDZV_MSG_FAILED = 7,      /* agent->S a local worker failed in round R */
+    RDZV_MSG_RESTART = 8,     /* S->agent stop your workers and JOIN again */
+    RDZV_MSG_DONE = 9,        /* agent->S all local workers of round R exited 0 */
+    RDZV_MSG_JOB_DONE = 10,   /* S->agent every node of the round is done */
+    RDZV_MSG_JOB_FAILED = 11, /* S->agent restarts exhausted: root cause */
+    RDZV_MSG_LEAVE = 12,      /* agent->S leaving (signal); S treats it like a failure */
     /* --- issue 3: liveness, server restart, worker KV store, status ------------------ */
-    RDZV_MSG_HEARTBEAT = 13, /* agent->S every keep_alive_interval; S echoes it back */
-    RDZV_MSG_REJOIN = 14,    /* agent->S after a reconnect: "I am in round R with these ranks" */
-    RDZV_MSG_REJOIN_OK = 15, /* S->agent the server (re)adopted the agent's round */
-    RDZV_MSG_ATTACH = 16,    /* worker->S after WELCOME: job, round, rank (KV scope) */
-    RDZV_MSG_ATTACH_OK = 17, /* S->worker */
-    RDZV_MSG_KV_PUT = 18,    /* worker->S req_id, key, value */
-    RDZV_MSG_KV_GET = 19,    /* worker->S req_id, key, wait_ms (0: no wait) */
-    RDZV_MSG_KV_REPLY = 20,  /* S->worker req_id, status, value */
-    RDZV_MSG_BARRIER = 21,   /* worker->S req_id, name, count, wait_ms */
-    RDZV_MSG_STATUS_REQ = 22,/* observer->S job id ("" = all jobs) */
-    RDZV_MSG_STATUS = 23,    /* S->observer JSON text (the same document as HTTP /status) */
+    RDZV_MSG_HEARTBEAT = 13,  /* agent->S every keep_alive_interval; S echoes it back */
+    RDZV_MSG_REJOIN = 14,     /* agent->S after a reconnect: "I am in round R with these ranks" */
+    RDZV_MSG_REJOIN_OK = 15,  /* S->agent the server (re)adopted the agent's round */
+    RDZV_MSG_ATTACH = 16,     /* worker->S after WELCOME: job, round, rank (KV scope) */
+    RDZV_MSG_ATTACH_OK = 17,  /* S->worker */
+    RDZV_MSG_KV_PUT = 18,     /* worker->S req_id, key, value */
+    RDZV_MSG_KV_GET = 19,     /* worker->S req_id, key, wait_ms (0: no wait) */
+    RDZV_MSG_KV_REPLY = 20,   /* S->worker req_id, status, value */
+    RDZV_MSG_BARRIER = 21,    /* worker->S req_id, name, count, wait_ms */
+    RDZV_MSG_STATUS_REQ = 22, /* observer->S job id ("" = all jobs) */
+    RDZV_MSG_STATUS = 23,     /* S->observer JSON text (the same document as HTTP /status) */
     /* --- issue 5: checkpoints ------------------------------------------------------------ */
-    RDZV_MSG_CKPT = 24,      /* agent->S a checkpoint recorded or found bad; no reply */
+    RDZV_MSG_CKPT = 24, /* agent->S a checkpoint recorded or found bad; no reply */
     RDZV_MSG_TYPE_MAX_
 };
 
 /* Error codes carried in RDZV_MSG_ERROR (append-only). */
 enum rdzv_err {
-    RDZV_ERR_PROTOCOL = 1,  /* malformed frame or message out of order */
-    RDZV_ERR_VERSION = 2,   /* unsupported protocol version */
-    RDZV_ERR_AUTH = 3,      /* wrong or missing token */
-    RDZV_ERR_TIMEOUT = 4,   /* join_timeout expired before the round filled */
-    RDZV_ERR_MISMATCH = 5,  /* JOIN parameters disagree with the job (e.g. nnodes) */
-    RDZV_ERR_CLOSED = 6,    /* the job already finished or failed */
+    RDZV_ERR_PROTOCOL = 1, /* malformed frame or message out of order */
+    RDZV_ERR_VERSION = 2,  /* unsupported protocol version */
+    RDZV_ERR_AUTH = 3,     /* wrong or missing token */
+    RDZV_ERR_TIMEOUT = 4,  /* join_timeout expired before the round filled */
+    RDZV_ERR_MISMATCH = 5, /* JOIN parameters disagree with the job (e.g. nnodes) */
+    RDZV_ERR_CLOSED = 6,   /* the job already finished or failed */
     RDZV_ERR_UNKNOWN_TYPE = 7,
 };
 
@@ -78,23 +78,23 @@ struct rdzv_error {
 struct rdzv_join {
     char job_id[RDZV_ID_MAX + 1];
     uint32_t min_nodes, max_nodes;
-    uint32_t nproc;                  /* workers on this node */
-    char host[RDZV_HOST_MAX + 1];    /* host name, for messages */
-    char addr[RDZV_HOST_MAX + 1];    /* address peers reach this node at; "" = the server
-                                        uses the address the connection came from */
-    uint32_t master_port;            /* a port this node verified free, for MASTER_PORT */
+    uint32_t nproc;               /* workers on this node */
+    char host[RDZV_HOST_MAX + 1]; /* host name, for messages */
+    char addr[RDZV_HOST_MAX + 1]; /* address peers reach this node at; "" = the server
+                                     uses the address the connection came from */
+    uint32_t master_port;         /* a port this node verified free, for MASTER_PORT */
     uint32_t max_restarts;
     uint32_t last_call_ms, join_timeout_ms;
-    uint64_t node_id;                /* random per agent; keeps the group rank across rounds */
+    uint64_t node_id; /* random per agent; keeps the group rank across rounds */
     /* issue 3 (appended to JOIN before any release; PROTOCOL.md documents the layout): */
-    uint32_t keep_alive_ms;          /* the agent sends HEARTBEAT this often */
-    uint32_t heartbeat_timeout_ms;   /* silent this long = lost node (server side) */
-    uint32_t reconnect_grace_ms;     /* how long a member may be away after a server restart */
+    uint32_t keep_alive_ms;        /* the agent sends HEARTBEAT this often */
+    uint32_t heartbeat_timeout_ms; /* silent this long = lost node (server side) */
+    uint32_t reconnect_grace_ms;   /* how long a member may be away after a server restart */
     /* issue 5 (appended before any release): the checkpoint THIS node would resume from, its
      * newest verified one. Only group rank 0's choice is used (see ASSIGN). A name relative to
      * the checkpoint directory: no '/', not "." or ".."; "" = none. */
     char resume[RDZV_CKPT_NAME_MAX + 1];
-    int64_t resume_step;             /* its step, -1 when none or not known */
+    int64_t resume_step; /* its step, -1 when none or not known */
     /* version 3: the node's secret; node_id must be the first 8 bytes of its SHA-256 (cred.h),
      * so the node id shown by STATUS is not enough to act for the node. */
     uint8_t node_secret[32];
@@ -130,12 +130,12 @@ struct rdzv_assign {
 struct rdzv_failure {
     uint32_t round;
     int32_t rank, local_rank;
-    int32_t exit_code;  /* -1 when killed by a signal */
-    int32_t signal;     /* 0 when it exited */
-    uint64_t time_ms;   /* wall clock, ms since the epoch; display only, never compared */
+    int32_t exit_code; /* -1 when killed by a signal */
+    int32_t signal;    /* 0 when it exited */
+    uint64_t time_ms;  /* wall clock, ms since the epoch; display only, never compared */
     char host[RDZV_HOST_MAX + 1];
     char text[RDZV_TEXT_MAX + 1]; /* error file message or reason (lost node, hang...) */
-    uint32_t flags;     /* RDZV_FAILURE_* */
+    uint32_t flags;               /* RDZV_FAILURE_* */
 };
 
 /* The failure ends the job whatever restarts are left (a failed pre-flight: restarting would
@@ -156,8 +156,8 @@ struct rdzv_round_ref { /* DONE */
     uint32_t round;
 };
 
-#define RDZV_KEY_MAX 512           /* KV key */
-#define RDZV_VALUE_MAX (60 * 1024) /* KV value, fits one frame */
+#define RDZV_KEY_MAX 512                       /* KV key */
+#define RDZV_VALUE_MAX (60 * 1024)             /* KV value, fits one frame */
 #define RDZV_STATUS_MAX (RDZV_MAX_PAYLOAD - 4) /* STATUS JSON text */
 
 struct rdzv_heartbeat {
@@ -167,9 +167,9 @@ struct rdzv_heartbeat {
 
 /* REJOIN: everything a restarted server needs to rebuild the job from its agents. */
 struct rdzv_rejoin {
-    struct rdzv_join join;   /* the agent's original JOIN (job id, nodes, timeouts...) */
-    uint8_t running;         /* 1: workers of `assign.round` run; 0: still waiting for ASSIGN */
-    uint8_t done;            /* 1: DONE was sent for assign.round */
+    struct rdzv_join join;     /* the agent's original JOIN (job id, nodes, timeouts...) */
+    uint8_t running;           /* 1: workers of `assign.round` run; 0: still waiting for ASSIGN */
+    uint8_t done;              /* 1: DONE was sent for assign.round */
     struct rdzv_assign assign; /* valid when running */
 };
 
@@ -180,15 +180,19 @@ struct rdzv_attach {
 };
 
 /* KV_PUT, KV_GET, KV_REPLY and BARRIER share one shape. */
-enum rdzv_kv_status { RDZV_KV_OK = 0, RDZV_KV_NOT_FOUND = 1, RDZV_KV_TIMEOUT = 2,
-                      RDZV_KV_STALE = 3 /* the round ended: the worker is being replaced */,
-                      RDZV_KV_LIMIT = 4 /* job's key or byte quota exceeded */ };
+enum rdzv_kv_status {
+    RDZV_KV_OK = 0,
+    RDZV_KV_NOT_FOUND = 1,
+    RDZV_KV_TIMEOUT = 2,
+    RDZV_KV_STALE = 3 /* the round ended: the worker is being replaced */,
+    RDZV_KV_LIMIT = 4 /* job's key or byte quota exceeded */
+};
 
 struct rdzv_kv {
-    uint32_t req_id;   /* chosen by the worker, echoed in KV_REPLY */
-    uint32_t wait_ms;  /* KV_GET/BARRIER: how long the server may hold the request */
-    uint32_t count;    /* BARRIER: participants to wait for */
-    uint8_t status;    /* KV_REPLY: enum rdzv_kv_status */
+    uint32_t req_id;            /* chosen by the worker, echoed in KV_REPLY */
+    uint32_t wait_ms;           /* KV_GET/BARRIER: how long the server may hold the request */
+    uint32_t count;             /* BARRIER: participants to wait for */
+    uint8_t status;             /* KV_REPLY: enum rdzv_kv_status */
     char key[RDZV_KEY_MAX + 1]; /* key, or barrier name */
     uint32_t value_len;
     uint8_t value[RDZV_VALUE_MAX]; /* bytes, not NUL-terminated */
@@ -213,7 +217,7 @@ struct rdzv_ckpt {
     uint64_t checksum;                 /* xxHash64 of the content */
     uint64_t time_ms;                  /* wall clock when recorded/found bad; display only */
     uint8_t verified_bad;
-    char reason[RDZV_TEXT_MAX + 1];    /* why it is bad; "" when verified_bad = 0 */
+    char reason[RDZV_TEXT_MAX + 1]; /* why it is bad; "" when verified_bad = 0 */
 };
 
 /* One decoded message. `type` selects the member. */

@@ -346,8 +346,8 @@ void srv_peer_arm(struct peer *p)
 void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j)
 {
     if (j->keep_alive_ms > 0) {
-        p->hb_timeout_ms = j->heartbeat_timeout_ms ? j->heartbeat_timeout_ms
-                                                   : RDZV_JOB_HEARTBEAT_TIMEOUT_MS;
+        p->hb_timeout_ms =
+            j->heartbeat_timeout_ms ? j->heartbeat_timeout_ms : RDZV_JOB_HEARTBEAT_TIMEOUT_MS;
         p->keep_alive_ms = j->keep_alive_ms;
     }
     srv_peer_arm(p);
@@ -450,8 +450,8 @@ static int log_first(struct rdzv_server *srv, enum srv_event ev, const char *add
     return 1;
 }
 
-static void event_va(struct rdzv_server *srv, enum srv_event ev, const char *addr,
-                     const char *fmt, va_list ap)
+static void event_va(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt,
+                     va_list ap)
 {
     const char *family, *label;
     char text[640];
@@ -469,8 +469,7 @@ static void event_va(struct rdzv_server *srv, enum srv_event ev, const char *add
             label, text, family);
 }
 
-void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt,
-               ...)
+void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt, ...)
 {
     va_list ap;
 
@@ -487,8 +486,10 @@ void srv_kv_limit_event(struct peer *p)
 
     if (srv->kv_pool.refused != srv->kv_pool_refused) {
         srv->kv_pool_refused = srv->kv_pool.refused;
-        srv_peer_event(p, SRV_EV_KV_TOTAL, "KV_PUT over the %zu bytes of KV data the server "
-                       "holds for all jobs", srv->limits.kv_max_total_bytes);
+        srv_peer_event(p, SRV_EV_KV_TOTAL,
+                       "KV_PUT over the %zu bytes of KV data the server "
+                       "holds for all jobs",
+                       srv->limits.kv_max_total_bytes);
         return;
     }
     srv_peer_event(p, SRV_EV_KV_QUOTA, "KV_PUT over the job's quota of keys or bytes");
@@ -539,9 +540,10 @@ static int admit_job(struct peer *p, const char *job_id)
 
     if (p->job != NULL || srv->n_jobs < srv->limits.max_jobs || sjob_find(srv, job_id) != NULL)
         return 1;
-    srv_peer_event(p, SRV_EV_JOBS, "JOIN for a new job while %u jobs exist (limit %u)",
-                   srv->n_jobs, srv->limits.max_jobs);
-    srv_send_error(p, RDZV_ERR_PROTOCOL, "server full: it holds %u jobs, its limit "
+    srv_peer_event(p, SRV_EV_JOBS, "JOIN for a new job while %u jobs exist (limit %u)", srv->n_jobs,
+                   srv->limits.max_jobs);
+    srv_send_error(p, RDZV_ERR_PROTOCOL,
+                   "server full: it holds %u jobs, its limit "
                    "(muster server --max-jobs); try again when a job has finished",
                    srv->n_jobs);
     return 0;
@@ -607,10 +609,12 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
         return;
     }
     if (!allowed(p->role, m->type)) {
-        srv_peer_event(p, SRV_EV_PROTOCOL, "%s from a client of role %u",
+        srv_peer_event(p, SRV_EV_PROTOCOL, "%s from a client of role %u", rdzv_msg_name(m->type),
+                       p->role);
+        srv_send_error(p, RDZV_ERR_PROTOCOL,
+                       "%s is not a message for this server from a "
+                       "client of role %u",
                        rdzv_msg_name(m->type), p->role);
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "%s is not a message for this server from a "
-                       "client of role %u", rdzv_msg_name(m->type), p->role);
         return;
     }
     dispatch(p, m);
@@ -627,7 +631,7 @@ static void error_cb(struct rdzv_conn *conn, int err)
         const char *why = rdzv_conn_tls_error(conn);
 
         srv_peer_event(p, SRV_EV_AUTH_TLS, "TLS handshake failed: %s%s%s",
-                       why[0] != '\0' ? why
+                       why[0] != '\0'  ? why
                        : err == UV_EOF ? "closed before the handshake finished"
                                        : uv_strerror(err),
                        p->srv->auth_hint[0] != '\0' ? "; " : "", p->srv->auth_hint);
@@ -641,10 +645,11 @@ static void error_cb(struct rdzv_conn *conn, int err)
         return;
     }
     if (err == -EPROTONOSUPPORT || err == -ENOTSUP || err == -EPROTO)
-        srv_peer_event(p, SRV_EV_PROTOCOL, "%s", err == -EPROTONOSUPPORT ? "frame version"
-                                                  : err == -ENOTSUP      ? "unknown message type"
-                                                  : conn->type == 0      ? "bad frame magic"
-                                                                         : "malformed payload");
+        srv_peer_event(p, SRV_EV_PROTOCOL, "%s",
+                       err == -EPROTONOSUPPORT ? "frame version"
+                       : err == -ENOTSUP       ? "unknown message type"
+                       : conn->type == 0       ? "bad frame magic"
+                                               : "malformed payload");
     if (err == -EPROTONOSUPPORT)
         srv_send_error(p, RDZV_ERR_VERSION, "frame version not supported (server speaks %d)",
                        RDZV_PROTO_VERSION);
@@ -682,8 +687,7 @@ static void refuse(struct rdzv_server *srv, uv_stream_t *listener)
     srv->handles++;
     if (uv_accept(listener, (uv_stream_t *)tcp) == 0) {
         tcp_addr(tcp, addr, sizeof(addr));
-        srv_event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already",
-                  srv->n_peers);
+        srv_event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already", srv->n_peers);
     }
     uv_close((uv_handle_t *)tcp, refused_closed_cb);
 }
@@ -896,21 +900,20 @@ int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char
 
 struct rdzv_limits rdzv_limits_default(void)
 {
-    return (struct rdzv_limits){
-        .max_connections = RDZV_LIMIT_MAX_CONNECTIONS,
-        .max_connections_per_source = RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE,
-        .handshake_ms = RDZV_LIMIT_HANDSHAKE_MS,
-        .idle_ms = RDZV_LIMIT_IDLE_MS,
-        .kv_max_keys = RDZV_KV_MAX_KEYS,
-        .kv_max_bytes = RDZV_KV_MAX_BYTES,
-        .kv_max_total_bytes = RDZV_LIMIT_KV_MAX_TOTAL_BYTES,
-        .max_jobs = RDZV_LIMIT_MAX_JOBS,
-        .send_queue_max = RDZV_LIMIT_SEND_QUEUE_MAX,
-        .job_workers_per_proc = RDZV_LIMIT_JOB_WORKERS_PER_PROC,
-        .job_workers_slack = RDZV_LIMIT_JOB_WORKERS_SLACK,
-        .handshakes_per_source = RDZV_LIMIT_HANDSHAKES_PER_SOURCE,
-        .handshake_rate = RDZV_LIMIT_HANDSHAKE_RATE,
-        .handshake_burst = RDZV_LIMIT_HANDSHAKE_BURST};
+    return (struct rdzv_limits){.max_connections = RDZV_LIMIT_MAX_CONNECTIONS,
+                                .max_connections_per_source = RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE,
+                                .handshake_ms = RDZV_LIMIT_HANDSHAKE_MS,
+                                .idle_ms = RDZV_LIMIT_IDLE_MS,
+                                .kv_max_keys = RDZV_KV_MAX_KEYS,
+                                .kv_max_bytes = RDZV_KV_MAX_BYTES,
+                                .kv_max_total_bytes = RDZV_LIMIT_KV_MAX_TOTAL_BYTES,
+                                .max_jobs = RDZV_LIMIT_MAX_JOBS,
+                                .send_queue_max = RDZV_LIMIT_SEND_QUEUE_MAX,
+                                .job_workers_per_proc = RDZV_LIMIT_JOB_WORKERS_PER_PROC,
+                                .job_workers_slack = RDZV_LIMIT_JOB_WORKERS_SLACK,
+                                .handshakes_per_source = RDZV_LIMIT_HANDSHAKES_PER_SOURCE,
+                                .handshake_rate = RDZV_LIMIT_HANDSHAKE_RATE,
+                                .handshake_burst = RDZV_LIMIT_HANDSHAKE_BURST};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)

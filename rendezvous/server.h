@@ -22,9 +22,9 @@ struct rdzv_tls_opts;
  * cannot take the server, and the benchmarks' 1,024 real agents plus 2,000 idle connections
  * on loopback still fit (bench/loadgen spreads its 10,000 over many 127.x addresses). */
 #define RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE 4096u
-#define RDZV_LIMIT_HANDSHAKE_MS 5000u     /* from accept until HELLO is accepted */
-#define RDZV_LIMIT_IDLE_MS 30000u         /* silence of a connection that is in no job */
-#define RDZV_LIMIT_MAX_JOBS 4096u         /* jobs held at once; a JOIN for one more: ERROR */
+#define RDZV_LIMIT_HANDSHAKE_MS 5000u /* from accept until HELLO is accepted */
+#define RDZV_LIMIT_IDLE_MS 30000u     /* silence of a connection that is in no job */
+#define RDZV_LIMIT_MAX_JOBS 4096u     /* jobs held at once; a JOIN for one more: ERROR */
 /* Key + value bytes of every job's KV store together, each key also charged
  * RDZV_KV_KEY_OVERHEAD bytes for its bookkeeping: 1 GiB. */
 #define RDZV_LIMIT_KV_MAX_TOTAL_BYTES ((size_t)1 << 30)
@@ -48,20 +48,20 @@ struct rdzv_tls_opts;
 #define RDZV_LIMIT_HANDSHAKE_BURST 2048u /* handshakes a quiet source may start at once */
 
 struct rdzv_limits {
-    unsigned max_connections;  /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
+    unsigned max_connections;            /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
     unsigned max_connections_per_source; /* 0 = RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE */
-    unsigned handshake_ms;     /* 0 = RDZV_LIMIT_HANDSHAKE_MS */
-    unsigned idle_ms;          /* 0 = RDZV_LIMIT_IDLE_MS */
-    size_t kv_max_keys;        /* per job; 0 = RDZV_KV_MAX_KEYS */
-    size_t kv_max_bytes;       /* per job, key + value bytes; 0 = RDZV_KV_MAX_BYTES */
-    size_t kv_max_total_bytes; /* all jobs together; 0 = RDZV_LIMIT_KV_MAX_TOTAL_BYTES */
-    unsigned max_jobs;         /* 0 = RDZV_LIMIT_MAX_JOBS */
-    size_t send_queue_max;     /* per connection; 0 = RDZV_LIMIT_SEND_QUEUE_MAX */
-    unsigned job_workers_per_proc; /* 0 = RDZV_LIMIT_JOB_WORKERS_PER_PROC */
-    unsigned job_workers_slack;    /* 0 = RDZV_LIMIT_JOB_WORKERS_SLACK */
-    unsigned handshakes_per_source; /* 0 = RDZV_LIMIT_HANDSHAKES_PER_SOURCE */
-    unsigned handshake_rate;        /* per second and source; 0 = RDZV_LIMIT_HANDSHAKE_RATE */
-    unsigned handshake_burst;       /* 0 = RDZV_LIMIT_HANDSHAKE_BURST */
+    unsigned handshake_ms;               /* 0 = RDZV_LIMIT_HANDSHAKE_MS */
+    unsigned idle_ms;                    /* 0 = RDZV_LIMIT_IDLE_MS */
+    size_t kv_max_keys;                  /* per job; 0 = RDZV_KV_MAX_KEYS */
+    size_t kv_max_bytes;                 /* per job, key + value bytes; 0 = RDZV_KV_MAX_BYTES */
+    size_t kv_max_total_bytes;           /* all jobs together; 0 = RDZV_LIMIT_KV_MAX_TOTAL_BYTES */
+    unsigned max_jobs;                   /* 0 = RDZV_LIMIT_MAX_JOBS */
+    size_t send_queue_max;               /* per connection; 0 = RDZV_LIMIT_SEND_QUEUE_MAX */
+    unsigned job_workers_per_proc;       /* 0 = RDZV_LIMIT_JOB_WORKERS_PER_PROC */
+    unsigned job_workers_slack;          /* 0 = RDZV_LIMIT_JOB_WORKERS_SLACK */
+    unsigned handshakes_per_source;      /* 0 = RDZV_LIMIT_HANDSHAKES_PER_SOURCE */
+    unsigned handshake_rate;             /* per second and source; 0 = RDZV_LIMIT_HANDSHAKE_RATE */
+    unsigned handshake_burst;            /* 0 = RDZV_LIMIT_HANDSHAKE_BURST */
 };
 
 /* The defaults above, spelled out. */

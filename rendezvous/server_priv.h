@@ -28,21 +28,21 @@ struct peer {
     uv_timer_t timer;      /* the one deadline that applies now: see peer_deadline() */
     struct rdzv_server *srv;
     struct peer *prev, *next;
-    int welcomed; /* HELLO accepted */
-    uint8_t role; /* enum rdzv_role from HELLO */
+    int welcomed;          /* HELLO accepted */
+    uint8_t role;          /* enum rdzv_role from HELLO */
     struct rdzv_cred cred; /* what the TLS handshake proved, taken at HELLO (cred.h) */
     int closing;
-    unsigned open; /* handles still open: conn.tcp and hb; freed at 0 */
-    struct sjob *job;   /* agent: the job it joined; NULL before JOIN */
-    struct sjob *kvjob; /* worker: the job it attached to; NULL before ATTACH or once dropped */
-    uint32_t kv_round;  /* worker: the round it attached for */
-    int attached;       /* worker: ATTACH accepted (kvjob may be NULL again later) */
-    uint64_t accepted_ms;  /* uv_now at accept: the handshake deadline runs from here */
-    uint64_t last_seen_ms; /* uv_now of the last message */
+    unsigned open;          /* handles still open: conn.tcp and hb; freed at 0 */
+    struct sjob *job;       /* agent: the job it joined; NULL before JOIN */
+    struct sjob *kvjob;     /* worker: the job it attached to; NULL before ATTACH or once dropped */
+    uint32_t kv_round;      /* worker: the round it attached for */
+    int attached;           /* worker: ATTACH accepted (kvjob may be NULL again later) */
+    uint64_t accepted_ms;   /* uv_now at accept: the handshake deadline runs from here */
+    uint64_t last_seen_ms;  /* uv_now of the last message */
     uint32_t hb_timeout_ms; /* 0: the agent does not heartbeat; only a close tells */
     uint32_t keep_alive_ms; /* the agent's heartbeat interval, for the lateness metric */
     struct srv_source *source; /* its address's connection count; NULL if never counted */
-    int send_err; /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
+    int send_err;        /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
     int hs_counted;      /* in srv->hslimit's handshakes in flight, under hs_addr */
     uint8_t hs_addr[16]; /* its source address, as source_key() makes it */
 };
@@ -53,9 +53,9 @@ struct sjob {
     struct rdzv_job *job;
     struct rdzv_kv_store *kv;
     struct rdzv_ckptlog *ckpts; /* CKPT records for STATUS; NULL until the first CKPT */
-    uv_timer_t timer; /* timer.data = this sjob; earliest of job and KV deadlines */
+    uv_timer_t timer;           /* timer.data = this sjob; earliest of job and KV deadlines */
     struct sjob *prev, *next;
-    unsigned npeers; /* agent connections with peer->job == this */
+    unsigned npeers;   /* agent connections with peer->job == this */
     unsigned nworkers; /* worker connections with peer->kvjob == this (job_workers_* limit) */
     int dropped;
     uint32_t last_restart_count; /* to count restarts in the metrics */
@@ -79,19 +79,19 @@ enum srv_event {
     SRV_EV_IDLE_TIMEOUT,      /* silent past idle_ms while in no job */
     SRV_EV_FRAME_SIZE,        /* frame header announcing more than RDZV_MAX_PAYLOAD */
     /* (new limits go here, before SRV_EV_KV_QUOTA, the last of the limit family) */
-    SRV_EV_PER_SOURCE,        /* over max_connections_per_source: accepted and closed at once */
-    SRV_EV_SEND_QUEUE,        /* unsent bytes over send_queue_max: the peer stopped reading */
-    SRV_EV_JOBS,              /* a JOIN that would create a job over max_jobs */
-    SRV_EV_JOB_WORKERS,       /* an ATTACH over the job's worker connections */
-    SRV_EV_KV_TOTAL,          /* KV_PUT over kv_max_total_bytes (all jobs together) */
-    SRV_EV_HS_RATE,           /* a new connection over its address's handshake_rate */
-    SRV_EV_HS_IN_FLIGHT,      /* a new connection over handshakes_per_source in flight */
-    SRV_EV_KV_QUOTA,          /* KV_PUT over the job's key or byte quota */
-    SRV_EV_AUTH_TOKEN,        /* HELLO with a wrong or missing token */
-    SRV_EV_AUTH_JOB_SCOPE,    /* a message naming another job than the connection's */
-    SRV_EV_AUTH_TLS,          /* TLS handshake failed (wrong PSK, plaintext, other CA...) */
-    SRV_EV_AUTH_NODE,         /* JOIN/REJOIN whose node secret does not open its node id */
-    SRV_EV_PROTOCOL,          /* malformed frame or message out of order */
+    SRV_EV_PER_SOURCE,     /* over max_connections_per_source: accepted and closed at once */
+    SRV_EV_SEND_QUEUE,     /* unsent bytes over send_queue_max: the peer stopped reading */
+    SRV_EV_JOBS,           /* a JOIN that would create a job over max_jobs */
+    SRV_EV_JOB_WORKERS,    /* an ATTACH over the job's worker connections */
+    SRV_EV_KV_TOTAL,       /* KV_PUT over kv_max_total_bytes (all jobs together) */
+    SRV_EV_HS_RATE,        /* a new connection over its address's handshake_rate */
+    SRV_EV_HS_IN_FLIGHT,   /* a new connection over handshakes_per_source in flight */
+    SRV_EV_KV_QUOTA,       /* KV_PUT over the job's key or byte quota */
+    SRV_EV_AUTH_TOKEN,     /* HELLO with a wrong or missing token */
+    SRV_EV_AUTH_JOB_SCOPE, /* a message naming another job than the connection's */
+    SRV_EV_AUTH_TLS,       /* TLS handshake failed (wrong PSK, plaintext, other CA...) */
+    SRV_EV_AUTH_NODE,      /* JOIN/REJOIN whose node secret does not open its node id */
+    SRV_EV_PROTOCOL,       /* malformed frame or message out of order */
     SRV_EV_COUNT_
 };
 
@@ -119,7 +119,7 @@ struct rdzv_server_stats {
     uint64_t bytes_received_total, bytes_sent_total; /* of closed connections; + live ones */
     uint64_t http_requests_total;
     uint64_t events[SRV_EV_COUNT_]; /* refusals by enum srv_event */
-    uint64_t log_suppressed;         /* event lines not logged: address already logged */
+    uint64_t log_suppressed;        /* event lines not logged: address already logged */
 };
 
 struct rdzv_server {
@@ -145,9 +145,9 @@ struct rdzv_server {
     void *log_data;
     char auth_hint[384]; /* rdzv_server_set_auth_hint() */
     struct srv_logged logged[SRV_LOG_PEERS];
-    unsigned logged_next; /* next slot to reuse */
-    struct rdzv_kv_pool kv_pool;  /* every job's KV bytes: limits.kv_max_total_bytes */
-    uint64_t kv_pool_refused;     /* kv_pool.refused already counted as SRV_EV_KV_TOTAL */
+    unsigned logged_next;        /* next slot to reuse */
+    struct rdzv_kv_pool kv_pool; /* every job's KV bytes: limits.kv_max_total_bytes */
+    uint64_t kv_pool_refused;    /* kv_pool.refused already counted as SRV_EV_KV_TOTAL */
     struct srv_source *sources[SRV_SOURCE_BUCKETS];
     struct rdzv_hslimit *hslimit; /* TLS handshakes per source address (hslimit.h) */
 };
@@ -162,8 +162,8 @@ void srv_peer_addr(struct peer *p, char *buf, size_t len);
 void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j);
 void srv_peer_arm(struct peer *p);
 void srv_kv_limit_event(struct peer *p);
-void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt,
-               ...) __attribute__((format(printf, 4, 5)));
+void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void srv_event_metric(enum srv_event ev, const char **family, const char **label);

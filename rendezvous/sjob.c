@@ -59,8 +59,7 @@ struct sjob *sjob_find(struct rdzv_server *srv, const char *id)
 
 int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out)
 {
-    struct rdzv_kv_limits kl = {srv->limits.kv_max_keys, srv->limits.kv_max_bytes,
-                                &srv->kv_pool};
+    struct rdzv_kv_limits kl = {srv->limits.kv_max_keys, srv->limits.kv_max_bytes, &srv->kv_pool};
     struct sjob *sj;
     int err;
 
@@ -223,8 +222,8 @@ static void send_pending(struct sjob *sj)
     struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
     const struct rdzv_job *job = sj->job;
 
-    m.u.waiting = (struct rdzv_waiting){(uint32_t)job->n_pending, job->min_nodes,
-                                        job->max_nodes, -1, -1};
+    m.u.waiting =
+        (struct rdzv_waiting){(uint32_t)job->n_pending, job->min_nodes, job->max_nodes, -1, -1};
     send_list(job->pending, job->n_pending, &m);
 }
 
@@ -347,9 +346,10 @@ int sjob_worker_admit(struct sjob *sj, struct peer *p)
         sj->nworkers++;
         return 1;
     }
-    srv_peer_event(p, SRV_EV_JOB_WORKERS, "ATTACH over the %u worker connections of job %s",
-                   cap, sj->job->id);
-    srv_send_error(p, RDZV_ERR_PROTOCOL, "job %s has %u worker connections already, its limit "
+    srv_peer_event(p, SRV_EV_JOB_WORKERS, "ATTACH over the %u worker connections of job %s", cap,
+                   sj->job->id);
+    srv_send_error(p, RDZV_ERR_PROTOCOL,
+                   "job %s has %u worker connections already, its limit "
                    "(muster server --job-workers-per-proc, --job-workers-slack)",
                    sj->job->id, sj->nworkers);
     return 0;

@@ -39,14 +39,12 @@ static json_t *node_json(struct rdzv_server *srv, const struct rdzv_job *job,
     char id[17];
 
     snprintf(id, sizeof(id), "%016" PRIx64, m->node_id);
-    return json_pack("{s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:o}", "host", m->host, "addr",
-                     m->addr, "node_id", id, "group_rank",
-                     placed ? json_integer(m->group_rank) : json_null(), "nproc",
-                     (json_int_t)m->nproc, "rank_offset",
-                     placed ? json_integer(m->rank_offset) : json_null(), "state",
-                     state ? state : node_state(job, m), "last_seen_ms_ago",
-                     p ? json_integer((json_int_t)(uv_now(srv->loop) - p->last_seen_ms))
-                       : json_null());
+    return json_pack(
+        "{s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:o}", "host", m->host, "addr", m->addr, "node_id", id,
+        "group_rank", placed ? json_integer(m->group_rank) : json_null(), "nproc",
+        (json_int_t)m->nproc, "rank_offset", placed ? json_integer(m->rank_offset) : json_null(),
+        "state", state ? state : node_state(job, m), "last_seen_ms_ago",
+        p ? json_integer((json_int_t)(uv_now(srv->loop) - p->last_seen_ms)) : json_null());
 }
 
 static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job)
@@ -66,9 +64,9 @@ static json_t *ckpt_json(const struct rdzv_ckpt *ck)
 
     snprintf(sum, sizeof(sum), "%016" PRIx64, ck->checksum);
     return json_pack("{s:s, s:I, s:I, s:s, s:I, s:s, s:s}", "name", ck->name, "step",
-                     (json_int_t)ck->step, "size", (json_int_t)ck->size, "checksum", sum,
-                     "time_ms", (json_int_t)ck->time_ms, "state",
-                     ck->verified_bad ? "bad" : "recorded", "reason", ck->reason);
+                     (json_int_t)ck->step, "size", (json_int_t)ck->size, "checksum", sum, "time_ms",
+                     (json_int_t)ck->time_ms, "state", ck->verified_bad ? "bad" : "recorded",
+                     "reason", ck->reason);
 }
 
 /* Newest first, as the log keeps them. */
@@ -84,12 +82,12 @@ static json_t *ckpts_json(const struct rdzv_ckptlog *log)
 static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with_nodes)
 {
     const struct rdzv_job *job = sj->job;
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "id", job->id, "state",
-                          job_state(job), "round", (json_int_t)job->round, "restart_count",
-                          (json_int_t)job->restart_count, "max_restarts",
-                          (json_int_t)job->max_restarts, "min_nodes", (json_int_t)job->min_nodes,
-                          "max_nodes", (json_int_t)job->max_nodes, "world_size",
-                          (json_int_t)(job->state == RDZV_JOB_FILLING ? 0 : job->world_size));
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "id", job->id, "state",
+                  job_state(job), "round", (json_int_t)job->round, "restart_count",
+                  (json_int_t)job->restart_count, "max_restarts", (json_int_t)job->max_restarts,
+                  "min_nodes", (json_int_t)job->min_nodes, "max_nodes", (json_int_t)job->max_nodes,
+                  "world_size", (json_int_t)(job->state == RDZV_JOB_FILLING ? 0 : job->world_size));
 
     /* The running round's resume point (group rank 0's pick), null before a round closed. */
     if (o != NULL && job->state != RDZV_JOB_FILLING) {

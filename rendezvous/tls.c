@@ -89,8 +89,7 @@ static int check_readable(const char *what, const char *path, char *err, size_t 
     return e;
 }
 
-static int load_certs(struct rdzv_tls *t, const struct rdzv_tls_opts *o, char *err,
-                      size_t errlen)
+static int load_certs(struct rdzv_tls *t, const struct rdzv_tls_opts *o, char *err, size_t errlen)
 {
     int ret;
 
@@ -156,8 +155,8 @@ static int psk_cb(void *p, mbedtls_ssl_context *ssl, const unsigned char *id, si
     struct rdzv_cred c;
     int ret;
 
-    if (t->job_scope[0] != '\0' && len == 4 + strlen(t->job_scope) &&
-        memcmp(id, "job:", 4) == 0 && memcmp(id + 4, t->job_scope, len - 4) == 0) {
+    if (t->job_scope[0] != '\0' && len == 4 + strlen(t->job_scope) && memcmp(id, "job:", 4) == 0 &&
+        memcmp(id + 4, t->job_scope, len - 4) == 0) {
         c = (struct rdzv_cred){.kind = RDZV_CRED_JOB};
         memcpy(c.scope, t->job_scope, sizeof(c.scope));
         memcpy(c.key, t->master, sizeof(c.key));

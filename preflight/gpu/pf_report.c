@@ -64,19 +64,19 @@ static json_t *nvml_json(const struct pf_health *h)
     o = json_pack("{s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s?, s:o, s:o, s:o, s:o, "
                   "s:o, s:o, s:o, s:o}",
                   "found", h->nvml, "summary", line, "ecc_enabled", OPT(h->ecc_enabled),
-                  "ecc_uncorrected_volatile", OPT(h->ecc_volatile_unc),
-                  "ecc_uncorrected_aggregate", OPT(h->ecc_aggregate_unc), "remap_pending",
-                  OPT(h->remap_pending), "remap_failure", OPT(h->remap_failure),
-                  "remapped_rows_uncorrectable", OPT(h->remap_unc_rows), "clock_events",
-                  OPT(h->clock_events), "sm_mhz", OPT(h->sm_mhz), "clock_event_names",
-                  clk[0] ? clk : NULL, "sm_max_mhz", OPT(h->sm_max_mhz), "temperature_c",
-                  OPT(h->temp_c), "pcie_gen", OPT(h->pcie_gen), "pcie_gen_max",
-                  OPT(h->pcie_gen_max), "pcie_width", OPT(h->pcie_width), "pcie_width_max",
-                  OPT(h->pcie_width_max), "persistence", OPT(h->persistence), "issues", issues);
+                  "ecc_uncorrected_volatile", OPT(h->ecc_volatile_unc), "ecc_uncorrected_aggregate",
+                  OPT(h->ecc_aggregate_unc), "remap_pending", OPT(h->remap_pending),
+                  "remap_failure", OPT(h->remap_failure), "remapped_rows_uncorrectable",
+                  OPT(h->remap_unc_rows), "clock_events", OPT(h->clock_events), "sm_mhz",
+                  OPT(h->sm_mhz), "clock_event_names", clk[0] ? clk : NULL, "sm_max_mhz",
+                  OPT(h->sm_max_mhz), "temperature_c", OPT(h->temp_c), "pcie_gen", OPT(h->pcie_gen),
+                  "pcie_gen_max", OPT(h->pcie_gen_max), "pcie_width", OPT(h->pcie_width),
+                  "pcie_width_max", OPT(h->pcie_width_max), "persistence", OPT(h->persistence),
+                  "issues", issues);
 #undef OPT
     for (int i = 0; o != NULL && i < n && i < PF_HEALTH_MAX_ISSUES; i++)
-        json_array_append_new(issues, json_pack("{s:s, s:s}", "level", level[is[i].level],
-                                                "text", is[i].text));
+        json_array_append_new(
+            issues, json_pack("{s:s, s:s}", "level", level[is[i].level], "text", is[i].text));
     return o;
 }
 
@@ -88,16 +88,15 @@ static json_t *health_json(const struct pf_run *run)
 
     if (!b->ran)
         return json_null();
-    return json_pack("{s:o, s:i, s:i, s:s?, s:s?, s:o, s:s, s:I, s:i, s:f, s:o, s:o}",
-                     "gemm_tflops", b->gemm_tflops > 0 ? json_real(b->gemm_tflops) : json_null(),
-                     "gemm_n", b->gemm_n, "gemm_iters", b->gemm_iters, "cublas",
-                     b->cublas[0] ? b->cublas : NULL, "gemm_note",
-                     b->gemm_note[0] ? b->gemm_note : NULL, "hbm_gbps",
-                     b->hbm_gbps > 0 ? json_real(b->hbm_gbps) : json_null(), "hbm_counts",
-                     "read+write", "hbm_bytes", (json_int_t)b->hbm_bytes, "hbm_iters",
-                     b->hbm_iters, "ms", b->ms, "simulated_slow",
-                     b->slow_factor < 1 ? json_real(b->slow_factor) : json_null(), "nvml",
-                     nvml_json(&run->health));
+    return json_pack(
+        "{s:o, s:i, s:i, s:s?, s:s?, s:o, s:s, s:I, s:i, s:f, s:o, s:o}", "gemm_tflops",
+        b->gemm_tflops > 0 ? json_real(b->gemm_tflops) : json_null(), "gemm_n", b->gemm_n,
+        "gemm_iters", b->gemm_iters, "cublas", b->cublas[0] ? b->cublas : NULL, "gemm_note",
+        b->gemm_note[0] ? b->gemm_note : NULL, "hbm_gbps",
+        b->hbm_gbps > 0 ? json_real(b->hbm_gbps) : json_null(), "hbm_counts", "read+write",
+        "hbm_bytes", (json_int_t)b->hbm_bytes, "hbm_iters", b->hbm_iters, "ms", b->ms,
+        "simulated_slow", b->slow_factor < 1 ? json_real(b->slow_factor) : json_null(), "nvml",
+        nvml_json(&run->health));
 }
 
 static json_t *result_json(const struct pf_run *run)
@@ -108,12 +107,12 @@ static json_t *result_json(const struct pf_run *run)
 
     for (int i = 0; stages != NULL && i < run->nstages; i++)
         json_array_append_new(stages, stage_json(&run->stages[i]));
-    json_t *o = json_pack("{s:i, s:i, s:s, s:o*, s:b, s:s?, s:i, s:o*, s:o*, s:I, s:s?, s:f}", "rank",
-                     run->env.rank, "local_rank", run->env.local_rank, "host", run->host, "gpu",
-                     gpu_json(run), "ok", run->exit_code == PF_EXIT_OK, "error", err, "exit",
-                     run->exit_code, "init_ms", init_json(run), "stages", stages, "max_bytes",
-                     (json_int_t)run->max_bytes, "note", note, "total_ms",
-                     pf_now_ms() - run->start_ms);
+    json_t *o = json_pack("{s:i, s:i, s:s, s:o*, s:b, s:s?, s:i, s:o*, s:o*, s:I, s:s?, s:f}",
+                          "rank", run->env.rank, "local_rank", run->env.local_rank, "host",
+                          run->host, "gpu", gpu_json(run), "ok", run->exit_code == PF_EXIT_OK,
+                          "error", err, "exit", run->exit_code, "init_ms", init_json(run), "stages",
+                          stages, "max_bytes", (json_int_t)run->max_bytes, "note", note, "total_ms",
+                          pf_now_ms() - run->start_ms);
     if (o != NULL)
         json_object_set_new(o, "health", health_json(run));
     return o;

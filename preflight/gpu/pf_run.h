@@ -72,9 +72,9 @@ struct pf_bench {
     double hbm_gbps; /* device-to-device copy, bytes read + bytes written per second */
     uint64_t hbm_bytes;
     int hbm_iters;
-    double slow_factor; /* test-only scaling (PF_SIMULATE_SLOW_ENV), 1 = none */
-    double ms;          /* the whole measurement, cuBLAS loading and NVML included */
-    char cublas[128];   /* the library loaded, or "" */
+    double slow_factor;  /* test-only scaling (PF_SIMULATE_SLOW_ENV), 1 = none */
+    double ms;           /* the whole measurement, cuBLAS loading and NVML included */
+    char cublas[128];    /* the library loaded, or "" */
     char gemm_note[256]; /* why there is no GEMM figure, or "" */
 };
 

@@ -269,8 +269,12 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_one_node_binds_nothing), T(test_node_follows_gpu), T(test_blocks_without_gpus),
-        T(test_socket_takes_every_node_of_it), T(test_exclusive), T(test_core_complex),
+        T(test_one_node_binds_nothing),
+        T(test_node_follows_gpu),
+        T(test_blocks_without_gpus),
+        T(test_socket_takes_every_node_of_it),
+        T(test_exclusive),
+        T(test_core_complex),
         T(test_describe_and_bad_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -407,8 +407,8 @@ static void test_output_flags(void **state)
     assert_int_equal(fx->cfg.no_prefix, 0);
     assert_int_equal(fx->cfg.dedup_ms, 0);
 
-    assert_ok(fx, parse(fx, "--duplicate-stdout-filters", "a,,b,c", "--duplicate_stderr_filters=",
-                        "--no-prefix", "--dedup", "@S", NULL));
+    assert_ok(fx, parse(fx, "--duplicate-stdout-filters", "a,,b,c",
+                        "--duplicate_stderr_filters=", "--no-prefix", "--dedup", "@S", NULL));
     assert_string_equal(fx->cfg.dup_filters[0][0], "a,b");
     assert_string_equal(fx->cfg.dup_filters[0][1], "c");
     assert_null(fx->cfg.dup_filters[0][2]);
@@ -568,15 +568,15 @@ static void test_rdzv_conf_torchrun_keys(void **state)
     assert_ok(fx, parse(fx, "--rdzv-conf", "join_timeout=7,timeout=100", "@S", NULL));
     assert_int_equal(fx->cfg.join_timeout_ms, 7000);
     /* keep_alive_interval x keep_alive_max_attempt is the lost-node deadline ... */
-    assert_ok(fx, parse(fx, "--rdzv-conf", "keep_alive_interval=2,keep_alive_max_attempt=4",
-                        "@S", NULL));
+    assert_ok(
+        fx, parse(fx, "--rdzv-conf", "keep_alive_interval=2,keep_alive_max_attempt=4", "@S", NULL));
     assert_int_equal(fx->cfg.keep_alive_interval_ms, 2000);
     assert_int_equal(fx->cfg.heartbeat_timeout_ms, 8000);
     assert_ok(fx, parse(fx, "--rdzv-conf", "keep_alive_interval=5", "@S", NULL));
     assert_int_equal(fx->cfg.heartbeat_timeout_ms, 15000); /* torchrun's 3 attempts */
     /* ... unless heartbeat_timeout itself is given */
-    assert_ok(fx, parse(fx, "--rdzv-conf", "keep_alive_max_attempt=9,heartbeat_timeout=4",
-                        "@S", NULL));
+    assert_ok(fx,
+              parse(fx, "--rdzv-conf", "keep_alive_max_attempt=9,heartbeat_timeout=4", "@S", NULL));
     assert_int_equal(fx->cfg.heartbeat_timeout_ms, 4000);
     assert_ok(fx, parse(fx, "--rdzv-conf", "store_type=tcp,use_libuv=1", "@S", NULL));
     assert_string_equal(fx->cfg.notes, "");
@@ -598,9 +598,14 @@ static void test_rdzv_conf_torchrun_keys(void **state)
     assert_non_null(strstr(fx->cfg.notes, "use_libuv=0"));
     assert_non_null(strstr(fx->cfg.notes, "store_port does nothing"));
     /* bad values are errors that name the key */
-    static const char *const bad[] = {"is_host=maybe", "use_libuv=2", "keep_alive_max_attempt=0",
-                                      "keep_alive_max_attempt=x", "read_timeout=soon",
-                                      "store_type=etcd", "store_port=70000", "timeout=-1"};
+    static const char *const bad[] = {"is_host=maybe",
+                                      "use_libuv=2",
+                                      "keep_alive_max_attempt=0",
+                                      "keep_alive_max_attempt=x",
+                                      "read_timeout=soon",
+                                      "store_type=etcd",
+                                      "store_port=70000",
+                                      "timeout=-1"};
     for (int i = 0; i < 8; i++) {
         char key[32];
         assert_einval(fx, parse(fx, "--rdzv-conf", bad[i], "@S", NULL));
@@ -623,8 +628,8 @@ static void test_rdzv_conf_quotes(void **state)
     assert_int_equal(fx->cfg.last_call_timeout_ms, 1000);
     assert_ok(fx, parse(fx, "--rdzv-conf", "\"timeout=100\"", "@S", NULL));
     assert_int_equal(fx->cfg.join_timeout_ms, 100000);
-    assert_ok(fx, parse(fx, "--rdzv-conf", "'join_timeout'='6', \"close_timeout\"=\"3\"", "@S",
-                        NULL));
+    assert_ok(fx,
+              parse(fx, "--rdzv-conf", "'join_timeout'='6', \"close_timeout\"=\"3\"", "@S", NULL));
     assert_int_equal(fx->cfg.join_timeout_ms, 6000);
     assert_int_equal(fx->cfg.close_timeout_ms, 3000);
     assert_ok(fx, parse(fx, "--rdzv-conf", " join_timeout = 8 ", "@S", NULL));
@@ -772,8 +777,8 @@ static void test_signals_to_handle(void **state)
     assert_einval(fx, parse(fx, "--signals-to-handle", "SIGTERM,,SIGINT", "@S", NULL));
     /* shared-GPU mode's agent watches the default four only: more is refused, not ignored */
     setenv("CUDA_VISIBLE_DEVICES", "0", 1);
-    assert_ok(fx, parse(fx, "--nproc-per-gpu", "2", "--signals-to-handle", "SIGTERM,SIGHUP", "@S",
-                        NULL));
+    assert_ok(
+        fx, parse(fx, "--nproc-per-gpu", "2", "--signals-to-handle", "SIGTERM,SIGHUP", "@S", NULL));
     assert_einval(fx, parse(fx, "--nproc-per-gpu", "2", "--signals-to-handle", "SIGTERM,SIGUSR1",
                             "@S", NULL));
     assert_non_null(strstr(fx->err, "SIGUSR1"));
@@ -1153,14 +1158,14 @@ static void test_security(void **state)
     fputs("  file-token  \n", f);
     fclose(f);
     chmod(path, 0644);
-    assert_einval(fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "--token-file", path,
-                            "@S", NULL));
+    assert_einval(
+        fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "--token-file", path, "@S", NULL));
     assert_non_null(strstr(fx->err, "too open"));
     assert_null(strstr(fx->err, "file-token")); /* the secret never appears */
     chmod(path, 0600);
     setenv("MUSTER_TOKEN", "env-token", 1);
-    assert_ok(fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "--token-file", path,
-                        "@S", NULL));
+    assert_ok(
+        fx, parse(fx, "--nnodes", "2", "--rdzv-endpoint", "h:1", "--token-file", path, "@S", NULL));
     assert_string_equal(fx->cfg.token, "file-token");
     unlink(path);
 

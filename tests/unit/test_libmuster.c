@@ -97,11 +97,8 @@ static int srv_start(struct srv *s)
         return err;
     s->port = rdzv_server_port(s->server);
     snprintf(s->endpoint, sizeof(s->endpoint), "127.0.0.1:%u", s->port);
-    s->join = (struct rdzv_join){.min_nodes = 1,
-                                 .max_nodes = 1,
-                                 .nproc = 4,
-                                 .max_restarts = 100,
-                                 .last_call_ms = 10};
+    s->join = (struct rdzv_join){
+        .min_nodes = 1, .max_nodes = 1, .nproc = 4, .max_restarts = 100, .last_call_ms = 10};
     s->join.node_secret[0] = 7; /* protocol 3: the id commits to the secret */
     s->join.node_id = rdzv_node_id_of(s->join.node_secret);
     snprintf(s->join.job_id, sizeof(s->join.job_id), JOB);

@@ -185,8 +185,7 @@ int main(void)
         cmocka_unit_test(test_algbw_busbw),         cmocka_unit_test(test_sweep_default),
         cmocka_unit_test(test_sweep_max_not_power), cmocka_unit_test(test_sweep_bad),
         cmocka_unit_test(test_parse_units),         cmocka_unit_test(test_parse_bad),
-        cmocka_unit_test(test_check_values),
-        cmocka_unit_test(test_busbw_floor_ranks),
+        cmocka_unit_test(test_check_values),        cmocka_unit_test(test_busbw_floor_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

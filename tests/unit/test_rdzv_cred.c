@@ -124,15 +124,15 @@ static void test_identity_round_trip(void **state)
 {
     static const char *const ok[] = {"muster", "job:job42", "job:team-*", "worker:job42",
                                      "observer"};
-    static const char *const bad[] = {"", "admin", "job:", "worker:", "worker:a*",
-                                      "job:a b", "observer2", "job:*"};
+    static const char *const bad[] = {
+        "", "admin", "job:", "worker:", "worker:a*", "job:a b", "observer2", "job:*"};
     char back[RDZV_CRED_IDENTITY_MAX + 1];
     struct rdzv_cred c, d;
 
     (void)state;
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
-        assert_int_equal(rdzv_cred_from_identity(master, (const unsigned char *)ok[i],
-                                                 strlen(ok[i]), &c), 0);
+        assert_int_equal(
+            rdzv_cred_from_identity(master, (const unsigned char *)ok[i], strlen(ok[i]), &c), 0);
         assert_int_equal(rdzv_cred_identity(&c, back, sizeof(back)), strlen(ok[i]));
         assert_string_equal(back, ok[i]);
         if (c.kind != RDZV_CRED_SERVER) {
@@ -141,8 +141,9 @@ static void test_identity_round_trip(void **state)
         }
     }
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(rdzv_cred_from_identity(master, (const unsigned char *)bad[i],
-                                                 strlen(bad[i]), &c), -EACCES);
+        assert_int_equal(
+            rdzv_cred_from_identity(master, (const unsigned char *)bad[i], strlen(bad[i]), &c),
+            -EACCES);
     assert_int_equal(rdzv_cred_from_identity(master, (const unsigned char *)"job:a\0b", 7, &c),
                      -EACCES);
 }
@@ -204,9 +205,12 @@ static void test_node_secret(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_format_parse_round_trip), cmocka_unit_test(test_keys_differ),
-        cmocka_unit_test(test_parse_refuses_malformed), cmocka_unit_test(test_parse_server_secret),
-        cmocka_unit_test(test_identity_round_trip),     cmocka_unit_test(test_permissions),
+        cmocka_unit_test(test_format_parse_round_trip),
+        cmocka_unit_test(test_keys_differ),
+        cmocka_unit_test(test_parse_refuses_malformed),
+        cmocka_unit_test(test_parse_server_secret),
+        cmocka_unit_test(test_identity_round_trip),
+        cmocka_unit_test(test_permissions),
         cmocka_unit_test(test_node_secret),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

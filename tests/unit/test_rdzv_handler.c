@@ -61,7 +61,7 @@ struct fixture {
 };
 
 static struct fixture *gfx;
-static struct rdzv_tls *g_tls; /* the clients' TLS configuration (TOKEN) */
+static struct rdzv_tls *g_tls;                       /* the clients' TLS configuration (TOKEN) */
 static uint32_t g_keep_alive, g_hb_timeout, g_grace; /* for agent()'s JOINs */
 
 static void check(struct fixture *fx)
@@ -478,8 +478,7 @@ static void rejoin(struct fixture *fx, int i, int done)
     r->join = j;
     r->assign = a;
     r->auto_rejoin = 1;
-    m->u.rejoin = (struct rdzv_rejoin){.join = j, .running = 1, .done = (uint8_t)done,
-                                       .assign = a};
+    m->u.rejoin = (struct rdzv_rejoin){.join = j, .running = 1, .done = (uint8_t)done, .assign = a};
     send_msg(r, m);
 }
 
@@ -598,11 +597,27 @@ static int replies(struct fixture *fx, int i, int n)
     return N(i, KV_REPLY) >= n;
 }
 
-static int w2_3(struct fixture *fx) { return replies(fx, 2, 3) && replies(fx, 3, 1); }
-static int w3_4(struct fixture *fx) { return replies(fx, 3, 3) && replies(fx, 2, 4); }
-static int w4_err(struct fixture *fx) { (void)fx; return N(4, ERROR) == 1 && R(4)->closed; }
-static int w5_2(struct fixture *fx) { return replies(fx, 5, 2); }
-static int stale_all(struct fixture *fx) { return replies(fx, 2, 6) && replies(fx, 3, 4); }
+static int w2_3(struct fixture *fx)
+{
+    return replies(fx, 2, 3) && replies(fx, 3, 1);
+}
+static int w3_4(struct fixture *fx)
+{
+    return replies(fx, 3, 3) && replies(fx, 2, 4);
+}
+static int w4_err(struct fixture *fx)
+{
+    (void)fx;
+    return N(4, ERROR) == 1 && R(4)->closed;
+}
+static int w5_2(struct fixture *fx)
+{
+    return replies(fx, 5, 2);
+}
+static int stale_all(struct fixture *fx)
+{
+    return replies(fx, 2, 6) && replies(fx, 3, 4);
+}
 
 static void test_kv(void **state)
 {
@@ -682,8 +697,8 @@ static void test_status(void **state)
     run_until(fx, got_status);
     doc = json_loads(R(2)->status_json, 0, &jerr);
     assert_non_null(doc);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "server"),
-                                                        "jobs")), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "server"), "jobs")),
+                     2);
     jobs = json_object_get(doc, "jobs");
     assert_int_equal(json_array_size(jobs), 1); /* filtered */
     job = json_array_get(jobs, 0);
@@ -718,8 +733,8 @@ static void ckpt(struct raw *r, const char *name, int bad)
 static int ckpt_sent(struct fixture *fx)
 {
     (void)fx;
-    return N(0, HEARTBEAT) == 1 && N(2, STATUS) == 1 && N(3, ERROR) == 1 &&
-           N(4, ERROR) == 1 && R(3)->closed && R(4)->closed;
+    return N(0, HEARTBEAT) == 1 && N(2, STATUS) == 1 && N(3, ERROR) == 1 && N(4, ERROR) == 1 &&
+           R(3)->closed && R(4)->closed;
 }
 
 static const char *ckpt_field(json_t *list, size_t i, const char *key)

@@ -182,8 +182,7 @@ static void test_metrics_refusals(void **state)
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"frame_size\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"kv_quota\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"send_queue\"} 0\n"));
-    assert_non_null(
-        strstr(r, "\nmuster_limit_hits_total{limit=\"connections_per_source\"} 0\n"));
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"connections_per_source\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"jobs\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"job_workers\"} 0\n"));
     assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"kv_total\"} 0\n"));
@@ -239,8 +238,8 @@ static void test_close_with_open_connection(void **state)
     for (int i = 0; i < 2; i++) {
         c[i].tcp.data = c[i].connect.data = &c[i];
         assert_int_equal(uv_tcp_init(&fx->loop, &c[i].tcp), 0);
-        assert_int_equal(uv_tcp_connect(&c[i].connect, &c[i].tcp, (struct sockaddr *)&sin,
-                                        open_connect_cb), 0);
+        assert_int_equal(
+            uv_tcp_connect(&c[i].connect, &c[i].tcp, (struct sockaddr *)&sin, open_connect_cb), 0);
     }
     uv_timer_start(&fx->watchdog, watchdog_cb, 10000, 0);
     while (fx->srv->handles < 4 && uv_is_active((uv_handle_t *)&fx->watchdog))
@@ -248,7 +247,7 @@ static void test_close_with_open_connection(void **state)
     uv_timer_stop(&fx->watchdog);
     assert_int_equal(uv_write(&c[0].write, (uv_stream_t *)&c[0].tcp, &half, 1, NULL), 0);
     for (int i = 0; i < 20; i++)
-        uv_run(&fx->loop, UV_RUN_NOWAIT); /* the server reads the half request */
+        uv_run(&fx->loop, UV_RUN_NOWAIT);  /* the server reads the half request */
     assert_int_equal(fx->srv->handles, 4); /* listener, HTTP listener, two HTTP connections */
     rdzv_server_close(fx->srv, NULL, NULL);
     fx->srv = NULL;

@@ -319,7 +319,8 @@ static void test_lost_while_filling(void **state)
     assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_WAITING);
     assert_int_equal(job->n_members, 0);
     assert_int_equal(rdzv_job_deadline(job), -1);
-    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0), RDZV_JOB_EV_NONE); /* never joined */
+    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0),
+                     RDZV_JOB_EV_NONE); /* never joined */
     rdzv_job_free(job);
 }
 
@@ -413,8 +414,7 @@ static void test_rank_gaps_compact(void **state)
     (void)state;
     for (unsigned i = 0; i < 4; i++)
         join(job, i, 1, 0);
-    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0),
-                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
     join(job, 3, 1, 1);
     join(job, 2, 1, 2);
     join(job, 0, 1, 3);
@@ -462,7 +462,7 @@ static void test_rejoin_rebuild(void **state)
     assert_true(job->rebuilding);
     assert_int_equal(rdzv_job_deadline(job), 600);
     assert_int_equal(rdzv_job_done(job, &peers[0], 7), RDZV_JOB_EV_NONE); /* rank 0 missing */
-    rj = mkrejoin(1, 6, 0, 2); /* an older round */
+    rj = mkrejoin(1, 6, 0, 2);                                            /* an older round */
     assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[1], 100, &old, &ev), -ESTALE);
     rj = mkrejoin(1, 7, 1, 2); /* rank taken */
     assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[1], 100, &old, &ev), -ESTALE);
@@ -553,8 +553,7 @@ static void test_resume_rank0_survives(void **state)
     join_resume(job, 1, "step-20", 20, 0);
     join_resume(job, 2, "step-20", 20, 0);
     assert_all_resume(job, "step-10", 10);
-    assert_int_equal(rdzv_job_lost(job, &peers[2], "connection closed", 0, 0),
-                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(rdzv_job_lost(job, &peers[2], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
     join_resume(job, 1, "step-20", 20, 10); /* joins first, but node 0 keeps rank 0 */
     join_resume(job, 0, "step-05", 5, 20);
     assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
@@ -572,8 +571,7 @@ static void test_resume_rank0_lost(void **state)
     join_resume(job, 0, "step-10", 10, 0);
     join_resume(job, 1, "step-10", 10, 0);
     join_resume(job, 2, "step-10", 10, 0);
-    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0),
-                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
     join_resume(job, 1, "step-10", 10, 10);
     join_resume(job, 2, "", -1, 20); /* its rank 2 does not fit 2 nodes: it fills rank 0 */
     assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);

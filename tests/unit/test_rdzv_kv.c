@@ -47,8 +47,8 @@ static struct rdzv_kv_store *store(size_t max_keys, size_t max_bytes)
 
 static void put(struct rdzv_kv_store *kv, int peer, uint32_t req, const char *k, const char *v)
 {
-    assert_int_equal(rdzv_kv_put(kv, &peers[peer], req, k, (const uint8_t *)v,
-                                 (uint32_t)strlen(v)), 0);
+    assert_int_equal(rdzv_kv_put(kv, &peers[peer], req, k, (const uint8_t *)v, (uint32_t)strlen(v)),
+                     0);
 }
 
 static void test_put_get_wait(void **state)

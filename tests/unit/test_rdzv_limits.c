@@ -35,9 +35,9 @@ struct raw {
     uv_shutdown_t shutdown;
     uv_timer_t trickle; /* bare: one byte per tick */
     int bare, connected, closed;
-    int plain;            /* a protocol client without TLS */
-    struct rdzv_tls *tls; /* NULL: the fixture's (right token) */
-    size_t trickled; /* bytes of the slow ClientHello written */
+    int plain;                  /* a protocol client without TLS */
+    struct rdzv_tls *tls;       /* NULL: the fixture's (right token) */
+    size_t trickled;            /* bytes of the slow ClientHello written */
     struct rdzv_msg *queued[8]; /* sent once connected: TLS starts only then */
     int n_queued;
     int count[RDZV_MSG_TYPE_MAX_];
@@ -200,8 +200,8 @@ static void raw_connect_cb(uv_connect_t *req, int status)
     }
     r->connected = 1;
     if (r->bare)
-        assert_int_equal(
-            uv_read_start((uv_stream_t *)&r->conn.tcp, bare_alloc_cb, bare_read_cb), 0);
+        assert_int_equal(uv_read_start((uv_stream_t *)&r->conn.tcp, bare_alloc_cb, bare_read_cb),
+                         0);
     else if (r->plain)
         assert_int_equal(rdzv_conn_start(&r->conn), 0);
     else
@@ -289,8 +289,11 @@ static void join(struct raw *r, const char *job, unsigned nnodes, uint64_t node_
 {
     struct rdzv_msg *m = msg(RDZV_MSG_JOIN);
 
-    m->u.join = (struct rdzv_join){.min_nodes = nnodes, .max_nodes = nnodes, .nproc = 1,
-                                   .master_port = 29500, .join_timeout_ms = 5000};
+    m->u.join = (struct rdzv_join){.min_nodes = nnodes,
+                                   .max_nodes = nnodes,
+                                   .nproc = 1,
+                                   .master_port = 29500,
+                                   .join_timeout_ms = 5000};
     m->u.join.node_id = test_node(m->u.join.node_secret, node_id);
     snprintf(m->u.join.job_id, sizeof(m->u.join.job_id), "%s", job);
     snprintf(m->u.join.host, sizeof(m->u.join.host), "host%llu", (unsigned long long)node_id);
@@ -405,11 +408,9 @@ static int setup(void **state)
     rdzv_server_set_limits(fx.srv, &l);
     rdzv_server_set_log(fx.srv, log_cb, &fx);
     fx.port = rdzv_server_port(fx.srv);
-    assert_int_equal(rdzv_tls_new(&(struct rdzv_tls_opts){.token = TOKEN}, 0, &fx.tls, NULL, 0),
-                     0);
+    assert_int_equal(rdzv_tls_new(&(struct rdzv_tls_opts){.token = TOKEN}, 0, &fx.tls, NULL, 0), 0);
     assert_int_equal(
-        rdzv_tls_new(&(struct rdzv_tls_opts){.token = "not-the-token"}, 0, &fx.wrong_tls, NULL,
-                     0),
+        rdzv_tls_new(&(struct rdzv_tls_opts){.token = "not-the-token"}, 0, &fx.wrong_tls, NULL, 0),
         0);
     *state = &fx;
     return 0;
@@ -484,8 +485,8 @@ static void test_bad_token(void **state)
 static void test_plaintext_and_truncated(void **state)
 {
     struct fixture *fx = *state;
-    static const uint8_t hdr[RDZV_HEADER_SIZE] = {0x4D, 0x53, 0x54, 0x52, RDZV_PROTO_VERSION,
-                                                  RDZV_MSG_HELLO, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF};
+    static const uint8_t hdr[RDZV_HEADER_SIZE] = {
+        0x4D, 0x53, 0x54, 0x52, RDZV_PROTO_VERSION, RDZV_MSG_HELLO, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF};
     /* the first bytes of a TLS 1.2 ClientHello record, then the client goes away */
     static const uint8_t hello_start[9] = {0x16, 0x03, 0x01, 0x00, 0xC8, 0x01, 0x00, 0x00, 0xC4};
 
@@ -723,7 +724,7 @@ static void test_send_queue(void **state)
     run_until(fx, good_assigned);
     agent(fx, 2, "evil", 2); /* the hostile worker's job: waiting for a second node */
     run_until(fx, two_jobs); /* before its worker's ATTACH */
-    fx->rcvbuf = 64 * 1024; /* no autotuning (tcp_rmem may allow 32 MB): the server must hold it */
+    fx->rcvbuf = 64 * 1024;  /* no autotuning (tcp_rmem may allow 32 MB): the server must hold it */
     raw_connect_from(fx, 3, 0, "127.0.0.1");
     hello(R(3), RDZV_ROLE_WORKER, TOKEN);
     attach_msg(R(3), "evil");

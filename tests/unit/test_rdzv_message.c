@@ -301,8 +301,8 @@ static void test_blob_limits(void **state)
     m.u.kv.key[RDZV_KEY_MAX] = '\0';
     m.u.kv.value_len = RDZV_VALUE_MAX;
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
-    assert_int_equal(rdzv_msg_decode(RDZV_MSG_KV_PUT, buf + RDZV_HEADER_SIZE,
-                                     len - RDZV_HEADER_SIZE, &out), 0);
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_KV_PUT, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out), 0);
     assert_int_equal(out.u.kv.value_len, RDZV_VALUE_MAX);
     m.u.kv.value_len = RDZV_VALUE_MAX + 1;
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
@@ -311,13 +311,14 @@ static void test_blob_limits(void **state)
     m.u.status.len = RDZV_STATUS_MAX;
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
     assert_int_equal(len, RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD);
-    assert_int_equal(rdzv_msg_decode(RDZV_MSG_STATUS, buf + RDZV_HEADER_SIZE,
-                                     len - RDZV_HEADER_SIZE, &out), 0);
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_STATUS, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out), 0);
     assert_int_equal(strlen(out.u.status.json), RDZV_STATUS_MAX);
     /* a NUL inside the JSON text is refused */
     buf[RDZV_HEADER_SIZE + 10] = 0;
-    assert_int_equal(rdzv_msg_decode(RDZV_MSG_STATUS, buf + RDZV_HEADER_SIZE,
-                                     len - RDZV_HEADER_SIZE, &out), -EPROTO);
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_STATUS, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out),
+        -EPROTO);
     m.u.status.len = RDZV_STATUS_MAX + 1;
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
 }
@@ -353,11 +354,9 @@ static void test_ckpt_names(void **state)
     plen = len - RDZV_HEADER_SIZE;
     assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     buf[RDZV_HEADER_SIZE + 3] = '/';
-    assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out),
-                     -EPROTO);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + 2] = buf[RDZV_HEADER_SIZE + 3] = '.';
-    assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out),
-                     -EPROTO);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     /* An over-long name (256 bytes) is refused. */
     example(RDZV_MSG_CKPT, &m);
     memset(m.u.ckpt.name, 'n', sizeof(m.u.ckpt.name));
@@ -369,10 +368,14 @@ static void test_ckpt_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_all),          cmocka_unit_test(test_header_bytes),
-        cmocka_unit_test(test_header_rejects),         cmocka_unit_test(test_unknown_type),
-        cmocka_unit_test(test_truncated_and_trailing), cmocka_unit_test(test_small_buffer),
-        cmocka_unit_test(test_overlong_strings),       cmocka_unit_test(test_blob_limits),
+        cmocka_unit_test(test_roundtrip_all),
+        cmocka_unit_test(test_header_bytes),
+        cmocka_unit_test(test_header_rejects),
+        cmocka_unit_test(test_unknown_type),
+        cmocka_unit_test(test_truncated_and_trailing),
+        cmocka_unit_test(test_small_buffer),
+        cmocka_unit_test(test_overlong_strings),
+        cmocka_unit_test(test_blob_limits),
         cmocka_unit_test(test_ckpt_names),
     };
 

@@ -153,9 +153,8 @@ static void error_cb(struct rdzv_client *c, int err, const char *text)
     check(n->fx);
 }
 
-static const struct rdzv_client_cbs cbs = {waiting_cb,  assign_cb,     restart_cb,
-                                           job_done_cb, job_failed_cb, error_cb,
-                                           NULL,        NULL,          NULL};
+static const struct rdzv_client_cbs cbs = {
+    waiting_cb, assign_cb, restart_cb, job_done_cb, job_failed_cb, error_cb, NULL, NULL, NULL};
 
 /* --- fixture ------------------------------------------------------------------------------- */
 static int setup_token(void **state, const char *token)
@@ -405,7 +404,8 @@ static void test_lost_node(void **state)
     fx->nodes[1].done_on_assign = 0;
     fx->nodes[2].done_on_assign = 0;
     run_until(fx, lost_restarted);
-    assert_string_equal(fx->nodes[1].restart.cause.text, "lost node host0 (127.0.0.1): connection closed");
+    assert_string_equal(fx->nodes[1].restart.cause.text,
+                        "lost node host0 (127.0.0.1): connection closed");
     assert_int_equal(fx->nodes[1].restart.cause.rank, -1);
     assert_int_equal(fx->nodes[1].restart.cause.exit_code, -1);
     assert_int_equal(fx->nodes[0].restarts, 0);

@@ -45,7 +45,7 @@ struct fixture {
     int (*pred)(struct fixture *fx);
     struct side cli, srv;
     struct rdzv_tls *tc, *ts;
-    int raw; /* the other end of a side left plaintext, or -1 */
+    int raw;  /* the other end of a side left plaintext, or -1 */
     int echo; /* the server side echoes every message back */
 };
 
@@ -395,7 +395,8 @@ static void gen_key(mbedtls_pk_context *k, mbedtls_ctr_drbg_context *drbg, const
     mbedtls_pk_init(k);
     assert_int_equal(mbedtls_pk_setup(k, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY)), 0);
     assert_int_equal(mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(*k),
-                                         mbedtls_ctr_drbg_random, drbg), 0);
+                                         mbedtls_ctr_drbg_random, drbg),
+                     0);
     assert_int_equal(mbedtls_pk_write_key_pem(k, buf, sizeof(buf)), 0);
     write_file(pem(name, "key"), buf);
 }
@@ -424,8 +425,8 @@ static void gen_crt(const struct crt_spec *c, mbedtls_ctr_drbg_context *drbg)
     assert_int_equal(mbedtls_x509write_crt_set_serial(&w, &serial), 0);
     assert_int_equal(mbedtls_x509write_crt_set_validity(&w, c->not_before, c->not_after), 0);
     assert_int_equal(mbedtls_x509write_crt_set_basic_constraints(&w, c->is_ca, -1), 0);
-    assert_int_equal(mbedtls_x509write_crt_pem(&w, buf, sizeof(buf), mbedtls_ctr_drbg_random,
-                                               drbg), 0);
+    assert_int_equal(mbedtls_x509write_crt_pem(&w, buf, sizeof(buf), mbedtls_ctr_drbg_random, drbg),
+                     0);
     write_file(pem(c->name, "crt"), buf);
     mbedtls_mpi_free(&serial);
     mbedtls_x509write_crt_free(&w);
@@ -453,8 +454,8 @@ static int pki_setup(void **state)
         {"ca1", "CN=muster test CA 1", "CN=muster test CA 1", now, later, &ca1, &ca1, 1, 1},
         {"ca2", "CN=muster test CA 2", "CN=muster test CA 2", now, later, &ca2, &ca2, 1, 2},
         {"srv", "CN=localhost", "CN=muster test CA 1", now, later, &srv, &ca1, 0, 3},
-        {"srv_old", "CN=localhost", "CN=muster test CA 1", "20000101000000", "20010101000000",
-         &srv, &ca1, 0, 4},
+        {"srv_old", "CN=localhost", "CN=muster test CA 1", "20000101000000", "20010101000000", &srv,
+         &ca1, 0, 4},
         {"cli", "CN=agent", "CN=muster test CA 1", now, later, &cli, &ca1, 0, 5},
         {"cli2", "CN=agent", "CN=muster test CA 2", now, later, &cli2, &ca2, 0, 6},
     };
@@ -486,10 +487,12 @@ static int pki_teardown(void **state)
 /* Client cert `cli`, server cert `srv`, both trusting ca1, the client checking `name`. */
 static void certs(struct fixture *fx, const char *cli, const char *srv, const char *name)
 {
-    struct rdzv_tls_opts co = {.cert_file = pem(cli, "crt"), .key_file = pem(cli, "key"),
-                               .ca_file = pem("ca1", "crt"), .server_name = name};
-    struct rdzv_tls_opts so = {.cert_file = pem(srv, "crt"), .key_file = pem(srv, "key"),
-                               .ca_file = pem("ca1", "crt")};
+    struct rdzv_tls_opts co = {.cert_file = pem(cli, "crt"),
+                               .key_file = pem(cli, "key"),
+                               .ca_file = pem("ca1", "crt"),
+                               .server_name = name};
+    struct rdzv_tls_opts so = {
+        .cert_file = pem(srv, "crt"), .key_file = pem(srv, "key"), .ca_file = pem("ca1", "crt")};
     char err[256];
 
     assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
@@ -549,7 +552,8 @@ static void test_mode_mismatch(void **state)
 {
     struct fixture *fx = *state;
     struct rdzv_tls_opts co = {.token = TOKEN};
-    struct rdzv_tls_opts so = {.cert_file = pem("srv", "crt"), .key_file = pem("srv", "key"),
+    struct rdzv_tls_opts so = {.cert_file = pem("srv", "crt"),
+                               .key_file = pem("srv", "key"),
                                .ca_file = pem("ca1", "crt")};
     char err[256];
 
