@@ -1,0 +1,80 @@
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static int level = -1; /* -1: not yet read from MUSTER_LOG */
+
+static const char *const prefix[] = {
+    [MC_LOG_ERROR] = "muster: error: ",
+    [MC_LOG_WARN] = "muster: warning: ",
+    [MC_LOG_INFO] = "muster: ",
+    [MC_LOG_DEBUG] = "muster: debug: ",
+};
+
+int mc_log_parse_level(const char *s)
+{
+    if (s == NULL)
+        return -1;
+    if (strcasecmp(s, "error") == 0)
+        return MC_LOG_ERROR;
+    if (strcasecmp(s, "warn") == 0 || strcasecmp(s, "warning") == 0)
+        return MC_LOG_WARN;
+    if (strcasecmp(s, "info") == 0)
+        return MC_LOG_INFO;
+    if (strcasecmp(s, "debug") == 0)
+        return MC_LOG_DEBUG;
+    return -1;
+}
+
+enum mc_log_level mc_log_level(void)
+{
+    if (level < 0) {
+        int l = mc_log_parse_level(getenv("MUSTER_LOG"));
+        level = l < 0 ? MC_LOG_INFO : l;
+    }
+    return (enum mc_log_level)level;
+}
+
+void mc_log_set_level(enum mc_log_level l)
+{
+    level = (int)l;
+}
+
+int mc_log_enabled(enum mc_log_level l)
+{
+    return (int)l <= (int)mc_log_level();
+}
+
+void mc_log(enum mc_log_level l, const char *fmt, ...)
+{
+    char buf[4096];
+    size_t n, cap = sizeof(buf) - 1; /* room for the newline */
+    int saved = errno, k;
+    va_list ap;
+
+    if (!mc_log_enabled(l))
+        return;
+    n = strlen(prefix[l]);
+    memcpy(buf, prefix[l], n);
+    va_start(ap, fmt);
+    k = vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        n += (size_t)k < cap - n ? (size_t)k : cap - n - 1; /* cut, never overflow */
+    buf[n++] = '\n';
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(STDERR_FILENO, buf + off, n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    errno = saved;
+}

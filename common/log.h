@@ -1,0 +1,31 @@
+/* Logging with levels: the one way muster's own lines reach stderr.
+ *
+ *     muster: error: <text>      MC_LOG_ERROR   always shown
+ *     muster: warning: <text>    MC_LOG_WARN    hidden by nothing but MUSTER_LOG=error
+ *     muster: <text>             MC_LOG_INFO    hidden by --quiet
+ *     muster: debug: <text>      MC_LOG_DEBUG   shown with --verbose
+ *
+ * The level comes from mc_log_set_level (the launcher's --quiet / --verbose) or, before that,
+ * from MUSTER_LOG=error|warn|info|debug in the environment (read once, on first use). Each line
+ * goes out in one write(2), so lines of several processes sharing a terminal do not interleave.
+ * Text is printed as given: escape untrusted parts first (escape.h). */
+#ifndef MUSTER_COMMON_LOG_H
+#define MUSTER_COMMON_LOG_H
+
+enum mc_log_level { MC_LOG_ERROR = 0, MC_LOG_WARN, MC_LOG_INFO, MC_LOG_DEBUG };
+
+void mc_log_set_level(enum mc_log_level level);
+enum mc_log_level mc_log_level(void);
+/* Whether a line of this level would be shown (to skip building an expensive one). */
+int mc_log_enabled(enum mc_log_level level);
+/* Parses "error", "warn"/"warning", "info", "debug"; returns the level or -1. */
+int mc_log_parse_level(const char *s);
+
+void mc_log(enum mc_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define mc_error(...) mc_log(MC_LOG_ERROR, __VA_ARGS__)
+#define mc_warn(...) mc_log(MC_LOG_WARN, __VA_ARGS__)
+#define mc_info(...) mc_log(MC_LOG_INFO, __VA_ARGS__)
+#define mc_debug(...) mc_log(MC_LOG_DEBUG, __VA_ARGS__)
+
+#endif
