@@ -221,7 +221,7 @@ static const char main_help[] =
     "\n"
     "Options:\n"
     "  -h, --help       this text\n"
-    "  --version        print the version\n"
+    "  -V, --version    print muster's, the protocol's and the libraries' versions\n"
     "\n"
     "Examples:\n"
     "  muster run --standalone --nproc-per-node 4 train.py --epochs 3\n"

@@ -10,6 +10,7 @@
 #include "server_cmd.h"
 #include "status_cmd.h"
 #include "token_cmd.h"
+#include "version.h"
 
 int main(int argc, char **argv)
 {
@@ -36,8 +37,9 @@ int main(int argc, char **argv)
         launcher_print_main_help();
         return 0;
     }
-    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
-        printf("muster %s\n", MUSTER_VERSION);
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 ||
+        strcmp(argv[1], "version") == 0) {
+        launcher_print_version(stdout);
         return 0;
     }
     fprintf(stderr, "muster: error: unknown command '%s' (see 'muster --help')\n", argv[1]);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "busbw.h"
+#include "muster_version.h"
 #include "pf_gpu.h"
 #include "pf_run.h"
 
