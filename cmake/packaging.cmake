@@ -27,8 +27,9 @@ set(CPACK_COMPONENT_RUNTIME_DESCRIPTION
 
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libmuster0)
 set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)
-# ldconfig trigger and a shlibs file, so packages built against libmuster0 depend on it
-set(CPACK_DEBIAN_LIB_PACKAGE_GENERATE_SHLIBS ON)
+# a shlibs file, so packages built against libmuster0 depend on it (CPack adds the ldconfig
+# postinst/postrm for the shared object by itself); only packages holding a library get one
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_COMPONENT_LIB_DESCRIPTION
   "client library of the muster rendezvous server\n libmuster gives training workers started by muster a key-value store with waits and\n barriers, scoped to their job.")
 
