@@ -70,6 +70,7 @@ mkdir -p "$R/var/lib/dpkg/info" "$R/var/lib/dpkg/updates" "$R/var/lib/dpkg/trigg
 : > "$R/var/lib/dpkg/status"
 : > "$R/var/lib/dpkg/available"
 # libmuster0's postinst runs ldconfig; chrootless, that would be the host's: a stub stands in
+# shellcheck disable=SC2016 # $DPKG_ROOT is for the stub to expand
 printf '#!/bin/sh\necho "$DPKG_ROOT" >> "%s/ldconfig.ran"\n' "$T" > "$T/stub/ldconfig"
 chmod +x "$T/stub/ldconfig"
 PATH="$T/stub:$PATH" dpkg --root="$R" --log=/dev/null --force-depends --force-script-chrootless \
@@ -93,9 +94,13 @@ expect_rc "installed muster run --standalone --nproc-per-node 2 --no-python /bin
 pc=$(find "$R/usr/lib" -name muster.pc | head -1)
 LIBDIR=$(dirname "$(dirname "$pc")")
 CC=${CC:-cc}
+# A -DMUSTER_SANITIZE=ON build installs an instrumented libmuster: its consumers need the same
+# runtime (CI runs this test in such a build too).
+SAN_FLAGS=""
+grep -q '^MUSTER_SANITIZE:BOOL=ON$' "$B/CMakeCache.txt" && SAN_FLAGS="-fsanitize=address,undefined"
 if command -v "$CC" >/dev/null && command -v pkg-config >/dev/null; then
     # shellcheck disable=SC2046
-    "$CC" -o "$T/kv_example" "$MUSTER_SRC/examples/c/kv_example.c" \
+    "$CC" $SAN_FLAGS -o "$T/kv_example" "$MUSTER_SRC/examples/c/kv_example.c" \
         $(PKG_CONFIG_PATH="$LIBDIR/pkgconfig" pkg-config --cflags --libs muster) 2> "$T/cc.err" ||
         fail "kv_example against libmuster-dev failed to build: $(cat "$T/cc.err")"
     IT_TIMEOUT=60 mrun LD_LIBRARY_PATH="$LIBDIR" -- run --standalone --nproc-per-node 2 --no-python \

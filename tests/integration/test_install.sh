@@ -18,6 +18,10 @@ command -v "$CC" >/dev/null || skip "no C compiler ($CC)"
 CMAKE=$(sed -n 's/^CMAKE_COMMAND:INTERNAL=//p' "$B/CMakeCache.txt")
 [ -x "$CMAKE" ] || CMAKE=cmake
 EXAMPLE="$MUSTER_SRC/examples/c/kv_example.c"
+# A -DMUSTER_SANITIZE=ON build installs an instrumented libmuster: its consumers need the same
+# runtime (CI runs this test in such a build too).
+SAN_FLAGS=""
+grep -q '^MUSTER_SANITIZE:BOOL=ON$' "$B/CMakeCache.txt" && SAN_FLAGS="-fsanitize=address,undefined"
 
 P="$T/prefix"
 "$CMAKE" --install "$B" --prefix "$P" > "$T/install.log" 2>&1 ||
@@ -89,7 +93,7 @@ pkg-config --static --libs muster | grep -q -- '-lmbedtls' ||
     fail "pkg-config --static --libs muster lacks mbedTLS: $(pkg-config --static --libs muster)"
 
 # shellcheck disable=SC2046
-"$CC" -o "$T/kv_shared" "$EXAMPLE" $(pkg-config --cflags --libs muster) 2> "$T/cc.err" ||
+"$CC" $SAN_FLAGS -o "$T/kv_shared" "$EXAMPLE" $(pkg-config --cflags --libs muster) 2> "$T/cc.err" ||
     fail "cc \$(pkg-config --cflags --libs muster) failed: $(cat "$T/cc.err")"
 needed libmuster.so.0 "$T/kv_shared" || fail "kv_shared does not link libmuster.so.0"
 run_example "pkg-config shared build" "$T/kv_shared" LD_LIBRARY_PATH="$LIBDIR"
@@ -97,7 +101,7 @@ run_example "pkg-config shared build" "$T/kv_shared" LD_LIBRARY_PATH="$LIBDIR"
 # A static link takes the archive although libmuster.so sits next to it: -Bstatic around
 # pkg-config --static's libraries (mbedTLS's archives come from libmbedtls-dev).
 # shellcheck disable=SC2046
-"$CC" -o "$T/kv_static" "$EXAMPLE" $(pkg-config --cflags muster) \
+"$CC" $SAN_FLAGS -o "$T/kv_static" "$EXAMPLE" $(pkg-config --cflags muster) \
     -Wl,-Bstatic $(pkg-config --static --libs muster) -Wl,-Bdynamic 2> "$T/cc.err" ||
     fail "cc \$(pkg-config --static --cflags --libs muster) failed: $(cat "$T/cc.err")"
 needed libmuster "$T/kv_static" && fail "kv_static links libmuster dynamically"
@@ -115,7 +119,7 @@ target_link_libraries(kv_shared PRIVATE muster::muster)
 add_executable(kv_static "$EXAMPLE")
 target_link_libraries(kv_static PRIVATE muster::muster_static)
 EOF
-"$CMAKE" -S "$T/consumer" -B "$T/consumer/build" -DCMAKE_PREFIX_PATH="$P" \
+"$CMAKE" -S "$T/consumer" -B "$T/consumer/build" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_C_FLAGS="$SAN_FLAGS" \
     > "$T/consumer.log" 2>&1 || fail "find_package(Muster) configure failed: $(tail -20 "$T/consumer.log")"
 "$CMAKE" --build "$T/consumer/build" >> "$T/consumer.log" 2>&1 ||
     fail "find_package(Muster) build failed: $(tail -20 "$T/consumer.log")"
