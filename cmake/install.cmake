@@ -2,7 +2,6 @@
 # preflight/gpu/): libmuster's pkg-config file and CMake package, and the man page. Components:
 # runtime (the muster package), lib (libmuster0), dev (libmuster-dev); see packaging.cmake.
 include(CMakePackageConfigHelpers)
-set(CMAKE_INSTALL_DEFAULT_COMPONENT_NAME runtime)
 
 # muster.pc finds its prefix from its own place (${pcfiledir}), so it stays right under
 # `cmake --install --prefix P`, DESTDIR and a .deb alike. That needs a relative libdir.
