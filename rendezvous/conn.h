@@ -91,6 +91,10 @@ int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out);
  * contains the token. Valid until the close callback. */
 const char *rdzv_conn_tls_error(const struct rdzv_conn *conn);
 
+/* The TLS suite the handshake agreed on (e.g. "TLS-PSK-WITH-AES-128-GCM-SHA256"), or "" before
+ * the handshake finished and on a plaintext conn. Static storage. */
+const char *rdzv_conn_tls_suite(const struct rdzv_conn *conn);
+
 /* Encodes msg (borrowed) and queues it for writing. Returns 0, -ENOTCONN once closing, the
  * codec's -EINVAL, -ENOMEM, -EPIPE (the TLS context failed), -ENOBUFS (nothing queued: with
  * send_max set, the bytes not yet taken by the socket, TLS records and frames held for the

@@ -92,12 +92,22 @@ int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **o
 /* --- job events -> messages ------------------------------------------------------------------ */
 static void broadcast_waiting(struct sjob *sj);
 
+/* SJOB_WAITING_EVERY_MS, longer for large jobs (server_priv.h). */
+static uint64_t sjob_waiting_every_ms(const struct sjob *sj)
+{
+    uint64_t every = (uint64_t)sj->job->n_members * 1000u / SJOB_WAITING_PER_S;
+
+    if (every < SJOB_WAITING_EVERY_MS)
+        return SJOB_WAITING_EVERY_MS;
+    return every > SJOB_WAITING_MAX_MS ? SJOB_WAITING_MAX_MS : every;
+}
+
 static void timer_cb(uv_timer_t *timer)
 {
     struct sjob *sj = timer->data;
     uint64_t now = uv_now(sj->srv->loop);
 
-    if (sj->waiting_due && now >= sj->waiting_sent_at + SJOB_WAITING_EVERY_MS) {
+    if (sj->waiting_due && now >= sj->waiting_sent_at + sjob_waiting_every_ms(sj)) {
         sj->waiting_due = 0;
         if (sj->job->state == RDZV_JOB_FILLING && sj->job->n_members > 0)
             broadcast_waiting(sj);
@@ -121,7 +131,7 @@ void sjob_arm(struct sjob *sj)
     uint64_t now = uv_now(sj->srv->loop);
 
     if (sj->waiting_due)
-        deadline = earliest(deadline, (int64_t)(sj->waiting_sent_at + SJOB_WAITING_EVERY_MS));
+        deadline = earliest(deadline, (int64_t)(sj->waiting_sent_at + sjob_waiting_every_ms(sj)));
 
     if (deadline < 0) {
         uv_timer_stop(&sj->timer);
@@ -181,7 +191,7 @@ static void broadcast_waiting(struct sjob *sj)
     send_members(sj, &m);
 }
 
-/* The count changed: tell every member now, or at the next SJOB_WAITING_EVERY_MS tick (the
+/* The count changed: tell every member now, or at the next sjob_waiting_every_ms tick (the
  * timer is armed by sjob_apply through sjob_arm); the round closing first makes it moot. The
  * newest member, who just joined, hears it at once either way. */
 static void send_waiting(struct sjob *sj)
@@ -189,7 +199,7 @@ static void send_waiting(struct sjob *sj)
     struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
     uint64_t now = uv_now(sj->srv->loop);
 
-    if (now >= sj->waiting_sent_at + SJOB_WAITING_EVERY_MS) {
+    if (now >= sj->waiting_sent_at + sjob_waiting_every_ms(sj)) {
         broadcast_waiting(sj);
         return;
     }
