@@ -814,9 +814,35 @@ int rdzv_conn_handshake_done(const struct rdzv_conn *conn)
     return conn->tls == NULL || (conn->tls->done && !conn->tls->dead);
 }
 
+int rdzv_conn_start_local(struct rdzv_conn *conn, uv_os_sock_t fd, const struct rdzv_cred *cred)
+{
+    int err = uv_tcp_open(&conn->tcp, fd);
+
+    if (err < 0)
+        return err;
+    conn->local = 1;
+    if (cred != NULL) {
+        conn->local_cred = malloc(sizeof(*conn->local_cred));
+        if (conn->local_cred == NULL)
+            return UV_ENOMEM;
+        *conn->local_cred = *cred;
+    }
+    err = uv_read_start((uv_stream_t *)&conn->tcp, alloc_cb, read_cb);
+    if (err < 0)
+        return err;
+    conn->reading = 1;
+    return 0;
+}
+
 int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out)
 {
     memset(out, 0, sizeof(*out));
+    if (conn->local) {
+        if (conn->local_cred == NULL)
+            return -EACCES;
+        *out = *conn->local_cred;
+        return 0;
+    }
     if (conn->tls == NULL || !rdzv_conn_handshake_done(conn))
         return -ENOTCONN;
     if (conn->tls->cred.kind != RDZV_CRED_NONE)
@@ -908,6 +934,11 @@ static void closed_cb(uv_handle_t *handle)
     free(conn->payload);
     conn->payload = NULL;
     tls_free(conn);
+    if (conn->local_cred != NULL) {
+        rdzv_cred_wipe(conn->local_cred);
+        free(conn->local_cred);
+        conn->local_cred = NULL;
+    }
     if (conn->close_cb != NULL)
         conn->close_cb(conn);
 }

@@ -45,6 +45,7 @@ struct peer {
     int send_err;        /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
     int hs_counted;      /* in srv->hslimit's handshakes in flight, under hs_addr */
     uint8_t hs_addr[16]; /* its source address, as source_key() makes it */
+    char *local_addr;    /* in-process channel: the address it stands for; else NULL */
 };
 
 /* Server side of one job: the round logic, its deadline timer and the workers' KV store. */

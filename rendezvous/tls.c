@@ -345,6 +345,17 @@ int rdzv_tls_cert_mode(const struct rdzv_tls *t)
     return t->cert_mode;
 }
 
+int rdzv_tls_own_cred(const struct rdzv_tls *t, struct rdzv_cred *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!t->has_master)
+        return -ENOKEY;
+    out->kind = t->job_scope[0] != '\0' ? RDZV_CRED_JOB : RDZV_CRED_SERVER;
+    memcpy(out->scope, t->job_scope, sizeof(out->scope));
+    memcpy(out->key, t->master, sizeof(out->key));
+    return 0;
+}
+
 const unsigned char *rdzv_tls_master(const struct rdzv_tls *t)
 {
     return t->has_master ? t->master : NULL;

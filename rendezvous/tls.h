@@ -66,13 +66,19 @@ const char *rdzv_tls_server_name(const struct rdzv_tls *t);
 /* 1 in certificate mode. */
 int rdzv_tls_cert_mode(const struct rdzv_tls *t);
 
+/* Server: the credential its own key is (what a peer proving that key holds): a server secret,
+ * or for a server keyed by a job credential that job credential. For the in-process channel of
+ * the agent that hosts the server (server.h rdzv_server_connect_local). Returns 0, or -ENOKEY
+ * for a client or a server without a key. */
+struct rdzv_cred;
+int rdzv_tls_own_cred(const struct rdzv_tls *t, struct rdzv_cred *out);
+
 /* Server: the master key credentials derive from (cred.h); NULL for a client. Borrowed. */
 const unsigned char *rdzv_tls_master(const struct rdzv_tls *t);
 
 /* Server: called from inside a handshake (possibly on another thread than the loop, so it must
  * only store) with the credential that the peer's PSK identity names, once its key is set. */
 struct mbedtls_ssl_context;
-struct rdzv_cred;
 typedef void (*rdzv_tls_cred_sink_cb)(struct mbedtls_ssl_context *ssl, const struct rdzv_cred *c);
 void rdzv_tls_set_cred_sink(struct rdzv_tls *t, rdzv_tls_cred_sink_cb sink);
 
