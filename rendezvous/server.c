@@ -194,7 +194,9 @@ void srv_send(struct peer *p, const struct rdzv_msg *m)
 /* Sends ERROR and closes after it was flushed: the protocol says the sender of ERROR closes. */
 void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_ERROR};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_ERROR);
     va_list ap;
 
     m.u.error.code = code;

@@ -167,7 +167,9 @@ static void worker_key(const struct sjob *sj, uint8_t key[RDZV_KEY_LEN])
 
 static void send_assign(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_ASSIGN};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_ASSIGN);
     uint8_t key[RDZV_KEY_LEN];
 
     sj->srv->stats.rounds_total++;
@@ -184,7 +186,9 @@ static void send_assign(struct sjob *sj)
 
 static void broadcast_waiting(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_WAITING);
 
     sj->waiting_sent_at = uv_now(sj->srv->loop);
     rdzv_job_waiting(sj->job, sj->waiting_sent_at, &m.u.waiting);
@@ -196,7 +200,9 @@ static void broadcast_waiting(struct sjob *sj)
  * newest member, who just joined, hears it at once either way. */
 static void send_waiting(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_WAITING);
     uint64_t now = uv_now(sj->srv->loop);
 
     if (now >= sj->waiting_sent_at + sjob_waiting_every_ms(sj)) {
@@ -214,7 +220,9 @@ static void send_waiting(struct sjob *sj)
  * (WAITING) or even have closed with them (ASSIGN). */
 static void send_restart(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_RESTART};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_RESTART);
 
     m.u.restart.restart_count = sj->job->restart_count;
     m.u.restart.cause = sj->job->cause;
@@ -229,7 +237,9 @@ static void send_restart(struct sjob *sj)
 /* A joiner waiting for a later round hears how many wait with it. */
 static void send_pending(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_WAITING);
     const struct rdzv_job *job = sj->job;
 
     m.u.waiting =
@@ -280,7 +290,7 @@ static void account(struct sjob *sj, enum rdzv_job_event ev)
 
 static void send_event(struct sjob *sj, enum rdzv_job_event ev)
 {
-    struct rdzv_msg m = {0};
+    struct rdzv_msg m;
 
     switch (ev) {
     case RDZV_JOB_EV_WAITING:
@@ -296,13 +306,13 @@ static void send_event(struct sjob *sj, enum rdzv_job_event ev)
         send_pending(sj);
         break;
     case RDZV_JOB_EV_FAILED:
-        m.type = RDZV_MSG_JOB_FAILED;
+        rdzv_msg_init(&m, RDZV_MSG_JOB_FAILED);
         m.u.job_failed.restarts = sj->job->restart_count;
         m.u.job_failed.cause = sj->job->cause;
         send_final(sj, &m);
         break;
     case RDZV_JOB_EV_DONE:
-        m.type = RDZV_MSG_JOB_DONE;
+        rdzv_msg_init(&m, RDZV_MSG_JOB_DONE);
         send_final(sj, &m);
         break;
     default:
