@@ -2,7 +2,7 @@
  * server.
  *
  *   loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t TIMEOUT_S] [-p SERVER_PID]
- *           [-i JOB_PREFIX] [-x EXTRA]
+ *           [-i JOB_PREFIX] [-x EXTRA] [-T PROCS] [-P]
  *   loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]          (idle-connection pressure)
  *
  * The server is TLS-only (rendezvous/PROTOCOL.md "TLS"), so every simulated agent is one
@@ -17,7 +17,14 @@
  *
  *   agents=N jobs=J assign_all_ms=... (first connect -> last ASSIGN) welcome_all_ms=...
  *   done_all_ms=... server_vmhwm_kb=... server_vmrss_kb=...   (with -p)
- *   loadgen_vmhwm_kb=...
+ *   loadgen_vmhwm_kb=... server_cpu_ms=... server_cpu_us_per_join=...   (with -p)
+ *
+ * -T PROCS: the agents are split over PROCS processes (one libuv loop each, INFLIGHT shared
+ * out), so that the generator is not the bottleneck on a machine with more cores; the parent
+ * collects every ASSIGN through a pipe and checks them as above. -P: the agents offer plain PSK
+ * suites only (no forward secrecy: --rdzv-conf forward_secrecy=0, rendezvous/tls.c).
+ * server_cpu_ms is the server's user + system CPU time from the first connect to the end
+ * (/proc/PID/stat), per join = divided by AGENTS.
  *
  * -x EXTRA: job 0 also has EXTRA real agents (min = max = its simulated agents + EXTRA; its
  * assignment check then only checks the simulated agents' ranks are distinct and < the size).
@@ -47,7 +54,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -77,6 +86,9 @@ struct ag {
 };
 
 static struct ag *ags;
+static int lo, hi;         /* this process's agents: [lo, hi) */
+static int report_fd = -1; /* -T child: where its ASSIGNs and times go */
+static int n_procs = 1, plain_psk;
 static int n_agents, n_jobs = 1, inflight_max = 128, n_extra, idle_mode, no_hello;
 static const char *prefix = "lg", *token;
 static struct sockaddr_in srv;
@@ -110,6 +122,11 @@ static long long now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+static int run_agents(double cpu0);
+static int run_procs(double cpu0);
+static int print_result(double cpu0);
+static void report_assignments(void);
 
 static int job_size(int j)
 {
@@ -195,7 +212,7 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
         j->keep_alive_ms = 0; /* no heartbeats: only a closed connection is a lost node */
         send_or_die(a, &out);
         a->st = ST_JOINED;
-        if (++n_welcomed == n_agents)
+        if (++n_welcomed == hi - lo)
             t_welcome_all = now_ns();
         break;
     }
@@ -208,12 +225,12 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
         }
         a->as = m->u.assign;
         a->st = ST_ASSIGNED;
-        if (++n_assigned == n_agents)
+        if (++n_assigned == hi - lo)
             t_assign_all = now_ns();
         break;
     case RDZV_MSG_JOB_DONE:
         a->st = ST_FINISHED;
-        if (++n_finished == n_agents)
+        if (++n_finished == hi - lo)
             t_done_all = now_ns();
         break;
     case RDZV_MSG_ERROR:
@@ -337,6 +354,94 @@ static int check_assignments(void)
 
 static long long deadline;
 
+/* -T child: one line per agent, then (at the end) one line of times; each line is one write
+ * below PIPE_BUF, so the lines of several children never mix. */
+static void report_line(const char *line)
+{
+    size_t n = strlen(line);
+
+    if (write(report_fd, line, n) != (ssize_t)n)
+        exit(1);
+}
+
+static void report_assignments(void)
+{
+    char line[400];
+
+    for (int i = lo; i < hi; i++) {
+        const struct rdzv_assign *as = &ags[i].as;
+
+        snprintf(line, sizeof(line), "A %d %u %u %u %u %s\n", i, as->group_rank,
+                 as->group_world_size, as->world_size, as->rank_offset, as->master_addr);
+        report_line(line);
+    }
+}
+
+/* Parent of -T: reads the children's lines, fills ags[].as and the latest times. */
+static int collect(int fd)
+{
+    static char buf[1 << 16];
+    size_t have = 0;
+    ssize_t r;
+
+    for (;;) {
+        r = read(fd, buf + have, sizeof(buf) - 1 - have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        have += (size_t)r;
+        buf[have] = 0;
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n')) != NULL) {
+            long long w, a, d;
+            int i;
+            unsigned gr, gw, ws, off;
+            char master[256];
+
+            *nl = 0;
+            if (sscanf(line, "A %d %u %u %u %u %255s", &i, &gr, &gw, &ws, &off, master) == 6 &&
+                i >= 0 && i < n_agents) {
+                ags[i].as.group_rank = gr;
+                ags[i].as.group_world_size = gw;
+                ags[i].as.world_size = ws;
+                ags[i].as.rank_offset = off;
+                snprintf(ags[i].as.master_addr, sizeof(ags[i].as.master_addr), "%s", master);
+                n_assigned++;
+            } else if (sscanf(line, "T %lld %lld %lld", &w, &a, &d) == 3) {
+                t_welcome_all = w > t_welcome_all ? w : t_welcome_all;
+                t_assign_all = a > t_assign_all ? a : t_assign_all;
+                t_done_all = d > t_done_all ? d : t_done_all;
+                n_finished++;
+            }
+            line = nl + 1;
+        }
+        have = strlen(line);
+        memmove(buf, line, have);
+    }
+    return n_assigned == n_agents && n_finished == n_procs ? 0 : -1;
+}
+
+/* The server's user + system CPU time in ms (/proc/PID/stat fields 14 and 15), or -1. */
+static double server_cpu_ms(void)
+{
+    char path[64], buf[1024];
+    unsigned long ut, st;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", server_pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* After every loop iteration: start connects up to the in-flight limit, send DONE when all
  * agents are assigned, stop when all are done. */
 static void on_check(uv_check_t *h)
@@ -349,14 +454,16 @@ static void on_check(uv_check_t *h)
         }
         return;
     }
-    while (next_connect < n_agents && inflight < inflight_max) {
+    while (next_connect < hi && inflight < inflight_max) {
         start_connect(&ags[next_connect++]);
         inflight++;
     }
-    if (n_assigned == n_agents && !done_sent) {
-        if (check_assignments() != 0)
+    if (n_assigned == hi - lo && !done_sent) {
+        if (report_fd >= 0)
+            report_assignments();
+        else if (check_assignments() != 0)
             exit(1);
-        for (int i = 0; i < n_agents; i++) {
+        for (int i = lo; i < hi; i++) {
             struct rdzv_msg m;
             memset(&m, 0, sizeof m);
             m.type = RDZV_MSG_DONE;
@@ -366,7 +473,7 @@ static void on_check(uv_check_t *h)
         }
         done_sent = 1;
     }
-    if (n_finished == n_agents)
+    if (n_finished == hi - lo)
         uv_stop(loop);
 }
 
@@ -401,7 +508,7 @@ int main(int argc, char **argv)
 {
     const char *endpoint = NULL;
     int opt;
-    while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:I:H")) != -1) {
+    while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:I:HT:P")) != -1) {
         switch (opt) {
         case 'e':
             endpoint = optarg;
@@ -434,14 +541,21 @@ int main(int argc, char **argv)
         case 'H':
             no_hello = 1;
             break;
+        case 'T':
+            n_procs = atoi(optarg);
+            break;
+        case 'P':
+            plain_psk = 1;
+            break;
         default:
             fprintf(stderr, "usage: loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t "
-                            "TIMEOUT_S] [-p SERVER_PID] [-i PREFIX] [-x EXTRA]\n"
+                            "TIMEOUT_S] [-p SERVER_PID] [-i PREFIX] [-x EXTRA] [-T PROCS] [-P]\n"
                             "       loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]\n");
             return 2;
         }
     }
-    if (!endpoint || n_agents < 1 || n_jobs < 1 || n_jobs > n_agents) {
+    if (!endpoint || n_agents < 1 || n_jobs < 1 || n_jobs > n_agents || n_procs < 1 ||
+        n_procs > n_agents || (idle_mode && n_procs > 1)) {
         fprintf(stderr, "loadgen: need -e HOST:PORT and -n AGENTS >= JOBS >= 1 (or -I IDLE)\n");
         return 2;
     }
@@ -471,18 +585,30 @@ int main(int argc, char **argv)
         fprintf(stderr, "loadgen: warning: RLIMIT_NOFILE %llu < %d agents + 64\n",
                 (unsigned long long)rl.rlim_cur, n_agents);
     signal(SIGPIPE, SIG_IGN);
-    char why[256] = "";
-    struct rdzv_tls_opts o = {.token = token};
-    if (rdzv_tls_new(&o, 0, &tls, why, sizeof why) != 0) {
-        fprintf(stderr, "loadgen: TLS setup: %s\n", why);
-        return 1;
-    }
-    loop = uv_default_loop();
     ags = calloc((size_t)n_agents, sizeof *ags);
     for (int i = 0; i < n_agents; i++) {
         ags[i].idx = i;
         ags[i].job = i % n_jobs;
     }
+    lo = 0;
+    hi = n_agents;
+    double cpu0 = server_pid > 0 ? server_cpu_ms() : -1;
+    t0 = now_ns();
+    if (n_procs > 1)
+        return run_procs(cpu0);
+    return run_agents(cpu0);
+}
+
+/* Runs agents [lo, hi) on this process's loop. */
+static int run_agents(double cpu0)
+{
+    char why[256] = "";
+    struct rdzv_tls_opts o = {.token = token, .no_forward_secrecy = plain_psk};
+    if (rdzv_tls_new(&o, 0, &tls, why, sizeof why) != 0) {
+        fprintf(stderr, "loadgen: TLS setup: %s\n", why);
+        return 1;
+    }
+    loop = uv_default_loop();
     uv_check_t check;
     uv_timer_t tick;
     uv_signal_t sig[2];
@@ -494,7 +620,6 @@ int main(int argc, char **argv)
     uv_signal_start(&sig[0], on_signal, SIGINT);
     uv_signal_init(loop, &sig[1]);
     uv_signal_start(&sig[1], on_signal, SIGTERM);
-    t0 = now_ns();
     deadline = t0 + (long long)timeout_s * 1000000000LL;
     if (idle_mode) {
         pend = malloc((size_t)n_agents * sizeof *pend);
@@ -506,15 +631,75 @@ int main(int argc, char **argv)
                i_opened, i_cut, i_failed);
         return 0;
     }
+    next_connect = lo;
     on_check(&check); /* the first connects */
     uv_run(loop, UV_RUN_DEFAULT);
-    if (n_finished < n_agents)
+    if (n_finished < hi - lo)
         return 1;
+    if (report_fd >= 0) {
+        char line[128];
+
+        snprintf(line, sizeof(line), "T %lld %lld %lld\n", t_welcome_all, t_assign_all, t_done_all);
+        report_line(line);
+        return 0;
+    }
+    return print_result(cpu0);
+}
+
+static int print_result(double cpu0)
+{
     printf("agents=%d jobs=%d assign_all_ms=%.1f welcome_all_ms=%.1f done_all_ms=%.1f", n_agents,
            n_jobs, (t_assign_all - t0) / 1e6, (t_welcome_all - t0) / 1e6, (t_done_all - t0) / 1e6);
     if (server_pid > 0)
         printf(" server_vmhwm_kb=%ld server_vmrss_kb=%ld", proc_kb(server_pid, "VmHWM:"),
                proc_kb(server_pid, "VmRSS:"));
-    printf(" loadgen_vmhwm_kb=%ld\n", proc_kb(getpid(), "VmHWM:"));
+    printf(" loadgen_vmhwm_kb=%ld", proc_kb(getpid(), "VmHWM:"));
+    double cpu1 = server_pid > 0 ? server_cpu_ms() : -1;
+    if (cpu0 >= 0 && cpu1 >= 0)
+        printf(" server_cpu_ms=%.0f server_cpu_us_per_join=%.1f", cpu1 - cpu0,
+               (cpu1 - cpu0) * 1000.0 / n_agents);
+    printf(" procs=%d psk=%s\n", n_procs, plain_psk ? "plain" : "ecdhe");
     return 0;
+}
+
+/* -T: forks n_procs children, each running a share of the agents and of INFLIGHT, and checks
+ * what they report. */
+static int run_procs(double cpu0)
+{
+    int fds[2], failed = 0;
+
+    if (pipe(fds) != 0)
+        return 1;
+    fflush(NULL);
+    for (int p = 0; p < n_procs; p++) {
+        pid_t pid = fork();
+
+        if (pid < 0)
+            return 1;
+        if (pid == 0) {
+            close(fds[0]);
+            report_fd = fds[1];
+            lo = (int)((long long)n_agents * p / n_procs);
+            hi = (int)((long long)n_agents * (p + 1) / n_procs);
+            inflight_max = inflight_max / n_procs > 0 ? inflight_max / n_procs : 1;
+            _exit(run_agents(-1));
+        }
+    }
+    close(fds[1]);
+    int rc = collect(fds[0]);
+    for (int p = 0; p < n_procs; p++) {
+        int st;
+
+        if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            failed = 1;
+    }
+    if (failed || rc != 0) {
+        fprintf(stderr, "loadgen: a child failed (%d of %d agents assigned)\n", n_assigned,
+                n_agents);
+        return 1;
+    }
+    if (check_assignments() != 0)
+        return 1;
+    n_finished = n_agents;
+    return print_result(cpu0);
 }

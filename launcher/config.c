@@ -122,7 +122,7 @@ int cfg_parse_seconds_ms(const char *s, unsigned *ms)
     double v = strtod(s, &end);
     if (errno || end == s || *end != '\0' || !isfinite(v) || v < 0 || v > UINT_MAX / 1000.0)
         return -EINVAL;
-    *ms = (unsigned)llround(v * 1000.0);
+    *ms = (unsigned)(v * 1000.0 + 0.5); /* v >= 0: rounds like llround, without libm */
     return 0;
 }
 

@@ -91,7 +91,9 @@ int launcher_parse_mem(const char *s, double *bytes)
 
 double launcher_plan_floor(double x)
 {
-    return floor(x + 1e-9 * fmax(1.0, fabs(x)));
+    double mag = fabs(x) > 1.0 ? fabs(x) : 1.0; /* fmax: no libm for the agent (issue 14) */
+
+    return floor(x + 1e-9 * mag);
 }
 
 const char *launcher_plan_fmt_size(double bytes, char *buf, size_t len)

@@ -461,7 +461,7 @@ out:
 
 static json_t *jbytes(double b)
 {
-    return json_integer((json_int_t)llround(b));
+    return json_integer((json_int_t)(b + 0.5)); /* b >= 0; llround would pull in libm */
 }
 
 static int print_json(const struct plan_opts *o, const struct plan_src *src,

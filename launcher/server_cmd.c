@@ -30,9 +30,11 @@ struct server_cmd {
 static const char server_help[] =
     "usage: muster server --listen HOST:PORT [--http HOST:PORT] [--token-file FILE]\n"
     "                     [--tls-cert FILE --tls-key FILE --tls-ca FILE]\n"
+    "                     [--require-forward-secrecy]\n"
     "\n"
     "Runs the rendezvous server: agents of any number of jobs (--rdzv-id) join through it.\n"
-    "Every connection is TLS 1.2: keyed by the shared token (ECDHE-PSK), or by certificates.\n"
+    "Every connection is TLS 1.2: keyed by the shared token (ECDHE-PSK, or plain PSK for\n"
+    "agents that ask: --rdzv-conf forward_secrecy=0), or by certificates.\n"
     "  --listen HOST:PORT   protocol address (port 0: any free port; default port 29400)\n"
     "  --http [HOST:]PORT   read-only HTTP: /metrics (Prometheus), /status (JSON), / (HTML);\n"
     "                       without HOST it binds loopback (it has no authentication)\n"
@@ -42,6 +44,8 @@ static const char server_help[] =
     "  --tls-cert/--tls-key/--tls-ca FILE\n"
     "                       certificate mode: this server's certificate and key, and the CA\n"
     "                       that signs the agents' certificates (a token is then optional)\n"
+    "  --require-forward-secrecy  refuse plain-PSK handshakes (agents with\n"
+    "                       forward_secrecy=0): every session gets an ECDHE key exchange\n"
     "  --handshakes-per-source N  TLS handshakes in flight from one address (default 128)\n"
     "  --handshake-rate N   new TLS handshakes a second from one address (default 200), with\n"
     "  --handshake-burst N  that many at once from a quiet address (default 2048); connections\n"
@@ -160,9 +164,22 @@ struct server_args {
     unsigned hs_limits[3];                          /* the three parsed; 0: the default */
     const char *lim[N_LIMIT_FLAGS]; /* limit_flags' values as given; NULL: the default */
     struct rdzv_limits limits;      /* them parsed (0 fields: the defaults) */
+    int require_fs;                 /* --require-forward-secrecy */
 };
 
 static int hs_flag(const char *name, const char *v, unsigned *out);
+
+/* TLS handshakes run in libuv's thread pool (rendezvous/conn.c): one pool thread per core plus
+ * two for file work, unless UV_THREADPOOL_SIZE says otherwise. Before the pool's first use. */
+static void use_cores_for_handshakes(void)
+{
+    char n[16];
+
+    if (getenv("UV_THREADPOOL_SIZE") != NULL)
+        return;
+    snprintf(n, sizeof(n), "%u", uv_available_parallelism() + 2);
+    setenv("UV_THREADPOOL_SIZE", n, 0);
+}
 
 static int parse_args(int argc, char **argv, struct server_args *a)
 {
@@ -173,6 +190,10 @@ static int parse_args(int argc, char **argv, struct server_args *a)
         if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
             print_help();
             return 1;
+        }
+        if (strcmp(o, "--require-forward-secrecy") == 0) {
+            a->require_fs = 1;
+            continue;
         }
         if (strcmp(o, "--listen") == 0)
             slot = &a->listen;
@@ -336,10 +357,13 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
         rc = AGENT_EXIT_USAGE;
         goto out;
     }
-    struct rdzv_tls_opts tls = {
-        .token = token, .cert_file = a->tls_cert, .key_file = a->tls_key, .ca_file = a->tls_ca};
-    rc = a->tls_cert ? rdzv_server_new_tls(&c->loop, host, port, &tls, &c->server)
-                     : rdzv_server_new(&c->loop, host, port, token, &c->server);
+    struct rdzv_tls_opts tls = {.token = token,
+                                .cert_file = a->tls_cert,
+                                .key_file = a->tls_key,
+                                .ca_file = a->tls_ca,
+                                .require_forward_secrecy = a->require_fs};
+    rc = a->tls_cert || token != NULL ? rdzv_server_new_tls(&c->loop, host, port, &tls, &c->server)
+                                      : UV_EINVAL;
     if (rc != 0) {
         fprintf(stderr, "muster: error: cannot listen on %s: %s\n", a->listen, uv_strerror(rc));
         rc = AGENT_EXIT_RDZV;
@@ -374,6 +398,7 @@ int launcher_server(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : AGENT_EXIT_USAGE;
     launcher_secret_protect_process(); /* no core file or ptrace with the server's token */
+    use_cores_for_handshakes();
     if (launcher_secret_alloc(LAUNCHER_TOKEN_FILE_MAX + 1, &token) != 0)
         return AGENT_EXIT_INTERNAL;
     if (get_token(&a, token, LAUNCHER_TOKEN_FILE_MAX + 1) != 0)

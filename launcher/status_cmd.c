@@ -48,7 +48,9 @@ static void finish(struct status_cmd *c, int code)
 static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct status_cmd *c = conn->data;
-    struct rdzv_msg req = {.type = RDZV_MSG_STATUS_REQ};
+    struct rdzv_msg req;
+
+    rdzv_msg_init(&req, RDZV_MSG_STATUS_REQ);
 
     if (m->type == RDZV_MSG_WELCOME) {
         snprintf(req.u.status_req.job_id, sizeof(req.u.status_req.job_id), "%s",
@@ -85,7 +87,9 @@ static void hello_token(const struct status_cmd *c, char *dst, size_t len)
 static void on_connect(uv_connect_t *req, int status)
 {
     struct status_cmd *c = req->data;
-    struct rdzv_msg hello = {.type = RDZV_MSG_HELLO};
+    struct rdzv_msg hello;
+
+    rdzv_msg_init(&hello, RDZV_MSG_HELLO);
 
     if (status == UV_ECANCELED)
         return;

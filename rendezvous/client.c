@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conn.h"
+#include "server.h"
 #include "tls.h"
 
 #define BACKOFF_FIRST_MS 100
@@ -48,7 +50,8 @@ struct rdzv_client {
     void *data;
     char host[RDZV_HOST_MAX + 1];
     unsigned port;
-    struct rdzv_tls *tls;         /* every connection, reconnects included */
+    struct rdzv_tls *tls;         /* every connection, reconnects included; NULL when local */
+    struct rdzv_server *local;    /* in-process channel to this server instead (new_local) */
     struct sockaddr_storage addr; /* what the first connection reached; reconnects reuse it */
 
     enum client_state state;
@@ -103,7 +106,7 @@ static int client_new(uv_loop_t *loop, const char *host, unsigned port,
                       const struct rdzv_tls_opts *o, const struct rdzv_client_cbs *cbs, void *data,
                       struct rdzv_client **out)
 {
-    struct rdzv_tls_opts opts = *o;
+    struct rdzv_tls_opts opts = o != NULL ? *o : (struct rdzv_tls_opts){0};
     struct rdzv_client *c;
     uv_timer_t *timers[4];
     char why[256];
@@ -111,7 +114,7 @@ static int client_new(uv_loop_t *loop, const char *host, unsigned port,
 
     if (host == NULL || strlen(host) > RDZV_HOST_MAX || port == 0 || port > 65535)
         return UV_EINVAL;
-    if (o->token != NULL && strlen(o->token) > RDZV_TOKEN_MAX)
+    if (o != NULL && o->token != NULL && strlen(o->token) > RDZV_TOKEN_MAX)
         return UV_EINVAL;
     c = calloc(1, sizeof(*c));
     if (c == NULL)
@@ -119,7 +122,7 @@ static int client_new(uv_loop_t *loop, const char *host, unsigned port,
     c->loop = loop;
     if (opts.cert_file != NULL && opts.server_name == NULL)
         opts.server_name = host; /* the certificate must name what we connect to */
-    err = rdzv_tls_new(&opts, 0, &c->tls, why, sizeof(why));
+    err = o != NULL ? rdzv_tls_new(&opts, 0, &c->tls, why, sizeof(why)) : 0;
     if (err == 0)
         err = open_conn(c);
     if (err < 0) {
@@ -155,6 +158,20 @@ int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char
     if (token == NULL || token[0] == '\0')
         return UV_EINVAL;
     return client_new(loop, host, port, &o, cbs, data, out);
+}
+
+int rdzv_client_new_local(uv_loop_t *loop, struct rdzv_server *srv, const char *addr,
+                          const struct rdzv_client_cbs *cbs, void *data, struct rdzv_client **out)
+{
+    int err;
+
+    if (srv == NULL)
+        return UV_EINVAL;
+    err = client_new(loop, addr != NULL ? addr : "127.0.0.1", rdzv_server_port(srv), NULL, cbs,
+                     data, out);
+    if (err == 0)
+        (*out)->local = srv;
+    return err;
 }
 
 int rdzv_client_new_tls(uv_loop_t *loop, const char *host, unsigned port,
@@ -303,6 +320,8 @@ static int first_retry(struct rdzv_client *c, int err)
     return 1;
 }
 
+static void connected(struct rdzv_client *c, int err);
+
 static void connect_cb(uv_connect_t *req, int status)
 {
     struct rdzv_client *c = req->data;
@@ -315,6 +334,12 @@ static void connect_cb(uv_connect_t *req, int status)
         c->connected = 1;
         err = rdzv_conn_start_tls(&c->conn, c->tls, 0); /* HELLO waits for the handshake */
     }
+    connected(c, err);
+}
+
+/* The connection is up (err 0; TLS started) or could not be: HELLO, or the failure. */
+static void connected(struct rdzv_client *c, int err)
+{
     if (err == 0) {
         c->out.type = RDZV_MSG_HELLO;
         c->out.u.hello.version = RDZV_PROTO_VERSION;
@@ -368,6 +393,30 @@ static void gai_cb(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         fail(c, err, "cannot reach rendezvous %s:%u: %s", c->host, c->port, uv_strerror(err));
 }
 
+/* The in-process channel to the server this process hosts: no TCP, no TLS; the HELLO goes at
+ * once. Returns 0, or an error for start_connect's caller. */
+static int connect_local(struct rdzv_client *c)
+{
+    uv_os_sock_t fd;
+    int err = rdzv_server_connect_local(c->local, c->host, &fd);
+
+    if (err < 0)
+        return err;
+    if (c->first_try_ms == 0)
+        c->first_try_ms = uv_now(c->loop) + 1;
+    err = rdzv_conn_start_local(&c->conn, fd, NULL);
+    if (err < 0) {
+        if (uv_fileno((uv_handle_t *)&c->conn.tcp, &(uv_os_fd_t){0}) < 0)
+            close(fd); /* the handle did not take it */
+        return err;
+    }
+    c->connected = 1;
+    c->state = CLIENT_CONNECTING;
+    arm_idle(c);
+    connected(c, 0);
+    return 0;
+}
+
 static int start_connect(struct rdzv_client *c)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
@@ -376,6 +425,8 @@ static int start_connect(struct rdzv_client *c)
     char port[8];
     int err;
 
+    if (c->local != NULL)
+        return connect_local(c);
     /* A numeric address needs no resolver: skipping uv_getaddrinfo also spares starting
      * libuv's thread pool, a millisecond of a standalone job's start-up. */
     if (uv_ip4_addr(c->host, (int)c->port, &in4) == 0)

@@ -81,6 +81,15 @@ int rdzv_client_new(uv_loop_t *loop, const char *host, unsigned port, const char
 /* Like rdzv_client_new, with any TLS configuration (certificate mode: cert/key/ca; the server
  * name defaults to host). o and its strings are borrowed for the call only; o->token, if any,
  * goes into HELLO. The files are read now; every reconnect reuses the configuration. */
+/* A client of the server this process hosts, over an in-process channel (server.h
+ * rdzv_server_connect_local): no TCP and no TLS, with the authority of the server's own key;
+ * addr (copied; NULL: "127.0.0.1") is the address the agent stands for when its JOIN names
+ * none. Reconnects (should the server drop it) open a new channel. srv must outlive the
+ * client. Returns as rdzv_client_new. */
+struct rdzv_server;
+int rdzv_client_new_local(uv_loop_t *loop, struct rdzv_server *srv, const char *addr,
+                          const struct rdzv_client_cbs *cbs, void *data, struct rdzv_client **out);
+
 int rdzv_client_new_tls(uv_loop_t *loop, const char *host, unsigned port,
                         const struct rdzv_tls_opts *o, const struct rdzv_client_cbs *cbs,
                         void *data, struct rdzv_client **out);

@@ -3,14 +3,18 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <mbedtls/error.h>
 #include <mbedtls/net_sockets.h>
 #include <mbedtls/platform_util.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/ssl_internal.h> /* MBEDTLS_SSL_{IN,OUT}_BUFFER_LEN */
 #include <mbedtls/x509.h>
 
 #include "cred.h"
@@ -24,9 +28,10 @@ struct rdzv_conn_tls {
     size_t in_len, in_off; /* its length, and how much mbedTLS took */
     uint8_t *pending;      /* plaintext frames sent before the handshake finished */
     size_t pending_len;
-    int done;   /* handshake finished */
-    int dead;   /* a fatal mbedTLS error: the context must not be used again */
-    int notify; /* close_notify sent */
+    int done;     /* handshake finished */
+    int dead;     /* a fatal mbedTLS error: the context must not be used again */
+    int notify;   /* close_notify sent */
+    int trim_due; /* a record over a page passed: tls_trim when the buffers are empty again */
     char reason[192];
     /* Server handshakes run in libuv's thread pool, one step (mbedtls_ssl_handshake until it
      * wants more ciphertext) at a time: see "handshake steps off the loop" below. */
@@ -47,7 +52,8 @@ struct rdzv_conn_tls {
 
 /* Ciphertext from one read_cb. tls_pump() always drains it (mbedTLS is called until it wants
  * more) or abandons it with the connection, so one buffer per loop thread serves every
- * connection, as with `decoded`; only mbedTLS's own record buffers (~33 KiB) are per conn. */
+ * connection, as with `decoded`; only mbedTLS's own record buffers (~33 KiB, mostly trimmed:
+ * tls_trim) are per conn. */
 static _Thread_local uint8_t tls_in[65536];
 
 /* The encoded frame lives right after the request; freed by write_cb. */
@@ -331,10 +337,45 @@ static void tls_fail(struct rdzv_conn *conn, int ret)
     stop(conn, map_tls_err(conn->tls, ret));
 }
 
+/* --- record buffers -------------------------------------------------------------------------
+ * Debian's mbedTLS 2.28 gives every context two record buffers of ~16.7 KiB (it is built
+ * without MBEDTLS_SSL_VARIABLE_BUFFER_LENGTH), calloc touches all of them, and a rendezvous
+ * record is rarely over a few hundred bytes: 10,000 connections held ~330 MB of buffers that
+ * were almost all zeros (issue 14). So once the handshake is over (calloc and the handshake
+ * touched them) and after any larger record, while both buffers hold nothing in flight, the whole
+ * pages inside them go back to the kernel (MADV_DONTNEED: they read as zeros when touched
+ * again). The first TRIM_KEEP bytes stay: the record sequence counters (in_ctr, out_ctr) and
+ * headers live there. Loop thread only, never during a handshake step. */
+#define TRIM_KEEP 256
+
+static void trim_range(unsigned char *buf, size_t len)
+{
+    static uintptr_t page;
+
+    if (page == 0)
+        page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)buf + TRIM_KEEP + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)buf + len) & ~(page - 1);
+
+    if (buf != NULL && hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* only an optimisation */
+}
+
+static void tls_trim(struct rdzv_conn_tls *t)
+{
+    if (t->busy || t->ssl.in_left != 0 || t->ssl.out_left != 0 || t->ssl.in_offt != NULL)
+        return;
+    trim_range(t->ssl.in_buf, MBEDTLS_SSL_IN_BUFFER_LEN);
+    trim_range(t->ssl.out_buf, MBEDTLS_SSL_OUT_BUFFER_LEN);
+    t->trim_due = 0;
+}
+
 /* Returns 0 or an mbedTLS error. The BIO takes everything, so only records over the maximum
  * fragment make mbedtls_ssl_write return less than asked: loop over those partial writes. */
 static int tls_write_all(struct rdzv_conn_tls *t, const uint8_t *p, size_t len)
 {
+    if (len > TRIM_KEEP)
+        t->trim_due = 1;
     while (len > 0) {
         int ret = mbedtls_ssl_write(&t->ssl, p, len);
 
@@ -371,6 +412,7 @@ static int handshake_over(struct rdzv_conn *conn)
     int ret;
 
     t->done = 1;
+    t->trim_due = 1; /* the handshake's records */
     if (t->pending != NULL) {
         ret = tls_write_all(t, t->pending, t->pending_len);
         mbedtls_platform_zeroize(t->pending, t->pending_len);
@@ -406,8 +448,13 @@ static void tls_pump(struct rdzv_conn *conn)
             room = conn->payload_len - conn->payload_got;
         }
         ret = mbedtls_ssl_read(&t->ssl, dst, room);
-        if (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE)
+        if (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE) {
+            if (t->trim_due)
+                tls_trim(t);
             return;
+        }
+        if (t->ssl.in_msglen > TRIM_KEEP)
+            t->trim_due = 1;
         if (ret == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || ret == 0) {
             stop(conn, UV_EOF);
             return;
@@ -434,12 +481,29 @@ static void tls_pump(struct rdzv_conn *conn)
  * state; writes only this conn's cred); mbedTLS's ECDSA and ECDH work on their own copies of a
  * key's group, and RSA keys lock themselves.
  *
- * At most HS_STEPS_RUNNING steps are in the pool at once; the others wait in a FIFO here:
- * the pool (4 threads unless UV_THREADPOOL_SIZE says otherwise) also runs every uv_fs_* and
- * getaddrinfo of the process, which must not queue behind a flood. The FIFO and the count are
- * the server's (its rdzv_tls: one server, one loop), not the thread's: two servers run in
+ * At most HS_STEPS_RUNNING steps are in the pool at once (one per core, leaving two pool
+ * threads free; at least 2); the others wait in a FIFO here: the pool (4 threads unless
+ * UV_THREADPOOL_SIZE says otherwise; `muster server` sets it to cores + 2) also runs every
+ * uv_fs_* and getaddrinfo of the process, which must not queue behind a flood. The FIFO and the
+ * count are the server's (its rdzv_tls: one server, one loop), not the thread's: two servers run in
  * turn on one thread would otherwise wait on steps whose loop is not running. */
-#define HS_STEPS_RUNNING 2
+static unsigned hs_steps_running(void)
+{
+    static unsigned n;
+
+    if (n == 0) {
+        const char *e = getenv("UV_THREADPOOL_SIZE");
+        long pool = e != NULL ? strtol(e, NULL, 10) : 4; /* libuv's own default and limits */
+        unsigned cpus = uv_available_parallelism();
+
+        pool = pool < 1 ? 1 : pool > 1024 ? 1024 : pool;
+        n = pool - 2 < (long)cpus ? (unsigned)(pool - 2) : cpus;
+        if (n < 2)
+            n = 2;
+    }
+    return n;
+}
+#define HS_STEPS_RUNNING hs_steps_running()
 
 static void tls_destroy(struct rdzv_conn_tls *t)
 {
@@ -750,9 +814,35 @@ int rdzv_conn_handshake_done(const struct rdzv_conn *conn)
     return conn->tls == NULL || (conn->tls->done && !conn->tls->dead);
 }
 
+int rdzv_conn_start_local(struct rdzv_conn *conn, uv_os_sock_t fd, const struct rdzv_cred *cred)
+{
+    int err = uv_tcp_open(&conn->tcp, fd);
+
+    if (err < 0)
+        return err;
+    conn->local = 1;
+    if (cred != NULL) {
+        conn->local_cred = malloc(sizeof(*conn->local_cred));
+        if (conn->local_cred == NULL)
+            return UV_ENOMEM;
+        *conn->local_cred = *cred;
+    }
+    err = uv_read_start((uv_stream_t *)&conn->tcp, alloc_cb, read_cb);
+    if (err < 0)
+        return err;
+    conn->reading = 1;
+    return 0;
+}
+
 int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out)
 {
     memset(out, 0, sizeof(*out));
+    if (conn->local) {
+        if (conn->local_cred == NULL)
+            return -EACCES;
+        *out = *conn->local_cred;
+        return 0;
+    }
     if (conn->tls == NULL || !rdzv_conn_handshake_done(conn))
         return -ENOTCONN;
     if (conn->tls->cred.kind != RDZV_CRED_NONE)
@@ -767,6 +857,13 @@ int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out)
 const char *rdzv_conn_tls_error(const struct rdzv_conn *conn)
 {
     return conn->tls != NULL ? conn->tls->reason : "";
+}
+
+const char *rdzv_conn_tls_suite(const struct rdzv_conn *conn)
+{
+    if (!rdzv_conn_handshake_done(conn) || conn->tls == NULL)
+        return "";
+    return mbedtls_ssl_get_ciphersuite(&conn->tls->ssl);
 }
 
 size_t rdzv_conn_unsent(const struct rdzv_conn *conn)
@@ -837,6 +934,11 @@ static void closed_cb(uv_handle_t *handle)
     free(conn->payload);
     conn->payload = NULL;
     tls_free(conn);
+    if (conn->local_cred != NULL) {
+        rdzv_cred_wipe(conn->local_cred);
+        free(conn->local_cred);
+        conn->local_cred = NULL;
+    }
     if (conn->close_cb != NULL)
         conn->close_cb(conn);
 }

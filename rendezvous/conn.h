@@ -36,6 +36,7 @@ typedef void (*rdzv_conn_error_cb)(struct rdzv_conn *conn, int err);
 /* The handle is closed; the owner may free the memory holding the conn. */
 typedef void (*rdzv_conn_close_cb)(struct rdzv_conn *conn);
 
+struct rdzv_cred;
 struct rdzv_conn {
     uv_tcp_t tcp;
     uv_shutdown_t shutdown;
@@ -56,6 +57,10 @@ struct rdzv_conn {
     int closing;                  /* rdzv_conn_close() was called */
     int shutting;                 /* a uv_shutdown is in flight */
     struct rdzv_conn_tls *tls;    /* NULL on a plaintext connection; freed before close_cb */
+    /* An in-process channel (rdzv_conn_start_local): a socketpair inside one process, no TLS;
+     * local_cred is what the server side grants it (NULL on the client side). */
+    int local;
+    struct rdzv_cred *local_cred;
 };
 
 /* Initialises conn and its TCP handle on loop. Borrows the callbacks and data. Returns 0 or a
@@ -90,6 +95,17 @@ int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out);
 /* The one-line reason of the last TLS failure ("" when none, also on a plaintext conn). Never
  * contains the token. Valid until the close callback. */
 const char *rdzv_conn_tls_error(const struct rdzv_conn *conn);
+
+/* The TLS suite the handshake agreed on (e.g. "TLS-PSK-WITH-AES-128-GCM-SHA256"), or "" before
+ * the handshake finished and on a plaintext conn. Static storage. */
+const char *rdzv_conn_tls_suite(const struct rdzv_conn *conn);
+
+/* Starts an in-process channel on fd (one end of a socketpair made by the same process: the
+ * rendezvous server an agent hosts and that agent's client; rendezvous/server.h
+ * rdzv_server_connect_local): no TLS, no TCP options; cred (copied; NULL on the client end) is
+ * what rdzv_conn_cred reports, as a handshake would have proved it. Returns 0 or a UV_E* error
+ * (then close the conn; fd is then owned by the conn's handle only if uv_tcp_open took it). */
+int rdzv_conn_start_local(struct rdzv_conn *conn, uv_os_sock_t fd, const struct rdzv_cred *cred);
 
 /* Encodes msg (borrowed) and queues it for writing. Returns 0, -ENOTCONN once closing, the
  * codec's -EINVAL, -ENOMEM, -EPIPE (the TLS context failed), -ENOBUFS (nothing queued: with

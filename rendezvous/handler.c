@@ -12,7 +12,9 @@
  * that credential (cred.h) decides which roles and jobs this connection may use. */
 void handle_hello(struct peer *p, const struct rdzv_hello *h)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_WELCOME};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_WELCOME);
 
     if (h->version != RDZV_PROTO_VERSION) {
         srv_send_error(p, RDZV_ERR_VERSION,
@@ -166,7 +168,9 @@ void handle_done(struct peer *p, uint32_t round)
 /* Receiving it already refreshed last_seen (msg_cb); the echo lets the agent time the server. */
 void handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_HEARTBEAT};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_HEARTBEAT);
 
     m.u.heartbeat = *hb;
     srv_send(p, &m);
@@ -175,7 +179,9 @@ void handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb)
 /* The server moved on while the agent was away: it must stop its workers and JOIN again. */
 static void rejoin_stale(struct peer *p, struct sjob *sj, const struct rdzv_rejoin *rj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_RESTART};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_RESTART);
     struct rdzv_failure *c = &m.u.restart.cause;
 
     m.u.restart.restart_count = sj->job->restart_count;
@@ -203,7 +209,9 @@ static void rejoin_replace(struct sjob *sj, struct peer *p, struct peer *old)
 
 static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_rejoin *rj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_REJOIN_OK};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_REJOIN_OK);
     enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
     char addr[RDZV_HOST_MAX + 1];
     void *old = NULL;

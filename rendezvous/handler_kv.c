@@ -11,7 +11,9 @@
 
 void handle_attach(struct peer *p, const struct rdzv_attach *a)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_ATTACH_OK};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_ATTACH_OK);
     struct sjob *sj = sjob_find(p->srv, a->job_id);
 
     if (!p->attached && !rdzv_cred_may_attach(&p->cred, a->job_id)) {

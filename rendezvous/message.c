@@ -4,6 +4,7 @@
 #include "message.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
@@ -643,14 +644,67 @@ int rdzv_header_decode(const uint8_t *hdr, uint8_t *type, uint32_t *payload_len)
     return 0;
 }
 
+size_t rdzv_msg_body_size(unsigned type)
+{
+    const struct rdzv_msg *m = NULL;
+
+    switch (type) {
+    case RDZV_MSG_HELLO:
+        return sizeof(m->u.hello);
+    case RDZV_MSG_ERROR:
+        return sizeof(m->u.error);
+    case RDZV_MSG_JOIN:
+        return sizeof(m->u.join);
+    case RDZV_MSG_WAITING:
+        return sizeof(m->u.waiting);
+    case RDZV_MSG_ASSIGN:
+        return sizeof(m->u.assign);
+    case RDZV_MSG_FAILED:
+    case RDZV_MSG_LEAVE:
+        return sizeof(m->u.failed);
+    case RDZV_MSG_RESTART:
+        return sizeof(m->u.restart);
+    case RDZV_MSG_DONE:
+        return sizeof(m->u.done);
+    case RDZV_MSG_JOB_FAILED:
+        return sizeof(m->u.job_failed);
+    case RDZV_MSG_HEARTBEAT:
+        return sizeof(m->u.heartbeat);
+    case RDZV_MSG_REJOIN:
+        return sizeof(m->u.rejoin);
+    case RDZV_MSG_REJOIN_OK:
+        return sizeof(m->u.rejoin_ok);
+    case RDZV_MSG_ATTACH:
+        return sizeof(m->u.attach);
+    case RDZV_MSG_KV_PUT:
+    case RDZV_MSG_KV_GET:
+    case RDZV_MSG_KV_REPLY:
+    case RDZV_MSG_BARRIER:
+        return sizeof(m->u.kv);
+    case RDZV_MSG_STATUS_REQ:
+        return sizeof(m->u.status_req);
+    case RDZV_MSG_STATUS:
+        return sizeof(m->u.status);
+    case RDZV_MSG_CKPT:
+        return sizeof(m->u.ckpt);
+    default: /* WELCOME, JOB_DONE, ATTACH_OK: no body */
+        return 0;
+    }
+}
+
+void rdzv_msg_init(struct rdzv_msg *msg, unsigned type)
+{
+    memset(msg, 0, offsetof(struct rdzv_msg, u) + rdzv_msg_body_size(type));
+    msg->type = (uint8_t)type;
+}
+
 int rdzv_msg_decode(uint8_t type, const uint8_t *payload, size_t len, struct rdzv_msg *msg)
 {
     struct reader r = {.p = payload, .len = len};
 
     if (!type_known(type))
         return -ENOTSUP;
-    memset(msg, 0, sizeof(*msg));
-    msg->type = type;
+    rdzv_msg_init(msg, type);
     get_payload(&r, msg);
     if (r.err)
         return r.err;

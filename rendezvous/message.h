@@ -244,6 +244,14 @@ struct rdzv_msg {
     } u;
 };
 
+/* Zeroes the part of msg that a message of this type uses (the header and its member of the
+ * union) and sets the type. The union is ~64 KiB for KV values: zeroing all of it for every
+ * message (`= {.type = ...}`, or a memset) cost a 64 KiB memset per message and 64 KiB of
+ * stack pages per frame holding one (issue 14). Unknown types: the header only. */
+void rdzv_msg_init(struct rdzv_msg *msg, unsigned type);
+/* How many bytes of the union a message of this type uses (0 for none or unknown). */
+size_t rdzv_msg_body_size(unsigned type);
+
 /* Returns the message type's name ("HELLO"...), or "UNKNOWN". */
 const char *rdzv_msg_name(unsigned type);
 

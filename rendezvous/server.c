@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "cred.h"
 #include "escape.h"
 #include "hslimit.h"
 #include "server_priv.h"
@@ -146,6 +149,7 @@ static void peer_release(struct peer *p)
     if (p->next != NULL)
         p->next->prev = p->prev;
     srv->n_peers--;
+    free(p->local_addr);
     free(p);
     srv_handle_closed(srv);
 }
@@ -190,7 +194,9 @@ void srv_send(struct peer *p, const struct rdzv_msg *m)
 /* Sends ERROR and closes after it was flushed: the protocol says the sender of ERROR closes. */
 void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_ERROR};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_ERROR);
     va_list ap;
 
     m.u.error.code = code;
@@ -377,7 +383,10 @@ static void tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len)
 
 void srv_peer_addr(struct peer *p, char *buf, size_t len)
 {
-    tcp_addr(&p->conn.tcp, buf, len);
+    if (p->local_addr != NULL)
+        snprintf(buf, len, "%s", p->local_addr);
+    else
+        tcp_addr(&p->conn.tcp, buf, len);
 }
 
 /* --- refusals: counted, logged once per peer address --------------------------------------- */
@@ -736,23 +745,17 @@ static int admit_handshake(struct peer *p)
     return 0;
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+/* A new peer in the server's list, its conn initialised (not yet opened); NULL when out of
+ * memory. */
+static struct peer *new_peer(struct rdzv_server *srv)
 {
-    struct rdzv_server *srv = listener->data;
-    struct peer *p;
+    struct peer *p = calloc(1, sizeof(*p));
 
-    if (status < 0 || srv->closing)
-        return; /* e.g. EMFILE: the client retries; the listener stays up */
-    if (srv->n_peers >= srv->limits.max_connections) {
-        refuse(srv, listener);
-        return;
-    }
-    p = calloc(1, sizeof(*p));
     if (p == NULL)
-        return;
+        return NULL;
     if (rdzv_conn_init(srv->loop, &p->conn, msg_cb, error_cb, p) < 0) {
         free(p);
-        return;
+        return NULL;
     }
     uv_timer_init(srv->loop, &p->timer); /* cannot fail on unix */
     p->timer.data = p;
@@ -766,6 +769,22 @@ static void on_connection(uv_stream_t *listener, int status)
         srv->peers->prev = p;
     srv->peers = p;
     p->conn.send_max = srv->limits.send_queue_max;
+    return p;
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    struct rdzv_server *srv = listener->data;
+    struct peer *p;
+
+    if (status < 0 || srv->closing)
+        return; /* e.g. EMFILE: the client retries; the listener stays up */
+    if (srv->n_peers >= srv->limits.max_connections) {
+        refuse(srv, listener);
+        return;
+    }
+    if ((p = new_peer(srv)) == NULL)
+        return;
     if (uv_accept(listener, (uv_stream_t *)&p->conn.tcp) < 0) {
         srv_peer_close(p, 0);
         return;
@@ -778,6 +797,42 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     srv_peer_arm(p);
+}
+
+int rdzv_server_connect_local(struct rdzv_server *srv, const char *addr, uv_os_sock_t *fd)
+{
+    struct rdzv_cred cred;
+    struct peer *p;
+    int fds[2], err;
+
+    if (srv->closing)
+        return UV_ECANCELED;
+    if (rdzv_tls_own_cred(srv->tls, &cred) < 0)
+        return UV_EINVAL;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0) {
+        err = -errno;
+        rdzv_cred_wipe(&cred);
+        return err;
+    }
+    if ((p = new_peer(srv)) == NULL) {
+        rdzv_cred_wipe(&cred);
+        close(fds[0]);
+        close(fds[1]);
+        return UV_ENOMEM;
+    }
+    p->local_addr = strdup(addr != NULL ? addr : "127.0.0.1");
+    err = p->local_addr == NULL ? UV_ENOMEM : rdzv_conn_start_local(&p->conn, fds[0], &cred);
+    rdzv_cred_wipe(&cred);
+    if (err < 0) {
+        if (uv_fileno((uv_handle_t *)&p->conn.tcp, &(uv_os_fd_t){0}) < 0)
+            close(fds[0]); /* the handle did not take it */
+        close(fds[1]);
+        srv_peer_close(p, 0);
+        return err;
+    }
+    srv_peer_arm(p);
+    *fd = fds[1];
+    return 0;
 }
 
 /* Numeric addresses directly; names (e.g. "localhost") through a synchronous getaddrinfo, which

@@ -104,6 +104,14 @@ void rdzv_server_set_auth_hint(struct rdzv_server *s, const char *hint);
 int rdzv_server_new_tls(uv_loop_t *loop, const char *host, unsigned port,
                         const struct rdzv_tls_opts *opts, struct rdzv_server **out);
 
+/* An in-process channel to this server for the agent that hosts it (issue 14): one end of a
+ * socketpair becomes a connection with the authority of the server's own key (as a client
+ * proving it over TLS would have), the other end is returned in *fd for rdzv_client_new_local.
+ * No TLS and no handshake: both ends live in this process. addr (copied; NULL: "127.0.0.1") is
+ * the address the connection stands for (JOIN without an address gets it). Returns 0, or a
+ * negative errno (the server is closing, has no key, or out of descriptors or memory). */
+int rdzv_server_connect_local(struct rdzv_server *srv, const char *addr, uv_os_sock_t *fd);
+
 /* The port actually bound (useful after port 0). */
 unsigned rdzv_server_port(const struct rdzv_server *s);
 

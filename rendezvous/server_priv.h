@@ -45,6 +45,7 @@ struct peer {
     int send_err;        /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
     int hs_counted;      /* in srv->hslimit's handshakes in flight, under hs_addr */
     uint8_t hs_addr[16]; /* its source address, as source_key() makes it */
+    char *local_addr;    /* in-process channel: the address it stands for; else NULL */
 };
 
 /* Server side of one job: the round logic, its deadline timer and the workers' KV store. */
@@ -59,14 +60,20 @@ struct sjob {
     unsigned nworkers; /* worker connections with peer->kvjob == this (job_workers_* limit) */
     int dropped;
     uint32_t last_restart_count; /* to count restarts in the metrics */
-    /* WAITING broadcasts are coalesced: one per SJOB_WAITING_EVERY_MS at most. Sending one per
+    /* WAITING broadcasts are coalesced: one per sjob_waiting_every_ms at most. Sending one per
      * JOIN to every member made a round of N agents cost N^2 messages (10,000 agents: 50
      * million), measured by bench/rdzv_bench.sh. */
     uint64_t waiting_sent_at; /* uv_now() of the last WAITING broadcast */
     int waiting_due;          /* a count change is not yet broadcast */
 };
 
+/* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
+ * members (sjob.c sjob_waiting_every_ms), so that progress costs at most ~SJOB_WAITING_PER_S
+ * messages a second, up to SJOB_WAITING_MAX_MS between broadcasts. At 250 ms, the broadcasts
+ * of a 10,000-node round were ~100,000 TLS records: more than the joins themselves (issue 14). */
 #define SJOB_WAITING_EVERY_MS 250
+#define SJOB_WAITING_PER_S 4096
+#define SJOB_WAITING_MAX_MS 5000
 /* A closing connection gets this long to take what was queued for it (an ERROR...). */
 #define SRV_CLOSE_FLUSH_MS 5000
 #define RDZV_LISTEN_BACKLOG 65535

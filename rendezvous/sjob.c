@@ -92,12 +92,22 @@ int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **o
 /* --- job events -> messages ------------------------------------------------------------------ */
 static void broadcast_waiting(struct sjob *sj);
 
+/* SJOB_WAITING_EVERY_MS, longer for large jobs (server_priv.h). */
+static uint64_t sjob_waiting_every_ms(const struct sjob *sj)
+{
+    uint64_t every = (uint64_t)sj->job->n_members * 1000u / SJOB_WAITING_PER_S;
+
+    if (every < SJOB_WAITING_EVERY_MS)
+        return SJOB_WAITING_EVERY_MS;
+    return every > SJOB_WAITING_MAX_MS ? SJOB_WAITING_MAX_MS : every;
+}
+
 static void timer_cb(uv_timer_t *timer)
 {
     struct sjob *sj = timer->data;
     uint64_t now = uv_now(sj->srv->loop);
 
-    if (sj->waiting_due && now >= sj->waiting_sent_at + SJOB_WAITING_EVERY_MS) {
+    if (sj->waiting_due && now >= sj->waiting_sent_at + sjob_waiting_every_ms(sj)) {
         sj->waiting_due = 0;
         if (sj->job->state == RDZV_JOB_FILLING && sj->job->n_members > 0)
             broadcast_waiting(sj);
@@ -121,7 +131,7 @@ void sjob_arm(struct sjob *sj)
     uint64_t now = uv_now(sj->srv->loop);
 
     if (sj->waiting_due)
-        deadline = earliest(deadline, (int64_t)(sj->waiting_sent_at + SJOB_WAITING_EVERY_MS));
+        deadline = earliest(deadline, (int64_t)(sj->waiting_sent_at + sjob_waiting_every_ms(sj)));
 
     if (deadline < 0) {
         uv_timer_stop(&sj->timer);
@@ -157,7 +167,9 @@ static void worker_key(const struct sjob *sj, uint8_t key[RDZV_KEY_LEN])
 
 static void send_assign(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_ASSIGN};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_ASSIGN);
     uint8_t key[RDZV_KEY_LEN];
 
     sj->srv->stats.rounds_total++;
@@ -174,22 +186,26 @@ static void send_assign(struct sjob *sj)
 
 static void broadcast_waiting(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_WAITING);
 
     sj->waiting_sent_at = uv_now(sj->srv->loop);
     rdzv_job_waiting(sj->job, sj->waiting_sent_at, &m.u.waiting);
     send_members(sj, &m);
 }
 
-/* The count changed: tell every member now, or at the next SJOB_WAITING_EVERY_MS tick (the
+/* The count changed: tell every member now, or at the next sjob_waiting_every_ms tick (the
  * timer is armed by sjob_apply through sjob_arm); the round closing first makes it moot. The
  * newest member, who just joined, hears it at once either way. */
 static void send_waiting(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_WAITING);
     uint64_t now = uv_now(sj->srv->loop);
 
-    if (now >= sj->waiting_sent_at + SJOB_WAITING_EVERY_MS) {
+    if (now >= sj->waiting_sent_at + sjob_waiting_every_ms(sj)) {
         broadcast_waiting(sj);
         return;
     }
@@ -204,7 +220,9 @@ static void send_waiting(struct sjob *sj)
  * (WAITING) or even have closed with them (ASSIGN). */
 static void send_restart(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_RESTART};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_RESTART);
 
     m.u.restart.restart_count = sj->job->restart_count;
     m.u.restart.cause = sj->job->cause;
@@ -219,7 +237,9 @@ static void send_restart(struct sjob *sj)
 /* A joiner waiting for a later round hears how many wait with it. */
 static void send_pending(struct sjob *sj)
 {
-    struct rdzv_msg m = {.type = RDZV_MSG_WAITING};
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_WAITING);
     const struct rdzv_job *job = sj->job;
 
     m.u.waiting =
@@ -270,7 +290,7 @@ static void account(struct sjob *sj, enum rdzv_job_event ev)
 
 static void send_event(struct sjob *sj, enum rdzv_job_event ev)
 {
-    struct rdzv_msg m = {0};
+    struct rdzv_msg m;
 
     switch (ev) {
     case RDZV_JOB_EV_WAITING:
@@ -286,13 +306,13 @@ static void send_event(struct sjob *sj, enum rdzv_job_event ev)
         send_pending(sj);
         break;
     case RDZV_JOB_EV_FAILED:
-        m.type = RDZV_MSG_JOB_FAILED;
+        rdzv_msg_init(&m, RDZV_MSG_JOB_FAILED);
         m.u.job_failed.restarts = sj->job->restart_count;
         m.u.job_failed.cause = sj->job->cause;
         send_final(sj, &m);
         break;
     case RDZV_JOB_EV_DONE:
-        m.type = RDZV_MSG_JOB_DONE;
+        rdzv_msg_init(&m, RDZV_MSG_JOB_DONE);
         send_final(sj, &m);
         break;
     default:

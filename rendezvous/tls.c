@@ -37,8 +37,6 @@ struct rdzv_tls {
     struct rdzv_tls_steps steps;
 };
 
-/* ECDHE-PSK: forward secrecy, so a token that leaks later does not decrypt recorded sessions.
- * 2.28 has no ECDHE-PSK with AES-GCM; CBC-SHA256 (encrypt-then-MAC) is the fallback. */
 /* Only the two cheap curves (issue 11): an unauthenticated ClientHello offering only secp521r1
  * made the server spend ~4.8 ms on a key it would throw away (X25519: ~1.2 ms), so a flood of
  * such hellos cost four times as much. With this list a hello that offers neither X25519 nor
@@ -48,35 +46,37 @@ struct rdzv_tls {
 static const mbedtls_ecp_group_id preferred_curves[] = {
     MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_NONE};
 
+/* Pre-shared-key suites, in two strengths (docs/SECURITY.md "Forward secrecy"):
+ *  - ECDHE-PSK: forward secrecy, so a credential that leaks later does not decrypt recorded
+ *    sessions; costs an X25519 key pair and a shared secret per side (~1.2 ms each here).
+ *    2.28 has no ECDHE-PSK with AES-GCM; CBC-SHA256 (encrypt-then-MAC) is the fallback;
+ *  - plain PSK: the same authentication and encryption, keys from the credential alone: no
+ *    public-key arithmetic (~40x cheaper), no forward secrecy. For rendezvous at the scale of
+ *    thousands of nodes (--rdzv-conf forward_secrecy=0).
+ * A server lists ECDHE first and mbedTLS picks by the server's order, so a client offering
+ * both gets forward secrecy; a client offering only plain PSK gets plain PSK unless the server
+ * requires forward secrecy (muster server --require-forward-secrecy). */
+#define PSK_FS_SUITES                                                                              \
+    MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,                                           \
+        MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256
+#define PSK_PLAIN_SUITES                                                                           \
+    MBEDTLS_TLS_PSK_WITH_AES_128_GCM_SHA256, MBEDTLS_TLS_PSK_WITH_CHACHA20_POLY1305_SHA256
+#define CERT_SUITES                                                                                \
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,                                               \
+        MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,                                           \
+        MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,                                     \
+        MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,                                             \
+        MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,                                             \
+        MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+
+static const int psk_fs_suites[] = {PSK_FS_SUITES, 0};
+static const int psk_plain_suites[] = {PSK_PLAIN_SUITES, 0};
+static const int psk_any_suites[] = {PSK_FS_SUITES, PSK_PLAIN_SUITES, 0};
+static const int cert_suites[] = {CERT_SUITES, 0};
 /* A certificate-mode server also speaks PSK, for workers: they hold a worker credential, never
  * a certificate (worker code is untrusted). */
-static const int cert_and_psk_suites[] = {
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256,
-    0,
-};
-
-static const int psk_suites[] = {
-    MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256,
-    0,
-};
-
-static const int cert_suites[] = {
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    0,
-};
+static const int cert_and_psk_fs_suites[] = {CERT_SUITES, PSK_FS_SUITES, 0};
+static const int cert_and_psk_any_suites[] = {CERT_SUITES, PSK_FS_SUITES, PSK_PLAIN_SUITES, 0};
 
 /* mbedTLS reports every unreadable file as FILE_IO_ERROR; ask the OS which it was. */
 static int check_readable(const char *what, const char *path, char *err, size_t errlen)
@@ -126,11 +126,12 @@ static int load_certs(struct rdzv_tls *t, const struct rdzv_tls_opts *o, char *e
 
 /* Client: the PSK and identity of the credential in token (cred.h string form: a server secret,
  * a job, worker or observer credential). The token itself never sits in mbedTLS's memory. */
-static int set_client_psk(struct rdzv_tls *t, const char *token, char *err, size_t errlen)
+static int set_client_psk(struct rdzv_tls *t, const struct rdzv_tls_opts *o, char *err,
+                          size_t errlen)
 {
     char id[RDZV_CRED_IDENTITY_MAX + 1];
     struct rdzv_cred c;
-    int ret = rdzv_cred_parse(token, &c, err, errlen);
+    int ret = rdzv_cred_parse(o->token, &c, err, errlen);
 
     if (ret < 0)
         return ret;
@@ -142,7 +143,8 @@ static int set_client_psk(struct rdzv_tls *t, const char *token, char *err, size
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    mbedtls_ssl_conf_ciphersuites(&t->conf, psk_suites);
+    mbedtls_ssl_conf_ciphersuites(&t->conf,
+                                  o->no_forward_secrecy ? psk_plain_suites : psk_fs_suites);
     return 0;
 }
 
@@ -174,8 +176,10 @@ static int psk_cb(void *p, mbedtls_ssl_context *ssl, const unsigned char *id, si
 
 /* Server: the master key from the server's secret; a certificate-mode server without one makes
  * a random one (worker credentials then change when the server restarts). */
-static int set_server_psk(struct rdzv_tls *t, const char *secret, char *err, size_t errlen)
+static int set_server_psk(struct rdzv_tls *t, const struct rdzv_tls_opts *o, char *err,
+                          size_t errlen)
 {
+    const char *secret = o->token;
     struct rdzv_cred c;
 
     if (secret != NULL && secret[0] != '\0') {
@@ -198,7 +202,13 @@ static int set_server_psk(struct rdzv_tls *t, const char *secret, char *err, siz
     }
     t->has_master = 1;
     mbedtls_ssl_conf_psk_cb(&t->conf, psk_cb, t);
-    mbedtls_ssl_conf_ciphersuites(&t->conf, t->cert_mode ? cert_and_psk_suites : psk_suites);
+    if (t->cert_mode)
+        mbedtls_ssl_conf_ciphersuites(&t->conf, o->require_forward_secrecy
+                                                    ? cert_and_psk_fs_suites
+                                                    : cert_and_psk_any_suites);
+    else
+        mbedtls_ssl_conf_ciphersuites(&t->conf,
+                                      o->require_forward_secrecy ? psk_fs_suites : psk_any_suites);
     return 0;
 }
 
@@ -251,7 +261,7 @@ static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_serve
         t->cert_mode = 1;
         ret = load_certs(t, o, err, errlen);
         if (ret == 0 && is_server)
-            ret = set_server_psk(t, o->token, err, errlen);
+            ret = set_server_psk(t, o, err, errlen);
         if (ret == 0 && !is_server && o->server_name != NULL) {
             t->server_name = strdup(o->server_name);
             if (t->server_name == NULL)
@@ -260,8 +270,8 @@ static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_serve
         return ret;
     }
     if (is_server)
-        return set_server_psk(t, o->token, err, errlen);
-    return set_client_psk(t, o->token, err, errlen);
+        return set_server_psk(t, o, err, errlen);
+    return set_client_psk(t, o, err, errlen);
 }
 
 int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls **out, char *err,
@@ -333,6 +343,17 @@ const char *rdzv_tls_server_name(const struct rdzv_tls *t)
 int rdzv_tls_cert_mode(const struct rdzv_tls *t)
 {
     return t->cert_mode;
+}
+
+int rdzv_tls_own_cred(const struct rdzv_tls *t, struct rdzv_cred *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!t->has_master)
+        return -ENOKEY;
+    out->kind = t->job_scope[0] != '\0' ? RDZV_CRED_JOB : RDZV_CRED_SERVER;
+    memcpy(out->scope, t->job_scope, sizeof(out->scope));
+    memcpy(out->key, t->master, sizeof(out->key));
+    return 0;
 }
 
 const unsigned char *rdzv_tls_master(const struct rdzv_tls *t)

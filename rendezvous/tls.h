@@ -2,8 +2,9 @@
  *  - token (pre-shared key): a client's credential (cred.h: the server's secret, or a job,
  *    worker or observer credential derived from it) is the PSK, its kind and scope the PSK
  *    identity; the server derives the key of the identity from its secret. ECDHE-PSK suites
- *    only, so a passive observer learns nothing and a peer without the key cannot finish the
- *    handshake;
+ *    (forward secrecy) unless a client asks for plain PSK ones (no public-key work: for
+ *    rendezvous of thousands of nodes); either way a passive observer learns nothing and a peer
+ *    without the key cannot finish the handshake;
  *  - certificates: --tls-cert/--tls-key/--tls-ca, peer verification required on both sides
  *    (the server verifies client certificates), host name checked by clients.
  * One struct rdzv_tls (an mbedtls_ssl_config with its DRBG and keys) is shared by all the
@@ -15,15 +16,17 @@
 #include <stddef.h>
 
 struct rdzv_tls_opts {
-    const char *token;       /* token (PSK) mode when set and cert_file is NULL. Client: a
-                                credential's string form (cred.h). Server: its secret, also in
-                                certificate mode (where workers still use PSK); NULL there = a
-                                random one */
-    const char *cert_file;   /* certificate mode: this side's certificate chain (PEM) */
-    const char *key_file;    /* its private key (PEM) */
-    const char *ca_file;     /* the CA that signs the peers' certificates (PEM) */
-    const char *server_name; /* client, certificate mode: the name the server's certificate
-                                must carry (the host of --rdzv-endpoint) */
+    const char *token;           /* token (PSK) mode when set and cert_file is NULL. Client: a
+                                    credential's string form (cred.h). Server: its secret, also in
+                                    certificate mode (where workers still use PSK); NULL there = a
+                                    random one */
+    const char *cert_file;       /* certificate mode: this side's certificate chain (PEM) */
+    const char *key_file;        /* its private key (PEM) */
+    const char *ca_file;         /* the CA that signs the peers' certificates (PEM) */
+    const char *server_name;     /* client, certificate mode: the name the server's certificate
+                                    must carry (the host of --rdzv-endpoint) */
+    int no_forward_secrecy;      /* client, token mode: offer plain PSK suites only */
+    int require_forward_secrecy; /* server: refuse plain PSK suites */
 };
 
 struct rdzv_tls;
@@ -63,13 +66,19 @@ const char *rdzv_tls_server_name(const struct rdzv_tls *t);
 /* 1 in certificate mode. */
 int rdzv_tls_cert_mode(const struct rdzv_tls *t);
 
+/* Server: the credential its own key is (what a peer proving that key holds): a server secret,
+ * or for a server keyed by a job credential that job credential. For the in-process channel of
+ * the agent that hosts the server (server.h rdzv_server_connect_local). Returns 0, or -ENOKEY
+ * for a client or a server without a key. */
+struct rdzv_cred;
+int rdzv_tls_own_cred(const struct rdzv_tls *t, struct rdzv_cred *out);
+
 /* Server: the master key credentials derive from (cred.h); NULL for a client. Borrowed. */
 const unsigned char *rdzv_tls_master(const struct rdzv_tls *t);
 
 /* Server: called from inside a handshake (possibly on another thread than the loop, so it must
  * only store) with the credential that the peer's PSK identity names, once its key is set. */
 struct mbedtls_ssl_context;
-struct rdzv_cred;
 typedef void (*rdzv_tls_cred_sink_cb)(struct mbedtls_ssl_context *ssl, const struct rdzv_cred *c);
 void rdzv_tls_set_cred_sink(struct rdzv_tls *t, rdzv_tls_cred_sink_cb sink);
 

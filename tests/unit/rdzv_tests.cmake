@@ -5,7 +5,7 @@ if(NOT TARGET PkgConfig::CMOCKA)
   pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
 endif()
 
-foreach(name IN ITEMS message job server handler kv http limits tls hslimit flood cred)
+foreach(name IN ITEMS message job server handler kv http limits tls hslimit flood cred local)
   add_executable(test_rdzv_${name} ${CMAKE_CURRENT_LIST_DIR}/test_rdzv_${name}.c)
   target_link_libraries(test_rdzv_${name} PRIVATE muster_rdzv PkgConfig::CMOCKA)
   target_include_directories(test_rdzv_${name} PRIVATE ${PROJECT_SOURCE_DIR}/rendezvous)

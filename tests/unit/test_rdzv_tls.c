@@ -347,6 +347,113 @@ static void test_large_frames(void **state)
     assert_true(fx->cli.conn.bytes_in > 20u * RDZV_VALUE_MAX);
 }
 
+/* One frame there and back; returns when the echo is in. */
+static int echo_in(struct fixture *fx)
+{
+    return fx->cli.msgs >= fx->srv.msgs && fx->srv.msgs > 0 && fx->cli.last.u.kv.req_id == 77;
+}
+
+static void echo_one(struct fixture *fx, uint32_t len, uint8_t seed)
+{
+    static struct rdzv_msg m;
+    int before = fx->cli.msgs;
+
+    memset(&m, 0, sizeof(m));
+    m.type = RDZV_MSG_KV_PUT;
+    snprintf(m.u.kv.key, sizeof(m.u.kv.key), "k%u", len);
+    m.u.kv.value_len = len;
+    for (uint32_t j = 0; j < len; j++)
+        m.u.kv.value[j] = (uint8_t)(j * 7 + seed);
+    m.u.kv.req_id = 77;
+    fx->cli.last.u.kv.req_id = 0;
+    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
+    run_until(fx, echo_in);
+    assert_int_equal(fx->cli.msgs, before + 1);
+    assert_int_equal(fx->cli.last.u.kv.value_len, len);
+    assert_memory_equal(fx->cli.last.u.kv.value, m.u.kv.value, len);
+}
+
+/* Between records the pages inside mbedTLS's record buffers go back to the kernel (conn.c
+ * tls_trim): large and small records alternating in both directions still decrypt and
+ * authenticate (the sequence counters at the start of the buffers survive). */
+static void test_trimmed_buffers(void **state)
+{
+    struct fixture *fx = *state;
+
+    psk(fx, TOKEN, TOKEN);
+    start_both(fx);
+    fx->echo = 1;
+    echo_one(fx, 10, 1);
+    echo_one(fx, RDZV_VALUE_MAX, 2);
+    echo_one(fx, 10, 3);
+    echo_one(fx, 5000, 4);
+    echo_one(fx, RDZV_VALUE_MAX, 5);
+    echo_one(fx, 1, 6);
+    assert_int_equal(fx->cli.errors + fx->srv.errors, 0);
+}
+
+static void tls_pair(struct fixture *fx, struct rdzv_tls_opts *co, struct rdzv_tls_opts *so)
+{
+    char err[256];
+
+    assert_int_equal(rdzv_tls_new(co, 0, &fx->tc, err, sizeof(err)), 0);
+    assert_int_equal(rdzv_tls_new(so, 1, &fx->ts, err, sizeof(err)), 0);
+}
+
+/* A default client gets forward secrecy (ECDHE-PSK) from a default server. */
+static void test_suite_default_ecdhe(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_tls_opts co = {.token = TOKEN}, so = {.token = TOKEN};
+
+    tls_pair(fx, &co, &so);
+    start_both(fx);
+    fx->echo = 1;
+    echo_one(fx, 10, 1);
+    assert_non_null(strstr(rdzv_conn_tls_suite(&fx->cli.conn), "TLS-ECDHE-PSK-WITH-"));
+    assert_string_equal(rdzv_conn_tls_suite(&fx->cli.conn), rdzv_conn_tls_suite(&fx->srv.conn));
+}
+
+/* forward_secrecy=0: plain PSK, the same authentication, no key exchange. */
+static void test_suite_plain_psk(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_tls_opts co = {.token = TOKEN, .no_forward_secrecy = 1}, so = {.token = TOKEN};
+
+    tls_pair(fx, &co, &so);
+    start_both(fx);
+    fx->echo = 1;
+    echo_one(fx, 10, 1);
+    assert_non_null(strstr(rdzv_conn_tls_suite(&fx->srv.conn), "TLS-PSK-WITH-"));
+}
+
+/* ...and still needs the key: a plain-PSK client with the wrong token is refused. */
+static void test_suite_plain_psk_wrong_token(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_tls_opts co = {.token = "not-the-token", .no_forward_secrecy = 1};
+    struct rdzv_tls_opts so = {.token = TOKEN};
+
+    tls_pair(fx, &co, &so);
+    start_both(fx);
+    run_until(fx, both_err);
+    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+}
+
+/* A server that requires forward secrecy refuses a plain-PSK-only client. */
+static void test_suite_fs_required(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_tls_opts co = {.token = TOKEN, .no_forward_secrecy = 1};
+    struct rdzv_tls_opts so = {.token = TOKEN, .require_forward_secrecy = 1};
+
+    tls_pair(fx, &co, &so);
+    start_both(fx);
+    run_until(fx, both_err);
+    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    assert_true(fx->srv.reason[0] != '\0');
+}
+
 static void test_opts(void **state)
 {
     struct rdzv_tls_opts o = {0};
@@ -674,6 +781,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncated_handshake, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_frames, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trimmed_buffers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_suite_default_ecdhe, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_suite_plain_psk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_suite_plain_psk_wrong_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_suite_fs_required, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cert_good, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cert_other_ca, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cert_expired, setup, teardown),

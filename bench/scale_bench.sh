@@ -1,0 +1,71 @@
+#!/bin/bash
+# Rendezvous scaling (issue 14): simulated TLS agents (bench/loadgen) against one `muster server`
+# on this machine, from 100 to 10,000 agents; a fresh server per run.
+#
+#   bench/scale_bench.sh [SIZES...]          (default: 100 300 1000 3000 10000)
+#
+# Environment:
+#   MUSTER_BIN   muster binary (default <repo>/build/muster); BUILD_DIR its build folder
+#   MODES        "plain ecdhe" (default): plain = agents offer plain PSK only (--rdzv-conf
+#                forward_secrecy=0), ecdhe = ECDHE-PSK (the default, forward secrecy)
+#   ECDHE_MAX    largest size run in ecdhe mode (default 3000: 10,000 ECDHE handshakes on 2
+#                shared cores take minutes)
+#   PROCS        loadgen processes (default: the number of cores)
+#   JOBS_RUN     also run 1,000 jobs x 10 agents (default 1)
+#   TIMEOUT      loadgen's limit in s (default 300)
+# Per run one line: mode, agents, jobs, first connect -> last ASSIGN (ms), the server's peak
+# RSS (VmHWM, MB) and per agent (KB, above a server with no connection), and the server's CPU
+# time per join (user + system, /proc/PID/stat, µs).
+set -u
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+MUSTER_BIN=${MUSTER_BIN:-$SRC/build/muster}
+BUILD_DIR=${BUILD_DIR:-$(dirname "$MUSTER_BIN")}
+SIZES=${*:-100 300 1000 3000 10000}
+MODES=${MODES:-plain ecdhe}
+PROCS=${PROCS:-$(nproc)}
+W=$(mktemp -d "${TMPDIR:-/tmp}/muster-scale.XXXXXX")
+trap 'kill $SPID 2>/dev/null; rm -rf "$W"' EXIT
+SPID=
+ulimit -n "$(ulimit -Hn)" 2>/dev/null
+export MUSTER_TOKEN=${MUSTER_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
+${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -I "$SRC/common" -o "$W/loadgen" "$SRC/bench/loadgen.c" \
+    "$BUILD_DIR/rendezvous/libmuster_rdzv.a" "$BUILD_DIR/common/libmuster_common.a" \
+    -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash || exit 1
+
+# run MODE AGENTS JOBS
+run() {
+    local mode=$1 n=$2 jobs=$3 flag="" base out
+    [ "$mode" = plain ] && flag=-P
+    "$MUSTER_BIN" server --listen 127.0.0.1:0 2> "$W/srv.err" &
+    SPID=$!
+    for _ in $(seq 100); do grep -q 'server listening on' "$W/srv.err" && break; sleep 0.05; done
+    local port
+    port=$(sed -n 's/.*server listening on .*:\([0-9][0-9]*\).*/\1/p' "$W/srv.err" | head -1)
+    base=$(awk '/^VmRSS:/ {print $2}' "/proc/$SPID/status")
+    out=$("$W/loadgen" -e "127.0.0.1:$port" -n "$n" -j "$jobs" -T "$PROCS" $flag \
+        -t "${TIMEOUT:-300}" -p "$SPID" 2>&1 | tail -1)
+    kill -TERM "$SPID"; wait "$SPID" 2>/dev/null; SPID=
+    echo "$out" | awk -v m="$mode" -v n="$n" -v j="$jobs" -v base="$base" '
+        /agents=/ {
+            for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+            printf "%-6s agents=%-6d jobs=%-5d assign_all_ms=%-8s server_peak_mb=%-6.1f per_agent_kb=%-5.1f cpu_us_per_join=%s\n",
+                m, n, j, v["assign_all_ms"], v["server_vmhwm_kb"] / 1024,
+                (v["server_vmhwm_kb"] - base) / n, v["server_cpu_us_per_join"]
+            ok = 1
+        }
+        END { if (!ok) printf "%-6s agents=%-6d jobs=%-5d FAILED: %s\n", m, n, j, $0 }'
+}
+
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC') $(nproc) cores, $(uname -r), loadgen -T $PROCS; $(uptime | sed 's/.*load/load/')"
+for mode in $MODES; do
+    for n in $SIZES; do
+        [ "$mode" = ecdhe ] && [ "$n" -gt "${ECDHE_MAX:-3000}" ] && continue
+        run "$mode" "$n" 1
+    done
+done
+if [ "${JOBS_RUN:-1}" = 1 ]; then
+    for mode in $MODES; do
+        [ "$mode" = ecdhe ] && [ 10000 -gt "${ECDHE_MAX:-3000}" ] && continue
+        run "$mode" 10000 1000
+    done
+fi
