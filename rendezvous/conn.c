@@ -779,6 +779,9 @@ int rdzv_conn_start_tls(struct rdzv_conn *conn, struct rdzv_tls *tls, int is_ser
     struct rdzv_conn_tls *t;
     int ret;
 
+    ret = rdzv_tls_prepare(tls);
+    if (ret < 0)
+        return ret;
     t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;

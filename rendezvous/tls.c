@@ -33,6 +33,12 @@ struct rdzv_tls {
      * token): that job's agents prove the job key itself, and everything else derives from it */
     char job_scope[RDZV_ID_MAX + 1];
     rdzv_tls_cred_sink_cb cred_sink;
+    /* A token-mode server sets up mbedTLS (entropy, DRBG, the configuration) only when its
+     * first TLS connection comes (rdzv_tls_prepare): a standalone agent's own server may never
+     * see one (its agent uses the in-process channel), and that set-up was ~0.5 MB of the
+     * agent's resident memory (issue 14). */
+    int lazy;
+    int require_fs;
     unsigned refs; /* the owner's, plus one per server handshake step in the pool (conn.c) */
     struct rdzv_tls_steps steps;
 };
@@ -201,15 +207,19 @@ static int set_server_psk(struct rdzv_tls *t, const struct rdzv_tls_opts *o, cha
         return -EIO;
     }
     t->has_master = 1;
+    t->require_fs = o->require_forward_secrecy;
+    return 0;
+}
+
+/* The server's PSK side of the configuration: the callback and the suites. */
+static void conf_server_psk(struct rdzv_tls *t)
+{
     mbedtls_ssl_conf_psk_cb(&t->conf, psk_cb, t);
     if (t->cert_mode)
-        mbedtls_ssl_conf_ciphersuites(&t->conf, o->require_forward_secrecy
-                                                    ? cert_and_psk_fs_suites
-                                                    : cert_and_psk_any_suites);
+        mbedtls_ssl_conf_ciphersuites(&t->conf, t->require_fs ? cert_and_psk_fs_suites
+                                                              : cert_and_psk_any_suites);
     else
-        mbedtls_ssl_conf_ciphersuites(&t->conf,
-                                      o->require_forward_secrecy ? psk_fs_suites : psk_any_suites);
-    return 0;
+        mbedtls_ssl_conf_ciphersuites(&t->conf, t->require_fs ? psk_fs_suites : psk_any_suites);
 }
 
 static int check_opts(const struct rdzv_tls_opts *o, char *err, size_t errlen)
@@ -227,8 +237,8 @@ static int check_opts(const struct rdzv_tls_opts *o, char *err, size_t errlen)
     return 0;
 }
 
-static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_server, char *err,
-                 size_t errlen)
+/* The DRBG and the parts of the configuration every mode shares. */
+static int setup_conf(struct rdzv_tls *t, int is_server, char *err, size_t errlen)
 {
     static const char pers[] = "muster-rdzv-tls";
     int ret;
@@ -257,11 +267,26 @@ static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_serve
      * handshake cost ~9 ms of server CPU here, so that a burst of 1,000 connections could not
      * finish inside the 5 s handshake limit (bench/rdzv_bench.sh e). */
     mbedtls_ssl_conf_curves(&t->conf, preferred_curves);
+    return 0;
+}
+
+static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_server, char *err,
+                 size_t errlen)
+{
+    int ret;
+
+    if (is_server && o->cert_file == NULL) {
+        t->lazy = 1; /* rdzv_tls_prepare does the rest */
+        return set_server_psk(t, o, err, errlen);
+    }
+    ret = setup_conf(t, is_server, err, errlen);
+    if (ret < 0)
+        return ret;
     if (o->cert_file != NULL) {
         t->cert_mode = 1;
         ret = load_certs(t, o, err, errlen);
-        if (ret == 0 && is_server)
-            ret = set_server_psk(t, o, err, errlen);
+        if (ret == 0 && is_server && (ret = set_server_psk(t, o, err, errlen)) == 0)
+            conf_server_psk(t);
         if (ret == 0 && !is_server && o->server_name != NULL) {
             t->server_name = strdup(o->server_name);
             if (t->server_name == NULL)
@@ -269,9 +294,24 @@ static int setup(struct rdzv_tls *t, const struct rdzv_tls_opts *o, int is_serve
         }
         return ret;
     }
-    if (is_server)
-        return set_server_psk(t, o, err, errlen);
     return set_client_psk(t, o, err, errlen);
+}
+
+int rdzv_tls_prepare(struct rdzv_tls *t)
+{
+    char err[160];
+    int ret;
+
+    if (!t->lazy)
+        return 0;
+    ret = setup_conf(t, 1, err, sizeof(err));
+    if (ret < 0) {
+        fprintf(stderr, "muster: server: TLS setup failed: %s\n", err);
+        return ret;
+    }
+    conf_server_psk(t);
+    t->lazy = 0;
+    return 0;
 }
 
 int rdzv_tls_new(const struct rdzv_tls_opts *o, int is_server, struct rdzv_tls **out, char *err,

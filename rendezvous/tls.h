@@ -56,6 +56,12 @@ struct rdzv_tls_steps *rdzv_tls_steps(struct rdzv_tls *t);
  * take and drop them on one thread (the loop's). */
 void rdzv_tls_hold(struct rdzv_tls *t);
 
+/* Finishes a token-mode server's configuration, deferred by rdzv_tls_new until a connection
+ * needs it (entropy, DRBG, mbedTLS configuration); a no-op afterwards and for every other kind.
+ * Loop thread only (conn.c calls it before each connection's set-up). Returns 0, or -EIO/-ENOMEM
+ * after one line on stderr. */
+int rdzv_tls_prepare(struct rdzv_tls *t);
+
 /* For conn.c (and libmuster), which set up one mbedtls_ssl_context per connection: the shared
  * configuration (borrowed, lives as long as t), and the name a client in certificate mode must
  * check with mbedtls_ssl_set_hostname (NULL for a server or in token mode). */
