@@ -24,6 +24,7 @@
 #include "group.h"
 #include "harness.h"
 #include "proctree.h"
+#include "spawn.h"
 
 #define WATCHDOG_MS 20000
 #define NW 3
@@ -196,6 +197,35 @@ static void test_output_prefixed(void **state)
     assert_int_equal(fx->g->workers[0].exit_status, 1);
 }
 
+/* A worker whose child keeps its stdout open is reaped before its pipe ends: what it wrote is
+ * read at the exit (drained), not lost. */
+static void test_output_drained_at_exit(void **state)
+{
+    struct fixture *fx = *state;
+
+    assert_int_equal(spawn_sh(fx, 0, 4, "sleep 30 & echo last-words; exit 5"), 0);
+    HARNESS_RUN_UNTIL(&fx->h, fx->exits == 1);
+    assert_int_equal(fx->g->workers[0].exit_status, 5);
+    assert_false(fx->g->workers[0].pipe_open[0]); /* closed at the exit, the sleeper aside */
+    assert_true(console_has(fx, "[rank4]: last-words\n"));
+}
+
+/* A binding that cannot be applied (a CPU this host lacks) does not stop the worker. */
+static void test_bind_failure_not_fatal(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_spawn_bind b = {.mem_node = -1};
+    char *argv[] = {"/bin/sh", "-c", "exit 0", NULL};
+
+    CPU_ZERO(&b.cpus);
+    CPU_SET(CPU_SETSIZE - 1, &b.cpus);
+    struct agent_worker_spec s = {
+        .argv = argv, .env = environ, .console = {-1, -1}, .file = {-1, -1}, .bind = &b};
+    assert_int_equal(agent_group_spawn(fx->g, 0, 0, &s), 0);
+    HARNESS_RUN_UNTIL(&fx->h, fx->all_exited == 1);
+    assert_int_equal(fx->g->workers[0].exit_status, 0);
+}
+
 /* No console: the worker writes its log file itself, unprefixed; the file passes to it. */
 static void test_output_file(void **state)
 {
@@ -295,6 +325,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_kill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_prefixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output_drained_at_exit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind_failure_not_fatal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spawn_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_live, setup, teardown),
         cmocka_unit_test_setup_teardown(test_escaped_grandchild, setup, teardown),
