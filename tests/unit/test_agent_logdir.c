@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
 #include "logdir.h"
 
 struct fx {
@@ -32,9 +33,7 @@ static int setup(void **state)
     const char *t = getenv("TMPDIR");
     if (fx == NULL)
         return -1;
-    snprintf(fx->tmp, sizeof(fx->tmp), "/tmp/muster-logdir-test-XXXXXX");
-    if (mkdtemp(fx->tmp) == NULL)
-        return -1;
+    harness_mkdtemp(fx->tmp, sizeof(fx->tmp), "logdir");
     fx->had_tmpdir = t != NULL;
     if (t)
         snprintf(fx->old_tmpdir, sizeof(fx->old_tmpdir), "%s", t);
@@ -46,10 +45,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *fx = *state;
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->tmp);
-    if (system(cmd) != 0)
-        return -1;
+    harness_rmtree(fx->tmp);
     if (fx->had_tmpdir)
         setenv("TMPDIR", fx->old_tmpdir, 1);
     else
