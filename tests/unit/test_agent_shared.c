@@ -192,22 +192,30 @@ static int run_teardown(void **state)
     return 0;
 }
 
-static int run(const char *script, unsigned max_restarts, const char *log_dir)
+/* 1 GPU, 2 tasks of argv, nothing shown on the console. */
+static struct agent_shared_options run_opts(char **argv, unsigned max_restarts, const char *log_dir)
 {
     static unsigned char zero[2];
+
+    return (struct agent_shared_options){.run_id = "unit",
+                                         .argv = argv,
+                                         .gpu_ids = ids01,
+                                         .ngpus = 1,
+                                         .per_gpu = 2,
+                                         .mem_fraction = 1.0,
+                                         .max_restarts = max_restarts,
+                                         .shutdown_timeout_ms = 5000,
+                                         .log_dir = log_dir,
+                                         .redirect = zero,
+                                         .tee = zero,
+                                         .shown = zero};
+}
+
+static int run(const char *script, unsigned max_restarts, const char *log_dir)
+{
     char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
-    struct agent_shared_options o = {.run_id = "unit",
-                                     .argv = argv,
-                                     .gpu_ids = ids01,
-                                     .ngpus = 1,
-                                     .per_gpu = 2,
-                                     .mem_fraction = 1.0,
-                                     .max_restarts = max_restarts,
-                                     .shutdown_timeout_ms = 5000,
-                                     .log_dir = log_dir,
-                                     .redirect = zero,
-                                     .tee = zero,
-                                     .shown = zero};
+    struct agent_shared_options o = run_opts(argv, max_restarts, log_dir);
+
     return agent_shared_run(&o);
 }
 
@@ -262,19 +270,8 @@ static void test_run_signalled_task(void **state)
 /* A program that cannot be executed counts as exit code 127, restarts included. */
 static void test_run_cannot_execute(void **state)
 {
-    static unsigned char zero[2];
     char *argv[] = {"/nonexistent/train", NULL};
-    struct agent_shared_options o = {.run_id = "unit",
-                                     .argv = argv,
-                                     .gpu_ids = ids01,
-                                     .ngpus = 1,
-                                     .per_gpu = 2,
-                                     .mem_fraction = 1.0,
-                                     .max_restarts = 1,
-                                     .shutdown_timeout_ms = 1000,
-                                     .redirect = zero,
-                                     .tee = zero,
-                                     .shown = zero};
+    struct agent_shared_options o = run_opts(argv, 1, NULL);
 
     assert_int_equal(agent_shared_run(&o), 127);
     o.ngpus = 0; /* no task at all: a usage error */
