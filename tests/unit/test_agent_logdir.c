@@ -182,6 +182,33 @@ static void test_errors(void **state)
     assert_int_equal(agent_logdir_open(&d, file, "job", 0, err, sizeof(err)), -ENOTDIR);
     assert_non_null(strstr(err, "refusing --log-dir"));
     assert_non_null(strstr(err, "not a directory"));
+
+    memset(longid, 'x', sizeof(longid) - 1);
+    longid[sizeof(longid) - 1] = '\0';
+    /* longer than a run id may be (common/ids.h) */
+    assert_int_equal(agent_logdir_open(&d, fx->tmp, longid, 0, err, sizeof(err)), -EINVAL);
+    assert_int_equal(agent_logdir_open(&d, fx->tmp, "../escape", 0, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "invalid run id"));
+}
+
+/* Every fresh name taken (RUN_ID and RUN_ID.1 to .999): refused with a line that says so,
+ * not a silent overwrite. */
+static void test_run_dirs_exhausted(void **state)
+{
+    struct fx *fx = *state;
+    struct agent_logdir d;
+    char logs[PATH_MAX], path[PATH_MAX + 32], err[PATH_MAX + 256];
+
+    snprintf(logs, sizeof(logs), "%s/logs", fx->tmp);
+    assert_int_equal(mkdir(logs, 0755), 0);
+    snprintf(path, sizeof(path), "%s/r", logs);
+    assert_int_equal(mkdir(path, 0755), 0);
+    for (int n = 1; n < 1000; n++) {
+        snprintf(path, sizeof(path), "%s/r.%d", logs, n);
+        assert_int_equal(mkdir(path, 0755), 0);
+    }
+    assert_int_equal(agent_logdir_open(&d, logs, "r", 0, err, sizeof(err)), -EEXIST);
+    assert_non_null(strstr(err, "r.1 to .999 all exist"));
 }
 
 int main(void)
