@@ -206,11 +206,11 @@ static void reaper_after_kill(const char *mode)
     int pfd = (int)syscall(SYS_pidfd_open, worker, 0);
     assert_true(pfd >= 0);
     struct pollfd p = {.fd = pfd, .events = POLLIN};
-    assert_int_equal(poll(&p, 1, 10000), 1); /* it ended: not 60 s later */
+    /* it ended, not 60 s later (whose child it is when it ends depends on who dies first: no
+     * waitpid on it here) */
+    assert_int_equal(poll(&p, 1, 10000), 1);
     close(pfd);
-    assert_int_equal(waitpid(worker, &status, 0), worker);
-    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    /* the reaper, orphaned too, exits once done */
+    /* what was reparented here by now (the sleeper, the orphaned reaper once done) */
     while (waitpid(-1, NULL, WNOHANG) > 0)
         ;
 }
