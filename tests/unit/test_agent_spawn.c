@@ -103,7 +103,9 @@ static void test_child_state(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
     assert_non_null(strstr(out, "pdeathsig=9 "));
     assert_non_null(strstr(out, " session=1 group=1 "));
-    assert_non_null(strstr(out, " blocked=0 ignored=0 handled=0 "));
+    /* (caught signals are reset by exec anyway: the report's own count is what the program
+     * installed itself, e.g. AddressSanitizer's handlers) */
+    assert_non_null(strstr(out, " blocked=0 ignored=0 "));
     /* the parent's own mask is back as it was (SIGUSR1 still blocked, nothing more) */
     assert_int_equal(sigismember(&after, SIGUSR1), 1);
     assert_int_equal(sigismember(&after, SIGCHLD), sigismember(&before, SIGCHLD));
