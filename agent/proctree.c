@@ -610,6 +610,8 @@ static void scan_kill(const struct agent_proctree_group *t)
     for (int pass = 0; pass < 3; pass++) {
         int hits = 0;
         scan_tree(&s);
+        if (s.n == 0) /* nothing below us: qsort(NULL, 0) is undefined (UBSan aborts) */
+            break;
         qsort(s.v, s.n, sizeof(*s.v), by_pid);
         for (size_t i = 0; i < s.n; i++)
             if (s.v[i].state != 'Z' && is_target(&s, &s.v[i], t, self)) {

@@ -294,8 +294,7 @@ ch_run() {
     for k in 1 2 3; do
         local pid=${CH_APID[$k]} left=$(( deadline - $(date +%s) ))
         [ "$left" -gt 30 ] || left=30
-        _ch_gone() { ! kill -0 "$pid" 2>/dev/null || [ "$(awk '/^State:/ {print $2}' /proc/"$pid"/status 2>/dev/null)" = Z ]; }
-        wait_for "$left" _ch_gone || ch_fail "agent on host $k (pid $pid) still running at the wall-time cap"
+        wait_for "$left" pid_gone "$pid" || ch_fail "agent on host $k (pid $pid) still running at the wall-time cap"
         RC=0
         wait "$pid" || RC=$?
         [ "$RC" = 0 ] || ch_fail "agent on host $k (pid $pid, $CH_PHASE-a$k.${CH_GEN[$k]}) exited $RC, expected 0"

@@ -34,24 +34,16 @@ need_torch() {
 # ft_run [VAR=VALUE...] -- RUN-ARGS...: `muster run RUN-ARGS` in the foreground (see mrun) with
 # Debian's Python and without the caller's SLURM_*/PET_* variables.
 ft_run() {
-    local assigns=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        assigns+=("$1")
-        shift
-    done
-    [ "${1:-}" = "--" ] && shift
-    mrun "${FT_CLEAN_ENV[@]}" PYTHON_EXEC="$TORCH_PY" ${assigns[@]+"${assigns[@]}"} -- run "$@"
+    split_assigns "$@"
+    mrun "${FT_CLEAN_ENV[@]}" PYTHON_EXEC="$TORCH_PY" ${IT_ASSIGNS[@]+"${IT_ASSIGNS[@]}"} \
+        -- run ${IT_ARGS[@]+"${IT_ARGS[@]}"}
 }
 
 # ft_run_bg: the same in the background (see mrun_bg; sets MPID).
 ft_run_bg() {
-    local assigns=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        assigns+=("$1")
-        shift
-    done
-    [ "${1:-}" = "--" ] && shift
-    mrun_bg "${FT_CLEAN_ENV[@]}" PYTHON_EXEC="$TORCH_PY" ${assigns[@]+"${assigns[@]}"} -- run "$@"
+    split_assigns "$@"
+    mrun_bg "${FT_CLEAN_ENV[@]}" PYTHON_EXEC="$TORCH_PY" ${IT_ASSIGNS[@]+"${IT_ASSIGNS[@]}"} \
+        -- run ${IT_ARGS[@]+"${IT_ARGS[@]}"}
 }
 
 # params_of FILE: the params hash of rank 0's `done:` line in FILE (muster's stdout).

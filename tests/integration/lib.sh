@@ -173,16 +173,30 @@ files_at_least() {
     [ "$c" -ge "$n" ]
 }
 
+# split_assigns [VAR=VALUE...] [--] ARGS...: what mrun, mrun_bg and the helpers built on them
+# (ft_run, agent) take apart: IT_ASSIGNS gets the assignments before "--", IT_ARGS the rest.
+split_assigns() {
+    IT_ASSIGNS=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        IT_ASSIGNS+=("$1")
+        shift
+    done
+    [ "${1:-}" = "--" ] && shift
+    IT_ARGS=("$@")
+}
+
+# pid_gone PID: PID has exited (gone, or a zombie not reaped yet).
+pid_gone() {
+    ! kill -0 "$1" 2>/dev/null || [ "$(awk '/^State:/ {print $2}' /proc/"$1"/status 2>/dev/null)" = Z ]
+}
+
 # mrun [VAR=VALUE...] -- ARGS...: runs `muster ARGS` in the foreground with the marker in its
 # environment, a hard timeout (IT_TIMEOUT, default 120 s) and extra environment assignments.
 # Sets RC, and leaves stdout/stderr in $T/out and $T/err (or $OUTF/$ERRF if set).
 mrun() {
-    local assigns=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        assigns+=("$1")
-        shift
-    done
-    [ "${1:-}" = "--" ] && shift
+    split_assigns "$@"
+    local assigns=(${IT_ASSIGNS[@]+"${IT_ASSIGNS[@]}"})
+    set -- ${IT_ARGS[@]+"${IT_ARGS[@]}"}
     local out=${OUTF:-$T/out} err=${ERRF:-$T/err}
     RC=0
     env ${assigns[@]+"${assigns[@]}"} MUSTER_IT_MARK="$MARK" \
@@ -198,12 +212,9 @@ mrun() {
 # SIGINT/SIGQUIT dispositions (a non-interactive shell would make background jobs ignore them)
 # and sets MPID to muster's own pid (no wrapper in between), output in $OUTF/$ERRF or $T/out,err.
 mrun_bg() {
-    local assigns=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        assigns+=("$1")
-        shift
-    done
-    [ "${1:-}" = "--" ] && shift
+    split_assigns "$@"
+    local assigns=(${IT_ASSIGNS[@]+"${IT_ASSIGNS[@]}"})
+    set -- ${IT_ARGS[@]+"${IT_ARGS[@]}"}
     local out=${OUTF:-$T/out} err=${ERRF:-$T/err}
     env --default-signal=INT,QUIT,TERM ${assigns[@]+"${assigns[@]}"} MUSTER_IT_MARK="$MARK" \
         "$MUSTER_BIN" "$@" > "$out" 2> "$err" &
@@ -215,8 +226,7 @@ mrun_bg() {
 # test when it is still running after TIMEOUT_S.
 wait_rc() {
     local pid=$1 timeout=$2
-    _gone() { ! kill -0 "$pid" 2>/dev/null || [ "$(awk '/^State:/ {print $2}' /proc/"$pid"/status 2>/dev/null)" = Z ]; }
-    if ! wait_for "$timeout" _gone; then
+    if ! wait_for "$timeout" pid_gone "$pid"; then
         fail "pid $pid (muster) still running after ${timeout}s"
     fi
     RC=0

@@ -62,13 +62,9 @@ start_server() {
 agent() {
     local name=$1
     shift
-    local assigns=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        assigns+=("$1")
-        shift
-    done
-    [ "${1:-}" = "--" ] && shift
-    OUTF=$T/$name.out ERRF=$T/$name.err mrun_bg ${assigns[@]+"${assigns[@]}"} -- run "$@"
+    split_assigns "$@"
+    OUTF=$T/$name.out ERRF=$T/$name.err mrun_bg ${IT_ASSIGNS[@]+"${IT_ASSIGNS[@]}"} \
+        -- run ${IT_ARGS[@]+"${IT_ARGS[@]}"}
     APID[$name]=$MPID
 }
 
@@ -76,13 +72,30 @@ agent() {
 # showing the agent's stderr).
 agent_wait() {
     local name=$1 timeout=$2 pid=${APID[$1]}
-    _agent_gone() { ! kill -0 "$pid" 2>/dev/null || [ "$(awk '/^State:/ {print $2}' /proc/"$pid"/status 2>/dev/null)" = Z ]; }
-    if ! wait_for "$timeout" _agent_gone; then
+    if ! wait_for "$timeout" pid_gone "$pid"; then
         show_agent "$name"
         fail "agent $name still running after ${timeout}s"
     fi
     RC=0
     wait "$pid" || RC=$?
+}
+
+# survivors_stopped T0_NS TIMEOUT_S WHAT RANKS...: waits until each rank's round-0 worker
+# (worker.sh hold) wrote its stop time into $T/w/stop.RANK.0, failing the test after TIMEOUT_S
+# ("... not stopped within TIMEOUT_S s WHAT"); sets WORST_MS to the latest stop, in ms after
+# T0_NS (a `date +%s%N`).
+survivors_stopped() {
+    local t0=$1 timeout=$2 what=$3 r d
+    shift 3
+    for r in "$@"; do
+        wait_for "$timeout" test -s "$T/w/stop.$r.0" ||
+            { show_all; fail "survivor rank $r not stopped within $timeout s $what"; }
+    done
+    WORST_MS=0
+    for r in "$@"; do
+        d=$(( ($(cat "$T/w/stop.$r.0") - t0) / 1000000 ))
+        [ $d -gt $WORST_MS ] && WORST_MS=$d
+    done
 }
 
 show_agent() {

@@ -168,6 +168,17 @@ ns_bg() {
     fi
 }
 
+# ns_server K PORT: `muster server` listening on host K's address (in the background, named
+# "server" as ns_bg names it); sets SPID and SERR. Fails the test when it does not listen
+# within 10 s. Needs lib.sh (wait_for, fail) and MUSTER_BIN.
+ns_server() {
+    ns_bg "$1" server -- "$MUSTER_BIN" server --listen "${HOST_ADDR[$1]}:$2"
+    SPID=$MPID
+    SERR=$T/server.err
+    wait_for 10 grep -q 'server listening on' "$SERR" ||
+        { cat "$SERR" >&2; fail "muster server in host $1 did not start listening"; }
+}
+
 # ns_cut K / ns_restore K: take host K off the network and back. The bridge-side end of its
 # veth goes down, so the host's eth0 loses carrier: no FIN, no RST, packets are just lost,
 # which is what a pulled cable or a dead switch port looks like to the others.

@@ -31,14 +31,8 @@ expect_eq "survivor ranks" 3 "$(echo $surv | wc -w)"
 
 t_kill=$(date +%s%N)
 kill -9 "${APID[a3]}"
-for r in $surv; do
-    wait_for 10 test -s "$T/w/stop.$r.0" || { show_all; fail "survivor rank $r was not stopped within 10 s of the kill"; }
-done
-worst=0
-for r in $surv; do
-    d=$(( ($(cat "$T/w/stop.$r.0") - t_kill) / 1000000 ))
-    [ $d -gt $worst ] && worst=$d
-done
+survivors_stopped "$t_kill" 10 "of the kill" $surv
+worst=$WORST_MS
 note "kill -9 of an agent -> last survivor worker stopped: ${worst} ms"
 [ "$worst" -lt 1000 ] || fail "survivors' workers were stopped ${worst} ms after the kill (limit 1000 ms)"
 

@@ -14,10 +14,7 @@ ns_setup 4
 JOB=nscut-$$
 P=29400
 mkdir -p "$T/w"
-ns_bg 4 server -- "$MUSTER_BIN" server --listen ${HOST_ADDR[4]}:$P
-SPID=$MPID
-SERR=$T/server.err
-wait_for 10 grep -q 'server listening on' "$SERR" || { cat "$SERR" >&2; fail "muster server in host 4 did not start listening"; }
+ns_server 4 $P
 for k in 1 2 3; do
     ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 2:3 --nproc-per-node 1 \
         --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --local-addr ${HOST_ADDR[$k]} \
@@ -33,14 +30,8 @@ for r in 0 1 2; do
 done
 t_cut=$(date +%s%N)
 ns_cut 3
-for r in $surv; do
-    wait_for 15 test -s "$T/w/stop.$r.0" || { show_all; fail "survivor rank $r not stopped within 15 s of the cut"; }
-done
-worst=0
-for r in $surv; do
-    d=$(( ($(cat "$T/w/stop.$r.0") - t_cut) / 1000000 ))
-    [ $d -gt $worst ] && worst=$d
-done
+survivors_stopped "$t_cut" 15 "of the cut" $surv
+worst=$WORST_MS
 note "host cut -> last survivor worker stopped: ${worst} ms (heartbeat_timeout ${HB} s)"
 [ "$worst" -le $((HB * 1000 + 1000)) ] || fail "cut detected after ${worst} ms (heartbeat_timeout ${HB} s + 1 s allowed)"
 wait_for 20 files_at_least 2 "$T/w/ready.*.1" || { show_all; fail "round 1 with the 2 remaining hosts did not start"; }

@@ -12,10 +12,7 @@ ns_setup 4
 JOB=nscutw-$$
 P=29400
 mkdir -p "$T/w"
-ns_bg 4 server -- "$MUSTER_BIN" server --listen ${HOST_ADDR[4]}:$P
-SPID=$MPID
-SERR=$T/server.err
-wait_for 10 grep -q 'server listening on' "$SERR" || { cat "$SERR" >&2; fail "muster server in host 4 did not start listening"; }
+ns_server 4 $P
 CONF=join_timeout=30,last_call_timeout=0.5,heartbeat_timeout=$HB,keep_alive_interval=0.5
 for k in 1 2 3; do
     ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
@@ -28,10 +25,9 @@ surv=""
 for r in 0 1 2; do
     [ "$(envval "$T/w/env.$r.0" HOSTNO)" != 3 ] && surv="$surv $r"
 done
+t_cut=$(date +%s%N)
 ns_cut 3
-for r in $surv; do
-    wait_for 15 test -s "$T/w/stop.$r.0" || { show_all; fail "survivor rank $r not stopped within 15 s of the cut"; }
-done
+survivors_stopped "$t_cut" 15 "of the cut" $surv
 wait_for 10 grep -q "rendezvous $JOB: 2/3 nodes" "$T/a1.err" "$T/a2.err" \
     || { show_all; fail "the survivors do not show 'rendezvous $JOB: 2/3 nodes' while waiting"; }
 sleep 2

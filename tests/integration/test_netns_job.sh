@@ -35,11 +35,7 @@ done
 
 # part 2: a separate server in host 4
 rm -f "$T/w"/*
-ns_bg 4 server -- "$MUSTER_BIN" server --listen ${HOST_ADDR[4]}:$P
-SPID=$MPID
-SERR=$T/server.err
-wait_for 10 grep -q 'server listening on' "$T/server.err" \
-    || { cat "$T/server.err" >&2; fail "muster server in host 4 did not start listening"; }
+ns_server 4 $P
 for k in 1 2 3; do
     ns_bg $k b$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
         --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB-2 --rdzv-conf join_timeout=30 \

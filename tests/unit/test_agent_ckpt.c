@@ -16,6 +16,7 @@
 #include <cmocka.h>
 #include <xxhash.h>
 
+#include "harness.h"
 #include "ckpt.h"
 
 struct fx {
@@ -30,9 +31,7 @@ static int setup(void **state)
     struct fx *fx = calloc(1, sizeof(*fx));
     if (fx == NULL)
         return -1;
-    snprintf(fx->dir, sizeof(fx->dir), "/tmp/muster-ckpt-test-XXXXXX");
-    if (mkdtemp(fx->dir) == NULL)
-        return -1;
+    harness_mkdtemp(fx->dir, sizeof(fx->dir), "ckpt");
     agent_ckpt_registry_init(&fx->reg);
     *state = fx;
     return 0;
@@ -41,12 +40,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *fx = *state;
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->dir);
     agent_ckpt_registry_close(&fx->reg);
-    int rc = system(cmd);
+    harness_rmtree(fx->dir);
     free(fx);
-    return rc == 0 ? 0 : -1;
+    return 0;
 }
 
 static void log_cb(void *arg, const char *line)

@@ -352,6 +352,36 @@ static void test_merge_full_worker_env(void **state)
     assert_int_equal(fx->merged.len, 20 + 2);
 }
 
+/* The rendezvous endpoint (libmuster) and the fault-tolerance variables: exported when given,
+ * absent when NULL or "". */
+static void test_endpoint_and_ft_variables(void **state)
+{
+    struct fx *fx = *state;
+
+    fx->w.endpoint = "[::1]:29400";
+    fx->w.token = NULL;
+    fx->w.round = 7;
+    fx->w.checkpoint_dir = "/ck";
+    fx->w.resume_from = "/ck/ckpt_5.pt";
+    fx->w.heartbeat_file = "/hb/heartbeat_2_1";
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, NULL), 0);
+    assert_var(&fx->env, "MUSTER_ENDPOINT", "[::1]:29400");
+    assert_var(&fx->env, "MUSTER_ROUND", "7");
+    assert_var(&fx->env, "MUSTER_TOKEN", "");
+    assert_var(&fx->env, "MUSTER_CHECKPOINT_DIR", "/ck");
+    assert_var(&fx->env, "MUSTER_RESUME_FROM", "/ck/ckpt_5.pt");
+    assert_var(&fx->env, "MUSTER_HEARTBEAT_FILE", "/hb/heartbeat_2_1");
+    fx->w.endpoint = NULL;
+    fx->w.resume_from = "";
+    agent_env_free(&fx->env);
+    agent_env_init(&fx->env);
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, NULL), 0);
+    assert_null(agent_env_get(&fx->env, "MUSTER_ENDPOINT"));
+    assert_null(agent_env_get(&fx->env, "MUSTER_TOKEN"));
+    assert_null(agent_env_get(&fx->env, "MUSTER_RESUME_FROM"));
+    assert_var(&fx->env, "MUSTER_CHECKPOINT_DIR", "/ck");
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -369,6 +399,7 @@ int main(void)
         T(test_merge),
         T(test_merge_edge_cases),
         T(test_merge_full_worker_env),
+        T(test_endpoint_and_ft_variables),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

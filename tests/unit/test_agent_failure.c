@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
 #include "failure.h"
 
 struct fx {
@@ -28,11 +29,7 @@ static int setup(void **state)
     struct fx *fx = calloc(1, sizeof(*fx));
     if (fx == NULL)
         return -1;
-    snprintf(fx->dir, sizeof(fx->dir), "/tmp/muster-failure-XXXXXX");
-    if (mkdtemp(fx->dir) == NULL) {
-        free(fx);
-        return -1;
-    }
+    harness_mkdtemp(fx->dir, sizeof(fx->dir), "failure");
     snprintf(fx->path, sizeof(fx->path), "%s/error.json", fx->dir);
     fx->f = (struct rdzv_failure){.round = 1,
                                   .rank = 1,

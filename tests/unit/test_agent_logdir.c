@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
 #include "logdir.h"
 
 struct fx {
@@ -32,9 +33,7 @@ static int setup(void **state)
     const char *t = getenv("TMPDIR");
     if (fx == NULL)
         return -1;
-    snprintf(fx->tmp, sizeof(fx->tmp), "/tmp/muster-logdir-test-XXXXXX");
-    if (mkdtemp(fx->tmp) == NULL)
-        return -1;
+    harness_mkdtemp(fx->tmp, sizeof(fx->tmp), "logdir");
     fx->had_tmpdir = t != NULL;
     if (t)
         snprintf(fx->old_tmpdir, sizeof(fx->old_tmpdir), "%s", t);
@@ -46,10 +45,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *fx = *state;
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->tmp);
-    if (system(cmd) != 0)
-        return -1;
+    harness_rmtree(fx->tmp);
     if (fx->had_tmpdir)
         setenv("TMPDIR", fx->old_tmpdir, 1);
     else
@@ -195,6 +191,26 @@ static void test_errors(void **state)
     assert_non_null(strstr(err, "invalid run id"));
 }
 
+/* Every fresh name taken (RUN_ID and RUN_ID.1 to .999): refused with a line that says so,
+ * not a silent overwrite. */
+static void test_run_dirs_exhausted(void **state)
+{
+    struct fx *fx = *state;
+    struct agent_logdir d;
+    char logs[PATH_MAX], path[PATH_MAX + 32], err[PATH_MAX + 256];
+
+    snprintf(logs, sizeof(logs), "%s/logs", fx->tmp);
+    assert_int_equal(mkdir(logs, 0755), 0);
+    snprintf(path, sizeof(path), "%s/r", logs);
+    assert_int_equal(mkdir(path, 0755), 0);
+    for (int n = 1; n < 1000; n++) {
+        snprintf(path, sizeof(path), "%s/r.%d", logs, n);
+        assert_int_equal(mkdir(path, 0755), 0);
+    }
+    assert_int_equal(agent_logdir_open(&d, logs, "r", 0, err, sizeof(err)), -EEXIST);
+    assert_non_null(strstr(err, "r.1 to .999 all exist"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +220,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_private_with_files_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disabled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_dirs_exhausted, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

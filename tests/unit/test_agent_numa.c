@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
 #include "numa.h"
 
 struct fx {
@@ -83,9 +84,7 @@ static int setup(void **state)
     for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
         if (CPU_ISSET(c, &s))
             *(n++ ? &fx->b : &fx->a) = c;
-    snprintf(fx->root, sizeof(fx->root), "/tmp/muster-numa-XXXXXX");
-    if (mkdtemp(fx->root) == NULL)
-        return -1;
+    harness_mkdtemp(fx->root, sizeof(fx->root), "numa");
     *state = fx;
     return 0;
 }
@@ -93,11 +92,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *fx = *state;
-    char cmd[128];
     agent_numa_free(&fx->plan);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->root);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", fx->root);
+    harness_rmtree(fx->root);
     free(fx);
     return 0;
 }

@@ -1,5 +1,7 @@
-/* Unit tests for agent/shared.c (one task's environment) and agent/mps.c (the memory cap and
- * the variables a worker gets when MPS is on). */
+/* Unit tests for agent/shared.c (one task's environment, and whole runs of real /bin/sh tasks:
+ * success, a task that fails restarting alone, a program that cannot run, a stop signal) and
+ * agent/mps.c (the memory cap and the variables a worker gets when MPS is on; the daemon itself
+ * is test_agent_mps.c). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,9 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "agent.h"
+#include "harness.h"
 #include "mps.h"
 #include "shared.h"
 
@@ -170,6 +175,123 @@ static void test_mps_off_and_stop_zeroed(void **state)
     agent_mps_stop(&m);
 }
 
+/* --- agent_shared_run: 1 GPU, 2 tasks of `sh -c script` ----------------------------------- */
+static char run_tmp[128];
+
+static int run_setup(void **state)
+{
+    harness_mkdtemp(run_tmp, sizeof(run_tmp), "shared");
+    setenv("RUN_DIR", run_tmp, 1);
+    return 0;
+}
+
+static int run_teardown(void **state)
+{
+    unsetenv("RUN_DIR");
+    harness_rmtree(run_tmp);
+    return 0;
+}
+
+/* 1 GPU, 2 tasks of argv, nothing shown on the console. */
+static struct agent_shared_options run_opts(char **argv, unsigned max_restarts, const char *log_dir)
+{
+    static unsigned char zero[2];
+
+    return (struct agent_shared_options){.run_id = "unit",
+                                         .argv = argv,
+                                         .gpu_ids = ids01,
+                                         .ngpus = 1,
+                                         .per_gpu = 2,
+                                         .mem_fraction = 1.0,
+                                         .max_restarts = max_restarts,
+                                         .shutdown_timeout_ms = 5000,
+                                         .log_dir = log_dir,
+                                         .redirect = zero,
+                                         .tee = zero,
+                                         .shown = zero};
+}
+
+static int run(const char *script, unsigned max_restarts, const char *log_dir)
+{
+    char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
+    struct agent_shared_options o = run_opts(argv, max_restarts, log_dir);
+
+    return agent_shared_run(&o);
+}
+
+/* How many times task i ran (each run appends a line to $RUN_DIR/runs.i). */
+static int runs(int i)
+{
+    char path[256], text[256];
+    int n = 0;
+
+    snprintf(path, sizeof(path), "%s/runs.%d", run_tmp, i);
+    if (harness_read_file(path, text, sizeof(text)) < 0)
+        return 0;
+    for (char *p = text; *p; p++)
+        n += *p == '\n';
+    return n;
+}
+
+#define COUNT_RUN "echo x >> \"$RUN_DIR/runs.$MUSTER_TASK_INDEX\"; "
+
+static void test_run_all_succeed(void **state)
+{
+    assert_int_equal(run(COUNT_RUN "[ \"$MUSTER_TASK_COUNT\" = 2 ] && [ \"$RANK\" = 0 ]", 2, NULL),
+                     0);
+    assert_int_equal(runs(0), 1);
+    assert_int_equal(runs(1), 1);
+}
+
+/* Task 1 fails every time: it restarts alone until its restarts are spent, then its code is
+ * muster's; task 0 ran once. Its error file's message is read (log dir given). */
+static void test_run_failing_task_restarts_alone(void **state)
+{
+    char logs[256];
+
+    snprintf(logs, sizeof(logs), "%s/logs", run_tmp);
+    assert_int_equal(run(COUNT_RUN "[ \"$MUSTER_TASK_INDEX\" = 0 ] && exit 0; "
+                                   "echo '{\"message\": \"boom\"}' > \"$TORCHELASTIC_ERROR_FILE\"; "
+                                   "exit 3",
+                         2, logs),
+                     3);
+    assert_int_equal(runs(0), 1);
+    assert_int_equal(runs(1), 3); /* the first run and 2 restarts */
+}
+
+/* Killed by a signal: 128 + the signal, like a shell says it. */
+static void test_run_signalled_task(void **state)
+{
+    assert_int_equal(
+        run(COUNT_RUN "[ \"$MUSTER_TASK_INDEX\" = 1 ] && kill -KILL $$; exit 0", 0, NULL), 128 + 9);
+    assert_int_equal(runs(1), 1);
+}
+
+/* A program that cannot be executed counts as exit code 127, restarts included. */
+static void test_run_cannot_execute(void **state)
+{
+    char *argv[] = {"/nonexistent/train", NULL};
+    struct agent_shared_options o = run_opts(argv, 1, NULL);
+
+    assert_int_equal(agent_shared_run(&o), 127);
+    o.ngpus = 0; /* no task at all: a usage error */
+    assert_int_equal(agent_shared_run(&o), AGENT_EXIT_USAGE);
+}
+
+/* SIGTERM to muster (here: sent by a task to its parent) stops every task: 128 + 15, and a
+ * task ended by that signal is not restarted. */
+static void test_run_stop_signal(void **state)
+{
+    /* task 0 signals once task 1 runs too */
+    assert_int_equal(run(COUNT_RUN "if [ \"$MUSTER_TASK_INDEX\" = 0 ]; then "
+                                   "while [ ! -s \"$RUN_DIR/runs.1\" ]; do :; done; "
+                                   "kill -TERM $PPID; fi; exec sleep 30",
+                         3, NULL),
+                     128 + 15);
+    assert_int_equal(runs(0), 1);
+    assert_int_equal(runs(1), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +300,12 @@ int main(void)
         cmocka_unit_test(test_mps_limit),
         cmocka_unit_test(test_mps_worker_env),
         cmocka_unit_test(test_mps_off_and_stop_zeroed),
+        cmocka_unit_test_setup_teardown(test_run_all_succeed, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_failing_task_restarts_alone, run_setup,
+                                        run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_signalled_task, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_cannot_execute, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_stop_signal, run_setup, run_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
 #include "safefile.h"
 
 /* paths here are short fixture paths; a truncation would fail the comparison anyway */
@@ -26,14 +27,6 @@ struct fx {
     char tmp[PATH_MAX];    /* the fixture's own directory (0700, ours) */
     char victim[PATH_MAX]; /* a file that must never change */
 };
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
 
 static void assert_file(const char *path, const char *text)
 {
@@ -56,11 +49,9 @@ static int setup(void **state)
     struct fx *fx = calloc(1, sizeof(*fx));
     if (fx == NULL)
         return -1;
-    snprintf(fx->tmp, sizeof(fx->tmp), "/tmp/muster-safefile-test-XXXXXX");
-    if (mkdtemp(fx->tmp) == NULL)
-        return -1;
+    harness_mkdtemp(fx->tmp, sizeof(fx->tmp), "safefile");
     snprintf(fx->victim, sizeof(fx->victim), "%s/victim", fx->tmp);
-    write_file(fx->victim, "precious\n");
+    harness_write_file(fx->victim, "precious\n");
     *state = fx;
     return 0;
 }
@@ -68,11 +59,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *fx = *state;
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->tmp);
-    int rc = system(cmd);
+    harness_rmtree(fx->tmp);
     free(fx);
-    return rc == 0 ? 0 : -1;
+    return 0;
 }
 
 static void test_tmpdir(void **state)
@@ -306,7 +295,7 @@ static void test_file_planted(void **state)
 
     if (geteuid() == 0) { /* a file of someone else: replaced, theirs left alone */
         pathf(p, fx, "theirs.log");
-        write_file(p, "theirs\n");
+        harness_write_file(p, "theirs\n");
         assert_int_equal(chown(p, OTHER_UID, OTHER_UID), 0);
         int keep = open(p, O_RDONLY);
         assert_int_equal(mc_file_openat(dfd, "theirs.log", MC_FILE_TRUNC, 0644, &fd), 0);

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
 #include "config.h"
 #include "gpus.h"
 
@@ -80,9 +81,7 @@ static int group_setup(void **state)
     (void)state;
     const char *c = getenv("CUDA_VISIBLE_DEVICES");
     saved_cuda = c ? strdup(c) : NULL;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/muster-cfg-XXXXXX");
-    if (mkdtemp(tmpdir) == NULL)
-        return -1;
+    harness_mkdtemp(tmpdir, sizeof(tmpdir), "cfg");
     snprintf(script, sizeof(script), "%s/train.py", tmpdir);
     snprintf(subdir, sizeof(subdir), "%s/adir", tmpdir);
     snprintf(gpudir, sizeof(gpudir), "%s/gpus", tmpdir);

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
 #include "message.h"
 #include "token.h"
 
@@ -36,11 +37,7 @@ static int setup(void **state)
 
     if (fx == NULL)
         return -1;
-    snprintf(fx->dir, sizeof(fx->dir), "/tmp/muster-token-XXXXXX");
-    if (mkdtemp(fx->dir) == NULL) {
-        free(fx);
-        return -1;
-    }
+    harness_mkdtemp(fx->dir, sizeof(fx->dir), "token");
     alarm(WATCHDOG_S);
     *state = fx;
     return 0;
@@ -49,12 +46,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *fx = *state;
-    char cmd[128];
-
     alarm(0);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->dir);
-    if (system(cmd) != 0)
-        return -1;
+    harness_rmtree(fx->dir);
     free(fx);
     return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "client.h"
 #include "cred.h"
+#include "kv.h"
 #include "muster.h"
 #include "server.h"
 
@@ -285,6 +286,46 @@ static void test_connect_env(void **state)
 }
 
 /* --- several ranks at once: helper threads ------------------------------------------------- */
+
+/* The server thread's KV gets, seen through the linker (-Wl,--wrap=rdzv_kv_get, set in
+ * CMakeLists.txt): test_get_waits puts only once the server holds every getter's request, so
+ * a put that came first (which would pass the test without testing the wait) cannot happen. */
+int __real_rdzv_kv_get(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const char *key,
+                       uint32_t wait_ms, uint64_t now_ms);
+
+static uv_mutex_t g_get_lock;
+static uv_cond_t g_get_cond;
+static int g_gets_waiting; /* gets of "wait/id" the server received, under g_get_lock */
+
+int __wrap_rdzv_kv_get(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const char *key,
+                       uint32_t wait_ms, uint64_t now_ms);
+int __wrap_rdzv_kv_get(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const char *key,
+                       uint32_t wait_ms, uint64_t now_ms)
+{
+    int rc = __real_rdzv_kv_get(kv, peer, req_id, key, wait_ms, now_ms);
+
+    if (strcmp(key, "wait/id") == 0) {
+        uv_mutex_lock(&g_get_lock);
+        g_gets_waiting++;
+        uv_cond_signal(&g_get_cond);
+        uv_mutex_unlock(&g_get_lock);
+    }
+    return rc;
+}
+
+/* Waits (10 s at most) until the server received n gets of "wait/id". Returns whether it did. */
+static int gets_received(int n)
+{
+    uint64_t deadline = uv_hrtime() + 10 * 1000000000ull;
+    int ok;
+
+    uv_mutex_lock(&g_get_lock);
+    while (g_gets_waiting < n && uv_hrtime() < deadline)
+        uv_cond_timedwait(&g_get_cond, &g_get_lock, 100 * 1000000ull);
+    ok = g_gets_waiting >= n;
+    uv_mutex_unlock(&g_get_lock);
+    return ok;
+}
 struct rank_job {
     struct srv *s;
     int rank, world, err;
@@ -311,11 +352,15 @@ static void test_get_waits(void **state)
     struct rank_job jobs[3];
     struct muster *m = attach(s, 0);
 
+    assert_int_equal(uv_mutex_init(&g_get_lock), 0);
+    assert_int_equal(uv_cond_init(&g_get_cond), 0);
+    g_gets_waiting = 0;
     for (int i = 0; i < 3; i++) {
         jobs[i] = (struct rank_job){.s = s, .rank = i + 1, .err = 1};
         assert_int_equal(uv_thread_create(&jobs[i].thread, getter_thread, &jobs[i]), 0);
     }
-    uv_sleep(100); /* let them block: a put before the gets would pass the test too */
+    /* the key does not exist yet, so each get the server received is held there */
+    assert_true(gets_received(3));
     assert_int_equal(muster_kv_put(m, "wait/id", "unique-id", 9), 0);
     for (int i = 0; i < 3; i++) {
         uv_thread_join(&jobs[i].thread);
@@ -323,6 +368,9 @@ static void test_get_waits(void **state)
         assert_int_equal(jobs[i].len, 9);
         assert_memory_equal(jobs[i].got, "unique-id", 9);
     }
+    assert_int_equal(g_gets_waiting, 3); /* held, not asked again after the put */
+    uv_cond_destroy(&g_get_cond);
+    uv_mutex_destroy(&g_get_lock);
     muster_close(m);
 }
 

@@ -15,6 +15,8 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "harness.h"
+
 #include "client.h"
 #include "conn.h"
 #include "cred.h"
@@ -27,11 +29,10 @@
 
 struct fixture {
     uv_loop_t loop;
-    uv_timer_t watchdog, later;
+    struct harness h; /* watchdog, run_until */
     struct rdzv_server *srv;
     unsigned port;
-    int (*pred)(struct fixture *fx);
-    int fired, later_fired;
+    int server_closed;  /* gone_later_cb */
     int restart_server; /* start a new server on the same port once the old one closed */
     int fail_while_away;
     int ckpt_while_away;
@@ -53,53 +54,11 @@ struct fixture {
     struct rdzv_tls *fake_tls; /* it speaks TLS with TOKEN like the real server */
 };
 
-static void check(struct fixture *fx)
-{
-    if (fx->pred != NULL && fx->pred(fx))
-        uv_stop(&fx->loop);
-}
-
-static void watchdog_cb(uv_timer_t *t)
-{
-    struct fixture *fx = t->data;
-
-    fx->fired = 1;
-    uv_stop(&fx->loop);
-}
-
-static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
-{
-    fx->pred = pred;
-    if (!pred(fx)) {
-        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
-        uv_run(&fx->loop, UV_RUN_DEFAULT);
-        uv_timer_stop(&fx->watchdog);
-    }
-    fx->pred = NULL;
-    assert_false(fx->fired);
-    assert_true(pred(fx));
-}
-
-static void later_cb(uv_timer_t *t)
-{
-    struct fixture *fx = t->data;
-
-    fx->later_fired = 1;
-    check(fx);
-}
-
-static int later_fired(struct fixture *fx)
-{
-    return fx->later_fired;
-}
+/* pred(fx) holds, or the watchdog fails the test (harness.h) */
+#define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
 /* Lets the loop run for ms: what must NOT happen meanwhile is asserted afterwards. */
-static void run_for(struct fixture *fx, uint64_t ms)
-{
-    fx->later_fired = 0;
-    uv_timer_start(&fx->later, later_cb, ms, 0);
-    run_until(fx, later_fired);
-}
+#define run_for(fx, ms) harness_run_for(&(fx)->h, ms)
 
 /* --- client callbacks ---------------------------------------------------------------------- */
 static void waiting_cb(struct rdzv_client *c, const struct rdzv_waiting *w)
@@ -107,7 +66,6 @@ static void waiting_cb(struct rdzv_client *c, const struct rdzv_waiting *w)
     struct fixture *fx = rdzv_client_data(c);
 
     fx->waiting++;
-    check(fx);
 }
 
 static void assign_cb(struct rdzv_client *c, const struct rdzv_assign *a)
@@ -117,7 +75,6 @@ static void assign_cb(struct rdzv_client *c, const struct rdzv_assign *a)
     fx->assigned++;
     fx->assign = *a;
     fx->last_msg_ms = uv_now(&fx->loop);
-    check(fx);
 }
 
 static void restart_cb(struct rdzv_client *c, const struct rdzv_restart *r)
@@ -125,7 +82,6 @@ static void restart_cb(struct rdzv_client *c, const struct rdzv_restart *r)
     struct fixture *fx = rdzv_client_data(c);
 
     fx->restarts++;
-    check(fx);
 }
 
 static void job_done_cb(struct rdzv_client *c)
@@ -133,7 +89,6 @@ static void job_done_cb(struct rdzv_client *c)
     struct fixture *fx = rdzv_client_data(c);
 
     fx->job_done++;
-    check(fx);
 }
 
 static void job_failed_cb(struct rdzv_client *c, const struct rdzv_job_failed *f)
@@ -142,7 +97,6 @@ static void job_failed_cb(struct rdzv_client *c, const struct rdzv_job_failed *f
 
     fx->job_failed++;
     fx->jf = *f;
-    check(fx);
 }
 
 static void error_cb(struct rdzv_client *c, int err, const char *text)
@@ -152,7 +106,6 @@ static void error_cb(struct rdzv_client *c, int err, const char *text)
     fx->errors++;
     fx->err = err;
     snprintf(fx->errtext, sizeof(fx->errtext), "%s", text);
-    check(fx);
 }
 
 static void disconnected_cb(struct rdzv_client *c, const char *why)
@@ -173,7 +126,6 @@ static void disconnected_cb(struct rdzv_client *c, const char *why)
         snprintf(ck.name, sizeof(ck.name), "step-7");
         assert_int_equal(rdzv_client_report_ckpt(c, &ck), 0); /* queued */
     }
-    check(fx);
 }
 
 static void reconnected_cb(struct rdzv_client *c)
@@ -181,7 +133,6 @@ static void reconnected_cb(struct rdzv_client *c)
     struct fixture *fx = rdzv_client_data(c);
 
     fx->reconnected++;
-    check(fx);
 }
 
 static void server_wait_cb(struct rdzv_client *c, int err, uint64_t waited_ms)
@@ -191,7 +142,6 @@ static void server_wait_cb(struct rdzv_client *c, int err, uint64_t waited_ms)
     (void)waited_ms;
     fx->err = err;
     fx->server_waits++;
-    check(fx);
 }
 
 static const struct rdzv_client_cbs cbs = {
@@ -213,10 +163,7 @@ static int setup(void **state)
 
     memset(&fx, 0, sizeof(fx));
     assert_int_equal(uv_loop_init(&fx.loop), 0);
-    assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
-    assert_int_equal(uv_timer_init(&fx.loop, &fx.later), 0);
-    fx.watchdog.data = &fx;
-    fx.later.data = &fx;
+    harness_init(&fx.h, &fx.loop, WATCHDOG_MS);
     assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, TOKEN, &fx.srv), 0);
     fx.port = rdzv_server_port(fx.srv);
     assert_true(fx.port > 0);
@@ -262,8 +209,7 @@ static int teardown(void **state)
         rdzv_conn_close(fx->fake[i], 0, fake_closed_cb);
     if (uv_is_active((uv_handle_t *)&fx->listener))
         uv_close((uv_handle_t *)&fx->listener, NULL);
-    uv_close((uv_handle_t *)&fx->watchdog, NULL);
-    uv_close((uv_handle_t *)&fx->later, NULL);
+    harness_close(&fx->h);
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(closed, want);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
@@ -446,7 +392,6 @@ static void fake_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
         return; /* HEARTBEAT, REJOIN: never answered */
     }
     assert_int_equal(rdzv_conn_send(conn, &out), 0);
-    check(fx);
 }
 
 static void fake_error_cb(struct rdzv_conn *conn, int err)
@@ -528,15 +473,14 @@ static void test_refused_is_error(void **state)
 
 static int server_gone(struct fixture *fx)
 {
-    return fx->later_fired; /* set by gone_later_cb below */
+    return fx->server_closed; /* set by gone_later_cb below */
 }
 
 static void gone_later_cb(void *data)
 {
     struct fixture *fx = data;
 
-    fx->later_fired = 1;
-    check(fx);
+    fx->server_closed = 1;
 }
 
 /* torchrun's start order: a node started before the node that hosts the rendezvous keeps

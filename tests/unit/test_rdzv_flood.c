@@ -19,6 +19,8 @@
 #include <mbedtls/ssl.h>
 #include <uv.h>
 
+#include "harness.h"
+
 #include "conn.h"
 #include "cred.h"
 #include "server.h"
@@ -64,7 +66,8 @@ struct http_get {
 
 struct fixture {
     uv_loop_t loop;
-    uv_timer_t watchdog, start;
+    uv_timer_t start;
+    struct harness h; /* watchdog, run_until */
     struct rdzv_server *srv;
     unsigned port, http_port;
     struct rdzv_tls *tls;
@@ -74,8 +77,6 @@ struct fixture {
     unsigned answered; /* flood connections the server sent bytes to (a ServerHello) */
     struct agent ag[2];
     struct http_get http;
-    int (*pred)(struct fixture *fx);
-    int fired;
     uint8_t hello_x25519[2048], hello_p521[2048];
     size_t hello_x25519_len, hello_p521_len;
 };
@@ -84,32 +85,8 @@ static struct fixture g_fx;
 
 #define HITS(ev) (fx->srv->stats.events[SRV_EV_##ev])
 
-static void check(struct fixture *fx)
-{
-    if (fx->pred != NULL && fx->pred(fx))
-        uv_stop(&fx->loop);
-}
-
-static void watchdog_cb(uv_timer_t *t)
-{
-    struct fixture *fx = t->data;
-
-    fx->fired = 1;
-    uv_stop(&fx->loop);
-}
-
-static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
-{
-    fx->pred = pred;
-    if (!pred(fx)) {
-        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
-        uv_run(&fx->loop, UV_RUN_DEFAULT);
-        uv_timer_stop(&fx->watchdog);
-    }
-    fx->pred = NULL;
-    assert_false(fx->fired);
-    assert_true(pred(fx));
-}
+/* pred(fx) holds, or the watchdog fails the test (harness.h) */
+#define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
 /* --- ClientHellos made by an mbedTLS client that has no credential of this server --------- */
 struct capture {
@@ -183,8 +160,6 @@ static void flood_closed_cb(uv_handle_t *h)
     f->open = 0;
     if (f->fx->flooding)
         flood_connect(f);
-    else
-        check(f->fx);
 }
 
 static void flood_hangup(struct flooder *f)
@@ -256,7 +231,6 @@ static void agent_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     a->welcomed += m->type == RDZV_MSG_WELCOME;
     a->assigned += m->type == RDZV_MSG_ASSIGN;
     a->errors += m->type == RDZV_MSG_ERROR;
-    check(a->fx);
 }
 
 static void agent_closed_cb(struct rdzv_conn *conn)
@@ -264,7 +238,6 @@ static void agent_closed_cb(struct rdzv_conn *conn)
     struct agent *a = conn->data;
 
     a->closed = 1;
-    check(a->fx);
 }
 
 static void agent_error_cb(struct rdzv_conn *conn, int err)
@@ -328,7 +301,6 @@ static void http_closed_cb(uv_handle_t *h)
     struct http_get *g = h->data;
 
     g->done = 1;
-    check(g->fx);
 }
 
 static void http_alloc_cb(uv_handle_t *h, size_t s, uv_buf_t *buf)
@@ -390,9 +362,9 @@ static int setup(void **state)
     fx->hello_p521_len =
         make_hello(MBEDTLS_ECP_DP_SECP521R1, fx->hello_p521, sizeof(fx->hello_p521));
     assert_int_equal(uv_loop_init(&fx->loop), 0);
-    assert_int_equal(uv_timer_init(&fx->loop, &fx->watchdog), 0);
+    harness_init(&fx->h, &fx->loop, WATCHDOG_MS);
     assert_int_equal(uv_timer_init(&fx->loop, &fx->start), 0);
-    fx->watchdog.data = fx->start.data = fx;
+    fx->start.data = fx;
     assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", 0, TOKEN, &fx->srv), 0);
     /* small limits, so that the flood meets them within the test's few seconds */
     l.handshakes_per_source = 4;
@@ -422,7 +394,7 @@ static int teardown(void **state)
     /* the server closes with handshake steps possibly still in the pool: they return to a
      * closed conn and free its TLS state then (ASan checks that path) */
     rdzv_server_close(fx->srv, NULL, NULL);
-    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    harness_close(&fx->h);
     uv_close((uv_handle_t *)&fx->start, NULL);
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
@@ -514,7 +486,6 @@ static void shot_closed_cb(uv_handle_t *h)
     struct one_shot *o = h->data;
 
     o->closed = 1;
-    check(&g_fx);
 }
 
 static void shot_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)

@@ -15,6 +15,8 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "harness.h"
+
 #include "conn.h"
 #include "cred.h"
 #include "server.h"
@@ -52,44 +54,19 @@ struct raw {
 
 struct fixture {
     uv_loop_t loop;
-    uv_timer_t watchdog, beat;
+    uv_timer_t beat;
+    struct harness h; /* watchdog, run_until */
     struct rdzv_server *srv;
     unsigned port;
     struct raw *raw[NRAW];
-    int (*pred)(struct fixture *fx);
-    int fired;
 };
 
 static struct fixture *gfx;
 static struct rdzv_tls *g_tls;                       /* the clients' TLS configuration (TOKEN) */
 static uint32_t g_keep_alive, g_hb_timeout, g_grace; /* for agent()'s JOINs */
 
-static void check(struct fixture *fx)
-{
-    if (fx->pred != NULL && fx->pred(fx))
-        uv_stop(&fx->loop);
-}
-
-static void watchdog_cb(uv_timer_t *t)
-{
-    struct fixture *fx = t->data;
-
-    fx->fired = 1;
-    uv_stop(&fx->loop);
-}
-
-static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
-{
-    fx->pred = pred;
-    if (!pred(fx)) {
-        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
-        uv_run(&fx->loop, UV_RUN_DEFAULT);
-        uv_timer_stop(&fx->watchdog);
-    }
-    fx->pred = NULL;
-    assert_false(fx->fired);
-    assert_true(pred(fx));
-}
+/* pred(fx) holds, or the watchdog fails the test (harness.h) */
+#define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
 static void send_msg(struct raw *r, const struct rdzv_msg *m)
 {
@@ -154,7 +131,6 @@ static void raw_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
         j->u.join = r->join;
         send_msg(r, j);
     }
-    check(r->fx);
 }
 
 static void raw_closed_cb(struct rdzv_conn *conn)
@@ -162,7 +138,6 @@ static void raw_closed_cb(struct rdzv_conn *conn)
     struct raw *r = conn->data;
 
     r->closed = 1;
-    check(r->fx);
 }
 
 static void raw_error_cb(struct rdzv_conn *conn, int err)
@@ -172,7 +147,6 @@ static void raw_error_cb(struct rdzv_conn *conn, int err)
     r->eof = 1;
     (void)err;
     rdzv_conn_close(conn, 0, raw_closed_cb);
-    check(r->fx);
 }
 
 static void raw_connect_cb(uv_connect_t *req, int status)
@@ -266,9 +240,8 @@ static int setup(void **state)
     gfx = &fx;
     g_keep_alive = g_hb_timeout = g_grace = 0;
     assert_int_equal(uv_loop_init(&fx.loop), 0);
-    assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
+    harness_init(&fx.h, &fx.loop, WATCHDOG_MS);
     assert_int_equal(uv_timer_init(&fx.loop, &fx.beat), 0);
-    fx.watchdog.data = &fx;
     fx.beat.data = &fx;
     assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, TOKEN, &fx.srv), 0);
     fx.port = rdzv_server_port(fx.srv);
@@ -283,7 +256,7 @@ static int teardown(void **state)
     for (int i = 0; i < NRAW; i++)
         raw_close(fx->raw[i]);
     rdzv_server_close(fx->srv, NULL, NULL);
-    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    harness_close(&fx->h);
     uv_close((uv_handle_t *)&fx->beat, NULL);
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
@@ -440,8 +413,7 @@ static void test_scale_up_full(void **state)
     agent(fx, 0, "full", 1, 1);
     run_until(fx, one_assigned);
     agent(fx, 1, "full", 1, 1);
-    while (N(1, WAITING) == 0)
-        uv_run(&fx->loop, UV_RUN_ONCE);
+    HARNESS_RUN_UNTIL(&fx->h, N(1, WAITING) > 0);
     assert_int_equal(N(0, RESTART), 0);
     m = msg(RDZV_MSG_DONE);
     m->u.done.round = 0;
@@ -502,8 +474,7 @@ static void test_rejoin_after_server_restart(void **state)
     restart_server(fx);
     rejoin(fx, 0, 1); /* node 0 finished while the server was away */
     rejoin(fx, 1, 0);
-    while (N(1, REJOIN_OK) == 0)
-        uv_run(&fx->loop, UV_RUN_ONCE);
+    HARNESS_RUN_UNTIL(&fx->h, N(1, REJOIN_OK) > 0);
     m = msg(RDZV_MSG_DONE);
     m->u.done.round = 0;
     send_msg(R(1), m);
@@ -626,8 +597,7 @@ static void test_kv(void **state)
 
     agent(fx, 0, "kv", 1, 1);
     agent(fx, 1, "other", 1, 1);
-    while (N(0, ASSIGN) + N(1, ASSIGN) < 2)
-        uv_run(&fx->loop, UV_RUN_ONCE);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) + N(1, ASSIGN) >= 2);
     worker(fx, 2, "kv", 0);
     worker(fx, 3, "kv", 0);
     kv(R(3), RDZV_MSG_KV_GET, 1, "addr", NULL, 5000, 0); /* held */
@@ -662,8 +632,7 @@ static void test_kv(void **state)
     m = msg(RDZV_MSG_FAILED);
     m->u.failed = (struct rdzv_failure){.round = 0, .rank = 0, .exit_code = 1};
     send_msg(R(0), m);
-    while (N(0, RESTART) == 0)
-        uv_run(&fx->loop, UV_RUN_ONCE);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, RESTART) > 0);
     kv(R(2), RDZV_MSG_KV_GET, 5, "addr", NULL, 0, 0);
     kv(R(2), RDZV_MSG_KV_PUT, 6, "addr", "y", 0, 0);
     run_until(fx, stale_all);
@@ -768,8 +737,7 @@ static void test_ckpt_status(void **state)
     }
     ckpt(R(0), "s10", 1); /* found bad at pick time: replaces its record, moves to the front */
     send_msg(R(0), msg(RDZV_MSG_HEARTBEAT)); /* its echo: the CKPTs before it were handled */
-    while (N(0, HEARTBEAT) == 0)
-        uv_run(&fx->loop, UV_RUN_ONCE);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, HEARTBEAT) > 0);
     worker(fx, 3, "ck", 0);
     ckpt(R(3), "s99", 0);
     raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */

@@ -12,6 +12,8 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "harness.h"
+
 #include "http.h"
 #include "server.h"
 #include "server_priv.h"
@@ -44,7 +46,7 @@ static void test_parse(void **state)
 /* --- loopback ------------------------------------------------------------------------------- */
 struct fixture {
     uv_loop_t loop;
-    uv_timer_t watchdog;
+    struct harness h; /* watchdog */
     struct rdzv_server *srv;
     unsigned http_port;
 };
@@ -59,18 +61,13 @@ struct client {
     int closed;
 };
 
-static void watchdog_cb(uv_timer_t *t)
-{
-    uv_stop(t->loop);
-}
-
 static int setup(void **state)
 {
     static struct fixture fx;
 
     memset(&fx, 0, sizeof(fx));
     assert_int_equal(uv_loop_init(&fx.loop), 0);
-    assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
+    harness_init(&fx.h, &fx.loop, 10000);
     assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, "http-test-token", &fx.srv), 0);
     assert_int_equal(rdzv_server_http_listen(fx.srv, "127.0.0.1", 0, &fx.http_port), 0);
     assert_true(fx.http_port > 0);
@@ -84,7 +81,7 @@ static int teardown(void **state)
     struct fixture *fx = *state;
 
     rdzv_server_close(fx->srv, NULL, NULL);
-    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    harness_close(&fx->h);
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
     return 0;
@@ -137,10 +134,7 @@ static const char *send_to(struct fixture *fx, unsigned port, const char *reques
     assert_int_equal(uv_ip4_addr("127.0.0.1", (int)port, &sin), 0);
     assert_int_equal(uv_tcp_init(&fx->loop, &c.tcp), 0);
     assert_int_equal(uv_tcp_connect(&c.connect, &c.tcp, (struct sockaddr *)&sin, connect_cb), 0);
-    uv_timer_start(&fx->watchdog, watchdog_cb, 10000, 0);
-    while (!c.closed && uv_is_active((uv_handle_t *)&fx->watchdog))
-        uv_run(&fx->loop, UV_RUN_ONCE);
-    uv_timer_stop(&fx->watchdog);
+    HARNESS_RUN_UNTIL(&fx->h, c.closed);
     assert_true(c.closed);
     c.reply[c.len] = '\0';
     return c.reply;
@@ -241,20 +235,14 @@ static void test_close_with_open_connection(void **state)
         assert_int_equal(
             uv_tcp_connect(&c[i].connect, &c[i].tcp, (struct sockaddr *)&sin, open_connect_cb), 0);
     }
-    uv_timer_start(&fx->watchdog, watchdog_cb, 10000, 0);
-    while (fx->srv->handles < 4 && uv_is_active((uv_handle_t *)&fx->watchdog))
-        uv_run(&fx->loop, UV_RUN_ONCE); /* until the server accepted both */
-    uv_timer_stop(&fx->watchdog);
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->handles >= 4); /* until the server accepted both */
     assert_int_equal(uv_write(&c[0].write, (uv_stream_t *)&c[0].tcp, &half, 1, NULL), 0);
     for (int i = 0; i < 20; i++)
         uv_run(&fx->loop, UV_RUN_NOWAIT);  /* the server reads the half request */
     assert_int_equal(fx->srv->handles, 4); /* listener, HTTP listener, two HTTP connections */
     rdzv_server_close(fx->srv, NULL, NULL);
     fx->srv = NULL;
-    uv_timer_start(&fx->watchdog, watchdog_cb, 10000, 0);
-    while ((!c[0].closed || !c[1].closed) && uv_is_active((uv_handle_t *)&fx->watchdog))
-        uv_run(&fx->loop, UV_RUN_ONCE);
-    uv_timer_stop(&fx->watchdog);
+    HARNESS_RUN_UNTIL(&fx->h, c[0].closed && c[1].closed);
     assert_true(c[0].closed && c[1].closed); /* the server closed them */
 }
 

@@ -14,6 +14,8 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "harness.h"
+
 #include "conn.h"
 #include "cred.h"
 #include "server.h"
@@ -46,13 +48,10 @@ struct raw {
 
 struct fixture {
     uv_loop_t loop;
-    uv_timer_t watchdog;
-    uv_timer_t poll; /* checks the predicate for server-side changes no client hears of */
+    struct harness h; /* watchdog, run_until */
     struct rdzv_server *srv;
     unsigned port;
     struct raw raw[NRAW];
-    int (*pred)(struct fixture *fx);
-    int fired;
     struct rdzv_tls *tls, *wrong_tls; /* client configurations: the token, another token */
     int rcvbuf; /* the next raw_connect_from() with an address: SO_RCVBUF, then 0 again */
     char log[32][512];
@@ -63,52 +62,22 @@ struct fixture {
 #define N(i, t) (fx->raw[i].count[RDZV_MSG_##t])
 #define HITS(ev) (fx->srv->stats.events[SRV_EV_##ev])
 
-static void check(struct fixture *fx)
+/* pred(fx) holds, or the watchdog fails the test (harness.h) after explain() */
+#define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
+
+/* A failed wait prints the server's log and every client's state. */
+static void explain(void *data)
 {
-    if (fx->pred != NULL && fx->pred(fx))
-        uv_stop(&fx->loop);
-}
+    struct fixture *fx = data;
 
-static void watchdog_cb(uv_timer_t *t)
-{
-    struct fixture *fx = t->data;
-
-    fx->fired = 1;
-    uv_stop(&fx->loop);
-}
-
-static void poll_cb(uv_timer_t *t)
-{
-    check(t->data);
-}
-
-/* Says which predicate a failure waited for. */
-#define run_until(fx, pred) run_until_(fx, pred, #pred)
-
-static void run_until_(struct fixture *fx, int (*pred)(struct fixture *fx), const char *name)
-{
-    fx->pred = pred;
-    if (!pred(fx)) {
-        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
-        uv_timer_start(&fx->poll, poll_cb, 10, 10);
-        uv_run(&fx->loop, UV_RUN_DEFAULT);
-        uv_timer_stop(&fx->watchdog);
-        uv_timer_stop(&fx->poll);
-    }
-    fx->pred = NULL;
-    if (fx->fired || !pred(fx)) {
-        fprintf(stderr, "run_until(%s): %s; the server's log:\n", name,
-                fx->fired ? "watchdog" : "false");
-        for (int i = 0; i < fx->n_log && i < 32; i++)
-            fprintf(stderr, "  %s\n", fx->log[i]);
-        for (int i = 0; i < NRAW; i++)
-            if (R(i)->fx != NULL)
-                fprintf(stderr, "  client %d: connected %d closed %d welcome %d error %u %s\n", i,
-                        R(i)->connected, R(i)->closed, N(i, WELCOME), R(i)->error.code,
-                        R(i)->error.text);
-    }
-    assert_false(fx->fired);
-    assert_true(pred(fx));
+    fprintf(stderr, "the server's log:\n");
+    for (int i = 0; i < fx->n_log && i < 32; i++)
+        fprintf(stderr, "  %s\n", fx->log[i]);
+    for (int i = 0; i < NRAW; i++)
+        if (R(i)->fx != NULL)
+            fprintf(stderr, "  client %d: connected %d closed %d welcome %d error %u %s\n", i,
+                    R(i)->connected, R(i)->closed, N(i, WELCOME), R(i)->error.code,
+                    R(i)->error.text);
 }
 
 static void log_cb(void *data, const char *line)
@@ -147,7 +116,6 @@ static void raw_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     r->count[m->type]++;
     if (m->type == RDZV_MSG_ERROR)
         r->error = m->u.error;
-    check(r->fx);
 }
 
 static void raw_closed_cb(struct rdzv_conn *conn)
@@ -155,7 +123,6 @@ static void raw_closed_cb(struct rdzv_conn *conn)
     struct raw *r = conn->data;
 
     r->closed = 1;
-    check(r->fx);
 }
 
 static void raw_error_cb(struct rdzv_conn *conn, int err)
@@ -211,7 +178,6 @@ static void raw_connect_cb(uv_connect_t *req, int status)
         free(r->queued[i]);
     }
     r->n_queued = 0;
-    check(r->fx);
 }
 
 /* Each slot is used once per test: its timer stays open until teardown. from: the source
@@ -394,10 +360,9 @@ static int setup(void **state)
 
     memset(&fx, 0, sizeof(fx));
     assert_int_equal(uv_loop_init(&fx.loop), 0);
-    assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
-    fx.watchdog.data = &fx;
-    assert_int_equal(uv_timer_init(&fx.loop, &fx.poll), 0);
-    fx.poll.data = &fx;
+    harness_init(&fx.h, &fx.loop, WATCHDOG_MS);
+    fx.h.explain = explain;
+    fx.h.data = &fx;
     assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, TOKEN, &fx.srv), 0);
     l.max_connections = 6;
     /* Generous: TLS handshakes under ASan on a loaded 2-core host took over 300 ms, so the good
@@ -423,8 +388,7 @@ static int teardown(void **state)
     for (int i = 0; i < NRAW; i++)
         raw_close(R(i));
     rdzv_server_close(fx->srv, NULL, NULL);
-    uv_close((uv_handle_t *)&fx->watchdog, NULL);
-    uv_close((uv_handle_t *)&fx->poll, NULL);
+    harness_close(&fx->h);
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
     rdzv_tls_free(fx->tls);
@@ -801,7 +765,7 @@ static void test_flush_timeout(void **state)
     attach_msg(R(3), "good"); /* a second ATTACH: ERROR PROTOCOL, then a flushing close */
     hostile = NULL;
     uv_update_time(&fx->loop);
-    t0 = uv_now(&fx->loop); /* before the close: the poll may see it late on a busy host */
+    t0 = uv_now(&fx->loop); /* before the close: the loop may see it late on a busy host */
     run_until(fx, hostile_closing);
     run_until(fx, hostile_closed);
     assert_true(uv_now(&fx->loop) - t0 >= SRV_CLOSE_FLUSH_MS - 50);

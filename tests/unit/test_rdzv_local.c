@@ -19,6 +19,7 @@
 
 #include "client.h"
 #include "cred.h"
+#include "harness.h"
 #include "server.h"
 
 #define WATCHDOG_MS 10000
@@ -34,39 +35,13 @@ struct agent {
 
 struct fixture {
     uv_loop_t loop;
-    uv_timer_t watchdog;
+    struct harness h; /* watchdog, run_until */
     struct rdzv_server *srv;
-    int fired;
-    int (*pred)(struct fixture *fx);
     struct agent a[2];
 };
 
-static void check(struct fixture *fx)
-{
-    if (fx->pred != NULL && fx->pred(fx))
-        uv_stop(&fx->loop);
-}
-
-static void watchdog_cb(uv_timer_t *t)
-{
-    struct fixture *fx = t->data;
-
-    fx->fired = 1;
-    uv_stop(&fx->loop);
-}
-
-static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
-{
-    fx->pred = pred;
-    if (!pred(fx)) {
-        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
-        uv_run(&fx->loop, UV_RUN_DEFAULT);
-        uv_timer_stop(&fx->watchdog);
-    }
-    fx->pred = NULL;
-    assert_false(fx->fired);
-    assert_true(pred(fx));
-}
+/* pred(fx) holds, or the watchdog fails the test (harness.h) */
+#define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
 static void assign_cb(struct rdzv_client *c, const struct rdzv_assign *as)
 {
@@ -74,7 +49,6 @@ static void assign_cb(struct rdzv_client *c, const struct rdzv_assign *as)
 
     a->assigned++;
     a->assign = *as;
-    check(a->fx);
 }
 
 static void error_cb(struct rdzv_client *c, int err, const char *text)
@@ -84,7 +58,6 @@ static void error_cb(struct rdzv_client *c, int err, const char *text)
     a->errors++;
     a->err = err;
     snprintf(a->text, sizeof(a->text), "%s", text);
-    check(a->fx);
 }
 
 static void ignore_waiting(struct rdzv_client *c, const struct rdzv_waiting *w)
@@ -125,8 +98,7 @@ static int setup_with(void **state, const char *server_token)
 
     assert_non_null(fx);
     assert_int_equal(uv_loop_init(&fx->loop), 0);
-    uv_timer_init(&fx->loop, &fx->watchdog);
-    fx->watchdog.data = fx;
+    harness_init(&fx->h, &fx->loop, WATCHDOG_MS);
     for (int i = 0; i < 2; i++)
         fx->a[i].fx = fx;
     assert_int_equal(rdzv_server_new(&fx->loop, "127.0.0.1", 0, server_token, &fx->srv), 0);
@@ -161,9 +133,8 @@ static int teardown(void **state)
         if (fx->a[i].c != NULL)
             rdzv_client_close(fx->a[i].c, NULL, NULL);
     rdzv_server_close(fx->srv, NULL, NULL);
-    uv_close((uv_handle_t *)&fx->watchdog, NULL);
-    uv_run(&fx->loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&fx->loop), 0);
+    harness_close(&fx->h);
+    harness_loop_close(&fx->loop);
     free(fx);
     return 0;
 }

@@ -11,6 +11,8 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "harness.h"
+
 #include "client.h"
 #include "conn.h"
 #include "cred.h"
@@ -42,41 +44,15 @@ struct node {
 
 struct fixture {
     uv_loop_t loop;
-    uv_timer_t watchdog;
+    struct harness h; /* watchdog, run_until */
     struct rdzv_server *srv;
     unsigned port;
     struct node nodes[MAX_NODES];
-    int (*pred)(struct fixture *fx);
-    int fired;
     unsigned max_restarts, last_call_ms, join_timeout_ms; /* for start_node()'s JOINs */
 };
 
-static void check(struct fixture *fx)
-{
-    if (fx->pred != NULL && fx->pred(fx))
-        uv_stop(&fx->loop);
-}
-
-static void watchdog_cb(uv_timer_t *t)
-{
-    struct fixture *fx = t->data;
-
-    fx->fired = 1;
-    uv_stop(&fx->loop);
-}
-
-static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
-{
-    fx->pred = pred;
-    if (!pred(fx)) {
-        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
-        uv_run(&fx->loop, UV_RUN_DEFAULT);
-        uv_timer_stop(&fx->watchdog);
-    }
-    fx->pred = NULL;
-    assert_false(fx->fired);
-    assert_true(pred(fx));
-}
+/* pred(fx) holds, or the watchdog fails the test (harness.h) */
+#define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
 /* --- client callbacks ---------------------------------------------------------------------- */
 static struct node *node_of(struct rdzv_client *c)
@@ -90,7 +66,6 @@ static void waiting_cb(struct rdzv_client *c, const struct rdzv_waiting *w)
 
     assert_true(w->joined >= 1 && w->joined < w->max_nodes);
     n->waiting++;
-    check(n->fx);
 }
 
 static void assign_cb(struct rdzv_client *c, const struct rdzv_assign *a)
@@ -112,7 +87,6 @@ static void assign_cb(struct rdzv_client *c, const struct rdzv_assign *a)
     } else if (n->done_on_assign) {
         assert_int_equal(rdzv_client_report_done(c, a->round), 0);
     }
-    check(n->fx);
 }
 
 static void restart_cb(struct rdzv_client *c, const struct rdzv_restart *r)
@@ -122,7 +96,6 @@ static void restart_cb(struct rdzv_client *c, const struct rdzv_restart *r)
     n->restarts++;
     n->restart = *r;
     assert_int_equal(rdzv_client_join(c, &n->join), 0);
-    check(n->fx);
 }
 
 static void job_done_cb(struct rdzv_client *c)
@@ -130,7 +103,6 @@ static void job_done_cb(struct rdzv_client *c)
     struct node *n = node_of(c);
 
     n->job_done++;
-    check(n->fx);
 }
 
 static void job_failed_cb(struct rdzv_client *c, const struct rdzv_job_failed *f)
@@ -139,7 +111,6 @@ static void job_failed_cb(struct rdzv_client *c, const struct rdzv_job_failed *f
 
     n->job_failed++;
     n->jf = *f;
-    check(n->fx);
 }
 
 static void error_cb(struct rdzv_client *c, int err, const char *text)
@@ -150,7 +121,6 @@ static void error_cb(struct rdzv_client *c, int err, const char *text)
     n->err = err;
     n->server_err = rdzv_client_server_error(c);
     snprintf(n->errtext, sizeof(n->errtext), "%s", text);
-    check(n->fx);
 }
 
 static const struct rdzv_client_cbs cbs = {
@@ -163,8 +133,7 @@ static int setup_token(void **state, const char *token)
 
     memset(&fx, 0, sizeof(fx));
     assert_int_equal(uv_loop_init(&fx.loop), 0);
-    assert_int_equal(uv_timer_init(&fx.loop, &fx.watchdog), 0);
-    fx.watchdog.data = &fx;
+    harness_init(&fx.h, &fx.loop, WATCHDOG_MS);
     assert_int_equal(rdzv_server_new(&fx.loop, "127.0.0.1", 0, token, &fx.srv), 0);
     fx.port = rdzv_server_port(fx.srv);
     fx.max_restarts = 2;
@@ -198,7 +167,7 @@ static int teardown(void **state)
     for (int i = 0; i < MAX_NODES; i++)
         rdzv_client_close(fx->nodes[i].c, NULL, NULL);
     rdzv_server_close(fx->srv, server_closed_cb, &closed);
-    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    harness_close(&fx->h);
     assert_int_equal(uv_run(&fx->loop, UV_RUN_DEFAULT), 0);
     assert_int_equal(closed, 1);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
@@ -534,11 +503,7 @@ static uint32_t raw_exchange(struct fixture *fx, const uint8_t *bytes, size_t le
     r.connect.data = &r;
     assert_int_equal(
         uv_tcp_connect(&r.connect, &r.conn.tcp, (struct sockaddr *)&sin, raw_connect_cb), 0);
-    uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
-    while (!r.closed && !fx->fired)
-        uv_run(&fx->loop, UV_RUN_DEFAULT);
-    uv_timer_stop(&fx->watchdog);
-    assert_false(fx->fired);
+    HARNESS_RUN_UNTIL(&fx->h, r.closed);
     assert_true(r.eof); /* the server closed */
     return r.got_error ? r.code : 0;
 }
@@ -606,8 +571,7 @@ static void test_close_early(void **state)
     assert_int_equal(rdzv_client_join(n->c, &n->join), UV_EALREADY);
     rdzv_client_close(n->c, closed_cb, &closed);
     n->c = NULL;
-    while (closed == 0)
-        uv_run(&fx->loop, UV_RUN_ONCE);
+    HARNESS_RUN_UNTIL(&fx->h, closed > 0);
     assert_int_equal(n->errors + n->assigned + n->waiting, 0);
     /* the server never saw that JOIN: a new node creates the job with other nnodes */
     fx->last_call_ms = 0;

@@ -23,6 +23,8 @@
 #include <mbedtls/x509_crt.h>
 #include <uv.h>
 
+#include "harness.h"
+
 #include "conn.h"
 #include "cred.h"
 #include "tls.h"
@@ -40,48 +42,21 @@ struct side {
 
 struct fixture {
     uv_loop_t loop;
-    uv_timer_t watchdog;
-    int fired;
-    int (*pred)(struct fixture *fx);
+    struct harness h; /* watchdog, run_until */
     struct side cli, srv;
     struct rdzv_tls *tc, *ts;
     int raw;  /* the other end of a side left plaintext, or -1 */
     int echo; /* the server side echoes every message back */
 };
 
-static void check(struct fixture *fx)
-{
-    if (fx->pred != NULL && fx->pred(fx))
-        uv_stop(&fx->loop);
-}
-
-static void watchdog_cb(uv_timer_t *t)
-{
-    struct fixture *fx = t->data;
-
-    fx->fired = 1;
-    uv_stop(&fx->loop);
-}
-
-static void run_until(struct fixture *fx, int (*pred)(struct fixture *fx))
-{
-    fx->pred = pred;
-    if (!pred(fx)) {
-        uv_timer_start(&fx->watchdog, watchdog_cb, WATCHDOG_MS, 0);
-        uv_run(&fx->loop, UV_RUN_DEFAULT);
-        uv_timer_stop(&fx->watchdog);
-    }
-    fx->pred = NULL;
-    assert_false(fx->fired);
-    assert_true(pred(fx));
-}
+/* pred(fx) holds, or the watchdog fails the test (harness.h) */
+#define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
 static void closed_cb(struct rdzv_conn *conn)
 {
     struct side *s = conn->data;
 
     s->closed = 1;
-    check(s->fx);
 }
 
 static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
@@ -92,7 +67,6 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     s->last = *m;
     if (s == &s->fx->srv && s->fx->echo)
         assert_int_equal(rdzv_conn_send(conn, m), 0);
-    check(s->fx);
 }
 
 static void error_cb(struct rdzv_conn *conn, int err)
@@ -103,7 +77,6 @@ static void error_cb(struct rdzv_conn *conn, int err)
     s->err = err;
     snprintf(s->reason, sizeof(s->reason), "%s", rdzv_conn_tls_error(conn));
     rdzv_conn_close(conn, 1, closed_cb);
-    check(s->fx);
 }
 
 /* A connected loopback TCP pair: fds[0] the client end, fds[1] the server end. */
@@ -138,8 +111,7 @@ static int setup(void **state)
 
     assert_non_null(fx);
     assert_int_equal(uv_loop_init(&fx->loop), 0);
-    assert_int_equal(uv_timer_init(&fx->loop, &fx->watchdog), 0);
-    fx->watchdog.data = fx;
+    harness_init(&fx->h, &fx->loop, WATCHDOG_MS);
     fx->raw = -1;
     *state = fx;
     return 0;
@@ -161,7 +133,7 @@ static int teardown(void **state)
     run_until(fx, all_closed);
     if (fx->raw >= 0)
         close(fx->raw);
-    uv_close((uv_handle_t *)&fx->watchdog, NULL);
+    harness_close(&fx->h);
     uv_run(&fx->loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&fx->loop), 0);
     rdzv_tls_free(fx->tc);
