@@ -12,6 +12,7 @@
 #include "config.h"
 #include "env.h"
 #include "help.h"
+#include "log.h"
 #include "numa.h"
 #include "plan_cmd.h"
 #include "port.h"
@@ -74,7 +75,7 @@ static int numa_plan(const struct launcher_config *cfg, struct agent_numa *numa,
     rc = agent_numa_plan(cfg->numa_binding, cfg->nproc_per_node, getenv("CUDA_VISIBLE_DEVICES"),
                          getenv("MUSTER_SYSFS_ROOT"), numa, err, sizeof(err));
     if (rc != 0) {
-        fprintf(stderr, "muster: error: %s\n", rc == -EINVAL ? err : strerror(-rc));
+        mc_error("%s", rc == -EINVAL ? err : strerror(-rc));
         return rc == -EINVAL ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
     }
     if (numa->nbind == 0)
@@ -94,6 +95,57 @@ static const char *endpoint_text(const struct launcher_config *cfg, char *buf, s
     else
         snprintf(buf, len, "%s:%u", cfg->rdzv_host, cfg->rdzv_port);
     return buf;
+}
+
+/* Worker i's part of the --dry-run plan: its command, NUMA binding and environment. 0 or an
+ * exit code. */
+static int dry_run_worker(const struct launcher_config *cfg, char **argv,
+                          const struct agent_numa *numa, int i, int group_rank, unsigned port)
+{
+    int world = cfg->nproc_per_node * cfg->max_nodes;
+    struct agent_worker_info w = {
+        .rank = group_rank * cfg->nproc_per_node + i,
+        .local_rank = i,
+        .local_world_size = cfg->nproc_per_node,
+        .group_rank = group_rank,
+        .group_world_size = cfg->max_nodes,
+        .world_size = world,
+        .role = cfg->role,
+        .master_addr = cfg->local_addr ? cfg->local_addr : cfg->master_addr,
+        .master_port = port,
+        .max_restarts = (unsigned)cfg->max_restarts,
+        .run_id = cfg->rdzv_id,
+        .checkpoint_dir = cfg->checkpoint_dir,
+        .virtual_local_rank = cfg->virtual_local_rank,
+    };
+    struct agent_env env;
+    char error_file[4096] = "";
+
+    w.role_rank = w.rank;
+    w.role_world_size = world;
+    if (cfg->log_dir == NULL || strcmp(cfg->log_dir, "/dev/null") != 0)
+        snprintf(error_file, sizeof(error_file), "%s/%s/attempt_0/%d/error.json",
+                 cfg->log_dir ? cfg->log_dir : "<private temporary directory>", cfg->rdzv_id, i);
+    w.error_file = error_file;
+    agent_env_init(&env);
+    if (agent_env_for_worker(&env, &w, environ) != 0 ||
+        (cfg->signals_to_handle &&
+         agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_to_handle))) {
+        agent_env_free(&env);
+        return AGENT_EXIT_INTERNAL;
+    }
+    printf("\n[worker %d]\n", i);
+    print_command(argv);
+    if (numa->nbind > 0) {
+        char bind[512];
+        agent_numa_describe(numa, i, bind, sizeof(bind));
+        printf("# numa_binding=%s: %s\n", cfg->numa_binding, bind);
+    }
+    for (size_t k = 0; k < env.len; k++)
+        printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0 ? "MUSTER_TOKEN=<hidden>"
+                                                                      : env.vars[k]);
+    agent_env_free(&env);
+    return 0;
 }
 
 /* The plan is what this node would do as group rank --node-rank with every node running
@@ -124,51 +176,9 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
     printf("# MASTER_PORT is reserved again when the job starts\n");
     if ((fd = numa_plan(cfg, &numa, stdout)) != 0)
         return fd;
-    for (int i = 0; i < cfg->nproc_per_node; i++) {
-        struct agent_worker_info w = {
-            .rank = group_rank * cfg->nproc_per_node + i,
-            .local_rank = i,
-            .local_world_size = cfg->nproc_per_node,
-            .group_rank = group_rank,
-            .group_world_size = cfg->max_nodes,
-            .world_size = world,
-            .role = cfg->role,
-            .master_addr = cfg->local_addr ? cfg->local_addr : cfg->master_addr,
-            .master_port = port,
-            .max_restarts = (unsigned)cfg->max_restarts,
-            .run_id = cfg->rdzv_id,
-            .checkpoint_dir = cfg->checkpoint_dir,
-            .virtual_local_rank = cfg->virtual_local_rank,
-        };
-        struct agent_env env;
-        char error_file[4096] = "";
-
-        w.role_rank = w.rank;
-        w.role_world_size = world;
-        if (cfg->log_dir == NULL || strcmp(cfg->log_dir, "/dev/null") != 0)
-            snprintf(error_file, sizeof(error_file), "%s/%s/attempt_0/%d/error.json",
-                     cfg->log_dir ? cfg->log_dir : "<private temporary directory>", cfg->rdzv_id,
-                     i);
-        w.error_file = error_file;
-        agent_env_init(&env);
-        if (agent_env_for_worker(&env, &w, environ) != 0 ||
-            (cfg->signals_to_handle &&
-             agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_to_handle))) {
-            agent_env_free(&env);
-            return AGENT_EXIT_INTERNAL;
-        }
-        printf("\n[worker %d]\n", i);
-        print_command(argv);
-        if (numa.nbind > 0) {
-            char bind[512];
-            agent_numa_describe(&numa, i, bind, sizeof(bind));
-            printf("# numa_binding=%s: %s\n", cfg->numa_binding, bind);
-        }
-        for (size_t k = 0; k < env.len; k++)
-            printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0 ? "MUSTER_TOKEN=<hidden>"
-                                                                          : env.vars[k]);
-        agent_env_free(&env);
-    }
+    for (int i = 0; i < cfg->nproc_per_node; i++)
+        if ((fd = dry_run_worker(cfg, argv, &numa, i, group_rank, port)) != 0)
+            return fd;
     agent_numa_free(&numa);
     return fflush(stdout) == 0 ? 0 : AGENT_EXIT_INTERNAL;
 }
@@ -394,9 +404,8 @@ static void preflight_opts(const struct launcher_config *cfg, const char *const 
         .node_argv = node_argv,
     };
     if (cfg->preflight_skipped)
-        fprintf(stderr,
-                "muster: pre-flight skipped: %d workers but %d GPUs, so not one GPU per "
-                "worker (--preflight on checks anyway)\n",
+        mc_info("pre-flight skipped: %d workers but %d GPUs, so not one GPU per worker "
+                "(--preflight on checks anyway)",
                 n, cfg->gpus_visible);
 }
 
@@ -489,7 +498,7 @@ int launcher_run(int argc, char **argv)
 
     launcher_secret_protect_process(); /* the agent holds the job's token (and MUSTER_TOKEN) */
     if (launcher_config_parse(argc, argv, &cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "muster: error: %s\n", err);
+        mc_error("%s", err);
         launcher_config_free(&cfg);
         return AGENT_EXIT_USAGE;
     }
