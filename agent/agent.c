@@ -41,7 +41,13 @@ void agent_log(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    mc_log(MC_LOG_INFO, "%s", buf);
+    /* the callers' "error: " and "warning: " prefixes become levels, so the lines read alike */
+    if (strncmp(buf, "error: ", 7) == 0)
+        mc_error("%s", buf + 7);
+    else if (strncmp(buf, "warning: ", 9) == 0)
+        mc_warn("%s", buf + 9);
+    else
+        mc_info("%s", buf);
 }
 
 static void transition(struct agent *a, const struct agent_event *ev);
