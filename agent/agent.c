@@ -1,6 +1,8 @@
-/* The agent's state machine. Everything is an event on one loop: rendezvous messages, worker
- * exits (the group's SIGCHLD watcher reaps its own pids), signals and timers. There is no
- * polling interval anywhere, which is what makes a restart take milliseconds. */
+/* The agent's driver of its state machine (machine.h). Everything is an event on one loop:
+ * rendezvous messages, worker exits (the group's SIGCHLD watcher reaps its own pids), signals
+ * and timers; each handler turns its event into one transition() and carries out the actions
+ * the machine returns. There is no polling interval anywhere, which is what makes a restart
+ * take milliseconds. */
 #include "agent.h"
 
 #include <errno.h>
@@ -11,18 +13,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <mbedtls/platform_util.h>
 
 #include "agent_priv.h"
-#include "escape.h"
-#include "path.h"
 #include "cred.h"
+#include "escape.h"
 #include "failure.h"
+#include "log.h"
+#include "path.h"
 #include "port.h"
 #include "proctree.h"
 #include "tls.h"
@@ -40,65 +41,50 @@ void agent_log(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "muster: %s\n", buf);
-    fflush(stderr);
-}
-
-void agent_fill_failure_(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f)
-{
-    memset(f, 0, sizeof(*f));
-    f->round = a->as.round;
-    f->rank = w->rank;
-    f->local_rank = w->local_rank;
-    f->exit_code = w->term_signal ? -1 : (int32_t)w->exit_status;
-    f->signal = w->term_signal;
-    f->time_ms = w->exit_time_ms;
-    snprintf(f->host, sizeof(f->host), "%s", a->host);
-    char dir[PATH_MAX];
-    agent_logdir_worker(&a->logdir, a->as.restart_count, w->local_rank, 0, dir,
-                        a->local_error_file);
-    if (a->local_error_file[0] == '\0' ||
-        agent_error_file_message(a->local_error_file, f->text, sizeof(f->text)) == -ENOENT)
-        a->local_error_file[0] = '\0';
-}
-
-/* A local worker failed (the first in this round): stop the others and tell the server,
- * which answers RESTART or JOB_FAILED. */
-void agent_local_failure_(struct agent *a, const struct rdzv_failure *f, int pid)
-{
-    char how[RDZV_TEXT_MAX + 64];
-
-    a->round_failed = 1;
-    a->local_failure = *f;
-    agent_failure_describe(f, how, sizeof(how));
-    if (pid > 0)
-        agent_log("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers", f->rank,
-                  f->local_rank, pid, how);
+    /* the callers' "error: " and "warning: " prefixes become levels, so the lines read alike */
+    if (strncmp(buf, "error: ", 7) == 0)
+        mc_error("%s", buf + 7);
+    else if (strncmp(buf, "warning: ", 9) == 0)
+        mc_warn("%s", buf + 9);
     else
-        agent_log("worker rank %d (local_rank %d) could not start: %s; stopping the other "
-                  "workers",
-                  f->rank, f->local_rank, f->text);
-    /* Stop first, report second: the others' SIGTERM is on its way before any round trip. */
-    agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
-    if (rdzv_client_report_failure(a->client, f, 0) != 0) {
-        a->next = NEXT_EXIT;
-        a->exit_code = AGENT_EXIT_RDZV;
-    }
+        mc_info("%s", buf);
 }
 
-static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
-{
-    struct agent *a = g->data;
-    struct rdzv_failure f;
+static void transition(struct agent *a, const struct agent_event *ev);
 
-    if (a->hang_on)
-        agent_hang_disarm(&a->hang, w->local_rank);
-    if (w->exit_status == 0 && w->term_signal == 0)
-        return;
-    if (a->round_failed || a->stop_signal || a->next != NEXT_NONE || a->finished)
-        return; /* already stopping: a worker dying of our SIGTERM is no new failure */
-    agent_fill_failure_(a, w, &f);
-    agent_local_failure_(a, &f, w->pid);
+static struct agent_machine_ctx machine_ctx(const struct agent *a)
+{
+    const struct agent_options *o = a->o;
+    return (struct agent_machine_ctx){
+        .have_procs = a->group != NULL,
+        .stop_signal = a->stop_signal,
+        .preempt_signal = o->restart.preempt_signal,
+        .preflight_due = o->pf.on && !a->pf.ran && a->as.restart_count == 0,
+        .preflight_only = o->pf.only,
+        .preflight_failed = a->pf.code != 0,
+    };
+}
+
+/* Whether an event of this kind would change anything now: asked before work that only an
+ * accepted event should do (killing a hung worker, recording a failure, logging). */
+static int accepts(const struct agent *a, enum agent_event_kind kind)
+{
+    struct agent_event ev = {.kind = kind};
+    struct agent_machine_ctx c = machine_ctx(a);
+    return !agent_machine_next(a->state, &ev, &c).ignored;
+}
+
+static void fire(struct agent *a, enum agent_event_kind kind, int code)
+{
+    struct agent_event ev = {.kind = kind, .code = code};
+    transition(a, &ev);
+}
+
+/* ---- actions ---------------------------------------------------------------------- */
+
+static void close_handle_cb(uv_handle_t *h)
+{
+    (void)h;
 }
 
 static void after_group_closed(void *data)
@@ -109,35 +95,254 @@ static void after_group_closed(void *data)
 static void print_job_failed(struct agent *a)
 {
     const struct rdzv_failure *f = &a->job_failed.cause;
-    int ours = a->round_failed && f->rank == a->local_failure.rank && strcmp(f->host, a->host) == 0;
+    int ours =
+        a->have_local_failure && f->rank == a->local_failure.rank && strcmp(f->host, a->host) == 0;
     agent_failure_print_summary(stderr, a->o->run_id, a->job_failed.restarts, f,
                                 ours ? a->local_error_file : NULL);
+}
+
+/* Closes every handle: the loop ends once they are closed. */
+static void finish(struct agent *a)
+{
+    if (a->have_job_failed && !a->stop_signal)
+        print_job_failed(a);
+    rdzv_client_close(a->client, NULL, NULL);
+    a->client = NULL;
+    rdzv_server_close(a->server, NULL, NULL);
+    a->server = NULL;
+    for (int i = 0; i < NSIGHANDLES; i++)
+        uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
+    agent_progress_close(&a->progress, close_handle_cb);
+    agent_ft_close_(a);
+    if (a->group != NULL) {
+        agent_group_close(a->group, after_group_closed, a); /* kills what is left */
+        a->group = NULL;
+    }
+}
+
+static void join(struct agent *a)
+{
+    const struct agent_options *o = a->o;
+    const struct agent_rdzv_opts *r = &o->rdzv;
+    struct rdzv_join j = {.min_nodes = r->min_nodes,
+                          .max_nodes = r->max_nodes,
+                          .nproc = o->work.nproc,
+                          .master_port = r->master_port,
+                          .max_restarts = o->restart.max_restarts,
+                          .last_call_ms = r->last_call_ms,
+                          .join_timeout_ms = r->join_timeout_ms,
+                          .keep_alive_ms = r->keep_alive_ms,
+                          .heartbeat_timeout_ms = r->heartbeat_timeout_ms,
+                          .reconnect_grace_ms = r->reconnect_grace_ms,
+                          .node_id = a->node_id,
+                          .want_rank = r->want_rank};
+    int rc;
+
+    snprintf(j.job_id, sizeof(j.job_id), "%s", o->run_id);
+    snprintf(j.host, sizeof(j.host), "%s", a->host);
+    snprintf(j.addr, sizeof(j.addr), "%s", r->local_addr ? r->local_addr : "");
+    if (j.master_port == 0) {
+        if ((rc = agent_port_reserve(&a->port_fd, &a->port)) != 0) {
+            mc_error("cannot find a free port for MASTER_PORT: %s", strerror(-rc));
+            fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL);
+            return;
+        }
+        j.master_port = a->port;
+    }
+    memcpy(j.node_secret, a->node_secret, sizeof(j.node_secret));
+    agent_ft_pick_resume_(a, &j);
+    rc = a->client == NULL ? -ENOTCONN : rdzv_client_join(a->client, &j);
+    if (rc != 0) {
+        mc_error("cannot join the rendezvous at %s:%u", r->host, r->port);
+        fire(a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
+    }
+}
+
+static const struct agent_group_cbs group_cbs;
+
+static void start_workers(struct agent *a)
+{
+    int rc = agent_group_new(&a->loop, (int)a->o->work.nproc, &group_cbs, a, &a->group);
+    int failed = 0;
+
+    if (rc != 0) {
+        mc_error("%s", strerror(-rc));
+        fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL);
+        return;
+    }
+    a->have_local_failure = 0;
+    agent_ft_prepare_(a);
+    for (unsigned i = 0; i < a->o->work.nproc; i++) {
+        if ((rc = agent_spawn_one_(a, (int)i)) != 0) {
+            struct rdzv_failure f;
+            agent_spawn_failure_(a, (int)i, rc, &f);
+            a->local_failure = f;
+            a->local_failure_pid = 0;
+            fire(a, AGENT_EV_WORKER_FAILED, 0);
+            failed = 1;
+            break;
+        }
+    }
+    if (failed && a->group != NULL && a->group->alive == 0)
+        group_cbs.all_exited_cb(a->group); /* nothing runs: no exit will come to move on */
+}
+
+static void preflight_done(struct agent *a);
+
+static void start_preflight(struct agent *a)
+{
+    int rc;
+
+    a->pf.ran = 1;
+    a->have_local_failure = 0;
+    if ((rc = agent_preflight_start_(a, preflight_done)) != 0) {
+        mc_error("%s", strerror(-rc));
+        fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL);
+    }
+}
+
+static void log_local_failure(const struct agent *a)
+{
+    const struct rdzv_failure *f = &a->local_failure;
+    char how[RDZV_TEXT_MAX + 64];
+
+    agent_failure_describe(f, how, sizeof(how));
+    if (a->local_failure_pid > 0)
+        mc_info("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers", f->rank,
+                f->local_rank, a->local_failure_pid, how);
+    else
+        mc_info("worker rank %d (local_rank %d) could not start: %s; stopping the other workers",
+                f->rank, f->local_rank, f->text);
+}
+
+/* FAILED with a->local_failure, which from now on is this attempt's (the job's summary names
+ * its error file when the server's cause is this one). */
+static void report_failure(struct agent *a, int final, int code_if_lost)
+{
+    a->have_local_failure = 1;
+    if (rdzv_client_report_failure(a->client, &a->local_failure, final) != 0)
+        fire(a, AGENT_EV_REPORT_FAILED, code_if_lost);
+}
+
+static void report_signal(struct agent *a, int signum)
+{
+    struct rdzv_failure f = {.round = a->as.round, .rank = -1, .exit_code = -1};
+
+    if (a->client == NULL)
+        return;
+    snprintf(f.host, sizeof(f.host), "%s", a->host);
+    snprintf(f.text, sizeof(f.text), "agent on %s stopped by SIG%s", a->host, sigabbrev_np(signum));
+    rdzv_client_report_failure(a->client, &f, 1);
+}
+
+static void report_done(struct agent *a)
+{
+    if (rdzv_client_report_done(a->client, a->as.round) != 0)
+        fire(a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
+}
+
+static void report_pf_failure(struct agent *a)
+{
+    agent_preflight_failure_(a, &a->local_failure);
+    report_failure(a, 0, AGENT_EXIT_PREFLIGHT);
+}
+
+/* Carries out st's actions for ev, in the order of the bits (machine.h). An action that
+ * fires an event of its own (a spawn failing, a report that cannot be sent) ends the list:
+ * the nested transition has decided what follows. */
+static void perform(struct agent *a, const struct agent_event *ev, const struct agent_step *st)
+{
+    int sig = ev->kind == AGENT_EV_SIGNAL ? ev->signum : SIGTERM;
+    unsigned acts = st->actions;
+
+    for (unsigned bit = 1; acts != 0 && a->state == st->state; bit <<= 1) {
+        if (!(acts & bit))
+            continue;
+        acts &= ~bit;
+        switch ((enum agent_action)bit) {
+        case AGENT_ACT_JOIN:
+            join(a);
+            break;
+        case AGENT_ACT_START_PREFLIGHT:
+            start_preflight(a);
+            break;
+        case AGENT_ACT_START_WORKERS:
+            start_workers(a);
+            break;
+        case AGENT_ACT_REPORT_SIGNAL:
+            report_signal(a, sig);
+            break;
+        case AGENT_ACT_STOP_WORKERS:
+            if (st->actions & AGENT_ACT_REPORT_FAILURE)
+                log_local_failure(a); /* said before the others' SIGTERM goes out */
+            agent_group_stop(a->group, sig, a->o->restart.shutdown_timeout_ms);
+            break;
+        case AGENT_ACT_KILL_WORKERS:
+            agent_group_stop(a->group, SIGKILL, 0);
+            break;
+        case AGENT_ACT_REPORT_FAILURE:
+            report_failure(a, 0, AGENT_EXIT_RDZV);
+            break;
+        case AGENT_ACT_REPORT_PF_FAILURE:
+            report_pf_failure(a);
+            break;
+        case AGENT_ACT_REPORT_DONE:
+            report_done(a);
+            break;
+        case AGENT_ACT_FINISH:
+            finish(a);
+            break;
+        }
+    }
+}
+
+/* The one place a->state changes. */
+static void transition(struct agent *a, const struct agent_event *ev)
+{
+    struct agent_machine_ctx c = machine_ctx(a);
+    struct agent_step st = agent_machine_next(a->state, ev, &c);
+
+    if (st.ignored)
+        return;
+    if (st.state != a->state)
+        mc_debug("agent: %s -> %s", agent_state_name(a->state), agent_state_name(st.state));
+    a->state = st.state;
+    if (st.set_exit_code)
+        a->exit_code = st.exit_code;
+    if (ev->kind == AGENT_EV_SIGNAL && a->stop_signal == 0)
+        a->stop_signal = ev->signum;
+    perform(a, ev, &st);
+}
+
+/* ---- the workers' events ------------------------------------------------------------ */
+
+static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
+{
+    struct agent *a = g->data;
+
+    agent_ft_worker_exited_(a, w->local_rank);
+    if (w->exit_status == 0 && w->term_signal == 0)
+        return;
+    if (!accepts(a, AGENT_EV_WORKER_FAILED))
+        return; /* already stopping: a worker dying of our SIGTERM is no new failure */
+    agent_fill_failure_(a, w, &a->local_failure);
+    a->local_failure_pid = w->pid;
+    fire(a, AGENT_EV_WORKER_FAILED, 0);
 }
 
 /* Every worker of the attempt is gone: act on what the server (or a signal) decided. */
 static void on_all_exited(struct agent_group *g)
 {
     struct agent *a = g->data;
-    int failed = a->round_failed || g->stopping;
 
     agent_group_close(g, after_group_closed, a);
     a->group = NULL;
-    if (a->ckpt_on)
-        agent_ckptwatch_sync(&a->ckpt); /* a final checkpoint may have landed just now */
+    agent_ft_sync_(a); /* a final checkpoint may have landed just now */
     if (a->port_fd >= 0) {
         close(a->port_fd);
         a->port_fd = -1;
     }
-    if (!failed && a->next == NEXT_NONE) {
-        if (rdzv_client_report_done(a->client, a->as.round) != 0)
-            agent_finish_(a, AGENT_EXIT_RDZV);
-        return; /* JOB_DONE comes from the server once every node is done */
-    }
-    if (a->next == NEXT_REJOIN)
-        agent_do_join_(a);
-    else if (a->next == NEXT_EXIT)
-        agent_finish_(a, a->exit_code);
-    /* NEXT_NONE after a failure: the server's RESTART or JOB_FAILED is on its way */
+    fire(a, AGENT_EV_ALL_EXITED, 0);
 }
 
 static const struct agent_group_cbs group_cbs = {
@@ -145,41 +350,33 @@ static const struct agent_group_cbs group_cbs = {
     .all_exited_cb = on_all_exited,
 };
 
-/* The program could not be executed (e.g. PYTHON_EXEC names no interpreter): that worker
- * failed like one exiting with the shell's code, 127 or 126. */
-static void spawn_failure(struct agent *a, int i, int err)
+/* The pre-flight's group is closed already (preflight.c); a->pf.code says how it went. */
+static void preflight_done(struct agent *a)
 {
-    struct agent_worker w = {.local_rank = i,
-                             .rank = (int)a->as.rank_offset + i,
-                             .exit_status = err == -ENOENT ? 127 : 126};
-    struct rdzv_failure f;
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    w.exit_time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-    agent_fill_failure_(a, &w, &f);
-    snprintf(f.text, sizeof(f.text), "cannot execute '%s': %s", a->o->argv[0], strerror(-err));
-    agent_local_failure_(a, &f, 0);
+    fire(a, AGENT_EV_ALL_EXITED, 0);
 }
 
-void agent_start_workers_(struct agent *a)
+/* A worker silent past --hang-timeout. A hung worker gets no grace: it cannot checkpoint, and
+ * a SIGSTOPped one would ignore SIGTERM until the shutdown timeout. */
+static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
 {
-    int rc = agent_group_new(&a->loop, (int)a->o->nproc, &group_cbs, a, &a->group);
-    if (rc != 0) {
-        agent_log("error: %s", strerror(-rc));
-        agent_finish_(a, AGENT_EXIT_INTERNAL);
+    struct agent *a = h->data;
+    struct agent_worker *w;
+    struct rdzv_failure *f = &a->local_failure;
+
+    if (a->group == NULL || local_rank >= a->group->n)
         return;
-    }
-    a->round_failed = 0;
-    agent_ft_prepare_(a);
-    for (unsigned i = 0; i < a->o->nproc; i++) {
-        if ((rc = agent_spawn_one_(a, (int)i)) != 0) {
-            spawn_failure(a, (int)i, rc);
-            break;
-        }
-    }
-    if (a->round_failed && a->group->alive == 0)
-        on_all_exited(a->group); /* nothing runs: no exit will come to move on */
+    w = &a->group->workers[local_rank];
+    if (!w->alive || !accepts(a, AGENT_EV_WORKER_FAILED))
+        return;
+    agent_worker_kill(w, SIGKILL);
+    agent_fill_failure_(a, w, f);
+    f->exit_code = -1;
+    f->time_ms = (uint64_t)time(NULL) * 1000;
+    snprintf(f->text, sizeof(f->text), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
+             silent_ms / 1000.0, a->o->ckpt.hang_timeout_ms / 1000.0);
+    a->local_failure_pid = w->pid;
+    fire(a, AGENT_EV_WORKER_FAILED, 0);
 }
 
 /* ---- rendezvous events -------------------------------------------------------------- */
@@ -188,7 +385,7 @@ static void on_waiting(struct rdzv_client *c, const struct rdzv_waiting *w)
 {
     struct agent *a = rdzv_client_data(c);
 
-    if (a->o->max_nodes > 1 && !a->finished)
+    if (a->o->rdzv.max_nodes > 1 && a->state != AGENT_S_FINISHED)
         agent_progress_update(&a->progress, w);
 }
 
@@ -209,102 +406,74 @@ static void set_worker_cred(struct agent *a, const struct rdzv_assign *as)
 static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
 {
     struct agent *a = rdzv_client_data(c);
+    const struct agent_static_opts *st = &a->o->static_ranks;
 
     agent_progress_stop(&a->progress);
-    if (a->finished || a->next != NEXT_NONE)
+    if (!accepts(a, AGENT_EV_ASSIGN))
         return;
     a->as = *as;
     set_worker_cred(a, as);
-    a->was_rank0 = as->group_rank == 0;
-    if (a->o->static_ranks) {
-        const struct agent_options *o = a->o;
-        a->as.group_rank = o->static_node_rank;
-        a->as.group_world_size = o->static_nnodes;
-        a->as.rank_offset = o->static_node_rank * o->nproc;
-        a->as.world_size = o->static_nnodes * o->nproc;
-        snprintf(a->as.master_addr, sizeof(a->as.master_addr), "%s", o->static_master_addr);
-        a->as.master_port = o->static_master_port;
+    a->ft.was_rank0 = as->group_rank == 0;
+    if (st->on) {
+        unsigned nproc = a->o->work.nproc;
+        a->as.group_rank = st->node_rank;
+        a->as.group_world_size = st->nnodes;
+        a->as.rank_offset = st->node_rank * nproc;
+        a->as.world_size = st->nnodes * nproc;
+        snprintf(a->as.master_addr, sizeof(a->as.master_addr), "%s", st->master_addr);
+        a->as.master_port = st->master_port;
     }
-    /* the pre-flight runs once, before the job's first attempt: every node of round 0 takes
-     * part, so the checks can meet in that round's KV store */
-    if (a->o->preflight && !a->preflight_ran && as->restart_count == 0) {
-        a->preflight_ran = 1;
-        agent_preflight_start_(a);
-        return;
-    }
-    if (a->o->preflight_only) { /* a later round of `muster preflight`: nothing to run */
-        if (rdzv_client_report_done(a->client, a->as.round) != 0)
-            agent_finish_(a, AGENT_EXIT_RDZV);
-        return;
-    }
-    agent_start_workers_(a);
+    fire(a, AGENT_EV_ASSIGN, 0);
 }
 
 static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
 {
     struct agent *a = rdzv_client_data(c);
+    unsigned max = a->o->restart.max_restarts;
     char how[RDZV_TEXT_MAX + 64];
 
-    if (a->finished || a->next == NEXT_EXIT)
+    if (!accepts(a, AGENT_EV_RESTART))
         return;
     agent_failure_describe(&r->cause, how, sizeof(how));
     if (r->cause.rank >= 0)
-        agent_log("restarting workers (restart %u/%u): rank %d %s", r->restart_count,
-                  a->o->max_restarts, r->cause.rank, how);
+        mc_info("restarting workers (restart %u/%u): rank %d %s", r->restart_count, max,
+                r->cause.rank, how);
     else
-        agent_log("restarting workers (restart %u/%u): %s", r->restart_count, a->o->max_restarts,
-                  how);
-    a->next = NEXT_REJOIN;
-    if (a->group == NULL)
-        agent_do_join_(a);
-    else
-        agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
-}
-
-static void exit_after_workers(struct agent *a, int code)
-{
-    a->next = NEXT_EXIT;
-    a->exit_code = code;
-    if (a->group == NULL)
-        agent_finish_(a, code);
-    else
-        agent_group_stop(a->group, SIGTERM, a->o->shutdown_timeout_ms);
+        mc_info("restarting workers (restart %u/%u): %s", r->restart_count, max, how);
+    fire(a, AGENT_EV_RESTART, 0);
 }
 
 static void on_job_done(struct rdzv_client *c)
 {
-    exit_after_workers(rdzv_client_data(c), 0);
+    fire(rdzv_client_data(c), AGENT_EV_JOB_DONE, 0);
 }
 
 static void on_job_failed(struct rdzv_client *c, const struct rdzv_job_failed *f)
 {
     struct agent *a = rdzv_client_data(c);
 
-    if (a->finished || a->stop_signal)
+    if (!accepts(a, AGENT_EV_JOB_FAILED))
         return;
     a->job_failed = *f;
     a->have_job_failed = 1;
-    exit_after_workers(a, agent_failure_exit_code(&f->cause));
+    fire(a, AGENT_EV_JOB_FAILED, agent_failure_exit_code(&f->cause));
 }
 
 static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)
 {
     struct agent *a = rdzv_client_data(c);
-
-    a->client = NULL; /* no more callbacks; closed in agent_finish_() */
-    if (a->finished || a->next == NEXT_EXIT) {
-        rdzv_client_close(c, NULL, NULL);
-        return;
-    }
     char shown[MC_ESCAPE_SIZE(RDZV_TEXT_MAX)];
 
-    mc_escape(text, shown, sizeof(shown)); /* the server's words */
-    if (err == UV_EACCES && a->o->token_hint != NULL)
-        agent_log("error: rendezvous failed: %s: %s", shown, a->o->token_hint);
-    else
-        agent_log("error: rendezvous failed: %s", shown);
+    a->client = NULL; /* no more callbacks; closed here */
+    if (accepts(a, AGENT_EV_RDZV_ERROR)) {
+        mc_escape(text, shown, sizeof(shown)); /* the server's words */
+        if (err == UV_EACCES && a->o->rdzv.token_hint != NULL)
+            mc_error("rendezvous failed: %s: %s", shown, a->o->rdzv.token_hint);
+        else
+            mc_error("rendezvous failed: %s", shown);
+    }
     rdzv_client_close(c, NULL, NULL);
-    exit_after_workers(a, AGENT_EXIT_RDZV);
+    fire(a, AGENT_EV_RDZV_ERROR, 0);
 }
 
 static void on_disconnected(struct rdzv_client *c, const char *why)
@@ -313,7 +482,7 @@ static void on_disconnected(struct rdzv_client *c, const char *why)
 
     (void)c;
     mc_escape(why, shown, sizeof(shown));
-    agent_log("rendezvous server lost (%s); reconnecting, workers keep running", shown);
+    mc_info("rendezvous server lost (%s); reconnecting, workers keep running", shown);
 }
 
 /* The first connection failed: the node hosting the rendezvous may not have started yet. One
@@ -321,22 +490,22 @@ static void on_disconnected(struct rdzv_client *c, const char *why)
 static void on_server_wait(struct rdzv_client *c, int err, uint64_t waited_ms)
 {
     struct agent *a = rdzv_client_data(c);
-    const struct agent_options *o = a->o;
+    const struct agent_rdzv_opts *r = &a->o->rdzv;
     char until[48] = "without a deadline";
 
     if (a->server_wait_logs > 0 && waited_ms < a->server_wait_logs * 60000u)
         return;
-    if (o->join_timeout_ms > 0)
-        snprintf(until, sizeof(until), "until the join timeout (%u s)", o->join_timeout_ms / 1000);
-    agent_log("waiting for the rendezvous at %s:%u (%s, %llu s so far); retrying %s", o->rdzv_host,
-              o->rdzv_port, uv_strerror(err), (unsigned long long)(waited_ms / 1000), until);
+    if (r->join_timeout_ms > 0)
+        snprintf(until, sizeof(until), "until the join timeout (%u s)", r->join_timeout_ms / 1000);
+    mc_info("waiting for the rendezvous at %s:%u (%s, %llu s so far); retrying %s", r->host,
+            r->port, uv_strerror(err), (unsigned long long)(waited_ms / 1000), until);
     a->server_wait_logs++;
 }
 
 static void on_reconnected(struct rdzv_client *c)
 {
     (void)c;
-    agent_log("rendezvous server reached again; round re-registered");
+    mc_info("rendezvous server reached again; round re-registered");
 }
 
 static const struct rdzv_client_cbs client_cbs = {
@@ -351,52 +520,13 @@ static const struct rdzv_client_cbs client_cbs = {
     .server_wait_cb = on_server_wait,
 };
 
-void agent_do_join_(struct agent *a)
-{
-    const struct agent_options *o = a->o;
-    struct rdzv_join j;
-    int rc;
-
-    a->next = NEXT_NONE;
-    memset(&j, 0, sizeof(j));
-    snprintf(j.job_id, sizeof(j.job_id), "%s", o->run_id);
-    j.min_nodes = o->min_nodes;
-    j.max_nodes = o->max_nodes;
-    j.nproc = o->nproc;
-    snprintf(j.host, sizeof(j.host), "%s", a->host);
-    snprintf(j.addr, sizeof(j.addr), "%s", o->local_addr ? o->local_addr : "");
-    j.master_port = o->master_port;
-    if (j.master_port == 0) {
-        if ((rc = agent_port_reserve(&a->port_fd, &a->port)) != 0) {
-            agent_log("error: cannot find a free port for MASTER_PORT: %s", strerror(-rc));
-            agent_finish_(a, AGENT_EXIT_INTERNAL);
-            return;
-        }
-        j.master_port = a->port;
-    }
-    j.max_restarts = o->max_restarts;
-    j.last_call_ms = o->last_call_ms;
-    j.join_timeout_ms = o->join_timeout_ms;
-    j.keep_alive_ms = o->keep_alive_ms;
-    j.heartbeat_timeout_ms = o->heartbeat_timeout_ms;
-    j.reconnect_grace_ms = o->reconnect_grace_ms;
-    j.node_id = a->node_id;
-    memcpy(j.node_secret, a->node_secret, sizeof(j.node_secret));
-    j.want_rank = o->want_rank;
-    agent_ft_pick_resume_(a, &j);
-    if (a->client == NULL || (rc = rdzv_client_join(a->client, &j)) != 0) {
-        agent_log("error: cannot join the rendezvous at %s:%u", o->rdzv_host, o->rdzv_port);
-        agent_finish_(a, AGENT_EXIT_RDZV);
-    }
-}
-
-/* ---- signals and shutdown ----------------------------------------------------------- */
+/* ---- signals ------------------------------------------------------------------------ */
 
 /* The signal handle i watches: INT, TERM, HUP and QUIT always (so that workers are never
  * left without their grace period, whatever --signals-to-handle says), then --preempt-signal,
  * then the rest of --signals-to-handle (torchrun's SignalException: the workers get the same
  * signal, then muster exits). 0: none. */
-static int handle_signum(const struct agent_options *o, int i)
+static int handle_signum(const struct agent_restart_opts *o, int i)
 {
     if (i < NSIGNALS)
         return handled_signals[i];
@@ -409,115 +539,71 @@ static int handle_signum(const struct agent_options *o, int i)
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct agent *a = h->data;
+    struct agent_event ev = {.kind = AGENT_EV_SIGNAL, .signum = signum};
 
-    if (a->stop_signal) {
-        /* a second signal: the user does not want to wait for the grace period */
-        if (a->group != NULL)
-            agent_group_stop(a->group, SIGKILL, 0);
-        return;
-    }
-    a->stop_signal = signum;
-    if (signum == a->o->preempt_signal)
-        agent_log("pre-empted (SIG%s): passing it to the workers, %.0f s for a final checkpoint, "
-                  "then exit %d (requeue)",
-                  sigabbrev_np(signum), a->o->shutdown_timeout_ms / 1000.0, AGENT_EXIT_REQUEUE);
-    else
-        agent_log("received SIG%s: stopping the workers", sigabbrev_np(signum));
-    if (a->client != NULL && a->group != NULL) {
-        struct rdzv_failure f = {.round = a->as.round, .rank = -1, .exit_code = -1};
-        snprintf(f.host, sizeof(f.host), "%s", a->host);
-        snprintf(f.text, sizeof(f.text), "agent on %s stopped by SIG%s", a->host,
-                 sigabbrev_np(signum));
-        rdzv_client_report_failure(a->client, &f, 1);
-    }
-    a->next = NEXT_EXIT;
-    a->exit_code = signum == a->o->preempt_signal ? AGENT_EXIT_REQUEUE : 128 + signum;
-    if (a->group == NULL)
-        agent_finish_(a, a->exit_code);
-    else
-        agent_group_stop(a->group, signum, a->o->shutdown_timeout_ms);
-}
-
-static void close_handle_cb(uv_handle_t *h)
-{
-    (void)h;
-}
-
-void agent_finish_(struct agent *a, int code)
-{
-    if (a->finished)
-        return;
-    a->finished = 1;
-    a->exit_code = code;
-    if (a->have_job_failed && !a->stop_signal)
-        print_job_failed(a);
-    rdzv_client_close(a->client, NULL, NULL);
-    a->client = NULL;
-    rdzv_server_close(a->server, NULL, NULL);
-    a->server = NULL;
-    for (int i = 0; i < NSIGHANDLES; i++)
-        uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
-    agent_progress_close(&a->progress, close_handle_cb);
-    if (a->hang_on)
-        agent_hang_close(&a->hang, NULL);
-    if (a->ckpt_on) {
-        agent_ckptwatch_sync(&a->ckpt);
-        agent_ckptwatch_close(&a->ckpt, NULL);
-    }
-    if (a->group != NULL) {
-        agent_group_close(a->group, after_group_closed, a); /* kills what is left */
-        a->group = NULL;
-    }
+    if (a->stop_signal == 0 && signum == a->o->restart.preempt_signal)
+        mc_info("pre-empted (SIG%s): passing it to the workers, %.0f s for a final checkpoint, "
+                "then exit %d (requeue)",
+                sigabbrev_np(signum), a->o->restart.shutdown_timeout_ms / 1000.0,
+                AGENT_EXIT_REQUEUE);
+    else if (a->stop_signal == 0)
+        mc_info("received SIG%s: stopping the workers", sigabbrev_np(signum));
+    transition(a, &ev);
 }
 
 /* ---- entry point -------------------------------------------------------------------- */
 
+static int new_client(struct agent *a, const char *host, unsigned port)
+{
+    const struct agent_rdzv_opts *r = &a->o->rdzv;
+    struct rdzv_tls_opts tls = {.token = r->token,
+                                .cert_file = r->tls_cert,
+                                .key_file = r->tls_key,
+                                .ca_file = r->tls_ca,
+                                .server_name = host,
+                                .no_forward_secrecy = r->no_forward_secrecy};
+    int rc;
+
+    if (a->server != NULL) /* our own server: an in-process channel, no TCP and no TLS (issue
+                              14: the handshake was ~6 ms of a standalone launch) */
+        rc = rdzv_client_new_local(&a->loop, a->server, host, &client_cbs, a, &a->client);
+    else
+        rc = rdzv_client_new_tls(&a->loop, host, port, &tls, &client_cbs, a, &a->client);
+    if (rc != 0)
+        mc_error("rendezvous client: %s", uv_strerror(rc));
+    return rc;
+}
+
 static int start_rendezvous(struct agent *a)
 {
-    const struct agent_options *o = a->o;
-    const char *connect_host = o->rdzv_host;
-    unsigned port = o->rdzv_port;
+    const struct agent_rdzv_opts *r = &a->o->rdzv;
+    const char *connect_host = r->host;
+    unsigned port = r->port;
     int rc = 0;
 
-    if (o->host_mode != AGENT_HOST_NEVER) {
-        const char *bind_host = strcmp(o->rdzv_host, "localhost") == 0 ? "127.0.0.1" : o->rdzv_host;
-        struct rdzv_tls_opts tls = {.token = o->token,
-                                    .cert_file = o->tls_cert,
-                                    .key_file = o->tls_key,
-                                    .ca_file = o->tls_ca};
-        rc = o->tls_cert ? rdzv_server_new_tls(&a->loop, bind_host, o->rdzv_port, &tls, &a->server)
-                         : rdzv_server_new(&a->loop, bind_host, o->rdzv_port, o->token, &a->server);
+    if (r->host_mode != AGENT_HOST_NEVER) {
+        const char *bind_host = strcmp(r->host, "localhost") == 0 ? "127.0.0.1" : r->host;
+        struct rdzv_tls_opts tls = {.token = r->token,
+                                    .cert_file = r->tls_cert,
+                                    .key_file = r->tls_key,
+                                    .ca_file = r->tls_ca};
+        rc = r->tls_cert ? rdzv_server_new_tls(&a->loop, bind_host, r->port, &tls, &a->server)
+                         : rdzv_server_new(&a->loop, bind_host, r->port, r->token, &a->server);
         if (rc == 0) {
-            rdzv_server_set_auth_hint(a->server, o->token_hint_host);
+            rdzv_server_set_auth_hint(a->server, r->token_hint_host);
             port = rdzv_server_port(a->server);
             if (strcmp(bind_host, "0.0.0.0") == 0 || strcmp(bind_host, "::") == 0)
                 connect_host = "127.0.0.1";
-        } else if (o->host_mode == AGENT_HOST_ALWAYS) {
-            agent_log("error: cannot start the rendezvous server on %s:%u: %s", bind_host,
-                      o->rdzv_port, uv_strerror(rc));
+        } else if (r->host_mode == AGENT_HOST_ALWAYS) {
+            mc_error("cannot start the rendezvous server on %s:%u: %s", bind_host, r->port,
+                     uv_strerror(rc));
             return rc;
         }
         /* AGENT_HOST_IF_LOCAL: not this machine's address, or a server already runs there */
     }
     snprintf(a->endpoint, sizeof(a->endpoint), strchr(connect_host, ':') ? "[%s]:%u" : "%s:%u",
              connect_host, port);
-    if (a->server != NULL) {
-        /* Our own server: an in-process channel, no TCP and no TLS (issue 14: the handshake
-         * was ~6 ms of a standalone launch); remote agents and workers still use TLS. */
-        rc = rdzv_client_new_local(&a->loop, a->server, connect_host, &client_cbs, a, &a->client);
-    } else if (o->tls_cert != NULL) {
-        struct rdzv_tls_opts tls = {.token = o->token,
-                                    .cert_file = o->tls_cert,
-                                    .key_file = o->tls_key,
-                                    .ca_file = o->tls_ca,
-                                    .server_name = connect_host};
-        rc = rdzv_client_new_tls(&a->loop, connect_host, port, &tls, &client_cbs, a, &a->client);
-    } else {
-        rc = rdzv_client_new(&a->loop, connect_host, port, o->token, &client_cbs, a, &a->client);
-    }
-    if (rc != 0)
-        agent_log("error: rendezvous client: %s", uv_strerror(rc));
-    return rc;
+    return new_client(a, connect_host, port);
 }
 
 static int agent_init(struct agent *a, const struct agent_options *o)
@@ -526,8 +612,9 @@ static int agent_init(struct agent *a, const struct agent_options *o)
 
     memset(a, 0, sizeof(*a));
     a->o = o;
+    a->state = AGENT_S_JOINING;
     a->port_fd = -1;
-    a->my_resume_step = -1;
+    a->ft.my_resume_step = -1;
     if ((rc = uv_loop_init(&a->loop)) != 0)
         return rc;
     if (gethostname(a->host, sizeof(a->host) - 1) != 0)
@@ -537,11 +624,11 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
     agent_progress_init(&a->loop, &a->progress, o->run_id);
     for (int i = 0; i < NSIGHANDLES; i++) {
-        int signum = handle_signum(o, i), dup = 0;
+        int signum = handle_signum(&o->restart, i), dup = 0;
         uv_signal_init(&a->loop, &a->sig[i]);
         a->sig[i].data = a;
         for (int j = 0; j < i; j++)
-            dup |= handle_signum(o, j) == signum;
+            dup |= handle_signum(&o->restart, j) == signum;
         if (signum > 0 && !dup)
             uv_signal_start(&a->sig[i], on_signal, signum);
     }
@@ -554,24 +641,24 @@ int agent_run(const struct agent_options *o)
     int rc = agent_init(&a, o);
 
     if (rc != 0) {
-        agent_log("error: cannot start the agent: %s", uv_strerror(rc));
+        mc_error("cannot start the agent: %s", uv_strerror(rc));
         return AGENT_EXIT_INTERNAL;
     }
     agent_proctree_start(1); /* before any worker: the job's cgroup and its reaper */
-    if ((rc = agent_prepare_logdir_(&a)) != 0 || (rc = agent_ft_start_(&a)) != 0)
+    if ((rc = agent_prepare_logdir_(&a)) != 0 || (rc = agent_ft_start_(&a, on_hang)) != 0)
         /* a directory refused for safety is the operator's to fix, like a bad flag */
-        agent_finish_(&a, agent_path_refused(rc) ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL);
+        fire(&a, AGENT_EV_FATAL, agent_path_refused(rc) ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL);
     else if (start_rendezvous(&a) != 0)
-        agent_finish_(&a, AGENT_EXIT_RDZV);
+        fire(&a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
     else
-        agent_do_join_(&a);
+        join(&a); /* the machine starts in JOINING */
     uv_run(&a.loop, UV_RUN_DEFAULT);
     agent_proctree_stop();
     if (a.port_fd >= 0)
         close(a.port_fd);
     rc = uv_loop_close(&a.loop);
     if (rc != 0)
-        agent_log("internal error: handles left open at exit: %s", uv_strerror(rc));
+        mc_error("internal error: handles left open at exit: %s", uv_strerror(rc));
     agent_logdir_close(&a.logdir);
     return a.exit_code;
 }

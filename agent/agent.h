@@ -13,74 +13,115 @@
 #define AGENT_EXIT_REQUEUE 75  /* EX_TEMPFAIL: pre-empted, requeue the job (Slurm) */
 
 enum agent_host_mode {
-    AGENT_HOST_NEVER,    /* connect to rdzv_host:rdzv_port */
-    AGENT_HOST_ALWAYS,   /* run the server here on rdzv_host:rdzv_port (port 0: ephemeral) */
+    AGENT_HOST_NEVER,    /* connect to rdzv.host:rdzv.port */
+    AGENT_HOST_ALWAYS,   /* run the server here on rdzv.host:rdzv.port (port 0: ephemeral) */
     AGENT_HOST_IF_LOCAL, /* host it when the address is this machine's and free, else connect */
 };
 
 struct agent_numa; /* numa.h */
 
-struct agent_options {
-    const char *run_id;
-    const char *rdzv_host;
-    unsigned rdzv_port;
+/* The options are grouped by the part of the agent that reads them, so that the launcher fills
+ * one struct per concern and the agent hands each part a pointer to its own struct. Every
+ * pointer is borrowed for the whole agent_run(). */
+
+/* Where the rendezvous is, how to reach it, and what this node asks of it. */
+struct agent_rdzv_opts {
+    const char *host;
+    unsigned port;
     enum agent_host_mode host_mode;
-    const char *token;  /* the credential (TLS pre-shared key, cred.h); required unless tls_cert */
-    unsigned want_rank; /* 0, or 1 + the group rank to ask for (static recipe's --node-rank) */
+    const char *token; /* the credential (TLS pre-shared key, cred.h); required unless tls_cert */
     /* said when the rendezvous refuses the token (usertoken.h), or NULL */
     const char *token_hint;
     /* the same, logged by a hosted server refusing a node */
     const char *token_hint_host;
     const char *tls_cert, *tls_key, *tls_ca; /* certificate mode, or all NULL */
+    int no_forward_secrecy; /* --rdzv-conf forward_secrecy=0: plain-PSK suites (tls.h) */
+    unsigned want_rank;     /* 0, or 1 + the group rank to ask for (static recipe's --node-rank) */
     unsigned min_nodes, max_nodes;
-    unsigned nproc;
-    unsigned max_restarts;
-    unsigned join_timeout_ms, last_call_ms, shutdown_timeout_ms;
+    unsigned join_timeout_ms, last_call_ms;
     unsigned keep_alive_ms, heartbeat_timeout_ms, reconnect_grace_ms;
+    const char *local_addr; /* NULL: the server uses the address this agent connects from */
+    unsigned master_port;   /* 0: reserve a free port for every round */
+};
+
+/* --rdzv-backend static across nodes: no shared rendezvous. Ranks come from --node-rank and
+ * MASTER_ADDR/PORT from the flags; the agent still runs a private server for its own restart
+ * accounting, so restarts are per node (as torchrun's). */
+struct agent_static_opts {
+    int on;
+    unsigned node_rank, nnodes;
+    const char *master_addr;
+    unsigned master_port;
+};
+
+/* What runs on this node: the workers and their environment. */
+struct agent_worker_opts {
+    char **argv; /* worker command, NULL-terminated */
+    unsigned nproc;
     const char *role;
-    const char *local_addr;        /* NULL: the server uses the address this agent connects from */
-    unsigned master_port;          /* 0: reserve a free port for every round */
-    char **argv;                   /* worker command, NULL-terminated */
+    const char *signals_to_handle; /* NULL or exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
+    int virtual_local_rank;        /* --virtual-local-rank (env.h) */
+    const struct agent_numa *numa; /* --numa-binding: per local rank CPUs and memory; or NULL */
+};
+
+/* Restarts, shutdown and the signals that stop the job. */
+struct agent_restart_opts {
+    unsigned max_restarts;
+    unsigned shutdown_timeout_ms;
+    int preempt_signal; /* 0 = none: this signal means "pre-empted", exit 75 */
+    /* torchrun's --signals-to-handle: each stops the job, passed on to the workers (0 of
+     * them: SIGTERM, SIGINT, SIGHUP, SIGQUIT, which are always handled) */
+    const int *handle_signals;
+    unsigned nhandle_signals;
+};
+
+/* Log files and console output (output.h). */
+struct agent_output_opts {
     const char *log_dir;           /* NULL: a private directory, removed at exit */
     int logs_disabled;             /* --log-dir /dev/null */
     const unsigned char *redirect; /* per local rank: bit 1 stdout, bit 2 stderr to file only */
     const unsigned char *tee;      /* per local rank: to file and console */
     const unsigned char *shown;    /* per local rank: 1 = console output wanted */
-    const char *signals_to_handle; /* NULL or exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
-    /* torchrun's --signals-to-handle: each stops the job, passed on to the workers (0 of
-     * them: SIGTERM, SIGINT, SIGHUP, SIGQUIT, which are always handled) */
-    const int *handle_signals;
-    unsigned nhandle_signals;
-    int virtual_local_rank;        /* --virtual-local-rank (env.h) */
-    const struct agent_numa *numa; /* --numa-binding: per local rank CPUs and memory; or NULL */
-    /* console output (output.h) */
-    const char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; NULL: "[rankN]: " */
-    int no_prefix;               /* --no-prefix */
-    unsigned dedup_ms;           /* --dedup window; 0: off */
+    const char *prefix_template;   /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; NULL: "[rankN]: " */
+    int no_prefix;                 /* --no-prefix */
+    unsigned dedup_ms;             /* --dedup window; 0: off */
     const char *const *dup_filters[2]; /* --duplicate-std{out,err}-filters; NULL: none */
-    /* --rdzv-backend static across nodes: no shared rendezvous. Ranks come from
-     * --node-rank and MASTER_ADDR/PORT from the flags; the agent still runs a private
-     * server for its own restart accounting, so restarts are per node (as torchrun's). */
-    /* fault tolerance (issue 5) */
-    const char *checkpoint_dir; /* NULL: no checkpoint registry */
-    unsigned keep_checkpoints;  /* 0 = keep all */
-    unsigned hang_timeout_ms;   /* 0 = no hang detection */
-    int preempt_signal;         /* 0 = none: this signal means "pre-empted", exit 75 */
-    int static_ranks;
-    unsigned static_node_rank, static_nnodes;
-    const char *static_master_addr;
-    unsigned static_master_port;
-    /* pre-flight (issue 6): checks before the first attempt's workers start */
-    int preflight;                /* 1: run the checks */
-    int preflight_only;           /* `muster preflight`: no workers, exit after the checks */
-    unsigned preflight_need_gpus; /* workers on this node that need a GPU (0: CPU job) */
-    unsigned preflight_timeout_ms;
-    double preflight_min_busbw; /* GB/s, 0 = no floor */
-    int preflight_allow_mixed;
-    const char *preflight_max_bytes; /* NULL: muster-preflight's default */
-    double preflight_min_tflops;     /* per-GPU bf16 GEMM floor, 0 = none (issue 15) */
-    double preflight_min_hbm_gbps;   /* per-GPU HBM copy floor, 0 = none */
-    int preflight_allow_slow;        /* slow GPUs warn instead of failing */
+};
+
+/* Fault tolerance (issue 5): the checkpoint registry and hang detection. */
+struct agent_ckpt_opts {
+    const char *dir;          /* NULL: no checkpoint registry */
+    unsigned keep;            /* 0 = keep all */
+    unsigned hang_timeout_ms; /* 0 = no hang detection */
+};
+
+/* Pre-flight (issue 6): checks before the first attempt's workers start. */
+struct agent_preflight_opts {
+    int on;             /* 1: run the checks */
+    int only;           /* `muster preflight`: no workers, exit after the checks */
+    unsigned need_gpus; /* workers on this node that need a GPU (0: CPU job) */
+    unsigned timeout_ms;
+    double min_busbw; /* GB/s, 0 = no floor */
+    int allow_mixed;
+    const char *max_bytes; /* NULL: muster-preflight's default */
+    double min_tflops;     /* per-GPU bf16 GEMM floor, 0 = none (issue 15) */
+    double min_hbm_gbps;   /* per-GPU HBM copy floor, 0 = none */
+    int allow_slow;        /* slow GPUs warn instead of failing */
+    /* The node program and its first arguments, NULL-terminated: the launcher sets
+     * {"/proc/self/exe", "__preflight-node", NULL}; the agent appends the check options. Needed
+     * when on is set. */
+    const char *const *node_argv;
+};
+
+struct agent_options {
+    const char *run_id;
+    struct agent_rdzv_opts rdzv;
+    struct agent_static_opts static_ranks;
+    struct agent_worker_opts work;
+    struct agent_restart_opts restart;
+    struct agent_output_opts out;
+    struct agent_ckpt_opts ckpt;
+    struct agent_preflight_opts pf;
 };
 
 /* Runs the job on this node until it ends. Borrows opts. Returns the process exit code. */

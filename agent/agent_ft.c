@@ -1,5 +1,6 @@
 /* The agent's fault tolerance: the checkpoint registry (resume point, records reported to the
- * server) and hang detection, glued to the agent's state. */
+ * server) and hang detection, owned in struct agent_ft. Calls nothing in agent.c: a hang goes
+ * up through the callback agent_ft_start_() was given. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,90 +12,101 @@
 
 #include "agent_priv.h"
 #include "escape.h"
+#include "log.h"
 #include "path.h"
 #include "safefile.h"
 
 /* Before an attempt: MUSTER_RESUME_FROM is the checkpoint the node of group rank 0 chose (the
  * server copies its JOIN's pick into every ASSIGN), so every node resumes from the same one;
  * that node records new checkpoints from now on. Fresh heartbeat files. */
-void agent_ft_prepare_(struct agent *a)
+static void log_resume(const struct agent *a)
 {
+    const struct agent_ft *ft = &a->ft;
     const struct rdzv_assign *as = &a->as;
-    char shown[MC_ESCAPE_SIZE(sizeof(a->resume_from))];
+    char shown[MC_ESCAPE_SIZE(sizeof(ft->resume_from))];
     struct stat st;
 
-    a->resume_from[0] = '\0';
-    if (a->ckpt_on) {
-        agent_ckptwatch_set_recording(&a->ckpt, as->group_rank == 0);
+    /* the name is the node of group rank 0's, through the server: escaped when shown */
+    mc_escape(ft->resume_from, shown, sizeof(shown));
+    if (ft->resume_from[0] != '\0')
+        mc_info("attempt %u resumes from %s", as->restart_count, shown);
+    else if (as->restart_count > 0 || ft->my_resume_step >= 0)
+        mc_info("attempt %u starts from scratch: no checkpoint verifies on the node of group "
+                "rank 0",
+                as->restart_count);
+    if (ft->resume_from[0] != '\0' && stat(ft->resume_from, &st) != 0)
+        mc_warn("%s is not on this node; its workers cannot read it (share --checkpoint-dir "
+                "between nodes, or load on rank 0 and broadcast)",
+                shown);
+    if (ft->my_resume_step > as->resume_step)
+        mc_warn("this node has a newer verified checkpoint (step %lld) than the node of group "
+                "rank 0 can reach; resuming from step %lld instead",
+                (long long)ft->my_resume_step, (long long)as->resume_step);
+}
+
+void agent_ft_prepare_(struct agent *a)
+{
+    struct agent_ft *ft = &a->ft;
+    const struct rdzv_assign *as = &a->as;
+
+    ft->resume_from[0] = '\0';
+    if (ft->ckpt_on) {
+        agent_ckptwatch_set_recording(&ft->ckpt, as->group_rank == 0);
         if (as->resume[0] != '\0')
-            snprintf(a->resume_from, sizeof(a->resume_from), "%.3800s/%s", a->o->checkpoint_dir,
+            snprintf(ft->resume_from, sizeof(ft->resume_from), "%.3800s/%s", a->o->ckpt.dir,
                      as->resume);
-        /* the name is the node of group rank 0's, through the server: escaped when shown */
-        mc_escape(a->resume_from, shown, sizeof(shown));
-        if (a->resume_from[0] != '\0')
-            agent_log("attempt %u resumes from %s", as->restart_count, shown);
-        else if (as->restart_count > 0 || a->my_resume_step >= 0)
-            agent_log("attempt %u starts from scratch: no checkpoint verifies on the node of "
-                      "group rank 0",
-                      as->restart_count);
-        if (a->resume_from[0] != '\0' && stat(a->resume_from, &st) != 0)
-            agent_log("warning: %s is not on this node; its workers cannot read it (share "
-                      "--checkpoint-dir between nodes, or load on rank 0 and broadcast)",
-                      shown);
-        if (a->my_resume_step > as->resume_step)
-            agent_log("warning: this node has a newer verified checkpoint (step %lld) than the "
-                      "node of group rank 0 can reach; resuming from step %lld instead",
-                      (long long)a->my_resume_step, (long long)as->resume_step);
+        log_resume(a);
     }
-    if (a->hang_on)
-        agent_hang_start(&a->hang, as->restart_count);
+    if (ft->hang_on)
+        agent_hang_start(&ft->hang, as->restart_count);
+}
+
+void agent_ft_worker_exited_(struct agent *a, int local_rank)
+{
+    if (a->ft.hang_on)
+        agent_hang_disarm(&a->ft.hang, local_rank);
+}
+
+void agent_ft_sync_(struct agent *a)
+{
+    if (a->ft.ckpt_on)
+        agent_ckptwatch_sync(&a->ft.ckpt);
+}
+
+void agent_ft_close_(struct agent *a)
+{
+    if (a->ft.hang_on)
+        agent_hang_close(&a->ft.hang, NULL);
+    if (a->ft.ckpt_on) {
+        agent_ckptwatch_sync(&a->ft.ckpt);
+        agent_ckptwatch_close(&a->ft.ckpt, NULL);
+    }
 }
 
 /* This node's candidate for where the next round resumes: only the one of the node that gets
  * group rank 0 is used. Workers are stopped here, so the last checkpoint has landed. */
 void agent_ft_pick_resume_(struct agent *a, struct rdzv_join *j)
 {
+    struct agent_ft *ft = &a->ft;
     struct agent_ckpt_entry e;
 
     j->resume[0] = '\0';
     j->resume_step = -1;
-    a->my_resume_step = -1;
-    if (!a->ckpt_on)
+    ft->my_resume_step = -1;
+    if (!ft->ckpt_on)
         return;
-    agent_ckptwatch_sync(&a->ckpt);
-    if (agent_ckptwatch_pick(&a->ckpt, &e) != 0)
+    agent_ckptwatch_sync(&ft->ckpt);
+    if (agent_ckptwatch_pick(&ft->ckpt, &e) != 0)
         return;
     snprintf(j->resume, sizeof(j->resume), "%s", e.name);
     j->resume_step = e.step;
-    a->my_resume_step = e.step;
-}
-
-static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
-{
-    struct agent *a = h->data;
-    struct agent_worker *w;
-    struct rdzv_failure f;
-
-    if (a->group == NULL || local_rank >= a->group->n)
-        return;
-    w = &a->group->workers[local_rank];
-    if (!w->alive || a->round_failed || a->stop_signal || a->next != NEXT_NONE || a->finished)
-        return;
-    /* a hung worker gets no grace: it cannot checkpoint, and a SIGSTOPped one would ignore
-     * SIGTERM until the shutdown timeout */
-    agent_worker_kill(w, SIGKILL);
-    agent_fill_failure_(a, w, &f);
-    f.exit_code = -1;
-    f.time_ms = (uint64_t)time(NULL) * 1000;
-    snprintf(f.text, sizeof(f.text), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
-             silent_ms / 1000.0, a->o->hang_timeout_ms / 1000.0);
-    agent_local_failure_(a, &f, w->pid);
+    ft->my_resume_step = e.step;
 }
 
 static void ckpt_log(void *data, const char *line)
 {
     (void)data;
-    agent_log("%s", line);
+    mc_info("%s", line);
 }
 
 static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const char *why)
@@ -104,7 +116,7 @@ static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const
                            .checksum = e->checksum,
                            .time_ms = (uint64_t)(e->recorded_ns / 1000000)};
 
-    if (a->client == NULL || !a->was_rank0 || !rdzv_ckpt_name_ok(e->name))
+    if (a->client == NULL || !a->ft.was_rank0 || !rdzv_ckpt_name_ok(e->name))
         return;
     snprintf(ck.name, sizeof(ck.name), "%s", e->name);
     if (why != NULL) {
@@ -153,38 +165,38 @@ static int heartbeat_dir(struct agent *a, char *dir, size_t len)
                  strerror(-rc));
     }
     if (rc != 0)
-        agent_log("error: %s", err);
+        mc_error("%s", err);
     return rc;
 }
 
-int agent_ft_start_(struct agent *a)
+int agent_ft_start_(struct agent *a, agent_hang_cb hang_cb)
 {
     const struct agent_options *o = a->o;
+    struct agent_ft *ft = &a->ft;
     char dir[PATH_MAX];
     int rc;
 
-    if (o->checkpoint_dir != NULL) {
-        rc = agent_ckptwatch_init(&a->loop, &a->ckpt, o->checkpoint_dir, o->keep_checkpoints,
-                                  &ckpt_cbs, a);
+    if (o->ckpt.dir != NULL) {
+        rc = agent_ckptwatch_init(&a->loop, &ft->ckpt, o->ckpt.dir, o->ckpt.keep, &ckpt_cbs, a);
         if (rc != 0)
             return rc; /* ckptwatch logged why */
-        a->ckpt_on = 1;
+        ft->ckpt_on = 1;
         /* one node, or ranks fixed by the flags: this node's rank is known now */
-        if (o->max_nodes <= 1 && !o->static_ranks)
-            agent_ckptwatch_set_recording(&a->ckpt, 1);
-        else if (o->static_ranks)
-            agent_ckptwatch_set_recording(&a->ckpt, o->static_node_rank == 0);
+        if (o->rdzv.max_nodes <= 1 && !o->static_ranks.on)
+            agent_ckptwatch_set_recording(&ft->ckpt, 1);
+        else if (o->static_ranks.on)
+            agent_ckptwatch_set_recording(&ft->ckpt, o->static_ranks.node_rank == 0);
     }
-    if (o->hang_timeout_ms > 0) {
+    if (o->ckpt.hang_timeout_ms > 0) {
         if ((rc = heartbeat_dir(a, dir, sizeof(dir))) != 0)
             return rc;
-        rc =
-            agent_hang_init(&a->loop, &a->hang, dir, (int)o->nproc, o->hang_timeout_ms, on_hang, a);
+        rc = agent_hang_init(&a->loop, &ft->hang, dir, (int)o->work.nproc, o->ckpt.hang_timeout_ms,
+                             hang_cb, a);
         if (rc != 0) {
-            agent_log("error: cannot watch heartbeat files in %s: %s", dir, strerror(-rc));
+            mc_error("cannot watch heartbeat files in %s: %s", dir, strerror(-rc));
             return rc;
         }
-        a->hang_on = 1;
+        ft->hang_on = 1;
     }
     return 0;
 }

@@ -1,21 +1,25 @@
-/* Starting one attempt's workers: their log directory, environment and spawn. */
+/* One attempt's workers: their log directory, environment, spawn, and the failure record of
+ * one that failed. Calls nothing in agent.c (agent_priv.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "agent_priv.h"
 #include "env.h"
+#include "failure.h"
+#include "log.h"
 #include "numa.h"
 #include "output.h"
 #include "path.h"
 
 extern char **environ;
 
-static int wants_files(const struct agent_options *o)
+static int wants_files(const struct agent_output_opts *o, unsigned nproc)
 {
-    for (unsigned i = 0; i < o->nproc; i++)
+    for (unsigned i = 0; i < nproc; i++)
         if (o->redirect[i] | o->tee[i])
             return 1;
     /* the filter files live in the attempt directories */
@@ -27,14 +31,15 @@ static int wants_files(const struct agent_options *o)
 
 int agent_prepare_logdir_(struct agent *a)
 {
+    const struct agent_output_opts *o = &a->o->out;
     char err[PATH_MAX + 128];
-    int keep = a->o->log_dir == NULL && wants_files(a->o);
-    int rc = agent_logdir_open(&a->logdir, a->o->logs_disabled ? "/dev/null" : a->o->log_dir,
+    int keep = o->log_dir == NULL && wants_files(o, a->o->work.nproc);
+    int rc = agent_logdir_open(&a->logdir, o->logs_disabled ? "/dev/null" : o->log_dir,
                                a->o->run_id, keep, err, sizeof(err));
     if (rc != 0)
-        agent_log("error: %s", err);
-    else if (keep || (a->o->log_dir != NULL && a->logdir.base[0] != '\0'))
-        agent_log("worker logs in %s", a->logdir.base); /* a re-run's may carry a suffix */
+        mc_error("%s", err);
+    else if (keep || (o->log_dir != NULL && a->logdir.base[0] != '\0'))
+        mc_info("worker logs in %s", a->logdir.base); /* a re-run's may carry a suffix */
     return rc;
 }
 
@@ -44,7 +49,7 @@ static int open_log(const char *dir, const char *name)
 {
     int fd, rc = agent_output_open_log(dir, name, &fd);
     if (rc != 0)
-        agent_log("cannot open %s/%s: %s; that stream is not logged", dir, name, strerror(-rc));
+        mc_info("cannot open %s/%s: %s; that stream is not logged", dir, name, strerror(-rc));
     return fd;
 }
 
@@ -52,28 +57,29 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
                         struct agent_worker_info *w)
 {
     const struct rdzv_assign *as = &a->as;
+    const struct agent_options *o = a->o;
     memset(w, 0, sizeof(*w));
     w->rank = (int)as->rank_offset + i;
     w->local_rank = i;
-    w->local_world_size = (int)a->o->nproc;
+    w->local_world_size = (int)o->work.nproc;
     w->group_rank = (int)as->group_rank;
     w->group_world_size = (int)as->group_world_size;
     w->role_rank = w->rank; /* one role per job, as torchrun's CLI allows */
     w->role_world_size = (int)as->world_size;
     w->world_size = (int)as->world_size;
-    w->role = a->o->role;
+    w->role = o->work.role;
     w->master_addr = as->master_addr;
     w->master_port = as->master_port;
     w->restart_count = as->restart_count;
-    w->max_restarts = a->o->max_restarts;
-    w->run_id = a->o->run_id;
+    w->max_restarts = o->restart.max_restarts;
+    w->run_id = o->run_id;
     w->error_file = error_file;
     w->endpoint = a->endpoint;
     w->token = a->worker_cred; /* never the agent's own credential */
     w->round = as->round;
-    w->checkpoint_dir = a->o->checkpoint_dir;
-    w->resume_from = a->resume_from;
-    w->virtual_local_rank = a->o->virtual_local_rank;
+    w->checkpoint_dir = o->ckpt.dir;
+    w->resume_from = a->ft.resume_from;
+    w->virtual_local_rank = o->work.virtual_local_rank;
 }
 
 void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,
@@ -95,16 +101,18 @@ void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redi
 /* The console options of worker i's streams; filter files go next to the LOCAL_RANK
  * directories in dir's parent (attempt_N/filtered_std{out,err}.log, torchrun's places). The
  * strings must live until the spawn: paths is two PATH_MAX buffers. */
-static void output_cfg(const struct agent_options *o, const char *dir, char (*paths)[PATH_MAX],
+static void output_cfg(const struct agent_options *opts, const char *dir, char (*paths)[PATH_MAX],
                        struct agent_output_cfg *cfg)
 {
     const char *slash = strrchr(dir, '/');
     int dirlen = slash != NULL ? (int)(slash - dir) : 0;
 
+    const struct agent_output_opts *o = &opts->out;
+
     memset(cfg, 0, sizeof(*cfg));
     cfg->prefix_template = o->prefix_template;
     cfg->no_prefix = o->no_prefix;
-    cfg->role = o->role;
+    cfg->role = opts->work.role;
     cfg->dedup_ms = o->dedup_ms;
     for (int s = 0; s < 2; s++) {
         cfg->filters[s] = o->dup_filters[s];
@@ -120,10 +128,11 @@ static void output_cfg(const struct agent_options *o, const char *dir, char (*pa
 int agent_spawn_one_(struct agent *a, int i)
 {
     const struct agent_options *o = a->o;
-    struct agent_worker_spec spec = {
-        .argv = o->argv,
-        .file = {-1, -1},
-        .bind = o->numa != NULL && i < o->numa->nbind ? &o->numa->bind[i] : NULL};
+    const struct agent_numa *numa = o->work.numa;
+    struct agent_worker_spec spec = {.argv = o->work.argv,
+                                     .file = {-1, -1},
+                                     .bind =
+                                         numa != NULL && i < numa->nbind ? &numa->bind[i] : NULL};
     struct agent_worker_info info;
     struct agent_env env, full;
     char dir[PATH_MAX] = "", error_file[PATH_MAX] = "", heartbeat[PATH_MAX] = "";
@@ -135,21 +144,22 @@ int agent_spawn_one_(struct agent *a, int i)
     agent_env_init(&full);
     rc = agent_logdir_worker(&a->logdir, a->as.restart_count, i, 1, dir, error_file);
     if (rc != 0) {
-        agent_log("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
+        mc_info("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
         goto out;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
-    agent_worker_streams_(dir, o->log_dir != NULL, o->redirect[i], o->tee[i], o->shown[i], &spec);
+    agent_worker_streams_(dir, o->out.log_dir != NULL, o->out.redirect[i], o->out.tee[i],
+                          o->out.shown[i], &spec);
     output_cfg(o, dir, filter_paths, &out_cfg);
     spec.output = &out_cfg;
     worker_info(a, i, error_file, &info);
-    if (a->hang_on) {
-        agent_hang_file(&a->hang, a->as.restart_count, i, heartbeat);
+    if (a->ft.hang_on) {
+        agent_hang_file(&a->ft.hang, a->as.restart_count, i, heartbeat);
         info.heartbeat_file = heartbeat;
     }
     rc = agent_env_for_worker(&env, &info, environ);
-    if (rc == 0 && o->signals_to_handle != NULL)
-        rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
+    if (rc == 0 && o->work.signals_to_handle != NULL)
+        rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->work.signals_to_handle);
     /* certificate mode too: workers get the worker credential, not this node's certificate and
      * key (libmuster connects with the worker credential's PSK) */
     if (rc == 0)
@@ -166,4 +176,39 @@ out:
     agent_env_free(&env);
     agent_env_free(&full);
     return rc;
+}
+
+/* ---- failure records ---------------------------------------------------------------- */
+
+void agent_fill_failure_(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f)
+{
+    char dir[PATH_MAX];
+
+    memset(f, 0, sizeof(*f));
+    f->round = a->as.round;
+    f->rank = w->rank;
+    f->local_rank = w->local_rank;
+    f->exit_code = w->term_signal ? -1 : (int32_t)w->exit_status;
+    f->signal = w->term_signal;
+    f->time_ms = w->exit_time_ms;
+    snprintf(f->host, sizeof(f->host), "%s", a->host);
+    agent_logdir_worker(&a->logdir, a->as.restart_count, w->local_rank, 0, dir,
+                        a->local_error_file);
+    if (a->local_error_file[0] == '\0' ||
+        agent_error_file_message(a->local_error_file, f->text, sizeof(f->text)) == -ENOENT)
+        a->local_error_file[0] = '\0';
+}
+
+void agent_spawn_failure_(struct agent *a, int i, int err, struct rdzv_failure *f)
+{
+    struct agent_worker w = {.local_rank = i,
+                             .rank = (int)a->as.rank_offset + i,
+                             .exit_status = err == -ENOENT ? 127 : 126};
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    w.exit_time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    agent_fill_failure_(a, &w, f);
+    snprintf(f->text, sizeof(f->text), "cannot execute '%s': %s", a->o->work.argv[0],
+             strerror(-err));
 }

@@ -1,6 +1,8 @@
-/* The agent's side of the pre-flight: one `muster __preflight-node` process per node, started
- * like a worker (same environment as local rank 0, its own process group, killed with the
- * attempt), and what to do when it ends. The checks themselves live in preflight/. */
+/* The agent's side of the pre-flight: one node process per node (the program the launcher
+ * names in opts.pf.node_argv: `muster __preflight-node`), started like a worker (same
+ * environment as local rank 0, its own process group, killed with the attempt). What follows
+ * when it ends is agent.c's decision: this file reports the end through done_cb and calls
+ * nothing in agent.c. The checks themselves live in preflight/. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -11,26 +13,26 @@
 
 #include "agent_priv.h"
 #include "env.h"
+#include "log.h"
 #include "safefile.h"
 
 extern char **environ;
 
-/* muster-preflight: $MUSTER_PREFLIGHT_BIN, else next to this muster binary, else on PATH;
- * "" when there is none (CPU jobs do not need it; GPU jobs fail the inventory stage). */
-static void find_gpu_binary(char *out, size_t cap)
+/* muster-preflight: $MUSTER_PREFLIGHT_BIN, else next to the node program (the muster binary),
+ * else on PATH; "" when there is none (CPU jobs do not need it; GPU jobs fail the inventory
+ * stage). */
+static void find_gpu_binary(const char *node_program, char *out, size_t cap)
 {
     const char *env = getenv("MUSTER_PREFLIGHT_BIN"), *path = getenv("PATH");
-    char self[PATH_MAX];
-    ssize_t n;
 
     out[0] = '\0';
     if (env != NULL) {
         snprintf(out, cap, "%s", env);
         return;
     }
-    if ((n = readlink("/proc/self/exe", self, sizeof(self) - 1)) > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
+    {
+        const char *self = node_program;
+        const char *slash = strrchr(self, '/');
         if (slash != NULL) {
             snprintf(out, cap, "%.*s/muster-preflight", (int)(slash - self), self);
             if (access(out, X_OK) == 0)
@@ -50,7 +52,7 @@ static void find_gpu_binary(char *out, size_t cap)
 static void on_pf_exit(struct agent_group *g, struct agent_worker *w)
 {
     struct agent *a = g->data;
-    a->preflight_code = w->term_signal ? 128 + w->term_signal : w->exit_status;
+    a->pf.code = w->term_signal ? 128 + w->term_signal : w->exit_status;
 }
 
 static void after_close(void *data)
@@ -64,159 +66,156 @@ static int make_reason_file(struct agent *a)
 {
     int fd;
 
-    snprintf(a->pf_reason, sizeof(a->pf_reason), "%s/muster-pf-reason-XXXXXX", mc_tmpdir());
-    if ((fd = mkstemp(a->pf_reason)) < 0) {
-        a->pf_reason[0] = '\0';
+    snprintf(a->pf.reason, sizeof(a->pf.reason), "%s/muster-pf-reason-XXXXXX", mc_tmpdir());
+    if ((fd = mkstemp(a->pf.reason)) < 0) {
+        a->pf.reason[0] = '\0';
         return -errno;
     }
     close(fd);
     return 0;
 }
 
-static void report_final_failure(struct agent *a)
+void agent_preflight_failure_(struct agent *a, struct rdzv_failure *f)
 {
     char reason[RDZV_TEXT_MAX + 1] = "";
     FILE *f_in = NULL;
-    struct rdzv_failure f = {.round = a->as.round,
-                             .rank = -1,
-                             .local_rank = -1,
-                             .exit_code = AGENT_EXIT_PREFLIGHT,
-                             .flags = RDZV_FAILURE_FINAL};
     struct timeval tv;
 
+    memset(f, 0, sizeof(*f));
+    f->round = a->as.round;
+    f->rank = -1;
+    f->local_rank = -1;
+    f->exit_code = AGENT_EXIT_PREFLIGHT;
+    f->flags = RDZV_FAILURE_FINAL;
     gettimeofday(&tv, NULL);
-    f.time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-    snprintf(f.host, sizeof(f.host), "%s", a->host);
-    if (a->pf_reason[0] != '\0' && (f_in = fopen(a->pf_reason, "r")) != NULL) {
+    f->time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    snprintf(f->host, sizeof(f->host), "%s", a->host);
+    if (a->pf.reason[0] != '\0' && (f_in = fopen(a->pf.reason, "r")) != NULL) {
         size_t n = fread(reason, 1, sizeof(reason) - 1, f_in);
         reason[n] = '\0';
         reason[strcspn(reason, "\n")] = '\0';
         fclose(f_in);
     }
     if (reason[0] != '\0')
-        snprintf(f.text, sizeof(f.text), "pre-flight failed: %s", reason);
+        snprintf(f->text, sizeof(f->text), "pre-flight failed: %s", reason);
     else
-        snprintf(f.text, sizeof(f.text), "pre-flight failed on %s (exit %d)", a->host,
-                 a->preflight_code);
-    a->round_failed = 1;
-    a->local_failure = f;
-    if (rdzv_client_report_failure(a->client, &f, 0) != 0)
-        agent_finish_(a, AGENT_EXIT_PREFLIGHT);
+        snprintf(f->text, sizeof(f->text), "pre-flight failed on %s (exit %d)", a->host,
+                 a->pf.code);
 }
 
+/* The node process is gone: agent.c decides what follows (done_cb), then the reason file,
+ * read by agent_preflight_failure_() meanwhile, goes. */
 static void on_pf_done(struct agent_group *g)
 {
     struct agent *a = g->data;
 
     agent_group_close(g, after_close, a);
     a->group = NULL;
-    if (a->next == NEXT_NONE && a->preflight_code != 0)
-        report_final_failure(a);
-    if (a->pf_reason[0] != '\0')
-        unlink(a->pf_reason);
-    a->pf_reason[0] = '\0';
-    if (a->next == NEXT_REJOIN) { /* the server restarted the round meanwhile */
-        agent_do_join_(a);
-    } else if (a->next == NEXT_EXIT) {
-        agent_finish_(a, a->exit_code);
-    } else if (a->preflight_code != 0) {
-        /* reported above: JOB_FAILED comes from the server */
-    } else if (a->o->preflight_only) {
-        if (rdzv_client_report_done(a->client, a->as.round) != 0)
-            agent_finish_(a, AGENT_EXIT_RDZV);
-    } else {
-        agent_start_workers_(a);
-    }
+    a->pf.done_cb(a);
+    if (a->pf.reason[0] != '\0')
+        unlink(a->pf.reason);
+    a->pf.reason[0] = '\0';
 }
 
 static const struct agent_group_cbs pf_cbs = {.exit_cb = on_pf_exit, .all_exited_cb = on_pf_done};
 
-/* argv of the node process; strings point into bufs (kept by the caller). */
+/* At most this many words of opts.pf.node_argv are used. */
+#define PF_NODE_ARGV_MAX 4
+
+/* argv of the node process: opts.pf.node_argv, then the checks' options; strings point into
+ * bufs (kept by the caller). */
 static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
 {
-    const struct agent_options *o = a->o;
+    const struct agent_preflight_opts *o = &a->o->pf;
     int k = 0;
 
-    argv[k++] = bufs[0]; /* this program */
-    argv[k++] = "__preflight-node";
-    snprintf(bufs[1], PATH_MAX, "--need-gpus=%u", o->preflight_need_gpus);
+    for (; k < PF_NODE_ARGV_MAX && o->node_argv[k] != NULL; k++)
+        argv[k] = (char *)o->node_argv[k];
+    snprintf(bufs[1], PATH_MAX, "--need-gpus=%u", o->need_gpus);
     argv[k++] = bufs[1];
-    snprintf(bufs[2], PATH_MAX, "--timeout-ms=%u", o->preflight_timeout_ms);
+    snprintf(bufs[2], PATH_MAX, "--timeout-ms=%u", o->timeout_ms);
     argv[k++] = bufs[2];
-    snprintf(bufs[3], PATH_MAX, "--min-busbw=%g", o->preflight_min_busbw);
+    snprintf(bufs[3], PATH_MAX, "--min-busbw=%g", o->min_busbw);
     argv[k++] = bufs[3];
-    find_gpu_binary(bufs[5], PATH_MAX);
+    find_gpu_binary(o->node_argv[0], bufs[5], PATH_MAX);
     snprintf(bufs[4], PATH_MAX, "--bin=%.4000s", bufs[5]);
     argv[k++] = bufs[4];
     if (a->logdir.base[0] != '\0' && !a->logdir.flat)
         snprintf(bufs[6], PATH_MAX, "--report=%.4000s/preflight.json", a->logdir.base);
     else
         snprintf(bufs[6], PATH_MAX, "--report=%.3800s/muster-%s-preflight.json", mc_tmpdir(),
-                 o->run_id);
+                 a->o->run_id);
     argv[k++] = bufs[6];
-    if (o->preflight_allow_mixed)
+    if (o->allow_mixed)
         argv[k++] = "--allow-mixed";
-    if (o->preflight_max_bytes != NULL) {
-        snprintf(bufs[7], PATH_MAX, "--max-bytes=%.64s", o->preflight_max_bytes);
+    if (o->max_bytes != NULL) {
+        snprintf(bufs[7], PATH_MAX, "--max-bytes=%.64s", o->max_bytes);
         argv[k++] = bufs[7];
     }
-    if (o->local_addr != NULL) {
-        snprintf(bufs[8], PATH_MAX, "--local-addr=%.255s", o->local_addr);
+    if (a->o->rdzv.local_addr != NULL) {
+        snprintf(bufs[8], PATH_MAX, "--local-addr=%.255s", a->o->rdzv.local_addr);
         argv[k++] = bufs[8];
     }
-    if (a->pf_reason[0] != '\0') {
-        snprintf(bufs[9], PATH_MAX, "--reason-file=%.4000s", a->pf_reason);
+    if (a->pf.reason[0] != '\0') {
+        snprintf(bufs[9], PATH_MAX, "--reason-file=%.4000s", a->pf.reason);
         argv[k++] = bufs[9];
     }
     /* issue 15: per-GPU floors and --preflight-allow-slow */
-    snprintf(bufs[10], PATH_MAX, "--min-tflops=%g", o->preflight_min_tflops);
+    snprintf(bufs[10], PATH_MAX, "--min-tflops=%g", o->min_tflops);
     argv[k++] = bufs[10];
-    snprintf(bufs[11], PATH_MAX, "--min-hbm-gbps=%g", o->preflight_min_hbm_gbps);
+    snprintf(bufs[11], PATH_MAX, "--min-hbm-gbps=%g", o->min_hbm_gbps);
     argv[k++] = bufs[11];
-    if (o->preflight_allow_slow)
+    if (o->allow_slow)
         argv[k++] = "--allow-slow";
     argv[k] = NULL;
+}
+
+/* The node process's torchrun variables: those of local rank 0. */
+static void node_info(const struct agent *a, struct agent_worker_info *w)
+{
+    const struct agent_options *o = a->o;
+
+    memset(w, 0, sizeof(*w));
+    w->rank = (int)a->as.rank_offset;
+    w->local_world_size = (int)o->work.nproc;
+    w->group_rank = (int)a->as.group_rank;
+    w->group_world_size = (int)a->as.group_world_size;
+    w->role_rank = w->rank;
+    w->world_size = w->role_world_size = (int)a->as.world_size;
+    w->role = o->work.role;
+    w->master_addr = a->as.master_addr;
+    w->master_port = a->as.master_port;
+    w->max_restarts = o->restart.max_restarts;
+    w->run_id = o->run_id;
+    w->error_file = "";
+    w->endpoint = a->endpoint;
+    w->token = a->worker_cred;
+    w->round = a->as.round;
+    if (o->static_ranks.on) {
+        /* --rdzv-backend static across nodes: this node's private server is the only store,
+         * so the checks cover this node alone (as one node of nproc ranks) */
+        w->rank = w->role_rank = w->group_rank = 0;
+        w->group_world_size = 1;
+        w->world_size = w->role_world_size = (int)o->work.nproc;
+    }
 }
 
 static int spawn_node_process(struct agent *a)
 {
     static char bufs[12][PATH_MAX];
-    char *argv[16];
+    char *argv[PF_NODE_ARGV_MAX + 13];
     struct agent_worker_spec spec = {.argv = argv, .console = {-1, -1}, .file = {-1, -1}};
-    struct agent_worker_info w = {0};
+    struct agent_worker_info w;
     struct agent_env env, full;
-    ssize_t n;
     int rc;
 
-    if ((n = readlink("/proc/self/exe", bufs[0], PATH_MAX - 1)) <= 0)
-        return -errno;
+    if (a->o->pf.node_argv == NULL || a->o->pf.node_argv[0] == NULL)
+        return -EINVAL;
     if ((rc = make_reason_file(a)) != 0)
-        agent_log("pre-flight: no reason file (%s); a failure will be reported without it",
-                  strerror(-rc));
-    bufs[0][n] = '\0';
+        mc_info("pre-flight: no reason file (%s); a failure will be reported without it",
+                strerror(-rc));
     node_argv(a, argv, bufs);
-    w.rank = (int)a->as.rank_offset;
-    w.local_world_size = (int)a->o->nproc;
-    w.group_rank = (int)a->as.group_rank;
-    w.group_world_size = (int)a->as.group_world_size;
-    w.role_rank = w.rank;
-    w.world_size = w.role_world_size = (int)a->as.world_size;
-    w.role = a->o->role;
-    w.master_addr = a->as.master_addr;
-    w.master_port = a->as.master_port;
-    w.max_restarts = a->o->max_restarts;
-    w.run_id = a->o->run_id;
-    w.error_file = "";
-    w.endpoint = a->endpoint;
-    w.token = a->worker_cred;
-    w.round = a->as.round;
-    if (a->o->static_ranks) {
-        /* --rdzv-backend static across nodes: this node's private server is the only store,
-         * so the checks cover this node alone (as one node of nproc ranks) */
-        w.rank = w.role_rank = w.group_rank = 0;
-        w.group_world_size = 1;
-        w.world_size = w.role_world_size = (int)a->o->nproc;
-    }
+    node_info(a, &w);
     agent_env_init(&env);
     agent_env_init(&full);
     rc = agent_env_for_worker(&env, &w, environ);
@@ -237,28 +236,27 @@ static int spawn_node_process(struct agent *a)
     return rc;
 }
 
-void agent_preflight_start_(struct agent *a)
+int agent_preflight_start_(struct agent *a, void (*done_cb)(struct agent *a))
 {
+    const struct rdzv_assign *as = &a->as;
     int rc = agent_group_new(&a->loop, 1, &pf_cbs, a, &a->group);
 
-    if (rc != 0) {
-        agent_log("error: %s", strerror(-rc));
-        agent_finish_(a, AGENT_EXIT_INTERNAL);
-        return;
-    }
-    a->round_failed = 0;
-    a->preflight_code = 0;
-    if (a->o->static_ranks)
-        agent_log("pre-flight: static backend across nodes, so this node is checked alone");
-    else if (a->as.group_rank == 0)
-        agent_log("pre-flight: %u node%s, %u rank%s%s", a->as.group_world_size,
-                  a->as.group_world_size == 1 ? "" : "s", a->as.world_size,
-                  a->as.world_size == 1 ? "" : "s",
-                  a->o->preflight_need_gpus ? " (inventory, TCP mesh, NCCL, GPU health)"
-                                            : " (no GPU: inventory and TCP mesh)");
+    if (rc != 0)
+        return rc;
+    a->pf.done_cb = done_cb;
+    a->pf.code = 0;
+    if (a->o->static_ranks.on)
+        mc_info("pre-flight: static backend across nodes, so this node is checked alone");
+    else if (as->group_rank == 0)
+        mc_info("pre-flight: %u node%s, %u rank%s%s", as->group_world_size,
+                as->group_world_size == 1 ? "" : "s", as->world_size,
+                as->world_size == 1 ? "" : "s",
+                a->o->pf.need_gpus ? " (inventory, TCP mesh, NCCL, GPU health)"
+                                   : " (no GPU: inventory and TCP mesh)");
     if ((rc = spawn_node_process(a)) != 0) {
-        agent_log("error: cannot start the pre-flight: %s", strerror(-rc));
-        a->preflight_code = AGENT_EXIT_PREFLIGHT;
+        mc_error("cannot start the pre-flight: %s", strerror(-rc));
+        a->pf.code = AGENT_EXIT_PREFLIGHT;
         on_pf_done(a->group);
     }
+    return 0;
 }

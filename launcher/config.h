@@ -76,6 +76,7 @@ struct launcher_config {
     int handle_signals[32]; /* --signals-to-handle: stopped on, passed to the workers */
     int nhandle_signals;
     int rdzv_is_host;              /* --rdzv-conf is_host: -1 unset (decide), 0 never, 1 host */
+    int rdzv_no_forward_secrecy;   /* --rdzv-conf forward_secrecy=0: plain-PSK suites */
     unsigned rdzv_read_timeout_ms; /* --rdzv-conf read_timeout (60 s) */
     char numa_binding[16];         /* --numa-binding mode, "" off */
     int virtual_local_rank;        /* LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES each */

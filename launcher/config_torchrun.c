@@ -145,6 +145,11 @@ static int conf_key(struct parse *p, const char *k, const char *v, struct conf_s
         if (parse_bool(v, &b) != 0)
             return cfg_fail(p, "--rdzv-conf is_host must be true or false (1/0), not '%s'", v);
         cfg->rdzv_is_host = b;
+    } else if (strcmp(k, "forward_secrecy") == 0) {
+        if (parse_bool(v, &b) != 0)
+            return cfg_fail(p, "--rdzv-conf forward_secrecy must be true or false (1/0), not '%s'",
+                            v);
+        cfg->rdzv_no_forward_secrecy = !b;
     } else if (strcmp(k, "store_type") == 0) {
         if (strcasecmp(v, "file") == 0)
             return cfg_fail(p, "--rdzv-conf store_type=file: muster has no file store; its "

@@ -1,6 +1,7 @@
 #include "run.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "config.h"
 #include "env.h"
 #include "help.h"
+#include "log.h"
 #include "numa.h"
 #include "plan_cmd.h"
 #include "port.h"
@@ -73,7 +75,7 @@ static int numa_plan(const struct launcher_config *cfg, struct agent_numa *numa,
     rc = agent_numa_plan(cfg->numa_binding, cfg->nproc_per_node, getenv("CUDA_VISIBLE_DEVICES"),
                          getenv("MUSTER_SYSFS_ROOT"), numa, err, sizeof(err));
     if (rc != 0) {
-        fprintf(stderr, "muster: error: %s\n", rc == -EINVAL ? err : strerror(-rc));
+        mc_error("%s", rc == -EINVAL ? err : strerror(-rc));
         return rc == -EINVAL ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
     }
     if (numa->nbind == 0)
@@ -93,6 +95,57 @@ static const char *endpoint_text(const struct launcher_config *cfg, char *buf, s
     else
         snprintf(buf, len, "%s:%u", cfg->rdzv_host, cfg->rdzv_port);
     return buf;
+}
+
+/* Worker i's part of the --dry-run plan: its command, NUMA binding and environment. 0 or an
+ * exit code. */
+static int dry_run_worker(const struct launcher_config *cfg, char **argv,
+                          const struct agent_numa *numa, int i, int group_rank, unsigned port)
+{
+    int world = cfg->nproc_per_node * cfg->max_nodes;
+    struct agent_worker_info w = {
+        .rank = group_rank * cfg->nproc_per_node + i,
+        .local_rank = i,
+        .local_world_size = cfg->nproc_per_node,
+        .group_rank = group_rank,
+        .group_world_size = cfg->max_nodes,
+        .world_size = world,
+        .role = cfg->role,
+        .master_addr = cfg->local_addr ? cfg->local_addr : cfg->master_addr,
+        .master_port = port,
+        .max_restarts = (unsigned)cfg->max_restarts,
+        .run_id = cfg->rdzv_id,
+        .checkpoint_dir = cfg->checkpoint_dir,
+        .virtual_local_rank = cfg->virtual_local_rank,
+    };
+    struct agent_env env;
+    char error_file[4096] = "";
+
+    w.role_rank = w.rank;
+    w.role_world_size = world;
+    if (cfg->log_dir == NULL || strcmp(cfg->log_dir, "/dev/null") != 0)
+        snprintf(error_file, sizeof(error_file), "%s/%s/attempt_0/%d/error.json",
+                 cfg->log_dir ? cfg->log_dir : "<private temporary directory>", cfg->rdzv_id, i);
+    w.error_file = error_file;
+    agent_env_init(&env);
+    if (agent_env_for_worker(&env, &w, environ) != 0 ||
+        (cfg->signals_to_handle &&
+         agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_to_handle))) {
+        agent_env_free(&env);
+        return AGENT_EXIT_INTERNAL;
+    }
+    printf("\n[worker %d]\n", i);
+    print_command(argv);
+    if (numa->nbind > 0) {
+        char bind[512];
+        agent_numa_describe(numa, i, bind, sizeof(bind));
+        printf("# numa_binding=%s: %s\n", cfg->numa_binding, bind);
+    }
+    for (size_t k = 0; k < env.len; k++)
+        printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0 ? "MUSTER_TOKEN=<hidden>"
+                                                                      : env.vars[k]);
+    agent_env_free(&env);
+    return 0;
 }
 
 /* The plan is what this node would do as group rank --node-rank with every node running
@@ -123,51 +176,9 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
     printf("# MASTER_PORT is reserved again when the job starts\n");
     if ((fd = numa_plan(cfg, &numa, stdout)) != 0)
         return fd;
-    for (int i = 0; i < cfg->nproc_per_node; i++) {
-        struct agent_worker_info w = {
-            .rank = group_rank * cfg->nproc_per_node + i,
-            .local_rank = i,
-            .local_world_size = cfg->nproc_per_node,
-            .group_rank = group_rank,
-            .group_world_size = cfg->max_nodes,
-            .world_size = world,
-            .role = cfg->role,
-            .master_addr = cfg->local_addr ? cfg->local_addr : cfg->master_addr,
-            .master_port = port,
-            .max_restarts = (unsigned)cfg->max_restarts,
-            .run_id = cfg->rdzv_id,
-            .checkpoint_dir = cfg->checkpoint_dir,
-            .virtual_local_rank = cfg->virtual_local_rank,
-        };
-        struct agent_env env;
-        char error_file[4096] = "";
-
-        w.role_rank = w.rank;
-        w.role_world_size = world;
-        if (cfg->log_dir == NULL || strcmp(cfg->log_dir, "/dev/null") != 0)
-            snprintf(error_file, sizeof(error_file), "%s/%s/attempt_0/%d/error.json",
-                     cfg->log_dir ? cfg->log_dir : "<private temporary directory>", cfg->rdzv_id,
-                     i);
-        w.error_file = error_file;
-        agent_env_init(&env);
-        if (agent_env_for_worker(&env, &w, environ) != 0 ||
-            (cfg->signals_to_handle &&
-             agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_to_handle))) {
-            agent_env_free(&env);
-            return AGENT_EXIT_INTERNAL;
-        }
-        printf("\n[worker %d]\n", i);
-        print_command(argv);
-        if (numa.nbind > 0) {
-            char bind[512];
-            agent_numa_describe(&numa, i, bind, sizeof(bind));
-            printf("# numa_binding=%s: %s\n", cfg->numa_binding, bind);
-        }
-        for (size_t k = 0; k < env.len; k++)
-            printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0 ? "MUSTER_TOKEN=<hidden>"
-                                                                          : env.vars[k]);
-        agent_env_free(&env);
-    }
+    for (int i = 0; i < cfg->nproc_per_node; i++)
+        if ((fd = dry_run_worker(cfg, argv, &numa, i, group_rank, port)) != 0)
+            return fd;
     agent_numa_free(&numa);
     return fflush(stdout) == 0 ? 0 : AGENT_EXIT_INTERNAL;
 }
@@ -302,13 +313,140 @@ static int random_token(char *buf, size_t len)
     return 0;
 }
 
+/* Where the rendezvous is and what this node asks of it; token is set by run_agent. */
+static void rdzv_opts(const struct launcher_config *cfg, struct agent_rdzv_opts *r)
+{
+    *r = (struct agent_rdzv_opts){
+        .host = cfg->rdzv_host ? cfg->rdzv_host : "127.0.0.1",
+        .port = cfg->rdzv_host ? cfg->rdzv_port : 0,
+        .host_mode = host_mode(cfg),
+        .token = cfg->token,
+        .token_hint = cfg->token_hint,
+        .token_hint_host = cfg->token_hint_host,
+        .tls_cert = cfg->tls_cert,
+        .tls_key = cfg->tls_key,
+        .tls_ca = cfg->tls_ca,
+        .no_forward_secrecy = cfg->rdzv_no_forward_secrecy,
+        .min_nodes = (unsigned)cfg->min_nodes,
+        .max_nodes = (unsigned)cfg->max_nodes,
+        .join_timeout_ms = cfg->join_timeout_ms,
+        .last_call_ms = cfg->last_call_timeout_ms,
+        .keep_alive_ms = cfg->keep_alive_interval_ms,
+        .heartbeat_timeout_ms = cfg->heartbeat_timeout_ms,
+        .reconnect_grace_ms = cfg->reconnect_grace_ms,
+        .local_addr = cfg->local_addr,
+        .master_port = (unsigned)cfg->master_port, /* 0: a free port, reserved per round */
+    };
+    if (r->local_addr == NULL && cfg->rdzv_host == NULL && cfg->max_nodes <= 1 && !cfg->standalone)
+        r->local_addr = cfg->master_addr; /* torchrun's static default: --master-addr as given */
+}
+
+/* The static recipe and the static backend adjust the rendezvous options they share. */
+static void static_opts(const struct launcher_config *cfg, struct agent_rdzv_opts *r,
+                        struct agent_static_opts *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (cfg->static_recipe) { /* config.c parse_static_recipe(): rank 0 hosts, ranks follow */
+        r->want_rank = (unsigned)cfg->node_rank + 1;
+        r->host_mode = cfg->node_rank == 0 ? AGENT_HOST_ALWAYS : AGENT_HOST_NEVER;
+        if (cfg->node_rank == 0 && r->local_addr == NULL)
+            r->local_addr = cfg->master_addr; /* MASTER_ADDR as given, to every node */
+    } else if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL) {
+        r->local_addr = cfg->master_addr; /* one node: it is the master */
+        r->master_port = (unsigned)cfg->master_port;
+        if (cfg->max_nodes > 1) {
+            r->min_nodes = r->max_nodes = 1; /* the private server knows only this node */
+            st->on = 1;
+            st->node_rank = (unsigned)cfg->node_rank;
+            st->nnodes = (unsigned)cfg->max_nodes;
+            st->master_addr = cfg->master_addr;
+            st->master_port = cfg->master_port ? (unsigned)cfg->master_port : 29500;
+        }
+    }
+}
+
+static void output_opts(const struct launcher_config *cfg, const unsigned char *flags,
+                        struct agent_output_opts *out)
+{
+    int n = cfg->nproc_per_node;
+
+    *out = (struct agent_output_opts){
+        .logs_disabled = cfg->log_dir != NULL && strcmp(cfg->log_dir, "/dev/null") == 0,
+        .redirect = flags,
+        .tee = flags + n,
+        .shown = flags + 2 * n,
+        .prefix_template = cfg->prefix_template,
+        .no_prefix = cfg->no_prefix,
+        .dedup_ms = cfg->dedup_ms,
+    };
+    out->log_dir = out->logs_disabled ? NULL : cfg->log_dir;
+    for (int s = 0; s < 2; s++)
+        out->dup_filters[s] = (const char *const *)cfg->dup_filters[s];
+}
+
+/* The pre-flight node program is this muster binary's hidden __preflight-node command
+ * (main.c): the agent library is told so instead of assuming it. */
+static void preflight_opts(const struct launcher_config *cfg, const char *const *node_argv,
+                           struct agent_preflight_opts *pf)
+{
+    int n = cfg->nproc_per_node;
+
+    *pf = (struct agent_preflight_opts){
+        .on = cfg->preflight,
+        .only = cfg->preflight_only,
+        .need_gpus = cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0 ? (unsigned)n : 0,
+        .timeout_ms = cfg->preflight_timeout_ms,
+        .min_busbw = cfg->preflight_min_busbw,
+        .allow_mixed = cfg->preflight_allow_mixed,
+        .max_bytes = cfg->preflight_max_bytes,
+        .min_tflops = cfg->preflight_min_tflops,
+        .min_hbm_gbps = cfg->preflight_min_hbm_gbps,
+        .allow_slow = cfg->preflight_allow_slow,
+        .node_argv = node_argv,
+    };
+    if (cfg->preflight_skipped)
+        mc_info("pre-flight skipped: %d workers but %d GPUs, so not one GPU per worker "
+                "(--preflight on checks anyway)",
+                n, cfg->gpus_visible);
+}
+
+/* The agent's options from the parsed command line. Borrows cfg, argv, flags, numa and
+ * node_argv for as long as o is used. */
+static void agent_opts(const struct launcher_config *cfg, char **argv, const unsigned char *flags,
+                       const struct agent_numa *numa, const char *const *node_argv,
+                       struct agent_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->run_id = cfg->rdzv_id;
+    rdzv_opts(cfg, &o->rdzv);
+    static_opts(cfg, &o->rdzv, &o->static_ranks);
+    o->work = (struct agent_worker_opts){.argv = argv,
+                                         .nproc = (unsigned)cfg->nproc_per_node,
+                                         .role = cfg->role,
+                                         .signals_to_handle = cfg->signals_to_handle,
+                                         .virtual_local_rank = cfg->virtual_local_rank,
+                                         .numa = numa->nbind > 0 ? numa : NULL};
+    o->restart = (struct agent_restart_opts){.max_restarts = (unsigned)cfg->max_restarts,
+                                             .shutdown_timeout_ms = cfg->shutdown_timeout_ms,
+                                             .preempt_signal = cfg->preempt_signal,
+                                             .handle_signals = cfg->handle_signals,
+                                             .nhandle_signals = (unsigned)cfg->nhandle_signals};
+    output_opts(cfg, flags, &o->out);
+    o->ckpt = (struct agent_ckpt_opts){.dir = cfg->checkpoint_dir,
+                                       .keep = (unsigned)cfg->keep_checkpoints,
+                                       .hang_timeout_ms = cfg->hang_timeout_ms};
+    preflight_opts(cfg, node_argv, &o->pf);
+}
+
 static int run_agent(const struct launcher_config *cfg, char **argv)
 {
     char *token = NULL; /* a single node's own token, in a secret region (secret.h) */
-    int n = cfg->nproc_per_node;
-    unsigned char *flags = std_flags(cfg, n);
-    struct agent_options o = {0};
+    unsigned char *flags = std_flags(cfg, cfg->nproc_per_node);
+    char self[PATH_MAX] = "/proc/self/exe";
+    const char *node_argv[] = {self, "__preflight-node", NULL};
+    struct agent_options o;
     struct agent_numa numa;
+    ssize_t len;
     int rc;
 
     if (flags == NULL)
@@ -317,95 +455,22 @@ static int run_agent(const struct launcher_config *cfg, char **argv)
         free(flags);
         return rc;
     }
-    o.run_id = cfg->rdzv_id;
-    o.rdzv_host = cfg->rdzv_host ? cfg->rdzv_host : "127.0.0.1";
-    o.rdzv_port = cfg->rdzv_host ? cfg->rdzv_port : 0;
-    o.host_mode = host_mode(cfg);
-    o.token = cfg->token;
-    o.token_hint = cfg->token_hint;
-    o.token_hint_host = cfg->token_hint_host;
-    o.tls_cert = cfg->tls_cert;
-    o.tls_key = cfg->tls_key;
-    o.tls_ca = cfg->tls_ca;
-    if (o.token == NULL && o.tls_cert == NULL && cfg->max_nodes <= 1) {
+    /* the real path, as the pre-flight finds muster-preflight next to it */
+    if ((len = readlink("/proc/self/exe", self, sizeof(self) - 1)) > 0)
+        self[len] = '\0';
+    agent_opts(cfg, argv, flags, &numa, node_argv, &o);
+    if (o.rdzv.token == NULL && o.rdzv.tls_cert == NULL && cfg->max_nodes <= 1) {
         /* one node, so its server is its own: only this job's agent and workers
          * (MUSTER_TOKEN) learn the token, which keys the TLS of every connection. A shared
          * server needs the shared token (config.c refuses multi-node jobs without one). */
         if (launcher_secret_alloc(33, &token) != 0 || random_token(token, 33) != 0) {
             launcher_secret_free(token);
+            agent_numa_free(&numa);
             free(flags);
             return AGENT_EXIT_INTERNAL;
         }
-        o.token = token;
+        o.rdzv.token = token;
     }
-    o.min_nodes = (unsigned)cfg->min_nodes;
-    o.max_nodes = (unsigned)cfg->max_nodes;
-    o.nproc = (unsigned)n;
-    o.max_restarts = (unsigned)cfg->max_restarts;
-    o.join_timeout_ms = cfg->join_timeout_ms;
-    o.last_call_ms = cfg->last_call_timeout_ms;
-    o.shutdown_timeout_ms = cfg->shutdown_timeout_ms;
-    o.keep_alive_ms = cfg->keep_alive_interval_ms;
-    o.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
-    o.reconnect_grace_ms = cfg->reconnect_grace_ms;
-    o.role = cfg->role;
-    o.local_addr = cfg->local_addr;
-    if (o.local_addr == NULL && cfg->rdzv_host == NULL && cfg->max_nodes <= 1 && !cfg->standalone)
-        o.local_addr = cfg->master_addr; /* torchrun's static default: --master-addr as given */
-    o.master_port = (unsigned)cfg->master_port; /* 0: a free port, reserved per round */
-    if (cfg->static_recipe) { /* config.c parse_static_recipe(): rank 0 hosts, ranks follow */
-        o.want_rank = (unsigned)cfg->node_rank + 1;
-        o.host_mode = cfg->node_rank == 0 ? AGENT_HOST_ALWAYS : AGENT_HOST_NEVER;
-        if (cfg->node_rank == 0 && o.local_addr == NULL)
-            o.local_addr = cfg->master_addr; /* MASTER_ADDR as given, to every node */
-    } else if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL) {
-        o.local_addr = cfg->master_addr; /* one node: it is the master */
-        o.master_port = (unsigned)cfg->master_port;
-        if (cfg->max_nodes > 1) {
-            o.min_nodes = o.max_nodes = 1; /* the private server knows only this node */
-            o.static_ranks = 1;
-            o.static_node_rank = (unsigned)cfg->node_rank;
-            o.static_nnodes = (unsigned)cfg->max_nodes;
-            o.static_master_addr = cfg->master_addr;
-            o.static_master_port = cfg->master_port ? (unsigned)cfg->master_port : 29500;
-        }
-    }
-    o.argv = argv;
-    o.logs_disabled = cfg->log_dir != NULL && strcmp(cfg->log_dir, "/dev/null") == 0;
-    o.log_dir = o.logs_disabled ? NULL : cfg->log_dir;
-    o.redirect = flags;
-    o.tee = flags + n;
-    o.shown = flags + 2 * n;
-    o.signals_to_handle = cfg->signals_to_handle;
-    o.handle_signals = cfg->handle_signals;
-    o.nhandle_signals = (unsigned)cfg->nhandle_signals;
-    o.virtual_local_rank = cfg->virtual_local_rank;
-    o.numa = numa.nbind > 0 ? &numa : NULL;
-    o.prefix_template = cfg->prefix_template;
-    o.no_prefix = cfg->no_prefix;
-    o.dedup_ms = cfg->dedup_ms;
-    for (int s = 0; s < 2; s++)
-        o.dup_filters[s] = (const char *const *)cfg->dup_filters[s];
-    o.checkpoint_dir = cfg->checkpoint_dir;
-    o.keep_checkpoints = (unsigned)cfg->keep_checkpoints;
-    o.hang_timeout_ms = cfg->hang_timeout_ms;
-    o.preempt_signal = cfg->preempt_signal;
-    o.preflight = cfg->preflight;
-    if (cfg->preflight_skipped)
-        fprintf(stderr,
-                "muster: pre-flight skipped: %d workers but %d GPUs, so not one GPU per "
-                "worker (--preflight on checks anyway)\n",
-                n, cfg->gpus_visible);
-    o.preflight_only = cfg->preflight_only;
-    o.preflight_need_gpus =
-        cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0 ? (unsigned)n : 0;
-    o.preflight_timeout_ms = cfg->preflight_timeout_ms;
-    o.preflight_min_busbw = cfg->preflight_min_busbw;
-    o.preflight_allow_mixed = cfg->preflight_allow_mixed;
-    o.preflight_min_tflops = cfg->preflight_min_tflops;
-    o.preflight_min_hbm_gbps = cfg->preflight_min_hbm_gbps;
-    o.preflight_allow_slow = cfg->preflight_allow_slow;
-    o.preflight_max_bytes = cfg->preflight_max_bytes;
     rc = agent_run(&o);
     agent_numa_free(&numa);
     launcher_secret_free(token);
@@ -434,7 +499,7 @@ int launcher_run(int argc, char **argv)
 
     launcher_secret_protect_process(); /* the agent holds the job's token (and MUSTER_TOKEN) */
     if (launcher_config_parse(argc, argv, &cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "muster: error: %s\n", err);
+        mc_error("%s", err);
         launcher_config_free(&cfg);
         return AGENT_EXIT_USAGE;
     }
