@@ -13,6 +13,8 @@
 #   PROCS        loadgen processes (default: the number of cores)
 #   JOBS_RUN     also run 1,000 jobs x 10 agents (default 1)
 #   TIMEOUT      loadgen's limit in s (default 300)
+#   LOADGEN      a prebuilt loadgen binary (e.g. a static one carried to a host without libuv/
+#                mbedTLS/jansson/xxhash, tests/gpu/scale.sh); unset: compiled here as below
 # Per run one line: mode, agents, jobs, first connect -> last ASSIGN (ms), the server's peak
 # RSS (VmHWM, MB) and per agent (KB, above a server with no connection), and the server's CPU
 # time per join (user + system, /proc/PID/stat, µs).
@@ -28,9 +30,14 @@ trap 'kill $SPID 2>/dev/null; rm -rf "$W"' EXIT
 SPID=
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 export MUSTER_TOKEN=${MUSTER_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
-${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -I "$SRC/common" -o "$W/loadgen" "$SRC/bench/loadgen.c" \
-    "$BUILD_DIR/rendezvous/libmuster_rdzv.a" "$BUILD_DIR/common/libmuster_common.a" \
-    -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash || exit 1
+if [ -n "${LOADGEN:-}" ]; then
+    [ -x "$LOADGEN" ] || { echo "LOADGEN=$LOADGEN is not an executable" >&2; exit 1; }
+    cp "$LOADGEN" "$W/loadgen" || exit 1
+else
+    ${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -I "$SRC/common" -o "$W/loadgen" "$SRC/bench/loadgen.c" \
+        "$BUILD_DIR/rendezvous/libmuster_rdzv.a" "$BUILD_DIR/common/libmuster_common.a" \
+        -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash || exit 1
+fi
 
 # run MODE AGENTS JOBS
 run() {
