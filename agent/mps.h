@@ -38,9 +38,9 @@ uint64_t agent_mps_limit_mib(uint64_t gpu_mem_bytes, double fraction, unsigned p
  * path: PATH_MAX bytes. Returns 0, or -ENOENT when it is nowhere executable. */
 int agent_mps_find_control(char *path);
 
-/* Asks `nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i gpu_id` (found
- * like the control program) for one GPU's memory. Returns 0 and sets *bytes, or a negative
- * errno (-ENOENT: no nvidia-smi, -EINVAL: an answer that is no number, -ETIMEDOUT). */
+/* One GPU's memory from nvidia-smi (common/gpuquery.h, found like the control program).
+ * Returns 0 and sets *bytes, or a negative errno (-ENOENT: no nvidia-smi, -EIO: it failed,
+ * -EINVAL: an answer that is no number, -ETIMEDOUT). */
 int agent_mps_query_gpu_mem(const char *gpu_id, uint64_t *bytes);
 
 /* Does what o->mps asks. OFF: nothing. ON and AUTO: find the control program, learn the GPU

@@ -6,13 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "group.h"
 #include "proctree.h"
 #include "spawn.h"
+#include "clock.h"
 
 void agent_group_handle_closed_(struct agent_group *g);
 
@@ -71,7 +71,6 @@ static void drain_pipe(struct agent_worker *w, int i)
 
 int agent_worker_reap(struct agent_worker *w)
 {
-    struct timeval tv;
     int status;
     pid_t r;
 
@@ -81,8 +80,7 @@ int agent_worker_reap(struct agent_worker *w)
         ;
     if (r != w->pid)
         return 0;
-    gettimeofday(&tv, NULL);
-    w->exit_time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    w->exit_time_ms = mc_wall_ms();
     w->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
     w->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     w->alive = 0;

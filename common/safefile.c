@@ -10,12 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *mc_tmpdir(void)
-{
-    const char *t = getenv("TMPDIR");
-    return t != NULL && t[0] == '/' ? t : "/tmp";
-}
-
 int mc_dir_trusted(const struct stat *st, char *why, size_t whylen)
 {
     unsigned mode = (unsigned)st->st_mode & 07777;

@@ -34,9 +34,7 @@
 #define MC_FILE_APPEND 2u /* O_APPEND */
 #define MC_FILE_EXCL 4u   /* the name must not exist at all (-EEXIST) */
 
-/* Where temporary files go: $TMPDIR when it is set to an absolute path, else "/tmp" (an empty or
- * relative $TMPDIR would put files in / or wherever the agent happens to run). Never NULL. */
-const char *mc_tmpdir(void);
+#include "tmpdir.h" /* mc_tmpdir(): $TMPDIR is where temporary directories are checked */
 
 /* Whether the directory described by st may hold muster's files (see above). Returns 0 or -EPERM
  * with why, e.g. "owned by uid 1000, not by you (uid 0)", "writable by others (mode 0777)",

@@ -15,10 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "child.h"
+#include "gpuquery.h"
+#include "log.h"
 #include "plan.h"
-
-extern char **environ;
+#include "proc.h"
+#include "tmpdir.h"
 
 #define PLAN_EXIT_OK 0
 #define PLAN_EXIT_PROBE 1 /* the probe run failed or wrote no usable file */
@@ -289,65 +290,16 @@ static void first_visible_gpu(char *id, size_t len)
     snprintf(id, len, "%.*s", (int)n, v);
 }
 
-static const char *first_line(char *s)
-{
-    s[strcspn(s, "\r\n")] = '\0';
-    return s;
-}
-
-/* Parses nvidia-smi's "49140\n" (MiB). */
-static int parse_smi_mib(const char *out, double *bytes)
-{
-    char *end = NULL;
-    unsigned long long mib;
-
-    while (*out == ' ')
-        out++;
-    if (*out < '0' || *out > '9')
-        return -EINVAL;
-    errno = 0;
-    mib = strtoull(out, &end, 10);
-    while (*end == ' ' || *end == '\r')
-        end++;
-    if (errno != 0 || (*end != '\n' && *end != '\0') || mib == 0 || mib > (1ULL << 40))
-        return -EINVAL;
-    *bytes = (double)mib * LAUNCHER_PLAN_MIB;
-    return 0;
-}
-
-/* Sets *bytes from nvidia-smi, or prints why not. Returns 0 or the usage exit code. */
+/* Sets *bytes from nvidia-smi (on PATH), or prints why not. Returns 0 or the usage exit code. */
 static int gpu_mem_from_smi(double *bytes)
 {
-    static const char *hint = "; pass --gpu-mem SIZE";
     char id[128], why[256];
-    char *argv[] = {
-        "nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", id, NULL};
-    struct launcher_child *c = NULL;
-    int rc;
+    uint64_t b = 0;
 
     first_visible_gpu(id, sizeof(id));
-    if ((c = malloc(sizeof(*c))) == NULL)
-        return usage_err("cannot learn the GPU's memory (out of memory)%s", hint);
-    rc = launcher_child_run(c, argv, 1, -1, PLAN_SMI_TIMEOUT_MS);
-    c->buf[c->len] = '\0';
-    if (rc == -ENOENT)
-        snprintf(why, sizeof(why), "no nvidia-smi on PATH");
-    else if (rc != 0)
-        snprintf(why, sizeof(why), "cannot start nvidia-smi: %s", strerror(-rc));
-    else if (c->timed_out)
-        snprintf(why, sizeof(why), "nvidia-smi did not answer within %d s",
-                 PLAN_SMI_TIMEOUT_MS / 1000);
-    else if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0)
-        snprintf(why, sizeof(why), "nvidia-smi -i %s failed with status %d: no such GPU?", id,
-                 WIFEXITED(c->status) ? WEXITSTATUS(c->status) : 128 + WTERMSIG(c->status));
-    else if (parse_smi_mib(c->buf, bytes) != 0)
-        snprintf(why, sizeof(why), "nvidia-smi printed '%.40s', not a size in MiB",
-                 first_line(c->buf));
-    else
-        why[0] = '\0';
-    free(c);
-    if (why[0] != '\0')
-        return usage_err("cannot learn the GPU's memory (%s)%s", why, hint);
+    if (mc_gpu_mem_query(id, 0, PLAN_SMI_TIMEOUT_MS, &b, why, sizeof(why)) != 0)
+        return usage_err("cannot learn the GPU's memory (%s); pass --gpu-mem SIZE", why);
+    *bytes = (double)b;
     return 0;
 }
 
@@ -396,17 +348,19 @@ out:
 
 /* Explains a failed probe run. Returns the exit code: 128+sig when we forwarded it a signal
  * (the user interrupted the plan), else PLAN_EXIT_PROBE. */
-static int probe_failed(const struct launcher_child *c)
+static int probe_failed(const struct mc_proc_result *c)
 {
-    if (c->forwarded)
-        fprintf(stderr, "muster: error: probe run interrupted by %s, ", strsignal(c->forwarded));
-    else
-        fprintf(stderr, "muster: error: probe run failed: ");
+    char how[128];
+
     if (WIFEXITED(c->status))
-        fprintf(stderr, "exit %d\n", WEXITSTATUS(c->status));
+        snprintf(how, sizeof(how), "exit %d", WEXITSTATUS(c->status));
     else
-        fprintf(stderr, "killed by signal %d (%s)\n", WTERMSIG(c->status),
-                strsignal(WTERMSIG(c->status)));
+        snprintf(how, sizeof(how), "killed by signal %d (%s)", WTERMSIG(c->status),
+                 strsignal(WTERMSIG(c->status)));
+    if (c->forwarded)
+        mc_error("probe run interrupted by %s, %s", strsignal(c->forwarded), how);
+    else
+        mc_error("probe run failed: %s", how);
     return c->forwarded ? 128 + c->forwarded : PLAN_EXIT_PROBE;
 }
 
@@ -416,30 +370,30 @@ static int probe_failed(const struct launcher_child *c)
 static int run_probe(char **cmd, int json, struct launcher_plan_probe *probe)
 {
     char dir[4096], file[4200], err[PLAN_ERR_MAX];
-    const char *tmp = getenv("TMPDIR");
-    struct launcher_child *c = NULL;
+    struct mc_proc_opts po = {.argv = cmd, .stdio = {0, json ? 2 : 1, 2}, .forward_signals = 1};
+    struct mc_proc_result c = {0};
     char *text = NULL;
     int rc, ret = PLAN_EXIT_PROBE;
 
-    snprintf(dir, sizeof(dir), "%s/muster-probe.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    snprintf(dir, sizeof(dir), "%s/muster-probe.XXXXXX", mc_tmpdir());
     if (mkdtemp(dir) == NULL) {
         fprintf(stderr, "muster: error: cannot create the probe directory %s: %s\n", dir,
                 strerror(errno));
         return PLAN_EXIT_PROBE;
     }
     snprintf(file, sizeof(file), "%s/probe.json", dir);
-    if (setenv("MUSTER_PROBE_FILE", file, 1) != 0 || (c = malloc(sizeof(*c))) == NULL) {
+    if (setenv("MUSTER_PROBE_FILE", file, 1) != 0) {
         fprintf(stderr, "muster: error: out of memory starting the probe run\n");
         goto out;
     }
-    rc = launcher_child_run(c, cmd, 0, json ? 2 : 1, 0);
+    rc = mc_proc_run(&po, &c);
     if (rc != 0) {
         fprintf(stderr, "muster: error: cannot start the probe command '%s': %s\n", cmd[0],
                 strerror(-rc));
         goto out;
     }
-    if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0) {
-        ret = probe_failed(c);
+    if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+        ret = probe_failed(&c);
         goto out;
     }
     if ((text = read_probe_file(file)) == NULL)
@@ -453,7 +407,7 @@ out:
     unsetenv("MUSTER_PROBE_FILE");
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(text);
-    free(c);
+    mc_proc_result_free(&c);
     return ret;
 }
 

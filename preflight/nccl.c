@@ -15,6 +15,7 @@
 #include "node.h"
 #include "node_priv.h"
 #include "safefile.h"
+#include "clock.h"
 
 extern char **environ;
 
@@ -78,7 +79,7 @@ static void run_ranks(struct pf_node *n, const char *dir, int *codes)
     }
     /* arrival and init each have the stage timeout inside muster-preflight; the sweep and
      * CUDA's start-up get a minute on top */
-    double deadline = pf_now_ms() + 2.0 * n->timeout_ms + 60000;
+    double deadline = mc_mono_ms_f() + 2.0 * n->timeout_ms + 60000;
     do {
         left = 0;
         for (int i = 0; pids && i < n->nproc; i++) {
@@ -94,7 +95,7 @@ static void run_ranks(struct pf_node *n, const char *dir, int *codes)
         }
         if (left > 0)
             usleep(2000);
-    } while (left > 0 && pf_now_ms() < deadline);
+    } while (left > 0 && mc_mono_ms_f() < deadline);
     for (int i = 0; pids && i < n->nproc; i++) {
         if (pids[i] > 0) {
             kill(pids[i], SIGKILL);

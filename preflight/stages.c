@@ -9,6 +9,10 @@
 #include "muster.h"
 #include "node.h"
 #include "node_priv.h"
+#include "proc.h"
+#include "clock.h"
+
+#define INVENTORY_OUT_MAX (1 << 20) /* muster-preflight inventory's JSON */
 
 /* ---- stage 1: inventory ------------------------------------------------------------------ */
 
@@ -16,7 +20,14 @@ static json_t *local_inventory(struct pf_node *n)
 {
     json_t *rec = json_pack("{s:s, s:i, s:i}", "host", n->host, "group_rank", n->group_rank,
                             "need_gpus", n->need_gpus);
-    char *argv[] = {(char *)n->bin, "inventory", NULL}, *out = NULL;
+    char *argv[] = {(char *)n->bin, "inventory", NULL};
+    struct mc_proc_opts po = {.argv = argv,
+                              .stdio = {-1, -1, 2},
+                              .capture = 1,
+                              .capture_max = INVENTORY_OUT_MAX,
+                              .timeout_ms = (uint64_t)n->timeout_ms,
+                              .grace_ms = 1000};
+    struct mc_proc_result pr;
     json_t *inv;
     int rc;
 
@@ -29,8 +40,10 @@ static json_t *local_inventory(struct pf_node *n)
                                         "toolkit and NCCL are found)"));
         return rec;
     }
-    rc = pf_run_capture(argv, n->timeout_ms, &out);
-    inv = out ? json_loads(out, 0, NULL) : NULL;
+    rc = mc_proc_run(&po, &pr);
+    if (rc == 0)
+        rc = pr.timed_out ? -ETIMEDOUT : mc_proc_exit_code(pr.status);
+    inv = pr.out ? json_loads(pr.out, 0, NULL) : NULL;
     if (inv != NULL)
         json_object_set_new(rec, "inventory", inv);
     if (rc != 0 && (inv == NULL || json_object_get(inv, "error") == NULL)) {
@@ -41,7 +54,7 @@ static json_t *local_inventory(struct pf_node *n)
             snprintf(why, sizeof(why), "muster-preflight inventory exited with %d", rc);
         json_object_set_new(rec, "error", json_string(why));
     }
-    free(out);
+    mc_proc_result_free(&pr);
     return rec;
 }
 
@@ -57,7 +70,7 @@ static int judge_inventory(struct pf_node *n, json_t *mine)
         return PF_EXIT_INTERNAL;
     recs[0] = json_incref(mine);
     for (int g = 1; g < n->gws && rc == 0; g++) {
-        int left = n->timeout_ms - (int)(pf_now_ms() - n->t0);
+        int left = n->timeout_ms - (int)(mc_mono_ms_f() - n->t0);
         snprintf(key, sizeof(key), "pf/inv/%d", g);
         if ((rc = pf_get_json(n, key, left > 0 ? left : 0, &recs[g])) != 0) {
             char host[256];

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "tls.h"
 
@@ -485,7 +486,7 @@ static void hb_cb(uv_timer_t *t)
     c->out.type = RDZV_MSG_HEARTBEAT;
     c->out.u.heartbeat.round = c->assign.round;
     c->out.u.heartbeat.seq = ++c->hb_seq;
-    c->hb_sent_ns = uv_hrtime();
+    c->hb_sent_ns = mc_mono_ns();
     /* A failed write shows up as a read error or, on a dead link, as silence. */
     (void)rdzv_conn_send(&c->conn, &c->out);
 }
@@ -701,7 +702,7 @@ static void on_heartbeat(struct rdzv_client *c, const struct rdzv_heartbeat *hb)
 {
     /* Only the newest: an older echo would pair with the wrong send time. */
     if (hb->seq == c->hb_seq && c->hb_sent_ns != 0)
-        c->rtt_us = (int64_t)((uv_hrtime() - c->hb_sent_ns) / 1000);
+        c->rtt_us = (int64_t)((mc_mono_ns() - c->hb_sent_ns) / 1000);
 }
 
 /* Any answer to a REJOIN ends the outage; end_outage's callback may close the client. */

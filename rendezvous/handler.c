@@ -181,7 +181,7 @@ static void rejoin_stale(struct peer *p, struct sjob *sj, const struct rdzv_rejo
     m.u.restart.restart_count = sj->job->restart_count;
     c->round = rj->assign.round;
     c->rank = c->local_rank = c->exit_code = -1;
-    c->time_ms = srv_wall_ms();
+    c->time_ms = mc_wall_ms();
     snprintf(c->host, sizeof(c->host), "%s", rj->join.host);
     snprintf(c->text, sizeof(c->text), "round %" PRIu32 " ended while the node was away",
              rj->assign.round);

@@ -201,15 +201,6 @@ void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
     srv_peer_close(p, 1);
 }
 
-uint64_t srv_wall_ms(void)
-{
-    uv_timeval64_t tv;
-
-    if (uv_gettimeofday(&tv) < 0)
-        return 0;
-    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-}
-
 /* --- closing and liveness ------------------------------------------------------------------- */
 
 /* A member connection going away mid-round is a lost node (`reason` says how); the job decides

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "ckptlog.h"
+#include "clock.h"
 #include "conn.h"
 #include "cred.h"
 #include "job.h"
@@ -168,7 +169,6 @@ void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void srv_event_metric(enum srv_event ev, const char **family, const char **label);
 void srv_log(struct rdzv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-uint64_t srv_wall_ms(void);
 int rdzv_server_resolve(uv_loop_t *loop, const char *host, unsigned port,
                         struct sockaddr_storage *ss);
 int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connection_cb cb,

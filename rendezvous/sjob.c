@@ -103,7 +103,7 @@ static void timer_cb(uv_timer_t *timer)
             broadcast_waiting(sj);
     }
     rdzv_kv_tick(sj->kv, now);
-    sjob_apply(sj, rdzv_job_tick(sj->job, now, srv_wall_ms()));
+    sjob_apply(sj, rdzv_job_tick(sj->job, now, mc_wall_ms()));
 }
 
 static int64_t earliest(int64_t a, int64_t b)
@@ -370,5 +370,5 @@ void sjob_detach(struct sjob *sj, struct peer *p, const char *reason)
 
     p->job = NULL;
     sj->npeers--;
-    sjob_apply(sj, rdzv_job_lost(sj->job, p, reason, now, srv_wall_ms()));
+    sjob_apply(sj, rdzv_job_lost(sj->job, p, reason, now, mc_wall_ms()));
 }

@@ -23,6 +23,7 @@
 #include "busbw.h"
 #include "pf_gpu.h"
 #include "pf_run.h"
+#include "clock.h"
 
 #define DEFAULT_MIN_BYTES (1ULL << 20)
 #define DEFAULT_MAX_BYTES (256ULL << 20)
@@ -219,7 +220,7 @@ static int allreduce_main(int argc, char **argv)
         return rc;
     if ((rc = parse_env(&run.env)) != 0)
         return rc;
-    run.start_ms = pf_now_ms();
+    run.start_ms = mc_mono_ms_f();
     return pf_allreduce_run(&run);
 }
 

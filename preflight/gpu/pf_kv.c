@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <muster.h>
+#include "clock.h"
 
 #define LIST_SHOWN 8 /* ranks named in one message; the rest are counted */
 
@@ -210,7 +211,7 @@ static void note_reduced(struct pf_run *run, int min_rank)
 int pf_kv_check_gpus(struct pf_run *run)
 {
     int n = run->env.world, missing = 0, min_rank = run->env.rank, rc = 0;
-    double deadline = pf_now_ms() + run->opts.timeout_ms;
+    double deadline = mc_mono_ms_f() + run->opts.timeout_ms;
     struct gpu_entry *e = calloc((size_t)n, sizeof(*e));
     char list[1536] = "", desc[600];
 

@@ -20,7 +20,7 @@
 /* Puts text under key. Returns 0, or records a PF_EXIT_START error and returns it. */
 int pf_kv_put_text(struct pf_run *run, const char *key, const char *text);
 
-/* Gets key into buf (cap bytes), waiting until deadline_ms (pf_now_ms() scale; a deadline
+/* Gets key into buf (cap bytes), waiting until deadline_ms (mc_mono_ms_f() scale; a deadline
  * already past makes it a non-blocking look-up). Sets *len. Returns 0, -ETIMEDOUT/-ENOENT when
  * the key is still missing (nothing recorded), or records a PF_EXIT_START error and returns it. */
 int pf_kv_get_until(struct pf_run *run, const char *key, void *buf, size_t cap, size_t *len,

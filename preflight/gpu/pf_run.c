@@ -18,6 +18,7 @@
 #include "pf_kv.h"
 #include "pf_report.h"
 #include "pf_stage.h"
+#include "clock.h"
 
 int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
 {
@@ -39,17 +40,9 @@ int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
     return err < 0 ? err : -EIO;
 }
 
-double pf_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 int pf_left_ms(double deadline_ms)
 {
-    double left = deadline_ms - pf_now_ms();
+    double left = deadline_ms - mc_mono_ms_f();
 
     if (left <= 0)
         return 0;

@@ -111,10 +111,7 @@ int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
  * run->opts and run->env filled and everything else zero. Returns the exit code. */
 int pf_allreduce_run(struct pf_run *run);
 
-/* CLOCK_MONOTONIC in milliseconds. */
-double pf_now_ms(void);
-
-/* Milliseconds left until deadline_ms (pf_now_ms() scale), clamped to [0, INT_MAX]. */
+/* Milliseconds left until deadline_ms (mc_mono_ms_f() scale), clamped to [0, INT_MAX]. */
 int pf_left_ms(double deadline_ms);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "busbw.h"
 #include "pf_kv.h"
+#include "clock.h"
 
 #define SWEEP_FACTOR 4
 
@@ -69,7 +70,7 @@ static int poll_ready(struct stage *s, double deadline, int nap, const char *wha
             return 0;
         if (state != ncclInProgress)
             return nccl_fail(s, state, what);
-        if (pf_now_ms() >= deadline)
+        if (mc_mono_ms_f() >= deadline)
             return -ETIMEDOUT;
         if (nap)
             sleep_1ms();
@@ -95,7 +96,7 @@ static int wait_stream(struct stage *s, double deadline, const char *what, uint6
             return nccl_fail(s, rc, what);
         if (state != ncclSuccess && state != ncclInProgress)
             return nccl_fail(s, state, what);
-        if (pf_now_ms() >= deadline)
+        if (mc_mono_ms_f() >= deadline)
             return pf_fail(s->run, PF_EXIT_MISSING, -ETIMEDOUT,
                            "%s (stage %s, %" PRIu64 " bytes) did not complete within %g s", what,
                            s->spec->name, bytes, timeout_s(s));
@@ -143,7 +144,7 @@ static int get_id(struct stage *s, ncclUniqueId *id)
         return 0;
     }
     rc = pf_kv_get_until(run, s->spec->id_key, id, sizeof(*id), &len,
-                         pf_now_ms() + run->opts.timeout_ms);
+                         mc_mono_ms_f() + run->opts.timeout_ms);
     if (rc == -ETIMEDOUT || rc == -ENOENT) {
         pf_kv_rank_desc(run, s->spec->first, desc, sizeof(desc));
         return pf_fail(run, PF_EXIT_MISSING, -ETIMEDOUT,
@@ -194,7 +195,7 @@ static int init_comm(struct stage *s, const ncclUniqueId *id)
     cfg.blocking = 0;
     if ((rc = put_stage_flag(s, "init")) < 0)
         return rc;
-    t0 = pf_now_ms();
+    t0 = mc_mono_ms_f();
     deadline = t0 + s->run->opts.timeout_ms;
     nr = ncclCommInitRankConfig(&s->comm, s->spec->nranks, *id, s->spec->my_rank, &cfg);
     if (nr != ncclSuccess && nr != ncclInProgress)
@@ -204,7 +205,7 @@ static int init_comm(struct stage *s, const ncclUniqueId *id)
         return init_timeout(s);
     if (rc < 0)
         return rc;
-    s->st->init_ms = pf_now_ms() - t0;
+    s->st->init_ms = mc_mono_ms_f() - t0;
     s->st->init_done = 1;
     return put_stage_flag(s, "ready");
 }
@@ -234,7 +235,7 @@ static int check_sum(struct stage *s)
     struct pf_run *run = s->run;
     size_t count = (size_t)(run->opts.min_bytes / sizeof(float)), bytes = count * sizeof(float);
     float *h = malloc(bytes);
-    double deadline = pf_now_ms() + run->opts.timeout_ms;
+    double deadline = mc_mono_ms_f() + run->opts.timeout_ms;
     cudaError_t ce;
     int rc;
 
@@ -275,7 +276,7 @@ static int time_size(struct stage *s, uint64_t size, struct pf_size_result *res)
     struct pf_run *run = s->run;
     size_t count = (size_t)(size / sizeof(float));
     uint64_t bytes = (uint64_t)count * sizeof(float);
-    double deadline = pf_now_ms() + run->opts.timeout_ms, t0, sec;
+    double deadline = mc_mono_ms_f() + run->opts.timeout_ms, t0, sec;
     int rc;
 
     for (int w = 0; w < run->opts.warmup; w++)
@@ -283,14 +284,14 @@ static int time_size(struct stage *s, uint64_t size, struct pf_size_result *res)
             return rc;
     if ((rc = wait_stream(s, deadline, "warm-up all-reduce", bytes)) < 0)
         return rc;
-    t0 = pf_now_ms();
+    t0 = mc_mono_ms_f();
     deadline = t0 + run->opts.timeout_ms;
     for (int i = 0; i < run->opts.iters; i++)
         if ((rc = launch(s, count, deadline)) < 0)
             return rc;
     if ((rc = wait_stream(s, deadline, "timed all-reduce", bytes)) < 0)
         return rc;
-    sec = (pf_now_ms() - t0) / 1000.0 / run->opts.iters;
+    sec = (mc_mono_ms_f() - t0) / 1000.0 / run->opts.iters;
     res->bytes = bytes;
     res->time_us = sec * 1e6;
     res->algbw = pf_algbw_gbps((double)bytes, sec);
@@ -325,7 +326,7 @@ static int finalize(struct stage *s)
 
     if (nr != ncclSuccess && nr != ncclInProgress)
         return nccl_fail(s, nr, "finalize");
-    rc = poll_ready(s, pf_now_ms() + s->run->opts.timeout_ms, 1, "finalize");
+    rc = poll_ready(s, mc_mono_ms_f() + s->run->opts.timeout_ms, 1, "finalize");
     if (rc == -ETIMEDOUT)
         return pf_fail(s->run, PF_EXIT_MISSING, rc,
                        "NCCL finalize (stage %s) did not complete within %g s", s->spec->name,
