@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "group.h"
+#include "log.h"
 #include "proctree.h"
 #include "spawn.h"
 #include "clock.h"
@@ -145,10 +146,8 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
     if (rc == 0) {
         w->alive = 1;
         if (bind_err != 0)
-            fprintf(stderr,
-                    "muster: worker local_rank %d: --numa-binding not (fully) "
-                    "applied: %s\n",
-                    w->local_rank, strerror(bind_err));
+            mc_warn("worker local_rank %d: --numa-binding not (fully) applied: %s", w->local_rank,
+                    strerror(bind_err));
         agent_proctree_group_started(&w->group->tree, w->local_rank, w->pid, cgroup_err);
         for (int i = 0; i < 2 && rc == 0; i++)
             if (w->pipe_open[i])
@@ -156,7 +155,7 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
         if (rc != 0) {
             /* cannot happen for a fresh pipe; if it does, the worker must not run unseen:
              * it dies and is reported like any other failed worker */
-            fprintf(stderr, "muster: cannot read worker output: %s\n", uv_strerror(rc));
+            mc_error("cannot read worker output: %s", uv_strerror(rc));
             kill(w->pid, SIGKILL);
             rc = 0;
         }

@@ -21,6 +21,7 @@
 #include "endpoint.h"
 #include "gpus.h"
 #include "ids.h"
+#include "log.h"
 #include "output.h"
 #include "secret.h"
 #include "slurm.h"
@@ -93,6 +94,8 @@ static const struct opt opts[O_COUNT_] = {
     [O_LOGS_SPECS] = {"logs-specs", 0, OPT_VALUE, NULL}, /* torchrun reads no PET_ for these two */
     [O_NUMA_BINDING] = {"numa-binding", 0, OPT_VALUE, NULL},
     [O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, OPT_FLAG, "PET_VIRTUAL_LOCAL_RANK"},
+    [O_QUIET] = {"quiet", 'q', OPT_FLAG, NULL},
+    [O_VERBOSE] = {"verbose", 'v', OPT_FLAG, NULL},
 };
 
 int cfg_fail(struct parse *p, const char *fmt, ...)
@@ -932,6 +935,22 @@ static int parse_values(struct parse *p)
     return check_script(p);
 }
 
+/* --quiet / --verbose take effect at once, so that every later line (of the parse too) obeys
+ * them; MUSTER_LOG carries the level to the muster processes this one starts (the pre-flight
+ * node), as it would from the user's environment. --verbose wins over --quiet. */
+static void apply_log_level(struct parse *p)
+{
+    int level = p->val[O_VERBOSE] != NULL ? MC_LOG_DEBUG
+                : p->val[O_QUIET] != NULL ? MC_LOG_WARN
+                                          : -1;
+
+    if (level < 0)
+        return;
+    p->cfg->log_level = level;
+    mc_log_set_level((enum mc_log_level)level);
+    setenv("MUSTER_LOG", level == MC_LOG_WARN ? "warn" : "debug", 1);
+}
+
 int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, char *err,
                           size_t errlen)
 {
@@ -956,6 +975,7 @@ int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, ch
             return 0;
         }
     }
+    apply_log_level(&p);
     if (i < argc) {
         cfg->script = argv[i];
         cfg->script_argv = argv + i + 1;

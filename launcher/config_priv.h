@@ -65,6 +65,8 @@ enum opt_id {
     O_DUP_STDERR_FILTERS,
     O_NO_PREFIX,
     O_DEDUP, /* output (config.c) */
+    O_QUIET,
+    O_VERBOSE, /* log level (common/log.h) */
     O_COUNT_
 };
 

@@ -94,13 +94,13 @@ static int usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 /* Prints the one error line; returns the usage exit code. */
 static int usage_err(const char *fmt, ...)
 {
+    char line[1024];
     va_list ap;
 
-    fputs("muster: error: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    mc_error("%s", line);
     return PLAN_EXIT_USAGE;
 }
 
@@ -377,19 +377,17 @@ static int run_probe(char **cmd, int json, struct launcher_plan_probe *probe)
 
     snprintf(dir, sizeof(dir), "%s/muster-probe.XXXXXX", mc_tmpdir());
     if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "muster: error: cannot create the probe directory %s: %s\n", dir,
-                strerror(errno));
+        mc_error("cannot create the probe directory %s: %s", dir, strerror(errno));
         return PLAN_EXIT_PROBE;
     }
     snprintf(file, sizeof(file), "%s/probe.json", dir);
     if (setenv("MUSTER_PROBE_FILE", file, 1) != 0) {
-        fprintf(stderr, "muster: error: out of memory starting the probe run\n");
+        mc_error("out of memory starting the probe run");
         goto out;
     }
     rc = mc_proc_run(&po, &c);
     if (rc != 0) {
-        fprintf(stderr, "muster: error: cannot start the probe command '%s': %s\n", cmd[0],
-                strerror(-rc));
+        mc_error("cannot start the probe command '%s': %s", cmd[0], strerror(-rc));
         goto out;
     }
     if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
@@ -399,7 +397,7 @@ static int run_probe(char **cmd, int json, struct launcher_plan_probe *probe)
     if ((text = read_probe_file(file)) == NULL)
         goto out;
     if (launcher_plan_from_probe(text, probe, err, sizeof(err)) != 0) {
-        fprintf(stderr, "muster: error: %s\n", err);
+        mc_error("%s", err);
         goto out;
     }
     ret = PLAN_EXIT_OK;
@@ -550,8 +548,7 @@ int launcher_plan_auto_batch(char **argv, const char *gpu_id, unsigned procs, do
         free(saved);
         return PLAN_EXIT_USAGE;
     }
-    fprintf(stderr, "muster: --auto-batch: probing '%s' once at batch %u on GPU %s\n", argv[0],
-            probe_batch, gpu_id);
+    mc_info("--auto-batch: probing '%s' once at batch %u on GPU %s", argv[0], probe_batch, gpu_id);
     rc = run_probe(argv, 1, &probe);
     saved ? setenv("CUDA_VISIBLE_DEVICES", saved, 1) : unsetenv("CUDA_VISIBLE_DEVICES");
     unsetenv("MUSTER_PROBE_BATCH");
@@ -570,9 +567,8 @@ int launcher_plan_auto_batch(char **argv, const char *gpu_id, unsigned procs, do
                                    .procs = procs};
     if (launcher_plan_compute(&in, &out, err, sizeof(err)) != 0)
         return usage_err("--auto-batch: %s", err);
-    fprintf(stderr,
-            "muster: --auto-batch: %s per process, static %s, %s per sample: max batch "
-            "%ld, MUSTER_BATCH_SIZE=%ld\n",
+    mc_info("--auto-batch: %s per process, static %s, %s per sample: max batch "
+            "%ld, MUSTER_BATCH_SIZE=%ld",
             launcher_plan_fmt_size(out.per_proc, s1, sizeof(s1)),
             launcher_plan_fmt_size(probe.static_bytes, s2, sizeof(s2)),
             launcher_plan_fmt_size(probe.per_sample, s3, sizeof(s3)), out.max_batch,

@@ -15,6 +15,7 @@
 #include "agent.h"
 #include "endpoint.h"
 #include "kv.h"
+#include "log.h"
 #include "message.h"
 #include "secret.h"
 #include "server.h"
@@ -45,7 +46,9 @@ static const char server_help[] =
     "  --handshakes-per-source N  TLS handshakes in flight from one address (default 128)\n"
     "  --handshake-rate N   new TLS handshakes a second from one address (default 200), with\n"
     "  --handshake-burst N  that many at once from a quiet address (default 2048); connections\n"
-    "                       over these are closed before any TLS work (a ClientHello flood)\n";
+    "                       over these are closed before any TLS work (a ClientHello flood)\n"
+    "  -q, --quiet          no informational lines (listening, connections), only warnings and\n"
+    "                       errors; -v, --verbose: debug lines too\n";
 
 /* The resource limit flags (server.h struct rdzv_limits; PROTOCOL.md "Limits"): each sets one
  * field; a flag not given leaves it 0, the default. Sizes take a K, M or G suffix (KiB...). */
@@ -126,8 +129,8 @@ static int limit_flag_parse(const struct limit_flag *f, const char *v, struct rd
     }
     if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n == 0 || mult == 0 ||
         n > max / mult) {
-        fprintf(stderr, "muster: error: %s needs a number from 1 to %llu%s\n", f->name, max,
-                f->is_size ? " (K, M or G: KiB, MiB, GiB)" : "");
+        mc_error("%s needs a number from 1 to %llu%s", f->name, max,
+                 f->is_size ? " (K, M or G: KiB, MiB, GiB)" : "");
         return -EINVAL;
     }
     n *= mult;
@@ -141,7 +144,7 @@ static int limit_flag_parse(const struct limit_flag *f, const char *v, struct rd
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct server_cmd *c = h->data;
-    fprintf(stderr, "muster: server stopping (SIG%s)\n", sigabbrev_np(signum));
+    mc_info("server stopping (SIG%s)", sigabbrev_np(signum));
     rdzv_server_close(c->server, NULL, NULL);
     c->server = NULL;
     for (int i = 0; i < 2; i++)
@@ -174,6 +177,8 @@ static int parse_args(int argc, char **argv, struct server_args *a)
             print_help();
             return 1;
         }
+        if (mc_log_take_flag(o))
+            continue;
         if (strcmp(o, "--listen") == 0)
             slot = &a->listen;
         else if (strcmp(o, "--http") == 0)
@@ -195,17 +200,17 @@ static int parse_args(int argc, char **argv, struct server_args *a)
         else if ((k = limit_flag_index(o)) >= 0)
             slot = &a->lim[k];
         if (slot == NULL) {
-            fprintf(stderr, "muster: error: unknown option '%s' (see 'muster server --help')\n", o);
+            mc_error("unknown option '%s' (see 'muster server --help')", o);
             return -EINVAL;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "muster: error: option '%s' needs a value\n", o);
+            mc_error("option '%s' needs a value", o);
             return -EINVAL;
         }
         *slot = argv[++i];
     }
     if (a->listen == NULL) {
-        fprintf(stderr, "muster: error: muster server needs --listen HOST:PORT\n");
+        mc_error("muster server needs --listen HOST:PORT");
         return -EINVAL;
     }
     if (hs_flag("--handshakes-per-source", a->hs_per_source, &a->hs_limits[0]) < 0 ||
@@ -217,8 +222,8 @@ static int parse_args(int argc, char **argv, struct server_args *a)
             return -EINVAL;
     int certs = (a->tls_cert != NULL) + (a->tls_key != NULL) + (a->tls_ca != NULL);
     if (certs != 0 && certs != 3) {
-        fprintf(stderr, "muster: error: certificate mode needs all of --tls-cert, --tls-key "
-                        "and --tls-ca\n");
+        mc_error("certificate mode needs all of --tls-cert, --tls-key "
+                 "and --tls-ca");
         return -EINVAL;
     }
     return 0;
@@ -236,7 +241,7 @@ static int hs_flag(const char *name, const char *v, unsigned *out)
     errno = 0;
     n = strtoul(v, &end, 10);
     if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n == 0 || n > 1000000000ul) {
-        fprintf(stderr, "muster: error: %s needs a count from 1 to 1000000000\n", name);
+        mc_error("%s needs a count from 1 to 1000000000", name);
         return -EINVAL;
     }
     *out = (unsigned)n;
@@ -284,30 +289,28 @@ static int get_token(const struct server_args *a, char *token, size_t len)
     if (a->token_file != NULL && access(a->token_file, F_OK) != 0 && errno == ENOENT) {
         int rc = write_new_token(a->token_file, token, len);
         if (rc != 0) {
-            fprintf(stderr, "muster: error: cannot write a new token to %s: %s\n", a->token_file,
-                    strerror(-rc));
+            mc_error("cannot write a new token to %s: %s", a->token_file, strerror(-rc));
             return -EINVAL;
         }
-        fprintf(stderr,
-                "muster: wrote a new token to %s: give every agent --token-file %s "
-                "(copy it with its 0600 mode)\n",
+        mc_info("wrote a new token to %s: give every agent --token-file %s "
+                "(copy it with its 0600 mode)",
                 a->token_file, a->token_file);
     } else if (a->token_file != NULL) {
         if (launcher_read_token_file(a->token_file, token, len, err, sizeof(err)) != 0) {
-            fprintf(stderr, "muster: error: %s\n", err);
+            mc_error("%s", err);
             return -EINVAL;
         }
     } else if (env != NULL && *env != '\0') {
         if (launcher_token_check_len(env, "MUSTER_TOKEN", err, sizeof(err)) != 0) {
-            fprintf(stderr, "muster: error: %s\n", err); /* never cut it short */
+            mc_error("%s", err); /* never cut it short */
             return -EINVAL;
         }
         snprintf(token, len, "%s", env);
     }
     if (token[0] == '\0' && a->tls_cert == NULL) {
-        fprintf(stderr, "muster: error: muster server needs a token: --token-file FILE (a new "
-                        "one is written when FILE does not exist) or MUSTER_TOKEN, or "
-                        "certificates (--tls-cert/--tls-key/--tls-ca)\n");
+        mc_error("muster server needs a token: --token-file FILE (a new "
+                 "one is written when FILE does not exist) or MUSTER_TOKEN, or "
+                 "certificates (--tls-cert/--tls-key/--tls-ca)");
         return -EINVAL;
     }
     return 0;
@@ -332,7 +335,7 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
     }
     if (launcher_parse_endpoint(a->listen, 29400, &host, &port) != 0 ||
         (a->http && launcher_parse_endpoint(http, 8080, &hhost, &hport) != 0)) {
-        fprintf(stderr, "muster: error: addresses must be HOST:PORT or [IPV6]:PORT\n");
+        mc_error("addresses must be HOST:PORT or [IPV6]:PORT");
         rc = AGENT_EXIT_USAGE;
         goto out;
     }
@@ -341,21 +344,19 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
     rc = a->tls_cert ? rdzv_server_new_tls(&c->loop, host, port, &tls, &c->server)
                      : rdzv_server_new(&c->loop, host, port, token, &c->server);
     if (rc != 0) {
-        fprintf(stderr, "muster: error: cannot listen on %s: %s\n", a->listen, uv_strerror(rc));
+        mc_error("cannot listen on %s: %s", a->listen, uv_strerror(rc));
         rc = AGENT_EXIT_RDZV;
         goto out;
     }
     set_limits(c->server, a);
-    fprintf(stderr, "muster: server listening on %s:%u\n", bracket(host, b, sizeof(b)),
-            rdzv_server_port(c->server));
+    mc_info("server listening on %s:%u", bracket(host, b, sizeof(b)), rdzv_server_port(c->server));
     if (hhost != NULL) {
         if ((rc = rdzv_server_http_listen(c->server, hhost, hport, &bound)) != 0) {
-            fprintf(stderr, "muster: error: cannot serve HTTP on %s: %s\n", a->http,
-                    uv_strerror(rc));
+            mc_error("cannot serve HTTP on %s: %s", a->http, uv_strerror(rc));
             rc = AGENT_EXIT_RDZV;
             goto out;
         }
-        fprintf(stderr, "muster: http on %s:%u\n", bracket(hhost, b, sizeof(b)), bound);
+        mc_info("http on %s:%u", bracket(hhost, b, sizeof(b)), bound);
     }
     rc = 0;
 out:
@@ -399,6 +400,6 @@ int launcher_server(int argc, char **argv)
     }
     uv_run(&c.loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&c.loop) != 0)
-        fprintf(stderr, "muster: internal error: handles left open at exit\n");
+        mc_error("internal error: handles left open at exit");
     return rc;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "inventory.h"
+#include "log.h"
 #include "mesh.h"
 #include "muster.h"
 #include "node_priv.h"
@@ -31,8 +32,7 @@ void pf_say(const char *fmt, ...)
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
     mc_escape(buf, shown, sizeof(shown));
-    fprintf(stderr, "muster: preflight: %s\n", shown);
-    fflush(stderr);
+    mc_info("preflight: %s", shown);
 }
 
 /* ---- the round's KV store --------------------------------------------------------------- */

@@ -13,6 +13,7 @@
 
 #include "escape.h"
 #include "hslimit.h"
+#include "log.h"
 #include "server_priv.h"
 #include "tls.h"
 
@@ -418,7 +419,7 @@ void srv_log(struct rdzv_server *srv, const char *fmt, ...)
     if (srv->log_cb != NULL)
         srv->log_cb(srv->log_data, safe);
     else
-        fprintf(stderr, "muster: server: %s\n", safe);
+        mc_info("server: %s", safe);
 }
 
 /* Whether ev from addr is to be logged: the first time per address and kind only. */
@@ -873,7 +874,7 @@ int rdzv_server_new_tls(uv_loop_t *loop, const char *host, unsigned port,
         return UV_EINVAL;
     err = rdzv_tls_new(opts, 1, &tls, why, sizeof(why));
     if (err < 0) {
-        fprintf(stderr, "muster: server: TLS setup failed: %s\n", why);
+        mc_error("server: TLS setup failed: %s", why);
         return err;
     }
     return server_start(loop, host, port, tls, opts->token, out);

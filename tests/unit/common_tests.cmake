@@ -3,3 +3,5 @@
 muster_unit_test(test_common_ids ${CMAKE_CURRENT_LIST_DIR}/test_common_ids.c muster_common)
 muster_unit_test(test_common_escape ${CMAKE_CURRENT_LIST_DIR}/test_common_escape.c muster_common)
 muster_unit_test(test_common_safefile ${CMAKE_CURRENT_LIST_DIR}/test_common_safefile.c muster_common)
+muster_unit_test(test_common_log ${CMAKE_CURRENT_LIST_DIR}/test_common_log.c muster_common)
+muster_unit_test(test_common_proc ${CMAKE_CURRENT_LIST_DIR}/test_common_proc.c muster_common)
