@@ -15,15 +15,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "exitcode.h"
 #include "gpuquery.h"
 #include "log.h"
 #include "plan.h"
 #include "proc.h"
 #include "tmpdir.h"
 
-#define PLAN_EXIT_OK 0
-#define PLAN_EXIT_PROBE 1 /* the probe run failed or wrote no usable file */
-#define PLAN_EXIT_USAGE 2 /* bad input, a plan that cannot fit, no way to learn M_gpu */
+#define PLAN_EXIT_OK MC_EXIT_OK
+#define PLAN_EXIT_PROBE MC_EXIT_PROBE /* the probe run failed or wrote no usable file */
+#define PLAN_EXIT_USAGE                                                                            \
+    MC_EXIT_USAGE /* bad input, a plan that cannot fit, no way to learn M_gpu                      \
+                   */
 #define PLAN_ERR_MAX 512
 #define PLAN_SMI_TIMEOUT_MS 10000
 #define PLAN_PROBE_FILE_MAX (1024 * 1024)

@@ -158,7 +158,7 @@ out:
     if (crc != 0)
         snprintf(b->gemm_note, sizeof(b->gemm_note), "cuBLAS error %d: GEMM not checked", crc);
     if (ce != cudaSuccess)
-        rc = pf_fail(run, PF_EXIT_CHECK, -EIO, "CUDA error in the GEMM check on GPU %d (%s): %s",
+        rc = pf_fail(run, PFG_EXIT_CHECK, -EIO, "CUDA error in the GEMM check on GPU %d (%s): %s",
                      run->gpu.index, run->gpu.uuid, cudaGetErrorString(ce));
     if (h != NULL)
         c->destroy(h);
@@ -209,7 +209,7 @@ static int hbm(struct pf_run *run)
     cudaFree(dst);
     cudaFree(src);
     if (ce != cudaSuccess)
-        return pf_fail(run, PF_EXIT_CHECK, -EIO,
+        return pf_fail(run, PFG_EXIT_CHECK, -EIO,
                        "CUDA error in the HBM copy check on GPU %d "
                        "(%s): %s",
                        run->gpu.index, run->gpu.uuid, cudaGetErrorString(ce));

@@ -37,13 +37,13 @@ static int nccl_fail(struct stage *s, ncclResult_t rc, const char *what)
 
     if (last == NULL)
         last = "";
-    return pf_fail(s->run, PF_EXIT_CHECK, -EIO, "NCCL %s (stage %s) failed: %s%s%s", what,
+    return pf_fail(s->run, PFG_EXIT_CHECK, -EIO, "NCCL %s (stage %s) failed: %s%s%s", what,
                    s->spec->name, ncclGetErrorString(rc), *last ? ": " : "", last);
 }
 
 static int cuda_fail(struct stage *s, cudaError_t ce, const char *what, uint64_t bytes)
 {
-    return pf_fail(s->run, PF_EXIT_CHECK, -EIO,
+    return pf_fail(s->run, PFG_EXIT_CHECK, -EIO,
                    "CUDA error in %s (stage %s, %" PRIu64 " bytes): %s", what, s->spec->name, bytes,
                    cudaGetErrorString(ce));
 }
@@ -97,7 +97,7 @@ static int wait_stream(struct stage *s, double deadline, const char *what, uint6
         if (state != ncclSuccess && state != ncclInProgress)
             return nccl_fail(s, state, what);
         if (mc_mono_ms_f() >= deadline)
-            return pf_fail(s->run, PF_EXIT_MISSING, -ETIMEDOUT,
+            return pf_fail(s->run, PFG_EXIT_MISSING, -ETIMEDOUT,
                            "%s (stage %s, %" PRIu64 " bytes) did not complete within %g s", what,
                            s->spec->name, bytes, timeout_s(s));
         sched_yield();
@@ -119,7 +119,7 @@ static int launch(struct stage *s, size_t count, double deadline)
         return nccl_fail(s, rc, "all-reduce");
     err = poll_ready(s, deadline, 0, "all-reduce");
     if (err == -ETIMEDOUT)
-        return pf_fail(s->run, PF_EXIT_MISSING, err,
+        return pf_fail(s->run, PFG_EXIT_MISSING, err,
                        "all-reduce launch (stage %s, %zu bytes) did not complete within %g s",
                        s->spec->name, count * sizeof(float), timeout_s(s));
     return err;
@@ -135,11 +135,11 @@ static int get_id(struct stage *s, ncclUniqueId *id)
     if (s->spec->my_rank == 0) {
         ncclResult_t nr = ncclGetUniqueId(id);
         if (nr != ncclSuccess)
-            return pf_fail(run, PF_EXIT_START, -EIO, "ncclGetUniqueId (stage %s) failed: %s",
+            return pf_fail(run, PFG_EXIT_START, -EIO, "ncclGetUniqueId (stage %s) failed: %s",
                            s->spec->name, ncclGetErrorString(nr));
         rc = muster_kv_put(run->m, s->spec->id_key, id, sizeof(*id));
         if (rc < 0)
-            return pf_fail(run, PF_EXIT_START, rc, "muster KV put %s: %s", s->spec->id_key,
+            return pf_fail(run, PFG_EXIT_START, rc, "muster KV put %s: %s", s->spec->id_key,
                            muster_strerror(rc));
         return 0;
     }
@@ -147,14 +147,14 @@ static int get_id(struct stage *s, ncclUniqueId *id)
                          mc_mono_ms_f() + run->opts.timeout_ms);
     if (rc == -ETIMEDOUT || rc == -ENOENT) {
         pf_kv_rank_desc(run, s->spec->first, desc, sizeof(desc));
-        return pf_fail(run, PF_EXIT_MISSING, -ETIMEDOUT,
+        return pf_fail(run, PFG_EXIT_MISSING, -ETIMEDOUT,
                        "%s did not publish the NCCL id of stage %s within %g s", desc,
                        s->spec->name, timeout_s(s));
     }
     if (rc < 0)
         return rc;
     if (len != sizeof(*id))
-        return pf_fail(run, PF_EXIT_START, -EPROTO, "%s holds %zu bytes, not an NCCL id (%zu)",
+        return pf_fail(run, PFG_EXIT_START, -EPROTO, "%s holds %zu bytes, not an NCCL id (%zu)",
                        s->spec->id_key, len, sizeof(*id));
     return 0;
 }
@@ -179,7 +179,7 @@ static int init_timeout(struct stage *s)
     snprintf(prefix, sizeof(prefix), "pf/init/%s", sp->name);
     nstart = pf_kv_list_missing(s->run, prefix, sp->first, sp->nranks, s->run->env.rank, started,
                                 sizeof(started));
-    return pf_fail(s->run, PF_EXIT_MISSING, -ETIMEDOUT,
+    return pf_fail(s->run, PFG_EXIT_MISSING, -ETIMEDOUT,
                    "NCCL init (stage %s) timed out after %g s; not ready: %s%s%s", sp->name,
                    timeout_s(s), nready ? ready : "none besides this rank",
                    nstart ? "; init not started: " : "", nstart ? started : "");
@@ -223,7 +223,7 @@ static int compare(struct stage *s, const float *h, size_t count)
     }
     if (wrong == 0)
         return 0;
-    return pf_fail(s->run, PF_EXIT_CHECK, -EBADMSG,
+    return pf_fail(s->run, PFG_EXIT_CHECK, -EBADMSG,
                    "all-reduce result wrong on rank %d (stage %s, %d ranks): element %zu is %.9g, "
                    "expected %.9g (%zu of %zu elements wrong)",
                    s->run->env.rank, s->spec->name, s->spec->nranks, first, (double)h[first],
@@ -240,7 +240,7 @@ static int check_sum(struct stage *s)
     int rc;
 
     if (h == NULL)
-        return pf_fail(run, PF_EXIT_START, -ENOMEM, "out of memory (%zu bytes)", bytes);
+        return pf_fail(run, PFG_EXIT_START, -ENOMEM, "out of memory (%zu bytes)", bytes);
     for (size_t i = 0; i < count; i++)
         h[i] = pf_check_value(s->spec->my_rank, s->spec->nranks, i);
     ce = cudaMemcpyAsync(run->dbuf, h, bytes, cudaMemcpyHostToDevice, run->stream);
@@ -306,7 +306,7 @@ static int sweep(struct stage *s)
     int n = pf_size_sweep(run->opts.min_bytes, run->max_bytes, SWEEP_FACTOR, sizes, PF_MAX_SIZES);
 
     if (n < 0)
-        return pf_fail(run, PF_EXIT_USAGE, n, "bad size range %" PRIu64 " .. %" PRIu64,
+        return pf_fail(run, PFG_EXIT_USAGE, n, "bad size range %" PRIu64 " .. %" PRIu64,
                        run->opts.min_bytes, run->max_bytes);
     for (int k = 0; k < n; k++) {
         int rc = time_size(s, sizes[k], &s->st->sizes[k]);
@@ -328,7 +328,7 @@ static int finalize(struct stage *s)
         return nccl_fail(s, nr, "finalize");
     rc = poll_ready(s, mc_mono_ms_f() + s->run->opts.timeout_ms, 1, "finalize");
     if (rc == -ETIMEDOUT)
-        return pf_fail(s->run, PF_EXIT_MISSING, rc,
+        return pf_fail(s->run, PFG_EXIT_MISSING, rc,
                        "NCCL finalize (stage %s) did not complete within %g s", s->spec->name,
                        timeout_s(s));
     if (rc < 0)
