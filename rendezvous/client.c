@@ -207,26 +207,6 @@ static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
         c->cbs->error_cb(c, err, text);
 }
 
-/* The server's ERROR codes as errno values, so callers can test err without knowing the wire
- * codes (a join timeout is UV_ETIMEDOUT, like any other timeout). */
-static int err_from_code(uint32_t code)
-{
-    switch (code) {
-    case RDZV_ERR_VERSION:
-        return -EPROTONOSUPPORT;
-    case RDZV_ERR_AUTH:
-        return -EACCES;
-    case RDZV_ERR_TIMEOUT:
-        return -ETIMEDOUT;
-    case RDZV_ERR_MISMATCH:
-        return -EINVAL;
-    case RDZV_ERR_CLOSED:
-        return -ESHUTDOWN;
-    default:
-        return -EPROTO;
-    }
-}
-
 /* Restarted by every message: a host that was cut off sends neither data nor FIN. */
 static void arm_idle(struct rdzv_client *c)
 {
@@ -736,7 +716,7 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_ERROR:
         c->server_error = m->u.error.code;
-        fail(c, err_from_code(m->u.error.code), "%s", m->u.error.text);
+        fail(c, rdzv_err_errno(m->u.error.code), "%s", m->u.error.text);
         break;
     case RDZV_MSG_HEARTBEAT:
         on_heartbeat(c, &m->u.heartbeat);

@@ -40,6 +40,34 @@ const char *rdzv_msg_name(unsigned type)
     return msg_names[type];
 }
 
+static const struct {
+    const char *name;
+    int err;
+} err_table[] = {
+    [RDZV_ERR_PROTOCOL] = {"PROTOCOL", -EPROTO},
+    [RDZV_ERR_VERSION] = {"VERSION", -EPROTONOSUPPORT},
+    [RDZV_ERR_AUTH] = {"AUTH", -EACCES},
+    /* a join timeout is -ETIMEDOUT like any other timeout */
+    [RDZV_ERR_TIMEOUT] = {"TIMEOUT", -ETIMEDOUT},
+    [RDZV_ERR_MISMATCH] = {"MISMATCH", -EINVAL},
+    [RDZV_ERR_CLOSED] = {"CLOSED", -ESHUTDOWN},
+    [RDZV_ERR_UNKNOWN_TYPE] = {"UNKNOWN_TYPE", -EPROTO},
+};
+
+int rdzv_err_errno(uint32_t code)
+{
+    if (code >= sizeof(err_table) / sizeof(err_table[0]) || err_table[code].name == NULL)
+        return -EPROTO;
+    return err_table[code].err;
+}
+
+const char *rdzv_err_name(uint32_t code)
+{
+    if (code >= sizeof(err_table) / sizeof(err_table[0]) || err_table[code].name == NULL)
+        return "UNKNOWN";
+    return err_table[code].name;
+}
+
 /* --- writer ---------------------------------------------------------------------------------
  * Keeps counting past the end of the buffer so a too-small buffer is reported once, at the end,
  * instead of after every field. */
