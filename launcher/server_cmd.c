@@ -17,6 +17,7 @@
 #include "kv.h"
 #include "log.h"
 #include "message.h"
+#include "safefile.h"
 #include "secret.h"
 #include "server.h"
 #include "tls.h"
@@ -263,21 +264,9 @@ static void set_limits(struct rdzv_server *srv, const struct server_args *a)
 /* A new random token in a new file, readable by its owner only (O_EXCL: never overwrite). */
 static int write_new_token(const char *path, char *token, size_t len)
 {
-    unsigned char b[24];
-    int fd;
+    int rc = mc_random_hex(token, len, 24);
 
-    if (len < 2 * sizeof(b) + 1 || getentropy(b, sizeof(b)) != 0)
-        return -EIO;
-    for (size_t i = 0; i < sizeof(b); i++)
-        snprintf(token + 2 * i, 3, "%02x", b[i]);
-    explicit_bzero(b, sizeof(b));
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    int ok = write(fd, token, strlen(token)) == (ssize_t)strlen(token) && write(fd, "\n", 1) == 1;
-    ok = fsync(fd) == 0 && ok;
-    close(fd);
-    return ok ? 0 : -EIO;
+    return rc != 0 ? rc : mc_secret_write_new(path, token);
 }
 
 static int get_token(const struct server_args *a, char *token, size_t len)
