@@ -50,35 +50,24 @@ struct rdzv_tls {
 static const mbedtls_ecp_group_id preferred_curves[] = {
     MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_NONE};
 
+/* The suites of each mode, written once: certificates (ECDHE with ECDSA or RSA keys, AEAD
+ * only) and PSK (above). */
+#define CERT_SUITES                                                                                \
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,                                               \
+        MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,                                           \
+        MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,                                     \
+        MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,                                             \
+        MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,                                             \
+        MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+#define PSK_SUITES                                                                                 \
+    MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,                                           \
+        MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256
+
 /* A certificate-mode server also speaks PSK, for workers: they hold a worker credential, never
  * a certificate (worker code is untrusted). */
-static const int cert_and_psk_suites[] = {
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256,
-    0,
-};
-
-static const int psk_suites[] = {
-    MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256,
-    0,
-};
-
-static const int cert_suites[] = {
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    0,
-};
+static const int cert_and_psk_suites[] = {CERT_SUITES, PSK_SUITES, 0};
+static const int psk_suites[] = {PSK_SUITES, 0};
+static const int cert_suites[] = {CERT_SUITES, 0};
 
 /* mbedTLS reports every unreadable file as FILE_IO_ERROR; ask the OS which it was. */
 static int check_readable(const char *what, const char *path, char *err, size_t errlen)
