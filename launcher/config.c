@@ -409,6 +409,20 @@ static int split_endpoint(struct parse *p, const char *v, unsigned defport)
     return rc;
 }
 
+/* Copies the next item of the comma list at *s into item (cap bytes) and moves *s past it and
+ * its comma. Returns 0, or -EINVAL for an empty or too long item or a trailing comma. */
+static int next_item(const char **s, char *item, size_t cap)
+{
+    size_t len = strcspn(*s, ",");
+
+    if (len == 0 || len >= cap)
+        return -EINVAL;
+    memcpy(item, *s, len);
+    item[len] = '\0';
+    *s += len + ((*s)[len] == ',');
+    return (*s)[-1] == ',' && **s == '\0' ? -EINVAL : 0;
+}
+
 static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spec)
 {
     const char *v = p->val[id];
@@ -425,14 +439,10 @@ static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spe
         return 0;
     }
     spec->all = -1;
-    const char *s = v;
-    while (*s) {
+    for (const char *s = v; *s;) {
         char item[32];
-        size_t len = strcspn(s, ",");
-        if (len == 0 || len >= sizeof(item) || spec->map_len == 64)
+        if (spec->map_len == 64 || next_item(&s, item, sizeof(item)) != 0)
             goto bad;
-        memcpy(item, s, len);
-        item[len] = '\0';
         char *colon = strchr(item, ':');
         if (colon == NULL)
             goto bad;
@@ -442,9 +452,6 @@ static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spe
             goto bad;
         spec->map_rank[spec->map_len] = (int)r;
         spec->map_val[spec->map_len++] = (int)n;
-        s += len + (s[len] == ',');
-        if (s[-1] == ',' && *s == '\0')
-            goto bad; /* trailing comma */
     }
     return 0;
 bad:
@@ -466,17 +473,10 @@ static int parse_ranks_filter(struct parse *p)
         return -ENOMEM;
     for (const char *s = v; *s;) {
         char item[16];
-        size_t len = strcspn(s, ",");
-        if (len == 0 || len >= sizeof(item))
-            goto bad;
-        memcpy(item, s, len);
-        item[len] = '\0';
-        if (launcher__cfg_parse_int(item, 0, 4095, &r) != 0)
+        if (next_item(&s, item, sizeof(item)) != 0 ||
+            launcher__cfg_parse_int(item, 0, 4095, &r) != 0)
             goto bad;
         cfg->local_ranks_filter[cfg->local_ranks_filter_len++] = (int)r;
-        s += len + (s[len] == ',');
-        if (s[-1] == ',' && *s == '\0')
-            goto bad; /* trailing comma */
     }
     return 0;
 bad:
