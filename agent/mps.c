@@ -51,11 +51,6 @@ static void sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
-int agent_mps_find_control(char *path)
-{
-    return mc_proc_find(AGENT_MPS_CONTROL, 1, path, PATH_MAX);
-}
-
 /* Runs argv[0] (an absolute path) with envp and stdio (-1 = /dev/null) for up to timeout_ms
  * (then SIGTERM, SIGKILL a second later, to its group). Returns 0 with *status set, or a
  * negative errno (-ETIMEDOUT, spawn's). */
@@ -92,11 +87,6 @@ static int read_all(int fd, char *buf, size_t len)
             n += (size_t)r;
     buf[n] = '\0';
     return (int)n;
-}
-
-int agent_mps_query_gpu_mem(const char *gpu_id, uint64_t *bytes)
-{
-    return mc_gpu_mem_query(gpu_id, 1, QUERY_TIMEOUT_MS, bytes, NULL, 0);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -227,12 +217,12 @@ int agent_mps_start(struct agent_mps *m, const struct agent_shared_options *o)
     agent_env_init(&m->env);
     if (o->mps == AGENT_MPS_OFF)
         return 0;
-    if (agent_mps_find_control(m->control) != 0)
+    if (mc_proc_find(AGENT_MPS_CONTROL, 1, m->control, sizeof(m->control)) != 0)
         return mps_fail(m, on, AGENT_EXIT_USAGE,
                         on ? AGENT_MPS_CONTROL " not found (install the NVIDIA driver's MPS "
                                                "tools or run without --mps)"
                            : AGENT_MPS_CONTROL " not found");
-    if (bytes == 0 && agent_mps_query_gpu_mem(o->gpu_ids[0], &bytes) != 0)
+    if (bytes == 0 && mc_gpu_mem_query(o->gpu_ids[0], 1, QUERY_TIMEOUT_MS, &bytes, NULL, 0) != 0)
         return mps_fail(m, on, AGENT_EXIT_USAGE,
                         "cannot learn the GPU memory for the MPS cap; pass --gpu-mem SIZE");
     m->limit_mib = agent_mps_limit_mib(bytes, o->mem_fraction, o->per_gpu);
