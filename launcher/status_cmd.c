@@ -14,6 +14,7 @@
 #include "endpoint.h"
 #include "escape.h"
 #include "ids.h"
+#include "json.h"
 #include "log.h"
 #include "secret.h"
 #include "tls.h"
@@ -130,7 +131,7 @@ static const char *str(json_t *o, const char *k)
 {
     static char ring[8][MC_ESCAPE_SIZE(1024)];
     static unsigned next;
-    const char *v = json_string_value(json_object_get(o, k));
+    const char *v = mc_json_str(o, k, NULL);
     char *out = ring[next++ % 8];
 
     mc_escape(v ? v : "-", out, sizeof(ring[0]));
@@ -139,7 +140,7 @@ static const char *str(json_t *o, const char *k)
 
 static long num(json_t *o, const char *k)
 {
-    return (long)json_number_value(json_object_get(o, k));
+    return (long)mc_json_num(o, k, 0);
 }
 
 static void print_job(json_t *job)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "busbw.h"
+#include "json.h"
 #include "muster.h"
 #include "node.h"
 #include "node_priv.h"
@@ -136,12 +137,11 @@ static void print_sizes(json_t *stage)
     fprintf(stderr, "  %10s %12s %12s %12s\n", "size", "time", "algbw", "busbw");
     json_array_foreach(json_object_get(stage, "sizes"), i, s)
     {
-        double bytes = json_number_value(json_object_get(s, "bytes"));
+        double bytes = mc_json_num(s, "bytes", 0);
         fprintf(stderr, "  %6.0f %s %9.1f us %7.1f GB/s %7.1f GB/s\n",
                 bytes >= 1 << 20 ? bytes / (1 << 20) : bytes / 1024,
-                bytes >= 1 << 20 ? "MiB" : "KiB", json_number_value(json_object_get(s, "time_us")),
-                json_number_value(json_object_get(s, "algbw")),
-                json_number_value(json_object_get(s, "busbw")));
+                bytes >= 1 << 20 ? "MiB" : "KiB", mc_json_num(s, "time_us", 0),
+                mc_json_num(s, "algbw", 0), mc_json_num(s, "busbw", 0));
     }
 }
 
@@ -152,7 +152,7 @@ static json_t *stage_of(json_t *rank, const char *name)
     size_t i;
     json_array_foreach(json_object_get(rank, "stages"), i, st)
     {
-        const char *s = json_string_value(json_object_get(st, "stage"));
+        const char *s = mc_json_str(st, "stage", NULL);
         if (s && strcmp(s, name) == 0)
             return st;
     }
@@ -163,28 +163,26 @@ static double last_busbw(json_t *stage, double *bytes)
 {
     json_t *sizes = json_object_get(stage, "sizes");
     json_t *last = json_array_get(sizes, json_array_size(sizes) - 1);
-    *bytes = json_number_value(json_object_get(last, "bytes"));
-    return json_number_value(json_object_get(last, "busbw"));
+    *bytes = mc_json_num(last, "bytes", 0);
+    return mc_json_num(last, "busbw", 0);
 }
 
 /* One failed rank as a line naming node and GPU. */
 static void describe_failure(json_t *r, char *out, size_t cap)
 {
     json_t *gpu = json_object_get(r, "gpu");
-    const char *host = json_string_value(json_object_get(r, "host"));
-    const char *err = json_string_value(json_object_get(r, "error"));
-    const char *uuid = json_string_value(json_object_get(gpu, "uuid"));
-    const char *pci = json_string_value(json_object_get(gpu, "pci"));
+    const char *host = mc_json_str(r, "host", NULL);
+    const char *err = mc_json_str(r, "error", NULL);
+    const char *uuid = mc_json_str(gpu, "uuid", NULL);
+    const char *pci = mc_json_str(gpu, "pci", NULL);
 
     if (gpu != NULL && uuid != NULL)
         snprintf(out, cap, "rank %d on node %s, GPU %d (%s, %s): %s",
-                 (int)json_integer_value(json_object_get(r, "rank")), host ? host : "?",
-                 (int)json_integer_value(json_object_get(gpu, "index")), uuid, pci ? pci : "?",
-                 err ? err : "failed");
+                 (int)mc_json_int(r, "rank", 0), host ? host : "?",
+                 (int)mc_json_int(gpu, "index", 0), uuid, pci ? pci : "?", err ? err : "failed");
     else
-        snprintf(out, cap, "rank %d on node %s: %s",
-                 (int)json_integer_value(json_object_get(r, "rank")), host ? host : "?",
-                 err ? err : "failed");
+        snprintf(out, cap, "rank %d on node %s: %s", (int)mc_json_int(r, "rank", 0),
+                 host ? host : "?", err ? err : "failed");
 }
 
 /* The bandwidth table and --preflight-min-busbw. With one rank there is no bandwidth to
@@ -258,7 +256,7 @@ static int judge_nccl(struct pf_node *n, json_t *mine)
     {
         json_array_foreach(json_object_get(node, "ranks"), j, r)
         {
-            if (json_integer_value(json_object_get(r, "rank")) == 0)
+            if (mc_json_int(r, "rank", 0) == 0)
                 rank0 = r;
             if (json_is_true(json_object_get(r, "ok")))
                 continue;
@@ -292,8 +290,7 @@ static int put_node_result(struct pf_node *n, json_t *res)
     size_t i;
 
     if (s != NULL && strlen(s) > MUSTER_VALUE_MAX) {
-        json_array_foreach(json_object_get(res, "ranks"), i,
-                           r) if (json_integer_value(json_object_get(r, "rank")) != 0)
+        json_array_foreach(json_object_get(res, "ranks"), i, r) if (mc_json_int(r, "rank", 0) != 0)
             json_object_del(r, "stages");
         free(s);
         s = json_dumps(res, JSON_COMPACT);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "inventory.h"
 #include "mesh.h"
 #include "muster.h"
@@ -219,8 +220,8 @@ static int judge_mesh(struct pf_node *n)
                 worst = rtt > worst ? rtt : worst;
                 continue;
             }
-            int to = (int)json_integer_value(json_object_get(l, "to"));
-            const char *host = json_string_value(json_object_get(l, "host"));
+            int to = (int)mc_json_int(l, "to", 0);
+            const char *host = mc_json_str(l, "host", NULL);
             char line[1024], target[300];
             if (to >= 0)
                 snprintf(target, sizeof(target), "node %s (group rank %d) at", host ? host : "?",
@@ -228,9 +229,8 @@ static int judge_mesh(struct pf_node *n)
             else
                 snprintf(target, sizeof(target), "MASTER_ADDR:MASTER_PORT");
             snprintf(line, sizeof(line), "node %s (group rank %d) cannot reach %s %s:%d: %s", from,
-                     g, target, json_string_value(json_object_get(l, "addr")),
-                     (int)json_integer_value(json_object_get(l, "port")),
-                     json_string_value(json_object_get(l, "error")));
+                     g, target, mc_json_str(l, "addr", NULL), (int)mc_json_int(l, "port", 0),
+                     mc_json_str(l, "error", NULL));
             fprintf(stderr, "  ! %s\n", line);
             if (bad++ == 0)
                 snprintf(n->reason, sizeof(n->reason), "%s", line);

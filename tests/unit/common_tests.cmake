@@ -5,3 +5,4 @@ muster_unit_test(test_common_escape ${CMAKE_CURRENT_LIST_DIR}/test_common_escape
 muster_unit_test(test_common_safefile ${CMAKE_CURRENT_LIST_DIR}/test_common_safefile.c muster_common)
 muster_unit_test(test_common_log ${CMAKE_CURRENT_LIST_DIR}/test_common_log.c muster_common)
 muster_unit_test(test_common_proc ${CMAKE_CURRENT_LIST_DIR}/test_common_proc.c muster_common)
+muster_unit_test(test_common_json ${CMAKE_CURRENT_LIST_DIR}/test_common_json.c muster_common)
