@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "log.h"
 #include "node_priv.h"
 #include "perf.h"
 
@@ -77,15 +78,14 @@ static void node_line(json_t *node, const struct pf_perf *g, json_t **ranks, siz
         snprintf(hbm, sizeof(hbm), hmin == hmax ? "HBM copy %.1f GB/s" : "HBM copy %.1f-%.1f GB/s",
                  hmin, hmax);
     if (ngpu == 1 || nvml == 0)
-        fprintf(stderr, "muster: preflight: node %s: %d GPU%s: %s, %s (read+write); NVML: %s\n",
-                host ? host : "?", ngpu, ngpu == 1 ? "" : "s", gemm, hbm,
+        mc_info("preflight: node %s: %d GPU%s: %s, %s (read+write); NVML: %s", host ? host : "?",
+                ngpu, ngpu == 1 ? "" : "s", gemm, hbm,
                 nvml == 0 ? "NVML not found: health not checked"
                 : summary ? summary
                           : "?");
     else
-        fprintf(stderr,
-                "muster: preflight: node %s: %d GPUs: %s, %s (read+write); NVML: %d "
-                "checked, %d warning(s), %d failure(s)\n",
+        mc_info("preflight: node %s: %d GPUs: %s, %s (read+write); NVML: %d "
+                "checked, %d warning(s), %d failure(s)",
                 host ? host : "?", ngpu, gemm, hbm, nvml, warn, fail);
 }
 

@@ -12,6 +12,7 @@
 
 #include "busbw.h"
 #include "json.h"
+#include "log.h"
 #include "muster.h"
 #include "node.h"
 #include "node_priv.h"
@@ -193,23 +194,21 @@ static int judge_bandwidth(struct pf_node *n, json_t *all)
     double bytes = 0, busbw = 0;
 
     if (n->world < 2) {
-        fprintf(stderr, "muster: preflight: NCCL all-reduce over 1 rank: sum exact; no bandwidth "
-                        "figures (one rank moves no data)\n");
+        mc_info("preflight: NCCL all-reduce over 1 rank: sum exact; no bandwidth figures (one "
+                "rank moves no data)");
         json_object_set_new(n->report_json, "busbw_floor",
                             json_string(n->min_busbw > 0 ? "not applied: one rank" : "none"));
         if (n->min_busbw > 0)
-            fprintf(stderr,
-                    "muster: preflight: --preflight-min-busbw %.1f not applied: it needs "
-                    "at least 2 ranks\n",
+            mc_info("preflight: --preflight-min-busbw %.1f not applied: it needs at least 2 ranks",
                     n->min_busbw);
         return 0;
     }
     busbw = last_busbw(all, &bytes);
-    fprintf(stderr,
-            "muster: preflight: NCCL all-reduce over %d ranks: sums exact on every rank, "
-            "every GPU distinct\n",
+    mc_info("preflight: NCCL all-reduce over %d ranks: sums exact on every rank, every GPU "
+            "distinct",
             n->world);
-    print_sizes(all);
+    if (mc_log_enabled(MC_LOG_INFO)) /* the size table is part of that line */
+        print_sizes(all);
     switch (pf_busbw_judge(n->world, busbw, n->min_busbw)) {
     case PF_BUSBW_BELOW:
         snprintf(n->reason, sizeof(n->reason),

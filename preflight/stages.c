@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "log.h"
 #include "inventory.h"
 #include "mesh.h"
 #include "muster.h"
@@ -86,8 +87,10 @@ static int judge_inventory(struct pf_node *n, json_t *mine)
         pf_inventory_compare(recs, (size_t)n->gws, n->allow_mixed, &v, &table, &summary) != 0)
         snprintf(n->reason, sizeof(n->reason), "cannot compare the inventories"), rc = -1;
     if (rc == 0) {
-        fprintf(stderr, "muster: preflight: inventory\n%s", table);
-        fflush(stderr);
+        if (mc_log_enabled(MC_LOG_INFO)) { /* a table: more than mc_log's one line */
+            fprintf(stderr, "muster: preflight: inventory\n%s", table);
+            fflush(stderr);
+        }
         json_object_set_new(n->report_json, "inventory", summary);
         if (v.failed)
             snprintf(n->reason, sizeof(n->reason), "%s", v.reason);
