@@ -4,13 +4,15 @@
 #ifndef MUSTER_AGENT_AGENT_H
 #define MUSTER_AGENT_AGENT_H
 
-/* Exit codes of the agent itself (a worker's own code is returned as is). */
-#define AGENT_EXIT_USAGE 2
-#define AGENT_EXIT_RDZV 3
-#define AGENT_EXIT_PREFLIGHT 4 /* a pre-flight check failed: the report names node, GPU, link */
-#define AGENT_EXIT_NO_GPU 5    /* `muster preflight` found no GPU / no muster-preflight to run */
-#define AGENT_EXIT_INTERNAL 70 /* EX_SOFTWARE: muster itself could not go on */
-#define AGENT_EXIT_REQUEUE 75  /* EX_TEMPFAIL: pre-empted, requeue the job (Slurm) */
+/* Exit codes of the agent itself (a worker's own code is returned as is): muster's one table,
+ * common/exitcode.h, under the agent's names. */
+#include "exitcode.h"
+#define AGENT_EXIT_USAGE MC_EXIT_USAGE
+#define AGENT_EXIT_RDZV MC_EXIT_RDZV
+#define AGENT_EXIT_PREFLIGHT MC_EXIT_PREFLIGHT
+#define AGENT_EXIT_NO_GPU MC_EXIT_NO_GPU
+#define AGENT_EXIT_INTERNAL MC_EXIT_INTERNAL
+#define AGENT_EXIT_REQUEUE MC_EXIT_REQUEUE
 
 enum agent_host_mode {
     AGENT_HOST_NEVER,    /* connect to rdzv.host:rdzv.port */

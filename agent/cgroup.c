@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "path.h"
+#include "clock.h"
 
 /* The largest /proc/self/mountinfo read: containers with thousands of mounts exist, and a
  * cut-off file only risks missing the cgroup2 line (then the fallback runs). */
@@ -175,13 +176,6 @@ int agent_cgroup_kill(const char *dir)
     return rc;
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* cgroup.events from its start: "populated 0|1\nfrozen 0|1\n". Returns 1, 0 or -errno. */
 static int populated(int fd)
 {
@@ -197,7 +191,7 @@ static int populated(int fd)
 int agent_cgroup_wait_empty(const char *dir, unsigned timeout_ms)
 {
     char path[4096];
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = (long long)mc_mono_ms() + timeout_ms;
     int rc = agent_path_fmt(path, sizeof(path), "%s/cgroup.events", dir);
     int fd = rc == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 
@@ -206,7 +200,7 @@ int agent_cgroup_wait_empty(const char *dir, unsigned timeout_ms)
     if (fd < 0)
         return errno == ENOENT ? 0 : -errno; /* removed already: nothing in it */
     while ((rc = populated(fd)) == 1) {
-        long long left = deadline - now_ms();
+        long long left = deadline - (long long)mc_mono_ms();
         if (left <= 0) {
             rc = -ETIMEDOUT;
             break;

@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "path.h"
+#include "clock.h"
 
 /* Large enough that a read() is not dominated by the syscall, small enough for a loop step. */
 #define READ_CHUNK (1u << 20)
@@ -29,13 +30,6 @@ struct file_list {
 static int64_t ts_ns(struct timespec ts)
 {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return ts_ns(ts);
 }
 
 static int is_alpha(char c)
@@ -390,7 +384,7 @@ int agent_ckpt_hash_end(struct agent_ckpt_hash *h, struct agent_ckpt_entry *entr
         *entry = h->entry;
         entry->size = h->hashed;
         entry->checksum = XXH3_64bits_digest(h->state);
-        entry->recorded_ns = now_ns();
+        entry->recorded_ns = (int64_t)mc_wall_ns();
     }
     agent_ckpt_hash_close(h);
     return rc;

@@ -167,6 +167,8 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
         rc |= agent_env_set(env, "MUSTER_RESUME_FROM", w->resume_from);
     if (w->heartbeat_file != NULL && w->heartbeat_file[0] != '\0')
         rc |= agent_env_set(env, "MUSTER_HEARTBEAT_FILE", w->heartbeat_file);
+    if (w->signals_to_handle != NULL)
+        rc |= agent_env_set(env, "TORCHELASTIC_SIGNALS_TO_HANDLE", w->signals_to_handle);
     if (rc == 0 && w->virtual_local_rank) {
         rc = agent_env_set(env, "LOCAL_RANK", "0");
         return rc ? -ENOMEM : set_virtual_gpu(env, w, parent);
@@ -193,4 +195,29 @@ int agent_env_merge(const struct agent_env *env, char *const *parent, struct age
 fail:
     agent_env_free(out);
     return -ENOMEM;
+}
+
+int agent_env_build(const struct agent_worker_info *w, char *const *parent, struct agent_env *full)
+{
+    struct agent_env env;
+    int rc;
+
+    agent_env_init(&env);
+    agent_env_init(full);
+    rc = agent_env_for_worker(&env, w, parent);
+    if (rc == 0)
+        rc = agent_env_merge(&env, parent, full);
+    agent_env_free(&env);
+    return rc;
+}
+
+int agent_env_print(const struct agent_env *env, FILE *out)
+{
+    static const char token[] = "MUSTER_TOKEN=";
+
+    for (size_t k = 0; k < env->len; k++)
+        fprintf(out, "%s\n",
+                strncmp(env->vars[k], token, sizeof(token) - 1) == 0 ? "MUSTER_TOKEN=<hidden>"
+                                                                     : env->vars[k]);
+    return ferror(out) ? -EIO : 0;
 }

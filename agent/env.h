@@ -4,6 +4,7 @@
 #define MUSTER_AGENT_ENV_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 struct agent_env {
     char **vars; /* "KEY=VALUE" strings, owned; NULL-terminated once non-empty */
@@ -30,6 +31,8 @@ struct agent_worker_info {
     const char *checkpoint_dir; /* MUSTER_CHECKPOINT_DIR */
     const char *resume_from;    /* MUSTER_RESUME_FROM: the checkpoint to resume from */
     const char *heartbeat_file; /* MUSTER_HEARTBEAT_FILE (--hang-timeout) */
+    /* --signals-to-handle: TORCHELASTIC_SIGNALS_TO_HANDLE (NULL: not exported) */
+    const char *signals_to_handle;
     /* --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES = entry local_rank of the
      * agent's CUDA_VISIBLE_DEVICES (or local_rank itself when it is unset), as torchrun */
     int virtual_local_rank;
@@ -58,5 +61,14 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
 /* Builds the full environment for spawning: every entry of `parent` whose key env does not
  * set, then env's entries. The result is a new env the caller frees. Returns 0 or -ENOMEM. */
 int agent_env_merge(const struct agent_env *env, char *const *parent, struct agent_env *out);
+
+/* The one builder of what a worker (or the pre-flight node, which runs as one) is started
+ * with: agent_env_for_worker, then agent_env_merge over parent. *full is initialised here
+ * and freed by the caller, also on failure. Returns 0, -ENOMEM or -ERANGE (as above). */
+int agent_env_build(const struct agent_worker_info *w, char *const *parent, struct agent_env *full);
+
+/* Prints env's entries one "KEY=VALUE" a line, as --dry-run shows a worker's variables:
+ * MUSTER_TOKEN's value (a credential) as "<hidden>". Returns 0 or -EIO. */
+int agent_env_print(const struct agent_env *env, FILE *out);
 
 #endif

@@ -1,5 +1,6 @@
 #include "logdir.h"
 
+#include "log.h"
 #include "path.h"
 
 #include "ids.h"
@@ -126,7 +127,7 @@ int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int loca
     if (rc == 0 && create) {
         rc = mc_dir_open(dir, 0755, "log directory", NULL, NULL, err, sizeof(err));
         if (rc != 0)
-            fprintf(stderr, "muster: %s\n", err);
+            mc_error("%s", err);
     }
     if (rc == 0)
         rc = agent_path_fmt(error_file, PATH_MAX, "%s/error.json", dir);

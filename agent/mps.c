@@ -19,9 +19,11 @@
 
 #include "agent.h"
 #include "agent_priv.h" /* agent_log */
+#include "clock.h"
+#include "gpuquery.h"
 #include "path.h"
+#include "proc.h"
 #include "safefile.h"
-#include "spawn.h"
 
 extern char **environ;
 
@@ -43,78 +45,30 @@ uint64_t agent_mps_limit_mib(uint64_t gpu_mem_bytes, double fraction, unsigned p
     return (uint64_t)floorl(mib + 1e-6L);
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void sleep_ms(unsigned ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
     nanosleep(&ts, NULL);
 }
 
-static int is_exe(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
-}
-
-/* name on PATH, then in the driver's usual places (a container's PATH often lacks them) */
-static int find_program(const char *name, char *path)
-{
-    static const char *const extra[] = {"/usr/local/nvidia/bin", "/usr/bin"};
-    const char *p = getenv("PATH");
-
-    while (p != NULL && *p != '\0') {
-        const char *end = strchr(p, ':');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len > 0 && agent_path_fmt(path, PATH_MAX, "%.*s/%s", (int)len, p, name) == 0 &&
-            is_exe(path))
-            return 0;
-        p = end ? end + 1 : NULL;
-    }
-    for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
-        if (agent_path_fmt(path, PATH_MAX, "%s/%s", extra[i], name) == 0 && is_exe(path))
-            return 0;
-    path[0] = '\0';
-    return -ENOENT;
-}
-
-int agent_mps_find_control(char *path)
-{
-    return find_program(AGENT_MPS_CONTROL, path);
-}
-
-/* Runs argv[0] (an absolute path) and waits for it up to timeout_ms, then SIGKILLs its
- * process group. stdio: fds for 0..2, -1 = /dev/null. Returns 0 with *status set, or a
+/* Runs argv[0] (an absolute path) with envp and stdio (-1 = /dev/null) for up to timeout_ms
+ * (then SIGTERM, SIGKILL a second later, to its group). Returns 0 with *status set, or a
  * negative errno (-ETIMEDOUT, spawn's). */
 static int run_wait(char **argv, char **envp, const int stdio[3], unsigned timeout_ms, int *status)
 {
-    struct agent_spawn_opts so = {
-        .file = argv[0], .argv = argv, .envp = envp, .stdio = {stdio[0], stdio[1], stdio[2]}};
-    uint64_t deadline = now_ms() + timeout_ms;
-    pid_t pid, r;
-    int rc = agent_spawn(&so, &pid);
+    struct mc_proc_opts o = {.argv = argv,
+                             .envp = envp,
+                             .stdio = {stdio[0], stdio[1], stdio[2]},
+                             .timeout_ms = timeout_ms,
+                             .grace_ms = 1000};
+    struct mc_proc_result r;
+    int rc = mc_proc_run(&o, &r);
 
+    mc_proc_result_free(&r);
     if (rc != 0)
         return rc;
-    for (;;) {
-        r = waitpid(pid, status, WNOHANG);
-        if (r == pid)
-            return 0;
-        if (r < 0 && errno != EINTR)
-            return -errno;
-        if (now_ms() >= deadline)
-            break;
-        sleep_ms(5);
-    }
-    kill(-pid, SIGKILL); /* agent_spawn made it a group leader */
-    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
-        ;
-    return -ETIMEDOUT;
+    *status = r.status;
+    return r.timed_out ? -ETIMEDOUT : 0;
 }
 
 static int exited_ok(int status)
@@ -133,39 +87,6 @@ static int read_all(int fd, char *buf, size_t len)
             n += (size_t)r;
     buf[n] = '\0';
     return (int)n;
-}
-
-int agent_mps_query_gpu_mem(const char *gpu_id, uint64_t *bytes)
-{
-    char smi[PATH_MAX], out[4096], *end;
-    char *argv[] = {
-        smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", (char *)gpu_id,
-        NULL};
-    int fds[2], status, rc;
-
-    if ((rc = find_program("nvidia-smi", smi)) != 0)
-        return rc;
-    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
-        return -errno;
-    /* its output is read once it exited: a few bytes, far below the pipe's capacity */
-    rc = run_wait(argv, environ, (const int[3]){-1, fds[1], 2}, QUERY_TIMEOUT_MS, &status);
-    close(fds[1]);
-    if (rc == 0)
-        read_all(fds[0], out, sizeof(out));
-    close(fds[0]);
-    if (rc != 0)
-        return rc;
-    if (!exited_ok(status))
-        return -EIO;
-    const char *p = out;
-    while (isspace((unsigned char)*p))
-        p++;
-    errno = 0;
-    unsigned long long mib = strtoull(p, &end, 10);
-    if (end == p || errno != 0 || mib == 0 || (*end != '\0' && !isspace((unsigned char)*end)))
-        return -EINVAL; /* e.g. "[N/A]" or an error text */
-    *bytes = (uint64_t)mib * 1024 * 1024;
-    return 0;
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -260,8 +181,8 @@ static int start_daemon(struct agent_mps *m, char *why, size_t whylen)
             snprintf(why, whylen, "%s -d was killed by signal %d", m->control, WTERMSIG(status));
         return -EIO;
     }
-    for (uint64_t deadline = now_ms() + PIDFILE_WAIT_MS; !file_exists(m->pipe_dir, PIDFILE);) {
-        if (now_ms() >= deadline) {
+    for (uint64_t deadline = mc_mono_ms() + PIDFILE_WAIT_MS; !file_exists(m->pipe_dir, PIDFILE);) {
+        if (mc_mono_ms() >= deadline) {
             agent_log("warning: the MPS daemon wrote no %s in %u s; going on", PIDFILE,
                       PIDFILE_WAIT_MS / 1000);
             break;
@@ -296,12 +217,12 @@ int agent_mps_start(struct agent_mps *m, const struct agent_shared_options *o)
     agent_env_init(&m->env);
     if (o->mps == AGENT_MPS_OFF)
         return 0;
-    if (agent_mps_find_control(m->control) != 0)
+    if (mc_proc_find(AGENT_MPS_CONTROL, 1, m->control, sizeof(m->control)) != 0)
         return mps_fail(m, on, AGENT_EXIT_USAGE,
                         on ? AGENT_MPS_CONTROL " not found (install the NVIDIA driver's MPS "
                                                "tools or run without --mps)"
                            : AGENT_MPS_CONTROL " not found");
-    if (bytes == 0 && agent_mps_query_gpu_mem(o->gpu_ids[0], &bytes) != 0)
+    if (bytes == 0 && mc_gpu_mem_query(o->gpu_ids[0], 1, QUERY_TIMEOUT_MS, &bytes, NULL, 0) != 0)
         return mps_fail(m, on, AGENT_EXIT_USAGE,
                         "cannot learn the GPU memory for the MPS cap; pass --gpu-mem SIZE");
     m->limit_mib = agent_mps_limit_mib(bytes, o->mem_fraction, o->per_gpu);
@@ -430,7 +351,7 @@ static int send_quit(struct agent_mps *m, unsigned timeout_ms)
 void agent_mps_stop(struct agent_mps *m)
 {
     sigset_t stop, old;
-    uint64_t deadline = now_ms() + AGENT_MPS_STOP_TIMEOUT_MS;
+    uint64_t deadline = mc_mono_ms() + AGENT_MPS_STOP_TIMEOUT_MS;
 
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
@@ -443,7 +364,7 @@ void agent_mps_stop(struct agent_mps *m)
         int rc = send_quit(m, AGENT_MPS_STOP_TIMEOUT_MS);
         if (rc != 0)
             agent_log("warning: stopping the MPS daemon: %s quit: %s", m->control, strerror(-rc));
-        while (daemon > 0 && daemon_alive(daemon) && now_ms() < deadline)
+        while (daemon > 0 && daemon_alive(daemon) && mc_mono_ms() < deadline)
             sleep_ms(10);
         if (daemon > 0 && daemon_alive(daemon)) {
             agent_log("warning: the MPS daemon (pid %d) did not quit; killing it", (int)daemon);

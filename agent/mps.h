@@ -34,15 +34,6 @@ struct agent_mps {
  * per_gpu 0. Exact for every byte count a GPU has (computed in long double). */
 uint64_t agent_mps_limit_mib(uint64_t gpu_mem_bytes, double fraction, unsigned per_gpu);
 
-/* Looks for the control program on PATH, then in /usr/local/nvidia/bin and /usr/bin.
- * path: PATH_MAX bytes. Returns 0, or -ENOENT when it is nowhere executable. */
-int agent_mps_find_control(char *path);
-
-/* Asks `nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i gpu_id` (found
- * like the control program) for one GPU's memory. Returns 0 and sets *bytes, or a negative
- * errno (-ENOENT: no nvidia-smi, -EINVAL: an answer that is no number, -ETIMEDOUT). */
-int agent_mps_query_gpu_mem(const char *gpu_id, uint64_t *bytes);
-
 /* Does what o->mps asks. OFF: nothing. ON and AUTO: find the control program, learn the GPU
  * memory (o->gpu_mem_bytes or nvidia-smi), start the daemon. m->on says whether workers
  * get the MPS variables. Returns 0 (AUTO falls back to plain sharing with one warning), or,

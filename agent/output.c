@@ -1,6 +1,7 @@
 #include "output.h"
 
 #include "dedup.h"
+#include "log.h"
 #include "path.h"
 #include "safefile.h"
 
@@ -272,8 +273,7 @@ void agent_output_configure(struct agent_output *o, uv_loop_t *loop,
         o->filters = cfg->filters[stream];
         if (o->filters != NULL && o->filters[0] != NULL && cfg->filter_path[stream] != NULL &&
             mc_file_open(cfg->filter_path[stream], MC_FILE_APPEND, 0644, &o->filter_fd) != 0) {
-            fprintf(stderr, "muster: cannot open %s; filtered lines are not copied\n",
-                    cfg->filter_path[stream]);
+            mc_warn("cannot open %s; filtered lines are not copied", cfg->filter_path[stream]);
             o->filter_fd = -1;
         }
         dedup_ms = cfg->dedup_ms;
@@ -518,8 +518,7 @@ static void feed_lines(struct agent_output *o, const char *data, size_t n)
 void agent_output_feed(struct agent_output *o, const char *data, size_t n)
 {
     if (o->file_fd >= 0 && agent_write_all(o->file_fd, data, n) != 0) {
-        fprintf(stderr, "muster: cannot write a worker log file: %s; file output stops\n",
-                strerror(errno));
+        mc_warn("cannot write a worker log file: %s; file output stops", strerror(errno));
         close(o->file_fd);
         o->file_fd = -1;
     }

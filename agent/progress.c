@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "log.h"
+
 #define PROGRESS_LOG_EVERY_MS 10000
 
 static void draw(struct agent_progress *p)
@@ -11,6 +13,8 @@ static void draw(struct agent_progress *p)
     const struct rdzv_waiting *w = &p->last;
     char last[48] = "";
 
+    if (!mc_log_enabled(MC_LOG_INFO))
+        return; /* --quiet */
     if (w->last_call_ms_left >= 0) {
         int64_t left = (int64_t)w->last_call_ms_left - (int64_t)gone;
         snprintf(last, sizeof(last), ", last call in %lld s",
@@ -21,8 +25,7 @@ static void draw(struct agent_progress *p)
                 w->max_nodes, last);
         p->drawn = 1;
     } else if (w->joined != p->printed_joined || now - p->printed_at >= PROGRESS_LOG_EVERY_MS) {
-        fprintf(stderr, "muster: rendezvous %s: %u/%u nodes%s\n", p->job, w->joined, w->max_nodes,
-                last);
+        mc_info("rendezvous %s: %u/%u nodes%s", p->job, w->joined, w->max_nodes, last);
         p->printed_at = now;
         p->printed_joined = w->joined;
     }

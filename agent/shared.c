@@ -74,6 +74,7 @@ int agent_shared_task_env(const struct agent_shared_options *o, unsigned task, u
         .run_id = o->run_id,
         .error_file = error_file ? error_file : "",
         .endpoint = NULL, /* no rendezvous server in this mode */
+        .signals_to_handle = o->signals_to_handle,
     };
     int rc = agent_env_for_worker(env, &w, parent);
 
@@ -84,8 +85,6 @@ int agent_shared_task_env(const struct agent_shared_options *o, unsigned task, u
     rc |= agent_env_setf(env, "MUSTER_GPU_MEM_FRACTION", "%.4f", o->mem_fraction / o->per_gpu);
     if (o->batch_size != NULL)
         rc |= agent_env_set(env, "MUSTER_BATCH_SIZE", o->batch_size);
-    if (o->signals_to_handle != NULL)
-        rc |= agent_env_set(env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->signals_to_handle);
     /* K processes per GPU share the node's cores: torchrun's reason for one OpenMP thread
      * per worker (agent_env_for_worker sees a one-rank world and would not set it) */
     if (count > 1) {

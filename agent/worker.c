@@ -6,13 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "group.h"
+#include "log.h"
 #include "proctree.h"
 #include "spawn.h"
+#include "clock.h"
 
 void agent_group_handle_closed_(struct agent_group *g);
 
@@ -71,7 +72,6 @@ static void drain_pipe(struct agent_worker *w, int i)
 
 int agent_worker_reap(struct agent_worker *w)
 {
-    struct timeval tv;
     int status;
     pid_t r;
 
@@ -81,8 +81,7 @@ int agent_worker_reap(struct agent_worker *w)
         ;
     if (r != w->pid)
         return 0;
-    gettimeofday(&tv, NULL);
-    w->exit_time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    w->exit_time_ms = mc_wall_ms();
     w->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
     w->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     w->alive = 0;
@@ -147,10 +146,8 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
     if (rc == 0) {
         w->alive = 1;
         if (bind_err != 0)
-            fprintf(stderr,
-                    "muster: worker local_rank %d: --numa-binding not (fully) "
-                    "applied: %s\n",
-                    w->local_rank, strerror(bind_err));
+            mc_warn("worker local_rank %d: --numa-binding not (fully) applied: %s", w->local_rank,
+                    strerror(bind_err));
         agent_proctree_group_started(&w->group->tree, w->local_rank, w->pid, cgroup_err);
         for (int i = 0; i < 2 && rc == 0; i++)
             if (w->pipe_open[i])
@@ -158,7 +155,7 @@ int agent_worker_spawn(uv_loop_t *loop, struct agent_worker *w, const struct age
         if (rc != 0) {
             /* cannot happen for a fresh pipe; if it does, the worker must not run unseen:
              * it dies and is reported like any other failed worker */
-            fprintf(stderr, "muster: cannot read worker output: %s\n", uv_strerror(rc));
+            mc_error("cannot read worker output: %s", uv_strerror(rc));
             kill(w->pid, SIGKILL);
             rc = 0;
         }

@@ -29,3 +29,8 @@ uint64_t mc_wall_ms(void)
 {
     return read_ns(CLOCK_REALTIME) / 1000000u;
 }
+
+uint64_t mc_wall_ns(void)
+{
+    return read_ns(CLOCK_REALTIME);
+}

@@ -12,7 +12,8 @@ uint64_t mc_mono_ns(void);
 uint64_t mc_mono_ms(void);
 /* The same in milliseconds with the sub-millisecond part, for measurements. */
 double mc_mono_ms_f(void);
-/* Wall-clock time in milliseconds since the Unix epoch. */
+/* Wall-clock time in milliseconds / nanoseconds since the Unix epoch. */
 uint64_t mc_wall_ms(void);
+uint64_t mc_wall_ns(void);
 
 #endif

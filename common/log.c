@@ -46,6 +46,21 @@ void mc_log_set_level(enum mc_log_level l)
     level = (int)l;
 }
 
+int mc_log_take_flag(const char *arg)
+{
+    int l;
+
+    if (strcmp(arg, "-q") == 0 || strcmp(arg, "--quiet") == 0)
+        l = MC_LOG_WARN;
+    else if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0)
+        l = MC_LOG_DEBUG;
+    else
+        return 0;
+    mc_log_set_level((enum mc_log_level)l);
+    setenv("MUSTER_LOG", l == MC_LOG_WARN ? "warn" : "debug", 1);
+    return 1;
+}
+
 int mc_log_enabled(enum mc_log_level l)
 {
     return (int)l <= (int)mc_log_level();

@@ -21,6 +21,11 @@ int mc_log_enabled(enum mc_log_level level);
 /* Parses "error", "warn"/"warning", "info", "debug"; returns the level or -1. */
 int mc_log_parse_level(const char *s);
 
+/* For a subcommand's argument loop: when arg is -q/--quiet (MC_LOG_WARN) or -v/--verbose
+ * (MC_LOG_DEBUG), sets the level, exports it as MUSTER_LOG for the muster processes this one
+ * starts, and returns 1; else returns 0 and does nothing. */
+int mc_log_take_flag(const char *arg);
+
 void mc_log(enum mc_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define mc_error(...) mc_log(MC_LOG_ERROR, __VA_ARGS__)

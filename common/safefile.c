@@ -10,12 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *mc_tmpdir(void)
-{
-    const char *t = getenv("TMPDIR");
-    return t != NULL && t[0] == '/' ? t : "/tmp";
-}
-
 int mc_dir_trusted(const struct stat *st, char *why, size_t whylen)
 {
     unsigned mode = (unsigned)st->st_mode & 07777;
@@ -462,4 +456,35 @@ int mc_file_replace(const char *path, const void *data, size_t len, mode_t mode)
     rc = mc_file_replace_at(dfd, name, data, len, mode);
     close(dfd);
     return rc;
+}
+
+int mc_secret_write_new(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    size_t n = strlen(text);
+    int ok;
+
+    if (fd < 0)
+        return -errno;
+    ok = fchmod(fd, 0600) == 0; /* exactly, umask notwithstanding */
+    ok = ok && write(fd, text, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
+    ok = fsync(fd) == 0 && ok;
+    ok = close(fd) == 0 && ok;
+    if (!ok) {
+        unlink(path);
+        return -EIO;
+    }
+    return 0;
+}
+
+int mc_random_hex(char *out, size_t len, size_t nbytes)
+{
+    unsigned char b[64];
+
+    if (nbytes > sizeof(b) || len < 2 * nbytes + 1 || getentropy(b, nbytes) != 0)
+        return -EIO;
+    for (size_t i = 0; i < nbytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    explicit_bzero(b, sizeof(b));
+    return 0;
 }

@@ -34,9 +34,7 @@
 #define MC_FILE_APPEND 2u /* O_APPEND */
 #define MC_FILE_EXCL 4u   /* the name must not exist at all (-EEXIST) */
 
-/* Where temporary files go: $TMPDIR when it is set to an absolute path, else "/tmp" (an empty or
- * relative $TMPDIR would put files in / or wherever the agent happens to run). Never NULL. */
-const char *mc_tmpdir(void);
+#include "tmpdir.h" /* mc_tmpdir(): $TMPDIR is where temporary directories are checked */
 
 /* Whether the directory described by st may hold muster's files (see above). Returns 0 or -EPERM
  * with why, e.g. "owned by uid 1000, not by you (uid 0)", "writable by others (mode 0777)",
@@ -73,5 +71,15 @@ int mc_file_replace_at(int dfd, const char *name, const void *data, size_t len, 
 
 /* mc_file_replace_at for a path (its directory as for mc_file_open). */
 int mc_file_replace(const char *path, const void *data, size_t len, mode_t mode);
+
+/* The one writer of secrets (tokens, credentials): creates path, which must not exist
+ * (O_EXCL|O_NOFOLLOW: never through a planted link), mode 0600 exactly, writes text and a
+ * newline, fsyncs. Returns 0, what open returned (-EEXIST...), or -EIO when writing failed
+ * (the file is then removed). */
+int mc_secret_write_new(const char *path, const char *text);
+
+/* A random token: nbytes from getentropy as 2 * nbytes lowercase hex digits in out (len bytes,
+ * at least 2 * nbytes + 1). Returns 0 or -EIO. */
+int mc_random_hex(char *out, size_t len, size_t nbytes);
 
 #endif

@@ -21,6 +21,7 @@
 #include "endpoint.h"
 #include "gpus.h"
 #include "ids.h"
+#include "log.h"
 #include "output.h"
 #include "secret.h"
 #include "slurm.h"
@@ -93,9 +94,11 @@ static const struct opt opts[O_COUNT_] = {
     [O_LOGS_SPECS] = {"logs-specs", 0, OPT_VALUE, NULL}, /* torchrun reads no PET_ for these two */
     [O_NUMA_BINDING] = {"numa-binding", 0, OPT_VALUE, NULL},
     [O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, OPT_FLAG, "PET_VIRTUAL_LOCAL_RANK"},
+    [O_QUIET] = {"quiet", 'q', OPT_FLAG, NULL},
+    [O_VERBOSE] = {"verbose", 'v', OPT_FLAG, NULL},
 };
 
-int cfg_fail(struct parse *p, const char *fmt, ...)
+int launcher__cfg_fail(struct parse *p, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -104,7 +107,7 @@ int cfg_fail(struct parse *p, const char *fmt, ...)
     return -EINVAL;
 }
 
-int cfg_parse_int(const char *s, long lo, long hi, long *out)
+int launcher__cfg_parse_int(const char *s, long lo, long hi, long *out)
 {
     char *end;
     errno = 0;
@@ -115,7 +118,7 @@ int cfg_parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-int cfg_parse_seconds_ms(const char *s, unsigned *ms)
+int launcher__cfg_parse_seconds_ms(const char *s, unsigned *ms)
 {
     char *end;
     errno = 0;
@@ -204,11 +207,11 @@ static const struct opt *lookup_long(struct parse *p, const char *arg, size_t le
         return &opts[*id];
     }
     if (n > 1) {
-        cfg_fail(p, "ambiguous option: --%.*s could match %s", (int)len, arg + 2, list);
+        launcher__cfg_fail(p, "ambiguous option: --%.*s could match %s", (int)len, arg + 2, list);
         return NULL;
     }
 unknown:
-    cfg_fail(p, "unknown option '%s' (see 'muster run --help')", arg);
+    launcher__cfg_fail(p, "unknown option '%s' (see 'muster run --help')", arg);
     return NULL;
 }
 
@@ -247,18 +250,18 @@ static int take_option(struct parse *p, int argc, char **argv, int *i)
         }
     }
     if (o == NULL)
-        return cfg_fail(p, "unknown option '%s' (see 'muster run --help')", a);
+        return launcher__cfg_fail(p, "unknown option '%s' (see 'muster run --help')", a);
     if (o->kind == OPT_OPTIONAL) {
         p->val[id] = inline_val != NULL ? inline_val : "1";
     } else if (o->kind == OPT_FLAG) {
         if (inline_val != NULL)
-            return cfg_fail(p, "option '--%s' takes no value", o->name);
+            return launcher__cfg_fail(p, "option '--%s' takes no value", o->name);
         p->val[id] = "1";
     } else if (inline_val != NULL) {
         p->val[id] = inline_val;
     } else {
         if (*i + 1 >= argc)
-            return cfg_fail(p, "option '%s' needs a value", a);
+            return launcher__cfg_fail(p, "option '%s' needs a value", a);
         p->val[id] = argv[++*i];
     }
     p->src[id] = a;
@@ -295,7 +298,7 @@ static int slurm_fallbacks(struct parse *p)
     if (sl->job_id[0] == '\0' && !bad_id)
         return 0; /* not inside an allocation */
     if (rc != 0)
-        return cfg_fail(p, "cannot use the Slurm environment: %s is malformed", sl->bad);
+        return launcher__cfg_fail(p, "cannot use the Slurm environment: %s is malformed", sl->bad);
     p->cfg->slurm = 1; /* pre-emption by SIGTERM holds for --standalone jobs too */
     if (p->val[O_STANDALONE] != NULL)
         return 0;
@@ -335,7 +338,7 @@ static int flag_on(struct parse *p, int id, int *out)
         *out = 0;
         return 0;
     }
-    return cfg_fail(p, "%s must be 0 or 1, not '%s'", p->src[id], v);
+    return launcher__cfg_fail(p, "%s must be 0 or 1, not '%s'", p->src[id], v);
 }
 
 static int parse_nnodes(struct parse *p)
@@ -346,7 +349,7 @@ static int parse_nnodes(struct parse *p)
     char buf[32];
 
     if (colon == NULL) {
-        if (cfg_parse_int(v, 1, 65536, &lo) != 0)
+        if (launcher__cfg_parse_int(v, 1, 65536, &lo) != 0)
             goto bad;
         hi = lo;
     } else {
@@ -355,16 +358,17 @@ static int parse_nnodes(struct parse *p)
             goto bad;
         memcpy(buf, v, n);
         buf[n] = '\0';
-        if (cfg_parse_int(buf, 1, 65536, &lo) != 0 || cfg_parse_int(colon + 1, 1, 65536, &hi) != 0)
+        if (launcher__cfg_parse_int(buf, 1, 65536, &lo) != 0 ||
+            launcher__cfg_parse_int(colon + 1, 1, 65536, &hi) != 0)
             goto bad;
         if (lo > hi)
-            return cfg_fail(p, "--nnodes %s: MIN must not exceed MAX", v);
+            return launcher__cfg_fail(p, "--nnodes %s: MIN must not exceed MAX", v);
     }
     p->cfg->min_nodes = (int)lo;
     p->cfg->max_nodes = (int)hi;
     return 0;
 bad:
-    return cfg_fail(p, "--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, not '%s'", v);
+    return launcher__cfg_fail(p, "--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, not '%s'", v);
 }
 
 static int parse_nproc(struct parse *p)
@@ -381,15 +385,16 @@ static int parse_nproc(struct parse *p)
         if (n <= 0 && strcmp(v, "auto") == 0)
             n = sysconf(_SC_NPROCESSORS_ONLN);
         else if (n <= 0)
-            return cfg_fail(p,
-                            "--nproc-per-node gpu: no NVIDIA GPU visible on this node "
-                            "(%s is empty or CUDA_VISIBLE_DEVICES hides them)",
-                            LAUNCHER_NVIDIA_PROC_DIR);
-    } else if (cfg_parse_int(v, 1, 4096, &n) != 0) {
-        return cfg_fail(p,
-                        "--nproc-per-node must be a positive number, cpu, gpu or auto, not "
-                        "'%s'%s",
-                        v, strcmp(v, "xpu") == 0 ? " (muster knows NVIDIA GPUs only)" : "");
+            return launcher__cfg_fail(p,
+                                      "--nproc-per-node gpu: no NVIDIA GPU visible on this node "
+                                      "(%s is empty or CUDA_VISIBLE_DEVICES hides them)",
+                                      LAUNCHER_NVIDIA_PROC_DIR);
+    } else if (launcher__cfg_parse_int(v, 1, 4096, &n) != 0) {
+        return launcher__cfg_fail(
+            p,
+            "--nproc-per-node must be a positive number, cpu, gpu or auto, not "
+            "'%s'%s",
+            v, strcmp(v, "xpu") == 0 ? " (muster knows NVIDIA GPUs only)" : "");
     }
     cfg->nproc_per_node = n > 0 ? (int)n : 1;
     return 0;
@@ -399,8 +404,23 @@ static int split_endpoint(struct parse *p, const char *v, unsigned defport)
 {
     int rc = launcher_parse_endpoint(v, defport, &p->cfg->rdzv_host, &p->cfg->rdzv_port);
     if (rc == -EINVAL)
-        return cfg_fail(p, "--rdzv-endpoint must be HOST[:PORT] or [IPV6][:PORT], not '%s'", v);
+        return launcher__cfg_fail(
+            p, "--rdzv-endpoint must be HOST[:PORT] or [IPV6][:PORT], not '%s'", v);
     return rc;
+}
+
+/* Copies the next item of the comma list at *s into item (cap bytes) and moves *s past it and
+ * its comma. Returns 0, or -EINVAL for an empty or too long item or a trailing comma. */
+static int next_item(const char **s, char *item, size_t cap)
+{
+    size_t len = strcspn(*s, ",");
+
+    if (len == 0 || len >= cap)
+        return -EINVAL;
+    memcpy(item, *s, len);
+    item[len] = '\0';
+    *s += len + ((*s)[len] == ',');
+    return (*s)[-1] == ',' && **s == '\0' ? -EINVAL : 0;
 }
 
 static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spec)
@@ -413,37 +433,31 @@ static int parse_std_spec(struct parse *p, int id, struct launcher_std_spec *spe
     if (v == NULL)
         return 0;
     if (strchr(v, ':') == NULL) {
-        if (cfg_parse_int(v, 0, 3, &n) != 0)
+        if (launcher__cfg_parse_int(v, 0, 3, &n) != 0)
             goto bad;
         spec->all = (int)n;
         return 0;
     }
     spec->all = -1;
-    const char *s = v;
-    while (*s) {
+    for (const char *s = v; *s;) {
         char item[32];
-        size_t len = strcspn(s, ",");
-        if (len == 0 || len >= sizeof(item) || spec->map_len == 64)
+        if (spec->map_len == 64 || next_item(&s, item, sizeof(item)) != 0)
             goto bad;
-        memcpy(item, s, len);
-        item[len] = '\0';
         char *colon = strchr(item, ':');
         if (colon == NULL)
             goto bad;
         *colon = '\0';
-        if (cfg_parse_int(item, 0, 4095, &r) != 0 || cfg_parse_int(colon + 1, 0, 3, &n) != 0)
+        if (launcher__cfg_parse_int(item, 0, 4095, &r) != 0 ||
+            launcher__cfg_parse_int(colon + 1, 0, 3, &n) != 0)
             goto bad;
         spec->map_rank[spec->map_len] = (int)r;
         spec->map_val[spec->map_len++] = (int)n;
-        s += len + (s[len] == ',');
-        if (s[-1] == ',' && *s == '\0')
-            goto bad; /* trailing comma */
     }
     return 0;
 bad:
-    return cfg_fail(p,
-                    "%s must be 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,..., not '%s'",
-                    p->src[id], v);
+    return launcher__cfg_fail(
+        p, "%s must be 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3,..., not '%s'",
+        p->src[id], v);
 }
 
 static int parse_ranks_filter(struct parse *p)
@@ -459,21 +473,15 @@ static int parse_ranks_filter(struct parse *p)
         return -ENOMEM;
     for (const char *s = v; *s;) {
         char item[16];
-        size_t len = strcspn(s, ",");
-        if (len == 0 || len >= sizeof(item))
-            goto bad;
-        memcpy(item, s, len);
-        item[len] = '\0';
-        if (cfg_parse_int(item, 0, 4095, &r) != 0)
+        if (next_item(&s, item, sizeof(item)) != 0 ||
+            launcher__cfg_parse_int(item, 0, 4095, &r) != 0)
             goto bad;
         cfg->local_ranks_filter[cfg->local_ranks_filter_len++] = (int)r;
-        s += len + (s[len] == ',');
-        if (s[-1] == ',' && *s == '\0')
-            goto bad; /* trailing comma */
     }
     return 0;
 bad:
-    return cfg_fail(p, "--local-ranks-filter must be a comma list of local ranks, not '%s'", v);
+    return launcher__cfg_fail(
+        p, "--local-ranks-filter must be a comma list of local ranks, not '%s'", v);
 }
 
 /* --duplicate-std{out,err}-filters, --no-prefix, --dedup[=MS] and the prefix template from
@@ -499,9 +507,9 @@ static int parse_output(struct parse *p)
         return 0;
     if (strcmp(d, "1") == 0) /* --dedup alone */
         ms = AGENT_DEDUP_WINDOW_MS;
-    else if (cfg_parse_int(d, 2, 10000, &ms) != 0)
-        return cfg_fail(p, "%s takes a window of 2-10000 ms (--dedup=MS), not '%s'",
-                        p->src[O_DEDUP], d);
+    else if (launcher__cfg_parse_int(d, 2, 10000, &ms) != 0)
+        return launcher__cfg_fail(p, "%s takes a window of 2-10000 ms (--dedup=MS), not '%s'",
+                                  p->src[O_DEDUP], d);
     cfg->dedup_ms = (unsigned)ms;
     return 0;
 }
@@ -518,12 +526,13 @@ static int parse_backend(struct parse *p)
     else if (strcmp(v, "static") == 0)
         cfg->backend = LAUNCHER_BACKEND_STATIC;
     else if (strncmp(v, "etcd", 4) == 0) /* etcd, etcd-v2 */
-        return cfg_fail(p,
-                        "--rdzv-backend %s: muster has no etcd client; its own server "
-                        "(muster, the default; c10d and static recipes) holds the rendezvous",
-                        v);
+        return launcher__cfg_fail(
+            p,
+            "--rdzv-backend %s: muster has no etcd client; its own server "
+            "(muster, the default; c10d and static recipes) holds the rendezvous",
+            v);
     else
-        return cfg_fail(p, "--rdzv-backend must be muster, c10d or static, not '%s'", v);
+        return launcher__cfg_fail(p, "--rdzv-backend must be muster, c10d or static, not '%s'", v);
     return 0;
 }
 
@@ -558,7 +567,7 @@ static int check_rdzv_id(struct parse *p, const char *id)
     /* src of "--rdzv-id=ID" holds the id itself: never print it raw */
     if (src == NULL || src[0] == '-')
         src = "--rdzv-id";
-    return cfg_fail(p, "%s %s", src, why);
+    return launcher__cfg_fail(p, "%s %s", src, why);
 }
 
 static int parse_rdzv(struct parse *p)
@@ -570,9 +579,9 @@ static int parse_rdzv(struct parse *p)
     if ((rc = parse_backend(p)) != 0 || (rc = flag_on(p, O_STANDALONE, &cfg->standalone)) != 0)
         return rc;
     if (cfg->standalone && cfg->max_nodes > 1)
-        return cfg_fail(p,
-                        "--standalone runs a single node; it cannot be combined with --nnodes %d",
-                        cfg->max_nodes);
+        return launcher__cfg_fail(
+            p, "--standalone runs a single node; it cannot be combined with --nnodes %d",
+            cfg->max_nodes);
     if (cfg->standalone) {
         /* Like torchrun: --standalone overrides endpoint and id. Unlike torchrun the
          * embedded server never uses a fixed port, so two standalone jobs cannot collide. */
@@ -592,15 +601,17 @@ static int parse_rdzv(struct parse *p)
         return split_endpoint(p, cfg->rdzv_endpoint, 29400);
     }
     if (cfg->max_nodes > 1 && cfg->backend == LAUNCHER_BACKEND_C10D)
-        return cfg_fail(p,
-                        "the c10d backend (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT, "
-                        "as in torchrun",
-                        cfg->min_nodes, cfg->max_nodes);
+        return launcher__cfg_fail(
+            p,
+            "the c10d backend (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT, "
+            "as in torchrun",
+            cfg->min_nodes, cfg->max_nodes);
     if (cfg->max_nodes > 1 && cfg->min_nodes != cfg->max_nodes)
-        return cfg_fail(p,
-                        "without --rdzv-endpoint (torchrun's static recipe) --nnodes must be a "
-                        "fixed N, not %d:%d",
-                        cfg->min_nodes, cfg->max_nodes);
+        return launcher__cfg_fail(
+            p,
+            "without --rdzv-endpoint (torchrun's static recipe) --nnodes must be a "
+            "fixed N, not %d:%d",
+            cfg->min_nodes, cfg->max_nodes);
     return 0;
 }
 
@@ -632,11 +643,11 @@ static int parse_static_recipe(struct parse *p)
     if (cfg->rdzv_host != NULL || cfg->max_nodes <= 1 || cfg->standalone)
         return 0;
     if (port >= 65535)
-        return cfg_fail(p, "--master-port %u leaves no port for the rendezvous (MASTER_PORT + 1)",
-                        port);
+        return launcher__cfg_fail(
+            p, "--master-port %u leaves no port for the rendezvous (MASTER_PORT + 1)", port);
     if (cfg->node_rank >= cfg->max_nodes)
-        return cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
-                        cfg->max_nodes);
+        return launcher__cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
+                                  cfg->max_nodes);
     cfg->backend = LAUNCHER_BACKEND_STATIC;
     cfg->static_recipe = 1;
     cfg->master_port = (int)port;
@@ -662,40 +673,43 @@ static int parse_numbers(struct parse *p)
     long n;
 
     if ((v = p->val[O_MAX_RESTARTS]) != NULL) {
-        if (cfg_parse_int(v, 0, 1000000, &n) != 0)
-            return cfg_fail(p, "--max-restarts must be a number >= 0, not '%s'", v);
+        if (launcher__cfg_parse_int(v, 0, 1000000, &n) != 0)
+            return launcher__cfg_fail(p, "--max-restarts must be a number >= 0, not '%s'", v);
         cfg->max_restarts = (int)n;
     }
     if ((v = p->val[O_MONITOR_INTERVAL]) != NULL) {
         unsigned ms;
-        if (cfg_parse_seconds_ms(v, &ms) != 0)
-            return cfg_fail(p, "--monitor-interval must be a number of seconds, not '%s'", v);
+        if (launcher__cfg_parse_seconds_ms(v, &ms) != 0)
+            return launcher__cfg_fail(p, "--monitor-interval must be a number of seconds, not '%s'",
+                                      v);
         cfg->monitor_interval = ms / 1000.0;
     }
     v = p->val[O_SHUTDOWN_TIMEOUT] ? p->val[O_SHUTDOWN_TIMEOUT]
                                    : getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
-    if (v != NULL && cfg_parse_seconds_ms(v, &cfg->shutdown_timeout_ms) != 0)
-        return cfg_fail(p, "--shutdown-timeout must be a number of seconds, not '%s'", v);
+    if (v != NULL && launcher__cfg_parse_seconds_ms(v, &cfg->shutdown_timeout_ms) != 0)
+        return launcher__cfg_fail(p, "--shutdown-timeout must be a number of seconds, not '%s'", v);
     if ((v = p->val[O_NODE_RANK]) != NULL) {
-        if (cfg_parse_int(v, 0, 65535, &n) != 0)
-            return cfg_fail(p, "--node-rank must be a number >= 0, not '%s'", v);
+        if (launcher__cfg_parse_int(v, 0, 65535, &n) != 0)
+            return launcher__cfg_fail(p, "--node-rank must be a number >= 0, not '%s'", v);
         cfg->node_rank = (int)n;
     }
     if ((v = p->val[O_MASTER_PORT]) != NULL) {
-        if (cfg_parse_int(v, 1, 65535, &n) != 0)
-            return cfg_fail(p, "--master-port must be a port number 1-65535, not '%s'", v);
+        if (launcher__cfg_parse_int(v, 1, 65535, &n) != 0)
+            return launcher__cfg_fail(p, "--master-port must be a port number 1-65535, not '%s'",
+                                      v);
         cfg->master_port = (int)n;
     }
     if ((v = p->val[O_START_METHOD]) != NULL && strcmp(v, "spawn") && strcmp(v, "fork") &&
         strcmp(v, "forkserver"))
-        return cfg_fail(p, "--start-method must be spawn, fork or forkserver, not '%s'", v);
+        return launcher__cfg_fail(p, "--start-method must be spawn, fork or forkserver, not '%s'",
+                                  v);
     return 0;
 }
 
-int cfg_parse_signal(const char *v, int *sig)
+int launcher__cfg_parse_signal(const char *v, int *sig)
 {
     long n;
-    if (cfg_parse_int(v, 1, NSIG - 1, &n) == 0) {
+    if (launcher__cfg_parse_int(v, 1, NSIG - 1, &n) == 0) {
         *sig = (int)n;
         return 0;
     }
@@ -718,31 +732,35 @@ static int parse_fault_tolerance(struct parse *p)
     long n;
 
     if ((v = p->val[O_KEEP_CHECKPOINTS]) != NULL) {
-        if (cfg_parse_int(v, 0, 1000000, &n) != 0)
-            return cfg_fail(p, "--keep-checkpoints must be a number >= 0 (0 keeps all), not '%s'",
-                            v);
+        if (launcher__cfg_parse_int(v, 0, 1000000, &n) != 0)
+            return launcher__cfg_fail(
+                p, "--keep-checkpoints must be a number >= 0 (0 keeps all), not '%s'", v);
         cfg->keep_checkpoints = (int)n;
     }
     if ((v = p->val[O_HANG_TIMEOUT]) != NULL) {
-        if (cfg_parse_seconds_ms(v, &cfg->hang_timeout_ms) != 0 || cfg->hang_timeout_ms == 0)
-            return cfg_fail(p, "--hang-timeout must be a number of seconds > 0, not '%s'", v);
+        if (launcher__cfg_parse_seconds_ms(v, &cfg->hang_timeout_ms) != 0 ||
+            cfg->hang_timeout_ms == 0)
+            return launcher__cfg_fail(p, "--hang-timeout must be a number of seconds > 0, not '%s'",
+                                      v);
     }
     if (cfg->slurm && p->val[O_PREEMPT_SIGNAL] == NULL)
         cfg->preempt_signal = SIGTERM; /* Slurm's pre-emption and scancel --signal default */
     if ((v = p->val[O_PREEMPT_SIGNAL]) != NULL) {
-        if (cfg_parse_signal(v, &cfg->preempt_signal) != 0 || cfg->preempt_signal == SIGKILL ||
-            cfg->preempt_signal == SIGSTOP || cfg->preempt_signal == SIGCHLD)
-            return cfg_fail(p,
-                            "--preempt-signal must name a signal muster can catch (TERM, USR1, "
-                            "USR2...), not '%s'",
-                            v);
+        if (launcher__cfg_parse_signal(v, &cfg->preempt_signal) != 0 ||
+            cfg->preempt_signal == SIGKILL || cfg->preempt_signal == SIGSTOP ||
+            cfg->preempt_signal == SIGCHLD)
+            return launcher__cfg_fail(
+                p,
+                "--preempt-signal must name a signal muster can catch (TERM, USR1, "
+                "USR2...), not '%s'",
+                v);
     }
     if ((v = p->val[O_CHECKPOINT_DIR]) != NULL) {
         struct stat st;
         if (*v == '\0')
-            return cfg_fail(p, "--checkpoint-dir must not be empty");
+            return launcher__cfg_fail(p, "--checkpoint-dir must not be empty");
         if (stat(v, &st) == 0 && !S_ISDIR(st.st_mode))
-            return cfg_fail(p, "--checkpoint-dir %s exists and is not a directory", v);
+            return launcher__cfg_fail(p, "--checkpoint-dir %s exists and is not a directory", v);
         if ((cfg->checkpoint_dir = strdup(v)) == NULL)
             return -ENOMEM;
     }
@@ -761,10 +779,12 @@ static int parse_tls_files(struct parse *p)
     if (given == 0)
         return 0;
     if (given != 3)
-        return cfg_fail(p, "certificate mode needs all of --tls-cert, --tls-key and --tls-ca");
+        return launcher__cfg_fail(
+            p, "certificate mode needs all of --tls-cert, --tls-key and --tls-ca");
     for (int i = 0; i < 3; i++) {
         if (access(p->val[ids[i]], R_OK) != 0)
-            return cfg_fail(p, "%s %s: %s", p->src[ids[i]], p->val[ids[i]], strerror(errno));
+            return launcher__cfg_fail(p, "%s %s: %s", p->src[ids[i]], p->val[ids[i]],
+                                      strerror(errno));
         if ((*dst[i] = strdup(p->val[ids[i]])) == NULL)
             return -ENOMEM;
     }
@@ -786,10 +806,10 @@ static int user_token(struct parse *p)
     rc = launcher_usertoken_get(&u, token, LAUNCHER_TOKEN_FILE_MAX + 1, err, sizeof(err));
     if (rc != 0) {
         launcher_secret_free(token);
-        return cfg_fail(p,
-                        "a multi-node job needs a shared token (--token-file FILE, "
-                        "MUSTER_TOKEN, or the per-user ~/.muster/token), but %s",
-                        err);
+        return launcher__cfg_fail(p,
+                                  "a multi-node job needs a shared token (--token-file FILE, "
+                                  "MUSTER_TOKEN, or the per-user ~/.muster/token), but %s",
+                                  err);
     }
     cfg->token = token;
     launcher_usertoken_hint(&u, 0, err, sizeof(err));
@@ -814,7 +834,7 @@ static int parse_security(struct parse *p)
         rc = launcher_read_token_file(f, token, LAUNCHER_TOKEN_FILE_MAX + 1, err, sizeof(err));
         if (rc != 0) {
             launcher_secret_free(token);
-            return cfg_fail(p, "%s", err);
+            return launcher__cfg_fail(p, "%s", err);
         }
         launcher_secret_free(cfg->token);
         cfg->token = token;
@@ -822,7 +842,7 @@ static int parse_security(struct parse *p)
             return -ENOMEM;
     } else if (cfg->token != NULL &&
                launcher_token_check_len(cfg->token, "MUSTER_TOKEN", err, sizeof(err)) != 0) {
-        return cfg_fail(p, "%s", err); /* the server would cut it, and then refuse us */
+        return launcher__cfg_fail(p, "%s", err); /* the server would cut it, and then refuse us */
     }
     if ((rc = parse_tls_files(p)) != 0)
         return rc;
@@ -857,9 +877,9 @@ static int parse_strings(struct parse *p)
     if (rc == 0 && tok && *tok && launcher_secret_strdup(tok, &cfg->token) != 0)
         rc = -ENOMEM;
     if (rc == 0 && cfg->role[0] == '\0')
-        rc = cfg_fail(p, "--role must not be empty");
+        rc = launcher__cfg_fail(p, "--role must not be empty");
     if (rc == 0 && cfg->log_dir != NULL && cfg->log_dir[0] == '\0')
-        rc = cfg_fail(p, "--log-dir must not be empty");
+        rc = launcher__cfg_fail(p, "--log-dir must not be empty");
     return rc;
 }
 
@@ -870,20 +890,21 @@ static int check_script(struct parse *p)
     struct stat st;
 
     if (cfg->module && cfg->no_python)
-        return cfg_fail(p, "-m/--module and --no-python cannot be used together");
+        return launcher__cfg_fail(p, "-m/--module and --no-python cannot be used together");
     if (cfg->script == NULL)
-        return cfg_fail(p,
-                        "no training script given (usage: muster run [options] SCRIPT [ARGS...])");
+        return launcher__cfg_fail(
+            p, "no training script given (usage: muster run [options] SCRIPT [ARGS...])");
     if (cfg->module)
         return 0;
     if (cfg->no_python && strchr(cfg->script, '/') == NULL)
         return 0; /* looked up on PATH when the worker starts */
     if (stat(cfg->script, &st) != 0)
-        return cfg_fail(p, "training script '%s' not found", cfg->script);
+        return launcher__cfg_fail(p, "training script '%s' not found", cfg->script);
     if (S_ISDIR(st.st_mode))
-        return cfg_fail(p, "training script '%s' is a directory", cfg->script);
+        return launcher__cfg_fail(p, "training script '%s' is a directory", cfg->script);
     if (cfg->no_python && access(cfg->script, X_OK) != 0)
-        return cfg_fail(p, "'%s' is not executable (--no-python runs it directly)", cfg->script);
+        return launcher__cfg_fail(p, "'%s' is not executable (--no-python runs it directly)",
+                                  cfg->script);
     return 0;
 }
 
@@ -915,21 +936,37 @@ static int parse_values(struct parse *p)
         (rc = flag_on(p, O_DRY_RUN, &cfg->dry_run)) != 0)
         return rc;
     if ((rc = parse_nnodes(p)) != 0 || (rc = parse_nproc(p)) != 0 || (rc = parse_rdzv(p)) != 0 ||
-        (rc = cfg_parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
+        (rc = launcher__cfg_parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
         (rc = parse_strings(p)) != 0 || (rc = parse_static_recipe(p)) != 0 ||
         (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
         (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
         (rc = parse_output(p)) != 0 || (rc = parse_fault_tolerance(p)) != 0 ||
-        (rc = parse_security(p)) != 0 || (rc = cfg_parse_gpu(p)) != 0 ||
-        (rc = cfg_parse_torchrun(p)) != 0)
+        (rc = parse_security(p)) != 0 || (rc = launcher__cfg_parse_gpu(p)) != 0 ||
+        (rc = launcher__cfg_parse_torchrun(p)) != 0)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
     if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL &&
         cfg->node_rank >= cfg->max_nodes)
-        return cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
-                        cfg->max_nodes);
+        return launcher__cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
+                                  cfg->max_nodes);
     return check_script(p);
+}
+
+/* --quiet / --verbose take effect at once, so that every later line (of the parse too) obeys
+ * them; MUSTER_LOG carries the level to the muster processes this one starts (the pre-flight
+ * node), as it would from the user's environment. --verbose wins over --quiet. */
+static void apply_log_level(struct parse *p)
+{
+    int level = p->val[O_VERBOSE] != NULL ? MC_LOG_DEBUG
+                : p->val[O_QUIET] != NULL ? MC_LOG_WARN
+                                          : -1;
+
+    if (level < 0)
+        return;
+    p->cfg->log_level = level;
+    mc_log_set_level((enum mc_log_level)level);
+    setenv("MUSTER_LOG", level == MC_LOG_WARN ? "warn" : "debug", 1);
 }
 
 int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, char *err,
@@ -956,6 +993,7 @@ int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, ch
             return 0;
         }
     }
+    apply_log_level(&p);
     if (i < argc) {
         cfg->script = argv[i];
         cfg->script_argv = argv + i + 1;
@@ -966,7 +1004,7 @@ int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, ch
     if (rc == 0)
         rc = parse_values(&p);
     if (rc == -ENOMEM)
-        cfg_fail(&p, "out of memory");
+        launcher__cfg_fail(&p, "out of memory");
     return rc;
 }
 

@@ -64,12 +64,13 @@ struct launcher_config {
     unsigned dedup_ms;     /* --dedup[=MS] window; 0: off */
     /* muster's own */
     int dry_run;
-    int help;              /* -h/--help seen: nothing else was checked */
-    char *token;           /* --token-file or MUSTER_TOKEN; never printed; secret.h region */
-    char *token_file;      /* --token-file */
-    char *token_hint;      /* with the per-user token (usertoken.h): what to say when
-                              the nodes' tokens differ; NULL otherwise */
-    char *token_hint_host; /* the same, for the node hosting the rendezvous */
+    int log_level;    /* -q/--quiet: MC_LOG_WARN, -v/--verbose: MC_LOG_DEBUG (applied), else 0 */
+    int help;         /* -h/--help seen: nothing else was checked */
+    char *token;      /* --token-file or MUSTER_TOKEN; never printed; secret.h region */
+    char *token_file; /* --token-file */
+    char *token_hint; /* with the per-user token (usertoken.h): what to say when
+                         the nodes' tokens differ; NULL otherwise */
+    char *token_hint_host;             /* the same, for the node hosting the rendezvous */
     char *tls_cert, *tls_key, *tls_ca; /* certificate mode: all three or none */
     char *signals_to_handle;           /* exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
     /* torchrun's remaining flags and --rdzv-conf keys (config_torchrun.c) */

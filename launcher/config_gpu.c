@@ -67,14 +67,16 @@ static int pick_gpus(struct parse *p)
     if (rc != 0)
         return rc;
     if (cfg->ngpu_ids == 0)
-        return cfg_fail(p,
-                        "--nproc-per-gpu: no NVIDIA GPU visible on this node (%s is empty "
-                        "or CUDA_VISIBLE_DEVICES hides them)",
-                        LAUNCHER_NVIDIA_PROC_DIR);
-    if (p->val[O_NPROC] != NULL && cfg_parse_int(p->val[O_NPROC], 1, 4096, &want) == 0) {
+        return launcher__cfg_fail(
+            p,
+            "--nproc-per-gpu: no NVIDIA GPU visible on this node (%s is empty "
+            "or CUDA_VISIBLE_DEVICES hides them)",
+            LAUNCHER_NVIDIA_PROC_DIR);
+    if (p->val[O_NPROC] != NULL && launcher__cfg_parse_int(p->val[O_NPROC], 1, 4096, &want) == 0) {
         if (want > cfg->ngpu_ids)
-            return cfg_fail(p, "--nproc-per-node %ld with --nproc-per-gpu: only %d GPU%s visible",
-                            want, cfg->ngpu_ids, cfg->ngpu_ids == 1 ? " is" : "s are");
+            return launcher__cfg_fail(
+                p, "--nproc-per-node %ld with --nproc-per-gpu: only %d GPU%s visible", want,
+                cfg->ngpu_ids, cfg->ngpu_ids == 1 ? " is" : "s are");
         while (cfg->ngpu_ids > want)
             free(cfg->gpu_ids[--cfg->ngpu_ids]);
     }
@@ -90,10 +92,11 @@ static int parse_shared(struct parse *p)
 
     if ((v = p->val[O_GPU_MEM_FRACTION]) != NULL &&
         parse_double(v, 0.0, 1.0, &cfg->gpu_mem_fraction) != 0)
-        return cfg_fail(p, "--gpu-mem-fraction must be a number in (0, 1], not '%s'", v);
+        return launcher__cfg_fail(p, "--gpu-mem-fraction must be a number in (0, 1], not '%s'", v);
     if ((v = p->val[O_GPU_MEM]) != NULL &&
         (launcher_parse_mem(v, &cfg->gpu_mem_bytes) != 0 || cfg->gpu_mem_bytes < 1))
-        return cfg_fail(p, "--gpu-mem must be a size such as 80GiB or 81920MiB, not '%s'", v);
+        return launcher__cfg_fail(p, "--gpu-mem must be a size such as 80GiB or 81920MiB, not '%s'",
+                                  v);
     if ((v = p->val[O_MPS]) != NULL) {
         if (strcmp(v, "1") == 0 || strcmp(v, "on") == 0 || strcmp(v, "true") == 0)
             cfg->mps = 1;
@@ -102,24 +105,26 @@ static int parse_shared(struct parse *p)
         else if (strcmp(v, "0") == 0 || strcmp(v, "off") == 0 || strcmp(v, "false") == 0)
             cfg->mps = 0;
         else
-            return cfg_fail(p, "--mps must be on, auto or off, not '%s'", v);
+            return launcher__cfg_fail(p, "--mps must be on, auto or off, not '%s'", v);
     }
     cfg->auto_batch = p->val[O_AUTO_BATCH] != NULL && strcmp(p->val[O_AUTO_BATCH], "0") != 0;
     if ((v = p->val[O_NPROC_PER_GPU]) == NULL) {
         if (cfg->mps || cfg->auto_batch)
-            return cfg_fail(p, "%s needs --nproc-per-gpu K (shared-GPU mode)",
-                            cfg->mps ? "--mps" : "--auto-batch");
+            return launcher__cfg_fail(p, "%s needs --nproc-per-gpu K (shared-GPU mode)",
+                                      cfg->mps ? "--mps" : "--auto-batch");
         return 0;
     }
-    if (cfg_parse_int(v, 1, 64, &n) != 0)
-        return cfg_fail(p, "--nproc-per-gpu must be a number from 1 to 64, not '%s'", v);
+    if (launcher__cfg_parse_int(v, 1, 64, &n) != 0)
+        return launcher__cfg_fail(p, "--nproc-per-gpu must be a number from 1 to 64, not '%s'", v);
     cfg->nproc_per_gpu = (int)n;
     if (cfg->max_nodes > 1)
-        return cfg_fail(p, "--nproc-per-gpu runs independent workers on one node; with several "
-                           "nodes start one 'muster run --nproc-per-gpu' per node");
+        return launcher__cfg_fail(
+            p, "--nproc-per-gpu runs independent workers on one node; with several "
+               "nodes start one 'muster run --nproc-per-gpu' per node");
     if (cfg->checkpoint_dir != NULL || cfg->hang_timeout_ms != 0)
-        return cfg_fail(p, "%s is not supported with --nproc-per-gpu (independent workers)",
-                        cfg->checkpoint_dir ? "--checkpoint-dir" : "--hang-timeout");
+        return launcher__cfg_fail(p,
+                                  "%s is not supported with --nproc-per-gpu (independent workers)",
+                                  cfg->checkpoint_dir ? "--checkpoint-dir" : "--hang-timeout");
     return pick_gpus(p);
 }
 
@@ -141,41 +146,43 @@ static int parse_preflight(struct parse *p)
     else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
         cfg->preflight = 0;
     else
-        return cfg_fail(p, "--preflight must be auto, on or off, not '%s'", v);
+        return launcher__cfg_fail(p, "--preflight must be auto, on or off, not '%s'", v);
     if (cfg->preflight && cfg->nproc_per_gpu > 0)
-        return cfg_fail(p, "--preflight on checks links between the ranks of one job; "
-                           "--nproc-per-gpu workers are independent (use --preflight off)");
+        return launcher__cfg_fail(p,
+                                  "--preflight on checks links between the ranks of one job; "
+                                  "--nproc-per-gpu workers are independent (use --preflight off)");
     if ((v = p->val[O_PREFLIGHT_MIN_BUSBW]) != NULL &&
         parse_double(v, -1e-300, 1e6, &cfg->preflight_min_busbw) != 0)
-        return cfg_fail(p, "--preflight-min-busbw must be GB/s >= 0, not '%s'", v);
+        return launcher__cfg_fail(p, "--preflight-min-busbw must be GB/s >= 0, not '%s'", v);
     cfg->preflight_allow_mixed = p->val[O_PREFLIGHT_ALLOW_MIXED] != NULL &&
                                  strcmp(p->val[O_PREFLIGHT_ALLOW_MIXED], "0") != 0;
     /* issue 15: per-GPU floors, and slow GPUs as warnings */
     if ((v = p->val[O_PREFLIGHT_MIN_TFLOPS]) != NULL &&
         parse_double(v, -1e-300, 1e6, &cfg->preflight_min_tflops) != 0)
-        return cfg_fail(p, "--preflight-min-tflops must be TFLOP/s >= 0, not '%s'", v);
+        return launcher__cfg_fail(p, "--preflight-min-tflops must be TFLOP/s >= 0, not '%s'", v);
     if ((v = p->val[O_PREFLIGHT_MIN_HBM_GBPS]) != NULL &&
         parse_double(v, -1e-300, 1e6, &cfg->preflight_min_hbm_gbps) != 0)
-        return cfg_fail(p, "--preflight-min-hbm-gbps must be GB/s >= 0, not '%s'", v);
+        return launcher__cfg_fail(p, "--preflight-min-hbm-gbps must be GB/s >= 0, not '%s'", v);
     cfg->preflight_allow_slow =
         p->val[O_PREFLIGHT_ALLOW_SLOW] != NULL && strcmp(p->val[O_PREFLIGHT_ALLOW_SLOW], "0") != 0;
     if ((v = p->val[O_PREFLIGHT_TIMEOUT]) != NULL &&
-        (cfg_parse_seconds_ms(v, &cfg->preflight_timeout_ms) != 0 ||
+        (launcher__cfg_parse_seconds_ms(v, &cfg->preflight_timeout_ms) != 0 ||
          cfg->preflight_timeout_ms < 1000))
-        return cfg_fail(p, "--preflight-timeout must be a number of seconds >= 1, not '%s'", v);
+        return launcher__cfg_fail(
+            p, "--preflight-timeout must be a number of seconds >= 1, not '%s'", v);
     if ((v = p->val[O_PREFLIGHT_MAX_BYTES]) != NULL) {
         if (launcher_parse_mem(v, &bytes) != 0 || bytes < 4096 || bytes > 64 * LAUNCHER_PLAN_GIB)
-            return cfg_fail(p,
-                            "--preflight-max-bytes must be a size from 4KiB to 64GiB, "
-                            "not '%s'",
-                            v);
+            return launcher__cfg_fail(p,
+                                      "--preflight-max-bytes must be a size from 4KiB to 64GiB, "
+                                      "not '%s'",
+                                      v);
         if ((cfg->preflight_max_bytes = strdup(v)) == NULL)
             return -ENOMEM;
     }
     return 0;
 }
 
-int cfg_parse_gpu(struct parse *p)
+int launcher__cfg_parse_gpu(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     int rc;

@@ -65,6 +65,8 @@ enum opt_id {
     O_DUP_STDERR_FILTERS,
     O_NO_PREFIX,
     O_DEDUP, /* output (config.c) */
+    O_QUIET,
+    O_VERBOSE, /* log level (common/log.h) */
     O_COUNT_
 };
 
@@ -78,26 +80,25 @@ struct parse {
     size_t errlen;
 };
 
-int cfg_fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int launcher__cfg_fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Strict integer: the whole string, base 10, within [lo, hi]. 0 or -EINVAL. */
-int cfg_parse_int(const char *s, long lo, long hi, long *out);
+int launcher__cfg_parse_int(const char *s, long lo, long hi, long *out);
 /* Seconds as a non-negative decimal ("30", "0.5") converted to milliseconds. 0 or -EINVAL. */
-int cfg_parse_seconds_ms(const char *s, unsigned *ms);
+int launcher__cfg_parse_seconds_ms(const char *s, unsigned *ms);
 
 /* "TERM", "SIGUSR1", "usr1" or a number. 0 or -EINVAL. */
-int cfg_parse_signal(const char *v, int *sig);
-/* Appends one line to cfg->notes (printed on stderr before anything starts). */
-void cfg_note(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int launcher__cfg_parse_signal(const char *v, int *sig);
 
 /* config_torchrun.c: --rdzv-conf's keys (torchrun's and muster's). After parse_rdzv. Returns 0,
  * -EINVAL (reason in p->err) or -ENOMEM. */
-int cfg_parse_rdzv_conf(struct parse *p);
+int launcher__cfg_parse_rdzv_conf(struct parse *p);
 /* config_torchrun.c: --signals-to-handle, --logs-specs, --numa-binding, --virtual-local-rank and
- * the notes for flags that do nothing in muster. After cfg_parse_gpu. 0 or -EINVAL/-ENOMEM. */
-int cfg_parse_torchrun(struct parse *p);
+ * the notes for flags that do nothing in muster. After launcher__cfg_parse_gpu. 0 or
+ * -EINVAL/-ENOMEM. */
+int launcher__cfg_parse_torchrun(struct parse *p);
 
 /* config_gpu.c: --nproc-per-gpu, --gpu-mem*, --mps, --auto-batch and --preflight*. Runs after
  * --nproc-per-node and --nnodes are known. Returns 0 or -EINVAL (reason in p->err). */
-int cfg_parse_gpu(struct parse *p);
+int launcher__cfg_parse_gpu(struct parse *p);
 
 #endif

@@ -13,7 +13,10 @@
 
 #include "config_priv.h"
 
-void cfg_note(struct parse *p, const char *fmt, ...)
+/* Appends one line to cfg->notes (printed on stderr before anything starts). */
+static void cfg_note(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void cfg_note(struct parse *p, const char *fmt, ...)
 {
     char *notes = p->cfg->notes;
     size_t used = strlen(notes);
@@ -111,8 +114,9 @@ static int conf_seconds_key(struct parse *p, const char *k, const char *v, struc
         if (strcmp(k, seconds_keys[i].key) != 0)
             continue;
         unsigned ms, *target = (unsigned *)((char *)p->cfg + seconds_keys[i].off);
-        if (cfg_parse_seconds_ms(v, &ms) != 0)
-            return cfg_fail(p, "--rdzv-conf %s must be a number of seconds, not '%s'", k, v);
+        if (launcher__cfg_parse_seconds_ms(v, &ms) != 0)
+            return launcher__cfg_fail(p, "--rdzv-conf %s must be a number of seconds, not '%s'", k,
+                                      v);
         seen->seconds[i] = 1;
         if (strcmp(k, "timeout") != 0 || !seen->seconds[K_JOIN]) /* join_timeout wins */
             *target = ms;
@@ -135,38 +139,42 @@ static int conf_key(struct parse *p, const char *k, const char *v, struct conf_s
     if (rc != 0)
         return rc < 0 ? rc : 0;
     if (strcmp(k, "keep_alive_max_attempt") == 0) {
-        if (cfg_parse_int(v, 1, 1000, &n) != 0)
-            return cfg_fail(p,
-                            "--rdzv-conf keep_alive_max_attempt must be a number 1-1000, "
-                            "not '%s'",
-                            v);
+        if (launcher__cfg_parse_int(v, 1, 1000, &n) != 0)
+            return launcher__cfg_fail(p,
+                                      "--rdzv-conf keep_alive_max_attempt must be a number 1-1000, "
+                                      "not '%s'",
+                                      v);
         seen->attempts = n;
     } else if (strcmp(k, "is_host") == 0) {
         if (parse_bool(v, &b) != 0)
-            return cfg_fail(p, "--rdzv-conf is_host must be true or false (1/0), not '%s'", v);
+            return launcher__cfg_fail(
+                p, "--rdzv-conf is_host must be true or false (1/0), not '%s'", v);
         cfg->rdzv_is_host = b;
     } else if (strcmp(k, "forward_secrecy") == 0) {
         if (parse_bool(v, &b) != 0)
-            return cfg_fail(p, "--rdzv-conf forward_secrecy must be true or false (1/0), not '%s'",
-                            v);
+            return launcher__cfg_fail(
+                p, "--rdzv-conf forward_secrecy must be true or false (1/0), not '%s'", v);
         cfg->rdzv_no_forward_secrecy = !b;
     } else if (strcmp(k, "store_type") == 0) {
         if (strcasecmp(v, "file") == 0)
-            return cfg_fail(p, "--rdzv-conf store_type=file: muster has no file store; its "
-                               "rendezvous is always its own TLS server (store_type=tcp)");
+            return launcher__cfg_fail(p,
+                                      "--rdzv-conf store_type=file: muster has no file store; its "
+                                      "rendezvous is always its own TLS server (store_type=tcp)");
         if (strcasecmp(v, "tcp") != 0)
-            return cfg_fail(p, "--rdzv-conf store_type must be tcp, not '%s'", v);
+            return launcher__cfg_fail(p, "--rdzv-conf store_type must be tcp, not '%s'", v);
     } else if (strcmp(k, "use_libuv") == 0) {
         if (parse_bool(v, &b) != 0)
-            return cfg_fail(p, "--rdzv-conf use_libuv must be true or false (1/0), not '%s'", v);
+            return launcher__cfg_fail(
+                p, "--rdzv-conf use_libuv must be true or false (1/0), not '%s'", v);
         if (!b)
             cfg_note(p,
                      "note: --rdzv-conf use_libuv=%s: muster's rendezvous server is always "
                      "libuv's event loop; there is no other",
                      v);
     } else if (strcmp(k, "store_port") == 0) {
-        if (cfg_parse_int(v, 0, 65535, &n) != 0)
-            return cfg_fail(p, "--rdzv-conf store_port must be a port number, not '%s'", v);
+        if (launcher__cfg_parse_int(v, 0, 65535, &n) != 0)
+            return launcher__cfg_fail(p, "--rdzv-conf store_port must be a port number, not '%s'",
+                                      v);
         cfg_note(p, "note: --rdzv-conf store_port does nothing in muster: the store is the "
                     "rendezvous server itself, on --rdzv-endpoint's port");
     } else if (strcmp(k, "rank") == 0) {
@@ -192,7 +200,7 @@ static void conf_heartbeat(struct launcher_config *cfg, const struct conf_seen *
 
 #define KEY_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 
-int cfg_parse_rdzv_conf(struct parse *p)
+int launcher__cfg_parse_rdzv_conf(struct parse *p)
 {
     const char *v = p->val[O_RDZV_CONF];
     struct conf_seen seen = {{0}, 0};
@@ -205,21 +213,21 @@ int cfg_parse_rdzv_conf(struct parse *p)
     if (*s == '\0')
         goto out;
     if (s[strlen(s) - 1] == ',' || *s == ',' || strstr(s, ",,") != NULL) {
-        rc = cfg_fail(p, "--rdzv-conf has an empty entry: '%s' (KEY=VALUE,KEY=VALUE)", v);
+        rc = launcher__cfg_fail(p, "--rdzv-conf has an empty entry: '%s' (KEY=VALUE,KEY=VALUE)", v);
         goto out;
     }
     for (char *kv = strtok_r(s, ",", &save); kv && rc == 0; kv = strtok_r(NULL, ",", &save)) {
         char *item = unquote(kv), *eq = strchr(item, '='), *key, *val;
         if (eq == NULL) {
-            rc = cfg_fail(p, "--rdzv-conf entries must be KEY=VALUE, not '%s'", item);
+            rc = launcher__cfg_fail(p, "--rdzv-conf entries must be KEY=VALUE, not '%s'", item);
             break;
         }
         *eq = '\0';
         key = unquote(item);
         val = unquote(eq + 1);
         if (*key == '\0' || *val == '\0' || key[strspn(key, KEY_CHARS)] != '\0')
-            rc = cfg_fail(p, "--rdzv-conf entries must be KEY=VALUE with both given ('%s=%s')", key,
-                          val);
+            rc = launcher__cfg_fail(
+                p, "--rdzv-conf entries must be KEY=VALUE with both given ('%s=%s')", key, val);
         else
             rc = conf_key(p, key, val, &seen);
     }
@@ -258,25 +266,26 @@ static int parse_signals(struct parse *p)
         int sig;
 
         if (len >= sizeof(name))
-            return cfg_fail(p, "%s: '%.*s' is not a signal", src, (int)len, s);
+            return launcher__cfg_fail(p, "%s: '%.*s' is not a signal", src, (int)len, s);
         memcpy(name, s, len);
         name[len] = '\0';
         t = unquote(name);
-        if (*t == '\0' || cfg_parse_signal(t, &sig) != 0)
-            return cfg_fail(p, "%s: '%s' is not a signal (e.g. SIGTERM,SIGUSR1)", src, t);
+        if (*t == '\0' || launcher__cfg_parse_signal(t, &sig) != 0)
+            return launcher__cfg_fail(p, "%s: '%s' is not a signal (e.g. SIGTERM,SIGUSR1)", src, t);
         if (signal_refused(sig))
-            return cfg_fail(p,
-                            "%s: muster cannot stop on SIG%s (KILL and STOP cannot be "
-                            "caught; CHLD, PIPE and the fault signals are muster's own)",
-                            src, sigabbrev_np(sig));
+            return launcher__cfg_fail(p,
+                                      "%s: muster cannot stop on SIG%s (KILL and STOP cannot be "
+                                      "caught; CHLD, PIPE and the fault signals are muster's own)",
+                                      src, sigabbrev_np(sig));
         if (cfg->nhandle_signals == (int)(sizeof(cfg->handle_signals) / sizeof(int)))
-            return cfg_fail(p, "%s: too many signals", src);
+            return launcher__cfg_fail(p, "%s: too many signals", src);
         if (cfg->nproc_per_gpu > 0 && sig != SIGTERM && sig != SIGINT && sig != SIGHUP &&
             sig != SIGQUIT) /* agent/shared.c watches those four only */
-            return cfg_fail(p,
-                            "%s: shared-GPU mode (--nproc-per-gpu) stops on SIGTERM, SIGINT, "
-                            "SIGHUP and SIGQUIT only, not SIG%s",
-                            src, sigabbrev_np(sig));
+            return launcher__cfg_fail(
+                p,
+                "%s: shared-GPU mode (--nproc-per-gpu) stops on SIGTERM, SIGINT, "
+                "SIGHUP and SIGQUIT only, not SIG%s",
+                src, sigabbrev_np(sig));
         cfg->handle_signals[cfg->nhandle_signals++] = sig;
         s += len + (s[len] == ',');
     }
@@ -298,14 +307,15 @@ static int parse_numa(struct parse *p)
     for (int i = 0; modes[i]; i++) {
         if (strcmp(v, modes[i]) == 0) {
             if (p->cfg->nproc_per_gpu > 0)
-                return cfg_fail(p, "--numa-binding is for one worker per GPU; it cannot be "
-                                   "combined with --nproc-per-gpu");
+                return launcher__cfg_fail(p,
+                                          "--numa-binding is for one worker per GPU; it cannot be "
+                                          "combined with --nproc-per-gpu");
             snprintf(p->cfg->numa_binding, sizeof(p->cfg->numa_binding), "%s", v);
             return 0;
         }
     }
-    return cfg_fail(p, "--numa-binding must be node, socket, exclusive or core-complex, not '%s'",
-                    v);
+    return launcher__cfg_fail(
+        p, "--numa-binding must be node, socket, exclusive or core-complex, not '%s'", v);
 }
 
 /* torchrun maps local rank N to entry N of the agent's CUDA_VISIBLE_DEVICES (any string), or
@@ -317,23 +327,27 @@ static int parse_virtual_local_rank(struct parse *p)
     int on = 0, entries = 1;
 
     if (v != NULL && parse_bool(v, &on) != 0)
-        return cfg_fail(p, "%s must be 0 or 1, not '%s'", p->src[O_VIRTUAL_LOCAL_RANK], v);
+        return launcher__cfg_fail(p, "%s must be 0 or 1, not '%s'", p->src[O_VIRTUAL_LOCAL_RANK],
+                                  v);
     if (!on)
         return 0;
     if (cfg->nproc_per_gpu > 0)
-        return cfg_fail(p, "--virtual-local-rank cannot be combined with --nproc-per-gpu "
-                           "(shared-GPU mode sets each worker's CUDA_VISIBLE_DEVICES itself)");
+        return launcher__cfg_fail(
+            p, "--virtual-local-rank cannot be combined with --nproc-per-gpu "
+               "(shared-GPU mode sets each worker's CUDA_VISIBLE_DEVICES itself)");
     if (cvd != NULL) {
         for (const char *s = cvd; (s = strchr(s, ',')) != NULL; s++)
             entries++;
         if (cfg->nproc_per_node > entries)
-            return cfg_fail(p,
-                            "--virtual-local-rank: %d workers but CUDA_VISIBLE_DEVICES=%s "
-                            "has %d entr%s (one GPU per worker)",
-                            cfg->nproc_per_node, cvd, entries, entries == 1 ? "y" : "ies");
+            return launcher__cfg_fail(
+                p,
+                "--virtual-local-rank: %d workers but CUDA_VISIBLE_DEVICES=%s "
+                "has %d entr%s (one GPU per worker)",
+                cfg->nproc_per_node, cvd, entries, entries == 1 ? "y" : "ies");
     } else if (cfg->gpus_visible > 0 && cfg->nproc_per_node > cfg->gpus_visible) {
-        return cfg_fail(p, "--virtual-local-rank: %d workers but %d GPU%s (one GPU per worker)",
-                        cfg->nproc_per_node, cfg->gpus_visible, cfg->gpus_visible == 1 ? "" : "s");
+        return launcher__cfg_fail(
+            p, "--virtual-local-rank: %d workers but %d GPU%s (one GPU per worker)",
+            cfg->nproc_per_node, cfg->gpus_visible, cfg->gpus_visible == 1 ? "" : "s");
     }
     cfg->virtual_local_rank = 1;
     return 0;
@@ -359,17 +373,18 @@ static void note_noops(struct parse *p)
                  p->src[O_EVENT_LOG_HANDLER]);
 }
 
-int cfg_parse_torchrun(struct parse *p)
+int launcher__cfg_parse_torchrun(struct parse *p)
 {
     const char *ls = p->val[O_LOGS_SPECS];
     int rc;
 
     if (ls != NULL && strcmp(ls, "default") != 0)
-        return cfg_fail(p,
-                        "--logs-specs %s: muster loads no logs-specs plugins; only 'default' "
-                        "(torchrun's DefaultLogsSpecs layout, which --log-dir writes) is "
-                        "accepted",
-                        ls);
+        return launcher__cfg_fail(
+            p,
+            "--logs-specs %s: muster loads no logs-specs plugins; only 'default' "
+            "(torchrun's DefaultLogsSpecs layout, which --log-dir writes) is "
+            "accepted",
+            ls);
     if ((rc = parse_signals(p)) != 0 || (rc = parse_numa(p)) != 0 ||
         (rc = parse_virtual_local_rank(p)) != 0)
         return rc;

@@ -181,6 +181,8 @@ static const char run_help[] =
     "muster's own:\n"
     "  --dry-run                   print the plan (rendezvous, ranks, each worker's command and\n"
     "                              the variables muster sets) and exit without starting anything\n"
+    "  -q, --quiet                 only warnings and errors from muster itself (MUSTER_LOG=warn)\n"
+    "  -v, --verbose               also muster's debug lines (MUSTER_LOG=debug)\n"
     "  -h, --help                  this text\n"
     "\n"
     "Environment: MUSTER_TOKEN (the credential, never printed), PYTHON_EXEC, PET_<NAME>,\n"

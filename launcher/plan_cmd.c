@@ -15,14 +15,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "child.h"
+#include "exitcode.h"
+#include "gpuquery.h"
+#include "log.h"
 #include "plan.h"
+#include "proc.h"
+#include "tmpdir.h"
 
-extern char **environ;
-
-#define PLAN_EXIT_OK 0
-#define PLAN_EXIT_PROBE 1 /* the probe run failed or wrote no usable file */
-#define PLAN_EXIT_USAGE 2 /* bad input, a plan that cannot fit, no way to learn M_gpu */
+#define PLAN_EXIT_OK MC_EXIT_OK
+#define PLAN_EXIT_PROBE MC_EXIT_PROBE /* the probe run failed or wrote no usable file */
+#define PLAN_EXIT_USAGE                                                                            \
+    MC_EXIT_USAGE /* bad input, a plan that cannot fit, no way to learn M_gpu                      \
+                   */
 #define PLAN_ERR_MAX 512
 #define PLAN_SMI_TIMEOUT_MS 10000
 #define PLAN_PROBE_FILE_MAX (1024 * 1024)
@@ -93,13 +97,13 @@ static int usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 /* Prints the one error line; returns the usage exit code. */
 static int usage_err(const char *fmt, ...)
 {
+    char line[1024];
     va_list ap;
 
-    fputs("muster: error: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    mc_error("%s", line);
     return PLAN_EXIT_USAGE;
 }
 
@@ -289,65 +293,16 @@ static void first_visible_gpu(char *id, size_t len)
     snprintf(id, len, "%.*s", (int)n, v);
 }
 
-static const char *first_line(char *s)
-{
-    s[strcspn(s, "\r\n")] = '\0';
-    return s;
-}
-
-/* Parses nvidia-smi's "49140\n" (MiB). */
-static int parse_smi_mib(const char *out, double *bytes)
-{
-    char *end = NULL;
-    unsigned long long mib;
-
-    while (*out == ' ')
-        out++;
-    if (*out < '0' || *out > '9')
-        return -EINVAL;
-    errno = 0;
-    mib = strtoull(out, &end, 10);
-    while (*end == ' ' || *end == '\r')
-        end++;
-    if (errno != 0 || (*end != '\n' && *end != '\0') || mib == 0 || mib > (1ULL << 40))
-        return -EINVAL;
-    *bytes = (double)mib * LAUNCHER_PLAN_MIB;
-    return 0;
-}
-
-/* Sets *bytes from nvidia-smi, or prints why not. Returns 0 or the usage exit code. */
+/* Sets *bytes from nvidia-smi (on PATH), or prints why not. Returns 0 or the usage exit code. */
 static int gpu_mem_from_smi(double *bytes)
 {
-    static const char *hint = "; pass --gpu-mem SIZE";
     char id[128], why[256];
-    char *argv[] = {
-        "nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", id, NULL};
-    struct launcher_child *c = NULL;
-    int rc;
+    uint64_t b = 0;
 
     first_visible_gpu(id, sizeof(id));
-    if ((c = malloc(sizeof(*c))) == NULL)
-        return usage_err("cannot learn the GPU's memory (out of memory)%s", hint);
-    rc = launcher_child_run(c, argv, 1, -1, PLAN_SMI_TIMEOUT_MS);
-    c->buf[c->len] = '\0';
-    if (rc == -ENOENT)
-        snprintf(why, sizeof(why), "no nvidia-smi on PATH");
-    else if (rc != 0)
-        snprintf(why, sizeof(why), "cannot start nvidia-smi: %s", strerror(-rc));
-    else if (c->timed_out)
-        snprintf(why, sizeof(why), "nvidia-smi did not answer within %d s",
-                 PLAN_SMI_TIMEOUT_MS / 1000);
-    else if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0)
-        snprintf(why, sizeof(why), "nvidia-smi -i %s failed with status %d: no such GPU?", id,
-                 WIFEXITED(c->status) ? WEXITSTATUS(c->status) : 128 + WTERMSIG(c->status));
-    else if (parse_smi_mib(c->buf, bytes) != 0)
-        snprintf(why, sizeof(why), "nvidia-smi printed '%.40s', not a size in MiB",
-                 first_line(c->buf));
-    else
-        why[0] = '\0';
-    free(c);
-    if (why[0] != '\0')
-        return usage_err("cannot learn the GPU's memory (%s)%s", why, hint);
+    if (mc_gpu_mem_query(id, 0, PLAN_SMI_TIMEOUT_MS, &b, why, sizeof(why)) != 0)
+        return usage_err("cannot learn the GPU's memory (%s); pass --gpu-mem SIZE", why);
+    *bytes = (double)b;
     return 0;
 }
 
@@ -396,17 +351,19 @@ out:
 
 /* Explains a failed probe run. Returns the exit code: 128+sig when we forwarded it a signal
  * (the user interrupted the plan), else PLAN_EXIT_PROBE. */
-static int probe_failed(const struct launcher_child *c)
+static int probe_failed(const struct mc_proc_result *c)
 {
-    if (c->forwarded)
-        fprintf(stderr, "muster: error: probe run interrupted by %s, ", strsignal(c->forwarded));
-    else
-        fprintf(stderr, "muster: error: probe run failed: ");
+    char how[128];
+
     if (WIFEXITED(c->status))
-        fprintf(stderr, "exit %d\n", WEXITSTATUS(c->status));
+        snprintf(how, sizeof(how), "exit %d", WEXITSTATUS(c->status));
     else
-        fprintf(stderr, "killed by signal %d (%s)\n", WTERMSIG(c->status),
-                strsignal(WTERMSIG(c->status)));
+        snprintf(how, sizeof(how), "killed by signal %d (%s)", WTERMSIG(c->status),
+                 strsignal(WTERMSIG(c->status)));
+    if (c->forwarded)
+        mc_error("probe run interrupted by %s, %s", strsignal(c->forwarded), how);
+    else
+        mc_error("probe run failed: %s", how);
     return c->forwarded ? 128 + c->forwarded : PLAN_EXIT_PROBE;
 }
 
@@ -416,36 +373,34 @@ static int probe_failed(const struct launcher_child *c)
 static int run_probe(char **cmd, int json, struct launcher_plan_probe *probe)
 {
     char dir[4096], file[4200], err[PLAN_ERR_MAX];
-    const char *tmp = getenv("TMPDIR");
-    struct launcher_child *c = NULL;
+    struct mc_proc_opts po = {.argv = cmd, .stdio = {0, json ? 2 : 1, 2}, .forward_signals = 1};
+    struct mc_proc_result c = {0};
     char *text = NULL;
     int rc, ret = PLAN_EXIT_PROBE;
 
-    snprintf(dir, sizeof(dir), "%s/muster-probe.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    snprintf(dir, sizeof(dir), "%s/muster-probe.XXXXXX", mc_tmpdir());
     if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "muster: error: cannot create the probe directory %s: %s\n", dir,
-                strerror(errno));
+        mc_error("cannot create the probe directory %s: %s", dir, strerror(errno));
         return PLAN_EXIT_PROBE;
     }
     snprintf(file, sizeof(file), "%s/probe.json", dir);
-    if (setenv("MUSTER_PROBE_FILE", file, 1) != 0 || (c = malloc(sizeof(*c))) == NULL) {
-        fprintf(stderr, "muster: error: out of memory starting the probe run\n");
+    if (setenv("MUSTER_PROBE_FILE", file, 1) != 0) {
+        mc_error("out of memory starting the probe run");
         goto out;
     }
-    rc = launcher_child_run(c, cmd, 0, json ? 2 : 1, 0);
+    rc = mc_proc_run(&po, &c);
     if (rc != 0) {
-        fprintf(stderr, "muster: error: cannot start the probe command '%s': %s\n", cmd[0],
-                strerror(-rc));
+        mc_error("cannot start the probe command '%s': %s", cmd[0], strerror(-rc));
         goto out;
     }
-    if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0) {
-        ret = probe_failed(c);
+    if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+        ret = probe_failed(&c);
         goto out;
     }
     if ((text = read_probe_file(file)) == NULL)
         goto out;
     if (launcher_plan_from_probe(text, probe, err, sizeof(err)) != 0) {
-        fprintf(stderr, "muster: error: %s\n", err);
+        mc_error("%s", err);
         goto out;
     }
     ret = PLAN_EXIT_OK;
@@ -453,7 +408,7 @@ out:
     unsetenv("MUSTER_PROBE_FILE");
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(text);
-    free(c);
+    mc_proc_result_free(&c);
     return ret;
 }
 
@@ -596,8 +551,7 @@ int launcher_plan_auto_batch(char **argv, const char *gpu_id, unsigned procs, do
         free(saved);
         return PLAN_EXIT_USAGE;
     }
-    fprintf(stderr, "muster: --auto-batch: probing '%s' once at batch %u on GPU %s\n", argv[0],
-            probe_batch, gpu_id);
+    mc_info("--auto-batch: probing '%s' once at batch %u on GPU %s", argv[0], probe_batch, gpu_id);
     rc = run_probe(argv, 1, &probe);
     saved ? setenv("CUDA_VISIBLE_DEVICES", saved, 1) : unsetenv("CUDA_VISIBLE_DEVICES");
     unsetenv("MUSTER_PROBE_BATCH");
@@ -616,9 +570,8 @@ int launcher_plan_auto_batch(char **argv, const char *gpu_id, unsigned procs, do
                                    .procs = procs};
     if (launcher_plan_compute(&in, &out, err, sizeof(err)) != 0)
         return usage_err("--auto-batch: %s", err);
-    fprintf(stderr,
-            "muster: --auto-batch: %s per process, static %s, %s per sample: max batch "
-            "%ld, MUSTER_BATCH_SIZE=%ld\n",
+    mc_info("--auto-batch: %s per process, static %s, %s per sample: max batch "
+            "%ld, MUSTER_BATCH_SIZE=%ld",
             launcher_plan_fmt_size(out.per_proc, s1, sizeof(s1)),
             launcher_plan_fmt_size(probe.static_bytes, s2, sizeof(s2)),
             launcher_plan_fmt_size(probe.per_sample, s3, sizeof(s3)), out.max_batch,

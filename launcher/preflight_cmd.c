@@ -11,6 +11,7 @@
 #include "config.h"
 #include "gpus.h"
 #include "help.h"
+#include "log.h"
 #include "run.h"
 #include "secret.h"
 
@@ -85,11 +86,9 @@ int launcher_preflight(int argc, char **argv)
     launcher_secret_protect_process(); /* the agent holds the job's token, as muster run's */
     if (!has_option(argc, argv, "nproc-per-node") && getenv("PET_NPROC_PER_NODE") == NULL) {
         if (gpus <= 0) {
-            fprintf(stderr,
-                    "muster: error: preflight: no NVIDIA GPU on this node (%s is empty "
-                    "or CUDA_VISIBLE_DEVICES hides them); pass --nproc-per-node N to check a "
-                    "CPU-only job\n",
-                    LAUNCHER_NVIDIA_PROC_DIR);
+            mc_error("preflight: no NVIDIA GPU on this node (%s is empty or CUDA_VISIBLE_DEVICES "
+                     "hides them); pass --nproc-per-node N to check a CPU-only job",
+                     LAUNCHER_NVIDIA_PROC_DIR);
             free(args);
             return AGENT_EXIT_NO_GPU;
         }
@@ -104,7 +103,7 @@ int launcher_preflight(int argc, char **argv)
     args[n++] = "/bin/true";
     rc = launcher_config_parse(n, args, &cfg, err, sizeof(err));
     if (rc != 0) {
-        fprintf(stderr, "muster: error: preflight: %s\n", err);
+        mc_error("preflight: %s", err);
         rc = AGENT_EXIT_USAGE;
     } else {
         cfg.preflight_only = 1;

@@ -15,7 +15,9 @@
 #include "agent.h"
 #include "endpoint.h"
 #include "kv.h"
+#include "log.h"
 #include "message.h"
+#include "safefile.h"
 #include "secret.h"
 #include "server.h"
 #include "tls.h"
@@ -49,7 +51,9 @@ static const char server_help[] =
     "  --handshakes-per-source N  TLS handshakes in flight from one address (default 128)\n"
     "  --handshake-rate N   new TLS handshakes a second from one address (default 200), with\n"
     "  --handshake-burst N  that many at once from a quiet address (default 2048); connections\n"
-    "                       over these are closed before any TLS work (a ClientHello flood)\n";
+    "                       over these are closed before any TLS work (a ClientHello flood)\n"
+    "  -q, --quiet          no informational lines (listening, connections), only warnings and\n"
+    "                       errors; -v, --verbose: debug lines too\n";
 
 /* The resource limit flags (server.h struct rdzv_limits; PROTOCOL.md "Limits"): each sets one
  * field; a flag not given leaves it 0, the default. Sizes take a K, M or G suffix (KiB...). */
@@ -130,8 +134,8 @@ static int limit_flag_parse(const struct limit_flag *f, const char *v, struct rd
     }
     if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n == 0 || mult == 0 ||
         n > max / mult) {
-        fprintf(stderr, "muster: error: %s needs a number from 1 to %llu%s\n", f->name, max,
-                f->is_size ? " (K, M or G: KiB, MiB, GiB)" : "");
+        mc_error("%s needs a number from 1 to %llu%s", f->name, max,
+                 f->is_size ? " (K, M or G: KiB, MiB, GiB)" : "");
         return -EINVAL;
     }
     n *= mult;
@@ -145,7 +149,7 @@ static int limit_flag_parse(const struct limit_flag *f, const char *v, struct rd
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct server_cmd *c = h->data;
-    fprintf(stderr, "muster: server stopping (SIG%s)\n", sigabbrev_np(signum));
+    mc_info("server stopping (SIG%s)", sigabbrev_np(signum));
     rdzv_server_close(c->server, NULL, NULL);
     c->server = NULL;
     for (int i = 0; i < 2; i++)
@@ -191,6 +195,8 @@ static int parse_args(int argc, char **argv, struct server_args *a)
             print_help();
             return 1;
         }
+        if (mc_log_take_flag(o))
+            continue;
         if (strcmp(o, "--require-forward-secrecy") == 0) {
             a->require_fs = 1;
             continue;
@@ -216,17 +222,17 @@ static int parse_args(int argc, char **argv, struct server_args *a)
         else if ((k = limit_flag_index(o)) >= 0)
             slot = &a->lim[k];
         if (slot == NULL) {
-            fprintf(stderr, "muster: error: unknown option '%s' (see 'muster server --help')\n", o);
+            mc_error("unknown option '%s' (see 'muster server --help')", o);
             return -EINVAL;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "muster: error: option '%s' needs a value\n", o);
+            mc_error("option '%s' needs a value", o);
             return -EINVAL;
         }
         *slot = argv[++i];
     }
     if (a->listen == NULL) {
-        fprintf(stderr, "muster: error: muster server needs --listen HOST:PORT\n");
+        mc_error("muster server needs --listen HOST:PORT");
         return -EINVAL;
     }
     if (hs_flag("--handshakes-per-source", a->hs_per_source, &a->hs_limits[0]) < 0 ||
@@ -238,8 +244,8 @@ static int parse_args(int argc, char **argv, struct server_args *a)
             return -EINVAL;
     int certs = (a->tls_cert != NULL) + (a->tls_key != NULL) + (a->tls_ca != NULL);
     if (certs != 0 && certs != 3) {
-        fprintf(stderr, "muster: error: certificate mode needs all of --tls-cert, --tls-key "
-                        "and --tls-ca\n");
+        mc_error("certificate mode needs all of --tls-cert, --tls-key "
+                 "and --tls-ca");
         return -EINVAL;
     }
     return 0;
@@ -257,7 +263,7 @@ static int hs_flag(const char *name, const char *v, unsigned *out)
     errno = 0;
     n = strtoul(v, &end, 10);
     if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n == 0 || n > 1000000000ul) {
-        fprintf(stderr, "muster: error: %s needs a count from 1 to 1000000000\n", name);
+        mc_error("%s needs a count from 1 to 1000000000", name);
         return -EINVAL;
     }
     *out = (unsigned)n;
@@ -279,21 +285,9 @@ static void set_limits(struct rdzv_server *srv, const struct server_args *a)
 /* A new random token in a new file, readable by its owner only (O_EXCL: never overwrite). */
 static int write_new_token(const char *path, char *token, size_t len)
 {
-    unsigned char b[24];
-    int fd;
+    int rc = mc_random_hex(token, len, 24);
 
-    if (len < 2 * sizeof(b) + 1 || getentropy(b, sizeof(b)) != 0)
-        return -EIO;
-    for (size_t i = 0; i < sizeof(b); i++)
-        snprintf(token + 2 * i, 3, "%02x", b[i]);
-    explicit_bzero(b, sizeof(b));
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    int ok = write(fd, token, strlen(token)) == (ssize_t)strlen(token) && write(fd, "\n", 1) == 1;
-    ok = fsync(fd) == 0 && ok;
-    close(fd);
-    return ok ? 0 : -EIO;
+    return rc != 0 ? rc : mc_secret_write_new(path, token);
 }
 
 static int get_token(const struct server_args *a, char *token, size_t len)
@@ -305,30 +299,28 @@ static int get_token(const struct server_args *a, char *token, size_t len)
     if (a->token_file != NULL && access(a->token_file, F_OK) != 0 && errno == ENOENT) {
         int rc = write_new_token(a->token_file, token, len);
         if (rc != 0) {
-            fprintf(stderr, "muster: error: cannot write a new token to %s: %s\n", a->token_file,
-                    strerror(-rc));
+            mc_error("cannot write a new token to %s: %s", a->token_file, strerror(-rc));
             return -EINVAL;
         }
-        fprintf(stderr,
-                "muster: wrote a new token to %s: give every agent --token-file %s "
-                "(copy it with its 0600 mode)\n",
+        mc_info("wrote a new token to %s: give every agent --token-file %s "
+                "(copy it with its 0600 mode)",
                 a->token_file, a->token_file);
     } else if (a->token_file != NULL) {
         if (launcher_read_token_file(a->token_file, token, len, err, sizeof(err)) != 0) {
-            fprintf(stderr, "muster: error: %s\n", err);
+            mc_error("%s", err);
             return -EINVAL;
         }
     } else if (env != NULL && *env != '\0') {
         if (launcher_token_check_len(env, "MUSTER_TOKEN", err, sizeof(err)) != 0) {
-            fprintf(stderr, "muster: error: %s\n", err); /* never cut it short */
+            mc_error("%s", err); /* never cut it short */
             return -EINVAL;
         }
         snprintf(token, len, "%s", env);
     }
     if (token[0] == '\0' && a->tls_cert == NULL) {
-        fprintf(stderr, "muster: error: muster server needs a token: --token-file FILE (a new "
-                        "one is written when FILE does not exist) or MUSTER_TOKEN, or "
-                        "certificates (--tls-cert/--tls-key/--tls-ca)\n");
+        mc_error("muster server needs a token: --token-file FILE (a new "
+                 "one is written when FILE does not exist) or MUSTER_TOKEN, or "
+                 "certificates (--tls-cert/--tls-key/--tls-ca)");
         return -EINVAL;
     }
     return 0;
@@ -353,7 +345,7 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
     }
     if (launcher_parse_endpoint(a->listen, 29400, &host, &port) != 0 ||
         (a->http && launcher_parse_endpoint(http, 8080, &hhost, &hport) != 0)) {
-        fprintf(stderr, "muster: error: addresses must be HOST:PORT or [IPV6]:PORT\n");
+        mc_error("addresses must be HOST:PORT or [IPV6]:PORT");
         rc = AGENT_EXIT_USAGE;
         goto out;
     }
@@ -365,21 +357,19 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
     rc = a->tls_cert || token != NULL ? rdzv_server_new_tls(&c->loop, host, port, &tls, &c->server)
                                       : UV_EINVAL;
     if (rc != 0) {
-        fprintf(stderr, "muster: error: cannot listen on %s: %s\n", a->listen, uv_strerror(rc));
+        mc_error("cannot listen on %s: %s", a->listen, uv_strerror(rc));
         rc = AGENT_EXIT_RDZV;
         goto out;
     }
     set_limits(c->server, a);
-    fprintf(stderr, "muster: server listening on %s:%u\n", bracket(host, b, sizeof(b)),
-            rdzv_server_port(c->server));
+    mc_info("server listening on %s:%u", bracket(host, b, sizeof(b)), rdzv_server_port(c->server));
     if (hhost != NULL) {
         if ((rc = rdzv_server_http_listen(c->server, hhost, hport, &bound)) != 0) {
-            fprintf(stderr, "muster: error: cannot serve HTTP on %s: %s\n", a->http,
-                    uv_strerror(rc));
+            mc_error("cannot serve HTTP on %s: %s", a->http, uv_strerror(rc));
             rc = AGENT_EXIT_RDZV;
             goto out;
         }
-        fprintf(stderr, "muster: http on %s:%u\n", bracket(hhost, b, sizeof(b)), bound);
+        mc_info("http on %s:%u", bracket(hhost, b, sizeof(b)), bound);
     }
     rc = 0;
 out:
@@ -424,6 +414,6 @@ int launcher_server(int argc, char **argv)
     }
     uv_run(&c.loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&c.loop) != 0)
-        fprintf(stderr, "muster: internal error: handles left open at exit\n");
+        mc_error("internal error: handles left open at exit");
     return rc;
 }

@@ -14,6 +14,8 @@
 #include "endpoint.h"
 #include "escape.h"
 #include "ids.h"
+#include "json.h"
+#include "log.h"
 #include "secret.h"
 #include "tls.h"
 #include "token.h"
@@ -61,7 +63,7 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
         c->answer = strndup(m->u.status.json, m->u.status.len);
         finish(c, c->answer ? 0 : AGENT_EXIT_INTERNAL);
     } else if (m->type == RDZV_MSG_ERROR) {
-        fprintf(stderr, "muster: error: the server refused: %s\n", m->u.error.text);
+        mc_error("the server refused: %s", m->u.error.text);
         finish(c, AGENT_EXIT_RDZV);
     }
 }
@@ -71,11 +73,10 @@ static void on_conn_error(struct rdzv_conn *conn, int err)
     struct status_cmd *c = conn->data;
     const char *why = rdzv_conn_tls_error(conn);
     if (err == -EACCES)
-        fprintf(stderr, "muster: error: %s refused this client: %s (wrong or missing token?)\n",
-                c->endpoint, why && *why ? why : "TLS authentication failed");
+        mc_error("%s refused this client: %s (wrong or missing token?)", c->endpoint,
+                 why && *why ? why : "TLS authentication failed");
     else
-        fprintf(stderr, "muster: error: connection to %s lost: %s\n", c->endpoint,
-                why && *why ? why : uv_strerror(err));
+        mc_error("connection to %s lost: %s", c->endpoint, why && *why ? why : uv_strerror(err));
     finish(c, AGENT_EXIT_RDZV);
 }
 
@@ -94,8 +95,7 @@ static void on_connect(uv_connect_t *req, int status)
     if (status == UV_ECANCELED)
         return;
     if (status != 0 || rdzv_conn_start_tls(&c->conn, c->tls, 0) != 0) {
-        fprintf(stderr, "muster: error: cannot connect to %s: %s\n", c->endpoint,
-                uv_strerror(status));
+        mc_error("cannot connect to %s: %s", c->endpoint, uv_strerror(status));
         finish(c, AGENT_EXIT_RDZV);
         return;
     }
@@ -116,7 +116,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         rc = uv_tcp_connect(&c->connect, &c->conn.tcp, res->ai_addr, on_connect);
     uv_freeaddrinfo(res);
     if (rc != 0) {
-        fprintf(stderr, "muster: error: cannot reach %s: %s\n", c->endpoint, uv_strerror(rc));
+        mc_error("cannot reach %s: %s", c->endpoint, uv_strerror(rc));
         finish(c, AGENT_EXIT_RDZV);
     }
 }
@@ -124,8 +124,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 static void on_timeout(uv_timer_t *t)
 {
     struct status_cmd *c = t->data;
-    fprintf(stderr, "muster: error: no answer from %s within %d s\n", c->endpoint,
-            STATUS_TIMEOUT_MS / 1000);
+    mc_error("no answer from %s within %d s", c->endpoint, STATUS_TIMEOUT_MS / 1000);
     finish(c, AGENT_EXIT_RDZV);
 }
 
@@ -136,7 +135,7 @@ static const char *str(json_t *o, const char *k)
 {
     static char ring[8][MC_ESCAPE_SIZE(1024)];
     static unsigned next;
-    const char *v = json_string_value(json_object_get(o, k));
+    const char *v = mc_json_str(o, k, NULL);
     char *out = ring[next++ % 8];
 
     mc_escape(v ? v : "-", out, sizeof(ring[0]));
@@ -145,7 +144,7 @@ static const char *str(json_t *o, const char *k)
 
 static long num(json_t *o, const char *k)
 {
-    return (long)json_number_value(json_object_get(o, k));
+    return (long)mc_json_num(o, k, 0);
 }
 
 static void print_job(json_t *job)
@@ -196,7 +195,7 @@ static int print_answer(const struct status_cmd *c)
         return 0;
     }
     if ((root = json_loads(c->answer, 0, &jerr)) == NULL) {
-        fprintf(stderr, "muster: error: the server's status is not JSON: %s\n", jerr.text);
+        mc_error("the server's status is not JSON: %s", jerr.text);
         return AGENT_EXIT_RDZV;
     }
     if (json_array_size(json_object_get(root, "jobs")) == 0)
@@ -232,6 +231,8 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
             c->json = 1;
             continue;
         }
+        if (mc_log_take_flag(o))
+            continue;
         if (strcmp(o, "--rdzv-endpoint") == 0 || strcmp(o, "--rdzv_endpoint") == 0)
             slot = &c->endpoint;
         else if (strcmp(o, "--token-file") == 0 || strcmp(o, "--token_file") == 0)
@@ -245,18 +246,18 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
         else if (strcmp(o, "--rdzv-id") == 0 || strcmp(o, "--rdzv_id") == 0)
             slot = &c->job_id;
         if (slot == NULL || i + 1 >= argc) {
-            fprintf(stderr, "muster: error: %s '%s' (see 'muster status --help')\n",
-                    slot ? "missing value for" : "unknown option", o);
+            mc_error("%s '%s' (see 'muster status --help')",
+                     slot ? "missing value for" : "unknown option", o);
             return -EINVAL;
         }
         *slot = argv[++i];
     }
     if (c->job_id != NULL && !mc_id_valid(c->job_id, why, sizeof(why))) {
-        fprintf(stderr, "muster: error: --rdzv-id %s\n", why);
+        mc_error("--rdzv-id %s", why);
         return -EINVAL;
     }
     if (c->endpoint == NULL && (c->endpoint = getenv("PET_RDZV_ENDPOINT")) == NULL) {
-        fprintf(stderr, "muster: error: muster status needs --rdzv-endpoint HOST:PORT\n");
+        mc_error("muster status needs --rdzv-endpoint HOST:PORT");
         return -EINVAL;
     }
     return 0;
@@ -276,13 +277,13 @@ static int make_tls(struct status_cmd *c, const char *host)
             return AGENT_EXIT_INTERNAL;
         if (launcher_read_token_file(c->token_file, c->token_buf, LAUNCHER_TOKEN_FILE_MAX + 1, err,
                                      sizeof(err)) != 0) {
-            fprintf(stderr, "muster: error: %s\n", err);
+            mc_error("%s", err);
             return AGENT_EXIT_USAGE;
         }
         o.token = c->token_buf;
     } else if (o.token != NULL &&
                launcher_token_check_len(o.token, "MUSTER_TOKEN", err, sizeof(err)) != 0) {
-        fprintf(stderr, "muster: error: %s\n", err); /* the server would cut it short */
+        mc_error("%s", err); /* the server would cut it short */
         return AGENT_EXIT_USAGE;
     }
     if (o.token == NULL && o.cert_file == NULL) { /* the per-user token, as muster run uses */
@@ -292,17 +293,16 @@ static int make_tls(struct status_cmd *c, const char *host)
             return AGENT_EXIT_INTERNAL;
         if (launcher_usertoken_get(&u, c->token_buf, LAUNCHER_TOKEN_FILE_MAX + 1, err,
                                    sizeof(err)) != 0) {
-            fprintf(stderr,
-                    "muster: error: muster status needs a credential (--token-file FILE "
-                    "or MUSTER_TOKEN) or certificates (--tls-cert/--tls-key/--tls-ca), "
-                    "and %s\n",
-                    err);
+            mc_error("muster status needs a credential (--token-file FILE "
+                     "or MUSTER_TOKEN) or certificates (--tls-cert/--tls-key/--tls-ca), "
+                     "and %s",
+                     err);
             return AGENT_EXIT_USAGE;
         }
         o.token = c->token_buf;
     }
     if (rdzv_tls_new(&o, 0, &c->tls, err, sizeof(err)) != 0) {
-        fprintf(stderr, "muster: error: %s\n", err);
+        mc_error("%s", err);
         return AGENT_EXIT_USAGE;
     }
     return 0;
@@ -316,8 +316,7 @@ static int start(struct status_cmd *c)
     int rc;
 
     if (launcher_parse_endpoint(c->endpoint, 29400, &host, &p) != 0) {
-        fprintf(stderr, "muster: error: --rdzv-endpoint must be HOST:PORT, not '%s'\n",
-                c->endpoint);
+        mc_error("--rdzv-endpoint must be HOST:PORT, not '%s'", c->endpoint);
         return AGENT_EXIT_USAGE;
     }
     snprintf(port, sizeof(port), "%u", p);
@@ -333,7 +332,7 @@ static int start(struct status_cmd *c)
         uv_timer_start(&c->timer, on_timeout, STATUS_TIMEOUT_MS, 0);
         rc = uv_getaddrinfo(&c->loop, &c->gai, on_resolved, host, port, &hints);
         if (rc != 0) {
-            fprintf(stderr, "muster: error: %s: %s\n", c->endpoint, uv_strerror(rc));
+            mc_error("%s: %s", c->endpoint, uv_strerror(rc));
             finish(c, AGENT_EXIT_RDZV);
         }
     }

@@ -12,6 +12,7 @@
 
 #include "cred.h"
 #include "ids.h"
+#include "safefile.h"
 #include "secret.h"
 #include "token.h"
 
@@ -128,22 +129,13 @@ static int read_secret(const struct token_args *a, char **secret)
 
 static int write_out(const char *path, const char *text)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    size_t n = strlen(text);
-    int ok;
+    int rc = mc_secret_write_new(path, text);
 
-    if (fd < 0) {
-        fprintf(stderr, "muster token: error: cannot create %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    ok = write(fd, text, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
-    ok = close(fd) == 0 && ok;
-    if (!ok) {
+    if (rc == -EIO)
         fprintf(stderr, "muster token: error: cannot write %s\n", path);
-        unlink(path);
-        return 1;
-    }
-    return 0;
+    else if (rc != 0)
+        fprintf(stderr, "muster token: error: cannot create %s: %s\n", path, strerror(-rc));
+    return rc != 0;
 }
 
 int launcher_token(int argc, char **argv)

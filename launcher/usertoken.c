@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "safefile.h"
 #include "token.h"
 
 static const char *home_dir(void)
@@ -28,26 +29,19 @@ static const char *home_dir(void)
 static int create(const char *dir, const char *path)
 {
     char tmp[PATH_MAX + 64], host[64] = "node", text[64];
-    unsigned char b[24];
-    int fd, rc = 0;
+    int rc;
 
     gethostname(host, sizeof(host) - 1);
     if (snprintf(tmp, sizeof(tmp), "%s/.token.%s.%ld", dir, host, (long)getpid()) >=
-            (int)sizeof(tmp) ||
-        getentropy(b, sizeof(b)) != 0)
+        (int)sizeof(tmp))
         return -EIO;
-    for (size_t i = 0; i < sizeof(b); i++)
-        snprintf(text + 2 * i, 3, "%02x", b[i]);
-    explicit_bzero(b, sizeof(b));
-    strcat(text, "\n");
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    if (write(fd, text, strlen(text)) != (ssize_t)strlen(text) || fsync(fd) != 0)
-        rc = -EIO;
-    close(fd);
+    rc = mc_random_hex(text, sizeof(text), 24);
+    if (rc == 0)
+        rc = mc_secret_write_new(tmp, text);
     explicit_bzero(text, sizeof(text));
-    if (rc == 0 && link(tmp, path) != 0)
+    if (rc != 0)
+        return rc;
+    if (link(tmp, path) != 0)
         rc = -errno;
     unlink(tmp);
     return rc;

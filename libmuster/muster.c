@@ -73,24 +73,10 @@ static int cut(struct muster *m, int err, int partial)
     return err;
 }
 
-/* The one place mbedTLS errors become errnos for libmuster (STYLE.md rule 3). */
-static int ssl_err(int ret)
+/* mbedTLS errors become errnos in rdzv_tls_map_err (rendezvous/tls.c), as for muster itself. */
+static int ssl_err(struct muster *m, int ret, int done)
 {
-    switch (ret) {
-    case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: /* the server refused our token or certificate */
-    case MBEDTLS_ERR_SSL_INVALID_MAC:
-    case MBEDTLS_ERR_X509_CERT_VERIFY_FAILED:
-    case MBEDTLS_ERR_SSL_UNKNOWN_IDENTITY:
-        return -EACCES;
-    case MBEDTLS_ERR_SSL_CONN_EOF:
-    case MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY:
-        return -ECONNRESET;
-    case MBEDTLS_ERR_SSL_ALLOC_FAILED:
-        return -ENOMEM;
-    case MBEDTLS_ERR_NET_SEND_FAILED:
-        return -EPIPE;
-    }
-    return -EPROTO;
+    return rdzv_tls_map_err(&m->ssl, ret, done, NULL, 0);
 }
 
 /* BIO over the non-blocking socket; the callers poll on WANT_READ/WANT_WRITE. */
@@ -133,7 +119,7 @@ static int tls_handshake(struct muster *m, int64_t deadline)
 
     while ((ret = mbedtls_ssl_handshake(&m->ssl)) != 0) {
         if (!is_want(ret))
-            return ssl_err(ret);
+            return ssl_err(m, ret, 0);
         if ((err = wait_ssl(m, ret, deadline)) < 0)
             return err;
     }
@@ -152,7 +138,7 @@ static int send_all(struct muster *m, const uint8_t *p, size_t len, int64_t dead
             continue;
         }
         if (!is_want(ret))
-            return ssl_err(ret);
+            return ssl_err(m, ret, 1);
         /* mbedTLS holds a half-sent record it must be asked to finish with the same
          * arguments: a deadline here leaves the stream unusable even before any byte went. */
         if ((err = wait_ssl(m, ret, deadline)) < 0)
@@ -176,7 +162,7 @@ static int recv_all(struct muster *m, uint8_t *p, size_t len, int64_t deadline)
         if (ret == 0)
             return -ECONNRESET; /* the server closed mid-conversation */
         if (!is_want(ret))
-            return ssl_err(ret);
+            return ssl_err(m, ret, 1);
         if ((err = wait_ssl(m, ret, deadline)) < 0)
             return cut(m, err, p != start);
     }
@@ -202,22 +188,6 @@ static int send_msg(struct muster *m, int64_t deadline)
     return io_result(m, send_all(m, m->buf, len, deadline));
 }
 
-static int err_from_code(uint32_t code)
-{
-    switch (code) {
-    case RDZV_ERR_VERSION:
-        return -EPROTONOSUPPORT;
-    case RDZV_ERR_AUTH:
-        return -EACCES;
-    case RDZV_ERR_TIMEOUT:
-        return -ETIMEDOUT;
-    case RDZV_ERR_CLOSED:
-        return -ESHUTDOWN;
-    default:
-        return -EPROTO;
-    }
-}
-
 /* Reads one frame into m->msg. A server ERROR ends the connection (the server closes it). */
 static int recv_msg(struct muster *m, int64_t deadline)
 {
@@ -234,7 +204,7 @@ static int recv_msg(struct muster *m, int64_t deadline)
     if ((err = rdzv_msg_decode(type, m->buf, len, &m->msg)) < 0)
         return io_result(m, -EPROTO);
     if (m->msg.type == RDZV_MSG_ERROR) {
-        m->broken = err_from_code(m->msg.u.error.code); /* the server closes after ERROR */
+        m->broken = rdzv_err_errno(m->msg.u.error.code); /* the server closes after ERROR */
         return m->broken;
     }
     return 0;
@@ -378,7 +348,7 @@ static int tls_setup(struct muster *m, const char *endpoint, const char *token)
     if (ret == 0 && rdzv_tls_server_name(m->tls) != NULL)
         ret = mbedtls_ssl_set_hostname(&m->ssl, rdzv_tls_server_name(m->tls));
     if (ret != 0)
-        return ssl_err(ret);
+        return ssl_err(m, ret, 0);
     mbedtls_ssl_set_bio(&m->ssl, &m->fd, bio_send, bio_recv, NULL);
     return 0;
 }

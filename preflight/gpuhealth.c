@@ -5,16 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
+#include "log.h"
 #include "node_priv.h"
 #include "perf.h"
 
 #define MAX_FINDINGS 256
-
-static double num_or_0(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_number(v) ? json_number_value(v) : 0;
-}
 
 /* Every rank of every node with its figures; *ranks gets the matching rank objects. */
 static size_t collect(json_t *nodes, struct pf_perf **out, json_t ***ranks)
@@ -32,12 +28,10 @@ static size_t collect(json_t *nodes, struct pf_perf **out, json_t ***ranks)
         json_array_foreach(json_object_get(node, "ranks"), j, r)
         {
             json_t *gpu = json_object_get(r, "gpu"), *h = json_object_get(r, "health");
-            (*out)[k] = (struct pf_perf){json_string_value(json_object_get(r, "host")),
-                                         (int)json_integer_value(json_object_get(gpu, "index")),
-                                         json_string_value(json_object_get(gpu, "uuid")),
-                                         json_string_value(json_object_get(gpu, "name")),
-                                         num_or_0(h, "gemm_tflops"),
-                                         num_or_0(h, "hbm_gbps")};
+            (*out)[k] = (struct pf_perf){
+                mc_json_str(r, "host", NULL),     (int)mc_json_int(gpu, "index", 0),
+                mc_json_str(gpu, "uuid", NULL),   mc_json_str(gpu, "name", NULL),
+                mc_json_num(h, "gemm_tflops", 0), mc_json_num(h, "hbm_gbps", 0)};
             (*ranks)[k++] = r;
         }
     }
@@ -47,7 +41,7 @@ static size_t collect(json_t *nodes, struct pf_perf **out, json_t ***ranks)
 /* "node vm: 1 GPU: bf16 GEMM 791.2 TFLOP/s, HBM copy 4270.1 GB/s (read+write); NVML: ..." */
 static void node_line(json_t *node, const struct pf_perf *g, json_t **ranks, size_t n)
 {
-    const char *host = json_string_value(json_object_get(node, "host"));
+    const char *host = mc_json_str(node, "host", NULL);
     double tmin = 0, tmax = 0, hmin = 0, hmax = 0;
     int ngpu = 0, nvml = 0, warn = 0, fail = 0;
     const char *summary = NULL;
@@ -68,10 +62,10 @@ static void node_line(json_t *node, const struct pf_perf *g, json_t **ranks, siz
         if (g[k].hbm_gbps > hmax)
             hmax = g[k].hbm_gbps;
         nvml += json_is_true(json_object_get(nv, "found"));
-        summary = json_string_value(json_object_get(nv, "summary"));
+        summary = mc_json_str(nv, "summary", NULL);
         json_array_foreach(json_object_get(nv, "issues"), j, is)
         {
-            const char *lv = json_string_value(json_object_get(is, "level"));
+            const char *lv = mc_json_str(is, "level", NULL);
             warn += lv && strcmp(lv, "warning") == 0;
             fail += lv && strcmp(lv, "failure") == 0;
         }
@@ -84,15 +78,14 @@ static void node_line(json_t *node, const struct pf_perf *g, json_t **ranks, siz
         snprintf(hbm, sizeof(hbm), hmin == hmax ? "HBM copy %.1f GB/s" : "HBM copy %.1f-%.1f GB/s",
                  hmin, hmax);
     if (ngpu == 1 || nvml == 0)
-        fprintf(stderr, "muster: preflight: node %s: %d GPU%s: %s, %s (read+write); NVML: %s\n",
-                host ? host : "?", ngpu, ngpu == 1 ? "" : "s", gemm, hbm,
+        mc_info("preflight: node %s: %d GPU%s: %s, %s (read+write); NVML: %s", host ? host : "?",
+                ngpu, ngpu == 1 ? "" : "s", gemm, hbm,
                 nvml == 0 ? "NVML not found: health not checked"
                 : summary ? summary
                           : "?");
     else
-        fprintf(stderr,
-                "muster: preflight: node %s: %d GPUs: %s, %s (read+write); NVML: %d "
-                "checked, %d warning(s), %d failure(s)\n",
+        mc_info("preflight: node %s: %d GPUs: %s, %s (read+write); NVML: %d "
+                "checked, %d warning(s), %d failure(s)",
                 host ? host : "?", ngpu, gemm, hbm, nvml, warn, fail);
 }
 
@@ -107,8 +100,8 @@ static int nvml_issues(struct pf_node *n, const struct pf_perf *g, json_t **rank
         size_t j;
         json_array_foreach(json_object_get(nv, "issues"), j, is)
         {
-            const char *lv = json_string_value(json_object_get(is, "level"));
-            const char *text = json_string_value(json_object_get(is, "text"));
+            const char *lv = mc_json_str(is, "level", NULL);
+            const char *text = mc_json_str(is, "text", NULL);
             char line[600];
             int fatal = lv && strcmp(lv, "failure") == 0;
             if (lv == NULL || strcmp(lv, "note") == 0)

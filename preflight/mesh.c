@@ -15,15 +15,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 #define PING "muster-pf-ping\n"
 #define PING_LEN (sizeof(PING) - 1)
 #define MAX_CLIENTS 256
 
 static double now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+    return (double)mc_mono_ns() / 1e3;
 }
 
 /* ---- listener: accept and echo, on its own thread ----------------------------------- */

@@ -11,10 +11,13 @@
 #include <unistd.h>
 
 #include "busbw.h"
+#include "json.h"
+#include "log.h"
 #include "muster.h"
 #include "node.h"
 #include "node_priv.h"
 #include "safefile.h"
+#include "clock.h"
 
 extern char **environ;
 
@@ -78,7 +81,7 @@ static void run_ranks(struct pf_node *n, const char *dir, int *codes)
     }
     /* arrival and init each have the stage timeout inside muster-preflight; the sweep and
      * CUDA's start-up get a minute on top */
-    double deadline = pf_now_ms() + 2.0 * n->timeout_ms + 60000;
+    double deadline = mc_mono_ms_f() + 2.0 * n->timeout_ms + 60000;
     do {
         left = 0;
         for (int i = 0; pids && i < n->nproc; i++) {
@@ -94,7 +97,7 @@ static void run_ranks(struct pf_node *n, const char *dir, int *codes)
         }
         if (left > 0)
             usleep(2000);
-    } while (left > 0 && pf_now_ms() < deadline);
+    } while (left > 0 && mc_mono_ms_f() < deadline);
     for (int i = 0; pids && i < n->nproc; i++) {
         if (pids[i] > 0) {
             kill(pids[i], SIGKILL);
@@ -135,12 +138,11 @@ static void print_sizes(json_t *stage)
     fprintf(stderr, "  %10s %12s %12s %12s\n", "size", "time", "algbw", "busbw");
     json_array_foreach(json_object_get(stage, "sizes"), i, s)
     {
-        double bytes = json_number_value(json_object_get(s, "bytes"));
+        double bytes = mc_json_num(s, "bytes", 0);
         fprintf(stderr, "  %6.0f %s %9.1f us %7.1f GB/s %7.1f GB/s\n",
                 bytes >= 1 << 20 ? bytes / (1 << 20) : bytes / 1024,
-                bytes >= 1 << 20 ? "MiB" : "KiB", json_number_value(json_object_get(s, "time_us")),
-                json_number_value(json_object_get(s, "algbw")),
-                json_number_value(json_object_get(s, "busbw")));
+                bytes >= 1 << 20 ? "MiB" : "KiB", mc_json_num(s, "time_us", 0),
+                mc_json_num(s, "algbw", 0), mc_json_num(s, "busbw", 0));
     }
 }
 
@@ -151,7 +153,7 @@ static json_t *stage_of(json_t *rank, const char *name)
     size_t i;
     json_array_foreach(json_object_get(rank, "stages"), i, st)
     {
-        const char *s = json_string_value(json_object_get(st, "stage"));
+        const char *s = mc_json_str(st, "stage", NULL);
         if (s && strcmp(s, name) == 0)
             return st;
     }
@@ -162,28 +164,26 @@ static double last_busbw(json_t *stage, double *bytes)
 {
     json_t *sizes = json_object_get(stage, "sizes");
     json_t *last = json_array_get(sizes, json_array_size(sizes) - 1);
-    *bytes = json_number_value(json_object_get(last, "bytes"));
-    return json_number_value(json_object_get(last, "busbw"));
+    *bytes = mc_json_num(last, "bytes", 0);
+    return mc_json_num(last, "busbw", 0);
 }
 
 /* One failed rank as a line naming node and GPU. */
 static void describe_failure(json_t *r, char *out, size_t cap)
 {
     json_t *gpu = json_object_get(r, "gpu");
-    const char *host = json_string_value(json_object_get(r, "host"));
-    const char *err = json_string_value(json_object_get(r, "error"));
-    const char *uuid = json_string_value(json_object_get(gpu, "uuid"));
-    const char *pci = json_string_value(json_object_get(gpu, "pci"));
+    const char *host = mc_json_str(r, "host", NULL);
+    const char *err = mc_json_str(r, "error", NULL);
+    const char *uuid = mc_json_str(gpu, "uuid", NULL);
+    const char *pci = mc_json_str(gpu, "pci", NULL);
 
     if (gpu != NULL && uuid != NULL)
         snprintf(out, cap, "rank %d on node %s, GPU %d (%s, %s): %s",
-                 (int)json_integer_value(json_object_get(r, "rank")), host ? host : "?",
-                 (int)json_integer_value(json_object_get(gpu, "index")), uuid, pci ? pci : "?",
-                 err ? err : "failed");
+                 (int)mc_json_int(r, "rank", 0), host ? host : "?",
+                 (int)mc_json_int(gpu, "index", 0), uuid, pci ? pci : "?", err ? err : "failed");
     else
-        snprintf(out, cap, "rank %d on node %s: %s",
-                 (int)json_integer_value(json_object_get(r, "rank")), host ? host : "?",
-                 err ? err : "failed");
+        snprintf(out, cap, "rank %d on node %s: %s", (int)mc_json_int(r, "rank", 0),
+                 host ? host : "?", err ? err : "failed");
 }
 
 /* The bandwidth table and --preflight-min-busbw. With one rank there is no bandwidth to
@@ -194,23 +194,21 @@ static int judge_bandwidth(struct pf_node *n, json_t *all)
     double bytes = 0, busbw = 0;
 
     if (n->world < 2) {
-        fprintf(stderr, "muster: preflight: NCCL all-reduce over 1 rank: sum exact; no bandwidth "
-                        "figures (one rank moves no data)\n");
+        mc_info("preflight: NCCL all-reduce over 1 rank: sum exact; no bandwidth figures (one "
+                "rank moves no data)");
         json_object_set_new(n->report_json, "busbw_floor",
                             json_string(n->min_busbw > 0 ? "not applied: one rank" : "none"));
         if (n->min_busbw > 0)
-            fprintf(stderr,
-                    "muster: preflight: --preflight-min-busbw %.1f not applied: it needs "
-                    "at least 2 ranks\n",
+            mc_info("preflight: --preflight-min-busbw %.1f not applied: it needs at least 2 ranks",
                     n->min_busbw);
         return 0;
     }
     busbw = last_busbw(all, &bytes);
-    fprintf(stderr,
-            "muster: preflight: NCCL all-reduce over %d ranks: sums exact on every rank, "
-            "every GPU distinct\n",
+    mc_info("preflight: NCCL all-reduce over %d ranks: sums exact on every rank, every GPU "
+            "distinct",
             n->world);
-    print_sizes(all);
+    if (mc_log_enabled(MC_LOG_INFO)) /* the size table is part of that line */
+        print_sizes(all);
     switch (pf_busbw_judge(n->world, busbw, n->min_busbw)) {
     case PF_BUSBW_BELOW:
         snprintf(n->reason, sizeof(n->reason),
@@ -257,7 +255,7 @@ static int judge_nccl(struct pf_node *n, json_t *mine)
     {
         json_array_foreach(json_object_get(node, "ranks"), j, r)
         {
-            if (json_integer_value(json_object_get(r, "rank")) == 0)
+            if (mc_json_int(r, "rank", 0) == 0)
                 rank0 = r;
             if (json_is_true(json_object_get(r, "ok")))
                 continue;
@@ -291,8 +289,7 @@ static int put_node_result(struct pf_node *n, json_t *res)
     size_t i;
 
     if (s != NULL && strlen(s) > MUSTER_VALUE_MAX) {
-        json_array_foreach(json_object_get(res, "ranks"), i,
-                           r) if (json_integer_value(json_object_get(r, "rank")) != 0)
+        json_array_foreach(json_object_get(res, "ranks"), i, r) if (mc_json_int(r, "rank", 0) != 0)
             json_object_del(r, "stages");
         free(s);
         s = json_dumps(res, JSON_COMPACT);

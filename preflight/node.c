@@ -14,11 +14,13 @@
 #include <unistd.h>
 
 #include "inventory.h"
+#include "log.h"
 #include "mesh.h"
 #include "muster.h"
 #include "node_priv.h"
 #include "escape.h"
 #include "safefile.h"
+#include "clock.h"
 
 /* Lines carry host names and reasons from other nodes (through the KV store): escaped, so a
  * peer cannot forge a line or send terminal escapes (common/escape.h). */
@@ -30,15 +32,7 @@ void pf_say(const char *fmt, ...)
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
     mc_escape(buf, shown, sizeof(shown));
-    fprintf(stderr, "muster: preflight: %s\n", shown);
-    fflush(stderr);
-}
-
-double pf_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    mc_info("preflight: %s", shown);
 }
 
 /* ---- the round's KV store --------------------------------------------------------------- */
@@ -230,7 +224,7 @@ static void write_report(struct pf_node *n, int code)
 
     json_object_set_new(n->report_json, "ok", json_boolean(code == 0));
     json_object_set_new(n->report_json, "reason", json_string(n->reason));
-    json_object_set_new(n->report_json, "total_ms", json_real(pf_now_ms() - n->t0));
+    json_object_set_new(n->report_json, "total_ms", json_real(mc_mono_ms_f() - n->t0));
     if (n->report == NULL || n->report[0] == '\0')
         return;
     /* a fresh temporary name (O_EXCL, random), then rename: a link planted at the report's
@@ -265,7 +259,7 @@ static int run_stages(struct pf_node *n)
 
 int preflight_node_main(int argc, char **argv)
 {
-    struct pf_node n = {.bin = "", .t0 = pf_now_ms()};
+    struct pf_node n = {.bin = "", .t0 = mc_mono_ms_f()};
     int rc;
 
     if (parse_args(&n, argc, argv) != 0) {
@@ -283,7 +277,7 @@ int preflight_node_main(int argc, char **argv)
     if (n.group_rank == 0) {
         write_report(&n, rc);
         if (rc == 0)
-            pf_say("passed in %.2f s%s%s", (pf_now_ms() - n.t0) / 1000.0,
+            pf_say("passed in %.2f s%s%s", (mc_mono_ms_f() - n.t0) / 1000.0,
                    n.report && *n.report ? "; report: " : "", n.report ? n.report : "");
         else if (n.report && *n.report)
             pf_say("report: %s", n.report);

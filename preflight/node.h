@@ -10,12 +10,13 @@
 #ifndef MUSTER_PREFLIGHT_NODE_H
 #define MUSTER_PREFLIGHT_NODE_H
 
-/* Exit codes (the agent maps PF_EXIT_FAILED to its own pre-flight exit code). */
-#define PF_EXIT_OK 0
-#define PF_EXIT_FAILED 4 /* a check failed (this node's or another's) */
-#define PF_EXIT_NO_GPU 5 /* GPUs are needed but none (or no muster-preflight) is here */
-#define PF_EXIT_USAGE 2
-#define PF_EXIT_INTERNAL 70
+/* Exit codes: muster's own (common/exitcode.h), the same numbers for the same meanings. */
+#include "exitcode.h"
+#define PF_EXIT_OK MC_EXIT_OK
+#define PF_EXIT_FAILED MC_EXIT_PREFLIGHT /* a check failed (this node's or another's) */
+#define PF_EXIT_NO_GPU MC_EXIT_NO_GPU    /* GPUs are needed but none (or no muster-preflight) */
+#define PF_EXIT_USAGE MC_EXIT_USAGE
+#define PF_EXIT_INTERNAL MC_EXIT_INTERNAL
 
 /* argv[0] is the first option. Returns one of the codes above. */
 int preflight_node_main(int argc, char **argv);

@@ -34,7 +34,6 @@ struct pf_node {
 };
 
 void pf_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-double pf_now_ms(void);
 int pf_put(struct pf_node *n, const char *key, const char *value);
 int pf_put_json(struct pf_node *n, const char *key, json_t *v);
 int pf_get(struct pf_node *n, const char *key, int timeout_ms, char **out);
@@ -54,10 +53,5 @@ int pf_stage_nccl(struct pf_node *n);
  * findings; stores them in the report. Returns how many fail the pre-flight (the first one's
  * line in n->reason); slow GPUs warn only with allow_slow. */
 int pf_judge_health(struct pf_node *n, json_t *nodes);
-
-/* proc.c: runs argv (envp NULL = ours) with stdout captured into *out (malloc'd, NUL-ended),
- * stderr passed through, killed after timeout_ms. Returns the exit code, 128+signal, or a
- * negative errno (-ENOENT: cannot execute, -ETIMEDOUT). */
-int pf_run_capture(char *const argv[], int timeout_ms, char **out);
 
 #endif

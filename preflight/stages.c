@@ -4,11 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
+#include "log.h"
 #include "inventory.h"
 #include "mesh.h"
 #include "muster.h"
 #include "node.h"
 #include "node_priv.h"
+#include "proc.h"
+#include "clock.h"
+
+#define INVENTORY_OUT_MAX (1 << 20) /* muster-preflight inventory's JSON */
 
 /* ---- stage 1: inventory ------------------------------------------------------------------ */
 
@@ -16,7 +22,14 @@ static json_t *local_inventory(struct pf_node *n)
 {
     json_t *rec = json_pack("{s:s, s:i, s:i}", "host", n->host, "group_rank", n->group_rank,
                             "need_gpus", n->need_gpus);
-    char *argv[] = {(char *)n->bin, "inventory", NULL}, *out = NULL;
+    char *argv[] = {(char *)n->bin, "inventory", NULL};
+    struct mc_proc_opts po = {.argv = argv,
+                              .stdio = {-1, -1, 2},
+                              .capture = 1,
+                              .capture_max = INVENTORY_OUT_MAX,
+                              .timeout_ms = (uint64_t)n->timeout_ms,
+                              .grace_ms = 1000};
+    struct mc_proc_result pr;
     json_t *inv;
     int rc;
 
@@ -29,8 +42,10 @@ static json_t *local_inventory(struct pf_node *n)
                                         "toolkit and NCCL are found)"));
         return rec;
     }
-    rc = pf_run_capture(argv, n->timeout_ms, &out);
-    inv = out ? json_loads(out, 0, NULL) : NULL;
+    rc = mc_proc_run(&po, &pr);
+    if (rc == 0)
+        rc = pr.timed_out ? -ETIMEDOUT : mc_proc_exit_code(pr.status);
+    inv = pr.out ? json_loads(pr.out, 0, NULL) : NULL;
     if (inv != NULL)
         json_object_set_new(rec, "inventory", inv);
     if (rc != 0 && (inv == NULL || json_object_get(inv, "error") == NULL)) {
@@ -41,7 +56,7 @@ static json_t *local_inventory(struct pf_node *n)
             snprintf(why, sizeof(why), "muster-preflight inventory exited with %d", rc);
         json_object_set_new(rec, "error", json_string(why));
     }
-    free(out);
+    mc_proc_result_free(&pr);
     return rec;
 }
 
@@ -57,7 +72,7 @@ static int judge_inventory(struct pf_node *n, json_t *mine)
         return PF_EXIT_INTERNAL;
     recs[0] = json_incref(mine);
     for (int g = 1; g < n->gws && rc == 0; g++) {
-        int left = n->timeout_ms - (int)(pf_now_ms() - n->t0);
+        int left = n->timeout_ms - (int)(mc_mono_ms_f() - n->t0);
         snprintf(key, sizeof(key), "pf/inv/%d", g);
         if ((rc = pf_get_json(n, key, left > 0 ? left : 0, &recs[g])) != 0) {
             char host[256];
@@ -72,8 +87,10 @@ static int judge_inventory(struct pf_node *n, json_t *mine)
         pf_inventory_compare(recs, (size_t)n->gws, n->allow_mixed, &v, &table, &summary) != 0)
         snprintf(n->reason, sizeof(n->reason), "cannot compare the inventories"), rc = -1;
     if (rc == 0) {
-        fprintf(stderr, "muster: preflight: inventory\n%s", table);
-        fflush(stderr);
+        if (mc_log_enabled(MC_LOG_INFO)) { /* a table: more than mc_log's one line */
+            fprintf(stderr, "muster: preflight: inventory\n%s", table);
+            fflush(stderr);
+        }
         json_object_set_new(n->report_json, "inventory", summary);
         if (v.failed)
             snprintf(n->reason, sizeof(n->reason), "%s", v.reason);
@@ -206,8 +223,8 @@ static int judge_mesh(struct pf_node *n)
                 worst = rtt > worst ? rtt : worst;
                 continue;
             }
-            int to = (int)json_integer_value(json_object_get(l, "to"));
-            const char *host = json_string_value(json_object_get(l, "host"));
+            int to = (int)mc_json_int(l, "to", 0);
+            const char *host = mc_json_str(l, "host", NULL);
             char line[1024], target[300];
             if (to >= 0)
                 snprintf(target, sizeof(target), "node %s (group rank %d) at", host ? host : "?",
@@ -215,9 +232,8 @@ static int judge_mesh(struct pf_node *n)
             else
                 snprintf(target, sizeof(target), "MASTER_ADDR:MASTER_PORT");
             snprintf(line, sizeof(line), "node %s (group rank %d) cannot reach %s %s:%d: %s", from,
-                     g, target, json_string_value(json_object_get(l, "addr")),
-                     (int)json_integer_value(json_object_get(l, "port")),
-                     json_string_value(json_object_get(l, "error")));
+                     g, target, mc_json_str(l, "addr", NULL), (int)mc_json_int(l, "port", 0),
+                     mc_json_str(l, "error", NULL));
             fprintf(stderr, "  ! %s\n", line);
             if (bad++ == 0)
                 snprintf(n->reason, sizeof(n->reason), "%s", line);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "server.h"
 #include "tls.h"
@@ -221,26 +222,6 @@ static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
     va_end(ap);
     if (c->cbs->error_cb != NULL)
         c->cbs->error_cb(c, err, text);
-}
-
-/* The server's ERROR codes as errno values, so callers can test err without knowing the wire
- * codes (a join timeout is UV_ETIMEDOUT, like any other timeout). */
-static int err_from_code(uint32_t code)
-{
-    switch (code) {
-    case RDZV_ERR_VERSION:
-        return -EPROTONOSUPPORT;
-    case RDZV_ERR_AUTH:
-        return -EACCES;
-    case RDZV_ERR_TIMEOUT:
-        return -ETIMEDOUT;
-    case RDZV_ERR_MISMATCH:
-        return -EINVAL;
-    case RDZV_ERR_CLOSED:
-        return -ESHUTDOWN;
-    default:
-        return -EPROTO;
-    }
 }
 
 /* Restarted by every message: a host that was cut off sends neither data nor FIN. */
@@ -536,7 +517,7 @@ static void hb_cb(uv_timer_t *t)
     c->out.type = RDZV_MSG_HEARTBEAT;
     c->out.u.heartbeat.round = c->assign.round;
     c->out.u.heartbeat.seq = ++c->hb_seq;
-    c->hb_sent_ns = uv_hrtime();
+    c->hb_sent_ns = mc_mono_ns();
     /* A failed write shows up as a read error or, on a dead link, as silence. */
     (void)rdzv_conn_send(&c->conn, &c->out);
 }
@@ -752,7 +733,7 @@ static void on_heartbeat(struct rdzv_client *c, const struct rdzv_heartbeat *hb)
 {
     /* Only the newest: an older echo would pair with the wrong send time. */
     if (hb->seq == c->hb_seq && c->hb_sent_ns != 0)
-        c->rtt_us = (int64_t)((uv_hrtime() - c->hb_sent_ns) / 1000);
+        c->rtt_us = (int64_t)((mc_mono_ns() - c->hb_sent_ns) / 1000);
 }
 
 /* Any answer to a REJOIN ends the outage; end_outage's callback may close the client. */
@@ -786,7 +767,7 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_ERROR:
         c->server_error = m->u.error.code;
-        fail(c, err_from_code(m->u.error.code), "%s", m->u.error.text);
+        fail(c, rdzv_err_errno(m->u.error.code), "%s", m->u.error.text);
         break;
     case RDZV_MSG_HEARTBEAT:
         on_heartbeat(c, &m->u.heartbeat);

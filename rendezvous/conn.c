@@ -269,65 +269,10 @@ static int bio_recv(void *ctx, unsigned char *buf, size_t len)
     return (int)n;
 }
 
-/* Alerts a peer sends when it could not authenticate us (or would not let us in). */
-static int alert_is_auth(unsigned a)
-{
-    switch (a) {
-    case MBEDTLS_SSL_ALERT_MSG_BAD_RECORD_MAC:
-    case MBEDTLS_SSL_ALERT_MSG_HANDSHAKE_FAILURE:
-    case MBEDTLS_SSL_ALERT_MSG_NO_CERT:
-    case MBEDTLS_SSL_ALERT_MSG_BAD_CERT:
-    case MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT:
-    case MBEDTLS_SSL_ALERT_MSG_CERT_REVOKED:
-    case MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED:
-    case MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN:
-    case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA:
-    case MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED:
-    case MBEDTLS_SSL_ALERT_MSG_DECRYPT_ERROR:
-    case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_PSK_IDENTITY:
-        return 1;
-    }
-    return 0;
-}
-
-/* The one place mbedTLS errors become errnos (STYLE.md rule 3); fills the reason. */
+/* mbedTLS errors become errnos and a reason in rdzv_tls_map_err (tls.c), shared with libmuster. */
 static int map_tls_err(struct rdzv_conn_tls *t, int ret)
 {
-    const char *stage = t->done ? "TLS" : "TLS handshake";
-    char detail[96];
-
-    switch (ret) {
-    case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: {
-        unsigned a = t->ssl.in_msg[1]; /* the alert record mbedTLS just parsed */
-
-        snprintf(t->reason, sizeof(t->reason), "%s: the peer sent fatal alert %u%s", stage, a,
-                 alert_is_auth(a) ? " (it did not accept our token or certificate)" : "");
-        return alert_is_auth(a) ? -EACCES : -EPROTO;
-    }
-    case MBEDTLS_ERR_X509_CERT_VERIFY_FAILED:
-        mbedtls_x509_crt_verify_info(detail, sizeof(detail), "",
-                                     mbedtls_ssl_get_verify_result(&t->ssl));
-        detail[strcspn(detail, "\n")] = '\0';
-        snprintf(t->reason, sizeof(t->reason), "%s: peer certificate rejected: %s", stage, detail);
-        return -EACCES;
-    case MBEDTLS_ERR_SSL_INVALID_MAC:
-        if (t->done)
-            break;
-        snprintf(t->reason, sizeof(t->reason), "%s: bad record MAC (wrong token or key)", stage);
-        return -EACCES;
-    case MBEDTLS_ERR_SSL_UNKNOWN_IDENTITY:
-    case MBEDTLS_ERR_SSL_NO_CLIENT_CERTIFICATE:
-    case MBEDTLS_ERR_SSL_PEER_VERIFY_FAILED:
-        mbedtls_strerror(ret, detail, sizeof(detail));
-        snprintf(t->reason, sizeof(t->reason), "%s: %s", stage, detail);
-        return -EACCES;
-    case MBEDTLS_ERR_SSL_ALLOC_FAILED:
-        snprintf(t->reason, sizeof(t->reason), "%s: out of memory", stage);
-        return -ENOMEM;
-    }
-    mbedtls_strerror(ret, detail, sizeof(detail));
-    snprintf(t->reason, sizeof(t->reason), "%s: %s", stage, detail);
-    return -EPROTO;
+    return rdzv_tls_map_err(&t->ssl, ret, t->done, t->reason, sizeof(t->reason));
 }
 
 /* A fatal mbedTLS error: the context is finished (no close_notify), reading stops. */

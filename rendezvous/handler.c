@@ -1,5 +1,5 @@
 /* Agent messages: one handler per message type. Each validates, asks the job (job.c) what
- * happens, and lets sjob_apply() send the consequences. */
+ * happens, and lets rdzv__sjob_apply() send the consequences. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 
 /* HELLO.token is no longer compared (protocol 3): the TLS handshake proved a credential, and
  * that credential (cred.h) decides which roles and jobs this connection may use. */
-void handle_hello(struct peer *p, const struct rdzv_hello *h)
+void rdzv__handle_hello(struct peer *p, const struct rdzv_hello *h)
 {
     struct rdzv_msg m;
 
@@ -80,9 +80,9 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
         return NULL;
     }
     if (sj == NULL)
-        sj = sjob_find(p->srv, j->job_id);
+        sj = rdzv__sjob_find(p->srv, j->job_id);
     if (sj == NULL) {
-        if (sjob_new(p->srv, j, &sj) < 0)
+        if (rdzv__sjob_new(p->srv, j, &sj) < 0)
             srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
         return sj;
     }
@@ -109,7 +109,7 @@ static void join_error(struct peer *p, struct sjob *sj, int err, uint64_t node_i
     else
         srv_send_error(p, RDZV_ERR_PROTOCOL, "join failed: %s", strerror(-err));
     if (sj->npeers == 0)
-        sjob_drop(sj); /* e.g. created for this very JOIN */
+        rdzv__sjob_drop(sj); /* e.g. created for this very JOIN */
 }
 
 static int join_valid(struct peer *p, const struct rdzv_join *j)
@@ -131,7 +131,7 @@ static void join_addr(struct peer *p, const struct rdzv_join *j, char *addr, siz
         srv_peer_addr(p, addr, len);
 }
 
-void handle_join(struct peer *p, const struct rdzv_join *j)
+void rdzv__handle_join(struct peer *p, const struct rdzv_join *j)
 {
     enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
     char addr[RDZV_HOST_MAX + 1];
@@ -146,27 +146,27 @@ void handle_join(struct peer *p, const struct rdzv_join *j)
         join_error(p, sj, err, j->node_id);
         return;
     }
-    sjob_attach(sj, p);
+    rdzv__sjob_attach(sj, p);
     srv_peer_heartbeat_start(p, j);
-    sjob_apply(sj, ev);
+    rdzv__sjob_apply(sj, ev);
 }
 
-void handle_failed(struct peer *p, const struct rdzv_failure *f, int leaving)
+void rdzv__handle_failed(struct peer *p, const struct rdzv_failure *f, int leaving)
 {
     if (p->job == NULL)
         return; /* never joined: nothing to fail */
-    sjob_apply(p->job, rdzv_job_failed(p->job->job, p, f, leaving, uv_now(p->srv->loop)));
+    rdzv__sjob_apply(p->job, rdzv_job_failed(p->job->job, p, f, leaving, uv_now(p->srv->loop)));
 }
 
-void handle_done(struct peer *p, uint32_t round)
+void rdzv__handle_done(struct peer *p, uint32_t round)
 {
     if (p->job == NULL)
         return;
-    sjob_apply(p->job, rdzv_job_done(p->job->job, p, round));
+    rdzv__sjob_apply(p->job, rdzv_job_done(p->job->job, p, round));
 }
 
 /* Receiving it already refreshed last_seen (msg_cb); the echo lets the agent time the server. */
-void handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb)
+void rdzv__handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb)
 {
     struct rdzv_msg m;
 
@@ -187,11 +187,11 @@ static void rejoin_stale(struct peer *p, struct sjob *sj, const struct rdzv_rejo
     m.u.restart.restart_count = sj->job->restart_count;
     c->round = rj->assign.round;
     c->rank = c->local_rank = c->exit_code = -1;
-    c->time_ms = srv_wall_ms();
+    c->time_ms = mc_wall_ms();
     snprintf(c->host, sizeof(c->host), "%s", rj->join.host);
     snprintf(c->text, sizeof(c->text), "round %" PRIu32 " ended while the node was away",
              rj->assign.round);
-    sjob_attach(sj, p); /* its JOIN comes on this connection */
+    rdzv__sjob_attach(sj, p); /* its JOIN comes on this connection */
     srv_send(p, &m);
 }
 
@@ -225,20 +225,20 @@ static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_re
         join_error(p, sj, err, rj->join.node_id);
         return;
     } else {
-        sjob_attach(sj, p);
+        rdzv__sjob_attach(sj, p);
         rejoin_replace(sj, p, old);
         m.u.rejoin_ok.round = sj->job->round;
         srv_send(p, &m);
     }
     srv_peer_heartbeat_start(p, &rj->join);
-    sjob_apply(sj, ev);
+    rdzv__sjob_apply(sj, ev);
 }
 
 /* A reconnecting agent that was still waiting may find its old, half-open connection in the
  * round (the server never saw it break): that one is closed first, or the JOIN would clash. */
 static void drop_old_connection(struct peer *p, const struct rdzv_join *j)
 {
-    struct sjob *sj = sjob_find(p->srv, j->job_id);
+    struct sjob *sj = rdzv__sjob_find(p->srv, j->job_id);
     const struct rdzv_job *job;
 
     if (sj == NULL)
@@ -255,7 +255,7 @@ static void drop_old_connection(struct peer *p, const struct rdzv_join *j)
     }
 }
 
-void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
+void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
 {
     struct sjob *sj;
 
@@ -263,7 +263,7 @@ void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
         return; /* before drop_old_connection: only the node itself may displace its conn */
     if (!rj->running) {
         drop_old_connection(p, &rj->join);
-        handle_join(p, &rj->join);
+        rdzv__handle_join(p, &rj->join);
         return;
     }
     if ((sj = join_target(p, &rj->join)) == NULL)
@@ -274,7 +274,7 @@ void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
 /* CKPT: bookkeeping for STATUS only; the round logic never looks at it (the resume point
  * travels in JOIN and ASSIGN). The job is the one this connection joined: a CKPT names none,
  * so an agent cannot write into another job's records. */
-void handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
+void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
 {
     struct sjob *sj = p->job;
 

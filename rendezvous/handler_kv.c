@@ -9,12 +9,12 @@
 #include "server_priv.h"
 #include "status.h"
 
-void handle_attach(struct peer *p, const struct rdzv_attach *a)
+void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a)
 {
     struct rdzv_msg m;
 
     rdzv_msg_init(&m, RDZV_MSG_ATTACH_OK);
-    struct sjob *sj = sjob_find(p->srv, a->job_id);
+    struct sjob *sj = rdzv__sjob_find(p->srv, a->job_id);
 
     if (!p->attached && !rdzv_cred_may_attach(&p->cred, a->job_id)) {
         srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
@@ -38,7 +38,7 @@ void handle_attach(struct peer *p, const struct rdzv_attach *a)
                        sj == NULL ? "unknown" : "finished");
         return;
     }
-    if (!sjob_worker_admit(sj, p)) /* the job's cap on worker connections */
+    if (!rdzv__sjob_worker_admit(sj, p)) /* the job's cap on worker connections */
         return;
     p->kvjob = sj;
     p->attached = 1;
@@ -49,8 +49,8 @@ void handle_attach(struct peer *p, const struct rdzv_attach *a)
 
 /* The store's reply callback (ctx = the server): one KV_REPLY. The message is static because
  * it is ~130 KB; replies are never sent from within another reply. */
-void sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
-                   const uint8_t *value, uint32_t len)
+void rdzv__sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
+                         const uint8_t *value, uint32_t len)
 {
     static struct rdzv_msg m;
 
@@ -86,7 +86,7 @@ static int kv_call(struct peer *p, struct sjob *sj, const struct rdzv_msg *m)
 
 /* KV_PUT, KV_GET, BARRIER. A worker of another round than the job's (or of a dropped job)
  * is being replaced: STALE, whatever it asks. */
-void handle_kv(struct peer *p, const struct rdzv_msg *m)
+void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m)
 {
     struct sjob *sj = p->kvjob;
     int err;
@@ -96,7 +96,7 @@ void handle_kv(struct peer *p, const struct rdzv_msg *m)
         return;
     }
     if (sj == NULL || p->kv_round != rdzv_kv_round(sj->kv) || p->kv_round != sj->job->round) {
-        sjob_kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
+        rdzv__sjob_kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
         return;
     }
     err = kv_call(p, sj, m);
@@ -105,7 +105,7 @@ void handle_kv(struct peer *p, const struct rdzv_msg *m)
                        strerror(-err));
         return;
     }
-    sjob_arm(sj);
+    rdzv__sjob_arm(sj);
 }
 
 /* The job a connection belongs to (agent: JOIN, worker: ATTACH), or NULL. */
@@ -120,7 +120,7 @@ static const char *own_job(const struct peer *p)
 
 /* Observers see every job (they hold the token, as operators do); a connection of a job sees
  * only its own: "" means its job, another job's id is refused. */
-void handle_status_req(struct peer *p, const struct rdzv_status_req *r)
+void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r)
 {
     const char *own = own_job(p), *job_id = r->job_id;
     struct rdzv_msg *m;

@@ -467,7 +467,7 @@ static void listener_closed_cb(uv_handle_t *handle)
     http_unref(handle->data);
 }
 
-void http_close(struct rdzv_http *h)
+void rdzv__http_close(struct rdzv_http *h)
 {
     if (h == NULL || h->closing)
         return;

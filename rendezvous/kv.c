@@ -144,10 +144,13 @@ uint32_t rdzv_kv_round(const struct rdzv_kv_store *kv)
     return kv->round;
 }
 
-/* Unlinks every held request matching pred, replying `status` (NOT_FOUND = no reply). The list
- * is detached first, so a reply callback can never see a half-edited list. */
+static void leave_barrier(struct rdzv_kv_store *kv, const char *name);
+
+/* Unlinks every held request matching pred, one by one, replying `status` when reply is set.
+ * With count_barriers a held BARRIER also leaves its barrier, so the counts stay right (a
+ * request that expires or whose peer went); without, the barrier is being released whole. */
 static void release(struct rdzv_kv_store *kv, int (*pred)(const struct held *, const void *),
-                    const void *arg, enum rdzv_kv_status status, int reply)
+                    const void *arg, enum rdzv_kv_status status, int reply, int count_barriers)
 {
     struct held **pp = &kv->held;
 
@@ -159,6 +162,8 @@ static void release(struct rdzv_kv_store *kv, int (*pred)(const struct held *, c
             continue;
         }
         *pp = h->next;
+        if (count_barriers && h->kind == HELD_BARRIER)
+            leave_barrier(kv, h->key);
         if (reply)
             kv->cb(kv->ctx, h->peer, h->req_id, status, NULL, 0);
         free_held(h);
@@ -174,7 +179,7 @@ static int any(const struct held *h, const void *arg)
 
 void rdzv_kv_set_round(struct rdzv_kv_store *kv, uint32_t round)
 {
-    release(kv, any, NULL, RDZV_KV_STALE, 1);
+    release(kv, any, NULL, RDZV_KV_STALE, 1, 0);
     drop_barriers(kv);
     drop_keys(kv);
     kv->round = round;
@@ -387,7 +392,7 @@ int rdzv_kv_barrier(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const
     if (++b->arrived < b->count)
         return 0;
     unlink_barrier(pp);
-    release(kv, is_arrival_at, name, RDZV_KV_OK, 1);
+    release(kv, is_arrival_at, name, RDZV_KV_OK, 1, 0);
     return 0;
 }
 
@@ -405,31 +410,9 @@ static void leave_barrier(struct rdzv_kv_store *kv, const char *name)
         unlink_barrier(pp);
 }
 
-/* Removes the held requests matching pred one by one, so barrier counts stay right. */
-static void expire(struct rdzv_kv_store *kv, int (*pred)(const struct held *, const void *),
-                   const void *arg, int reply)
-{
-    struct held **pp = &kv->held;
-
-    while (*pp != NULL) {
-        struct held *h = *pp;
-
-        if (!pred(h, arg)) {
-            pp = &h->next;
-            continue;
-        }
-        *pp = h->next;
-        if (h->kind == HELD_BARRIER)
-            leave_barrier(kv, h->key);
-        if (reply)
-            kv->cb(kv->ctx, h->peer, h->req_id, RDZV_KV_TIMEOUT, NULL, 0);
-        free_held(h);
-    }
-}
-
 void rdzv_kv_forget(struct rdzv_kv_store *kv, const void *peer)
 {
-    expire(kv, is_of_peer, peer, 0);
+    release(kv, is_of_peer, peer, RDZV_KV_TIMEOUT, 0, 1);
 }
 
 static int is_due(const struct held *h, const void *now)
@@ -441,7 +424,7 @@ void rdzv_kv_tick(struct rdzv_kv_store *kv, uint64_t now_ms)
 {
     int64_t now = (int64_t)now_ms;
 
-    expire(kv, is_due, &now, 1);
+    release(kv, is_due, &now, RDZV_KV_TIMEOUT, 1, 1);
 }
 
 int64_t rdzv_kv_deadline(const struct rdzv_kv_store *kv)

@@ -41,6 +41,34 @@ const char *rdzv_msg_name(unsigned type)
     return msg_names[type];
 }
 
+static const struct {
+    const char *name;
+    int err;
+} err_table[] = {
+    [RDZV_ERR_PROTOCOL] = {"PROTOCOL", -EPROTO},
+    [RDZV_ERR_VERSION] = {"VERSION", -EPROTONOSUPPORT},
+    [RDZV_ERR_AUTH] = {"AUTH", -EACCES},
+    /* a join timeout is -ETIMEDOUT like any other timeout */
+    [RDZV_ERR_TIMEOUT] = {"TIMEOUT", -ETIMEDOUT},
+    [RDZV_ERR_MISMATCH] = {"MISMATCH", -EINVAL},
+    [RDZV_ERR_CLOSED] = {"CLOSED", -ESHUTDOWN},
+    [RDZV_ERR_UNKNOWN_TYPE] = {"UNKNOWN_TYPE", -EPROTO},
+};
+
+int rdzv_err_errno(uint32_t code)
+{
+    if (code >= sizeof(err_table) / sizeof(err_table[0]) || err_table[code].name == NULL)
+        return -EPROTO;
+    return err_table[code].err;
+}
+
+const char *rdzv_err_name(uint32_t code)
+{
+    if (code >= sizeof(err_table) / sizeof(err_table[0]) || err_table[code].name == NULL)
+        return "UNKNOWN";
+    return err_table[code].name;
+}
+
 /* --- writer ---------------------------------------------------------------------------------
  * Keeps counting past the end of the buffer so a too-small buffer is reported once, at the end,
  * instead of after every field. */
@@ -216,147 +244,6 @@ static void get_ckpt_name(struct reader *r, char *dst)
         r->err = -EPROTO;
 }
 
-static void put_ckpt(struct writer *w, const struct rdzv_ckpt *c)
-{
-    put_ckpt_name(w, c->name);
-    put_i64(w, c->step);
-    put_u64(w, c->size);
-    put_u64(w, c->checksum);
-    put_u64(w, c->time_ms);
-    put_u8(w, c->verified_bad);
-    put_str(w, c->reason, RDZV_TEXT_MAX);
-}
-
-static void get_ckpt(struct reader *r, struct rdzv_ckpt *c)
-{
-    get_ckpt_name(r, c->name);
-    c->step = get_i64(r);
-    c->size = get_u64(r);
-    c->checksum = get_u64(r);
-    c->time_ms = get_u64(r);
-    c->verified_bad = get_u8(r);
-    get_str(r, c->reason, RDZV_TEXT_MAX);
-}
-
-/* --- payloads: one encoder and one decoder per struct, fields in PROTOCOL.md order --------- */
-static void put_failure(struct writer *w, const struct rdzv_failure *f)
-{
-    put_u32(w, f->round);
-    put_i32(w, f->rank);
-    put_i32(w, f->local_rank);
-    put_i32(w, f->exit_code);
-    put_i32(w, f->signal);
-    put_u64(w, f->time_ms);
-    put_str(w, f->host, RDZV_HOST_MAX);
-    put_str(w, f->text, RDZV_TEXT_MAX);
-    put_u32(w, f->flags);
-}
-
-static void get_failure(struct reader *r, struct rdzv_failure *f)
-{
-    f->round = get_u32(r);
-    f->rank = get_i32(r);
-    f->local_rank = get_i32(r);
-    f->exit_code = get_i32(r);
-    f->signal = get_i32(r);
-    f->time_ms = get_u64(r);
-    get_str(r, f->host, RDZV_HOST_MAX);
-    get_str(r, f->text, RDZV_TEXT_MAX);
-    f->flags = get_u32(r);
-}
-
-static void put_join(struct writer *w, const struct rdzv_join *j)
-{
-    put_str(w, j->job_id, RDZV_ID_MAX);
-    put_u32(w, j->min_nodes);
-    put_u32(w, j->max_nodes);
-    put_u32(w, j->nproc);
-    put_str(w, j->host, RDZV_HOST_MAX);
-    put_str(w, j->addr, RDZV_HOST_MAX);
-    put_u32(w, j->master_port);
-    put_u32(w, j->max_restarts);
-    put_u32(w, j->last_call_ms);
-    put_u32(w, j->join_timeout_ms);
-    put_u64(w, j->node_id);
-    put_u32(w, j->keep_alive_ms);
-    put_u32(w, j->heartbeat_timeout_ms);
-    put_u32(w, j->reconnect_grace_ms);
-    put_ckpt_name(w, j->resume);
-    put_i64(w, j->resume_step);
-    put_bytes(w, j->node_secret, sizeof(j->node_secret));
-    put_u32(w, j->want_rank);
-}
-
-static void get_join(struct reader *r, struct rdzv_join *j)
-{
-    get_str(r, j->job_id, RDZV_ID_MAX);
-    j->min_nodes = get_u32(r);
-    j->max_nodes = get_u32(r);
-    j->nproc = get_u32(r);
-    get_str(r, j->host, RDZV_HOST_MAX);
-    get_str(r, j->addr, RDZV_HOST_MAX);
-    j->master_port = get_u32(r);
-    j->max_restarts = get_u32(r);
-    j->last_call_ms = get_u32(r);
-    j->join_timeout_ms = get_u32(r);
-    j->node_id = get_u64(r);
-    j->keep_alive_ms = get_u32(r);
-    j->heartbeat_timeout_ms = get_u32(r);
-    j->reconnect_grace_ms = get_u32(r);
-    get_ckpt_name(r, j->resume);
-    j->resume_step = get_i64(r);
-    get_bytes(r, j->node_secret, sizeof(j->node_secret));
-    j->want_rank = get_u32(r);
-}
-
-static void put_assign(struct writer *w, const struct rdzv_assign *a)
-{
-    put_u32(w, a->round);
-    put_u32(w, a->group_rank);
-    put_u32(w, a->group_world_size);
-    put_u32(w, a->rank_offset);
-    put_u32(w, a->world_size);
-    put_u32(w, a->restart_count);
-    put_str(w, a->master_addr, RDZV_HOST_MAX);
-    put_u32(w, a->master_port);
-    put_ckpt_name(w, a->resume);
-    put_i64(w, a->resume_step);
-    put_bytes(w, a->worker_key, sizeof(a->worker_key));
-}
-
-static void get_assign(struct reader *r, struct rdzv_assign *a)
-{
-    a->round = get_u32(r);
-    a->group_rank = get_u32(r);
-    a->group_world_size = get_u32(r);
-    a->rank_offset = get_u32(r);
-    a->world_size = get_u32(r);
-    a->restart_count = get_u32(r);
-    get_str(r, a->master_addr, RDZV_HOST_MAX);
-    a->master_port = get_u32(r);
-    get_ckpt_name(r, a->resume);
-    a->resume_step = get_i64(r);
-    get_bytes(r, a->worker_key, sizeof(a->worker_key));
-}
-
-static void put_waiting(struct writer *w, const struct rdzv_waiting *v)
-{
-    put_u32(w, v->joined);
-    put_u32(w, v->min_nodes);
-    put_u32(w, v->max_nodes);
-    put_i32(w, v->last_call_ms_left);
-    put_i32(w, v->join_ms_left);
-}
-
-static void get_waiting(struct reader *r, struct rdzv_waiting *v)
-{
-    v->joined = get_u32(r);
-    v->min_nodes = get_u32(r);
-    v->max_nodes = get_u32(r);
-    v->last_call_ms_left = get_i32(r);
-    v->join_ms_left = get_i32(r);
-}
-
 /* Byte strings with a u32 length (KV values, STATUS JSON): checked against `max`. */
 static void put_blob(struct writer *w, const uint8_t *b, uint32_t n, size_t max)
 {
@@ -384,210 +271,237 @@ static uint32_t get_blob(struct reader *r, uint8_t *dst, size_t max)
     return n;
 }
 
-static void put_rejoin(struct writer *w, const struct rdzv_rejoin *j)
+/* --- payloads: one description per struct, fields in PROTOCOL.md order -----------------------
+ * The same function encodes and decodes: a struct io holds a writer (encoding) or a reader
+ * (decoding), never both, and each IO_* field step puts the field or gets it. Encoding never
+ * assigns to the message (rdzv_msg_encode's const is cast away for the shared code only). */
+struct io {
+    struct writer *w;
+    struct reader *r;
+};
+
+#define IO_INT(c, bits, f)                                                                         \
+    do {                                                                                           \
+        if ((c)->w != NULL)                                                                        \
+            put_##bits((c)->w, f);                                                                 \
+        else                                                                                       \
+            (f) = get_##bits((c)->r);                                                              \
+    } while (0)
+#define IO_U8(c, f) IO_INT(c, u8, f)
+#define IO_U32(c, f) IO_INT(c, u32, f)
+#define IO_U64(c, f) IO_INT(c, u64, f)
+#define IO_I32(c, f) IO_INT(c, i32, f)
+#define IO_I64(c, f) IO_INT(c, i64, f)
+
+static void io_str(struct io *c, char *s, size_t max)
 {
-    put_join(w, &j->join);
-    put_u8(w, j->running);
-    put_u8(w, j->done);
-    put_assign(w, &j->assign);
+    if (c->w != NULL)
+        put_str(c->w, s, max);
+    else
+        get_str(c->r, s, max);
 }
 
-static void get_rejoin(struct reader *r, struct rdzv_rejoin *j)
+static void io_bytes(struct io *c, uint8_t *b, size_t n)
 {
-    get_join(r, &j->join);
-    j->running = get_u8(r);
-    j->done = get_u8(r);
-    get_assign(r, &j->assign);
+    if (c->w != NULL)
+        put_bytes(c->w, b, n);
+    else
+        get_bytes(c->r, b, n);
 }
 
-static void put_kv(struct writer *w, const struct rdzv_kv *kv)
+static void io_ckpt_name(struct io *c, char *name)
 {
-    put_u32(w, kv->req_id);
-    put_u32(w, kv->wait_ms);
-    put_u32(w, kv->count);
-    put_u8(w, kv->status);
-    put_str(w, kv->key, RDZV_KEY_MAX);
-    put_blob(w, kv->value, kv->value_len, RDZV_VALUE_MAX);
+    if (c->w != NULL)
+        put_ckpt_name(c->w, name);
+    else
+        get_ckpt_name(c->r, name);
 }
 
-static void get_kv(struct reader *r, struct rdzv_kv *kv)
+static void io_blob(struct io *c, uint8_t *b, uint32_t *n, size_t max)
 {
-    kv->req_id = get_u32(r);
-    kv->wait_ms = get_u32(r);
-    kv->count = get_u32(r);
-    kv->status = get_u8(r);
-    get_str(r, kv->key, RDZV_KEY_MAX);
-    kv->value_len = get_blob(r, kv->value, RDZV_VALUE_MAX);
+    if (c->w != NULL)
+        put_blob(c->w, b, *n, max);
+    else
+        *n = get_blob(c->r, b, max);
+}
+
+static void io_ckpt(struct io *c, struct rdzv_ckpt *k)
+{
+    io_ckpt_name(c, k->name);
+    IO_I64(c, k->step);
+    IO_U64(c, k->size);
+    IO_U64(c, k->checksum);
+    IO_U64(c, k->time_ms);
+    IO_U8(c, k->verified_bad);
+    io_str(c, k->reason, RDZV_TEXT_MAX);
+}
+
+static void io_failure(struct io *c, struct rdzv_failure *f)
+{
+    IO_U32(c, f->round);
+    IO_I32(c, f->rank);
+    IO_I32(c, f->local_rank);
+    IO_I32(c, f->exit_code);
+    IO_I32(c, f->signal);
+    IO_U64(c, f->time_ms);
+    io_str(c, f->host, RDZV_HOST_MAX);
+    io_str(c, f->text, RDZV_TEXT_MAX);
+    IO_U32(c, f->flags);
+}
+
+static void io_join(struct io *c, struct rdzv_join *j)
+{
+    io_str(c, j->job_id, RDZV_ID_MAX);
+    IO_U32(c, j->min_nodes);
+    IO_U32(c, j->max_nodes);
+    IO_U32(c, j->nproc);
+    io_str(c, j->host, RDZV_HOST_MAX);
+    io_str(c, j->addr, RDZV_HOST_MAX);
+    IO_U32(c, j->master_port);
+    IO_U32(c, j->max_restarts);
+    IO_U32(c, j->last_call_ms);
+    IO_U32(c, j->join_timeout_ms);
+    IO_U64(c, j->node_id);
+    IO_U32(c, j->keep_alive_ms);
+    IO_U32(c, j->heartbeat_timeout_ms);
+    IO_U32(c, j->reconnect_grace_ms);
+    io_ckpt_name(c, j->resume);
+    IO_I64(c, j->resume_step);
+    io_bytes(c, j->node_secret, sizeof(j->node_secret));
+    IO_U32(c, j->want_rank);
+}
+
+static void io_assign(struct io *c, struct rdzv_assign *a)
+{
+    IO_U32(c, a->round);
+    IO_U32(c, a->group_rank);
+    IO_U32(c, a->group_world_size);
+    IO_U32(c, a->rank_offset);
+    IO_U32(c, a->world_size);
+    IO_U32(c, a->restart_count);
+    io_str(c, a->master_addr, RDZV_HOST_MAX);
+    IO_U32(c, a->master_port);
+    io_ckpt_name(c, a->resume);
+    IO_I64(c, a->resume_step);
+    io_bytes(c, a->worker_key, sizeof(a->worker_key));
+}
+
+static void io_waiting(struct io *c, struct rdzv_waiting *v)
+{
+    IO_U32(c, v->joined);
+    IO_U32(c, v->min_nodes);
+    IO_U32(c, v->max_nodes);
+    IO_I32(c, v->last_call_ms_left);
+    IO_I32(c, v->join_ms_left);
+}
+
+static void io_rejoin(struct io *c, struct rdzv_rejoin *j)
+{
+    io_join(c, &j->join);
+    IO_U8(c, j->running);
+    IO_U8(c, j->done);
+    io_assign(c, &j->assign);
+}
+
+static void io_kv(struct io *c, struct rdzv_kv *kv)
+{
+    IO_U32(c, kv->req_id);
+    IO_U32(c, kv->wait_ms);
+    IO_U32(c, kv->count);
+    IO_U8(c, kv->status);
+    io_str(c, kv->key, RDZV_KEY_MAX);
+    io_blob(c, kv->value, &kv->value_len, RDZV_VALUE_MAX);
 }
 
 /* The JSON is NUL-terminated in the struct; a NUL on the wire would hide the rest of it. */
-static void get_status(struct reader *r, struct rdzv_status *st)
+static void io_status(struct io *c, struct rdzv_status *st)
 {
-    st->len = get_blob(r, (uint8_t *)st->json, RDZV_STATUS_MAX);
+    io_blob(c, (uint8_t *)st->json, &st->len, RDZV_STATUS_MAX);
+    if (c->r == NULL)
+        return;
     st->json[st->len] = '\0';
-    if (!r->err && memchr(st->json, '\0', st->len) != NULL)
-        r->err = -EPROTO;
+    if (!c->r->err && memchr(st->json, '\0', st->len) != NULL)
+        c->r->err = -EPROTO;
 }
 
 /* The issue-3 and issue-5 messages; returns 0 when `m` is none of them. */
-static int put_payload3(struct writer *w, const struct rdzv_msg *m)
+static int io_payload3(struct io *c, struct rdzv_msg *m)
 {
     switch (m->type) {
     case RDZV_MSG_HEARTBEAT:
-        put_u32(w, m->u.heartbeat.round);
-        put_u64(w, m->u.heartbeat.seq);
+        IO_U32(c, m->u.heartbeat.round);
+        IO_U64(c, m->u.heartbeat.seq);
         return 1;
     case RDZV_MSG_REJOIN:
-        put_rejoin(w, &m->u.rejoin);
+        io_rejoin(c, &m->u.rejoin);
         return 1;
     case RDZV_MSG_REJOIN_OK:
-        put_u32(w, m->u.rejoin_ok.round);
+        IO_U32(c, m->u.rejoin_ok.round);
         return 1;
     case RDZV_MSG_ATTACH:
-        put_str(w, m->u.attach.job_id, RDZV_ID_MAX);
-        put_u32(w, m->u.attach.round);
-        put_i32(w, m->u.attach.rank);
+        io_str(c, m->u.attach.job_id, RDZV_ID_MAX);
+        IO_U32(c, m->u.attach.round);
+        IO_I32(c, m->u.attach.rank);
         return 1;
     case RDZV_MSG_KV_PUT:
     case RDZV_MSG_KV_GET:
     case RDZV_MSG_KV_REPLY:
     case RDZV_MSG_BARRIER:
-        put_kv(w, &m->u.kv);
+        io_kv(c, &m->u.kv);
         return 1;
     case RDZV_MSG_STATUS_REQ:
-        put_str(w, m->u.status_req.job_id, RDZV_ID_MAX);
+        io_str(c, m->u.status_req.job_id, RDZV_ID_MAX);
         return 1;
     case RDZV_MSG_STATUS:
-        put_blob(w, (const uint8_t *)m->u.status.json, m->u.status.len, RDZV_STATUS_MAX);
+        io_status(c, &m->u.status);
         return 1;
     case RDZV_MSG_CKPT:
-        put_ckpt(w, &m->u.ckpt);
+        io_ckpt(c, &m->u.ckpt);
         return 1;
     default: /* ATTACH_OK carries no payload */
         return 0;
     }
 }
 
-static int get_payload3(struct reader *r, struct rdzv_msg *m)
+static void io_payload(struct io *c, struct rdzv_msg *m)
 {
-    switch (m->type) {
-    case RDZV_MSG_HEARTBEAT:
-        m->u.heartbeat.round = get_u32(r);
-        m->u.heartbeat.seq = get_u64(r);
-        return 1;
-    case RDZV_MSG_REJOIN:
-        get_rejoin(r, &m->u.rejoin);
-        return 1;
-    case RDZV_MSG_REJOIN_OK:
-        m->u.rejoin_ok.round = get_u32(r);
-        return 1;
-    case RDZV_MSG_ATTACH:
-        get_str(r, m->u.attach.job_id, RDZV_ID_MAX);
-        m->u.attach.round = get_u32(r);
-        m->u.attach.rank = get_i32(r);
-        return 1;
-    case RDZV_MSG_KV_PUT:
-    case RDZV_MSG_KV_GET:
-    case RDZV_MSG_KV_REPLY:
-    case RDZV_MSG_BARRIER:
-        get_kv(r, &m->u.kv);
-        return 1;
-    case RDZV_MSG_STATUS_REQ:
-        get_str(r, m->u.status_req.job_id, RDZV_ID_MAX);
-        return 1;
-    case RDZV_MSG_STATUS:
-        get_status(r, &m->u.status);
-        return 1;
-    case RDZV_MSG_CKPT:
-        get_ckpt(r, &m->u.ckpt);
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-static void put_payload(struct writer *w, const struct rdzv_msg *m)
-{
-    if (put_payload3(w, m))
+    if (io_payload3(c, m))
         return;
     switch (m->type) {
     case RDZV_MSG_HELLO:
-        put_u32(w, m->u.hello.version);
-        put_u8(w, m->u.hello.role);
-        put_str(w, m->u.hello.token, RDZV_TOKEN_MAX);
+        IO_U32(c, m->u.hello.version);
+        IO_U8(c, m->u.hello.role);
+        io_str(c, m->u.hello.token, RDZV_TOKEN_MAX);
         break;
     case RDZV_MSG_ERROR:
-        put_u32(w, m->u.error.code);
-        put_str(w, m->u.error.text, RDZV_TEXT_MAX);
+        IO_U32(c, m->u.error.code);
+        io_str(c, m->u.error.text, RDZV_TEXT_MAX);
         break;
     case RDZV_MSG_JOIN:
-        put_join(w, &m->u.join);
+        io_join(c, &m->u.join);
         break;
     case RDZV_MSG_WAITING:
-        put_waiting(w, &m->u.waiting);
+        io_waiting(c, &m->u.waiting);
         break;
     case RDZV_MSG_ASSIGN:
-        put_assign(w, &m->u.assign);
+        io_assign(c, &m->u.assign);
         break;
     case RDZV_MSG_FAILED:
     case RDZV_MSG_LEAVE:
-        put_failure(w, &m->u.failed);
+        io_failure(c, &m->u.failed);
         break;
     case RDZV_MSG_RESTART:
-        put_u32(w, m->u.restart.restart_count);
-        put_failure(w, &m->u.restart.cause);
+        IO_U32(c, m->u.restart.restart_count);
+        io_failure(c, &m->u.restart.cause);
         break;
     case RDZV_MSG_DONE:
-        put_u32(w, m->u.done.round);
+        IO_U32(c, m->u.done.round);
         break;
     case RDZV_MSG_JOB_FAILED:
-        put_u32(w, m->u.job_failed.restarts);
-        put_failure(w, &m->u.job_failed.cause);
+        IO_U32(c, m->u.job_failed.restarts);
+        io_failure(c, &m->u.job_failed.cause);
         break;
     default: /* WELCOME and JOB_DONE carry no payload */
-        break;
-    }
-}
-
-static void get_payload(struct reader *r, struct rdzv_msg *m)
-{
-    if (get_payload3(r, m))
-        return;
-    switch (m->type) {
-    case RDZV_MSG_HELLO:
-        m->u.hello.version = get_u32(r);
-        m->u.hello.role = get_u8(r);
-        get_str(r, m->u.hello.token, RDZV_TOKEN_MAX);
-        break;
-    case RDZV_MSG_ERROR:
-        m->u.error.code = get_u32(r);
-        get_str(r, m->u.error.text, RDZV_TEXT_MAX);
-        break;
-    case RDZV_MSG_JOIN:
-        get_join(r, &m->u.join);
-        break;
-    case RDZV_MSG_WAITING:
-        get_waiting(r, &m->u.waiting);
-        break;
-    case RDZV_MSG_ASSIGN:
-        get_assign(r, &m->u.assign);
-        break;
-    case RDZV_MSG_FAILED:
-    case RDZV_MSG_LEAVE:
-        get_failure(r, &m->u.failed);
-        break;
-    case RDZV_MSG_RESTART:
-        m->u.restart.restart_count = get_u32(r);
-        get_failure(r, &m->u.restart.cause);
-        break;
-    case RDZV_MSG_DONE:
-        m->u.done.round = get_u32(r);
-        break;
-    case RDZV_MSG_JOB_FAILED:
-        m->u.job_failed.restarts = get_u32(r);
-        get_failure(r, &m->u.job_failed.cause);
-        break;
-    default:
         break;
     }
 }
@@ -605,7 +519,7 @@ int rdzv_msg_encode(const struct rdzv_msg *msg, uint8_t *buf, size_t cap, size_t
     if (!type_known(msg->type))
         return -EINVAL;
     w.pos = RDZV_HEADER_SIZE; /* payload first: the header needs its length */
-    put_payload(&w, msg);
+    io_payload(&(struct io){.w = &w}, (struct rdzv_msg *)msg);
     if (w.err)
         return w.err;
     payload = w.pos - RDZV_HEADER_SIZE;
@@ -705,7 +619,7 @@ int rdzv_msg_decode(uint8_t type, const uint8_t *payload, size_t len, struct rdz
     if (!type_known(type))
         return -ENOTSUP;
     rdzv_msg_init(msg, type);
-    get_payload(&r, msg);
+    io_payload(&(struct io){.r = &r}, msg);
     if (r.err)
         return r.err;
     if (r.pos != r.len) /* trailing bytes: the peer speaks a layout we do not know */

@@ -255,6 +255,13 @@ size_t rdzv_msg_body_size(unsigned type);
 /* Returns the message type's name ("HELLO"...), or "UNKNOWN". */
 const char *rdzv_msg_name(unsigned type);
 
+/* The one table of the server's ERROR codes (enum rdzv_err), for the agent's client and
+ * libmuster alike: rdzv_err_errno gives the negative errno callers test (-EPROTO, then
+ * -EPROTONOSUPPORT, -EACCES, -ETIMEDOUT, -EINVAL, -ESHUTDOWN, -EPROTO for UNKNOWN_TYPE and any
+ * code a newer server may send); rdzv_err_name its name ("AUTH"...), or "UNKNOWN". */
+int rdzv_err_errno(uint32_t code);
+const char *rdzv_err_name(uint32_t code);
+
 /* Returns 1 when `name` may name a checkpoint on the wire: at most RDZV_CKPT_NAME_MAX bytes, no
  * '/', not "." or ".." (it must stay inside the checkpoint directory). "" is allowed. */
 int rdzv_ckpt_name_ok(const char *name);

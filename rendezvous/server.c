@@ -16,6 +16,7 @@
 #include "cred.h"
 #include "escape.h"
 #include "hslimit.h"
+#include "log.h"
 #include "server_priv.h"
 #include "tls.h"
 
@@ -207,15 +208,6 @@ void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
     srv_peer_close(p, 1);
 }
 
-uint64_t srv_wall_ms(void)
-{
-    uv_timeval64_t tv;
-
-    if (uv_gettimeofday(&tv) < 0)
-        return 0;
-    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-}
-
 /* --- closing and liveness ------------------------------------------------------------------- */
 
 /* A member connection going away mid-round is a lost node (`reason` says how); the job decides
@@ -236,7 +228,7 @@ static void peer_lose(struct peer *p, int flush, const char *reason)
         return;
     p->closing = 1;
     if (p->job != NULL && !p->srv->closing)
-        sjob_detach(p->job, p, reason);
+        rdzv__sjob_detach(p->job, p, reason);
     if (p->kvjob != NULL && p->kvjob->kv != NULL)
         rdzv_kv_forget(p->kvjob->kv, p);
     if (p->kvjob != NULL)
@@ -436,7 +428,7 @@ void srv_log(struct rdzv_server *srv, const char *fmt, ...)
     if (srv->log_cb != NULL)
         srv->log_cb(srv->log_data, safe);
     else
-        fprintf(stderr, "muster: server: %s\n", safe);
+        mc_info("server: %s", safe);
 }
 
 /* Whether ev from addr is to be logged: the first time per address and kind only. */
@@ -487,7 +479,7 @@ void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, con
     va_end(ap);
 }
 
-/* A KV_REPLY LIMIT (sjob_kv_reply): over the job's own quota, or over the server's total when
+/* A KV_REPLY LIMIT (rdzv__sjob_kv_reply): over the job's own quota, or over the server's total when
  * the shared pool refused it just now. */
 void srv_kv_limit_event(struct peer *p)
 {
@@ -547,7 +539,8 @@ static int admit_job(struct peer *p, const char *job_id)
 {
     struct rdzv_server *srv = p->srv;
 
-    if (p->job != NULL || srv->n_jobs < srv->limits.max_jobs || sjob_find(srv, job_id) != NULL)
+    if (p->job != NULL || srv->n_jobs < srv->limits.max_jobs ||
+        rdzv__sjob_find(srv, job_id) != NULL)
         return 1;
     srv_peer_event(p, SRV_EV_JOBS, "JOIN for a new job while %u jobs exist (limit %u)", srv->n_jobs,
                    srv->limits.max_jobs);
@@ -563,33 +556,33 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
     switch (m->type) {
     case RDZV_MSG_JOIN:
         if (admit_job(p, m->u.join.job_id))
-            handle_join(p, &m->u.join);
+            rdzv__handle_join(p, &m->u.join);
         break;
     case RDZV_MSG_FAILED:
     case RDZV_MSG_LEAVE:
-        handle_failed(p, &m->u.failed, m->type == RDZV_MSG_LEAVE);
+        rdzv__handle_failed(p, &m->u.failed, m->type == RDZV_MSG_LEAVE);
         break;
     case RDZV_MSG_DONE:
-        handle_done(p, m->u.done.round);
+        rdzv__handle_done(p, m->u.done.round);
         break;
     case RDZV_MSG_HEARTBEAT:
-        handle_heartbeat(p, &m->u.heartbeat);
+        rdzv__handle_heartbeat(p, &m->u.heartbeat);
         break;
     case RDZV_MSG_REJOIN:
         if (admit_job(p, m->u.rejoin.join.job_id))
-            handle_rejoin(p, &m->u.rejoin);
+            rdzv__handle_rejoin(p, &m->u.rejoin);
         break;
     case RDZV_MSG_CKPT:
-        handle_ckpt(p, &m->u.ckpt);
+        rdzv__handle_ckpt(p, &m->u.ckpt);
         break;
     case RDZV_MSG_ATTACH:
-        handle_attach(p, &m->u.attach);
+        rdzv__handle_attach(p, &m->u.attach);
         break;
     case RDZV_MSG_STATUS_REQ:
-        handle_status_req(p, &m->u.status_req);
+        rdzv__handle_status_req(p, &m->u.status_req);
         break;
     default: /* KV_PUT, KV_GET, BARRIER */
-        handle_kv(p, m);
+        rdzv__handle_kv(p, m);
         break;
     }
 }
@@ -613,7 +606,7 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
             srv_peer_event(p, SRV_EV_PROTOCOL, "HELLO sent twice");
             srv_send_error(p, RDZV_ERR_PROTOCOL, "HELLO sent twice");
         } else {
-            handle_hello(p, &m->u.hello);
+            rdzv__handle_hello(p, &m->u.hello);
         }
         return;
     }
@@ -937,7 +930,7 @@ int rdzv_server_new_tls(uv_loop_t *loop, const char *host, unsigned port,
         return UV_EINVAL;
     err = rdzv_tls_new(opts, 1, &tls, why, sizeof(why));
     if (err < 0) {
-        fprintf(stderr, "muster: server: TLS setup failed: %s\n", why);
+        mc_error("server: TLS setup failed: %s", why);
         return err;
     }
     return server_start(loop, host, port, tls, opts->token, out);
@@ -1023,7 +1016,7 @@ void rdzv_server_close(struct rdzv_server *s, void (*close_cb)(void *data), void
     s->close_data = data;
     for (struct sjob *sj = s->jobs, *next; sj != NULL; sj = next) {
         next = sj->next;
-        sjob_drop(sj);
+        rdzv__sjob_drop(sj);
     }
     for (struct peer *p = s->peers; p != NULL; p = p->next) {
         p->job = NULL;
@@ -1031,6 +1024,6 @@ void rdzv_server_close(struct rdzv_server *s, void (*close_cb)(void *data), void
         rdzv_conn_close(&p->conn, 0, peer_closed_cb); /* hurry a flushing close */
     }
     if (s->http != NULL)
-        http_close(s->http);
+        rdzv__http_close(s->http);
     uv_close((uv_handle_t *)&s->listener, listener_closed_cb);
 }

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "ckptlog.h"
+#include "clock.h"
 #include "conn.h"
 #include "cred.h"
 #include "job.h"
@@ -175,39 +176,38 @@ void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void srv_event_metric(enum srv_event ev, const char **family, const char **label);
 void srv_log(struct rdzv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-uint64_t srv_wall_ms(void);
 int rdzv_server_resolve(uv_loop_t *loop, const char *host, unsigned port,
                         struct sockaddr_storage *ss);
 int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connection_cb cb,
                            unsigned *bound);
 
 /* sjob.c */
-struct sjob *sjob_find(struct rdzv_server *srv, const char *id);
-int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out);
-void sjob_drop(struct sjob *sj);
-void sjob_apply(struct sjob *sj, enum rdzv_job_event ev);
-void sjob_arm(struct sjob *sj);
-void sjob_attach(struct sjob *sj, struct peer *p);
-int sjob_worker_admit(struct sjob *sj, struct peer *p);
-void sjob_detach(struct sjob *sj, struct peer *p, const char *reason);
+struct sjob *rdzv__sjob_find(struct rdzv_server *srv, const char *id);
+int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out);
+void rdzv__sjob_drop(struct sjob *sj);
+void rdzv__sjob_apply(struct sjob *sj, enum rdzv_job_event ev);
+void rdzv__sjob_arm(struct sjob *sj);
+void rdzv__sjob_attach(struct sjob *sj, struct peer *p);
+int rdzv__sjob_worker_admit(struct sjob *sj, struct peer *p);
+void rdzv__sjob_detach(struct sjob *sj, struct peer *p, const char *reason);
 
 /* handler.c: agent messages */
-void handle_hello(struct peer *p, const struct rdzv_hello *h);
-void handle_join(struct peer *p, const struct rdzv_join *j);
-void handle_failed(struct peer *p, const struct rdzv_failure *f, int leaving);
-void handle_done(struct peer *p, uint32_t round);
-void handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb);
-void handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj);
-void handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck);
+void rdzv__handle_hello(struct peer *p, const struct rdzv_hello *h);
+void rdzv__handle_join(struct peer *p, const struct rdzv_join *j);
+void rdzv__handle_failed(struct peer *p, const struct rdzv_failure *f, int leaving);
+void rdzv__handle_done(struct peer *p, uint32_t round);
+void rdzv__handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb);
+void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj);
+void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck);
 
 /* handler_kv.c: worker and observer messages */
-void handle_attach(struct peer *p, const struct rdzv_attach *a);
-void handle_kv(struct peer *p, const struct rdzv_msg *m);
-void handle_status_req(struct peer *p, const struct rdzv_status_req *r);
-void sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
-                   const uint8_t *value, uint32_t len);
+void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a);
+void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m);
+void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r);
+void rdzv__sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
+                         const uint8_t *value, uint32_t len);
 
 /* http.c */
-void http_close(struct rdzv_http *h);
+void rdzv__http_close(struct rdzv_http *h);
 
 #endif

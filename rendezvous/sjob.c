@@ -24,7 +24,7 @@ static void sjob_closed_cb(uv_handle_t *handle)
 
 /* Unlinks at once, so that a JOIN arriving meanwhile creates a fresh job; frees on close.
  * Workers still attached lose their job: their held requests get STALE, later ones too. */
-void sjob_drop(struct sjob *sj)
+void rdzv__sjob_drop(struct sjob *sj)
 {
     struct rdzv_server *srv = sj->srv;
 
@@ -49,7 +49,7 @@ void sjob_drop(struct sjob *sj)
     uv_close((uv_handle_t *)&sj->timer, sjob_closed_cb);
 }
 
-struct sjob *sjob_find(struct rdzv_server *srv, const char *id)
+struct sjob *rdzv__sjob_find(struct rdzv_server *srv, const char *id)
 {
     for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next)
         if (strcmp(sj->job->id, id) == 0)
@@ -57,7 +57,7 @@ struct sjob *sjob_find(struct rdzv_server *srv, const char *id)
     return NULL;
 }
 
-int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out)
+int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out)
 {
     struct rdzv_kv_limits kl = {srv->limits.kv_max_keys, srv->limits.kv_max_bytes, &srv->kv_pool};
     struct sjob *sj;
@@ -70,7 +70,7 @@ int sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **o
         return -ENOMEM;
     err = rdzv_job_new(j, &sj->job);
     if (err == 0)
-        err = rdzv_kv_new(&kl, 0, sjob_kv_reply, srv, &sj->kv);
+        err = rdzv_kv_new(&kl, 0, rdzv__sjob_kv_reply, srv, &sj->kv);
     if (err < 0) {
         rdzv_job_free(sj->job);
         free(sj);
@@ -113,7 +113,7 @@ static void timer_cb(uv_timer_t *timer)
             broadcast_waiting(sj);
     }
     rdzv_kv_tick(sj->kv, now);
-    sjob_apply(sj, rdzv_job_tick(sj->job, now, srv_wall_ms()));
+    rdzv__sjob_apply(sj, rdzv_job_tick(sj->job, now, mc_wall_ms()));
 }
 
 static int64_t earliest(int64_t a, int64_t b)
@@ -125,7 +125,7 @@ static int64_t earliest(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-void sjob_arm(struct sjob *sj)
+void rdzv__sjob_arm(struct sjob *sj)
 {
     int64_t deadline = earliest(rdzv_job_deadline(sj->job), rdzv_kv_deadline(sj->kv));
     uint64_t now = uv_now(sj->srv->loop);
@@ -196,8 +196,8 @@ static void broadcast_waiting(struct sjob *sj)
 }
 
 /* The count changed: tell every member now, or at the next sjob_waiting_every_ms tick (the
- * timer is armed by sjob_apply through sjob_arm); the round closing first makes it moot. The
- * newest member, who just joined, hears it at once either way. */
+ * timer is armed by rdzv__sjob_apply through rdzv__sjob_arm); the round closing first makes it
+ * moot. The newest member, who just joined, hears it at once either way. */
 static void send_waiting(struct sjob *sj)
 {
     struct rdzv_msg m;
@@ -270,7 +270,7 @@ static void sjob_timeout(struct sjob *sj)
         sj->npeers--;
         srv_send_error(p, RDZV_ERR_TIMEOUT, "%s", text);
     }
-    sjob_drop(sj);
+    rdzv__sjob_drop(sj);
 }
 
 /* Counters for /metrics, and the KV store follows the job into its new round. */
@@ -322,7 +322,7 @@ static void send_event(struct sjob *sj, enum rdzv_job_event ev)
 
 /* A job without agent connections has nothing left to tell anyone; dropping it lets the next
  * JOIN with that id start afresh, and REJOINs rebuild it. */
-void sjob_apply(struct sjob *sj, enum rdzv_job_event ev)
+void rdzv__sjob_apply(struct sjob *sj, enum rdzv_job_event ev)
 {
     if (sj->dropped)
         return;
@@ -333,9 +333,9 @@ void sjob_apply(struct sjob *sj, enum rdzv_job_event ev)
     account(sj, ev);
     send_event(sj, ev);
     if (sj->npeers == 0)
-        sjob_drop(sj);
+        rdzv__sjob_drop(sj);
     else
-        sjob_arm(sj);
+        rdzv__sjob_arm(sj);
 }
 
 /* The job's cap on attached worker connections: job_workers_per_proc x its world (members and
@@ -358,7 +358,7 @@ static unsigned worker_cap(const struct sjob *sj)
  * without this cap one token holder could pin every connection of the server through one job.
  * Counts p against sj and returns 1, or answers ERROR (counted) and returns 0. peer_lose()
  * gives the count back. */
-int sjob_worker_admit(struct sjob *sj, struct peer *p)
+int rdzv__sjob_worker_admit(struct sjob *sj, struct peer *p)
 {
     unsigned cap = worker_cap(sj);
 
@@ -375,7 +375,7 @@ int sjob_worker_admit(struct sjob *sj, struct peer *p)
     return 0;
 }
 
-void sjob_attach(struct sjob *sj, struct peer *p)
+void rdzv__sjob_attach(struct sjob *sj, struct peer *p)
 {
     if (p->job == sj)
         return;
@@ -384,11 +384,11 @@ void sjob_attach(struct sjob *sj, struct peer *p)
 }
 
 /* The agent connection p leaves the job (closed, silent, or replaced by a reconnect). */
-void sjob_detach(struct sjob *sj, struct peer *p, const char *reason)
+void rdzv__sjob_detach(struct sjob *sj, struct peer *p, const char *reason)
 {
     uint64_t now = uv_now(sj->srv->loop);
 
     p->job = NULL;
     sj->npeers--;
-    sjob_apply(sj, rdzv_job_lost(sj->job, p, reason, now, srv_wall_ms()));
+    rdzv__sjob_apply(sj, rdzv_job_lost(sj->job, p, reason, now, mc_wall_ms()));
 }

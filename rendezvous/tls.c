@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <mbedtls/ctr_drbg.h>
+#include <mbedtls/error.h>
+#include <mbedtls/net_sockets.h>
 #include <mbedtls/entropy.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/platform_util.h>
@@ -407,4 +409,76 @@ void rdzv_tls_set_cred_sink(struct rdzv_tls *t, rdzv_tls_cred_sink_cb sink)
      * written only when it changes (once), so that those reads never race a write. */
     if (t->cred_sink != sink)
         t->cred_sink = sink;
+}
+
+/* Alerts a peer sends when it could not authenticate us (or would not let us in). */
+static int alert_is_auth(unsigned a)
+{
+    switch (a) {
+    case MBEDTLS_SSL_ALERT_MSG_BAD_RECORD_MAC:
+    case MBEDTLS_SSL_ALERT_MSG_HANDSHAKE_FAILURE:
+    case MBEDTLS_SSL_ALERT_MSG_NO_CERT:
+    case MBEDTLS_SSL_ALERT_MSG_BAD_CERT:
+    case MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT:
+    case MBEDTLS_SSL_ALERT_MSG_CERT_REVOKED:
+    case MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED:
+    case MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN:
+    case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA:
+    case MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED:
+    case MBEDTLS_SSL_ALERT_MSG_DECRYPT_ERROR:
+    case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_PSK_IDENTITY:
+        return 1;
+    }
+    return 0;
+}
+
+/* The one place mbedTLS errors become errnos (STYLE.md rule 3), for conn.c and libmuster. */
+int rdzv_tls_map_err(const mbedtls_ssl_context *ssl, int ret, int done, char *reason, size_t len)
+{
+    const char *stage = done ? "TLS" : "TLS handshake";
+    char detail[96], dummy[8];
+
+    if (reason == NULL) {
+        reason = dummy;
+        len = sizeof(dummy);
+    }
+    switch (ret) {
+    case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: {
+        unsigned a = ssl->in_msg[1]; /* the alert record mbedTLS just parsed */
+
+        snprintf(reason, len, "%s: the peer sent fatal alert %u%s", stage, a,
+                 alert_is_auth(a) ? " (it did not accept our token or certificate)" : "");
+        return alert_is_auth(a) ? -EACCES : -EPROTO;
+    }
+    case MBEDTLS_ERR_X509_CERT_VERIFY_FAILED:
+        mbedtls_x509_crt_verify_info(detail, sizeof(detail), "",
+                                     mbedtls_ssl_get_verify_result(ssl));
+        detail[strcspn(detail, "\n")] = '\0';
+        snprintf(reason, len, "%s: peer certificate rejected: %s", stage, detail);
+        return -EACCES;
+    case MBEDTLS_ERR_SSL_INVALID_MAC:
+        if (done)
+            break; /* a damaged record of an authenticated connection: a protocol error */
+        snprintf(reason, len, "%s: bad record MAC (wrong token or key)", stage);
+        return -EACCES;
+    case MBEDTLS_ERR_SSL_UNKNOWN_IDENTITY:
+    case MBEDTLS_ERR_SSL_NO_CLIENT_CERTIFICATE:
+    case MBEDTLS_ERR_SSL_PEER_VERIFY_FAILED:
+        mbedtls_strerror(ret, detail, sizeof(detail));
+        snprintf(reason, len, "%s: %s", stage, detail);
+        return -EACCES;
+    case MBEDTLS_ERR_SSL_ALLOC_FAILED:
+        snprintf(reason, len, "%s: out of memory", stage);
+        return -ENOMEM;
+    case MBEDTLS_ERR_SSL_CONN_EOF:
+    case MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY:
+        snprintf(reason, len, "%s: the peer closed the connection", stage);
+        return -ECONNRESET;
+    case MBEDTLS_ERR_NET_SEND_FAILED:
+        snprintf(reason, len, "%s: sending failed (the connection is gone)", stage);
+        return -EPIPE;
+    }
+    mbedtls_strerror(ret, detail, sizeof(detail));
+    snprintf(reason, len, "%s: %s", stage, detail);
+    return -EPROTO;
 }

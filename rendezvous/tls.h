@@ -9,7 +9,7 @@
  *    (the server verifies client certificates), host name checked by clients.
  * One struct rdzv_tls (an mbedtls_ssl_config with its DRBG and keys) is shared by all the
  * connections of a server or a client; each rdzv_conn owns its mbedtls_ssl_context.
- * mbedTLS errors are mapped to negative errnos here and in conn.c only (STYLE.md rule 3). */
+ * mbedTLS errors are mapped to negative errnos here only (rdzv_tls_map_err; STYLE.md rule 3). */
 #ifndef MUSTER_RDZV_TLS_H
 #define MUSTER_RDZV_TLS_H
 
@@ -87,5 +87,16 @@ const unsigned char *rdzv_tls_master(const struct rdzv_tls *t);
 struct mbedtls_ssl_context;
 typedef void (*rdzv_tls_cred_sink_cb)(struct mbedtls_ssl_context *ssl, const struct rdzv_cred *c);
 void rdzv_tls_set_cred_sink(struct rdzv_tls *t, rdzv_tls_cred_sink_cb sink);
+
+struct mbedtls_ssl_context;
+
+/* Maps a fatal mbedTLS error ret of ssl (done: after the handshake) to a negative errno, with a
+ * one-line reason (len bytes; reason may be NULL): -EACCES (the peer refused our token or
+ * certificate, or we refused its: fatal auth alert, failed verification, bad MAC during the
+ * handshake, unknown PSK identity), -ENOMEM, -ECONNRESET (the peer closed), -EPIPE (sending
+ * failed), else -EPROTO.
+ * Used by conn.c (the server and agents) and libmuster, so both name a failure alike. */
+int rdzv_tls_map_err(const struct mbedtls_ssl_context *ssl, int ret, int done, char *reason,
+                     size_t len);
 
 #endif

@@ -24,6 +24,7 @@
 #include "muster_version.h"
 #include "pf_gpu.h"
 #include "pf_run.h"
+#include "clock.h"
 
 #define DEFAULT_MIN_BYTES (1ULL << 20)
 #define DEFAULT_MAX_BYTES (256ULL << 20)
@@ -75,7 +76,7 @@ static int usage_error(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputs(" (see muster-preflight --help)\n", stderr);
-    return PF_EXIT_USAGE;
+    return PFG_EXIT_USAGE;
 }
 
 static int parse_int(const char *s, long min, long max, int *out)
@@ -135,7 +136,7 @@ static int apply_opt(int c, const char *val, struct pf_opts *o)
     return usage_error("internal: unknown option %d", c);
 }
 
-/* argv[0] is "allreduce". Returns 0, PF_EXIT_USAGE, or -1 after printing --help. */
+/* argv[0] is "allreduce". Returns 0, PFG_EXIT_USAGE, or -1 after printing --help. */
 static int parse_opts(int argc, char **argv, struct pf_opts *o)
 {
     static const struct option longopts[] = {{"min-bytes", required_argument, NULL, OPT_MIN},
@@ -215,12 +216,12 @@ static int allreduce_main(int argc, char **argv)
     int rc = parse_opts(argc, argv, &run.opts);
 
     if (rc < 0)
-        return PF_EXIT_OK; /* --help */
+        return PFG_EXIT_OK; /* --help */
     if (rc != 0)
         return rc;
     if ((rc = parse_env(&run.env)) != 0)
         return rc;
-    run.start_ms = pf_now_ms();
+    run.start_ms = mc_mono_ms_f();
     return pf_allreduce_run(&run);
 }
 
@@ -233,16 +234,16 @@ int main(int argc, char **argv)
         return usage_error("missing command: inventory or allreduce");
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage_text, stdout);
-        return PF_EXIT_OK;
+        return PFG_EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0) {
         printf("muster-preflight %s\n", MUSTER_VERSION);
-        return PF_EXIT_OK;
+        return PFG_EXIT_OK;
     }
     if (strcmp(argv[1], "inventory") == 0) {
         if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
             fputs(usage_text, stdout);
-            return PF_EXIT_OK;
+            return PFG_EXIT_OK;
         }
         if (argc > 2)
             return usage_error("inventory takes no arguments");

@@ -18,6 +18,7 @@
 #include <library_types.h>
 
 #include "pf_nvml.h"
+#include "clock.h"
 
 #define GEMM_N 8192
 #define GEMM_WARMUP 5
@@ -145,10 +146,10 @@ static int gemm(struct pf_run *run, struct cublas *c)
     ce = gemm_calls(c, h, a, out, GEMM_WARMUP, &crc);
     if (ce != cudaSuccess || crc != 0)
         goto out;
-    t0 = pf_now_ms();
+    t0 = mc_mono_ms_f();
     ce = gemm_calls(c, h, a, out, GEMM_ITERS, &crc);
     if (ce == cudaSuccess && crc == 0) {
-        double sec = (pf_now_ms() - t0) / 1e3, flop = 2.0 * GEMM_N * (double)GEMM_N * GEMM_N;
+        double sec = (mc_mono_ms_f() - t0) / 1e3, flop = 2.0 * GEMM_N * (double)GEMM_N * GEMM_N;
         b->gemm_tflops = sec > 0 ? flop * GEMM_ITERS / sec / 1e12 : 0;
         b->gemm_n = GEMM_N;
         b->gemm_iters = GEMM_ITERS;
@@ -157,7 +158,7 @@ out:
     if (crc != 0)
         snprintf(b->gemm_note, sizeof(b->gemm_note), "cuBLAS error %d: GEMM not checked", crc);
     if (ce != cudaSuccess)
-        rc = pf_fail(run, PF_EXIT_CHECK, -EIO, "CUDA error in the GEMM check on GPU %d (%s): %s",
+        rc = pf_fail(run, PFG_EXIT_CHECK, -EIO, "CUDA error in the GEMM check on GPU %d (%s): %s",
                      run->gpu.index, run->gpu.uuid, cudaGetErrorString(ce));
     if (h != NULL)
         c->destroy(h);
@@ -196,11 +197,11 @@ static int hbm(struct pf_run *run)
     }
     /* The contents do not matter to a copy; no fill. */
     ce = copies(run, dst, src, bytes, HBM_WARMUP);
-    t0 = pf_now_ms();
+    t0 = mc_mono_ms_f();
     if (ce == cudaSuccess)
         ce = copies(run, dst, src, bytes, HBM_ITERS);
     if (ce == cudaSuccess) {
-        double sec = (pf_now_ms() - t0) / 1e3;
+        double sec = (mc_mono_ms_f() - t0) / 1e3;
         b->hbm_gbps = sec > 0 ? 2.0 * (double)bytes * HBM_ITERS / sec / 1e9 : 0;
         b->hbm_bytes = bytes;
         b->hbm_iters = HBM_ITERS;
@@ -208,7 +209,7 @@ static int hbm(struct pf_run *run)
     cudaFree(dst);
     cudaFree(src);
     if (ce != cudaSuccess)
-        return pf_fail(run, PF_EXIT_CHECK, -EIO,
+        return pf_fail(run, PFG_EXIT_CHECK, -EIO,
                        "CUDA error in the HBM copy check on GPU %d "
                        "(%s): %s",
                        run->gpu.index, run->gpu.uuid, cudaGetErrorString(ce));
@@ -237,7 +238,7 @@ int pf_bench_run(struct pf_run *run)
 {
     struct pf_bench *b = &run->bench;
     struct cublas c = {0};
-    double t0 = pf_now_ms();
+    double t0 = mc_mono_ms_f();
     int rc = 0;
 
     b->ran = 1;
@@ -251,6 +252,6 @@ int pf_bench_run(struct pf_run *run)
     b->gemm_tflops *= b->slow_factor;
     b->hbm_gbps *= b->slow_factor;
     /* c.lib stays loaded: unloading cuBLAS at exit races its own teardown for nothing */
-    b->ms = pf_now_ms() - t0;
+    b->ms = mc_mono_ms_f() - t0;
     return rc;
 }

@@ -11,7 +11,7 @@
 
 /* Measures run->gpu (current device, context up): GEMM, HBM copy, NVML. Fills run->bench and
  * run->health. cuBLAS or NVML missing is no error (said in run->bench.gemm_note / the NVML
- * summary); a CUDA error during the measurement is recorded with pf_fail (PF_EXIT_CHECK) and
+ * summary); a CUDA error during the measurement is recorded with pf_fail (PFG_EXIT_CHECK) and
  * returned as a negative errno. */
 int pf_bench_run(struct pf_run *run);
 

@@ -145,23 +145,23 @@ int pf_inventory_main(void)
     char err[512] = "";
     json_t *o = versions_json();
     json_t *gpus = json_array();
-    int code = PF_EXIT_OK;
+    int code = PFG_EXIT_OK;
 
     if (o == NULL || gpus == NULL) {
         json_decref(o);
         json_decref(gpus);
         fprintf(stderr, "muster-preflight: error: out of memory\n");
-        return PF_EXIT_START;
+        return PFG_EXIT_START;
     }
     if (list_gpus(gpus, err, sizeof(err)) < 0) {
         fprintf(stderr, "muster-preflight: error: CUDA cannot start: %s\n", err);
         json_object_set_new(o, "error", json_string(err));
         json_array_clear(gpus); /* the contract: "gpus": [] whenever CUDA failed */
-        code = PF_EXIT_START;
+        code = PFG_EXIT_START;
     }
     json_object_set_new(o, "gpus", gpus);
     if (print_json(o) < 0)
-        code = PF_EXIT_START;
+        code = PFG_EXIT_START;
     json_decref(o);
     return code;
 }

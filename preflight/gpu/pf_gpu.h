@@ -19,7 +19,7 @@ void pf_gpu_format_uuid(const unsigned char bytes[16], char *out, size_t cap);
 void pf_driver_version(char *out, size_t cap);
 
 /* `muster-preflight inventory`: prints one JSON object on stdout. Returns the exit code:
- * PF_EXIT_OK, or PF_EXIT_START when CUDA cannot start (the object then carries "error"). */
+ * PFG_EXIT_OK, or PFG_EXIT_START when CUDA cannot start (the object then carries "error"). */
 int pf_inventory_main(void);
 
 #endif

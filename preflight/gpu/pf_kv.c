@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <muster.h>
+#include "clock.h"
 
 #define LIST_SHOWN 8 /* ranks named in one message; the rest are counted */
 
@@ -39,7 +40,7 @@ int pf_kv_put_text(struct pf_run *run, const char *key, const char *text)
     int rc = muster_kv_put(run->m, key, text, strlen(text));
 
     if (rc < 0)
-        return pf_fail(run, PF_EXIT_START, rc, "muster KV put %s: %s", key, muster_strerror(rc));
+        return pf_fail(run, PFG_EXIT_START, rc, "muster KV put %s: %s", key, muster_strerror(rc));
     return 0;
 }
 
@@ -50,7 +51,7 @@ int pf_kv_get_until(struct pf_run *run, const char *key, void *buf, size_t cap, 
 
     if (rc == 0 || rc == -ETIMEDOUT || rc == -ENOENT)
         return rc;
-    return pf_fail(run, PF_EXIT_START, rc, "muster KV get %s: %s", key, muster_strerror(rc));
+    return pf_fail(run, PFG_EXIT_START, rc, "muster KV get %s: %s", key, muster_strerror(rc));
 }
 
 /* A non-blocking text get that records nothing: used while composing an error message, where
@@ -159,7 +160,7 @@ static int fetch_entry(struct pf_run *run, int r, double deadline, struct gpu_en
     val[len] = '\0';
     e->rank = r;
     if (parse_gpu_value(val, e) < 0)
-        return pf_fail(run, PF_EXIT_START, -EPROTO, "malformed value of %s: \"%.200s\"", key, val);
+        return pf_fail(run, PFG_EXIT_START, -EPROTO, "malformed value of %s: \"%.200s\"", key, val);
     return 0;
 }
 
@@ -174,7 +175,7 @@ static int cmp_entry(const void *a, const void *b)
 }
 
 /* Sorts e[] by (uuid, rank) and reports the duplicate pair with the lowest rank, so every rank
- * prints the same message. Returns 0 or the recorded PF_EXIT_CHECK error. */
+ * prints the same message. Returns 0 or the recorded PFG_EXIT_CHECK error. */
 static int check_duplicates(struct pf_run *run, struct gpu_entry *e, int n)
 {
     int best = -1;
@@ -190,7 +191,7 @@ static int check_duplicates(struct pf_run *run, struct gpu_entry *e, int n)
     }
     if (best < 0)
         return 0;
-    return pf_fail(run, PF_EXIT_CHECK, -EBUSY,
+    return pf_fail(run, PFG_EXIT_CHECK, -EBUSY,
                    "ranks %d (%s, GPU %d, %s, %s) and %d (%s, GPU %d, %s, %s) use the same GPU",
                    e[best].rank, e[best].host, e[best].dev, e[best].uuid, e[best].pci,
                    e[best + 1].rank, e[best + 1].host, e[best + 1].dev, e[best + 1].uuid,
@@ -210,12 +211,12 @@ static void note_reduced(struct pf_run *run, int min_rank)
 int pf_kv_check_gpus(struct pf_run *run)
 {
     int n = run->env.world, missing = 0, min_rank = run->env.rank, rc = 0;
-    double deadline = pf_now_ms() + run->opts.timeout_ms;
+    double deadline = mc_mono_ms_f() + run->opts.timeout_ms;
     struct gpu_entry *e = calloc((size_t)n, sizeof(*e));
     char list[1536] = "", desc[600];
 
     if (e == NULL)
-        return pf_fail(run, PF_EXIT_START, -ENOMEM, "out of memory (%d ranks)", n);
+        return pf_fail(run, PFG_EXIT_START, -ENOMEM, "out of memory (%d ranks)", n);
     run->max_bytes = run->buf_bytes;
     for (int r = 0; r < n; r++) {
         if (r == run->env.rank) {
@@ -242,7 +243,7 @@ int pf_kv_check_gpus(struct pf_run *run)
     if (missing > 0) {
         if (missing > LIST_SHOWN)
             append(list, sizeof(list), " and %d more", missing - LIST_SHOWN);
-        rc = pf_fail(run, PF_EXIT_MISSING, -ETIMEDOUT, "%s never arrived within %g s", list,
+        rc = pf_fail(run, PFG_EXIT_MISSING, -ETIMEDOUT, "%s never arrived within %g s", list,
                      run->opts.timeout_ms / 1000.0);
         goto out;
     }

@@ -17,12 +17,12 @@
 
 #include "pf_run.h"
 
-/* Puts text under key. Returns 0, or records a PF_EXIT_START error and returns it. */
+/* Puts text under key. Returns 0, or records a PFG_EXIT_START error and returns it. */
 int pf_kv_put_text(struct pf_run *run, const char *key, const char *text);
 
-/* Gets key into buf (cap bytes), waiting until deadline_ms (pf_now_ms() scale; a deadline
+/* Gets key into buf (cap bytes), waiting until deadline_ms (mc_mono_ms_f() scale; a deadline
  * already past makes it a non-blocking look-up). Sets *len. Returns 0, -ETIMEDOUT/-ENOENT when
- * the key is still missing (nothing recorded), or records a PF_EXIT_START error and returns it. */
+ * the key is still missing (nothing recorded), or records a PFG_EXIT_START error and returns it. */
 int pf_kv_get_until(struct pf_run *run, const char *key, void *buf, size_t cap, size_t *len,
                     double deadline_ms);
 
@@ -34,7 +34,7 @@ void pf_kv_rank_desc(struct pf_run *run, int rank, char *out, size_t cap);
 int pf_kv_publish(struct pf_run *run);
 
 /* Waits (up to --timeout-ms) for every rank's pf/gpu, fails when two ranks share a GPU UUID
- * (PF_EXIT_CHECK) or a rank never arrived (PF_EXIT_MISSING), and sets run->max_bytes to the
+ * (PFG_EXIT_CHECK) or a rank never arrived (PFG_EXIT_MISSING), and sets run->max_bytes to the
  * smallest pf/mem of all ranks so every rank sweeps the same sizes. Returns 0 or the error. */
 int pf_kv_check_gpus(struct pf_run *run);
 

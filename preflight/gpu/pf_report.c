@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "health.h"
+#include "clock.h"
 
 static json_t *gpu_json(const struct pf_run *run)
 {
@@ -109,10 +110,10 @@ static json_t *result_json(const struct pf_run *run)
         json_array_append_new(stages, stage_json(&run->stages[i]));
     json_t *o = json_pack("{s:i, s:i, s:s, s:o*, s:b, s:s?, s:i, s:o*, s:o*, s:I, s:s?, s:f}",
                           "rank", run->env.rank, "local_rank", run->env.local_rank, "host",
-                          run->host, "gpu", gpu_json(run), "ok", run->exit_code == PF_EXIT_OK,
+                          run->host, "gpu", gpu_json(run), "ok", run->exit_code == PFG_EXIT_OK,
                           "error", err, "exit", run->exit_code, "init_ms", init_json(run), "stages",
                           stages, "max_bytes", (json_int_t)run->max_bytes, "note", note, "total_ms",
-                          pf_now_ms() - run->start_ms);
+                          mc_mono_ms_f() - run->start_ms);
     if (o != NULL)
         json_object_set_new(o, "health", health_json(run));
     return o;

@@ -18,6 +18,7 @@
 #include "pf_kv.h"
 #include "pf_report.h"
 #include "pf_stage.h"
+#include "clock.h"
 
 int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
 {
@@ -39,17 +40,9 @@ int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
     return err < 0 ? err : -EIO;
 }
 
-double pf_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 int pf_left_ms(double deadline_ms)
 {
-    double left = deadline_ms - pf_now_ms();
+    double left = deadline_ms - mc_mono_ms_f();
 
     if (left <= 0)
         return 0;
@@ -76,7 +69,7 @@ static int alloc_buffer(struct pf_run *run)
         }
         (void)cudaGetLastError(); /* an allocation failure is not sticky; clear it anyway */
         if (size <= min)
-            return pf_fail(run, PF_EXIT_START, -ENOMEM,
+            return pf_fail(run, PFG_EXIT_START, -ENOMEM,
                            "cudaMalloc of %" PRIu64 " bytes on GPU %d (%s) failed: %s", size,
                            run->gpu.index, run->gpu.uuid, cudaGetErrorString(ce));
         size = (size / 2) & ~(uint64_t)3;
@@ -88,7 +81,7 @@ static int alloc_buffer(struct pf_run *run)
     if (ce == cudaSuccess)
         ce = cudaStreamSynchronize(run->stream);
     if (ce != cudaSuccess)
-        return pf_fail(run, PF_EXIT_START, -EIO, "cudaMemset on GPU %d failed: %s", run->gpu.index,
+        return pf_fail(run, PFG_EXIT_START, -EIO, "cudaMemset on GPU %d failed: %s", run->gpu.index,
                        cudaGetErrorString(ce));
     return 0;
 }
@@ -100,15 +93,16 @@ static int pick_device(struct pf_run *run, int *dev)
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 
     if (ce != cudaSuccess)
-        return pf_fail(run, PF_EXIT_START, -ENODEV, "CUDA cannot start: %s",
+        return pf_fail(run, PFG_EXIT_START, -ENODEV, "CUDA cannot start: %s",
                        cudaGetErrorString(ce));
     if (count <= 0)
-        return pf_fail(run, PF_EXIT_START, -ENODEV, "CUDA cannot start: no CUDA device is visible");
+        return pf_fail(run, PFG_EXIT_START, -ENODEV,
+                       "CUDA cannot start: no CUDA device is visible");
     /* Default LOCAL_RANK; but when the node process gave us exactly one GPU through
      * CUDA_VISIBLE_DEVICES, that one is ordinal 0 whatever our LOCAL_RANK. */
     *dev = run->opts.device >= 0 ? run->opts.device : count == 1 ? 0 : run->env.local_rank;
     if (*dev >= count)
-        return pf_fail(run, run->opts.device >= 0 ? PF_EXIT_USAGE : PF_EXIT_START, -ENODEV,
+        return pf_fail(run, run->opts.device >= 0 ? PFG_EXIT_USAGE : PFG_EXIT_START, -ENODEV,
                        "GPU %d does not exist: CUDA sees %d device(s) (CUDA_VISIBLE_DEVICES=%s)",
                        *dev, count, cvd ? cvd : "unset");
     return 0;
@@ -124,14 +118,14 @@ static int setup_gpu(struct pf_run *run)
         return rc;
     ce = cudaSetDevice(dev);
     if (ce != cudaSuccess)
-        return pf_fail(run, PF_EXIT_START, -EIO, "cudaSetDevice(%d) failed: %s", dev,
+        return pf_fail(run, PFG_EXIT_START, -EIO, "cudaSetDevice(%d) failed: %s", dev,
                        cudaGetErrorString(ce));
     if (pf_gpu_query(dev, &run->gpu, err, sizeof(err)) < 0)
-        return pf_fail(run, PF_EXIT_START, -EIO, "%s", err);
+        return pf_fail(run, PFG_EXIT_START, -EIO, "%s", err);
     run->have_gpu = 1;
     ce = cudaStreamCreateWithFlags(&run->stream, cudaStreamNonBlocking);
     if (ce != cudaSuccess)
-        return pf_fail(run, PF_EXIT_START, -EIO, "cudaStreamCreate on GPU %d failed: %s", dev,
+        return pf_fail(run, PFG_EXIT_START, -EIO, "cudaStreamCreate on GPU %d failed: %s", dev,
                        cudaGetErrorString(ce));
     run->have_stream = 1;
     return alloc_buffer(run);
@@ -165,7 +159,7 @@ static int connect_muster(struct pf_run *run)
 
     if (rc < 0) {
         run->m = NULL;
-        return pf_fail(run, PF_EXIT_START, rc, "cannot connect to the muster server: %s",
+        return pf_fail(run, PFG_EXIT_START, rc, "cannot connect to the muster server: %s",
                        muster_strerror(rc));
     }
     return 0;
@@ -190,10 +184,10 @@ int pf_allreduce_run(struct pf_run *run)
     if (rc == 0)
         rc = pf_bench_run(run);
     if (rc < 0 && run->error[0] == '\0')
-        pf_fail(run, PF_EXIT_START, rc, "internal error: %s", strerror(-rc));
+        pf_fail(run, PFG_EXIT_START, rc, "internal error: %s", strerror(-rc));
     pf_kv_report_error(run);
-    if (pf_report_write(run) < 0 && run->exit_code == PF_EXIT_OK)
-        run->exit_code = PF_EXIT_START;
+    if (pf_report_write(run) < 0 && run->exit_code == PFG_EXIT_OK)
+        run->exit_code = PFG_EXIT_START;
     if (run->dbuf != NULL)
         cudaFree(run->dbuf);
     if (run->have_stream)

@@ -11,12 +11,9 @@
 
 #include "health.h"
 
-/* Exit codes (also in muster_preflight.c's header comment and --help). */
-#define PF_EXIT_OK 0      /* every check passed */
-#define PF_EXIT_CHECK 1   /* a check failed: duplicate GPU, NCCL error, wrong sum */
-#define PF_EXIT_USAGE 2   /* bad command line or worker environment */
-#define PF_EXIT_START 3   /* CUDA, NCCL or the muster connection cannot start */
-#define PF_EXIT_MISSING 4 /* a rank never arrived, or a deadline passed */
+/* Exit codes: PFG_EXIT_* in common/exitcode.h (muster-preflight's own, not muster's; also in
+ * muster_preflight.c's header comment and --help). */
+#include "exitcode.h"
 
 #define PF_MAX_SIZES 64 /* sweep entries; 1 B .. 2^64 by factor 2 still fits */
 #define PF_HOST_MAX 256
@@ -111,10 +108,7 @@ int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
  * run->opts and run->env filled and everything else zero. Returns the exit code. */
 int pf_allreduce_run(struct pf_run *run);
 
-/* CLOCK_MONOTONIC in milliseconds. */
-double pf_now_ms(void);
-
-/* Milliseconds left until deadline_ms (pf_now_ms() scale), clamped to [0, INT_MAX]. */
+/* Milliseconds left until deadline_ms (mc_mono_ms_f() scale), clamped to [0, INT_MAX]. */
 int pf_left_ms(double deadline_ms);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "busbw.h"
 #include "pf_kv.h"
+#include "clock.h"
 
 #define SWEEP_FACTOR 4
 
@@ -36,13 +37,13 @@ static int nccl_fail(struct stage *s, ncclResult_t rc, const char *what)
 
     if (last == NULL)
         last = "";
-    return pf_fail(s->run, PF_EXIT_CHECK, -EIO, "NCCL %s (stage %s) failed: %s%s%s", what,
+    return pf_fail(s->run, PFG_EXIT_CHECK, -EIO, "NCCL %s (stage %s) failed: %s%s%s", what,
                    s->spec->name, ncclGetErrorString(rc), *last ? ": " : "", last);
 }
 
 static int cuda_fail(struct stage *s, cudaError_t ce, const char *what, uint64_t bytes)
 {
-    return pf_fail(s->run, PF_EXIT_CHECK, -EIO,
+    return pf_fail(s->run, PFG_EXIT_CHECK, -EIO,
                    "CUDA error in %s (stage %s, %" PRIu64 " bytes): %s", what, s->spec->name, bytes,
                    cudaGetErrorString(ce));
 }
@@ -69,7 +70,7 @@ static int poll_ready(struct stage *s, double deadline, int nap, const char *wha
             return 0;
         if (state != ncclInProgress)
             return nccl_fail(s, state, what);
-        if (pf_now_ms() >= deadline)
+        if (mc_mono_ms_f() >= deadline)
             return -ETIMEDOUT;
         if (nap)
             sleep_1ms();
@@ -95,8 +96,8 @@ static int wait_stream(struct stage *s, double deadline, const char *what, uint6
             return nccl_fail(s, rc, what);
         if (state != ncclSuccess && state != ncclInProgress)
             return nccl_fail(s, state, what);
-        if (pf_now_ms() >= deadline)
-            return pf_fail(s->run, PF_EXIT_MISSING, -ETIMEDOUT,
+        if (mc_mono_ms_f() >= deadline)
+            return pf_fail(s->run, PFG_EXIT_MISSING, -ETIMEDOUT,
                            "%s (stage %s, %" PRIu64 " bytes) did not complete within %g s", what,
                            s->spec->name, bytes, timeout_s(s));
         sched_yield();
@@ -118,7 +119,7 @@ static int launch(struct stage *s, size_t count, double deadline)
         return nccl_fail(s, rc, "all-reduce");
     err = poll_ready(s, deadline, 0, "all-reduce");
     if (err == -ETIMEDOUT)
-        return pf_fail(s->run, PF_EXIT_MISSING, err,
+        return pf_fail(s->run, PFG_EXIT_MISSING, err,
                        "all-reduce launch (stage %s, %zu bytes) did not complete within %g s",
                        s->spec->name, count * sizeof(float), timeout_s(s));
     return err;
@@ -134,26 +135,26 @@ static int get_id(struct stage *s, ncclUniqueId *id)
     if (s->spec->my_rank == 0) {
         ncclResult_t nr = ncclGetUniqueId(id);
         if (nr != ncclSuccess)
-            return pf_fail(run, PF_EXIT_START, -EIO, "ncclGetUniqueId (stage %s) failed: %s",
+            return pf_fail(run, PFG_EXIT_START, -EIO, "ncclGetUniqueId (stage %s) failed: %s",
                            s->spec->name, ncclGetErrorString(nr));
         rc = muster_kv_put(run->m, s->spec->id_key, id, sizeof(*id));
         if (rc < 0)
-            return pf_fail(run, PF_EXIT_START, rc, "muster KV put %s: %s", s->spec->id_key,
+            return pf_fail(run, PFG_EXIT_START, rc, "muster KV put %s: %s", s->spec->id_key,
                            muster_strerror(rc));
         return 0;
     }
     rc = pf_kv_get_until(run, s->spec->id_key, id, sizeof(*id), &len,
-                         pf_now_ms() + run->opts.timeout_ms);
+                         mc_mono_ms_f() + run->opts.timeout_ms);
     if (rc == -ETIMEDOUT || rc == -ENOENT) {
         pf_kv_rank_desc(run, s->spec->first, desc, sizeof(desc));
-        return pf_fail(run, PF_EXIT_MISSING, -ETIMEDOUT,
+        return pf_fail(run, PFG_EXIT_MISSING, -ETIMEDOUT,
                        "%s did not publish the NCCL id of stage %s within %g s", desc,
                        s->spec->name, timeout_s(s));
     }
     if (rc < 0)
         return rc;
     if (len != sizeof(*id))
-        return pf_fail(run, PF_EXIT_START, -EPROTO, "%s holds %zu bytes, not an NCCL id (%zu)",
+        return pf_fail(run, PFG_EXIT_START, -EPROTO, "%s holds %zu bytes, not an NCCL id (%zu)",
                        s->spec->id_key, len, sizeof(*id));
     return 0;
 }
@@ -178,7 +179,7 @@ static int init_timeout(struct stage *s)
     snprintf(prefix, sizeof(prefix), "pf/init/%s", sp->name);
     nstart = pf_kv_list_missing(s->run, prefix, sp->first, sp->nranks, s->run->env.rank, started,
                                 sizeof(started));
-    return pf_fail(s->run, PF_EXIT_MISSING, -ETIMEDOUT,
+    return pf_fail(s->run, PFG_EXIT_MISSING, -ETIMEDOUT,
                    "NCCL init (stage %s) timed out after %g s; not ready: %s%s%s", sp->name,
                    timeout_s(s), nready ? ready : "none besides this rank",
                    nstart ? "; init not started: " : "", nstart ? started : "");
@@ -194,7 +195,7 @@ static int init_comm(struct stage *s, const ncclUniqueId *id)
     cfg.blocking = 0;
     if ((rc = put_stage_flag(s, "init")) < 0)
         return rc;
-    t0 = pf_now_ms();
+    t0 = mc_mono_ms_f();
     deadline = t0 + s->run->opts.timeout_ms;
     nr = ncclCommInitRankConfig(&s->comm, s->spec->nranks, *id, s->spec->my_rank, &cfg);
     if (nr != ncclSuccess && nr != ncclInProgress)
@@ -204,7 +205,7 @@ static int init_comm(struct stage *s, const ncclUniqueId *id)
         return init_timeout(s);
     if (rc < 0)
         return rc;
-    s->st->init_ms = pf_now_ms() - t0;
+    s->st->init_ms = mc_mono_ms_f() - t0;
     s->st->init_done = 1;
     return put_stage_flag(s, "ready");
 }
@@ -222,7 +223,7 @@ static int compare(struct stage *s, const float *h, size_t count)
     }
     if (wrong == 0)
         return 0;
-    return pf_fail(s->run, PF_EXIT_CHECK, -EBADMSG,
+    return pf_fail(s->run, PFG_EXIT_CHECK, -EBADMSG,
                    "all-reduce result wrong on rank %d (stage %s, %d ranks): element %zu is %.9g, "
                    "expected %.9g (%zu of %zu elements wrong)",
                    s->run->env.rank, s->spec->name, s->spec->nranks, first, (double)h[first],
@@ -234,12 +235,12 @@ static int check_sum(struct stage *s)
     struct pf_run *run = s->run;
     size_t count = (size_t)(run->opts.min_bytes / sizeof(float)), bytes = count * sizeof(float);
     float *h = malloc(bytes);
-    double deadline = pf_now_ms() + run->opts.timeout_ms;
+    double deadline = mc_mono_ms_f() + run->opts.timeout_ms;
     cudaError_t ce;
     int rc;
 
     if (h == NULL)
-        return pf_fail(run, PF_EXIT_START, -ENOMEM, "out of memory (%zu bytes)", bytes);
+        return pf_fail(run, PFG_EXIT_START, -ENOMEM, "out of memory (%zu bytes)", bytes);
     for (size_t i = 0; i < count; i++)
         h[i] = pf_check_value(s->spec->my_rank, s->spec->nranks, i);
     ce = cudaMemcpyAsync(run->dbuf, h, bytes, cudaMemcpyHostToDevice, run->stream);
@@ -275,7 +276,7 @@ static int time_size(struct stage *s, uint64_t size, struct pf_size_result *res)
     struct pf_run *run = s->run;
     size_t count = (size_t)(size / sizeof(float));
     uint64_t bytes = (uint64_t)count * sizeof(float);
-    double deadline = pf_now_ms() + run->opts.timeout_ms, t0, sec;
+    double deadline = mc_mono_ms_f() + run->opts.timeout_ms, t0, sec;
     int rc;
 
     for (int w = 0; w < run->opts.warmup; w++)
@@ -283,14 +284,14 @@ static int time_size(struct stage *s, uint64_t size, struct pf_size_result *res)
             return rc;
     if ((rc = wait_stream(s, deadline, "warm-up all-reduce", bytes)) < 0)
         return rc;
-    t0 = pf_now_ms();
+    t0 = mc_mono_ms_f();
     deadline = t0 + run->opts.timeout_ms;
     for (int i = 0; i < run->opts.iters; i++)
         if ((rc = launch(s, count, deadline)) < 0)
             return rc;
     if ((rc = wait_stream(s, deadline, "timed all-reduce", bytes)) < 0)
         return rc;
-    sec = (pf_now_ms() - t0) / 1000.0 / run->opts.iters;
+    sec = (mc_mono_ms_f() - t0) / 1000.0 / run->opts.iters;
     res->bytes = bytes;
     res->time_us = sec * 1e6;
     res->algbw = pf_algbw_gbps((double)bytes, sec);
@@ -305,7 +306,7 @@ static int sweep(struct stage *s)
     int n = pf_size_sweep(run->opts.min_bytes, run->max_bytes, SWEEP_FACTOR, sizes, PF_MAX_SIZES);
 
     if (n < 0)
-        return pf_fail(run, PF_EXIT_USAGE, n, "bad size range %" PRIu64 " .. %" PRIu64,
+        return pf_fail(run, PFG_EXIT_USAGE, n, "bad size range %" PRIu64 " .. %" PRIu64,
                        run->opts.min_bytes, run->max_bytes);
     for (int k = 0; k < n; k++) {
         int rc = time_size(s, sizes[k], &s->st->sizes[k]);
@@ -325,9 +326,9 @@ static int finalize(struct stage *s)
 
     if (nr != ncclSuccess && nr != ncclInProgress)
         return nccl_fail(s, nr, "finalize");
-    rc = poll_ready(s, pf_now_ms() + s->run->opts.timeout_ms, 1, "finalize");
+    rc = poll_ready(s, mc_mono_ms_f() + s->run->opts.timeout_ms, 1, "finalize");
     if (rc == -ETIMEDOUT)
-        return pf_fail(s->run, PF_EXIT_MISSING, rc,
+        return pf_fail(s->run, PFG_EXIT_MISSING, rc,
                        "NCCL finalize (stage %s) did not complete within %g s", s->spec->name,
                        timeout_s(s));
     if (rc < 0)

@@ -16,8 +16,8 @@ struct pf_stage_spec {
 /* Runs the stage into *st (borrowed, filled even on failure). NCCL rank 0 creates the unique id
  * and puts it under spec->id_key; the others wait for it. Every wait has its own deadline of
  * --timeout-ms. On any failure the communicator is aborted (never left half-alive).
- * Returns 0, or the error recorded in run (PF_EXIT_CHECK for NCCL errors and wrong sums,
- * PF_EXIT_MISSING for timeouts, PF_EXIT_START when NCCL cannot start or the KV store fails). */
+ * Returns 0, or the error recorded in run (PFG_EXIT_CHECK for NCCL errors and wrong sums,
+ * PFG_EXIT_MISSING for timeouts, PFG_EXIT_START when NCCL cannot start or the KV store fails). */
 int pf_stage_run(struct pf_run *run, const struct pf_stage_spec *spec, struct pf_stage_result *st);
 
 #endif

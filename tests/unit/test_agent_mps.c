@@ -20,7 +20,9 @@
 
 #include "agent.h"
 #include "harness.h"
+#include "gpuquery.h"
 #include "mps.h"
+#include "proc.h"
 #include "shared.h"
 
 static char tmp[128], bin[256], record[256], old_path[8192];
@@ -103,21 +105,21 @@ static void test_find_and_query(void **state)
     char path[PATH_MAX];
     uint64_t bytes = 0;
 
-    assert_int_equal(agent_mps_find_control(path), 0);
+    assert_int_equal(mc_proc_find(AGENT_MPS_CONTROL, 1, path, sizeof(path)), 0);
     assert_non_null(strstr(path, "/bin/nvidia-cuda-mps-control"));
     assert_int_equal(strncmp(path, bin, strlen(bin)), 0);
-    assert_int_equal(agent_mps_query_gpu_mem("1", &bytes), 0);
+    assert_int_equal(mc_gpu_mem_query("1", 1, 10000, &bytes, NULL, 0), 0);
     assert_int_equal(bytes, 81559ULL << 20);
     setenv("FAKE_SMI_OUT", "[N/A]", 1);
-    assert_int_equal(agent_mps_query_gpu_mem("1", &bytes), -EINVAL);
+    assert_int_equal(mc_gpu_mem_query("1", 1, 10000, &bytes, NULL, 0), -EINVAL);
     setenv("FAKE_SMI_OUT", "12MiB", 1);
-    assert_int_equal(agent_mps_query_gpu_mem("1", &bytes), -EINVAL);
+    assert_int_equal(mc_gpu_mem_query("1", 1, 10000, &bytes, NULL, 0), -EINVAL);
     setenv("FAKE_SMI_OUT", "1000", 1);
     setenv("FAKE_SMI_EXIT", "9", 1);
-    assert_int_equal(agent_mps_query_gpu_mem("1", &bytes), -EIO);
+    assert_int_equal(mc_gpu_mem_query("1", 1, 10000, &bytes, NULL, 0), -EIO);
     setenv("PATH", "/nonexistent", 1);
-    assert_int_equal(agent_mps_find_control(path), -ENOENT);
-    assert_int_equal(agent_mps_query_gpu_mem("1", &bytes), -ENOENT);
+    assert_int_equal(mc_proc_find(AGENT_MPS_CONTROL, 1, path, sizeof(path)), -ENOENT);
+    assert_int_equal(mc_gpu_mem_query("1", 1, 10000, &bytes, NULL, 0), -ENOENT);
 }
 
 /* --mps=on with working programs: started with the GPUs in use, capped, stopped, cleaned. */
