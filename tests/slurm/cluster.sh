@@ -227,3 +227,41 @@ sl_start() {
     fi
     note "Slurm cluster up in $(($(now_ms) - t0)) ms: $(sl sinfo -h -o '%D nodes %t %N' | tr '\n' ' ')"
 }
+
+# sl_state ID: the job's JobState (PENDING, RUNNING, COMPLETED, FAILED, ...).
+sl_state() {
+    sl scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2
+}
+
+# sl_wait_state ID TIMEOUT_S STATE...: waits until the job is in one of the states; prints it.
+sl_wait_state() {
+    local id=$1 timeout=$2 st s
+    shift 2
+    local deadline=$(($(date +%s) + timeout))
+    while :; do
+        st=$(sl_state "$id")
+        for s in "$@"; do
+            [ "$st" = "$s" ] && { echo "$st"; return 0; }
+        done
+        [ "$(date +%s)" -ge "$deadline" ] && { echo "$st"; return 1; }
+        sleep 0.5
+    done
+}
+
+# sl_submit_train OUT [SBATCH-OPTIONS...] -- [TRAINER-ARGS...]: submits
+# examples/slurm/train.sbatch from the source tree as it is, on this cluster's 3 GPU-less nodes
+# (sbatch options on the command line override its #SBATCH lines), with the test's muster,
+# Debian's python, checkpoints in $T/ckpt; output to OUT. Prints the job id.
+sl_submit_train() {
+    local out=$1 opts=()
+    shift
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        opts+=("$1")
+        shift
+    done
+    [ "${1:-}" = "--" ] && shift
+    mkdir -p "$T/ckpt"
+    (cd "$MUSTER_SRC" && sl env CKPT="$T/ckpt" MUSTER="$MUSTER_BIN" PYTHON_EXEC="$TORCH_PY" \
+        GLOO_SOCKET_IFNAME=eth0 sbatch --parsable --nodes=3 --gpus-per-node=0 --cpus-per-task=1 \
+        --time=10 --output="$out" ${opts[@]+"${opts[@]}"} examples/slurm/train.sbatch "$@")
+}
