@@ -423,7 +423,11 @@ static void on_signal(uv_signal_t *h, int signum)
                   sigabbrev_np(signum), a->o->shutdown_timeout_ms / 1000.0, AGENT_EXIT_REQUEUE);
     else
         agent_log("received SIG%s: stopping the workers", sigabbrev_np(signum));
-    if (a->client != NULL && a->group != NULL) {
+    /* Pre-emption is not a failure of this node: under Slurm every node of the job gets the
+     * signal at about the same time. Reported, it would start a restart round on the nodes
+     * whose signal is still on its way (their new workers then sit out the shutdown timeout);
+     * a node that really is alone in being pre-empted is seen leaving when it exits. */
+    if (a->client != NULL && a->group != NULL && signum != a->o->preempt_signal) {
         struct rdzv_failure f = {.round = a->as.round, .rank = -1, .exit_code = -1};
         snprintf(f.host, sizeof(f.host), "%s", a->host);
         snprintf(f.text, sizeof(f.text), "agent on %s stopped by SIG%s", a->host,

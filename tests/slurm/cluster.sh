@@ -107,7 +107,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$SL/munge/munge.sock
+AuthInfo=socket=$SL/munge/munge.sock,cred_expire=10
 StateSaveLocation=$SL/ctld
 SlurmctldPidFile=$SL/ctld/slurmctld.pid
 SlurmctldLogFile=$SL/ctld/slurmctld.log
