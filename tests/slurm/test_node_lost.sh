@@ -12,7 +12,7 @@ have_torch || fail "$TORCH_PY cannot import torch.distributed (run tools/bootstr
 sl_start
 OUT=$T/train.out
 STEPS=200
-id=$(PET_NNODES=2:3 PET_RDZV_CONF=last_call_timeout=2 sl_submit_train "$OUT" --no-kill -- \
+id=$(PET_NNODES=2:3 PET_RDZV_CONF=last_call_timeout=5 sl_submit_train "$OUT" --no-kill -- \
     --steps $STEPS --ckpt-every 10 --step-sleep 0.05) || sl_fail "sbatch failed: $id"
 note "job $id submitted"
 _recorded() { grep -q '^muster: checkpoint ckpt_[0-9]*\.pt recorded' "$OUT" 2>/dev/null; }
