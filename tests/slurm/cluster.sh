@@ -18,7 +18,7 @@
 # Every daemon and client runs in its own UTS and mount namespace: hostname n<k>/slctl and a
 # private bind mount of $SL/hosts on /etc/hosts, so that n1..n3 resolve inside the cluster (muster
 # resolves the rendezvous host n1 from SLURM_JOB_NODELIST). Nothing outside the test's namespaces
-# and temp dir is changed.
+# and temp dir is changed (TMPDIR is the temp dir for everything started in the cluster).
 #
 # Slurm configuration (generated, $SL/slurm.conf, exported as SLURM_CONF): munge auth with our
 # socket, SlurmUser root, proctrack/linuxproc, task/none, no cgroups, no accounting,
@@ -58,7 +58,7 @@ sl_in() {
         unshare --uts --mount --propagation private -- /bin/sh -c \
         'hostname "$1" && mount --bind "$2/hosts" /etc/hosts &&
          mount --bind "$2/resolv.conf" /etc/resolv.conf && shift 2 && exec "$@"' \
-        sl-in "$name" "$SL" env SLURM_CONF="$SL/slurm.conf" MUSTER_IT_MARK="$MARK" "$@"
+        sl-in "$name" "$SL" env SLURM_CONF="$SL/slurm.conf" MUSTER_IT_MARK="$MARK" TMPDIR="$T" "$@"
 }
 
 # sl CMD...: a Slurm client command on the controller host, in the foreground.
