@@ -2,6 +2,7 @@
 # `srun --nodes 3 muster preflight --nproc-per-node 2` through the real scheduler: one muster per
 # node, rendezvous, node count and id from SLURM_*; on these GPU-less nodes the pre-flight runs
 # its CPU stages (inventory, TCP mesh between the three nodes and MASTER_ADDR:MASTER_PORT).
+# (0) The cluster itself: `srun -N3` runs one task on each node, n1..n3, and each resolves n1.
 # (1) All links open: every task exits 0 and the report names the three nodes' mesh.
 # (2) n3 refuses every new incoming connection but slurmd's (iptables in its namespace): the
 # pre-flight fails (exit 4) and the report names n3's address.
@@ -9,6 +10,11 @@
 
 command -v iptables >/dev/null || fail "iptables is not installed (run tools/bootstrap.sh)"
 sl_start
+out=$(sl srun -N3 --ntasks-per-node=1 -t 1 bash -c 'echo "$(hostname) $SLURM_NODEID $(getent hosts n1 | cut -d" " -f1)"' 2>&1) ||
+    { echo "$out" >&2; sl_fail "srun -N3 hostname failed"; }
+for k in 1 2 3; do
+    echo "$out" | grep -q "^n$k $((k - 1)) ${HOST_ADDR[1]}\$" || { echo "$out" >&2; sl_fail "no line from n$k"; }
+done
 
 PF=(srun --nodes 3 --ntasks-per-node 1 --time 2 "$MUSTER_BIN" preflight --nproc-per-node 2
     --preflight-timeout 10)
