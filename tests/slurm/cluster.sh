@@ -213,6 +213,7 @@ sl_start() {
         --log-file="$SL/munge/munged.log" --seed-file="$SL/munge/munged.seed" \
         > "$SL/munge/munged.out" 2>&1 &
     SL_MUNGED=$!
+    disown "$SL_MUNGED" # no "Killed" line from bash when the teardown kills it
     _sl_munge_up() { [ -S "$SL/munge/munge.sock" ]; }
     sl_poll 20 _sl_munge_up || { cat "$SL/munge/munged.out" >&2; sl_fail "munged did not start"; }
 

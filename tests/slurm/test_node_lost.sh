@@ -8,8 +8,8 @@
 # ends.
 . "$(dirname "$0")/cluster.sh"
 
-have_torch || fail "$TORCH_PY cannot import torch.distributed (run tools/bootstrap.sh: python3-torch)"
 sl_start
+have_torch || fail "$TORCH_PY cannot import torch.distributed (run tools/bootstrap.sh: python3-torch)"
 OUT=$T/train.out
 STEPS=200
 id=$(PET_NNODES=2:3 PET_RDZV_CONF=last_call_timeout=5 sl_submit_train "$OUT" --no-kill -- \

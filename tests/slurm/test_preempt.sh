@@ -7,8 +7,8 @@
 # rendezvous id) resumes from that checkpoint (step N > 0) and trains to the end.
 . "$(dirname "$0")/cluster.sh"
 
-have_torch || fail "$TORCH_PY cannot import torch.distributed (run tools/bootstrap.sh: python3-torch)"
 sl_start
+have_torch || fail "$TORCH_PY cannot import torch.distributed (run tools/bootstrap.sh: python3-torch)"
 OUT=$T/train.out
 STEPS=200
 id=$(sl_submit_train "$OUT" -- --steps $STEPS --ckpt-every 10 --step-sleep 0.05) ||
@@ -36,7 +36,7 @@ grep -q "requeueing job $id" "$OUT" || { cat "$OUT" >&2; sl_fail "the script did
 # second run: resumed from that step, trained to the end
 grep -q "^\[rank0\]: resumed from $T/ckpt/ckpt_$n.pt at step $n\$" "$OUT" ||
     { cat "$OUT" >&2; sl_fail "the second run did not resume from ckpt_$n.pt"; }
-[ "$n" -gt 0 ] && [ "$n" -lt $STEPS ] || sl_fail "stopped at step $n"
+if [ "$n" -le 0 ] || [ "$n" -ge $STEPS ]; then sl_fail "stopped at step $n"; fi
 grep -q "^\[rank0\]: done: step $STEPS of $STEPS, world_size 3" "$OUT" ||
     { cat "$OUT" >&2; sl_fail "the second run did not finish"; }
 grep -q "muster exited with 0" "$OUT" || { cat "$OUT" >&2; sl_fail "the second muster did not exit 0"; }

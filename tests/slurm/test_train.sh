@@ -5,8 +5,8 @@
 # world size 3, and checkpoints were recorded.
 . "$(dirname "$0")/cluster.sh"
 
-have_torch || fail "$TORCH_PY cannot import torch.distributed (run tools/bootstrap.sh: python3-torch)"
 sl_start
+have_torch || fail "$TORCH_PY cannot import torch.distributed (run tools/bootstrap.sh: python3-torch)"
 OUT=$T/train.out
 id=$(sl_submit_train "$OUT" -- --steps 30 --ckpt-every 10) || sl_fail "sbatch failed: $id"
 note "job $id submitted"
