@@ -20,6 +20,11 @@ t0=$(now_ms)
 sl scancel --signal=TERM "$id" || sl_fail "scancel --signal=TERM $id failed"
 note "scancel --signal=TERM $id after $(grep -c 'recorded' "$OUT") checkpoint(s)"
 
+_exited75() { grep -q "muster exited with 75" "$OUT" 2>/dev/null; }
+sl_poll 150 _exited75 || { cat "$OUT" >&2; sl_fail "muster did not exit 75 within 150 s of the signal"; }
+# all the nodes' workers stop within a second or two; when one hangs on its way out, muster
+# SIGKILLs it after the script's --shutdown-timeout (90 s)
+note "muster exited 75 $(($(now_ms) - t0)) ms after the signal"
 _second_run() { grep -q "job $id run 1 " "$OUT" 2>/dev/null; }
 sl_poll 120 _second_run || { cat "$OUT" >&2; sl scontrol show job "$id" >&2; sl_fail "the job did not start again"; }
 note "requeued job started again $(($(now_ms) - t0)) ms after the signal"
@@ -40,4 +45,11 @@ if [ "$n" -le 0 ] || [ "$n" -ge $STEPS ]; then sl_fail "stopped at step $n"; fi
 grep -q "^\[rank0\]: done: step $STEPS of $STEPS, world_size 3" "$OUT" ||
     { cat "$OUT" >&2; sl_fail "the second run did not finish"; }
 grep -q "muster exited with 0" "$OUT" || { cat "$OUT" >&2; sl_fail "the second muster did not exit 0"; }
+# every node gets the signal from Slurm: none restarts its workers on another's pre-emption
+# (a note, not a failure: a worker can still stop on its peers' vote just before its own
+# agent's signal arrives, and that counts as a failure)
+first=$(sed -n "1,/muster exited with 75/p" "$OUT")
+if echo "$first" | grep -q 'restarting workers'; then
+    note "note: a node restarted its workers during the pre-emption: $(echo "$first" | grep -m1 'restarting workers')"
+fi
 note "job $id: stopped at step $n (exit 75), requeued, resumed at step $n, done at $STEPS"
