@@ -125,6 +125,7 @@ SwitchType=switch/none
 MpiDefault=none
 SelectType=select/linear
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 ReturnToService=2
 SlurmctldTimeout=10
 SlurmdTimeout=6
