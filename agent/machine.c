@@ -55,7 +55,11 @@ static struct agent_step on_signal(enum agent_state s, const struct agent_event 
     if (c->stop_signal) /* a second signal: the user does not want to wait for the grace */
         return go(s, c->have_procs ? AGENT_ACT_KILL_WORKERS : 0);
     st = exit_with(c, agent_signal_exit_code(ev->signum, c->preempt_signal));
-    if (c->have_procs)
+    /* Pre-emption is not a failure of this node: under Slurm every node of the job gets the
+     * signal at about the same time. Reported, it started a restart round on the nodes whose
+     * signal was still on its way (their new workers then sat out the shutdown timeout; found
+     * by the slurm.preempt test); a node pre-empted alone is seen leaving when it exits. */
+    if (c->have_procs && ev->signum != c->preempt_signal)
         st.actions |= AGENT_ACT_REPORT_SIGNAL;
     return st;
 }

@@ -33,6 +33,7 @@
  *   RDZV_ERROR     STOPPING, FINISHED            ignored
  *                  otherwise                     as JOB_FAILED with exit code 3
  *   SIGNAL         first one, processes alive    STOPPING   REPORT_SIGNAL|STOP_WORKERS
+ *                    (the pre-emption signal: not REPORT_SIGNAL, every node gets it)
  *                  first one, none alive         FINISHED   FINISH
  *                  a second one                  same state KILL_WORKERS (processes alive)
  *   WORKER_FAILED  RUNNING                       FAILING    STOP_WORKERS|REPORT_FAILURE
