@@ -229,7 +229,12 @@ def main():
         if rank == 0:
             print(f"stopping on {why} at step {step}: {final}", flush=True)
         dist.destroy_process_group()
-        return 128 + int(sig)
+        # Leave at once: torch 1.13 / gloo teardown at interpreter exit sometimes hung a rank
+        # for the launcher's whole shutdown timeout after a pre-emption (seen under a real
+        # Slurm, docs/SLURM.md). The checkpoint is on disk and the output flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + int(sig))
 
     if rank == 0:
         print(f"done: step {step} of {args.steps}, world_size {world}, restart_count "
