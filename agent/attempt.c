@@ -80,6 +80,7 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->checkpoint_dir = o->ckpt.dir;
     w->resume_from = a->ft.resume_from;
     w->virtual_local_rank = o->work.virtual_local_rank;
+    w->signals_to_handle = o->work.signals_to_handle;
 }
 
 void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,
@@ -134,13 +135,12 @@ int agent_spawn_one_(struct agent *a, int i)
                                      .bind =
                                          numa != NULL && i < numa->nbind ? &numa->bind[i] : NULL};
     struct agent_worker_info info;
-    struct agent_env env, full;
+    struct agent_env full;
     char dir[PATH_MAX] = "", error_file[PATH_MAX] = "", heartbeat[PATH_MAX] = "";
     char filter_paths[2][PATH_MAX];
     struct agent_output_cfg out_cfg;
     int rc;
 
-    agent_env_init(&env);
     agent_env_init(&full);
     rc = agent_logdir_worker(&a->logdir, a->as.restart_count, i, 1, dir, error_file);
     if (rc != 0) {
@@ -157,13 +157,9 @@ int agent_spawn_one_(struct agent *a, int i)
         agent_hang_file(&a->ft.hang, a->as.restart_count, i, heartbeat);
         info.heartbeat_file = heartbeat;
     }
-    rc = agent_env_for_worker(&env, &info, environ);
-    if (rc == 0 && o->work.signals_to_handle != NULL)
-        rc = agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", o->work.signals_to_handle);
     /* certificate mode too: workers get the worker credential, not this node's certificate and
      * key (libmuster connects with the worker credential's PSK) */
-    if (rc == 0)
-        rc = agent_env_merge(&env, environ, &full);
+    rc = agent_env_build(&info, environ, &full);
     if (rc != 0) {
         for (int s = 0; s < 2; s++)
             if (spec.file[s] >= 0)
@@ -173,7 +169,6 @@ int agent_spawn_one_(struct agent *a, int i)
     spec.env = full.vars;
     rc = agent_group_spawn(a->group, i, info.rank, &spec);
 out:
-    agent_env_free(&env);
     agent_env_free(&full);
     return rc;
 }

@@ -206,7 +206,7 @@ static int spawn_node_process(struct agent *a)
     char *argv[PF_NODE_ARGV_MAX + 13];
     struct agent_worker_spec spec = {.argv = argv, .console = {-1, -1}, .file = {-1, -1}};
     struct agent_worker_info w;
-    struct agent_env env, full;
+    struct agent_env full;
     int rc;
 
     if (a->o->pf.node_argv == NULL || a->o->pf.node_argv[0] == NULL)
@@ -216,11 +216,8 @@ static int spawn_node_process(struct agent *a)
                 strerror(-rc));
     node_argv(a, argv, bufs);
     node_info(a, &w);
-    agent_env_init(&env);
     agent_env_init(&full);
-    rc = agent_env_for_worker(&env, &w, environ);
-    if (rc == 0)
-        rc = agent_env_merge(&env, environ, &full);
+    rc = agent_env_build(&w, environ, &full);
     /* its report goes straight to the agent's own stdout/stderr, without rank prefixes */
     spec.file[0] = dup(1);
     spec.file[1] = dup(2);
@@ -231,7 +228,6 @@ static int spawn_node_process(struct agent *a)
         for (int i = 0; i < 2; i++)
             if (spec.file[i] >= 0)
                 close(spec.file[i]);
-    agent_env_free(&env);
     agent_env_free(&full);
     return rc;
 }

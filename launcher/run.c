@@ -117,9 +117,13 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
         .run_id = cfg->rdzv_id,
         .checkpoint_dir = cfg->checkpoint_dir,
         .virtual_local_rank = cfg->virtual_local_rank,
+        .signals_to_handle = cfg->signals_to_handle,
+        /* as the real run sets them, with what is known only at run time in <...> */
+        .round = 1,
+        .token = "<hidden>",
     };
     struct agent_env env;
-    char error_file[4096] = "";
+    char error_file[4096] = "", endpoint[320], heartbeat[4096];
 
     w.role_rank = w.rank;
     w.role_world_size = world;
@@ -127,10 +131,13 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
         snprintf(error_file, sizeof(error_file), "%s/%s/attempt_0/%d/error.json",
                  cfg->log_dir ? cfg->log_dir : "<private temporary directory>", cfg->rdzv_id, i);
     w.error_file = error_file;
+    w.endpoint = endpoint_text(cfg, endpoint, sizeof(endpoint));
+    if (cfg->hang_timeout_ms > 0) {
+        snprintf(heartbeat, sizeof(heartbeat), "<heartbeat directory>/heartbeat_0_%d", i);
+        w.heartbeat_file = heartbeat;
+    }
     agent_env_init(&env);
-    if (agent_env_for_worker(&env, &w, environ) != 0 ||
-        (cfg->signals_to_handle &&
-         agent_env_set(&env, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_to_handle))) {
+    if (agent_env_for_worker(&env, &w, environ) != 0) {
         agent_env_free(&env);
         return AGENT_EXIT_INTERNAL;
     }
@@ -141,11 +148,10 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
         agent_numa_describe(numa, i, bind, sizeof(bind));
         printf("# numa_binding=%s: %s\n", cfg->numa_binding, bind);
     }
-    for (size_t k = 0; k < env.len; k++)
-        printf("%s\n", strncmp(env.vars[k], "MUSTER_TOKEN=", 13) == 0 ? "MUSTER_TOKEN=<hidden>"
-                                                                      : env.vars[k]);
+    fflush(stdout);
+    int rc = agent_env_print(&env, stdout);
     agent_env_free(&env);
-    return 0;
+    return rc == 0 ? 0 : AGENT_EXIT_INTERNAL;
 }
 
 /* The plan is what this node would do as group rank --node-rank with every node running
