@@ -504,6 +504,8 @@ static void on_signal(uv_signal_t *s, int signum)
     uv_stop(loop);
 }
 
+/* Long (~90 lines): the option parsing, then the checks of the endpoint and limits, in the
+ * order the usage text gives them; each step is a few lines and reads best in sequence. */
 int main(int argc, char **argv)
 {
     const char *endpoint = NULL;

@@ -158,6 +158,8 @@ static void fill_join(struct rdzv_join *j, const char *job, unsigned nnodes)
     (void)rdzv_node_secret_new(j->node_secret, &j->node_id);
 }
 
+/* Long (~70 lines): one short case per hostile action the tests ask for, as one table a
+ * reader can scan; each case is a few lines. */
 static int act(int argc, char **argv)
 {
     const char *a = argv[2];
