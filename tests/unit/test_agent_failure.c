@@ -105,13 +105,24 @@ static void test_missing_file(void **state)
     assert_string_equal(fx->text, "");
 }
 
+/* Each of docs (NULL-terminated) is refused with -EINVAL and leaves no message behind. */
+static void assert_no_message(struct fx *fx, const char *const *docs)
+{
+    for (; *docs != NULL; docs++) {
+        assert_int_equal(read_message(fx, *docs), -EINVAL);
+        assert_string_equal(fx->text, "");
+    }
+}
+
 static void test_invalid_json(void **state)
 {
-    struct fx *fx = *state;
-    assert_int_equal(read_message(fx, "{not json"), -EINVAL);
-    assert_string_equal(fx->text, "");
-    assert_int_equal(read_message(fx, "{\"message\": \"unterminated"), -EINVAL);
-    assert_int_equal(read_message(fx, "Traceback (most recent call last):\n"), -EINVAL);
+    static const char *const docs[] = {
+        "{not json",
+        "{\"message\": \"unterminated",
+        "Traceback (most recent call last):\n",
+        NULL,
+    };
+    assert_no_message(*state, docs);
 }
 
 /* The file exists but a crashed worker left it empty: it holds no message (-EINVAL), it is
@@ -128,15 +139,17 @@ static void test_empty_file(void **state)
 
 static void test_no_message(void **state)
 {
-    struct fx *fx = *state;
-    assert_int_equal(read_message(fx, "{\"other\": \"x\"}"), -EINVAL);
-    assert_string_equal(fx->text, "");
-    assert_int_equal(read_message(fx, "{}"), -EINVAL);
-    assert_int_equal(read_message(fx, "{\"message\": 5}"), -EINVAL);
-    assert_int_equal(read_message(fx, "{\"message\": null}"), -EINVAL);
-    assert_int_equal(read_message(fx, "{\"message\": {\"extraInfo\": {}}}"), -EINVAL);
-    assert_int_equal(read_message(fx, "{\"message\": {\"message\": [\"x\"]}}"), -EINVAL);
-    assert_int_equal(read_message(fx, "[\"message\"]"), -EINVAL);
+    static const char *const docs[] = {
+        "{\"other\": \"x\"}",
+        "{}",
+        "{\"message\": 5}",
+        "{\"message\": null}",
+        "{\"message\": {\"extraInfo\": {}}}",
+        "{\"message\": {\"message\": [\"x\"]}}",
+        "[\"message\"]",
+        NULL,
+    };
+    assert_no_message(*state, docs);
 }
 
 static void test_message_truncated(void **state)
