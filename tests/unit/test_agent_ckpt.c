@@ -368,31 +368,42 @@ static void record(struct fx *fx, int step, size_t size)
     assert_int_equal(agent_ckpt_registry_add(&fx->reg, &e), 0);
 }
 
+/* Records ckpt_100.pt and ckpt_120.pt, 4096 bytes each; path receives the newest one's path. */
+static void record_two(struct fx *fx, char *path)
+{
+    record(fx, 100, 4096);
+    record(fx, 120, 4096);
+    sub(fx->dir, "ckpt_120.pt", path);
+}
+
+/* agent_ckpt_registry_pick() must succeed and choose name; returns what it chose. */
+static struct agent_ckpt_entry pick_ok(struct fx *fx, const char *name)
+{
+    struct agent_ckpt_entry chosen;
+
+    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
+    assert_string_equal(chosen.name, name);
+    return chosen;
+}
+
 static void test_pick_newest(void **state)
 {
     struct fx *fx = *state;
-    struct agent_ckpt_entry chosen;
+    char path[PATH_MAX];
 
-    record(fx, 100, 4096);
-    record(fx, 120, 4096);
-    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
-    assert_string_equal(chosen.name, "ckpt_120.pt");
-    assert_int_equal(chosen.step, 120);
+    record_two(fx, path);
+    assert_int_equal(pick_ok(fx, "ckpt_120.pt").step, 120);
     assert_int_equal(fx->nlog, 0);
 }
 
 static void test_pick_missing(void **state)
 {
     struct fx *fx = *state;
-    struct agent_ckpt_entry chosen;
     char path[PATH_MAX];
 
-    record(fx, 100, 4096);
-    record(fx, 120, 4096);
-    sub(fx->dir, "ckpt_120.pt", path);
+    record_two(fx, path);
     assert_int_equal(unlink(path), 0);
-    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
-    assert_string_equal(chosen.name, "ckpt_100.pt");
+    pick_ok(fx, "ckpt_100.pt");
     assert_string_equal(fx->log, "checkpoint ckpt_120.pt skipped: missing\n");
     assert_int_equal(fx->reg.n, 2); /* skipped entries stay registered */
 }
@@ -400,15 +411,11 @@ static void test_pick_missing(void **state)
 static void test_pick_truncated(void **state)
 {
     struct fx *fx = *state;
-    struct agent_ckpt_entry chosen;
     char path[PATH_MAX];
 
-    record(fx, 100, 4096);
-    record(fx, 120, 4096);
-    sub(fx->dir, "ckpt_120.pt", path);
+    record_two(fx, path);
     assert_int_equal(truncate(path, 1024), 0);
-    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
-    assert_string_equal(chosen.name, "ckpt_100.pt");
+    pick_ok(fx, "ckpt_100.pt");
     assert_string_equal(
         fx->log, "checkpoint ckpt_120.pt skipped: size 1024 != recorded 4096 (truncated?)\n");
 }
@@ -416,7 +423,6 @@ static void test_pick_truncated(void **state)
 static void test_pick_altered(void **state)
 {
     struct fx *fx = *state;
-    struct agent_ckpt_entry chosen;
     char path[PATH_MAX];
 
     record(fx, 100, 4096);
@@ -430,8 +436,7 @@ static void test_pick_altered(void **state)
     assert_int_equal(fputc(0xff, f), 0xff);
     assert_int_equal(fclose(f), 0);
     put_sized(fx->dir, "ckpt_110.pt", 5000, 110);
-    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
-    assert_string_equal(chosen.name, "ckpt_100.pt");
+    pick_ok(fx, "ckpt_100.pt");
     assert_int_equal(fx->nlog, 2);
     assert_non_null(strstr(fx->log, "checkpoint ckpt_120.pt skipped: checksum "));
     assert_non_null(strstr(fx->log, "(altered?)\ncheckpoint ckpt_110.pt skipped: size 5000 != "
