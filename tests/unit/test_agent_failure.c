@@ -116,12 +116,8 @@ static void assert_no_message(struct fx *fx, const char *const *docs)
 
 static void test_invalid_json(void **state)
 {
-    static const char *const docs[] = {
-        "{not json",
-        "{\"message\": \"unterminated",
-        "Traceback (most recent call last):\n",
-        NULL,
-    };
+    static const char *const docs[] = {"{not json", "{\"message\": \"unterminated",
+                                       "Traceback (most recent call last):\n", NULL};
     assert_no_message(*state, docs);
 }
 
@@ -139,16 +135,14 @@ static void test_empty_file(void **state)
 
 static void test_no_message(void **state)
 {
-    static const char *const docs[] = {
-        "{\"other\": \"x\"}",
-        "{}",
-        "{\"message\": 5}",
-        "{\"message\": null}",
-        "{\"message\": {\"extraInfo\": {}}}",
-        "{\"message\": {\"message\": [\"x\"]}}",
-        "[\"message\"]",
-        NULL,
-    };
+    static const char *const docs[] = {"{\"other\": \"x\"}",
+                                       "{}",
+                                       "{\"message\": 5}",
+                                       "{\"message\": null}",
+                                       "{\"message\": {\"extraInfo\": {}}}",
+                                       "{\"message\": {\"message\": [\"x\"]}}",
+                                       "[\"message\"]",
+                                       NULL};
     assert_no_message(*state, docs);
 }
 
