@@ -36,14 +36,7 @@ note "host cut -> last survivor worker stopped: ${worst} ms (heartbeat_timeout $
 [ "$worst" -le $((HB * 1000 + 1000)) ] || fail "cut detected after ${worst} ms (heartbeat_timeout ${HB} s + 1 s allowed)"
 wait_for 20 files_at_least 2 "$T/w/ready.*.1" || { show_all; fail "round 1 with the 2 remaining hosts did not start"; }
 check_ranks "$T/w" 1 2 2
-for k in 1 2; do
-    grep -q 'restarting workers (restart 1/2):.*lost node' "$T/a$k.err" \
-        || { show_all; fail "agent on host $k did not print 'restarting workers (restart 1/2): ... lost node'"; }
-done
-: > "$T/w/release"
-for k in 1 2; do
-    agent_wait a$k 30
-    expect_agent_rc a$k 0
-done
+expect_lost_node 1/2 a1 a2
+release_agents a1 a2
 ns_restore 3
 stop_server

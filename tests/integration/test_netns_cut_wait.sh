@@ -37,10 +37,6 @@ ns_bg 1 a4 HOSTNO=1 -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
     --max-restarts 2 --no-python "$WORKER" hold "$T/w"
 wait_for 20 files_at_least 3 "$T/w/ready.*.1" || { show_all; fail "the replacement did not complete round 1"; }
 check_ranks "$T/w" 1 3 3
-: > "$T/w/release"
-for k in 1 2 4; do
-    agent_wait a$k 30
-    expect_agent_rc a$k 0
-done
+release_agents a1 a2 a4
 ns_restore 3
 stop_server
