@@ -8,10 +8,7 @@
 . "$(dirname "$0")/multi.sh"
 . "$(dirname "$0")/netns.sh"
 
-ns_setup 4
-JOB=nsjob-$$
-P=29400
-mkdir -p "$T/w"
+ns_job nsjob 4
 for k in 1 2 3; do
     np=1
     [ $k = 2 ] && np=2
