@@ -368,6 +368,18 @@ static void record(struct fx *fx, int step, size_t size)
     assert_int_equal(agent_ckpt_registry_add(&fx->reg, &e), 0);
 }
 
+/* record() of each step in the list, which -1 ends; every file has size bytes. */
+static void record_steps(struct fx *fx, size_t size, ...)
+{
+    va_list ap;
+    int step;
+
+    va_start(ap, size);
+    while ((step = va_arg(ap, int)) >= 0)
+        record(fx, step, size);
+    va_end(ap);
+}
+
 /* Records ckpt_100.pt and ckpt_120.pt, 4096 bytes each; path receives the newest one's path. */
 static void record_two(struct fx *fx, char *path)
 {
@@ -425,9 +437,7 @@ static void test_pick_altered(void **state)
     struct fx *fx = *state;
     char path[PATH_MAX];
 
-    record(fx, 100, 4096);
-    record(fx, 110, 4096);
-    record(fx, 120, 4096);
+    record_steps(fx, 4096, 100, 110, 120, -1);
     /* Newest: one byte flipped in place, same size. Next: grown. */
     sub(fx->dir, "ckpt_120.pt", path);
     FILE *f = fopen(path, "r+b");
@@ -494,10 +504,7 @@ static void test_prune_never_last_verified(void **state)
     struct fx *fx = *state;
     char path[PATH_MAX];
 
-    record(fx, 10, 64);
-    record(fx, 20, 64);
-    record(fx, 30, 64);
-    record(fx, 40, 64);
+    record_steps(fx, 64, 10, 20, 30, 40, -1);
     /* The two newest are corrupt: with keep 1 the newest verified (20) must survive, the
      * corrupt ones are not pruned (they are newer), only 10 goes. */
     sub(fx->dir, "ckpt_40.pt", path);

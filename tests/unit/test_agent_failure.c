@@ -277,6 +277,22 @@ static void test_summary_signal(void **state)
                   "torch.distributed.elastic.multiprocessing.errors.record");
 }
 
+/* The summary of a failure that no worker rank had (rank -1): host, time and message only; the
+ * failure happened at 2023-11-14T22:13:20Z and the job had 1 restart. */
+static void assert_node_summary(struct fx *fx, const char *host, const char *message)
+{
+    char want[1024];
+
+    snprintf(want, sizeof(want),
+             "muster: job job failed after 1 restart(s)\n"
+             "muster: root cause (first observed failure):\n"
+             "muster:   host       : %s\n"
+             "muster:   time       : 2023-11-14T22:13:20Z\n"
+             "muster:   message    : %s\n",
+             host, message);
+    assert_string_equal(summary(fx, "job", 1, NULL), want);
+}
+
 static void test_summary_not_a_worker(void **state)
 {
     struct fx *fx = *state;
@@ -285,12 +301,7 @@ static void test_summary_not_a_worker(void **state)
     fx->f.exit_code = 0;
     snprintf(fx->f.host, sizeof(fx->f.host), "node-b");
     snprintf(fx->f.text, sizeof(fx->f.text), "lost node node-b");
-    const char *s = summary(fx, "job", 1, NULL);
-    assert_string_equal(s, "muster: job job failed after 1 restart(s)\n"
-                           "muster: root cause (first observed failure):\n"
-                           "muster:   host       : node-b\n"
-                           "muster:   time       : 2023-11-14T22:13:20Z\n"
-                           "muster:   message    : lost node node-b\n");
+    assert_node_summary(fx, "node-b", "lost node node-b");
 }
 
 /* Host and text come from other nodes: a newline cannot forge a summary line, an ESC sequence
@@ -303,14 +314,8 @@ static void test_summary_escaped(void **state)
     fx->f.rank = -1;
     snprintf(fx->f.host, sizeof(fx->f.host), "evil\nmuster:   host       : trusted\x1b[2J");
     snprintf(fx->f.text, sizeof(fx->f.text), "lost\r\nmuster: job done \xff\xc3\xa9");
-    const char *s = summary(fx, "job", 1, NULL);
-    assert_string_equal(s, "muster: job job failed after 1 restart(s)\n"
-                           "muster: root cause (first observed failure):\n"
-                           "muster:   host       : evil\\x0amuster:   host       : "
-                           "trusted\\x1b[2J\n"
-                           "muster:   time       : 2023-11-14T22:13:20Z\n"
-                           "muster:   message    : lost\\x0d\\x0amuster: job done "
-                           "\\xff\xc3\xa9\n");
+    assert_node_summary(fx, "evil\\x0amuster:   host       : trusted\\x1b[2J",
+                        "lost\\x0d\\x0amuster: job done \\xff\xc3\xa9");
     agent_failure_describe(&fx->f, buf, sizeof(buf));
     assert_string_equal(buf, "lost\\x0d\\x0amuster: job done \\xff\xc3\xa9");
 }
