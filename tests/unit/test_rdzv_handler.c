@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "harness.h"
+#include "sendq.h"
 
 #include "conn.h"
 #include "cred.h"
@@ -48,8 +49,7 @@ struct raw {
     char kv_value[16][32];
     char *status_json;
     int connected;
-    struct rdzv_msg *queued[8]; /* sent once connected: TLS starts only then */
-    int n_queued;
+    struct sendq q; /* sent once connected: TLS starts only then */
 };
 
 struct fixture {
@@ -70,21 +70,7 @@ static uint32_t g_keep_alive, g_hb_timeout, g_grace; /* for agent()'s JOINs */
 
 static void send_msg(struct raw *r, const struct rdzv_msg *m)
 {
-    if (r->connected) {
-        assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
-        return;
-    }
-    assert_true(r->n_queued < 8);
-    r->queued[r->n_queued] = malloc(sizeof(*m));
-    assert_non_null(r->queued[r->n_queued]);
-    *r->queued[r->n_queued++] = *m;
-}
-
-static void drop_queued(struct raw *r)
-{
-    for (int i = 0; i < r->n_queued; i++)
-        free(r->queued[i]);
-    r->n_queued = 0;
+    sendq_send(&r->q, &r->conn, r->connected, m);
 }
 
 static struct rdzv_msg *msg(uint8_t type)
@@ -156,9 +142,7 @@ static void raw_connect_cb(uv_connect_t *req, int status)
     assert_int_equal(status, 0);
     assert_int_equal(rdzv_conn_start_tls(&r->conn, g_tls, 0), 0);
     r->connected = 1;
-    for (int i = 0; i < r->n_queued; i++)
-        assert_int_equal(rdzv_conn_send(&r->conn, r->queued[i]), 0);
-    drop_queued(r);
+    sendq_flush(&r->q, &r->conn);
 }
 
 /* A raw client of `role`, connected, HELLO sent (messages queue behind it). */
@@ -173,7 +157,7 @@ static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
     assert_non_null(r);
     assert_false(r->open && !r->closed);
     free(r->status_json);
-    drop_queued(r);
+    sendq_drop(&r->q);
     memset(r, 0, sizeof(*r));
     r->fx = fx;
     r->role = role;
@@ -263,7 +247,7 @@ static int teardown(void **state)
     for (int i = 0; i < NRAW; i++) {
         if (fx->raw[i] != NULL) {
             free(fx->raw[i]->status_json);
-            drop_queued(fx->raw[i]);
+            sendq_drop(&fx->raw[i]->q);
         }
         free(fx->raw[i]);
     }
@@ -772,18 +756,20 @@ static void test_ckpt_status(void **state)
 
 int main(void)
 {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_heartbeat_timeout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lost_by_close_ranks, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_scale_up, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_scale_up_full, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rejoin_after_server_restart, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rejoin_grace, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rejoin_stale_round, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kv, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_status, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ckpt_status, setup, teardown),
+        T(test_heartbeat_timeout),
+        T(test_lost_by_close_ranks),
+        T(test_scale_up),
+        T(test_scale_up_full),
+        T(test_rejoin_after_server_restart),
+        T(test_rejoin_grace),
+        T(test_rejoin_stale_round),
+        T(test_kv),
+        T(test_status),
+        T(test_ckpt_status),
     };
+#undef T
 
     int rc;
 

@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "harness.h"
+#include "sendq.h"
 
 #include "conn.h"
 #include "cred.h"
@@ -37,11 +38,10 @@ struct raw {
     uv_shutdown_t shutdown;
     uv_timer_t trickle; /* bare: one byte per tick */
     int bare, connected, closed;
-    int plain;                  /* a protocol client without TLS */
-    struct rdzv_tls *tls;       /* NULL: the fixture's (right token) */
-    size_t trickled;            /* bytes of the slow ClientHello written */
-    struct rdzv_msg *queued[8]; /* sent once connected: TLS starts only then */
-    int n_queued;
+    int plain;            /* a protocol client without TLS */
+    struct rdzv_tls *tls; /* NULL: the fixture's (right token) */
+    size_t trickled;      /* bytes of the slow ClientHello written */
+    struct sendq q;       /* sent once connected: TLS starts only then */
     int count[RDZV_MSG_TYPE_MAX_];
     struct rdzv_error error;
 };
@@ -173,11 +173,7 @@ static void raw_connect_cb(uv_connect_t *req, int status)
         assert_int_equal(rdzv_conn_start(&r->conn), 0);
     else
         assert_int_equal(rdzv_conn_start_tls(&r->conn, r->tls ? r->tls : r->fx->tls, 0), 0);
-    for (int i = 0; i < r->n_queued; i++) {
-        assert_int_equal(rdzv_conn_send(&r->conn, r->queued[i]), 0);
-        free(r->queued[i]);
-    }
-    r->n_queued = 0;
+    sendq_flush(&r->q, &r->conn);
 }
 
 /* Each slot is used once per test: its timer stays open until teardown. from: the source
@@ -214,14 +210,7 @@ static void raw_connect(struct fixture *fx, int i, int bare)
 
 static void send_msg(struct raw *r, const struct rdzv_msg *m)
 {
-    if (r->connected) {
-        assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
-        return;
-    }
-    assert_true(r->n_queued < 8);
-    r->queued[r->n_queued] = malloc(sizeof(*m));
-    assert_non_null(r->queued[r->n_queued]);
-    *r->queued[r->n_queued++] = *m;
+    sendq_send(&r->q, &r->conn, r->connected, m);
 }
 
 static struct rdzv_msg *msg(uint8_t type)
@@ -313,8 +302,7 @@ static void raw_close(struct raw *r)
 {
     if (r->fx == NULL)
         return;
-    for (int i = 0; i < r->n_queued; i++)
-        free(r->queued[i]);
+    sendq_drop(&r->q);
     if (!uv_is_closing((uv_handle_t *)&r->trickle))
         uv_close((uv_handle_t *)&r->trickle, trickle_closed_cb);
     if (!r->conn.closing)
@@ -953,22 +941,17 @@ static void test_log_escaped(void **state)
 
 int main(void)
 {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_bad_token, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_plaintext_and_truncated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_other_job, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_max_connections, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_handshake_timeout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kv_quota, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_send_queue, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kv_total, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flush_timeout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_max_jobs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_per_source, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_job_workers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_log_escaped, setup, teardown),
+        T(test_bad_token),         T(test_plaintext_and_truncated),
+        T(test_other_job),         T(test_max_connections),
+        T(test_handshake_timeout), T(test_idle_timeout),
+        T(test_kv_quota),          T(test_send_queue),
+        T(test_kv_total),          T(test_flush_timeout),
+        T(test_max_jobs),          T(test_per_source),
+        T(test_job_workers),       T(test_log_escaped),
     };
+#undef T
 
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
