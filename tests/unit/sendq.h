@@ -1,13 +1,16 @@
 /* A test client's frames held back until its connection is up: a TLS client starts TLS only
  * once connected, and a test may queue its HELLO/JOIN before that. Header-only (static inline),
- * for the rendezvous tests that drive raw clients (test_rdzv_handler, test_rdzv_limits). */
+ * with the scratch message those clients fill, for the rendezvous tests that drive raw clients
+ * (test_rdzv_handler, test_rdzv_limits). */
 #ifndef MUSTER_TEST_SENDQ_H
 #define MUSTER_TEST_SENDQ_H
 
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -20,6 +23,17 @@ struct sendq {
     struct rdzv_msg *msg[SENDQ_MAX];
     int n;
 };
+
+/* A zeroed message of type in one static buffer, which the next call reuses: send or copy it
+ * first. */
+static inline struct rdzv_msg *sendq_msg(uint8_t type)
+{
+    static struct rdzv_msg m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = type;
+    return &m;
+}
 
 /* Sends m on conn now when connected, else keeps a copy for sendq_flush(). */
 static inline void sendq_send(struct sendq *q, struct rdzv_conn *conn, int connected,

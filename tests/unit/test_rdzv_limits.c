@@ -213,18 +213,9 @@ static void send_msg(struct raw *r, const struct rdzv_msg *m)
     sendq_send(&r->q, &r->conn, r->connected, m);
 }
 
-static struct rdzv_msg *msg(uint8_t type)
-{
-    static struct rdzv_msg m;
-
-    memset(&m, 0, sizeof(m));
-    m.type = type;
-    return &m;
-}
-
 static void hello(struct raw *r, uint8_t role, const char *token)
 {
-    struct rdzv_msg *h = msg(RDZV_MSG_HELLO);
+    struct rdzv_msg *h = sendq_msg(RDZV_MSG_HELLO);
 
     h->u.hello.version = RDZV_PROTO_VERSION;
     h->u.hello.role = role;
@@ -242,7 +233,7 @@ static uint64_t test_node(uint8_t secret[32], uint64_t seed)
 
 static void join(struct raw *r, const char *job, unsigned nnodes, uint64_t node_id)
 {
-    struct rdzv_msg *m = msg(RDZV_MSG_JOIN);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_JOIN);
 
     m->u.join = (struct rdzv_join){.min_nodes = nnodes,
                                    .max_nodes = nnodes,
@@ -264,7 +255,7 @@ static void agent(struct fixture *fx, int i, const char *job, unsigned nnodes)
 
 static void attach_msg(struct raw *r, const char *job)
 {
-    struct rdzv_msg *m = msg(RDZV_MSG_ATTACH);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_ATTACH);
 
     snprintf(m->u.attach.job_id, sizeof(m->u.attach.job_id), "%s", job);
     send_msg(r, m);
@@ -331,7 +322,7 @@ static void good_finish(struct fixture *fx)
 {
     run_until(fx, good_assigned);
     for (int i = 0; i < 2; i++) {
-        struct rdzv_msg *m = msg(RDZV_MSG_DONE);
+        struct rdzv_msg *m = sendq_msg(RDZV_MSG_DONE);
 
         m->u.done.round = 0;
         send_msg(R(i), m);
@@ -468,11 +459,11 @@ static void test_other_job(void **state)
     agent(fx, 2, "a", 2);
     join(R(2), "good", 2, 7); /* then JOIN for another job on the same connection */
     worker(fx, 3, "good");
-    m = msg(RDZV_MSG_ATTACH);
+    m = sendq_msg(RDZV_MSG_ATTACH);
     snprintf(m->u.attach.job_id, sizeof(m->u.attach.job_id), "a");
     send_msg(R(3), m);
     worker(fx, 4, "good");
-    m = msg(RDZV_MSG_STATUS_REQ);
+    m = sendq_msg(RDZV_MSG_STATUS_REQ);
     snprintf(m->u.status_req.job_id, sizeof(m->u.status_req.job_id), "a");
     send_msg(R(4), m);
     run_until(fx, closed_2_3);
@@ -588,7 +579,7 @@ static void test_kv_quota(void **state)
     run_until(fx, good_assigned);
     worker(fx, 3, "good");
     for (uint32_t k = 0; k < 3; k++) {
-        struct rdzv_msg *m = msg(RDZV_MSG_KV_PUT);
+        struct rdzv_msg *m = sendq_msg(RDZV_MSG_KV_PUT);
 
         m->u.kv.req_id = k;
         snprintf(m->u.kv.key, sizeof(m->u.kv.key), "key%u", k);
@@ -612,7 +603,7 @@ static struct rdzv_limits *limits(struct fixture *fx)
 
 static void kv_req(struct raw *r, uint8_t type, uint32_t req_id, const char *key, uint32_t len)
 {
-    struct rdzv_msg *m = msg(type);
+    struct rdzv_msg *m = sendq_msg(type);
 
     m->u.kv.req_id = req_id;
     snprintf(m->u.kv.key, sizeof(m->u.kv.key), "%s", key);
