@@ -162,28 +162,20 @@ static void test_message_truncated(void **state)
 
 static void test_exit_code(void **state)
 {
+    /* exit code, signal -> the launcher's exit code: a code above 255 or -1 (none) gives 1, a
+     * signal gives 128 + it */
+    static const struct {
+        int exit_code, signal, want;
+    } cases[] = {{7, 0, 7},  {255, 0, 255}, {1, 0, 1},     {256, 0, 1}, {300, 0, 1},
+                 {-1, 0, 1}, {-1, 9, 137},  {-1, 15, 143}, {-1, 6, 134}};
     struct fx *fx = *state;
     struct rdzv_failure *f = &fx->f;
 
-    f->exit_code = 7;
-    assert_int_equal(agent_failure_exit_code(f), 7);
-    f->exit_code = 255;
-    assert_int_equal(agent_failure_exit_code(f), 255);
-    f->exit_code = 1;
-    assert_int_equal(agent_failure_exit_code(f), 1);
-    f->exit_code = 256;
-    assert_int_equal(agent_failure_exit_code(f), 1);
-    f->exit_code = 300;
-    assert_int_equal(agent_failure_exit_code(f), 1);
-    f->exit_code = -1;
-    assert_int_equal(agent_failure_exit_code(f), 1);
-    f->exit_code = -1;
-    f->signal = 9;
-    assert_int_equal(agent_failure_exit_code(f), 137);
-    f->signal = 15;
-    assert_int_equal(agent_failure_exit_code(f), 143);
-    f->signal = 6;
-    assert_int_equal(agent_failure_exit_code(f), 134);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        f->exit_code = cases[i].exit_code;
+        f->signal = cases[i].signal;
+        assert_int_equal(agent_failure_exit_code(f), cases[i].want);
+    }
 }
 
 static void test_describe(void **state)
