@@ -58,6 +58,15 @@ start_server() {
     [ -n "$SPORT" ] && [ "$SPORT" != 0 ] || fail "cannot read the server's port from: $(cat "$SERR")"
 }
 
+# start_job NAME: a server (start_server) for one job JOB=NAME-PID whose workers write into $T/w;
+# sets t0 (now_ms) once the server listens, for timing the job.
+start_job() {
+    start_server
+    JOB=$1-$$
+    mkdir -p "$T/w"
+    t0=$(now_ms)
+}
+
 # agent NAME [VAR=VALUE...] -- RUN_ARGS...: starts `muster run RUN_ARGS` in the background.
 agent() {
     local name=$1
