@@ -39,16 +39,8 @@ RESTART_RUNS=${RESTART_RUNS:-5}
 OUTFILE=${1:-}
 NPROC=8
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/muster-bench.XXXXXX")
-BG=""
-cleanup() {
-    local p
-    for p in $BG; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$SRC/bench/lib.sh"
+bench_init bench
 
 ${CC:-cc} -O2 -Wall -o "$W/stamp" "$SRC/bench/stamp.c" || { echo "bench: cannot compile bench/stamp.c" >&2; exit 1; }
 STAMP="$W/stamp"
@@ -65,14 +57,10 @@ M_NOPY=(--no-python)
 T_BASE=("$TORCHRUN" --standalone --nproc_per_node $NPROC --monitor_interval 0.1 $TORCHRUN_FIX)
 T_NOPY=(--no_python)
 
-median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-ms() { awk -v v="$1" 'BEGIN {if (v == "n/a") print "n/a"; else printf "%.1f", v / 1e6}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.1fx", a / b}'; }
 
-log() { echo "bench: $*" >&2; }
-
 # ---------------------------------------------------------------- (a) launch 8 x /bin/true
-launch_once() {  # launch_once m|t -> prints elapsed ns, or "fail"
+launch_once() {  # launch_once m|t [RUN] -> prints elapsed ns, or "fail"
     local r
     if [ "$1" = m ]; then
         r=$("$STAMP" time "${M_BASE[@]}" "${M_NOPY[@]}" /bin/true)
@@ -83,21 +71,28 @@ launch_once() {  # launch_once m|t -> prints elapsed ns, or "fail"
     if [ "${2:-1}" = 0 ]; then echo "$1"; else echo "fail(rc=${2:-?})"; fi
 }
 
+# interleave TAG N FN: N runs of `FN m|t RUN` for each launcher present, muster and torchrun
+# alternating; figures go to $W/TAG.m and $W/TAG.t, failures to $W/TAG.fail.m|t and the log.
+interleave() {
+    local tag=$1 n=$2 fn=$3 i who v
+    : > "$W/$tag.m"; : > "$W/$tag.t"
+    for i in $(seq 1 "$n"); do
+        for who in m t; do
+            [ $who = m ] && [ $have_muster = 0 ] && continue
+            [ $who = t ] && [ $have_torchrun = 0 ] && continue
+            v=$($fn $who "$i")
+            case "$v" in
+                fail*) log "  run $i $who: $v"; echo "$v" >> "$W/$tag.fail.$who" ;;
+                *) echo "$v" >> "$W/$tag.$who" ;;
+            esac
+        done
+    done
+}
+
 log "(a) launch $NPROC x /bin/true, $RUNS runs each (interleaved)"
-: > "$W/a.m"; : > "$W/a.t"
 [ $have_muster = 1 ] && launch_once m > /dev/null
 [ $have_torchrun = 1 ] && launch_once t > /dev/null
-for i in $(seq 1 "$RUNS"); do
-    for who in m t; do
-        [ $who = m ] && [ $have_muster = 0 ] && continue
-        [ $who = t ] && [ $have_torchrun = 0 ] && continue
-        v=$(launch_once $who)
-        case "$v" in
-            fail*) log "  run $i $who: $v"; echo "$v" >> "$W/a.fail.$who" ;;
-            *) echo "$v" >> "$W/a.$who" ;;
-        esac
-    done
-done
+interleave a "$RUNS" launch_once
 A_M=$(median < "$W/a.m"); A_T=$(median < "$W/a.t")
 [ -s "$W/a.m" ] || A_M=n/a
 [ -s "$W/a.t" ] || A_T=n/a
@@ -121,18 +116,7 @@ restart_once() {  # restart_once m|t N -> prints ns from failing exit to first s
 }
 
 log "(b) restart: failing exit -> first worker of attempt 1, $RESTART_RUNS runs each"
-: > "$W/b.m"; : > "$W/b.t"
-for i in $(seq 1 "$RESTART_RUNS"); do
-    for who in m t; do
-        [ $who = m ] && [ $have_muster = 0 ] && continue
-        [ $who = t ] && [ $have_torchrun = 0 ] && continue
-        v=$(restart_once $who "$i")
-        case "$v" in
-            fail*) log "  run $i $who: $v" ;;
-            *) echo "$v" >> "$W/b.$who" ;;
-        esac
-    done
-done
+interleave b "$RESTART_RUNS" restart_once
 B_M=$(median < "$W/b.m"); B_T=$(median < "$W/b.t")
 [ -s "$W/b.m" ] || B_M=n/a
 [ -s "$W/b.t" ] || B_T=n/a

@@ -23,18 +23,8 @@ FLOOD_CONNS=${FLOOD_CONNS:-200}
 FLOOD_SRC=${FLOOD_SRC:-127.0.0.2}
 FLOOD_SECS=${FLOOD_SECS:-5}
 NOLIMIT=${NOLIMIT:-1}
-W=$(mktemp -d "${TMPDIR:-/tmp}/muster-flood.XXXXXX")
-BG=""
-cleanup() {
-    local p
-    for p in $BG; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-ulimit -n "$(ulimit -Hn)" 2>/dev/null
-log() { echo "flood_bench: $*" >&2; }
+. "$SRC/bench/lib.sh"
+bench_init flood_bench
 
 ${CC:-cc} -O2 -Wall -o "$W/flood" "$SRC/bench/flood.c" -lmbedtls -lmbedx509 -lmbedcrypto || exit 1
 [ -x "$MUSTER_BIN" ] || { log "no muster binary at $MUSTER_BIN"; exit 2; }

@@ -57,20 +57,9 @@ fi
 export MUSTER_TOKEN
 BUILD_DIR=${BUILD_DIR:-$(dirname "$MUSTER_BIN")}
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/muster-rbench.XXXXXX")
-BG=""
+. "$SRC/bench/lib.sh"
+bench_init rdzv_bench
 PRESS=""
-cleanup() {
-    local p
-    for p in $BG; do kill -9 "$p" 2>/dev/null; done
-    [ "$(type -t ns_teardown)" = function ] && ns_teardown
-    rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-ulimit -n "$(ulimit -Hn)" 2>/dev/null
-log() { echo "rdzv_bench: $*" >&2; }
 SUMMARY=""
 summ() { SUMMARY="$SUMMARY$*"$'\n'; log "$*"; }
 
@@ -80,8 +69,6 @@ ${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -I "$SRC/common" -o "$W/loadgen" "$SRC/
 ${CC:-cc} -O2 -Wall -o "$W/slowloris" "$SRC/bench/slowloris.c" || exit 1
 STAMP=$W/stamp
 now() { "$STAMP" now; }
-median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-ms() { awk -v v="$1" 'BEGIN {if (v == "n/a" || v == "") print "n/a"; else printf "%.1f", v / 1e6}'; }
 wait_for() {  # wait_for TIMEOUT_S CMD...
     local end=$(( $(date +%s) + $1 ))
     shift
@@ -158,23 +145,24 @@ a_once() {  # a_once m|t N [none|tls|pre] -> ns from the last agent's start to t
 }
 
 if [[ " $PARTS " == *" a "* ]]; then
-    for n in ${A_SIZES-16 64 1024}; do
-        s=""
-        for r in $(seq 1 "${A_RUNS:-3}"); do
-            v=$(a_once m "$n"); s="$s $v"
-            log "(a) muster $n agents run $r: $v ns"
-        done
-        summ "(a) muster   $n agents: median $(ms "$(tr ' ' '\n' <<< "$s" | grep -E '^[0-9]+$' | median)") ms; raw ns:$s"
-    done
-    if command -v "$TORCHRUN" >/dev/null 2>&1; then
-        for n in ${A_T_SIZES-16 64}; do
+    # a_sizes m|t NAME RUNS SIZES...: RUNS runs of a_once for each size, then the summary line
+    a_sizes() {
+        local who=$1 name=$2 runs=$3 n r s v
+        shift 3
+        for n in "$@"; do
             s=""
-            for r in $(seq 1 "${A_T_RUNS:-1}"); do
-                v=$(a_once t "$n"); s="$s $v"
-                log "(a) torchrun $n agents run $r: $v ns"
+            for r in $(seq 1 "$runs"); do
+                v=$(a_once "$who" "$n"); s="$s $v"
+                log "(a) ${name%% *} $n agents run $r: $v ns"
             done
-            summ "(a) torchrun $n agents: median $(ms "$(tr ' ' '\n' <<< "$s" | grep -E '^[0-9]+$' | median)") ms; raw ns:$s"
+            summ "(a) $name $n agents: median $(ms "$(tr ' ' '\n' <<< "$s" | grep -E '^[0-9]+$' | median)") ms; raw ns:$s"
         done
+    }
+    # shellcheck disable=SC2086
+    a_sizes m "muster  " "${A_RUNS:-3}" ${A_SIZES-16 64 1024}
+    if command -v "$TORCHRUN" >/dev/null 2>&1; then
+        # shellcheck disable=SC2086
+        a_sizes t torchrun "${A_T_RUNS:-1}" ${A_T_SIZES-16 64}
     fi
 fi
 
@@ -245,7 +233,7 @@ if [[ " $PARTS " == *" d "* ]]; then
     T=$W
     MARK=""
     IT_BG_PIDS=""
-    IT_CLEANUP_HOOKS=""  # netns.sh registers ns_teardown here; our cleanup() calls it
+    IT_CLEANUP_HOOKS=""  # netns.sh registers ns_teardown here; bench_cleanup() calls it
     # shellcheck source=../tests/integration/netns.sh
     . "$SRC/tests/integration/netns.sh"
     reason=$(ns_available) || { summ "(d) skipped: $reason"; PARTS=""; }

@@ -3,13 +3,12 @@
  * (up to the first NUL) is its value; argv is {"--OPTION", VALUE, "-m", "mod"} so that no
  * training script has to exist. --rdzv-conf, --redirects, --tee and --local-ranks-filter are
  * the ones with a grammar of their own; the others are cheap to include. */
-#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
 #include "fuzz_common.h"
+#include "fuzz_launcher.h"
 
 static const char *const options[] = {
     "--rdzv-conf",
@@ -42,10 +41,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct launcher_config cfg;
-    char err[LAUNCHER_ERR_MAX];
     char opt[32], mflag[] = "-m", mod[] = "mod";
     char *value, *argv[5];
-    int rc;
 
     if (size == 0)
         return 0;
@@ -58,10 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     argv[2] = mflag;
     argv[3] = mod;
     argv[4] = NULL;
-    rc = launcher_config_parse(4, argv, &cfg, err, sizeof(err));
-    if (rc != 0 && rc != -EINVAL && rc != -ENOMEM)
-        abort();
-    if (rc == 0) {
+    if (fuzz_config_parse(4, argv, &cfg) == 0) {
         for (int r = 0; r < 70; r++) {
             int s = launcher_std_for_rank(&cfg.redirects, r) | launcher_std_for_rank(&cfg.tee, r);
             if (s < 0 || s > 3)

@@ -60,6 +60,8 @@ static void fill_failure(struct rdzv_failure *f)
     strcpy(f->text, "worker killed by SIGKILL");
 }
 
+/* A valid example of each type in msg. Long: one case per message type, as long as the
+ * protocol's list of types. */
 static void fill(uint8_t type)
 {
     memset(&msg, 0, sizeof(msg));

@@ -18,22 +18,10 @@
 #   4. the same with --preflight-allow-slow: exit 0 with a warning
 # Results: OUT_DIR/summary.txt (+ logs, reports). Exit 0 when every check passed.
 set -u
-B=$(cd "${1:-build-gpu}" && pwd)
-OUT=${2:-/tmp/muster-gpu-health}
-M=$B/muster
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+gpu_init "$@" /tmp/muster-gpu-health
 export MUSTER_TOKEN=gpu-health-test-token-0123456789abcdef
-FAILS=0
-log() { echo "$*" | tee -a "$OUT/summary.txt"; }
-check() { if [ "$1" = "$2" ]; then log "PASS $3 ($1)"; else log "FAIL $3: expected $2, got $1"; FAILS=$((FAILS + 1)); fi; }
-ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
-pf() { # NAME [muster preflight args...]: runs it, sets rc and tm
-    local name=$1; shift
-    local t=$(date +%s%N)
-    timeout -k 5 150 "$M" preflight --log-dir "$OUT/logs" --rdzv-id "$name" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
-    rc=$?; tm=$(ms "$t")
-}
 
 log "# muster GPU health pre-flight $(date -u +%FT%TZ) on $(hostname)"
 nvidia-smi -L | tee -a "$OUT/summary.txt"

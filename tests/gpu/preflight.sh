@@ -13,17 +13,10 @@
 #   5. `muster run` of a real NCCL DDP job: pre-flight (auto) first, then the workers
 # Results: OUT_DIR/summary.txt (+ logs, reports). Exit 0 when every check passed.
 set -u
-B=$(cd "${1:-build-gpu}" && pwd)
-OUT=${2:-/tmp/muster-gpu}
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-M=$B/muster
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+gpu_init "$@" /tmp/muster-gpu
 export MUSTER_TOKEN=gpu-preflight-test-token-0123456789
-FAILS=0
-log() { echo "$*" | tee -a "$OUT/summary.txt"; }
-check() { if [ "$1" = "$2" ]; then log "PASS $3 ($1)"; else log "FAIL $3: expected $2, got $1"; FAILS=$((FAILS + 1)); fi; }
-ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
 log "# muster pre-flight on GPUs $(date -u +%FT%TZ) on $(hostname)"
 nvidia-smi -L | tee -a "$OUT/summary.txt"
@@ -35,9 +28,7 @@ head -c 600 "$OUT/inventory.json" | tee -a "$OUT/summary.txt"; echo | tee -a "$O
 
 # 1. the whole pre-flight, three times
 for i in 1 2 3; do
-    t=$(date +%s%N)
-    timeout -k 5 150 "$M" preflight --log-dir "$OUT/logs" --rdzv-id pf$i >"$OUT/pf$i.out" 2>"$OUT/pf$i.err"
-    rc=$?; tm=$(ms "$t")
+    pf pf$i
     check "$rc" 0 "muster preflight on $ngpu GPUs, run $i: ${tm} ms"
 done
 cat "$OUT/pf3.err" | tee -a "$OUT/summary.txt"

@@ -12,17 +12,11 @@
 #    plain time-slicing at K=4.
 # Results: OUT_DIR/summary.txt. Exit 0 when every check passed.
 set -u
-B=$(cd "${1:-build-gpu}" && pwd)
-OUT=${2:-/tmp/muster-gpu}
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-M=$B/muster
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+gpu_init "$@" /tmp/muster-gpu
 PY=${PYTHON:-python3}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_VISIBLE_DEVICES=0
-FAILS=0
-log() { echo "$*" | tee -a "$OUT/summary.txt"; }
-check() { if [ "$1" = "$2" ]; then log "PASS $3 ($1)"; else log "FAIL $3: expected $2, got $1"; FAILS=$((FAILS + 1)); fi; }
 
 log "# muster shared-GPU mode $(date -u +%FT%TZ) on $(hostname)"
 nvidia-smi -L | head -1 | tee -a "$OUT/summary.txt"

@@ -8,17 +8,9 @@
 # BUILD_DIR holds a muster built with -DMUSTER_STATIC_DEPS=ON (the GPU host has no libuv,
 # mbedTLS, jansson). Results: OUT_DIR/summary.txt (+ logs). Exit 0 when every check passed.
 set -u
-B=$(cd "${1:-build-gpu}" && pwd)
-OUT=${2:-/tmp/muster-gpu}
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-M=$B/muster
-mkdir -p "$OUT"
-# NVLink multicast must stay off on shared hosts (KINDS.md); workers inherit this.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-FAILS=0
-log() { echo "$*" | tee -a "$OUT/summary.txt"; }
-check() { if [ "$1" = "$2" ]; then log "PASS $3 ($1)"; else log "FAIL $3: expected $2, got $1"; FAILS=$((FAILS + 1)); fi; }
-ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+gpu_init "$@" /tmp/muster-gpu
 
 log "# muster GPU smoke $(date -u +%FT%TZ) on $(hostname)"
 nvidia-smi -L | tee -a "$OUT/summary.txt"

@@ -290,7 +290,14 @@ ch_run() {
         t_r=$(ch_elapsed)
         chlog "fault $i/$nfaults at +$(ch_fmt_ms "$t_f") s: $kind: $CH_WHAT; running again after $(ch_fmt_ms $((t_r - t_f))) s"
     done
-    # the end: every agent of the last generation exits 0
+    ch_finish "$deadline"
+}
+
+# ch_finish DEADLINE: the end of a run: every agent of the last generation exits 0 (waiting up to
+# the wall-time cap DEADLINE, in date +%s, at least 30 s), the job's final parameters are read,
+# the server ends cleanly; sets CH_WALL_MS and CH_PARAMS.
+ch_finish() {
+    local deadline=$1 k
     for k in 1 2 3; do
         local pid=${CH_APID[$k]} left=$(( deadline - $(date +%s) ))
         [ "$left" -gt 30 ] || left=30

@@ -20,12 +20,7 @@
 #   ft_worker.sh trap DIR              creates DIR/ready.<RANK>.<restart>, waits; on SIGTERM,
 #                                      SIGUSR1 or SIGINT writes the signal's name to
 #                                      DIR/sig.<RANK>.<restart> and exits 0
-set -u
-mode=$1
-dir=$2
-shift 2
-r=${RANK:-x}
-n=${TORCHELASTIC_RESTART_COUNT:-x}
+. "$(dirname "$0")/worker_args.sh"
 
 env > "$dir/.env.$r.$n.$$" && mv "$dir/.env.$r.$n.$$" "$dir/env.$r.$n"
 printf '%s\n' "${MUSTER_RESUME_FROM:-none}" > "$dir/.resume.$r.$n.$$" &&

@@ -245,11 +245,18 @@ expect_eq() {
     [ "$2" = "$3" ] || fail "$1: expected '$2', got '$3'"
 }
 
+# show_tails LABEL OUT_FILE ERR_FILE LINES: the last LINES of a command's stdout and stderr, on
+# stderr, headed "--- LABELstdout ---" and "--- LABELstderr ---".
+show_tails() {
+    echo "--- $1stdout ---" >&2
+    tail -n "$4" "$2" >&2
+    echo "--- $1stderr ---" >&2
+    tail -n "$4" "$3" >&2
+}
+
+# show_output [LINES]: the tail of the last mrun's stdout and stderr
 show_output() {
-    echo "--- stdout ---" >&2
-    tail -n "${1:-30}" "${OUTF:-$T/out}" >&2
-    echo "--- stderr ---" >&2
-    tail -n "${1:-30}" "${ERRF:-$T/err}" >&2
+    show_tails "" "${OUTF:-$T/out}" "${ERRF:-$T/err}" "${1:-30}"
 }
 
 # expect_rc WHAT EXPECTED: compares $RC, showing muster's output on mismatch.

@@ -58,6 +58,15 @@ start_server() {
     [ -n "$SPORT" ] && [ "$SPORT" != 0 ] || fail "cannot read the server's port from: $(cat "$SERR")"
 }
 
+# start_job NAME: a server (start_server) for one job JOB=NAME-PID whose workers write into $T/w;
+# sets t0 (now_ms) once the server listens, for timing the job.
+start_job() {
+    start_server
+    JOB=$1-$$
+    mkdir -p "$T/w"
+    t0=$(now_ms)
+}
+
 # agent NAME [VAR=VALUE...] -- RUN_ARGS...: starts `muster run RUN_ARGS` in the background.
 agent() {
     local name=$1
@@ -98,11 +107,9 @@ survivors_stopped() {
     done
 }
 
+# show_agent NAME [LINES]: the tail of agent NAME's stdout and stderr
 show_agent() {
-    echo "--- agent $1 stdout ---" >&2
-    tail -n "${2:-20}" "$T/$1.out" >&2
-    echo "--- agent $1 stderr ---" >&2
-    tail -n "${2:-20}" "$T/$1.err" >&2
+    show_tails "agent $1 " "$T/$1.out" "$T/$1.err" "${2:-20}"
 }
 
 show_all() {
@@ -119,6 +126,34 @@ expect_agent_rc() {
         show_all
         fail "agent $1: expected exit code $2, got $RC"
     fi
+}
+
+# agents_exit TIMEOUT_S EXPECTED NAME...: agent_wait and expect_agent_rc for each agent in turn.
+agents_exit() {
+    local timeout=$1 rc=$2 name
+    shift 2
+    for name in "$@"; do
+        agent_wait "$name" "$timeout"
+        expect_agent_rc "$name" "$rc"
+    done
+}
+
+# release_agents NAME...: lets the held workers (worker.sh hold) finish; each agent must then
+# exit 0 within 30 s.
+release_agents() {
+    : > "$T/w/release"
+    agents_exit 30 0 "$@"
+}
+
+# expect_lost_node RESTART NAME...: each agent printed that it restarts its workers (RESTART,
+# e.g. 1/2) because a node was lost.
+expect_lost_node() {
+    local restart=$1 name
+    shift
+    for name in "$@"; do
+        grep -q "restarting workers (restart $restart):.*lost node" "$T/$name.err" ||
+            { show_all; fail "agent $name did not print 'restarting workers (restart $restart): ... lost node'"; }
+    done
 }
 
 # mentions TEXT PATTERN: does TEXT contain PATTERN (grep -q)?

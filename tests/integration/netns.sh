@@ -179,6 +179,32 @@ ns_server() {
         { cat "$SERR" >&2; fail "muster server in host $1 did not start listening"; }
 }
 
+# ns_job NAME HOSTS [SERVER_HOST]: sets up HOSTS hosts (ns_setup) for one job: JOB=NAME-PID,
+# P (the server port) and the workers' directory $T/w; with SERVER_HOST, starts the server there
+# (ns_server).
+ns_job() {
+    ns_setup "$2"
+    JOB=$1-$$
+    P=29400
+    mkdir -p "$T/w"
+    [ $# -lt 3 ] || ns_server "$3" $P
+}
+
+# ns_cut_survivors K RANKS...: cuts host K off (ns_cut) and waits up to 15 s until the round-0
+# workers of those RANKS that are not on host K (by their HOSTNO) stopped; sets WORST_MS as
+# survivors_stopped (multi.sh) does.
+ns_cut_survivors() {
+    local k=$1 r surv="" t_cut
+    shift
+    for r in "$@"; do
+        [ "$(envval "$T/w/env.$r.0" HOSTNO)" != "$k" ] && surv="$surv $r"
+    done
+    t_cut=$(date +%s%N)
+    ns_cut "$k"
+    # shellcheck disable=SC2086
+    survivors_stopped "$t_cut" 15 "of the cut" $surv
+}
+
 # ns_cut K / ns_restore K: take host K off the network and back. The bridge-side end of its
 # veth goes down, so the host's eth0 loses carrier: no FIN, no RST, packets are just lost,
 # which is what a pulled cable or a dead switch port looks like to the others.

@@ -5,10 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-start_server
-JOB=elastic-$$
-mkdir -p "$T/w"
-t0=$(now_ms)
+start_job elastic
 agent a1 -- --nnodes 2:3 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id $JOB \
     --rdzv-conf join_timeout=30,last_call_timeout=1 --no-python "$WORKER" dump "$T/w"
 agent a2 -- --nnodes 2:3 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id $JOB \

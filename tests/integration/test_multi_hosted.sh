@@ -13,10 +13,7 @@ for i in 1 2 3; do
         --rdzv-endpoint 127.0.0.1:$P --rdzv-id hosted-$$ --rdzv-conf join_timeout=30 \
         --no-python "$WORKER" dump "$T/w"
 done
-for i in 1 2 3; do
-    agent_wait a$i 60
-    expect_agent_rc a$i 0
-done
+agents_exit 60 0 a1 a2 a3
 check_ranks "$T/w" 0 6 3
 for r in 0 1 2 3 4 5; do
     grep -qx "\[rank$r\]: hello-from-rank-$r attempt 0" "$T"/a*.out \

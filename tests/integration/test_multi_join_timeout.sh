@@ -4,10 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-start_server
-JOB=jt-$$
-mkdir -p "$T/w"
-t0=$(now_ms)
+start_job jt
 agent a1 -- --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id $JOB \
     --rdzv-conf join_timeout=2 --no-python "$WORKER" dump "$T/w"
 agent_wait a1 30

@@ -40,14 +40,7 @@ wait_for 20 files_at_least 3 "$T/w/ready.*.1" || { show_all; fail "round 1 (2 no
 t_re=$(( $(date +%s%N) / 1000000 - t_kill / 1000000 ))
 note "kill -> 3 workers of restart 1 ready: ${t_re} ms (includes last_call_timeout 0.5 s)"
 check_ranks "$T/w" 1 3 2
-for i in 1 2; do
-    grep -q 'restarting workers (restart 1/3):.*lost node' "$T/a$i.err" \
-        || { show_all; fail "agent a$i did not print 'restarting workers (restart 1/3): ... lost node ...'"; }
-done
-: > "$T/w/release"
-for i in 1 2; do
-    agent_wait a$i 30
-    expect_agent_rc a$i 0
-done
+expect_lost_node 1/3 a1 a2
+release_agents a1 a2
 stop_server
 assert_no_marked_left "after the job" 5

@@ -59,10 +59,6 @@ grep -qi '<html' <<< "$body" || fail "/ is not an HTML page"
 http_get "$SHTTP" /no-such-page >/dev/null
 expect_eq "GET /no-such-page status" 404 "$HTTP_CODE"
 
-: > "$T/w/release"
-for i in 1 2; do
-    agent_wait a$i 30
-    expect_agent_rc a$i 0
-done
+release_agents a1 a2
 stop_server
 assert_no_marked_left "after the job" 5

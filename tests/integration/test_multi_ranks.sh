@@ -18,10 +18,7 @@ for i in 2 3 1; do
     [ $i = 2 ] && { wait_for 10 grep -q "rendezvous $JOB: 1/3 nodes" "$T/a2.err" \
         || { show_all; fail "no 'rendezvous $JOB: 1/3 nodes' progress line from the first agent"; }; }
 done
-for i in 1 2 3; do
-    agent_wait a$i 60
-    expect_agent_rc a$i 0
-done
+agents_exit 60 0 a1 a2 a3
 check_ranks "$T/w" 0 6 3
 f=$T/w/env.0.0
 expect_eq "TORCHELASTIC_RUN_ID" "$JOB" "$(envval "$f" TORCHELASTIC_RUN_ID)"

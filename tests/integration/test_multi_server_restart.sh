@@ -36,11 +36,7 @@ while read -r r n pid; do
     kill -0 "$pid" 2>/dev/null || fail "worker rank $r (pid $pid) is gone after the server restart"
 done < "$T/w/starts"
 
-: > "$T/w/release"
-for i in 1 2; do
-    agent_wait a$i 30
-    expect_agent_rc a$i 0
-done
+release_agents a1 a2
 expect_eq "worker starts in total" 3 "$(wc -l < "$T/w/starts")"
 stop_server
 assert_no_marked_left "after the job" 5

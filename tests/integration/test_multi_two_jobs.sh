@@ -25,19 +25,13 @@ grep -q '2/2 nodes' "$T/a1.err" "$T/b1.err" && fail "an agent counted the other 
 run_a a2
 wait_for 20 files_at_least 2 "$T/wa/ready.*.0" || { show_all; fail "job A did not start"; }
 run_b b2
-for i in 1 2; do
-    agent_wait b$i 60
-    expect_agent_rc b$i 0
-done
+agents_exit 60 0 b1 b2
 check_ranks "$T/wb" 1 4 2
 # job A was not disturbed by B's failure and restart
 [ -e "$T/wa/env.0.1" ] && fail "job A restarted when job B did"
 ls "$T/wa" | grep -q '^stop\.' && fail "job A's workers were stopped by job B's restart"
 : > "$T/wa/release"
-for i in 1 2; do
-    agent_wait a$i 30
-    expect_agent_rc a$i 0
-done
+agents_exit 30 0 a1 a2
 check_ranks "$T/wa" 0 2 2
 expect_eq "job A run id" "$A" "$(envval "$T/wa/env.0.0" TORCHELASTIC_RUN_ID)"
 expect_eq "job B run id" "$B" "$(envval "$T/wb/env.0.1" TORCHELASTIC_RUN_ID)"

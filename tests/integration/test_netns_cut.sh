@@ -10,11 +10,7 @@
 . "$(dirname "$0")/netns.sh"
 
 HB=2
-ns_setup 4
-JOB=nscut-$$
-P=29400
-mkdir -p "$T/w"
-ns_server 4 $P
+ns_job nscut 4 4
 for k in 1 2 3; do
     ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 2:3 --nproc-per-node 1 \
         --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --local-addr ${HOST_ADDR[$k]} \
@@ -24,26 +20,13 @@ done
 wait_for 30 files_at_least 3 "$T/w/ready.*.0" || { show_all; fail "3 workers of round 0 did not start"; }
 check_ranks "$T/w" 0 3 3
 sleep 1  # a few heartbeats
-surv=""
-for r in 0 1 2; do
-    [ "$(envval "$T/w/env.$r.0" HOSTNO)" != 3 ] && surv="$surv $r"
-done
-t_cut=$(date +%s%N)
-ns_cut 3
-survivors_stopped "$t_cut" 15 "of the cut" $surv
+ns_cut_survivors 3 0 1 2
 worst=$WORST_MS
 note "host cut -> last survivor worker stopped: ${worst} ms (heartbeat_timeout ${HB} s)"
 [ "$worst" -le $((HB * 1000 + 1000)) ] || fail "cut detected after ${worst} ms (heartbeat_timeout ${HB} s + 1 s allowed)"
 wait_for 20 files_at_least 2 "$T/w/ready.*.1" || { show_all; fail "round 1 with the 2 remaining hosts did not start"; }
 check_ranks "$T/w" 1 2 2
-for k in 1 2; do
-    grep -q 'restarting workers (restart 1/2):.*lost node' "$T/a$k.err" \
-        || { show_all; fail "agent on host $k did not print 'restarting workers (restart 1/2): ... lost node'"; }
-done
-: > "$T/w/release"
-for k in 1 2; do
-    agent_wait a$k 30
-    expect_agent_rc a$k 0
-done
+expect_lost_node 1/2 a1 a2
+release_agents a1 a2
 ns_restore 3
 stop_server

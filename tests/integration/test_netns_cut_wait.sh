@@ -8,11 +8,7 @@
 . "$(dirname "$0")/netns.sh"
 
 HB=2
-ns_setup 4
-JOB=nscutw-$$
-P=29400
-mkdir -p "$T/w"
-ns_server 4 $P
+ns_job nscutw 4 4
 CONF=join_timeout=30,last_call_timeout=0.5,heartbeat_timeout=$HB,keep_alive_interval=0.5
 for k in 1 2 3; do
     ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
@@ -21,13 +17,7 @@ for k in 1 2 3; do
 done
 wait_for 30 files_at_least 3 "$T/w/ready.*.0" || { show_all; fail "3 workers of round 0 did not start"; }
 sleep 1
-surv=""
-for r in 0 1 2; do
-    [ "$(envval "$T/w/env.$r.0" HOSTNO)" != 3 ] && surv="$surv $r"
-done
-t_cut=$(date +%s%N)
-ns_cut 3
-survivors_stopped "$t_cut" 15 "of the cut" $surv
+ns_cut_survivors 3 0 1 2
 wait_for 10 grep -q "rendezvous $JOB: 2/3 nodes" "$T/a1.err" "$T/a2.err" \
     || { show_all; fail "the survivors do not show 'rendezvous $JOB: 2/3 nodes' while waiting"; }
 sleep 2
@@ -37,10 +27,6 @@ ns_bg 1 a4 HOSTNO=1 -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
     --max-restarts 2 --no-python "$WORKER" hold "$T/w"
 wait_for 20 files_at_least 3 "$T/w/ready.*.1" || { show_all; fail "the replacement did not complete round 1"; }
 check_ranks "$T/w" 1 3 3
-: > "$T/w/release"
-for k in 1 2 4; do
-    agent_wait a$k 30
-    expect_agent_rc a$k 0
-done
+release_agents a1 a2 a4
 ns_restore 3
 stop_server

@@ -8,10 +8,7 @@
 . "$(dirname "$0")/multi.sh"
 . "$(dirname "$0")/netns.sh"
 
-ns_setup 4
-JOB=nsjob-$$
-P=29400
-mkdir -p "$T/w"
+ns_job nsjob 4
 for k in 1 2 3; do
     np=1
     [ $k = 2 ] && np=2
@@ -21,10 +18,7 @@ for k in 1 2 3; do
         --no-python "$WORKER" dump "$T/w"
     [ $k = 1 ] && sleep 0.3  # host 1 binds the endpoint first
 done
-for k in 1 2 3; do
-    agent_wait a$k 60
-    expect_agent_rc a$k 0
-done
+agents_exit 60 0 a1 a2 a3
 check_ranks "$T/w" 0 4 3
 for r in 0 1 2 3; do
     if [ "$(envval "$T/w/env.$r.0" GROUP_RANK)" = 0 ]; then
@@ -41,10 +35,7 @@ for k in 1 2 3; do
         --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB-2 --rdzv-conf join_timeout=30 \
         --no-python "$WORKER" dump "$T/w"
 done
-for k in 1 2 3; do
-    agent_wait b$k 60
-    expect_agent_rc b$k 0
-done
+agents_exit 60 0 b1 b2 b3
 check_ranks "$T/w" 0 3 3
 for r in 0 1 2; do
     if [ "$(envval "$T/w/env.$r.0" GROUP_RANK)" = 0 ]; then

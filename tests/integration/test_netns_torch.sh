@@ -20,10 +20,7 @@ for k in 1 2; do
         "$EX" --steps 20
     [ $k = 1 ] && sleep 0.3
 done
-for k in 1 2; do
-    agent_wait a$k 240
-    expect_agent_rc a$k 0
-done
+agents_exit 240 0 a1 a2
 cat "$T/a1.out" "$T/a2.out" > "$T/all.out"
 for r in 0 1 2 3; do
     grep -q "^\[rank$r\]: rank $r/4 " "$T/all.out" || { show_all; cat "$T/all.out" >&2; fail "rank $r did not report in"; }

@@ -160,9 +160,6 @@ setpriv --reuid=$NOBODY --regid=$NOBODY --clear-groups cat "/proc/${APID[u1]}/en
 expect_eq "owner of the environ with MUSTER_ALLOW_CORE_DUMPS=1" $NOBODY \
     "$(stat -c %u "/proc/${APID[u2]}/environ")"
 touch "$U/w1/release" "$U/w2/release"
-for n in 1 2; do
-    agent_wait u$n 30
-    expect_agent_rc u$n 0
-done
+agents_exit 30 0 u1 u2
 stop_server
 assert_no_marked_left "after the test" 5

@@ -100,10 +100,7 @@ poke "FAIL" "muster-job-v1:$B:$(printf '0%.0s' $(seq 64))" status $B
 for i in 0 1; do kill -0 "${APID[b$i]}" 2>/dev/null || { show_all; fail "agent b$i died under attack"; }; done
 [ "$(wc -l < "$T/wb/starts")" = 2 ] || { show_all; fail "B's workers restarted under attack"; }
 : > "$T/wb/release"
-for i in 0 1; do
-    agent_wait b$i 60
-    expect_agent_rc b$i 0
-done
+agents_exit 60 0 b0 b1
 
 # Counted and logged once per address and kind (the server's log is not flooded).
 http_get "$SHTTP" /metrics

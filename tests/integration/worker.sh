@@ -20,12 +20,7 @@
 #                                      DIR/starts (the multi-node tests count starts with it)
 #   worker.sh errorfile DIR RANK       dump; the worker with RANK writes a torchelastic error.json
 #                                      ("ValueError: boom") to $TORCHELASTIC_ERROR_FILE, exits 1
-set -u
-mode=$1
-dir=$2
-shift 2
-r=${RANK:-x}
-n=${TORCHELASTIC_RESTART_COUNT:-x}
+. "$(dirname "$0")/worker_args.sh"
 
 dump() {
     env > "$dir/.env.$r.$n.$$" && mv "$dir/.env.$r.$n.$$" "$dir/env.$r.$n"

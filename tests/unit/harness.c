@@ -97,6 +97,14 @@ void harness_mkdtemp(char *dir, size_t len, const char *what)
     assert_non_null(mkdtemp(dir));
 }
 
+void harness_init_tmp(struct harness *h, uv_loop_t *loop, unsigned timeout_ms, char *dir,
+                      size_t len, const char *what)
+{
+    assert_int_equal(uv_loop_init(loop), 0);
+    harness_init(h, loop, timeout_ms);
+    harness_mkdtemp(dir, len, what);
+}
+
 static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     if (remove(path) != 0 && errno != ENOENT)

@@ -59,6 +59,11 @@ void harness_done_(struct harness *h, int ok, const char *cond, const char *file
 /* Creates a fresh private directory /tmp/muster-<what>-XXXXXX into dir (len >= 64). Asserts. */
 void harness_mkdtemp(char *dir, size_t len, const char *what);
 
+/* The start of a fixture that owns a loop and a temp directory: uv_loop_init(loop) (asserted),
+ * harness_init(h, loop, timeout_ms), then harness_mkdtemp(dir, len, what). */
+void harness_init_tmp(struct harness *h, uv_loop_t *loop, unsigned timeout_ms, char *dir,
+                      size_t len, const char *what);
+
 /* Removes path and everything under it (nftw, no shell). Missing: nothing to do. */
 void harness_rmtree(const char *path);
 

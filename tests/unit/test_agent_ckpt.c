@@ -368,31 +368,54 @@ static void record(struct fx *fx, int step, size_t size)
     assert_int_equal(agent_ckpt_registry_add(&fx->reg, &e), 0);
 }
 
+/* record() of each step in the list, which -1 ends; every file has size bytes. */
+static void record_steps(struct fx *fx, size_t size, ...)
+{
+    va_list ap;
+    int step;
+
+    va_start(ap, size);
+    while ((step = va_arg(ap, int)) >= 0)
+        record(fx, step, size);
+    va_end(ap);
+}
+
+/* Records ckpt_100.pt and ckpt_120.pt, 4096 bytes each; path receives the newest one's path. */
+static void record_two(struct fx *fx, char *path)
+{
+    record(fx, 100, 4096);
+    record(fx, 120, 4096);
+    sub(fx->dir, "ckpt_120.pt", path);
+}
+
+/* agent_ckpt_registry_pick() must succeed and choose name; returns what it chose. */
+static struct agent_ckpt_entry pick_ok(struct fx *fx, const char *name)
+{
+    struct agent_ckpt_entry chosen;
+
+    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
+    assert_string_equal(chosen.name, name);
+    return chosen;
+}
+
 static void test_pick_newest(void **state)
 {
     struct fx *fx = *state;
-    struct agent_ckpt_entry chosen;
+    char path[PATH_MAX];
 
-    record(fx, 100, 4096);
-    record(fx, 120, 4096);
-    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
-    assert_string_equal(chosen.name, "ckpt_120.pt");
-    assert_int_equal(chosen.step, 120);
+    record_two(fx, path);
+    assert_int_equal(pick_ok(fx, "ckpt_120.pt").step, 120);
     assert_int_equal(fx->nlog, 0);
 }
 
 static void test_pick_missing(void **state)
 {
     struct fx *fx = *state;
-    struct agent_ckpt_entry chosen;
     char path[PATH_MAX];
 
-    record(fx, 100, 4096);
-    record(fx, 120, 4096);
-    sub(fx->dir, "ckpt_120.pt", path);
+    record_two(fx, path);
     assert_int_equal(unlink(path), 0);
-    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
-    assert_string_equal(chosen.name, "ckpt_100.pt");
+    pick_ok(fx, "ckpt_100.pt");
     assert_string_equal(fx->log, "checkpoint ckpt_120.pt skipped: missing\n");
     assert_int_equal(fx->reg.n, 2); /* skipped entries stay registered */
 }
@@ -400,15 +423,11 @@ static void test_pick_missing(void **state)
 static void test_pick_truncated(void **state)
 {
     struct fx *fx = *state;
-    struct agent_ckpt_entry chosen;
     char path[PATH_MAX];
 
-    record(fx, 100, 4096);
-    record(fx, 120, 4096);
-    sub(fx->dir, "ckpt_120.pt", path);
+    record_two(fx, path);
     assert_int_equal(truncate(path, 1024), 0);
-    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
-    assert_string_equal(chosen.name, "ckpt_100.pt");
+    pick_ok(fx, "ckpt_100.pt");
     assert_string_equal(
         fx->log, "checkpoint ckpt_120.pt skipped: size 1024 != recorded 4096 (truncated?)\n");
 }
@@ -416,12 +435,9 @@ static void test_pick_truncated(void **state)
 static void test_pick_altered(void **state)
 {
     struct fx *fx = *state;
-    struct agent_ckpt_entry chosen;
     char path[PATH_MAX];
 
-    record(fx, 100, 4096);
-    record(fx, 110, 4096);
-    record(fx, 120, 4096);
+    record_steps(fx, 4096, 100, 110, 120, -1);
     /* Newest: one byte flipped in place, same size. Next: grown. */
     sub(fx->dir, "ckpt_120.pt", path);
     FILE *f = fopen(path, "r+b");
@@ -430,8 +446,7 @@ static void test_pick_altered(void **state)
     assert_int_equal(fputc(0xff, f), 0xff);
     assert_int_equal(fclose(f), 0);
     put_sized(fx->dir, "ckpt_110.pt", 5000, 110);
-    assert_int_equal(agent_ckpt_registry_pick(&fx->reg, fx->dir, &chosen, log_cb, fx), 0);
-    assert_string_equal(chosen.name, "ckpt_100.pt");
+    pick_ok(fx, "ckpt_100.pt");
     assert_int_equal(fx->nlog, 2);
     assert_non_null(strstr(fx->log, "checkpoint ckpt_120.pt skipped: checksum "));
     assert_non_null(strstr(fx->log, "(altered?)\ncheckpoint ckpt_110.pt skipped: size 5000 != "
@@ -489,10 +504,7 @@ static void test_prune_never_last_verified(void **state)
     struct fx *fx = *state;
     char path[PATH_MAX];
 
-    record(fx, 10, 64);
-    record(fx, 20, 64);
-    record(fx, 30, 64);
-    record(fx, 40, 64);
+    record_steps(fx, 64, 10, 20, 30, 40, -1);
     /* The two newest are corrupt: with keep 1 the newest verified (20) must survive, the
      * corrupt ones are not pruned (they are newer), only 10 goes. */
     sub(fx->dir, "ckpt_40.pt", path);

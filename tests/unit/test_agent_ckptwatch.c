@@ -72,9 +72,7 @@ static int setup(void **state)
     static struct fixture fx;
 
     memset(&fx, 0, sizeof(fx));
-    assert_int_equal(uv_loop_init(&fx.loop), 0);
-    harness_init(&fx.h, &fx.loop, 10000);
-    harness_mkdtemp(fx.tmp, sizeof(fx.tmp), "ckptwatch");
+    harness_init_tmp(&fx.h, &fx.loop, 10000, fx.tmp, sizeof(fx.tmp), "ckptwatch");
     snprintf(fx.dir, sizeof(fx.dir), "%s/ck", fx.tmp);
     *state = &fx;
     return 0;

@@ -105,13 +105,20 @@ static void test_missing_file(void **state)
     assert_string_equal(fx->text, "");
 }
 
+/* Each of docs (NULL-terminated) is refused with -EINVAL and leaves no message behind. */
+static void assert_no_message(struct fx *fx, const char *const *docs)
+{
+    for (; *docs != NULL; docs++) {
+        assert_int_equal(read_message(fx, *docs), -EINVAL);
+        assert_string_equal(fx->text, "");
+    }
+}
+
 static void test_invalid_json(void **state)
 {
-    struct fx *fx = *state;
-    assert_int_equal(read_message(fx, "{not json"), -EINVAL);
-    assert_string_equal(fx->text, "");
-    assert_int_equal(read_message(fx, "{\"message\": \"unterminated"), -EINVAL);
-    assert_int_equal(read_message(fx, "Traceback (most recent call last):\n"), -EINVAL);
+    static const char *const docs[] = {"{not json", "{\"message\": \"unterminated",
+                                       "Traceback (most recent call last):\n", NULL};
+    assert_no_message(*state, docs);
 }
 
 /* The file exists but a crashed worker left it empty: it holds no message (-EINVAL), it is
@@ -128,15 +135,15 @@ static void test_empty_file(void **state)
 
 static void test_no_message(void **state)
 {
-    struct fx *fx = *state;
-    assert_int_equal(read_message(fx, "{\"other\": \"x\"}"), -EINVAL);
-    assert_string_equal(fx->text, "");
-    assert_int_equal(read_message(fx, "{}"), -EINVAL);
-    assert_int_equal(read_message(fx, "{\"message\": 5}"), -EINVAL);
-    assert_int_equal(read_message(fx, "{\"message\": null}"), -EINVAL);
-    assert_int_equal(read_message(fx, "{\"message\": {\"extraInfo\": {}}}"), -EINVAL);
-    assert_int_equal(read_message(fx, "{\"message\": {\"message\": [\"x\"]}}"), -EINVAL);
-    assert_int_equal(read_message(fx, "[\"message\"]"), -EINVAL);
+    static const char *const docs[] = {"{\"other\": \"x\"}",
+                                       "{}",
+                                       "{\"message\": 5}",
+                                       "{\"message\": null}",
+                                       "{\"message\": {\"extraInfo\": {}}}",
+                                       "{\"message\": {\"message\": [\"x\"]}}",
+                                       "[\"message\"]",
+                                       NULL};
+    assert_no_message(*state, docs);
 }
 
 static void test_message_truncated(void **state)
@@ -155,28 +162,20 @@ static void test_message_truncated(void **state)
 
 static void test_exit_code(void **state)
 {
+    /* exit code, signal -> the launcher's exit code: a code above 255 or -1 (none) gives 1, a
+     * signal gives 128 + it */
+    static const struct {
+        int exit_code, signal, want;
+    } cases[] = {{7, 0, 7},  {255, 0, 255}, {1, 0, 1},     {256, 0, 1}, {300, 0, 1},
+                 {-1, 0, 1}, {-1, 9, 137},  {-1, 15, 143}, {-1, 6, 134}};
     struct fx *fx = *state;
     struct rdzv_failure *f = &fx->f;
 
-    f->exit_code = 7;
-    assert_int_equal(agent_failure_exit_code(f), 7);
-    f->exit_code = 255;
-    assert_int_equal(agent_failure_exit_code(f), 255);
-    f->exit_code = 1;
-    assert_int_equal(agent_failure_exit_code(f), 1);
-    f->exit_code = 256;
-    assert_int_equal(agent_failure_exit_code(f), 1);
-    f->exit_code = 300;
-    assert_int_equal(agent_failure_exit_code(f), 1);
-    f->exit_code = -1;
-    assert_int_equal(agent_failure_exit_code(f), 1);
-    f->exit_code = -1;
-    f->signal = 9;
-    assert_int_equal(agent_failure_exit_code(f), 137);
-    f->signal = 15;
-    assert_int_equal(agent_failure_exit_code(f), 143);
-    f->signal = 6;
-    assert_int_equal(agent_failure_exit_code(f), 134);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        f->exit_code = cases[i].exit_code;
+        f->signal = cases[i].signal;
+        assert_int_equal(agent_failure_exit_code(f), cases[i].want);
+    }
 }
 
 static void test_describe(void **state)
@@ -270,6 +269,22 @@ static void test_summary_signal(void **state)
                   "torch.distributed.elastic.multiprocessing.errors.record");
 }
 
+/* The summary of a failure that no worker rank had (rank -1): host, time and message only; the
+ * failure happened at 2023-11-14T22:13:20Z and the job had 1 restart. */
+static void assert_node_summary(struct fx *fx, const char *host, const char *message)
+{
+    char want[1024];
+
+    snprintf(want, sizeof(want),
+             "muster: job job failed after 1 restart(s)\n"
+             "muster: root cause (first observed failure):\n"
+             "muster:   host       : %s\n"
+             "muster:   time       : 2023-11-14T22:13:20Z\n"
+             "muster:   message    : %s\n",
+             host, message);
+    assert_string_equal(summary(fx, "job", 1, NULL), want);
+}
+
 static void test_summary_not_a_worker(void **state)
 {
     struct fx *fx = *state;
@@ -278,12 +293,7 @@ static void test_summary_not_a_worker(void **state)
     fx->f.exit_code = 0;
     snprintf(fx->f.host, sizeof(fx->f.host), "node-b");
     snprintf(fx->f.text, sizeof(fx->f.text), "lost node node-b");
-    const char *s = summary(fx, "job", 1, NULL);
-    assert_string_equal(s, "muster: job job failed after 1 restart(s)\n"
-                           "muster: root cause (first observed failure):\n"
-                           "muster:   host       : node-b\n"
-                           "muster:   time       : 2023-11-14T22:13:20Z\n"
-                           "muster:   message    : lost node node-b\n");
+    assert_node_summary(fx, "node-b", "lost node node-b");
 }
 
 /* Host and text come from other nodes: a newline cannot forge a summary line, an ESC sequence
@@ -296,14 +306,8 @@ static void test_summary_escaped(void **state)
     fx->f.rank = -1;
     snprintf(fx->f.host, sizeof(fx->f.host), "evil\nmuster:   host       : trusted\x1b[2J");
     snprintf(fx->f.text, sizeof(fx->f.text), "lost\r\nmuster: job done \xff\xc3\xa9");
-    const char *s = summary(fx, "job", 1, NULL);
-    assert_string_equal(s, "muster: job job failed after 1 restart(s)\n"
-                           "muster: root cause (first observed failure):\n"
-                           "muster:   host       : evil\\x0amuster:   host       : "
-                           "trusted\\x1b[2J\n"
-                           "muster:   time       : 2023-11-14T22:13:20Z\n"
-                           "muster:   message    : lost\\x0d\\x0amuster: job done "
-                           "\\xff\xc3\xa9\n");
+    assert_node_summary(fx, "evil\\x0amuster:   host       : trusted\\x1b[2J",
+                        "lost\\x0d\\x0amuster: job done \\xff\xc3\xa9");
     agent_failure_describe(&fx->f, buf, sizeof(buf));
     assert_string_equal(buf, "lost\\x0d\\x0amuster: job done \\xff\xc3\xa9");
 }

@@ -41,27 +41,25 @@ static void hang_cb(struct agent_hang *h, int local_rank, uint64_t silent_ms)
     fx->silent_ms[local_rank] = silent_ms;
 }
 
+static void closed_cb(void *data)
+{
+    struct fixture *fx = data;
+
+    fx->closed++;
+}
+
 static int setup(void **state)
 {
     static struct fixture fx;
 
     memset(&fx, 0, sizeof(fx));
-    assert_int_equal(uv_loop_init(&fx.loop), 0);
-    harness_init(&fx.h, &fx.loop, 10000);
-    harness_mkdtemp(fx.tmp, sizeof(fx.tmp), "hang");
+    harness_init_tmp(&fx.h, &fx.loop, 10000, fx.tmp, sizeof(fx.tmp), "hang");
     snprintf(fx.dir, sizeof(fx.dir), "%s/hb", fx.tmp); /* created by init */
     assert_int_equal(agent_hang_init(&fx.loop, &fx.hang, fx.dir, NRANKS, TIMEOUT_MS, hang_cb, &fx),
                      0);
     agent_hang_start(&fx.hang, 1);
     *state = &fx;
     return 0;
-}
-
-static void closed_cb(void *data)
-{
-    struct fixture *fx = data;
-
-    fx->closed++;
 }
 
 static int teardown(void **state)

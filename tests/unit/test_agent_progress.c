@@ -30,9 +30,7 @@ static int setup(void **state)
     static struct fixture fx;
 
     memset(&fx, 0, sizeof(fx));
-    assert_int_equal(uv_loop_init(&fx.loop), 0);
-    harness_init(&fx.h, &fx.loop, 10000);
-    harness_mkdtemp(fx.tmp, sizeof(fx.tmp), "progress");
+    harness_init_tmp(&fx.h, &fx.loop, 10000, fx.tmp, sizeof(fx.tmp), "progress");
     snprintf(fx.path, sizeof(fx.path), "%s/stderr", fx.tmp);
     int fd = open(fx.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     assert_true(fd >= 0);

@@ -90,6 +90,15 @@ static void run(struct fx *fx, int allow_mixed)
         assert_string_equal(fx->v.reason, "");
 }
 
+/* The common two-node case: nodeA with two H200s and nodeB with inv (takes ownership), each
+ * running two workers, compared with or without --preflight-allow-mixed. */
+static void run_pair(struct fx *fx, json_t *inv, int allow_mixed)
+{
+    add(fx, "nodeA", 0, 2, h200(2));
+    add(fx, "nodeB", 1, 2, inv);
+    run(fx, allow_mixed);
+}
+
 static json_t *sum_node(struct fx *fx, size_t i)
 {
     return json_array_get(json_object_get(fx->summary, "nodes"), i);
@@ -123,9 +132,7 @@ static void test_identical_pass(void **state)
     struct fx *fx = *state;
     char l[256];
 
-    add(fx, "nodeA", 0, 2, h200(2));
-    add(fx, "nodeB", 1, 2, h200(2));
-    run(fx, 0);
+    run_pair(fx, h200(2), 0);
     assert_false(fx->v.failed);
     assert_false(fx->v.mixed);
     assert_int_equal(fx->v.nwarnings, 0);
@@ -145,9 +152,7 @@ static void test_nccl_differs_fails(void **state)
 {
     struct fx *fx = *state;
 
-    add(fx, "nodeA", 0, 2, h200(2));
-    add(fx, "nodeB", 1, 2, inventory("580.159.04", 13000, 22703, 2, "NVIDIA H200", H200_MEM));
-    run(fx, 0);
+    run_pair(fx, inventory("580.159.04", 13000, 22703, 2, "NVIDIA H200", H200_MEM), 0);
     assert_true(fx->v.failed);
     assert_true(fx->v.mixed);
     assert_int_equal(fx->v.nwarnings, 0);
@@ -163,9 +168,7 @@ static void test_nccl_differs_allow_mixed(void **state)
 {
     struct fx *fx = *state;
 
-    add(fx, "nodeA", 0, 2, h200(2));
-    add(fx, "nodeB", 1, 2, inventory("580.159.04", 13000, 22703, 2, "NVIDIA H200", H200_MEM));
-    run(fx, 1);
+    run_pair(fx, inventory("580.159.04", 13000, 22703, 2, "NVIDIA H200", H200_MEM), 1);
     assert_false(fx->v.failed);
     assert_true(fx->v.mixed);
     assert_int_equal(fx->v.nwarnings, 1);
@@ -197,10 +200,7 @@ static void test_model_differs(void **state)
 {
     struct fx *fx = *state;
 
-    add(fx, "nodeA", 0, 2, h200(2));
-    add(fx, "nodeB", 1, 2,
-        inventory("580.159.04", 13000, 22809, 2, "NVIDIA H100 80GB HBM3", H100_MEM));
-    run(fx, 0);
+    run_pair(fx, inventory("580.159.04", 13000, 22809, 2, "NVIDIA H100 80GB HBM3", H100_MEM), 0);
     assert_true(fx->v.failed);
     assert_true(fx->v.mixed);
     /* The first differing column names the failure; memory is reported too. */
@@ -260,9 +260,7 @@ static void test_too_few_gpus(void **state)
 {
     struct fx *fx = *state;
 
-    add(fx, "nodeA", 0, 2, h200(2));
-    add(fx, "nodeB", 1, 2, h200(1));
-    run(fx, 1);
+    run_pair(fx, h200(1), 1);
     assert_true(fx->v.failed);
     assert_false(fx->v.mixed);
     assert_string_equal(fx->v.reason, "node nodeB (group rank 1) has 1 GPU, its 2 workers need 2");

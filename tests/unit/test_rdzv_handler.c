@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "harness.h"
+#include "sendq.h"
 
 #include "conn.h"
 #include "cred.h"
@@ -48,8 +49,7 @@ struct raw {
     char kv_value[16][32];
     char *status_json;
     int connected;
-    struct rdzv_msg *queued[8]; /* sent once connected: TLS starts only then */
-    int n_queued;
+    struct sendq q; /* sent once connected: TLS starts only then */
 };
 
 struct fixture {
@@ -70,30 +70,7 @@ static uint32_t g_keep_alive, g_hb_timeout, g_grace; /* for agent()'s JOINs */
 
 static void send_msg(struct raw *r, const struct rdzv_msg *m)
 {
-    if (r->connected) {
-        assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
-        return;
-    }
-    assert_true(r->n_queued < 8);
-    r->queued[r->n_queued] = malloc(sizeof(*m));
-    assert_non_null(r->queued[r->n_queued]);
-    *r->queued[r->n_queued++] = *m;
-}
-
-static void drop_queued(struct raw *r)
-{
-    for (int i = 0; i < r->n_queued; i++)
-        free(r->queued[i]);
-    r->n_queued = 0;
-}
-
-static struct rdzv_msg *msg(uint8_t type)
-{
-    static struct rdzv_msg m;
-
-    memset(&m, 0, sizeof(m));
-    m.type = type;
-    return &m;
+    sendq_send(&r->q, &r->conn, r->connected, m);
 }
 
 static void record(struct raw *r, const struct rdzv_msg *m)
@@ -126,7 +103,7 @@ static void raw_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 
     record(r, m);
     if (m->type == RDZV_MSG_RESTART && r->auto_rejoin) {
-        struct rdzv_msg *j = msg(RDZV_MSG_JOIN);
+        struct rdzv_msg *j = sendq_msg(RDZV_MSG_JOIN);
 
         j->u.join = r->join;
         send_msg(r, j);
@@ -156,9 +133,7 @@ static void raw_connect_cb(uv_connect_t *req, int status)
     assert_int_equal(status, 0);
     assert_int_equal(rdzv_conn_start_tls(&r->conn, g_tls, 0), 0);
     r->connected = 1;
-    for (int i = 0; i < r->n_queued; i++)
-        assert_int_equal(rdzv_conn_send(&r->conn, r->queued[i]), 0);
-    drop_queued(r);
+    sendq_flush(&r->q, &r->conn);
 }
 
 /* A raw client of `role`, connected, HELLO sent (messages queue behind it). */
@@ -173,7 +148,7 @@ static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
     assert_non_null(r);
     assert_false(r->open && !r->closed);
     free(r->status_json);
-    drop_queued(r);
+    sendq_drop(&r->q);
     memset(r, 0, sizeof(*r));
     r->fx = fx;
     r->role = role;
@@ -184,7 +159,7 @@ static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
     assert_int_equal(
         uv_tcp_connect(&r->connect, &r->conn.tcp, (struct sockaddr *)&sin, raw_connect_cb), 0);
     /* libuv queues writes behind the connect: HELLO goes first, then what the test sends */
-    h = msg(RDZV_MSG_HELLO);
+    h = sendq_msg(RDZV_MSG_HELLO);
     h->u.hello.version = RDZV_PROTO_VERSION;
     h->u.hello.role = role;
     snprintf(h->u.hello.token, sizeof(h->u.hello.token), "%s", TOKEN);
@@ -203,7 +178,7 @@ static uint64_t test_node(uint8_t secret[32], uint64_t seed)
 static struct raw *agent(struct fixture *fx, int i, const char *job, unsigned min, unsigned max)
 {
     struct raw *r = raw_new(fx, i, RDZV_ROLE_AGENT);
-    struct rdzv_msg *m = msg(RDZV_MSG_JOIN);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_JOIN);
 
     r->join = (struct rdzv_join){.min_nodes = min,
                                  .max_nodes = max,
@@ -263,7 +238,7 @@ static int teardown(void **state)
     for (int i = 0; i < NRAW; i++) {
         if (fx->raw[i] != NULL) {
             free(fx->raw[i]->status_json);
-            drop_queued(fx->raw[i]);
+            sendq_drop(&fx->raw[i]->q);
         }
         free(fx->raw[i]);
     }
@@ -276,7 +251,7 @@ static int teardown(void **state)
 /* --- liveness ------------------------------------------------------------------------------ */
 static void beat_cb(uv_timer_t *t)
 {
-    struct rdzv_msg *m = msg(RDZV_MSG_HEARTBEAT);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_HEARTBEAT);
 
     (void)t;
     m->u.heartbeat.seq = 1;
@@ -309,7 +284,7 @@ static void test_heartbeat_timeout(void **state)
     agent(fx, 0, "hb", 2, 2);
     agent(fx, 1, "hb", 2, 2);
     run_until(fx, both_assigned);
-    m = msg(RDZV_MSG_HEARTBEAT);
+    m = sendq_msg(RDZV_MSG_HEARTBEAT);
     m->u.heartbeat = (struct rdzv_heartbeat){.round = 0, .seq = 77};
     send_msg(R(0), m);
     silent_from = uv_now(&fx->loop);
@@ -415,7 +390,7 @@ static void test_scale_up_full(void **state)
     agent(fx, 1, "full", 1, 1);
     HARNESS_RUN_UNTIL(&fx->h, N(1, WAITING) > 0);
     assert_int_equal(N(0, RESTART), 0);
-    m = msg(RDZV_MSG_DONE);
+    m = sendq_msg(RDZV_MSG_DONE);
     m->u.done.round = 0;
     send_msg(R(0), m);
     run_until(fx, pending_done);
@@ -445,7 +420,7 @@ static void rejoin(struct fixture *fx, int i, int done)
     struct rdzv_join j = R(i)->join;
     struct rdzv_assign a = R(i)->assign;
     struct raw *r = raw_new(fx, i, RDZV_ROLE_AGENT);
-    struct rdzv_msg *m = msg(RDZV_MSG_REJOIN);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_REJOIN);
 
     r->join = j;
     r->assign = a;
@@ -475,7 +450,7 @@ static void test_rejoin_after_server_restart(void **state)
     rejoin(fx, 0, 1); /* node 0 finished while the server was away */
     rejoin(fx, 1, 0);
     HARNESS_RUN_UNTIL(&fx->h, N(1, REJOIN_OK) > 0);
-    m = msg(RDZV_MSG_DONE);
+    m = sendq_msg(RDZV_MSG_DONE);
     m->u.done.round = 0;
     send_msg(R(1), m);
     run_until(fx, rejoined_and_done);
@@ -538,7 +513,7 @@ static void test_rejoin_stale_round(void **state)
 static struct raw *worker(struct fixture *fx, int i, const char *job, uint32_t round)
 {
     struct raw *r = raw_new(fx, i, RDZV_ROLE_WORKER);
-    struct rdzv_msg *m = msg(RDZV_MSG_ATTACH);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_ATTACH);
 
     snprintf(m->u.attach.job_id, sizeof(m->u.attach.job_id), "%s", job);
     m->u.attach.round = round;
@@ -550,7 +525,7 @@ static struct raw *worker(struct fixture *fx, int i, const char *job, uint32_t r
 static void kv(struct raw *r, uint8_t type, uint32_t req, const char *key, const char *value,
                uint32_t wait_ms, uint32_t count)
 {
-    struct rdzv_msg *m = msg(type);
+    struct rdzv_msg *m = sendq_msg(type);
 
     m->u.kv.req_id = req;
     m->u.kv.wait_ms = wait_ms;
@@ -629,7 +604,7 @@ static void test_kv(void **state)
     run_until(fx, w4_err);
     assert_int_equal(R(4)->error.code, RDZV_ERR_CLOSED);
     /* the job restarts: the held get is STALE, so is a request naming round 0 */
-    m = msg(RDZV_MSG_FAILED);
+    m = sendq_msg(RDZV_MSG_FAILED);
     m->u.failed = (struct rdzv_failure){.round = 0, .rank = 0, .exit_code = 1};
     send_msg(R(0), m);
     HARNESS_RUN_UNTIL(&fx->h, N(0, RESTART) > 0);
@@ -660,7 +635,7 @@ static void test_status(void **state)
     agent(fx, 3, "unseen", 2, 2);
     run_until(fx, both_assigned);
     raw_new(fx, 2, RDZV_ROLE_OBSERVER);
-    m = msg(RDZV_MSG_STATUS_REQ);
+    m = sendq_msg(RDZV_MSG_STATUS_REQ);
     strcpy(m->u.status_req.job_id, "seen");
     send_msg(R(2), m);
     run_until(fx, got_status);
@@ -686,7 +661,7 @@ static void test_status(void **state)
 /* --- CKPT -------------------------------------------------------------------------------- */
 static void ckpt(struct raw *r, const char *name, int bad)
 {
-    struct rdzv_msg *m = msg(RDZV_MSG_CKPT);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_CKPT);
 
     snprintf(m->u.ckpt.name, sizeof(m->u.ckpt.name), "%s", name);
     m->u.ckpt.step = atoi(name + 1);
@@ -736,14 +711,14 @@ static void test_ckpt_status(void **state)
         ckpt(R(0), name, 0);
     }
     ckpt(R(0), "s10", 1); /* found bad at pick time: replaces its record, moves to the front */
-    send_msg(R(0), msg(RDZV_MSG_HEARTBEAT)); /* its echo: the CKPTs before it were handled */
+    send_msg(R(0), sendq_msg(RDZV_MSG_HEARTBEAT)); /* its echo: the CKPTs before it were handled */
     HARNESS_RUN_UNTIL(&fx->h, N(0, HEARTBEAT) > 0);
     worker(fx, 3, "ck", 0);
     ckpt(R(3), "s99", 0);
     raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
     ckpt(R(4), "s99", 0);
     raw_new(fx, 2, RDZV_ROLE_OBSERVER);
-    m = msg(RDZV_MSG_STATUS_REQ);
+    m = sendq_msg(RDZV_MSG_STATUS_REQ);
     strcpy(m->u.status_req.job_id, "ck");
     send_msg(R(2), m);
     run_until(fx, ckpt_sent);
@@ -772,18 +747,20 @@ static void test_ckpt_status(void **state)
 
 int main(void)
 {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_heartbeat_timeout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lost_by_close_ranks, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_scale_up, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_scale_up_full, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rejoin_after_server_restart, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rejoin_grace, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rejoin_stale_round, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kv, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_status, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ckpt_status, setup, teardown),
+        T(test_heartbeat_timeout),
+        T(test_lost_by_close_ranks),
+        T(test_scale_up),
+        T(test_scale_up_full),
+        T(test_rejoin_after_server_restart),
+        T(test_rejoin_grace),
+        T(test_rejoin_stale_round),
+        T(test_kv),
+        T(test_status),
+        T(test_ckpt_status),
     };
+#undef T
 
     int rc;
 

@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "harness.h"
+#include "sendq.h"
 
 #include "conn.h"
 #include "cred.h"
@@ -37,11 +38,10 @@ struct raw {
     uv_shutdown_t shutdown;
     uv_timer_t trickle; /* bare: one byte per tick */
     int bare, connected, closed;
-    int plain;                  /* a protocol client without TLS */
-    struct rdzv_tls *tls;       /* NULL: the fixture's (right token) */
-    size_t trickled;            /* bytes of the slow ClientHello written */
-    struct rdzv_msg *queued[8]; /* sent once connected: TLS starts only then */
-    int n_queued;
+    int plain;            /* a protocol client without TLS */
+    struct rdzv_tls *tls; /* NULL: the fixture's (right token) */
+    size_t trickled;      /* bytes of the slow ClientHello written */
+    struct sendq q;       /* sent once connected: TLS starts only then */
     int count[RDZV_MSG_TYPE_MAX_];
     struct rdzv_error error;
 };
@@ -173,11 +173,7 @@ static void raw_connect_cb(uv_connect_t *req, int status)
         assert_int_equal(rdzv_conn_start(&r->conn), 0);
     else
         assert_int_equal(rdzv_conn_start_tls(&r->conn, r->tls ? r->tls : r->fx->tls, 0), 0);
-    for (int i = 0; i < r->n_queued; i++) {
-        assert_int_equal(rdzv_conn_send(&r->conn, r->queued[i]), 0);
-        free(r->queued[i]);
-    }
-    r->n_queued = 0;
+    sendq_flush(&r->q, &r->conn);
 }
 
 /* Each slot is used once per test: its timer stays open until teardown. from: the source
@@ -214,28 +210,12 @@ static void raw_connect(struct fixture *fx, int i, int bare)
 
 static void send_msg(struct raw *r, const struct rdzv_msg *m)
 {
-    if (r->connected) {
-        assert_int_equal(rdzv_conn_send(&r->conn, m), 0);
-        return;
-    }
-    assert_true(r->n_queued < 8);
-    r->queued[r->n_queued] = malloc(sizeof(*m));
-    assert_non_null(r->queued[r->n_queued]);
-    *r->queued[r->n_queued++] = *m;
-}
-
-static struct rdzv_msg *msg(uint8_t type)
-{
-    static struct rdzv_msg m;
-
-    memset(&m, 0, sizeof(m));
-    m.type = type;
-    return &m;
+    sendq_send(&r->q, &r->conn, r->connected, m);
 }
 
 static void hello(struct raw *r, uint8_t role, const char *token)
 {
-    struct rdzv_msg *h = msg(RDZV_MSG_HELLO);
+    struct rdzv_msg *h = sendq_msg(RDZV_MSG_HELLO);
 
     h->u.hello.version = RDZV_PROTO_VERSION;
     h->u.hello.role = role;
@@ -253,7 +233,7 @@ static uint64_t test_node(uint8_t secret[32], uint64_t seed)
 
 static void join(struct raw *r, const char *job, unsigned nnodes, uint64_t node_id)
 {
-    struct rdzv_msg *m = msg(RDZV_MSG_JOIN);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_JOIN);
 
     m->u.join = (struct rdzv_join){.min_nodes = nnodes,
                                    .max_nodes = nnodes,
@@ -275,7 +255,7 @@ static void agent(struct fixture *fx, int i, const char *job, unsigned nnodes)
 
 static void attach_msg(struct raw *r, const char *job)
 {
-    struct rdzv_msg *m = msg(RDZV_MSG_ATTACH);
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_ATTACH);
 
     snprintf(m->u.attach.job_id, sizeof(m->u.attach.job_id), "%s", job);
     send_msg(r, m);
@@ -313,8 +293,7 @@ static void raw_close(struct raw *r)
 {
     if (r->fx == NULL)
         return;
-    for (int i = 0; i < r->n_queued; i++)
-        free(r->queued[i]);
+    sendq_drop(&r->q);
     if (!uv_is_closing((uv_handle_t *)&r->trickle))
         uv_close((uv_handle_t *)&r->trickle, trickle_closed_cb);
     if (!r->conn.closing)
@@ -343,7 +322,7 @@ static void good_finish(struct fixture *fx)
 {
     run_until(fx, good_assigned);
     for (int i = 0; i < 2; i++) {
-        struct rdzv_msg *m = msg(RDZV_MSG_DONE);
+        struct rdzv_msg *m = sendq_msg(RDZV_MSG_DONE);
 
         m->u.done.round = 0;
         send_msg(R(i), m);
@@ -480,11 +459,11 @@ static void test_other_job(void **state)
     agent(fx, 2, "a", 2);
     join(R(2), "good", 2, 7); /* then JOIN for another job on the same connection */
     worker(fx, 3, "good");
-    m = msg(RDZV_MSG_ATTACH);
+    m = sendq_msg(RDZV_MSG_ATTACH);
     snprintf(m->u.attach.job_id, sizeof(m->u.attach.job_id), "a");
     send_msg(R(3), m);
     worker(fx, 4, "good");
-    m = msg(RDZV_MSG_STATUS_REQ);
+    m = sendq_msg(RDZV_MSG_STATUS_REQ);
     snprintf(m->u.status_req.job_id, sizeof(m->u.status_req.job_id), "a");
     send_msg(R(4), m);
     run_until(fx, closed_2_3);
@@ -600,7 +579,7 @@ static void test_kv_quota(void **state)
     run_until(fx, good_assigned);
     worker(fx, 3, "good");
     for (uint32_t k = 0; k < 3; k++) {
-        struct rdzv_msg *m = msg(RDZV_MSG_KV_PUT);
+        struct rdzv_msg *m = sendq_msg(RDZV_MSG_KV_PUT);
 
         m->u.kv.req_id = k;
         snprintf(m->u.kv.key, sizeof(m->u.kv.key), "key%u", k);
@@ -624,7 +603,7 @@ static struct rdzv_limits *limits(struct fixture *fx)
 
 static void kv_req(struct raw *r, uint8_t type, uint32_t req_id, const char *key, uint32_t len)
 {
-    struct rdzv_msg *m = msg(type);
+    struct rdzv_msg *m = sendq_msg(type);
 
     m->u.kv.req_id = req_id;
     snprintf(m->u.kv.key, sizeof(m->u.kv.key), "%s", key);
@@ -953,22 +932,17 @@ static void test_log_escaped(void **state)
 
 int main(void)
 {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_bad_token, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_plaintext_and_truncated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_other_job, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_max_connections, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_handshake_timeout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kv_quota, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_send_queue, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kv_total, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flush_timeout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_max_jobs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_per_source, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_job_workers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_log_escaped, setup, teardown),
+        T(test_bad_token),         T(test_plaintext_and_truncated),
+        T(test_other_job),         T(test_max_connections),
+        T(test_handshake_timeout), T(test_idle_timeout),
+        T(test_kv_quota),          T(test_send_queue),
+        T(test_kv_total),          T(test_flush_timeout),
+        T(test_max_jobs),          T(test_per_source),
+        T(test_job_workers),       T(test_log_escaped),
     };
+#undef T
 
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,8 @@ static void fill_failure(struct rdzv_failure *f)
 
 static void example3(uint8_t type, struct rdzv_msg *m);
 
-/* One filled example of every type. */
+/* One filled example of every type. Long: one case per message type (example3() has the
+ * rest). */
 static void example(uint8_t type, struct rdzv_msg *m)
 {
     memset(m, 0, sizeof(*m));

@@ -412,19 +412,28 @@ static int one_error(struct fixture *fx)
     return SUM(fx, errors) == 1;
 }
 
+/* Starts node 0 alone in job and runs the loop until done(fx). */
+static struct node *alone(struct fixture *fx, const char *job, unsigned min, unsigned max,
+                          unsigned nproc, int (*done)(struct fixture *))
+{
+    struct node *n = start_node(fx, 0, job, min, max, nproc, NULL);
+
+    run_until(fx, done);
+    return n;
+}
+
 static void test_join_timeout(void **state)
 {
     struct fixture *fx = *state;
     struct node *n;
 
     fx->join_timeout_ms = 100;
-    n = start_node(fx, 0, "lonely", 2, 2, 1, NULL);
-    run_until(fx, one_error);
-    assert_int_equal(n->err, -ETIMEDOUT);
-    assert_int_equal(n->server_err, RDZV_ERR_TIMEOUT);
+    n = alone(fx, "lonely", 2, 2, 1, one_error);
+    assert_true(n->waiting >= 1);
     assert_string_equal(n->errtext, "rendezvous of job lonely timed out after 0.1 s: 1 of 2 "
                                     "nodes joined (need 2)");
-    assert_true(n->waiting >= 1);
+    assert_int_equal(n->err, -ETIMEDOUT);
+    assert_int_equal(n->server_err, RDZV_ERR_TIMEOUT);
 }
 
 static void test_last_call(void **state)
@@ -433,8 +442,7 @@ static void test_last_call(void **state)
     struct node *n;
 
     fx->last_call_ms = 50;
-    n = start_node(fx, 0, "elastic", 1, 2, 3, NULL);
-    run_until(fx, one_done);
+    n = alone(fx, "elastic", 1, 2, 3, one_done);
     assert_int_equal(n->assign.group_world_size, 1);
     assert_int_equal(n->assign.world_size, 3);
     assert_int_equal(n->waiting, 1); /* with last_call_ms_left counting down */

@@ -192,18 +192,25 @@ static int cli_err(struct fixture *fx)
 }
 
 /* HELLO sent before the handshake finished is queued, then crosses; WELCOME comes back. */
+/* The client sends HELLO with token; the server echoes it back; runs until both got a message. */
+static void echo_hello(struct fixture *fx, const char *token)
+{
+    struct rdzv_msg m;
+
+    hello(&m, token);
+    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
+    fx->echo = 1;
+    run_until(fx, both_msg);
+}
+
 static void test_psk_frames(void **state)
 {
     struct fixture *fx = *state;
-    struct rdzv_msg m;
 
     psk(fx, TOKEN, TOKEN);
     start_both(fx);
     assert_false(rdzv_conn_handshake_done(&fx->cli.conn));
-    hello(&m, TOKEN);
-    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
-    fx->echo = 1;
-    run_until(fx, both_msg);
+    echo_hello(fx, TOKEN);
     assert_int_equal(fx->srv.last.type, RDZV_MSG_HELLO);
     assert_string_equal(fx->srv.last.u.hello.token, TOKEN);
     assert_int_equal(fx->cli.last.type, RDZV_MSG_HELLO);
@@ -581,14 +588,10 @@ static void certs(struct fixture *fx, const char *cli, const char *srv, const ch
 static void test_cert_good(void **state)
 {
     struct fixture *fx = *state;
-    struct rdzv_msg m;
 
     certs(fx, "cli", "srv", "localhost");
     start_both(fx);
-    hello(&m, "");
-    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
-    fx->echo = 1;
-    run_until(fx, both_msg);
+    echo_hello(fx, "");
     assert_int_equal(fx->cli.last.type, RDZV_MSG_HELLO);
     assert_int_equal(fx->cli.errors + fx->srv.errors, 0);
 }
@@ -652,7 +655,6 @@ static void cred_exchange(struct fixture *fx, const char *cred, const char *secr
     struct rdzv_tls_opts co = {.token = cred};
     struct rdzv_tls_opts so = {.token = secret};
     struct rdzv_cred got;
-    struct rdzv_msg m;
     char err[256];
 
     if (with_cert) {
@@ -663,10 +665,7 @@ static void cred_exchange(struct fixture *fx, const char *cred, const char *secr
     assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
     assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
     start_both(fx);
-    hello(&m, "");
-    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
-    fx->echo = 1;
-    run_until(fx, both_msg);
+    echo_hello(fx, "");
     assert_int_equal(rdzv_conn_cred(&fx->srv.conn, &got), 0);
     assert_int_equal(got.kind, kind);
     assert_string_equal(got.scope, scope);
@@ -726,43 +725,42 @@ static void test_cert_client_cred(void **state)
 {
     struct fixture *fx = *state;
     struct rdzv_cred got;
-    struct rdzv_msg m;
 
     certs(fx, "cli", "srv", "localhost");
     start_both(fx);
-    hello(&m, "");
-    assert_int_equal(rdzv_conn_send(&fx->cli.conn, &m), 0);
-    fx->echo = 1;
-    run_until(fx, both_msg);
+    echo_hello(fx, "");
     assert_int_equal(rdzv_conn_cred(&fx->srv.conn, &got), 0);
     assert_int_equal(got.kind, RDZV_CRED_CERT);
 }
 
+/* every test but test_opts runs on the fixture */
+#define TLS_TEST(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_psk_job_credential, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psk_server_secret, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psk_forged_credential, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cert_server_worker_psk, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cert_client_cred, setup, teardown),
+        TLS_TEST(test_psk_job_credential),
+        TLS_TEST(test_psk_server_secret),
+        TLS_TEST(test_psk_forged_credential),
+        TLS_TEST(test_cert_server_worker_psk),
+        TLS_TEST(test_cert_client_cred),
         cmocka_unit_test(test_opts),
-        cmocka_unit_test_setup_teardown(test_psk_frames, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrong_token, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_plaintext_hello, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_truncated_handshake, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_truncated_server, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_large_frames, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_trimmed_buffers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_suite_default_ecdhe, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_suite_plain_psk, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_suite_plain_psk_wrong_token, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_suite_fs_required, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cert_good, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cert_other_ca, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cert_expired, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cert_wrong_host, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_mode_mismatch, setup, teardown),
+        TLS_TEST(test_psk_frames),
+        TLS_TEST(test_wrong_token),
+        TLS_TEST(test_plaintext_hello),
+        TLS_TEST(test_truncated_handshake),
+        TLS_TEST(test_truncated_server),
+        TLS_TEST(test_large_frames),
+        TLS_TEST(test_trimmed_buffers),
+        TLS_TEST(test_suite_default_ecdhe),
+        TLS_TEST(test_suite_plain_psk),
+        TLS_TEST(test_suite_plain_psk_wrong_token),
+        TLS_TEST(test_suite_fs_required),
+        TLS_TEST(test_cert_good),
+        TLS_TEST(test_cert_other_ca),
+        TLS_TEST(test_cert_expired),
+        TLS_TEST(test_cert_wrong_host),
+        TLS_TEST(test_mode_mismatch),
     };
 
     return cmocka_run_group_tests(tests, pki_setup, pki_teardown);
