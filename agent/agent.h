@@ -67,6 +67,9 @@ struct agent_worker_opts {
 /* Restarts, shutdown and the signals that stop the job. */
 struct agent_restart_opts {
     unsigned max_restarts;
+    /* --restart-backoff MIN[:MAX] in ms (common/backoff.h); 0: restart at once. Multi-node: sent
+     * in JOIN, the server holds each new round; shared-GPU mode: per task, here. */
+    unsigned backoff_min_ms, backoff_max_ms;
     unsigned shutdown_timeout_ms;
     int preempt_signal; /* 0 = none: this signal means "pre-empted", exit 75 */
     /* torchrun's --signals-to-handle: each stops the job, passed on to the workers (0 of

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backoff.h"
 #include "config_priv.h"
 #include "dedup.h"
 #include "endpoint.h"
@@ -71,6 +72,7 @@ static const struct opt opts[O_COUNT_] = {
     [O_CHECKPOINT_DIR] = {"checkpoint-dir", 0, OPT_VALUE, "PET_CHECKPOINT_DIR"},
     [O_KEEP_CHECKPOINTS] = {"keep-checkpoints", 0, OPT_VALUE, "PET_KEEP_CHECKPOINTS"},
     [O_HANG_TIMEOUT] = {"hang-timeout", 0, OPT_VALUE, "PET_HANG_TIMEOUT"},
+    [O_RESTART_BACKOFF] = {"restart-backoff", 0, OPT_VALUE, "PET_RESTART_BACKOFF"},
     [O_PREEMPT_SIGNAL] = {"preempt-signal", 0, OPT_VALUE, "PET_PREEMPT_SIGNAL"},
     [O_TOKEN_FILE] = {"token-file", 0, OPT_VALUE, "PET_TOKEN_FILE"},
     [O_TLS_CERT] = {"tls-cert", 0, OPT_VALUE, "PET_TLS_CERT"},
@@ -666,6 +668,12 @@ static int parse_numbers(struct parse *p)
             return cfg_fail(p, "--max-restarts must be a number >= 0, not '%s'", v);
         cfg->max_restarts = (int)n;
     }
+    if ((v = p->val[O_RESTART_BACKOFF]) != NULL &&
+        mc_backoff_parse(v, &cfg->backoff_min_ms, &cfg->backoff_max_ms) != 0)
+        return cfg_fail(p,
+                        "--restart-backoff must be MIN[:MAX] seconds (0 <= MIN <= MAX <= 3600, "
+                        "e.g. 0.5:30), not '%s'",
+                        v);
     if ((v = p->val[O_MONITOR_INTERVAL]) != NULL) {
         unsigned ms;
         if (cfg_parse_seconds_ms(v, &ms) != 0)

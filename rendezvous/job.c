@@ -41,6 +41,11 @@ int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out)
     job->join_timeout_ms = j->join_timeout_ms;
     job->reconnect_grace_ms =
         j->reconnect_grace_ms ? j->reconnect_grace_ms : RDZV_JOB_RECONNECT_GRACE_MS;
+    job->backoff.min_ms = j->backoff_min_ms;
+    job->backoff.max_ms =
+        j->backoff_max_ms < j->backoff_min_ms ? j->backoff_min_ms : j->backoff_max_ms;
+    /* jitter must differ between jobs (and servers), not be cryptographic */
+    job->backoff.rng = j->node_id ^ (uint64_t)(uintptr_t)job;
     job->state = RDZV_JOB_FILLING;
     *out = job;
     return 0;
@@ -122,7 +127,7 @@ static int64_t prev_rank(const struct rdzv_job *job, uint64_t node_id)
  * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order.
  * Quadratic in the node count through prev_rank(), which is fine for the few thousand nodes a job
  * has at most. */
-static void close_round(struct rdzv_job *job)
+static void close_round(struct rdzv_job *job, uint64_t now_ms)
 {
     size_t n = job->n_members, next = 0;
     uint64_t offset = 0;
@@ -169,6 +174,8 @@ static void close_round(struct rdzv_job *job)
     job->resume_step = job->members[job->master].resume_step;
     job->world_size = (uint32_t)offset;
     job->n_done = 0;
+    job->running_since_ms = now_ms;
+    job->hold_until_ms = 0;
     job->state = RDZV_JOB_RUNNING;
 }
 
@@ -207,8 +214,9 @@ static enum rdzv_job_event add_member(struct rdzv_job *job, const struct rdzv_jo
         job->min_reached = 1;
         job->min_reached_ms = now_ms;
     }
-    if (job->n_members == job->max_nodes || (job->min_reached && job->last_call_ms == 0)) {
-        close_round(job);
+    if ((job->n_members == job->max_nodes || (job->min_reached && job->last_call_ms == 0)) &&
+        now_ms >= job->hold_until_ms) {
+        close_round(job, now_ms);
         return RDZV_JOB_EV_ASSIGNED;
     }
     return RDZV_JOB_EV_WAITING;
@@ -243,6 +251,8 @@ static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, u
     job->cause.rank = job->cause.local_rank = job->cause.exit_code = -1;
     snprintf(job->cause.host, sizeof(job->cause.host), "%s", m->host);
     snprintf(job->cause.text, sizeof(job->cause.text), RDZV_JOB_SCALE_UP_FMT, m->host);
+    job->restart_delay_ms = 0; /* growing is no failure: no backoff */
+    job->hold_until_ms = 0;
     *ev = new_round(job, now_ms);
     return 0;
 }
@@ -279,6 +289,8 @@ int64_t rdzv_job_deadline(const struct rdzv_job *job)
     if (job->min_reached) {
         int64_t lc = (int64_t)(job->min_reached_ms + job->last_call_ms);
 
+        if (job->n_members >= job->max_nodes || lc < (int64_t)job->hold_until_ms)
+            lc = (int64_t)job->hold_until_ms; /* ready, but a restart backoff holds it */
         if (d < 0 || lc < d)
             d = lc;
     }
@@ -301,9 +313,12 @@ enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms, uint64_
         return RDZV_JOB_EV_NONE;
     timed_out =
         job->join_timeout_ms > 0 && now >= (int64_t)(job->first_join_ms + job->join_timeout_ms);
+    /* The join timeout closes a round that has min nodes even during a backoff hold. */
     if (job->min_reached &&
-        (timed_out || now >= (int64_t)(job->min_reached_ms + job->last_call_ms))) {
-        close_round(job);
+        (timed_out || ((job->n_members >= job->max_nodes ||
+                        now >= (int64_t)(job->min_reached_ms + job->last_call_ms)) &&
+                       now_ms >= job->hold_until_ms))) {
+        close_round(job, now_ms);
         return RDZV_JOB_EV_ASSIGNED;
     }
     if (timed_out) {
@@ -419,13 +434,19 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
 static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f,
                                            uint64_t now_ms)
 {
+    enum rdzv_job_event ev;
+
     job->cause = *f;
     if (job->restart_count >= job->max_restarts || (f->flags & RDZV_FAILURE_FINAL)) {
         job->state = RDZV_JOB_FINISHED;
         return RDZV_JOB_EV_FAILED;
     }
     job->restart_count++;
-    return new_round(job, now_ms);
+    job->restart_delay_ms = mc_backoff_next(&job->backoff, now_ms - job->running_since_ms);
+    /* before new_round(): pending joiners it admits must not close the round early either */
+    job->hold_until_ms = now_ms + job->restart_delay_ms;
+    ev = new_round(job, now_ms);
+    return ev;
 }
 
 enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const struct rdzv_failure *f,
@@ -536,6 +557,7 @@ static void adopt(struct rdzv_job *job, const struct rdzv_assign *a, uint64_t no
     /* The round was decided before the restart: keep its resume point, not a member's JOIN. */
     snprintf(job->resume, sizeof(job->resume), "%s", a->resume);
     job->resume_step = a->resume_step;
+    job->running_since_ms = now_ms;
     job->n_done = 0;
     job->grace_deadline_ms = now_ms + job->reconnect_grace_ms;
 }

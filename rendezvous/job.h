@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backoff.h"
 #include "message.h"
 
 /* Per-node and per-job bounds; with both, the world size (sum of nproc) fits in a uint32_t. */
@@ -99,6 +100,15 @@ struct rdzv_job {
     uint32_t expected;
     uint64_t grace_deadline_ms;
     uint32_t reconnect_grace_ms;
+
+    /* --restart-backoff of the first JOIN (issue 16), applied per job by the server: after a
+     * failure the next round may not close (ASSIGN) before hold_until_ms, however fast the
+     * nodes re-join. backoff.n counts quick failures in a row; a round that ran
+     * mc_backoff_healthy_ms() resets it. Scale-up rounds are not held. */
+    struct mc_backoff backoff;
+    uint64_t running_since_ms; /* when the running round closed */
+    uint64_t hold_until_ms;    /* the filling round closes no earlier (0: no hold) */
+    uint32_t restart_delay_ms; /* the last new round's hold, for RESTART.delay_ms */
 };
 
 /* Defaults for a JOIN's zero fields. */

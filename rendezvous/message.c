@@ -309,6 +309,24 @@ static void get_join(struct reader *r, struct rdzv_join *j)
     j->want_rank = get_u32(r);
 }
 
+/* JOIN's optional tail (issue 16): absent when every field is 0, so a JOIN that does not use
+ * it keeps the layout that servers built before it accept. */
+static void put_join_tail(struct writer *w, const struct rdzv_join *j)
+{
+    if (j->backoff_min_ms == 0 && j->backoff_max_ms == 0)
+        return;
+    put_u32(w, j->backoff_min_ms);
+    put_u32(w, j->backoff_max_ms);
+}
+
+static void get_join_tail(struct reader *r, struct rdzv_join *j)
+{
+    if (r->pos == r->len)
+        return;
+    j->backoff_min_ms = get_u32(r);
+    j->backoff_max_ms = get_u32(r);
+}
+
 static void put_assign(struct writer *w, const struct rdzv_assign *a)
 {
     put_u32(w, a->round);
@@ -522,6 +540,7 @@ static void put_payload(struct writer *w, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_JOIN:
         put_join(w, &m->u.join);
+        put_join_tail(w, &m->u.join);
         break;
     case RDZV_MSG_WAITING:
         put_waiting(w, &m->u.waiting);
@@ -536,6 +555,8 @@ static void put_payload(struct writer *w, const struct rdzv_msg *m)
     case RDZV_MSG_RESTART:
         put_u32(w, m->u.restart.restart_count);
         put_failure(w, &m->u.restart.cause);
+        if (m->u.restart.delay_ms != 0) /* optional tail: absent = 0 (issue 16) */
+            put_u32(w, m->u.restart.delay_ms);
         break;
     case RDZV_MSG_DONE:
         put_u32(w, m->u.done.round);
@@ -565,6 +586,7 @@ static void get_payload(struct reader *r, struct rdzv_msg *m)
         break;
     case RDZV_MSG_JOIN:
         get_join(r, &m->u.join);
+        get_join_tail(r, &m->u.join);
         break;
     case RDZV_MSG_WAITING:
         get_waiting(r, &m->u.waiting);
@@ -579,6 +601,8 @@ static void get_payload(struct reader *r, struct rdzv_msg *m)
     case RDZV_MSG_RESTART:
         m->u.restart.restart_count = get_u32(r);
         get_failure(r, &m->u.restart.cause);
+        if (r->pos < r->len)
+            m->u.restart.delay_ms = get_u32(r);
         break;
     case RDZV_MSG_DONE:
         m->u.done.round = get_u32(r);

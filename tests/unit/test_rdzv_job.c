@@ -606,6 +606,60 @@ static void test_resume_rejoin_keeps_round(void **state)
     rdzv_job_free(job);
 }
 
+/* --restart-backoff (issue 16): the server holds the next round's ASSIGN for the delay, even
+ * when every node re-joined at once; the delays double and a healthy round resets them. */
+static void test_restart_backoff_holds_round(void **state)
+{
+    struct rdzv_join j = mkjoin(0, 2, 2, 1);
+    struct rdzv_job *job = NULL;
+    struct rdzv_failure f;
+    uint64_t t = 1000;
+    static const uint32_t base[] = {500, 1000, 2000};
+
+    (void)state;
+    j.backoff_min_ms = 500;
+    j.backoff_max_ms = 2000;
+    j.max_restarts = 5;
+    assert_int_equal(rdzv_job_new(&j, &job), 0);
+    join(job, 0, 1, t);
+    assert_int_equal(join(job, 1, 1, t), RDZV_JOB_EV_ASSIGNED);
+    for (uint32_t r = 0; r < 3; r++) {
+        f = failure(job->round);
+        assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, t + 10), RDZV_JOB_EV_RESTART);
+        t += 10;
+        assert_in_range(job->restart_delay_ms, base[r] * 8 / 10, base[r] * 12 / 10);
+        assert_int_equal(join(job, 0, 1, t), RDZV_JOB_EV_WAITING);
+        assert_int_equal(join(job, 1, 1, t), RDZV_JOB_EV_WAITING); /* full, but held */
+        assert_int_equal(rdzv_job_deadline(job), (int64_t)(t + job->restart_delay_ms));
+        assert_int_equal(rdzv_job_tick(job, t + job->restart_delay_ms - 1, 0), RDZV_JOB_EV_NONE);
+        t += job->restart_delay_ms;
+        assert_int_equal(rdzv_job_tick(job, t, 0), RDZV_JOB_EV_ASSIGNED);
+    }
+    /* a round that ran for the healthy interval: the next delay is MIN again */
+    t += mc_backoff_healthy_ms(2000);
+    f = failure(job->round);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, t), RDZV_JOB_EV_RESTART);
+    assert_in_range(job->restart_delay_ms, 400, 600);
+    rdzv_job_free(job);
+}
+
+/* Without --restart-backoff nothing changes: the round closes with its last JOIN. */
+static void test_no_backoff_no_hold(void **state)
+{
+    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_failure f;
+
+    (void)state;
+    join(job, 0, 1, 0);
+    join(job, 1, 1, 0);
+    f = failure(0);
+    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 5), RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->restart_delay_ms, 0);
+    join(job, 0, 1, 5);
+    assert_int_equal(join(job, 1, 1, 5), RDZV_JOB_EV_ASSIGNED);
+    rdzv_job_free(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -630,6 +684,8 @@ int main(void)
         cmocka_unit_test(test_resume_rank0_survives),
         cmocka_unit_test(test_resume_rank0_lost),
         cmocka_unit_test(test_resume_rejoin_keeps_round),
+        cmocka_unit_test(test_restart_backoff_holds_round),
+        cmocka_unit_test(test_no_backoff_no_hold),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
