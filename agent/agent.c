@@ -131,6 +131,8 @@ static void join(struct agent *a)
                           .max_restarts = o->restart.max_restarts,
                           .backoff_min_ms = o->restart.backoff_min_ms,
                           .backoff_max_ms = o->restart.backoff_max_ms,
+                          .exclude_after = o->restart.exclude_after,
+                          .exclude_window_ms = o->restart.exclude_window_ms,
                           .last_call_ms = r->last_call_ms,
                           .join_timeout_ms = r->join_timeout_ms,
                           .keep_alive_ms = r->keep_alive_ms,

@@ -105,6 +105,10 @@ static void print_backoff(const struct launcher_config *cfg)
     if (cfg->backoff_min_ms > 0)
         printf("restart_backoff=%.3g:%.3g (seconds, doubling, +-20 %% jitter)\n",
                cfg->backoff_min_ms / 1000.0, cfg->backoff_max_ms / 1000.0);
+    if (cfg->exclude_after > 0)
+        printf("exclude_after=%u:%.0f (failures of one node : window in seconds)\n",
+               (unsigned)cfg->exclude_after,
+               (cfg->exclude_window_ms ? cfg->exclude_window_ms : 3600000u) / 1000.0);
 }
 
 static int dry_run_worker(const struct launcher_config *cfg, char **argv,
@@ -441,6 +445,8 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
     o->restart = (struct agent_restart_opts){.max_restarts = (unsigned)cfg->max_restarts,
                                              .backoff_min_ms = cfg->backoff_min_ms,
                                              .backoff_max_ms = cfg->backoff_max_ms,
+                                             .exclude_after = cfg->exclude_after,
+                                             .exclude_window_ms = cfg->exclude_window_ms,
                                              .shutdown_timeout_ms = cfg->shutdown_timeout_ms,
                                              .preempt_signal = cfg->preempt_signal,
                                              .handle_signals = cfg->handle_signals,

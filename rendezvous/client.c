@@ -238,6 +238,8 @@ static int err_from_code(uint32_t code)
         return -EINVAL;
     case RDZV_ERR_CLOSED:
         return -ESHUTDOWN;
+    case RDZV_ERR_EXCLUDED:
+        return -EPERM;
     default:
         return -EPROTO;
     }

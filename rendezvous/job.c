@@ -46,6 +46,10 @@ int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out)
         j->backoff_max_ms < j->backoff_min_ms ? j->backoff_min_ms : j->backoff_max_ms;
     /* jitter must differ between jobs (and servers), not be cryptographic */
     job->backoff.rng = j->node_id ^ (uint64_t)(uintptr_t)job;
+    job->exclude_after =
+        j->exclude_after > RDZV_JOB_EXCLUDE_MAX ? RDZV_JOB_EXCLUDE_MAX : j->exclude_after;
+    job->exclude_window_ms =
+        j->exclude_window_ms ? j->exclude_window_ms : RDZV_JOB_EXCLUDE_WINDOW_MS;
     job->state = RDZV_JOB_FILLING;
     *out = job;
     return 0;
@@ -59,6 +63,7 @@ void rdzv_job_free(struct rdzv_job *job)
     free(job->prev);
     free(job->by_rank);
     free(job->pending);
+    free(job->nodes);
     free(job);
 }
 
@@ -267,6 +272,8 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
     if (in_list(job->members, job->n_members, peer, j->node_id) ||
         in_list(job->pending, job->n_pending, peer, j->node_id))
         return -EEXIST;
+    if (rdzv_job_excluded(job, j->host, addr) != NULL)
+        return -EPERM;
     make_member(&m, j, addr, peer);
     if (job->state == RDZV_JOB_RUNNING)
         return join_running(job, &m, now_ms, ev);
@@ -430,12 +437,77 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
     return ev;
 }
 
-/* The first failure of a running round decides: a new round, or the end of the job. */
+static struct rdzv_job_node *ledger_find(const struct rdzv_job *job, const char *host,
+                                         const char *addr)
+{
+    for (size_t i = 0; i < job->n_nodes; i++)
+        if (strcmp(job->nodes[i].host, host) == 0 && strcmp(job->nodes[i].addr, addr) == 0)
+            return &job->nodes[i];
+    return NULL;
+}
+
+const struct rdzv_job_node *rdzv_job_excluded(const struct rdzv_job *job, const char *host,
+                                              const char *addr)
+{
+    const struct rdzv_job_node *n = ledger_find(job, host, addr);
+
+    return n != NULL && n->excluded ? n : NULL;
+}
+
+static struct rdzv_job_node *ledger_add(struct rdzv_job *job, const char *host, const char *addr)
+{
+    struct rdzv_job_node *n = ledger_find(job, host, addr);
+
+    if (n != NULL)
+        return n;
+    if (job->n_nodes == job->cap_nodes) {
+        size_t cap = job->cap_nodes ? job->cap_nodes * 2 : 4;
+        void *p;
+
+        if (job->n_nodes >= RDZV_JOB_LEDGER_MAX) /* bounded: a flood of fake hosts */
+            return NULL;
+        if ((p = realloc(job->nodes, cap * sizeof(*job->nodes))) == NULL)
+            return NULL; /* counting is best effort: the restart itself must go on */
+        job->nodes = p;
+        job->cap_nodes = cap;
+    }
+    n = &job->nodes[job->n_nodes++];
+    memset(n, 0, sizeof(*n));
+    snprintf(n->host, sizeof(n->host), "%s", host);
+    snprintf(n->addr, sizeof(n->addr), "%s", addr);
+    return n;
+}
+
+/* Counts failure f against the node (host, addr) that caused it; with --exclude-after N, the
+ * N-th failure within the window excludes it. */
+static void note_failure(struct rdzv_job *job, const char *host, const char *addr,
+                         const struct rdzv_failure *f, uint64_t now_ms)
+{
+    struct rdzv_job_node *n = host[0] != '\0' ? ledger_add(job, host, addr) : NULL;
+    uint32_t recent = 0;
+
+    if (n == NULL)
+        return;
+    n->failures++;
+    n->times[n->next] = now_ms;
+    n->next = (n->next + 1) % RDZV_JOB_EXCLUDE_MAX;
+    for (uint32_t i = 0; i < RDZV_JOB_EXCLUDE_MAX && i < n->failures; i++)
+        recent += now_ms - n->times[i] < job->exclude_window_ms;
+    if (job->exclude_after == 0 || n->excluded || recent < job->exclude_after)
+        return;
+    n->excluded = 1;
+    snprintf(n->reason, sizeof(n->reason), "caused %u failures within %.0f s (last: %.150s)",
+             recent, job->exclude_window_ms / 1000.0, f->text);
+}
+
+/* The first failure of a running round decides: a new round, or the end of the job. The node
+ * (host, addr) that caused it is charged with it. */
 static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f,
-                                           uint64_t now_ms)
+                                           const char *host, const char *addr, uint64_t now_ms)
 {
     enum rdzv_job_event ev;
 
+    note_failure(job, host, addr, f, now_ms);
     job->cause = *f;
     if (job->restart_count >= job->max_restarts || (f->flags & RDZV_FAILURE_FINAL)) {
         job->state = RDZV_JOB_FINISHED;
@@ -455,6 +527,7 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
     int i = rdzv_job_find(job, peer);
     int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_failure cause;
+    char host[RDZV_HOST_MAX + 1], addr[RDZV_HOST_MAX + 1];
 
     if (leaving && pi >= 0)
         remove_pending(job, (size_t)pi); /* it never ran: nobody else needs to know */
@@ -472,9 +545,11 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
     cause.round = job->round;
     if (cause.host[0] == '\0')
         snprintf(cause.host, sizeof(cause.host), "%s", job->members[i].host);
+    snprintf(host, sizeof(host), "%s", job->members[i].host); /* remove_member() moves it */
+    snprintf(addr, sizeof(addr), "%s", job->members[i].addr);
     if (leaving)
         remove_member(job, (size_t)i);
-    return restart_or_fail(job, &cause, now_ms);
+    return restart_or_fail(job, &cause, host, addr, now_ms);
 }
 
 enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round)
@@ -508,6 +583,7 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_job_member *m;
     struct rdzv_failure f;
+    char host[RDZV_HOST_MAX + 1], addr[RDZV_HOST_MAX + 1];
 
     forget_prev(job, peer);
     if (pi >= 0)
@@ -533,8 +609,10 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     f.time_ms = wall_ms;
     snprintf(f.host, sizeof(f.host), "%s", m->host);
     snprintf(f.text, sizeof(f.text), "lost node %s (%s): %s", m->host, m->addr, reason);
+    snprintf(host, sizeof(host), "%s", m->host); /* remove_member() moves it */
+    snprintf(addr, sizeof(addr), "%s", m->addr);
     remove_member(job, (size_t)i);
-    return restart_or_fail(job, &f, now_ms);
+    return restart_or_fail(job, &f, host, addr, now_ms);
 }
 
 /* --- server restart: rebuilding a running round from REJOINs ------------------------------ */
@@ -644,5 +722,5 @@ static enum rdzv_job_event grace_over(struct rdzv_job *job, uint64_t now_ms, uin
              "lost node with group rank %" PRIu32 ": did not reconnect within %.1f s", r,
              job->reconnect_grace_ms / 1000.0);
     job->rebuilding = 0;
-    return restart_or_fail(job, &f, now_ms);
+    return restart_or_fail(job, &f, "", "", now_ms); /* a node this server never saw: nobody */
 }

@@ -313,10 +313,12 @@ static void get_join(struct reader *r, struct rdzv_join *j)
  * it keeps the layout that servers built before it accept. */
 static void put_join_tail(struct writer *w, const struct rdzv_join *j)
 {
-    if (j->backoff_min_ms == 0 && j->backoff_max_ms == 0)
+    if ((j->backoff_min_ms | j->backoff_max_ms | j->exclude_after | j->exclude_window_ms) == 0)
         return;
     put_u32(w, j->backoff_min_ms);
     put_u32(w, j->backoff_max_ms);
+    put_u32(w, j->exclude_after);
+    put_u32(w, j->exclude_window_ms);
 }
 
 static void get_join_tail(struct reader *r, struct rdzv_join *j)
@@ -325,6 +327,8 @@ static void get_join_tail(struct reader *r, struct rdzv_join *j)
         return;
     j->backoff_min_ms = get_u32(r);
     j->backoff_max_ms = get_u32(r);
+    j->exclude_after = get_u32(r);
+    j->exclude_window_ms = get_u32(r);
 }
 
 static void put_assign(struct writer *w, const struct rdzv_assign *a)

@@ -270,11 +270,19 @@ static void test_optional_tails(void **state)
     in.u.join.backoff_min_ms = 500;
     in.u.join.backoff_max_ms = 2000;
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
-    assert_int_equal(len, len0 + 8);
+    assert_int_equal(len, len0 + 16);
     assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.join.backoff_min_ms, 500);
     assert_int_equal(out.u.join.backoff_max_ms, 2000);
+    assert_int_equal(out.u.join.exclude_after, 0);
+    in.u.join.backoff_min_ms = in.u.join.backoff_max_ms = 0;
+    in.u.join.exclude_after = 3; /* the tail goes out when any of its fields is set */
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 16);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.join.exclude_after, 3);
     /* half a tail is a protocol error */
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
 
