@@ -18,7 +18,7 @@ agent b -- "${common[@]}" --local-addr 127.0.0.2 "${work[@]}"
 agent c FAIL=1 -- "${common[@]}" --local-addr 127.0.0.3 "${work[@]}"
 
 agent_wait c 40
-[ "$RC" != 0 ] || { show_all; fail "the excluded agent c exited 0"; }
+expect_agent_rc c 3 # a rendezvous failure
 grep -q "node .* (127.0.0.3) is excluded from job $JOB: caused 2 failures within 3600 s" "$T/c.err" \
     || { show_all; fail "agent c's stderr lacks the exclusion line"; }
 [ "$(grep -c 'is excluded from job' "$T/c.err")" = 1 ] || fail "exclusion said more than once: $(cat "$T/c.err")"

@@ -66,5 +66,16 @@ for bad in 2:1 -1 x 0.5:abc 1e3 4000; do
         || fail "--restart-backoff $bad: expected one clear line, got: $(cat "$T/err")"
 done
 
+mrun -- run --standalone --nproc-per-node 1 --exclude-after 3:600 --dry-run --no-python /bin/true
+expect_rc "--exclude-after --dry-run" 0
+grep -qx 'exclude_after=3:600 (failures of one node : window in seconds)' "$T/out" \
+    || { show_output; fail "--dry-run lacks exclude_after"; }
+for bad in 0 33 x 2:0 2:x :5; do
+    mrun -- run --standalone --nproc-per-node 1 --exclude-after "$bad" --no-python /bin/true
+    expect_rc "--exclude-after $bad" 2
+    [ "$(wc -l < "$T/err")" = 1 ] && grep -q -- "--exclude-after must be N\[:WINDOW\]" "$T/err" \
+        || fail "--exclude-after $bad: expected one clear line, got: $(cat "$T/err")"
+done
+
 assert_no_marked_left "end of test" 5
 exit 0
