@@ -349,8 +349,14 @@ void rdzv_job_waiting(const struct rdzv_job *job, uint64_t now_ms, struct rdzv_w
     w->max_nodes = job->max_nodes;
     w->last_call_ms_left = -1;
     w->join_ms_left = -1;
-    if (job->min_reached)
-        w->last_call_ms_left = ms_left(job->min_reached_ms + job->last_call_ms, now_ms);
+    if (job->min_reached) {
+        uint64_t close = job->min_reached_ms + job->last_call_ms;
+
+        /* a --restart-backoff hold: the round closes when it ends (the agents show it) */
+        if (job->n_members >= job->max_nodes || close < job->hold_until_ms)
+            close = job->hold_until_ms; /* as rdzv_job_deadline() */
+        w->last_call_ms_left = ms_left(close, now_ms);
+    }
     if (job->join_timeout_ms > 0 && job->n_members > 0)
         w->join_ms_left = ms_left(job->first_join_ms + job->join_timeout_ms, now_ms);
 }

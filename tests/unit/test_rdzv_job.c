@@ -631,6 +631,12 @@ static void test_restart_backoff_holds_round(void **state)
         assert_int_equal(join(job, 0, 1, t), RDZV_JOB_EV_WAITING);
         assert_int_equal(join(job, 1, 1, t), RDZV_JOB_EV_WAITING); /* full, but held */
         assert_int_equal(rdzv_job_deadline(job), (int64_t)(t + job->restart_delay_ms));
+        {
+            struct rdzv_waiting w;
+
+            rdzv_job_waiting(job, t, &w); /* the progress line counts down the hold */
+            assert_int_equal(w.last_call_ms_left, (int32_t)job->restart_delay_ms);
+        }
         assert_int_equal(rdzv_job_tick(job, t + job->restart_delay_ms - 1, 0), RDZV_JOB_EV_NONE);
         t += job->restart_delay_ms;
         assert_int_equal(rdzv_job_tick(job, t, 0), RDZV_JOB_EV_ASSIGNED);
