@@ -56,7 +56,7 @@ struct rdzv_job_member {
 /* Bad-node exclusion (issue 16): --exclude-after N[:WINDOW] of the first JOIN. */
 #define RDZV_JOB_EXCLUDE_MAX 32u            /* N at most */
 #define RDZV_JOB_EXCLUDE_WINDOW_MS 3600000u /* WINDOW when the JOIN gives 0 */
-#define RDZV_JOB_LEDGER_MAX 4096u           /* nodes with failures one job remembers */
+#define RDZV_JOB_LEDGER_MAX 1024u           /* nodes with failures one job remembers (~1 KB each) */
 #define RDZV_JOB_EXCLUDE_REASON_MAX 300
 
 /* The failures attributed to one node (host + addr, as its JOIN named them: a node that leaves
