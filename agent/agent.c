@@ -129,6 +129,10 @@ static void join(struct agent *a)
                           .nproc = o->work.nproc,
                           .master_port = r->master_port,
                           .max_restarts = o->restart.max_restarts,
+                          .backoff_min_ms = o->restart.backoff_min_ms,
+                          .backoff_max_ms = o->restart.backoff_max_ms,
+                          .exclude_after = o->restart.exclude_after,
+                          .exclude_window_ms = o->restart.exclude_window_ms,
                           .last_call_ms = r->last_call_ms,
                           .join_timeout_ms = r->join_timeout_ms,
                           .keep_alive_ms = r->keep_alive_ms,
@@ -440,6 +444,9 @@ static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
                 r->cause.rank, how);
     else
         mc_info("restarting workers (restart %u/%u): %s", r->restart_count, max, how);
+    if (r->delay_ms > 0) /* the server holds the next round that long (--restart-backoff) */
+        mc_info("restarting in %.1f s (attempt %u of %u)", r->delay_ms / 1000.0,
+                r->restart_count + 1, max + 1);
     fire(a, AGENT_EV_RESTART, 0);
 }
 

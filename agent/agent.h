@@ -69,6 +69,12 @@ struct agent_worker_opts {
 /* Restarts, shutdown and the signals that stop the job. */
 struct agent_restart_opts {
     unsigned max_restarts;
+    /* --restart-backoff MIN[:MAX] in ms (common/backoff.h); 0: restart at once. Multi-node: sent
+     * in JOIN, the server holds each new round; shared-GPU mode: per task, here. */
+    unsigned backoff_min_ms, backoff_max_ms;
+    /* --exclude-after N[:WINDOW], sent in JOIN: the server refuses a node that caused N
+     * failures of the job within the window (ms; 0: one hour). 0: never */
+    unsigned exclude_after, exclude_window_ms;
     unsigned shutdown_timeout_ms;
     int preempt_signal; /* 0 = none: this signal means "pre-empted", exit 75 */
     /* torchrun's --signals-to-handle: each stops the job, passed on to the workers (0 of

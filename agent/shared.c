@@ -14,8 +14,10 @@
 
 #include "agent.h"
 #include "agent_priv.h" /* agent_log */
+#include "backoff.h"
 #include "failure.h"
 #include "group.h"
+#include "log.h"
 #include "logdir.h"
 #include "mps.h"
 #include "path.h"
@@ -37,6 +39,12 @@ struct task {
     unsigned port;
     int code;  /* the last attempt's exit code (128+signal) */
     int ended; /* succeeded, or failed with no restart left */
+    /* --restart-backoff per task: a crash-looping task waits on `retry` before its next
+     * attempt instead of using its restarts up in milliseconds */
+    uv_timer_t retry;
+    struct mc_backoff backoff;
+    uint64_t started_ms; /* loop time of the attempt's start, to see a healthy run */
+    uint32_t delay_ms;   /* set by task_failed(): wait this long before the next attempt */
 };
 
 struct shared {
@@ -101,6 +109,7 @@ int agent_shared_task_env(const struct agent_shared_options *o, unsigned task, u
 
 static void finish(struct shared *s);
 static void start_task(struct task *t);
+static void restart_task(struct task *t);
 
 static void after_group_closed(void *data)
 {
@@ -156,6 +165,10 @@ static int task_failed(struct task *t, int code, const char *how_code)
         t->restarts++;
         agent_log("task %u (GPU %s) %s; restarting it alone (restart %u/%u)", t->index, gpu, how,
                   t->restarts, s->o->max_restarts);
+        t->delay_ms = mc_backoff_next(&t->backoff, uv_now(&s->loop) - t->started_ms);
+        if (t->delay_ms > 0)
+            mc_info("task %u: restarting in %.1f s (attempt %u of %u)", t->index,
+                    t->delay_ms / 1000.0, t->restarts + 1, s->o->max_restarts + 1);
         return 1;
     }
     agent_log("task %u (GPU %s) %s; no restart left (%u/%u), the other tasks go on", t->index, gpu,
@@ -189,7 +202,7 @@ static void on_all_exited(struct agent_group *g)
     else
         snprintf(how, sizeof(how), "exited with code %d", t->code);
     if (task_failed(t, t->code, how))
-        start_task(t);
+        restart_task(t);
 }
 
 static const struct agent_group_cbs group_cbs = {
@@ -266,13 +279,33 @@ static void start_task(struct task *t)
     char how[PATH_MAX + 64];
     int rc;
 
+    t->started_ms = uv_now(&t->s->loop);
     while ((rc = spawn_task(t)) != 0) {
         int code = rc == -ENOENT ? 127 : 126;
         snprintf(how, sizeof(how), "could not start (cannot execute '%s': %s), code %d",
                  t->s->o->argv[0], strerror(-rc), code);
+        t->code = code;
         if (!task_failed(t, code, how))
             return;
+        if (t->delay_ms > 0) {
+            restart_task(t);
+            return;
+        }
     }
+}
+
+static void on_retry(uv_timer_t *h)
+{
+    start_task(h->data);
+}
+
+/* The next attempt of a failed task: at once, or after its backoff delay. */
+static void restart_task(struct task *t)
+{
+    if (t->delay_ms == 0)
+        start_task(t);
+    else
+        uv_timer_start(&t->retry, on_retry, t->delay_ms, 0);
 }
 
 /* ---- signals and the end ------------------------------------------------------------ */
@@ -286,6 +319,12 @@ static void on_signal(uv_signal_t *h, int signum)
         s->stop_signal = signum;
         agent_log("received SIG%s: stopping the tasks", sigabbrev_np(signum));
     }
+    /* a task waiting out its backoff has no process to stop: it ends with its last code */
+    for (unsigned i = 0; i < s->ntasks && !s->finished; i++)
+        if (uv_is_active((uv_handle_t *)&s->tasks[i].retry)) {
+            uv_timer_stop(&s->tasks[i].retry);
+            task_ended(&s->tasks[i], s->tasks[i].code);
+        }
     /* a second signal: the user does not want to wait for the grace period */
     for (unsigned i = 0; i < s->ntasks; i++)
         if (s->tasks[i].group != NULL)
@@ -306,6 +345,7 @@ static void finish(struct shared *s)
     for (int i = 0; i < NSTOP; i++)
         uv_close((uv_handle_t *)&s->sig[i], close_handle_cb);
     for (unsigned i = 0; i < s->ntasks; i++) {
+        uv_close((uv_handle_t *)&s->tasks[i].retry, close_handle_cb);
         agent_group_close(s->tasks[i].group, after_group_closed, NULL); /* kills what is left */
         s->tasks[i].group = NULL;
         release_port(&s->tasks[i]);
@@ -358,6 +398,15 @@ static int init(struct shared *s, const struct agent_shared_options *o)
         s->tasks[i] = (struct task){.s = s, .index = i, .gpu = i / o->per_gpu, .port_fd = -1};
     if ((rc = uv_loop_init(&s->loop)) != 0)
         return rc;
+    for (unsigned i = 0; i < s->ntasks; i++) {
+        struct task *t = &s->tasks[i];
+
+        uv_timer_init(&s->loop, &t->retry);
+        t->retry.data = t;
+        t->backoff = (struct mc_backoff){.min_ms = o->backoff_min_ms,
+                                         .max_ms = o->backoff_max_ms,
+                                         .rng = ((uint64_t)getpid() << 20) ^ (i + 1)};
+    }
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill muster (workers reset it) */
     for (int i = 0; i < NSTOP; i++) {
         uv_signal_init(&s->loop, &s->sig[i]);

@@ -23,6 +23,8 @@ struct agent_shared_options {
     uint64_t gpu_mem_bytes; /* memory of one GPU; 0 = ask nvidia-smi when MPS needs it */
     enum agent_mps_mode mps;
     unsigned max_restarts; /* per worker */
+    /* --restart-backoff MIN:MAX in ms, per task (common/backoff.h); 0: restart at once */
+    unsigned backoff_min_ms, backoff_max_ms;
     unsigned shutdown_timeout_ms;
     const char *log_dir; /* as agent_options: NULL private, "/dev/null" none, or a path */
     const unsigned char *redirect, *tee,

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backoff.h"
 #include "config_priv.h"
 #include "dedup.h"
 #include "endpoint.h"
@@ -72,6 +73,8 @@ static const struct opt opts[O_COUNT_] = {
     [O_CHECKPOINT_DIR] = {"checkpoint-dir", 0, OPT_VALUE, "PET_CHECKPOINT_DIR"},
     [O_KEEP_CHECKPOINTS] = {"keep-checkpoints", 0, OPT_VALUE, "PET_KEEP_CHECKPOINTS"},
     [O_HANG_TIMEOUT] = {"hang-timeout", 0, OPT_VALUE, "PET_HANG_TIMEOUT"},
+    [O_RESTART_BACKOFF] = {"restart-backoff", 0, OPT_VALUE, "PET_RESTART_BACKOFF"},
+    [O_EXCLUDE_AFTER] = {"exclude-after", 0, OPT_VALUE, "PET_EXCLUDE_AFTER"},
     [O_PREEMPT_SIGNAL] = {"preempt-signal", 0, OPT_VALUE, "PET_PREEMPT_SIGNAL"},
     [O_TOKEN_FILE] = {"token-file", 0, OPT_VALUE, "PET_TOKEN_FILE"},
     [O_TLS_CERT] = {"tls-cert", 0, OPT_VALUE, "PET_TLS_CERT"},
@@ -666,6 +669,28 @@ static int parse_static_recipe(struct parse *p)
     return 0;
 }
 
+/* --exclude-after N[:WINDOW]: N failures of one node within WINDOW seconds exclude it. */
+static int parse_exclude(const char *v, struct launcher_config *cfg)
+{
+    char num[16];
+    const char *colon = strchr(v, ':');
+    size_t n = colon ? (size_t)(colon - v) : strlen(v);
+    long k;
+
+    if (n == 0 || n >= sizeof(num))
+        return -EINVAL;
+    memcpy(num, v, n);
+    num[n] = '\0';
+    if (launcher__cfg_parse_int(num, 1, 32, &k) != 0)
+        return -EINVAL;
+    cfg->exclude_after = (uint32_t)k;
+    cfg->exclude_window_ms = 0;
+    if (colon && (launcher__cfg_parse_seconds_ms(colon + 1, &cfg->exclude_window_ms) != 0 ||
+                  cfg->exclude_window_ms == 0))
+        return -EINVAL;
+    return 0;
+}
+
 static int parse_numbers(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
@@ -677,6 +702,19 @@ static int parse_numbers(struct parse *p)
             return launcher__cfg_fail(p, "--max-restarts must be a number >= 0, not '%s'", v);
         cfg->max_restarts = (int)n;
     }
+    if ((v = p->val[O_RESTART_BACKOFF]) != NULL &&
+        mc_backoff_parse(v, &cfg->backoff_min_ms, &cfg->backoff_max_ms) != 0)
+        return launcher__cfg_fail(
+            p,
+            "--restart-backoff must be MIN[:MAX] seconds (0 <= MIN <= MAX <= 3600, "
+            "e.g. 0.5:30), not '%s'",
+            v);
+    if ((v = p->val[O_EXCLUDE_AFTER]) != NULL && parse_exclude(v, cfg) != 0)
+        return launcher__cfg_fail(
+            p,
+            "--exclude-after must be N[:WINDOW] (1 <= N <= 32 failures of one node, "
+            "WINDOW seconds, default 3600), not '%s'",
+            v);
     if ((v = p->val[O_MONITOR_INTERVAL]) != NULL) {
         unsigned ms;
         if (launcher__cfg_parse_seconds_ms(v, &ms) != 0)

@@ -4,6 +4,7 @@
 #define MUSTER_LAUNCHER_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define LAUNCHER_ERR_MAX 512
@@ -35,6 +36,11 @@ struct launcher_config {
     unsigned reconnect_grace_ms; /* how long agents wait for a restarted server */
     /* supervision */
     int max_restarts;
+    /* --restart-backoff MIN[:MAX] (common/backoff.h), ms; 0 = restart at once */
+    uint32_t backoff_min_ms, backoff_max_ms;
+    /* --exclude-after N[:WINDOW]: sent in JOIN; 0 = never exclude; window 0 = the server's 1 h */
+    uint32_t exclude_after;
+    unsigned exclude_window_ms;
     double monitor_interval;      /* accepted and ignored: muster is event-driven */
     unsigned shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace, default 30 s */
     char *role;                   /* default "default" */

@@ -99,6 +99,18 @@ static const char *endpoint_text(const struct launcher_config *cfg, char *buf, s
 
 /* Worker i's part of the --dry-run plan: its command, NUMA binding and environment. 0 or an
  * exit code. */
+/* --restart-backoff, only when set (the plan of a run without it is unchanged) */
+static void print_backoff(const struct launcher_config *cfg)
+{
+    if (cfg->backoff_min_ms > 0)
+        printf("restart_backoff=%.3g:%.3g (seconds, doubling, +-20 %% jitter)\n",
+               cfg->backoff_min_ms / 1000.0, cfg->backoff_max_ms / 1000.0);
+    if (cfg->exclude_after > 0)
+        printf("exclude_after=%u:%.0f (failures of one node : window in seconds)\n",
+               (unsigned)cfg->exclude_after,
+               (cfg->exclude_window_ms ? cfg->exclude_window_ms : 3600000u) / 1000.0);
+}
+
 static int dry_run_worker(const struct launcher_config *cfg, char **argv,
                           const struct agent_numa *numa, int i, int group_rank, unsigned port)
 {
@@ -174,6 +186,7 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
            "world_size=%d\nmax_restarts=%d\n",
            cfg->rdzv_id, backends[cfg->backend], endpoint_text(cfg, ep, sizeof(ep)), cfg->min_nodes,
            cfg->max_nodes, cfg->nproc_per_node, world, cfg->max_restarts);
+    print_backoff(cfg);
     if (cfg->max_nodes > 1)
         printf("# ranks assume group rank %d and %d workers on every node; the rendezvous "
                "decides\n",
@@ -219,6 +232,8 @@ static void shared_options(const struct launcher_config *cfg, char **argv,
     o->gpu_mem_bytes = (uint64_t)cfg->gpu_mem_bytes;
     o->mps = cfg->mps == 1 ? AGENT_MPS_ON : cfg->mps == 2 ? AGENT_MPS_AUTO : AGENT_MPS_OFF;
     o->max_restarts = (unsigned)cfg->max_restarts;
+    o->backoff_min_ms = cfg->backoff_min_ms;
+    o->backoff_max_ms = cfg->backoff_max_ms;
     o->shutdown_timeout_ms = cfg->shutdown_timeout_ms;
     o->log_dir = cfg->log_dir;
     o->redirect = flags;
@@ -245,6 +260,7 @@ static int dry_run_shared(const struct launcher_config *cfg, char **argv)
            : cfg->mps == 2 ? "auto"
                            : "off",
            cfg->max_restarts);
+    print_backoff(cfg);
     if (cfg->auto_batch)
         printf("# --auto-batch: a probe run at batch %d plans MUSTER_BATCH_SIZE at start\n",
                LAUNCHER_AUTO_BATCH_PROBE);
@@ -433,6 +449,10 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
                                          .virtual_local_rank = cfg->virtual_local_rank,
                                          .numa = numa->nbind > 0 ? numa : NULL};
     o->restart = (struct agent_restart_opts){.max_restarts = (unsigned)cfg->max_restarts,
+                                             .backoff_min_ms = cfg->backoff_min_ms,
+                                             .backoff_max_ms = cfg->backoff_max_ms,
+                                             .exclude_after = cfg->exclude_after,
+                                             .exclude_window_ms = cfg->exclude_window_ms,
                                              .shutdown_timeout_ms = cfg->shutdown_timeout_ms,
                                              .preempt_signal = cfg->preempt_signal,
                                              .handle_signals = cfg->handle_signals,

@@ -169,6 +169,20 @@ static void print_job(json_t *job)
     }
 }
 
+/* Nodes charged with failures (issue 16), and which of them are excluded and why. */
+static void print_node_failures(json_t *job)
+{
+    json_t *a = json_object_get(job, "node_failures"), *n;
+    size_t i;
+
+    if (json_array_size(a) == 0)
+        return;
+    printf("  %-24s %-16s %-9s %s\n", "FAILED HOST", "ADDR", "FAILURES", "EXCLUDED");
+    json_array_foreach(a, i, n)
+        printf("  %-24s %-16s %-9ld %s\n", str(n, "host"), str(n, "addr"), num(n, "failures"),
+               json_is_true(json_object_get(n, "excluded")) ? str(n, "reason") : "no");
+}
+
 static void print_checkpoints(json_t *job)
 {
     json_t *cks = json_object_get(job, "checkpoints"), *ck;
@@ -204,6 +218,7 @@ static int print_answer(const struct status_cmd *c)
     json_array_foreach(json_object_get(root, "jobs"), i, job)
     {
         print_job(job);
+        print_node_failures(job);
         print_checkpoints(job);
     }
     json_decref(root);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "escape.h"
 #include "ids.h"
 #include "server_priv.h"
 
@@ -96,11 +97,21 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
     return sj;
 }
 
-static void join_error(struct peer *p, struct sjob *sj, int err, uint64_t node_id)
+static void join_error(struct peer *p, struct sjob *sj, int err, const struct rdzv_join *j,
+                       const char *addr)
 {
     const struct rdzv_job *job = sj->job;
+    const struct rdzv_job_node *bad;
+    uint64_t node_id = j->node_id;
 
-    if (err == -ESHUTDOWN)
+    if (err == -EPERM && (bad = rdzv_job_excluded(job, j->host, addr)) != NULL) {
+        srv_send_error(p, RDZV_ERR_EXCLUDED, "node %s (%s) is excluded from job %s: %s", bad->host,
+                       bad->addr, job->id, bad->reason);
+        char shown[MC_ESCAPE_SIZE(RDZV_HOST_MAX)];
+
+        mc_escape(bad->host, shown, sizeof(shown)); /* the agent's words */
+        srv_log(p->srv, "job %s: refused the JOIN of excluded node %s", job->id, shown);
+    } else if (err == -ESHUTDOWN)
         srv_send_error(p, RDZV_ERR_CLOSED, "job %s already finished", job->id);
     else if (err == -EEXIST)
         srv_send_error(p, RDZV_ERR_PROTOCOL,
@@ -143,7 +154,7 @@ void rdzv__handle_join(struct peer *p, const struct rdzv_join *j)
     join_addr(p, j, addr, sizeof(addr));
     err = rdzv_job_join(sj->job, j, addr, p, uv_now(p->srv->loop), &ev);
     if (err < 0) {
-        join_error(p, sj, err, j->node_id);
+        join_error(p, sj, err, j, addr);
         return;
     }
     rdzv__sjob_attach(sj, p);
@@ -222,7 +233,7 @@ static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_re
     if (err == -ESTALE) {
         rejoin_stale(p, sj, rj);
     } else if (err < 0) {
-        join_error(p, sj, err, rj->join.node_id);
+        join_error(p, sj, err, &rj->join, addr);
         return;
     } else {
         rdzv__sjob_attach(sj, p);

@@ -41,6 +41,15 @@ int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out)
     job->join_timeout_ms = j->join_timeout_ms;
     job->reconnect_grace_ms =
         j->reconnect_grace_ms ? j->reconnect_grace_ms : RDZV_JOB_RECONNECT_GRACE_MS;
+    job->backoff.min_ms = j->backoff_min_ms;
+    job->backoff.max_ms =
+        j->backoff_max_ms < j->backoff_min_ms ? j->backoff_min_ms : j->backoff_max_ms;
+    /* jitter must differ between jobs (and servers), not be cryptographic */
+    job->backoff.rng = j->node_id ^ (uint64_t)(uintptr_t)job;
+    job->exclude_after =
+        j->exclude_after > RDZV_JOB_EXCLUDE_MAX ? RDZV_JOB_EXCLUDE_MAX : j->exclude_after;
+    job->exclude_window_ms =
+        j->exclude_window_ms ? j->exclude_window_ms : RDZV_JOB_EXCLUDE_WINDOW_MS;
     job->state = RDZV_JOB_FILLING;
     *out = job;
     return 0;
@@ -54,6 +63,7 @@ void rdzv_job_free(struct rdzv_job *job)
     free(job->prev);
     free(job->by_rank);
     free(job->pending);
+    free(job->nodes);
     free(job);
 }
 
@@ -122,7 +132,7 @@ static int64_t prev_rank(const struct rdzv_job *job, uint64_t node_id)
  * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order.
  * Quadratic in the node count through prev_rank(), which is fine for the few thousand nodes a job
  * has at most. */
-static void close_round(struct rdzv_job *job)
+static void close_round(struct rdzv_job *job, uint64_t now_ms)
 {
     size_t n = job->n_members, next = 0;
     uint64_t offset = 0;
@@ -169,6 +179,8 @@ static void close_round(struct rdzv_job *job)
     job->resume_step = job->members[job->master].resume_step;
     job->world_size = (uint32_t)offset;
     job->n_done = 0;
+    job->running_since_ms = now_ms;
+    job->hold_until_ms = 0;
     job->state = RDZV_JOB_RUNNING;
 }
 
@@ -207,8 +219,9 @@ static enum rdzv_job_event add_member(struct rdzv_job *job, const struct rdzv_jo
         job->min_reached = 1;
         job->min_reached_ms = now_ms;
     }
-    if (job->n_members == job->max_nodes || (job->min_reached && job->last_call_ms == 0)) {
-        close_round(job);
+    if ((job->n_members == job->max_nodes || (job->min_reached && job->last_call_ms == 0)) &&
+        now_ms >= job->hold_until_ms) {
+        close_round(job, now_ms);
         return RDZV_JOB_EV_ASSIGNED;
     }
     return RDZV_JOB_EV_WAITING;
@@ -243,6 +256,8 @@ static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, u
     job->cause.rank = job->cause.local_rank = job->cause.exit_code = -1;
     snprintf(job->cause.host, sizeof(job->cause.host), "%s", m->host);
     snprintf(job->cause.text, sizeof(job->cause.text), RDZV_JOB_SCALE_UP_FMT, m->host);
+    job->restart_delay_ms = 0; /* growing is no failure: no backoff */
+    job->hold_until_ms = 0;
     *ev = new_round(job, now_ms);
     return 0;
 }
@@ -257,6 +272,8 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
     if (in_list(job->members, job->n_members, peer, j->node_id) ||
         in_list(job->pending, job->n_pending, peer, j->node_id))
         return -EEXIST;
+    if (rdzv_job_excluded(job, j->host, addr) != NULL)
+        return -EPERM;
     make_member(&m, j, addr, peer);
     if (job->state == RDZV_JOB_RUNNING)
         return join_running(job, &m, now_ms, ev);
@@ -279,6 +296,8 @@ int64_t rdzv_job_deadline(const struct rdzv_job *job)
     if (job->min_reached) {
         int64_t lc = (int64_t)(job->min_reached_ms + job->last_call_ms);
 
+        if (job->n_members >= job->max_nodes || lc < (int64_t)job->hold_until_ms)
+            lc = (int64_t)job->hold_until_ms; /* ready, but a restart backoff holds it */
         if (d < 0 || lc < d)
             d = lc;
     }
@@ -301,9 +320,12 @@ enum rdzv_job_event rdzv_job_tick(struct rdzv_job *job, uint64_t now_ms, uint64_
         return RDZV_JOB_EV_NONE;
     timed_out =
         job->join_timeout_ms > 0 && now >= (int64_t)(job->first_join_ms + job->join_timeout_ms);
+    /* The join timeout closes a round that has min nodes even during a backoff hold. */
     if (job->min_reached &&
-        (timed_out || now >= (int64_t)(job->min_reached_ms + job->last_call_ms))) {
-        close_round(job);
+        (timed_out || ((job->n_members >= job->max_nodes ||
+                        now >= (int64_t)(job->min_reached_ms + job->last_call_ms)) &&
+                       now_ms >= job->hold_until_ms))) {
+        close_round(job, now_ms);
         return RDZV_JOB_EV_ASSIGNED;
     }
     if (timed_out) {
@@ -327,8 +349,14 @@ void rdzv_job_waiting(const struct rdzv_job *job, uint64_t now_ms, struct rdzv_w
     w->max_nodes = job->max_nodes;
     w->last_call_ms_left = -1;
     w->join_ms_left = -1;
-    if (job->min_reached)
-        w->last_call_ms_left = ms_left(job->min_reached_ms + job->last_call_ms, now_ms);
+    if (job->min_reached) {
+        uint64_t close = job->min_reached_ms + job->last_call_ms;
+
+        /* a --restart-backoff hold: the round closes when it ends (the agents show it) */
+        if (job->n_members >= job->max_nodes || close < job->hold_until_ms)
+            close = job->hold_until_ms; /* as rdzv_job_deadline() */
+        w->last_call_ms_left = ms_left(close, now_ms);
+    }
     if (job->join_timeout_ms > 0 && job->n_members > 0)
         w->join_ms_left = ms_left(job->first_join_ms + job->join_timeout_ms, now_ms);
 }
@@ -415,17 +443,88 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
     return ev;
 }
 
-/* The first failure of a running round decides: a new round, or the end of the job. */
-static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f,
-                                           uint64_t now_ms)
+static struct rdzv_job_node *ledger_find(const struct rdzv_job *job, const char *host,
+                                         const char *addr)
 {
+    for (size_t i = 0; i < job->n_nodes; i++)
+        if (strcmp(job->nodes[i].host, host) == 0 && strcmp(job->nodes[i].addr, addr) == 0)
+            return &job->nodes[i];
+    return NULL;
+}
+
+const struct rdzv_job_node *rdzv_job_excluded(const struct rdzv_job *job, const char *host,
+                                              const char *addr)
+{
+    const struct rdzv_job_node *n = ledger_find(job, host, addr);
+
+    return n != NULL && n->excluded ? n : NULL;
+}
+
+static struct rdzv_job_node *ledger_add(struct rdzv_job *job, const char *host, const char *addr)
+{
+    struct rdzv_job_node *n = ledger_find(job, host, addr);
+
+    if (n != NULL)
+        return n;
+    if (job->n_nodes == job->cap_nodes) {
+        size_t cap = job->cap_nodes ? job->cap_nodes * 2 : 4;
+        void *p;
+
+        if (job->n_nodes >= RDZV_JOB_LEDGER_MAX) /* bounded: a flood of fake hosts */
+            return NULL;
+        if ((p = realloc(job->nodes, cap * sizeof(*job->nodes))) == NULL)
+            return NULL; /* counting is best effort: the restart itself must go on */
+        job->nodes = p;
+        job->cap_nodes = cap;
+    }
+    n = &job->nodes[job->n_nodes++];
+    memset(n, 0, sizeof(*n));
+    snprintf(n->host, sizeof(n->host), "%s", host);
+    snprintf(n->addr, sizeof(n->addr), "%s", addr);
+    return n;
+}
+
+/* Counts failure f against the node (host, addr) that caused it; with --exclude-after N, the
+ * N-th failure within the window excludes it. */
+static void note_failure(struct rdzv_job *job, const char *host, const char *addr,
+                         const struct rdzv_failure *f, uint64_t now_ms)
+{
+    struct rdzv_job_node *n = host[0] != '\0' ? ledger_add(job, host, addr) : NULL;
+    uint32_t recent = 0;
+
+    if (n == NULL)
+        return;
+    n->failures++;
+    n->times[n->next] = now_ms;
+    n->next = (n->next + 1) % RDZV_JOB_EXCLUDE_MAX;
+    for (uint32_t i = 0; i < RDZV_JOB_EXCLUDE_MAX && i < n->failures; i++)
+        recent += now_ms - n->times[i] < job->exclude_window_ms;
+    if (job->exclude_after == 0 || n->excluded || recent < job->exclude_after)
+        return;
+    n->excluded = 1;
+    snprintf(n->reason, sizeof(n->reason), "caused %u failures within %.0f s (last: %.150s)",
+             recent, job->exclude_window_ms / 1000.0, f->text);
+}
+
+/* The first failure of a running round decides: a new round, or the end of the job. The node
+ * (host, addr) that caused it is charged with it. */
+static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f,
+                                           const char *host, const char *addr, uint64_t now_ms)
+{
+    enum rdzv_job_event ev;
+
+    note_failure(job, host, addr, f, now_ms);
     job->cause = *f;
     if (job->restart_count >= job->max_restarts || (f->flags & RDZV_FAILURE_FINAL)) {
         job->state = RDZV_JOB_FINISHED;
         return RDZV_JOB_EV_FAILED;
     }
     job->restart_count++;
-    return new_round(job, now_ms);
+    job->restart_delay_ms = mc_backoff_next(&job->backoff, now_ms - job->running_since_ms);
+    /* before new_round(): pending joiners it admits must not close the round early either */
+    job->hold_until_ms = now_ms + job->restart_delay_ms;
+    ev = new_round(job, now_ms);
+    return ev;
 }
 
 enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const struct rdzv_failure *f,
@@ -434,6 +533,7 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
     int i = rdzv_job_find(job, peer);
     int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_failure cause;
+    char host[RDZV_HOST_MAX + 1], addr[RDZV_HOST_MAX + 1];
 
     if (leaving && pi >= 0)
         remove_pending(job, (size_t)pi); /* it never ran: nobody else needs to know */
@@ -451,9 +551,11 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
     cause.round = job->round;
     if (cause.host[0] == '\0')
         snprintf(cause.host, sizeof(cause.host), "%s", job->members[i].host);
+    snprintf(host, sizeof(host), "%s", job->members[i].host); /* remove_member() moves it */
+    snprintf(addr, sizeof(addr), "%s", job->members[i].addr);
     if (leaving)
         remove_member(job, (size_t)i);
-    return restart_or_fail(job, &cause, now_ms);
+    return restart_or_fail(job, &cause, host, addr, now_ms);
 }
 
 enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round)
@@ -487,6 +589,7 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_job_member *m;
     struct rdzv_failure f;
+    char host[RDZV_HOST_MAX + 1], addr[RDZV_HOST_MAX + 1];
 
     forget_prev(job, peer);
     if (pi >= 0)
@@ -512,8 +615,10 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     f.time_ms = wall_ms;
     snprintf(f.host, sizeof(f.host), "%s", m->host);
     snprintf(f.text, sizeof(f.text), "lost node %s (%s): %s", m->host, m->addr, reason);
+    snprintf(host, sizeof(host), "%s", m->host); /* remove_member() moves it */
+    snprintf(addr, sizeof(addr), "%s", m->addr);
     remove_member(job, (size_t)i);
-    return restart_or_fail(job, &f, now_ms);
+    return restart_or_fail(job, &f, host, addr, now_ms);
 }
 
 /* --- server restart: rebuilding a running round from REJOINs ------------------------------ */
@@ -536,6 +641,7 @@ static void adopt(struct rdzv_job *job, const struct rdzv_assign *a, uint64_t no
     /* The round was decided before the restart: keep its resume point, not a member's JOIN. */
     snprintf(job->resume, sizeof(job->resume), "%s", a->resume);
     job->resume_step = a->resume_step;
+    job->running_since_ms = now_ms;
     job->n_done = 0;
     job->grace_deadline_ms = now_ms + job->reconnect_grace_ms;
 }
@@ -622,5 +728,5 @@ static enum rdzv_job_event grace_over(struct rdzv_job *job, uint64_t now_ms, uin
              "lost node with group rank %" PRIu32 ": did not reconnect within %.1f s", r,
              job->reconnect_grace_ms / 1000.0);
     job->rebuilding = 0;
-    return restart_or_fail(job, &f, now_ms);
+    return restart_or_fail(job, &f, "", "", now_ms); /* a node this server never saw: nobody */
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backoff.h"
 #include "message.h"
 
 /* Per-node and per-job bounds; with both, the world size (sum of nproc) fits in a uint32_t. */
@@ -50,6 +51,25 @@ struct rdzv_job_member {
     int done;
     char resume[RDZV_CKPT_NAME_MAX + 1]; /* from its JOIN: where this node would resume */
     int64_t resume_step;
+};
+
+/* Bad-node exclusion (issue 16): --exclude-after N[:WINDOW] of the first JOIN. */
+#define RDZV_JOB_EXCLUDE_MAX 32u            /* N at most */
+#define RDZV_JOB_EXCLUDE_WINDOW_MS 3600000u /* WINDOW when the JOIN gives 0 */
+#define RDZV_JOB_LEDGER_MAX 1024u           /* nodes with failures one job remembers (~1 KB each) */
+#define RDZV_JOB_EXCLUDE_REASON_MAX 300
+
+/* The failures attributed to one node (host + addr, as its JOIN named them: a node that leaves
+ * and joins again, even as a new agent process, keeps its count). A failure is the root cause
+ * of a restart: the node whose rank failed first, or a lost node. */
+struct rdzv_job_node {
+    char host[RDZV_HOST_MAX + 1];
+    char addr[RDZV_HOST_MAX + 1];
+    uint32_t failures;                        /* all of them, for status */
+    uint64_t times[RDZV_JOB_EXCLUDE_MAX];     /* ring of the latest failure times, monotonic ms */
+    uint32_t next;                            /* next slot of times[] */
+    int excluded;                             /* its JOINs are refused from now on */
+    char reason[RDZV_JOB_EXCLUDE_REASON_MAX]; /* why, for ERROR and status */
 };
 
 /* Why a new round starts without a failure (restart_count unchanged). */
@@ -99,6 +119,20 @@ struct rdzv_job {
     uint32_t expected;
     uint64_t grace_deadline_ms;
     uint32_t reconnect_grace_ms;
+
+    /* --restart-backoff of the first JOIN (issue 16), applied per job by the server: after a
+     * failure the next round may not close (ASSIGN) before hold_until_ms, however fast the
+     * nodes re-join. backoff.n counts quick failures in a row; a round that ran
+     * mc_backoff_healthy_ms() resets it. Scale-up rounds are not held. */
+    struct mc_backoff backoff;
+    uint64_t running_since_ms; /* when the running round closed */
+    uint64_t hold_until_ms;    /* the filling round closes no earlier (0: no hold) */
+    uint32_t restart_delay_ms; /* the last new round's hold, for RESTART.delay_ms */
+
+    /* failure ledger per node; exclude_after 0: count only, never exclude */
+    uint32_t exclude_after, exclude_window_ms;
+    struct rdzv_job_node *nodes;
+    size_t n_nodes, cap_nodes;
 };
 
 /* Defaults for a JOIN's zero fields. */
@@ -121,12 +155,12 @@ int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j);
 
 /* Adds the node of `j` (borrowed) reached at `addr` (copied) through `peer` to the filling round.
  * Returns 0 and sets *ev to WAITING or ASSIGNED (round full); -ESHUTDOWN when the job finished,
- * -EEXIST when the peer or node_id is already in the round or pending, -ENOMEM.
- * While the round runs (scale-up), the joiner goes to pending[]: with fewer than max_nodes
- * members a new round starts at once (*ev = RESTART, restart_count unchanged, cause text
- * "scale-up: <host> joined"); at max_nodes it waits for a later round (*ev = PENDING).
- * Pending joiners enter a new round (any cause) while there is room next to the previous
- * round's still-connected members, who keep priority. */
+ * -EPERM when the node is excluded (rdzv_job_excluded() says why), -EEXIST when the peer or node_id
+ * is already in the round or pending, -ENOMEM. While the round runs (scale-up), the joiner goes to
+ * pending[]: with fewer than max_nodes members a new round starts at once (*ev = RESTART,
+ * restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes it waits for a later
+ * round (*ev = PENDING). Pending joiners enter a new round (any cause) while there is room next to
+ * the previous round's still-connected members, who keep priority. */
 int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
                   uint64_t now_ms, enum rdzv_job_event *ev);
 
@@ -175,6 +209,10 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
  * the node (send RESTART to this peer alone); -ENOMEM. */
 int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
                     void *peer, uint64_t now_ms, void **old_peer, enum rdzv_job_event *ev);
+
+/* The ledger entry of an excluded node (host, addr), or NULL when it may join. */
+const struct rdzv_job_node *rdzv_job_excluded(const struct rdzv_job *job, const char *host,
+                                              const char *addr);
 
 /* Index of peer in pending[], or -1. */
 int rdzv_job_find_pending(const struct rdzv_job *job, const void *peer);

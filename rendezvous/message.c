@@ -53,6 +53,7 @@ static const struct {
     [RDZV_ERR_MISMATCH] = {"MISMATCH", -EINVAL},
     [RDZV_ERR_CLOSED] = {"CLOSED", -ESHUTDOWN},
     [RDZV_ERR_UNKNOWN_TYPE] = {"UNKNOWN_TYPE", -EPROTO},
+    [RDZV_ERR_EXCLUDED] = {"EXCLUDED", -EPERM},
 };
 
 int rdzv_err_errno(uint32_t code)
@@ -349,6 +350,29 @@ static void io_failure(struct io *c, struct rdzv_failure *f)
     IO_U32(c, f->flags);
 }
 
+/* JOIN's optional tail (issue 16): written only when a field is set and read only when present,
+ * so a JOIN that does not use it keeps the layout that servers built before it accept. */
+static void io_join_tail(struct io *c, struct rdzv_join *j)
+{
+    if (c->w != NULL &&
+        (j->backoff_min_ms | j->backoff_max_ms | j->exclude_after | j->exclude_window_ms) == 0)
+        return;
+    if (c->r != NULL && c->r->pos == c->r->len)
+        return;
+    IO_U32(c, j->backoff_min_ms);
+    IO_U32(c, j->backoff_max_ms);
+    IO_U32(c, j->exclude_after);
+    IO_U32(c, j->exclude_window_ms);
+}
+
+/* RESTART's optional tail (issue 16): the server's backoff delay; absent = 0. */
+static void io_restart_tail(struct io *c, struct rdzv_restart *r)
+{
+    if ((c->w != NULL && r->delay_ms == 0) || (c->r != NULL && c->r->pos == c->r->len))
+        return;
+    IO_U32(c, r->delay_ms);
+}
+
 static void io_join(struct io *c, struct rdzv_join *j)
 {
     io_str(c, j->job_id, RDZV_ID_MAX);
@@ -479,6 +503,7 @@ static void io_payload(struct io *c, struct rdzv_msg *m)
         break;
     case RDZV_MSG_JOIN:
         io_join(c, &m->u.join);
+        io_join_tail(c, &m->u.join);
         break;
     case RDZV_MSG_WAITING:
         io_waiting(c, &m->u.waiting);
@@ -493,6 +518,7 @@ static void io_payload(struct io *c, struct rdzv_msg *m)
     case RDZV_MSG_RESTART:
         IO_U32(c, m->u.restart.restart_count);
         io_failure(c, &m->u.restart.cause);
+        io_restart_tail(c, &m->u.restart);
         break;
     case RDZV_MSG_DONE:
         IO_U32(c, m->u.done.round);

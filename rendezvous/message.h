@@ -60,6 +60,7 @@ enum rdzv_err {
     RDZV_ERR_MISMATCH = 5, /* JOIN parameters disagree with the job (e.g. nnodes) */
     RDZV_ERR_CLOSED = 6,   /* the job already finished or failed */
     RDZV_ERR_UNKNOWN_TYPE = 7,
+    RDZV_ERR_EXCLUDED = 8, /* the node caused too many failures of the job (--exclude-after) */
 };
 
 enum rdzv_role { RDZV_ROLE_AGENT = 1, RDZV_ROLE_WORKER = 2, RDZV_ROLE_OBSERVER = 3 };
@@ -102,6 +103,14 @@ struct rdzv_join {
      * recipe), honoured when it fits the round and is free; 0: any (so a zeroed JOIN asks for
      * nothing) */
     uint32_t want_rank;
+    /* issue 16, an optional tail of JOIN only (not of REJOIN's copy): sent only when one of
+     * them is non-zero and read only when present, so agents and servers built before it keep
+     * talking to these as long as the feature is not used. --restart-backoff MIN and MAX in ms
+     * (0: restart at once). */
+    uint32_t backoff_min_ms, backoff_max_ms;
+    /* --exclude-after N[:WINDOW]: a node that caused N failures within exclude_window_ms
+     * (0: one hour) is refused from then on; 0: never. Fixed by the job's first JOIN. */
+    uint32_t exclude_after, exclude_window_ms;
 };
 
 struct rdzv_waiting {
@@ -145,6 +154,9 @@ struct rdzv_failure {
 struct rdzv_restart {
     uint32_t restart_count; /* the count the next round will carry */
     struct rdzv_failure cause;
+    /* issue 16, an optional tail (sent only when non-zero, 0 when absent): the server holds
+     * the next round's ASSIGN for this long (--restart-backoff); for the agent's message */
+    uint32_t delay_ms;
 };
 
 struct rdzv_job_failed {

@@ -226,6 +226,7 @@ static void send_restart(struct sjob *sj)
 
     m.u.restart.restart_count = sj->job->restart_count;
     m.u.restart.cause = sj->job->cause;
+    m.u.restart.delay_ms = sj->job->restart_delay_ms;
     for (size_t i = 0; i < sj->job->n_prev; i++)
         srv_send(sj->job->prev[i].peer, &m);
     if (sj->job->state == RDZV_JOB_RUNNING)

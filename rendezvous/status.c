@@ -79,6 +79,30 @@ static json_t *ckpts_json(const struct rdzv_ckptlog *log)
     return a;
 }
 
+static size_t count_excluded(const struct rdzv_job *job)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < job->n_nodes; i++)
+        n += job->nodes[i].excluded != 0;
+    return n;
+}
+
+/* The failure ledger (issue 16): every node charged with a failure, excluded or not. */
+static json_t *failures_json(const struct rdzv_job *job)
+{
+    json_t *a = json_array();
+
+    for (size_t i = 0; a != NULL && i < job->n_nodes; i++) {
+        const struct rdzv_job_node *n = &job->nodes[i];
+
+        json_array_append_new(a, json_pack("{s:s, s:s, s:I, s:b, s:s?}", "host", n->host, "addr",
+                                           n->addr, "failures", (json_int_t)n->failures, "excluded",
+                                           n->excluded, "reason", n->excluded ? n->reason : NULL));
+    }
+    return a;
+}
+
 static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with_nodes)
 {
     const struct rdzv_job *job = sj->job;
@@ -97,6 +121,11 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
     if (o != NULL && with_nodes) {
         json_object_set_new(o, "nodes", nodes_json(srv, job));
         json_object_set_new(o, "checkpoints", ckpts_json(sj->ckpts));
+        json_object_set_new(o, "node_failures", failures_json(job));
+    }
+    if (o != NULL) {
+        json_object_set_new(o, "exclude_after", json_integer(job->exclude_after));
+        json_object_set_new(o, "excluded", json_integer((json_int_t)count_excluded(job)));
     }
     return o;
 }

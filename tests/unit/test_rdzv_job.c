@@ -606,6 +606,145 @@ static void test_resume_rejoin_keeps_round(void **state)
     rdzv_job_free(job);
 }
 
+/* --restart-backoff (issue 16): the server holds the next round's ASSIGN for the delay, even
+ * when every node re-joined at once; the delays double and a healthy round resets them. */
+static void test_restart_backoff_holds_round(void **state)
+{
+    struct rdzv_join j = mkjoin(0, 2, 2, 1);
+    struct rdzv_job *job = NULL;
+    struct rdzv_failure f;
+    uint64_t t = 1000;
+    static const uint32_t base[] = {500, 1000, 2000};
+
+    (void)state;
+    j.backoff_min_ms = 500;
+    j.backoff_max_ms = 2000;
+    j.max_restarts = 5;
+    assert_int_equal(rdzv_job_new(&j, &job), 0);
+    join(job, 0, 1, t);
+    assert_int_equal(join(job, 1, 1, t), RDZV_JOB_EV_ASSIGNED);
+    for (uint32_t r = 0; r < 3; r++) {
+        f = failure(job->round);
+        assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, t + 10), RDZV_JOB_EV_RESTART);
+        t += 10;
+        assert_in_range(job->restart_delay_ms, base[r] * 8 / 10, base[r] * 12 / 10);
+        assert_int_equal(join(job, 0, 1, t), RDZV_JOB_EV_WAITING);
+        assert_int_equal(join(job, 1, 1, t), RDZV_JOB_EV_WAITING); /* full, but held */
+        assert_int_equal(rdzv_job_deadline(job), (int64_t)(t + job->restart_delay_ms));
+        {
+            struct rdzv_waiting w;
+
+            rdzv_job_waiting(job, t, &w); /* the progress line counts down the hold */
+            assert_int_equal(w.last_call_ms_left, (int32_t)job->restart_delay_ms);
+        }
+        assert_int_equal(rdzv_job_tick(job, t + job->restart_delay_ms - 1, 0), RDZV_JOB_EV_NONE);
+        t += job->restart_delay_ms;
+        assert_int_equal(rdzv_job_tick(job, t, 0), RDZV_JOB_EV_ASSIGNED);
+    }
+    /* a round that ran for the healthy interval: the next delay is MIN again */
+    t += mc_backoff_healthy_ms(2000);
+    f = failure(job->round);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, t), RDZV_JOB_EV_RESTART);
+    assert_in_range(job->restart_delay_ms, 400, 600);
+    rdzv_job_free(job);
+}
+
+/* Without --restart-backoff nothing changes: the round closes with its last JOIN. */
+static void test_no_backoff_no_hold(void **state)
+{
+    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_failure f;
+
+    (void)state;
+    join(job, 0, 1, 0);
+    join(job, 1, 1, 0);
+    f = failure(0);
+    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 5), RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->restart_delay_ms, 0);
+    join(job, 0, 1, 5);
+    assert_int_equal(join(job, 1, 1, 5), RDZV_JOB_EV_ASSIGNED);
+    rdzv_job_free(job);
+}
+
+/* --exclude-after (issue 16): the node whose rank failed first is charged; its N-th failure
+ * within the window excludes it (its JOINs get -EPERM, with a reason), a LEAVE and re-JOIN does
+ * not reset its count, and an elastic job goes on without it. */
+static void test_exclude_after(void **state)
+{
+    struct rdzv_join j = mkjoin(0, 2, 3, 1);
+    struct rdzv_job *job = NULL;
+    struct rdzv_failure f;
+    enum rdzv_job_event ev;
+    const struct rdzv_job_node *bad;
+    uint64_t t = 100;
+
+    (void)state;
+    j.max_restarts = 10;
+    j.exclude_after = 2;
+    j.exclude_window_ms = 10000;
+    assert_int_equal(rdzv_job_new(&j, &job), 0);
+    join(job, 0, 1, t);
+    join(job, 1, 1, t);
+    assert_int_equal(join(job, 2, 1, t), RDZV_JOB_EV_ASSIGNED);
+    /* node 2 fails: charged once */
+    f = failure(job->round);
+    assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 0, t), RDZV_JOB_EV_RESTART);
+    assert_null(rdzv_job_excluded(job, "node2", "10.0.0.2"));
+    /* it leaves and joins again: its count stays */
+    assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 1, t), RDZV_JOB_EV_NONE);
+    join(job, 0, 1, t);
+    join(job, 1, 1, t);
+    assert_int_equal(join(job, 2, 1, t), RDZV_JOB_EV_ASSIGNED);
+    /* a lost node is a failure of that node too: the second one excludes it */
+    t += 50;
+    assert_int_equal(rdzv_job_lost(job, &peers[2], "connection closed", t, 0), RDZV_JOB_EV_RESTART);
+    bad = rdzv_job_excluded(job, "node2", "10.0.0.2");
+    assert_non_null(bad);
+    assert_int_equal(bad->failures, 2);
+    assert_non_null(strstr(bad->reason, "caused 2 failures within 10 s"));
+    assert_non_null(strstr(bad->reason, "lost node node2"));
+    {
+        struct rdzv_join j2 = mkjoin(2, 2, 3, 1);
+
+        assert_int_equal(rdzv_job_join(job, &j2, "10.0.0.2", &peers[2], t, &ev), -EPERM);
+    }
+    /* the same host name at another address is another node */
+    assert_null(rdzv_job_excluded(job, "node2", "10.0.0.9"));
+    /* the others go on: min 2 */
+    join(job, 0, 1, t);
+    assert_int_equal(join(job, 1, 1, t), RDZV_JOB_EV_WAITING);
+    assert_int_equal(rdzv_job_tick(job, t + 1000, 0), RDZV_JOB_EV_ASSIGNED); /* last call */
+    assert_int_equal(job->world_size, 2);
+    assert_int_equal(job->restart_count, 2); /* the leave did not change the budget */
+    rdzv_job_free(job);
+}
+
+/* Failures spread wider than the window never exclude; without --exclude-after they are only
+ * counted. */
+static void test_exclude_window(void **state)
+{
+    struct rdzv_join j = mkjoin(0, 1, 1, 1);
+    struct rdzv_job *job = NULL;
+    struct rdzv_failure f;
+    uint64_t t = 0;
+
+    (void)state;
+    j.max_restarts = 10;
+    j.exclude_after = 2;
+    j.exclude_window_ms = 1000;
+    j.last_call_ms = 0;
+    assert_int_equal(rdzv_job_new(&j, &job), 0);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(join(job, 0, 1, t), RDZV_JOB_EV_ASSIGNED);
+        f = failure(job->round);
+        assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, t), RDZV_JOB_EV_RESTART);
+        t += 1500;
+    }
+    assert_null(rdzv_job_excluded(job, "node0", "10.0.0.0"));
+    assert_int_equal(job->nodes[0].failures, 4);
+    rdzv_job_free(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -630,6 +769,10 @@ int main(void)
         cmocka_unit_test(test_resume_rank0_survives),
         cmocka_unit_test(test_resume_rank0_lost),
         cmocka_unit_test(test_resume_rejoin_keeps_round),
+        cmocka_unit_test(test_restart_backoff_holds_round),
+        cmocka_unit_test(test_no_backoff_no_hold),
+        cmocka_unit_test(test_exclude_after),
+        cmocka_unit_test(test_exclude_window),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

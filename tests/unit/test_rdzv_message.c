@@ -255,6 +255,57 @@ static void test_truncated_and_trailing(void **state)
     }
 }
 
+/* Issue 16's optional tails: JOIN's backoff fields and RESTART's delay_ms are sent only when
+ * non-zero (so a JOIN or RESTART that does not use them has the layout peers built before them
+ * accept), read when present, and never part of REJOIN's copy of the JOIN. */
+static void test_optional_tails(void **state)
+{
+    static struct rdzv_msg in, out;
+    uint8_t type;
+    uint32_t plen;
+    size_t len, len0;
+
+    (void)state;
+    example(RDZV_MSG_JOIN, &in);
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    in.u.join.backoff_min_ms = 500;
+    in.u.join.backoff_max_ms = 2000;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 16);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.join.backoff_min_ms, 500);
+    assert_int_equal(out.u.join.backoff_max_ms, 2000);
+    assert_int_equal(out.u.join.exclude_after, 0);
+    in.u.join.backoff_min_ms = in.u.join.backoff_max_ms = 0;
+    in.u.join.exclude_after = 3; /* the tail goes out when any of its fields is set */
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 16);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.join.exclude_after, 3);
+    /* half a tail is a protocol error */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+
+    example(RDZV_MSG_REJOIN, &in);
+    in.u.rejoin.join.backoff_min_ms = 500;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.rejoin.join.backoff_min_ms, 0);
+
+    example(RDZV_MSG_RESTART, &in);
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    in.u.restart.delay_ms = 2100;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 4);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.restart.delay_ms, 2100);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(out.u.restart.delay_ms, 0);
+}
+
 static void test_small_buffer(void **state)
 {
     static struct rdzv_msg m;
@@ -379,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_header_rejects),
         cmocka_unit_test(test_unknown_type),
         cmocka_unit_test(test_truncated_and_trailing),
+        cmocka_unit_test(test_optional_tails),
         cmocka_unit_test(test_small_buffer),
         cmocka_unit_test(test_overlong_strings),
         cmocka_unit_test(test_blob_limits),
