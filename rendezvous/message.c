@@ -363,6 +363,10 @@ static void io_join_tail(struct io *c, struct rdzv_join *j)
     IO_U32(c, j->backoff_max_ms);
     IO_U32(c, j->exclude_after);
     IO_U32(c, j->exclude_window_ms);
+    /* canonical: a tail of zeros is sent as no tail, so one is never accepted */
+    if (c->r != NULL &&
+        (j->backoff_min_ms | j->backoff_max_ms | j->exclude_after | j->exclude_window_ms) == 0)
+        c->r->err = -EPROTO;
 }
 
 /* RESTART's optional tail (issue 16): the server's backoff delay; absent = 0. */
@@ -371,6 +375,8 @@ static void io_restart_tail(struct io *c, struct rdzv_restart *r)
     if ((c->w != NULL && r->delay_ms == 0) || (c->r != NULL && c->r->pos == c->r->len))
         return;
     IO_U32(c, r->delay_ms);
+    if (c->r != NULL && r->delay_ms == 0) /* canonical: 0 is sent as no tail */
+        c->r->err = -EPROTO;
 }
 
 static void io_join(struct io *c, struct rdzv_join *j)

@@ -286,6 +286,10 @@ static void test_optional_tails(void **state)
     assert_int_equal(out.u.join.exclude_after, 3);
     /* half a tail is a protocol error */
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    /* so is a tail of zeros: it is sent as no tail, so the codec stays canonical (found by
+     * fuzz_message's re-encoding oracle) */
+    memset(buf + RDZV_HEADER_SIZE + plen - 16, 0, 16);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 
     example(RDZV_MSG_REJOIN, &in);
     in.u.rejoin.join.backoff_min_ms = 500;
@@ -304,6 +308,8 @@ static void test_optional_tails(void **state)
     assert_int_equal(out.u.restart.delay_ms, 2100);
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
     assert_int_equal(out.u.restart.delay_ms, 0);
+    memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4); /* delay 0 sent as a tail: not canonical */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 }
 
 static void test_small_buffer(void **state)
