@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "agent.h"
+#include "conn.h"
 #include "endpoint.h"
 #include "kv.h"
 #include "log.h"
@@ -172,18 +173,6 @@ struct server_args {
 };
 
 static int hs_flag(const char *name, const char *v, unsigned *out);
-
-/* TLS handshakes run in libuv's thread pool (rendezvous/conn.c): one pool thread per core plus
- * two for file work, unless UV_THREADPOOL_SIZE says otherwise. Before the pool's first use. */
-static void use_cores_for_handshakes(void)
-{
-    char n[16];
-
-    if (getenv("UV_THREADPOOL_SIZE") != NULL)
-        return;
-    snprintf(n, sizeof(n), "%u", uv_available_parallelism() + 2);
-    setenv("UV_THREADPOOL_SIZE", n, 0);
-}
 
 /* Long (~60 lines): one branch per `muster server` flag, then the checks between flags;
  * splitting the chain would scatter one option table over several functions. */
@@ -390,7 +379,7 @@ int launcher_server(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : AGENT_EXIT_USAGE;
     launcher_secret_protect_process(); /* no core file or ptrace with the server's token */
-    use_cores_for_handshakes();
+    rdzv_conn_size_threadpool();       /* before the pool's first use */
     if (launcher_secret_alloc(LAUNCHER_TOKEN_FILE_MAX + 1, &token) != 0)
         return AGENT_EXIT_INTERNAL;
     if (get_token(&a, token, LAUNCHER_TOKEN_FILE_MAX + 1) != 0)

@@ -386,11 +386,8 @@ static int connect_local(struct rdzv_client *c)
     if (c->first_try_ms == 0)
         c->first_try_ms = uv_now(c->loop) + 1;
     err = rdzv_conn_start_local(&c->conn, fd, NULL);
-    if (err < 0) {
-        if (uv_fileno((uv_handle_t *)&c->conn.tcp, &(uv_os_fd_t){0}) < 0)
-            close(fd); /* the handle did not take it */
+    if (err < 0)
         return err;
-    }
     c->connected = 1;
     c->state = CLIENT_CONNECTING;
     arm_idle(c);

@@ -432,6 +432,19 @@ static void tls_pump(struct rdzv_conn *conn)
  * uv_fs_* and getaddrinfo of the process, which must not queue behind a flood. The FIFO and the
  * count are the server's (its rdzv_tls: one server, one loop), not the thread's: two servers run in
  * turn on one thread would otherwise wait on steps whose loop is not running. */
+/* Pool threads kept free of handshake steps for libuv's file and DNS work. */
+#define HS_POOL_SPARE 2
+
+void rdzv_conn_size_threadpool(void)
+{
+    char n[16];
+
+    if (getenv("UV_THREADPOOL_SIZE") != NULL)
+        return;
+    snprintf(n, sizeof(n), "%u", uv_available_parallelism() + HS_POOL_SPARE);
+    setenv("UV_THREADPOOL_SIZE", n, 0);
+}
+
 static unsigned hs_steps_running(void)
 {
     static unsigned n;
@@ -442,7 +455,7 @@ static unsigned hs_steps_running(void)
         unsigned cpus = uv_available_parallelism();
 
         pool = pool < 1 ? 1 : pool > 1024 ? 1024 : pool;
-        n = pool - 2 < (long)cpus ? (unsigned)(pool - 2) : cpus;
+        n = pool - HS_POOL_SPARE < (long)cpus ? (unsigned)(pool - HS_POOL_SPARE) : cpus;
         if (n < 2)
             n = 2;
     }
@@ -766,8 +779,10 @@ int rdzv_conn_start_local(struct rdzv_conn *conn, uv_os_sock_t fd, const struct 
 {
     int err = uv_tcp_open(&conn->tcp, fd);
 
-    if (err < 0)
+    if (err < 0) {
+        close(fd); /* the handle did not take it: the fd is ours on every path */
         return err;
+    }
     conn->local = 1;
     if (cred != NULL) {
         conn->local_cred = malloc(sizeof(*conn->local_cred));

@@ -100,11 +100,17 @@ const char *rdzv_conn_tls_error(const struct rdzv_conn *conn);
  * the handshake finished and on a plaintext conn. Static storage. */
 const char *rdzv_conn_tls_suite(const struct rdzv_conn *conn);
 
+/* Sizes libuv's thread pool for a server's TLS handshakes, whose steps run there: one thread
+ * per core plus two for file work, unless UV_THREADPOOL_SIZE is set already. Call before the
+ * pool's first use (libuv reads the variable once). */
+void rdzv_conn_size_threadpool(void);
+
 /* Starts an in-process channel on fd (one end of a socketpair made by the same process: the
  * rendezvous server an agent hosts and that agent's client; rendezvous/server.h
  * rdzv_server_connect_local): no TLS, no TCP options; cred (copied; NULL on the client end) is
  * what rdzv_conn_cred reports, as a handshake would have proved it. Returns 0 or a UV_E* error
- * (then close the conn; fd is then owned by the conn's handle only if uv_tcp_open took it). */
+ * (then close the conn). fd is the conn's from the call on, on every path: on an error it is
+ * closed here or by closing the conn. */
 int rdzv_conn_start_local(struct rdzv_conn *conn, uv_os_sock_t fd, const struct rdzv_cred *cred);
 
 /* Encodes msg (borrowed) and queues it for writing. Returns 0, -ENOTCONN once closing, the

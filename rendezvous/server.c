@@ -814,11 +814,14 @@ int rdzv_server_connect_local(struct rdzv_server *srv, const char *addr, uv_os_s
         return UV_ENOMEM;
     }
     p->local_addr = strdup(addr != NULL ? addr : "127.0.0.1");
-    err = p->local_addr == NULL ? UV_ENOMEM : rdzv_conn_start_local(&p->conn, fds[0], &cred);
+    if (p->local_addr == NULL) {
+        close(fds[0]);
+        err = UV_ENOMEM;
+    } else {
+        err = rdzv_conn_start_local(&p->conn, fds[0], &cred);
+    }
     rdzv_cred_wipe(&cred);
     if (err < 0) {
-        if (uv_fileno((uv_handle_t *)&p->conn.tcp, &(uv_os_fd_t){0}) < 0)
-            close(fds[0]); /* the handle did not take it */
         close(fds[1]);
         srv_peer_close(p, 0);
         return err;
