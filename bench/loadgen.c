@@ -61,6 +61,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "cred.h"
 #include "message.h"
@@ -115,13 +116,6 @@ static long long t_welcome_all, t_assign_all, t_done_all;
 static int timeout_s = 60, server_pid;
 static int *pend, n_pend; /* idle mode: slots waiting to (re)connect */
 static long i_open, i_welcomed, i_opened, i_cut, i_failed;
-
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static int run_agents(double cpu0);
 static int run_procs(double cpu0);
@@ -213,7 +207,7 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
         send_or_die(a, &out);
         a->st = ST_JOINED;
         if (++n_welcomed == hi - lo)
-            t_welcome_all = now_ns();
+            t_welcome_all = (long long)mc_mono_ns();
         break;
     }
     case RDZV_MSG_WAITING:
@@ -226,12 +220,12 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
         a->as = m->u.assign;
         a->st = ST_ASSIGNED;
         if (++n_assigned == hi - lo)
-            t_assign_all = now_ns();
+            t_assign_all = (long long)mc_mono_ns();
         break;
     case RDZV_MSG_JOB_DONE:
         a->st = ST_FINISHED;
         if (++n_finished == hi - lo)
-            t_done_all = now_ns();
+            t_done_all = (long long)mc_mono_ns();
         break;
     case RDZV_MSG_ERROR:
         fprintf(stderr, "loadgen: agent %d: ERROR %u: %s\n", a->idx, m->u.error.code,
@@ -489,7 +483,7 @@ static void on_tick(uv_timer_t *t)
         return;
     }
     (void)t;
-    if (now_ns() > deadline) {
+    if ((long long)mc_mono_ns() > deadline) {
         fprintf(stderr,
                 "loadgen: timeout after %d s: %d connected+welcomed, %d assigned, %d done of %d\n",
                 timeout_s, n_welcomed, n_assigned, n_finished, n_agents);
@@ -595,7 +589,7 @@ int main(int argc, char **argv)
     lo = 0;
     hi = n_agents;
     double cpu0 = server_pid > 0 ? server_cpu_ms() : -1;
-    t0 = now_ns();
+    t0 = (long long)mc_mono_ns();
     if (n_procs > 1)
         return run_procs(cpu0);
     return run_agents(cpu0);
