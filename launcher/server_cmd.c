@@ -379,7 +379,7 @@ int launcher_server(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : AGENT_EXIT_USAGE;
     launcher_secret_protect_process(); /* no core file or ptrace with the server's token */
-    rdzv_conn_size_threadpool();       /* before the pool's first use */
+    rdzv_conn_tune_for_server();       /* before the pool's first use */
     if (launcher_secret_alloc(LAUNCHER_TOKEN_FILE_MAX + 1, &token) != 0)
         return AGENT_EXIT_INTERNAL;
     if (get_token(&a, token, LAUNCHER_TOKEN_FILE_MAX + 1) != 0)

@@ -3,11 +3,13 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <mbedtls/error.h>
@@ -41,6 +43,7 @@ struct rdzv_conn_tls {
     int offload;    /* server side: handshake steps go to the pool */
     int busy;       /* a step is waiting or running: the loop must not touch ssl, hs_in, hs_out */
     int queued;     /* the step was given to uv_queue_work (else it waits in the FIFO) */
+    int paused;     /* reading stopped for a step in the pool (resume_reading starts it) */
     int step_ret;   /* what the step's mbedtls_ssl_handshake returned */
     uint8_t *hs_in; /* ciphertext received for the next step */
     size_t hs_in_len;
@@ -201,18 +204,40 @@ static void write_cb(uv_write_t *req, int status)
     free((struct write_req *)req);
 }
 
-/* Queues a copy of len bytes. */
+/* Writes len bytes, or queues a copy of what the socket did not take. The direct write first,
+ * when nothing is queued: a uv_write, even one that completes at once, makes libuv re-arm the
+ * socket's poll (one epoll_ctl each, ~10 per join in a 3,000-agent round: docs/BENCHMARKS.md).
+ * send(2) rather than uv_try_write: MSG_NOSIGNAL, as a library must not raise SIGPIPE in a
+ * process that did not ignore it. A broken connection is reported by the read side, as the
+ * status of a queued write is not (write_cb). */
 static int write_copy(struct rdzv_conn *conn, const uint8_t *data, size_t len)
 {
-    struct write_req *wr = malloc(sizeof(*wr) + len);
+    uv_stream_t *s = (uv_stream_t *)&conn->tcp;
+    struct write_req *wr;
     uv_buf_t buf;
+    uv_os_fd_t fd;
+    ssize_t n;
     int err;
 
+    if (uv_stream_get_write_queue_size(s) == 0 && uv_fileno((uv_handle_t *)s, &fd) == 0) {
+        do
+            n = send(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        if (n == (ssize_t)len)
+            return 0;
+        if (n > 0) {
+            data += n;
+            len -= (size_t)n;
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN) {
+            return 0; /* EPIPE, ECONNRESET...: the read side reports it */
+        }
+    }
+    wr = malloc(sizeof(*wr) + len);
     if (wr == NULL)
         return -ENOMEM;
     memcpy(wr->data, data, len);
     buf = uv_buf_init((char *)wr->data, (unsigned)len);
-    err = uv_write(&wr->req, (uv_stream_t *)&conn->tcp, &buf, 1, write_cb);
+    err = uv_write(&wr->req, s, &buf, 1, write_cb);
     if (err < 0)
         free(wr);
     return err;
@@ -302,8 +327,21 @@ static void trim_range(unsigned char *buf, size_t len)
     uintptr_t lo = ((uintptr_t)buf + TRIM_KEEP + page - 1) & ~(page - 1);
     uintptr_t hi = ((uintptr_t)buf + len) & ~(page - 1);
 
-    if (buf != NULL && hi > lo)
-        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* only an optimisation */
+    unsigned char vec[8]; /* a record buffer spans at most 6 pages */
+    size_t pages = (hi - lo) / page, i;
+
+    if (buf == NULL || hi <= lo)
+        return;
+    /* Pages never touched (a buffer fresh from mmap: rdzv_conn_tune_for_server) need nothing:
+     * madvise would flush the TLB of every CPU this process ran on, an interrupt each, ~25 %
+     * of a join's server CPU on a 2-core VM; mincore costs none. */
+    if (pages <= sizeof(vec) && mincore((void *)lo, hi - lo, vec) == 0) {
+        for (i = 0; i < pages && !(vec[i] & 1); i++)
+            ;
+        if (i == pages)
+            return;
+    }
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* only an optimisation */
 }
 
 static void tls_trim(struct rdzv_conn_tls *t)
@@ -435,14 +473,23 @@ static void tls_pump(struct rdzv_conn *conn)
 /* Pool threads kept free of handshake steps for libuv's file and DNS work. */
 #define HS_POOL_SPARE 2
 
-void rdzv_conn_size_threadpool(void)
+/* mbedTLS's record buffers are over this: from mmap, they are zero pages never touched */
+#define FRESH_BUF_MIN (16 * 1024)
+/* mappings glibc may make for them (and any other block over FRESH_BUF_MIN), well below the
+ * kernel's vm.max_map_count (65530 by default); beyond it, blocks come from the heap again */
+#define FRESH_BUF_MAPS 32768
+
+void rdzv_conn_tune_for_server(void)
 {
     char n[16];
 
-    if (getenv("UV_THREADPOOL_SIZE") != NULL)
-        return;
-    snprintf(n, sizeof(n), "%u", uv_available_parallelism() + HS_POOL_SPARE);
-    setenv("UV_THREADPOOL_SIZE", n, 0);
+    if (getenv("UV_THREADPOOL_SIZE") == NULL) {
+        snprintf(n, sizeof(n), "%u", uv_available_parallelism() + HS_POOL_SPARE);
+        setenv("UV_THREADPOOL_SIZE", n, 0);
+    }
+    (void)mallopt(M_MMAP_THRESHOLD, FRESH_BUF_MIN);
+    (void)mallopt(M_MMAP_MAX, FRESH_BUF_MAPS);
+    (void)mallopt(M_TOP_PAD, 0);
 }
 
 static unsigned hs_steps_running(void)
@@ -529,6 +576,7 @@ static void step_queue(struct rdzv_conn *conn)
     struct rdzv_conn_tls *t = conn->tls;
 
     uv_read_stop((uv_stream_t *)&conn->tcp);
+    t->paused = 1;
     t->busy = 1;
     t->queued = 0;
     rdzv_tls_hold(t->tls); /* the server may close, and free it, while the step runs */
@@ -540,6 +588,62 @@ static void step_queue(struct rdzv_conn *conn)
         q->head = t;
     q->tail = t;
     steps_start(t->tls);
+}
+
+/* Whether the handshake's next step is cheap enough for the loop: everything but the public-key
+ * work. With a plain-PSK suite (no forward secrecy) no step does any: the whole handshake is a
+ * few hashes, far less than the trip through the pool (a wake-up and two context switches,
+ * ~30 % of the server's CPU per join on a 2-core VM: docs/BENCHMARKS.md). With ECDHE-PSK the
+ * server's key exchange (ephemeral key) and the client's (shared secret) go to the pool, and
+ * in certificate mode every step does, as before: a hello from anyone costs the loop only its
+ * parsing. The suite is known once the ClientHello is parsed. */
+static int step_cheap(const struct rdzv_conn_tls *t)
+{
+    const mbedtls_ssl_handshake_params *hs = t->ssl.handshake;
+
+    if (t->cert_mode)
+        return 0;
+    switch (t->ssl.state) {
+    case MBEDTLS_SSL_SERVER_KEY_EXCHANGE:
+    case MBEDTLS_SSL_CLIENT_KEY_EXCHANGE:
+        return hs != NULL && hs->ciphersuite_info != NULL &&
+               hs->ciphersuite_info->key_exchange == MBEDTLS_KEY_EXCHANGE_PSK;
+    default:
+        return 1;
+    }
+}
+
+static void step_finish(struct rdzv_conn *conn);
+
+/* Reading again after a step in the pool; steps run on the loop never stopped it (a stop and a
+ * start cost two epoll_ctl calls). Returns 0 or a UV_E* error. */
+static int resume_reading(struct rdzv_conn *conn)
+{
+    if (!conn->tls->paused)
+        return 0;
+    conn->tls->paused = 0;
+    return uv_read_start((uv_stream_t *)&conn->tcp, alloc_cb, read_cb);
+}
+
+/* Hands hs_in to the handshake: cheap steps run here, on the loop, until one wants more
+ * ciphertext, fails, ends the handshake or is not cheap (then the rest goes to the pool). */
+static void hs_next(struct rdzv_conn *conn)
+{
+    struct rdzv_conn_tls *t = conn->tls;
+    int ret;
+
+    if (!step_cheap(t)) {
+        step_queue(conn);
+        return;
+    }
+    t->in = t->hs_in;
+    t->in_len = t->hs_in_len;
+    t->in_off = 0;
+    do
+        ret = mbedtls_ssl_handshake_step(&t->ssl);
+    while (ret == 0 && t->ssl.state != MBEDTLS_SSL_HANDSHAKE_OVER && step_cheap(t));
+    t->step_ret = ret;
+    step_finish(conn);
 }
 
 /* Ciphertext of one read during a server handshake: kept for the next step. */
@@ -557,7 +661,7 @@ static void hs_received(struct rdzv_conn *conn, size_t n)
     memcpy(grown + t->hs_in_len, tls_in, n);
     t->hs_in = grown;
     t->hs_in_len += n;
-    step_queue(conn);
+    hs_next(conn);
 }
 
 /* The handshake is over on a server conn: reading resumes on the loop, and ciphertext that
@@ -572,7 +676,7 @@ static void hs_finished(struct rdzv_conn *conn)
     t->hs_out_cap = 0;
     if (handshake_over(conn) < 0)
         return;
-    err = uv_read_start((uv_stream_t *)&conn->tcp, alloc_cb, read_cb);
+    err = resume_reading(conn);
     if (err < 0) {
         stop(conn, err);
         return;
@@ -594,7 +698,7 @@ static void step_finish(struct rdzv_conn *conn)
 {
     struct rdzv_conn_tls *t = conn->tls;
     int ret = t->step_ret, err;
-    size_t left = t->hs_in_len - t->in_off;
+    size_t used = t->in_off, left = t->hs_in_len - t->in_off;
 
     /* Unsent records end the handshake, unless it failed anyway (then they were an alert). */
     if (t->hs_out_len > 0 && (uv_is_closing((uv_handle_t *)&conn->tcp) ||
@@ -608,15 +712,19 @@ static void step_finish(struct rdzv_conn *conn)
     if (!conn->reading)
         return; /* closing, or stopped: nothing more to do with it */
     if (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE) {
-        err = uv_read_start((uv_stream_t *)&conn->tcp, alloc_cb, read_cb);
+        err = resume_reading(conn);
         if (err < 0)
             stop(conn, err);
-        else if (left > 0)
-            step_queue(conn);
+        else if (left > 0 && used > 0)
+            hs_next(conn); /* more records came with the last read */
         return;
     }
     if (ret != 0) {
         tls_fail(conn, ret);
+        return;
+    }
+    if (t->ssl.state != MBEDTLS_SSL_HANDSHAKE_OVER) {
+        hs_next(conn); /* cheap steps stopped before a costly one */
         return;
     }
     hs_finished(conn);
@@ -853,40 +961,24 @@ static int over_send_max(const struct rdzv_conn *conn, size_t len)
 
 int rdzv_conn_send(struct rdzv_conn *conn, const struct rdzv_msg *msg)
 {
-    struct write_req *wr, *shrunk;
+    /* Frames are encoded here, then copied: into mbedTLS's record (TLS), or written (plaintext:
+     * only what the socket did not take is copied, write_copy). One buffer per loop thread, as
+     * tls_in: a 64 KiB block per send came from mmap once malloc was tuned for servers
+     * (rdzv_conn_tune_for_server). */
+    static _Thread_local uint8_t frame[RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD];
     size_t len;
-    uv_buf_t buf;
     int err;
 
     if (conn->closing || (conn->tls != NULL && conn->tls->dead))
         return -ENOTCONN;
-    wr = malloc(sizeof(*wr) + RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD);
-    if (wr == NULL)
-        return -ENOMEM;
-    err = rdzv_msg_encode(msg, wr->data, RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD, &len);
+    err = rdzv_msg_encode(msg, frame, sizeof(frame), &len);
     if (err < 0)
-        goto out;
-    if (over_send_max(conn, len)) {
-        err = -ENOBUFS;
-        goto out;
-    }
-    shrunk = realloc(wr, sizeof(*wr) + len); /* frames are small; don't hold 64 KiB each */
-    if (shrunk != NULL)
-        wr = shrunk;
-    if (conn->tls != NULL) {
-        err = tls_send(conn, wr->data, len);
-        if (err == 0)
-            conn->bytes_out += len;
-        goto out;
-    }
-    buf = uv_buf_init((char *)wr->data, (unsigned)len);
-    err = uv_write(&wr->req, (uv_stream_t *)&conn->tcp, &buf, 1, write_cb);
-    if (err == 0) {
-        wr = NULL; /* write_cb frees it */
+        return err;
+    if (over_send_max(conn, len))
+        return -ENOBUFS;
+    err = conn->tls != NULL ? tls_send(conn, frame, len) : write_copy(conn, frame, len);
+    if (err == 0)
         conn->bytes_out += len;
-    }
-out:
-    free(wr);
     return err;
 }
 

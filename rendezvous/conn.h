@@ -100,10 +100,15 @@ const char *rdzv_conn_tls_error(const struct rdzv_conn *conn);
  * the handshake finished and on a plaintext conn. Static storage. */
 const char *rdzv_conn_tls_suite(const struct rdzv_conn *conn);
 
-/* Sizes libuv's thread pool for a server's TLS handshakes, whose steps run there: one thread
- * per core plus two for file work, unless UV_THREADPOOL_SIZE is set already. Call before the
- * pool's first use (libuv reads the variable once). */
-void rdzv_conn_size_threadpool(void);
+/* Prepares a process whose main work is a rendezvous server with many connections (`muster
+ * server`), before the server starts:
+ * - sizes libuv's thread pool for the TLS handshake steps that run there: one thread per core
+ *   plus two for file work, unless UV_THREADPOOL_SIZE is set already (libuv reads it once);
+ * - has glibc give blocks of 16 KiB and more (mbedTLS's two ~16.7 KiB record buffers per
+ *   connection) their own mapping: calloc then neither clears nor touches their pages, so
+ *   the ~32 KiB per connection cost only the pages records use, with no trim (tls_trim).
+ * Process-wide (mallopt): not for a process that hosts a server beside other work. */
+void rdzv_conn_tune_for_server(void);
 
 /* Starts an in-process channel on fd (one end of a socketpair made by the same process: the
  * rendezvous server an agent hosts and that agent's client; rendezvous/server.h
