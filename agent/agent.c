@@ -59,7 +59,9 @@ static struct agent_machine_ctx machine_ctx(const struct agent *a)
         .have_procs = a->group != NULL,
         .stop_signal = a->stop_signal,
         .preempt_signal = o->restart.preempt_signal,
-        .preflight_due = o->pf.on && !a->pf.ran && a->as.restart_count == 0,
+        /* round 0: every node together; a node whose first round is a later one (it joined a
+         * running job or replaces a lost node) checks itself before its workers start */
+        .preflight_due = o->pf.on && !a->pf.ran,
         .preflight_only = o->pf.only,
         .preflight_failed = a->pf.code != 0,
     };

@@ -5,7 +5,8 @@
  *   state        what is true                                   leaves on
  *   ----------   --------------------------------------------   ------------------------------
  *   JOINING      JOIN sent, waiting for ASSIGN; no processes    ASSIGN, RESTART, exit events
- *   PREFLIGHT    the pre-flight node process runs (round 0)     ALL_EXITED, RESTART, exits
+ *   PREFLIGHT    the pre-flight node process runs (the agent's  ALL_EXITED, RESTART, exits
+ *                first round: round 0, or a joining node's)
  *   RUNNING      this attempt's workers run                     WORKER_FAILED, ALL_EXITED, ...
  *   FAILING      a local failure was reported (FAILED sent):    RESTART, JOB_FAILED, exits
  *                workers stop; the server's verdict is awaited
@@ -89,7 +90,8 @@ struct agent_machine_ctx {
     int have_procs;       /* a worker group or the pre-flight process exists */
     int stop_signal;      /* a signal is already stopping the agent (its number) */
     int preempt_signal;   /* --preempt-signal, 0: none */
-    int preflight_due;    /* at ASSIGN: the pre-flight has not run and this is attempt 0 */
+    int preflight_due;    /* at ASSIGN: this agent has not run the pre-flight yet (its first
+                           * round: round 0, or the round a joining node enters) */
     int preflight_only;   /* `muster preflight`: no workers after the checks */
     int preflight_failed; /* at ALL_EXITED in PREFLIGHT: the node process failed */
 };
