@@ -100,7 +100,8 @@ static void test_one_gpu_and_unmeasured(void **state)
 static void test_bad_args(void **state)
 {
     double g[4] = {0};
-    struct pf_p2p big = {"n", PF_P2P_MAX_GPUS + 1, NULL, NULL, g}, none = {"n", 2, NULL, NULL, NULL};
+    struct pf_p2p big = {"n", PF_P2P_MAX_GPUS + 1, NULL, NULL, g},
+                  none = {"n", 2, NULL, NULL, NULL};
     struct pf_p2p ok = {"n", 2, NULL, NULL, g};
     struct pf_p2p_finding f[1];
 
@@ -115,10 +116,8 @@ static void test_bad_args(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_slow_pair_named),
-        cmocka_unit_test(test_threshold),
-        cmocka_unit_test(test_floor_and_cap),
-        cmocka_unit_test(test_one_gpu_and_unmeasured),
+        cmocka_unit_test(test_slow_pair_named), cmocka_unit_test(test_threshold),
+        cmocka_unit_test(test_floor_and_cap),   cmocka_unit_test(test_one_gpu_and_unmeasured),
         cmocka_unit_test(test_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
