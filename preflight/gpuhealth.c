@@ -61,6 +61,15 @@ static size_t collect(json_t *nodes, struct pf_perf **out, json_t ***ranks)
 }
 
 /* "node vm: 1 GPU: bf16 GEMM 791.2 TFLOP/s, HBM copy 4270.1 GB/s (read+write); NVML: ..." */
+static int in_node(json_t *node, json_t *rank)
+{
+    json_t *r;
+    size_t i;
+
+    json_array_foreach(json_object_get(node, "ranks"), i, r) if (r == rank) return 1;
+    return 0;
+}
+
 /* "; P2P min 380.2 GB/s, median 391.0 GB/s over 56 pairs", or why there is none. */
 static void p2p_text(json_t *node, char *out, size_t cap)
 {
@@ -90,7 +99,9 @@ static void node_line(json_t *node, const struct pf_perf *g, json_t **ranks, siz
     for (size_t k = 0; k < n; k++) {
         json_t *nv = json_object_get(json_object_get(ranks[k], "health"), "nvml"), *is;
         size_t j;
-        if (!json_equal(json_object_get(ranks[k], "host"), json_object_get(node, "host")))
+        /* by membership, not by host name: two nodes of one job may share a name (loopback
+         * tests, containers), and each line is about one node */
+        if (!in_node(node, ranks[k]))
             continue;
         ngpu++;
         if (g[k].tflops > 0 && (tmin == 0 || g[k].tflops < tmin))
