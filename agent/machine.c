@@ -69,6 +69,13 @@ static struct agent_step on_all_exited(enum agent_state s, const struct agent_ma
 {
     switch (s) {
     case AGENT_S_PREFLIGHT:
+        if (c->preflight_failed && c->preflight_alone) {
+            /* a node that joined a running job and failed its checks leaves it: the running
+             * nodes go on without it (the server sees a LEAVE, as of a lost node) */
+            struct agent_step st = exit_with(c, AGENT_EXIT_PREFLIGHT);
+            st.actions |= AGENT_ACT_REPORT_PF_FAILURE;
+            return st;
+        }
         if (c->preflight_failed) /* the job fails for good: JOB_FAILED comes from the server */
             return go(AGENT_S_FAILING, AGENT_ACT_REPORT_PF_FAILURE);
         if (c->preflight_only)

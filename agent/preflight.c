@@ -220,11 +220,17 @@ static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
     find_gpu_binary(o->node_argv[0], bufs[5], PATH_MAX);
     snprintf(bufs[4], PATH_MAX, "--bin=%.4000s", bufs[5]);
     argv[k++] = bufs[4];
-    if (a->logdir.base[0] != '\0' && !a->logdir.flat)
-        snprintf(bufs[6], PATH_MAX, "--report=%.4000s/preflight.json", a->logdir.base);
+    /* a joining node's report has a name of its own: it must not replace round 0's report
+     * (a log directory on a shared file system, or nodes sharing a host) */
+    if (a->pf.joined)
+        snprintf(bufs[13], PATH_MAX, "-join-r%u-g%u", a->as.round, a->as.group_rank);
     else
-        snprintf(bufs[6], PATH_MAX, "--report=%.3800s/muster-%s-preflight.json", mc_tmpdir(),
-                 a->o->run_id);
+        bufs[13][0] = '\0';
+    if (a->logdir.base[0] != '\0' && !a->logdir.flat)
+        snprintf(bufs[6], PATH_MAX, "--report=%.4000s/preflight%s.json", a->logdir.base, bufs[13]);
+    else
+        snprintf(bufs[6], PATH_MAX, "--report=%.3800s/muster-%s-preflight%s.json", mc_tmpdir(),
+                 a->o->run_id, bufs[13]);
     argv[k++] = bufs[6];
     if (o->allow_mixed)
         argv[k++] = "--allow-mixed";
@@ -291,7 +297,7 @@ static void node_info(const struct agent *a, struct agent_worker_info *w)
 
 static int spawn_node_process(struct agent *a)
 {
-    static char bufs[13][PATH_MAX];
+    static char bufs[14][PATH_MAX];
     char *argv[PF_NODE_ARGV_MAX + 16];
     struct agent_worker_spec spec = {.argv = argv, .console = {-1, -1}, .file = {-1, -1}};
     struct agent_worker_info w;

@@ -10,7 +10,10 @@
 #   3. a third agent joins the running job: it runs the node-local pre-flight (its own KV
 #      prefix, its own 2 GPUs) before its workers start, the two others do not run it again,
 #      and /status then shows it as "joined";
-#   4. the job ends normally.
+#   4. a fourth node joins, but its pre-flight fails (a rank of it crashes): it leaves with exit
+#      4 after its results reached the server (ok false), and the job goes on without it (one
+#      restart round, as for a lost node);
+#   5. the job ends normally.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
@@ -27,9 +30,12 @@ ENVS=(MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_LOG="$LOG
 start_job pfjoin
 [ -n "$SHTTP" ] || fail "the server printed no 'http on HOST:PORT' line: $(cat "$SERR")"
 run_agent() {
-    agent "$1" "${ENVS[@]}" -- --nnodes 2:3 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:$SPORT \
-        --rdzv-id $JOB --rdzv-conf join_timeout=60,last_call_timeout=1 --preflight on \
-        --preflight-allow-slow --no-python "$WORKER" hold "$T/w"
+    local name=$1
+    shift
+    agent "$name" "${ENVS[@]}" "$@" -- --nnodes 2:4 --nproc-per-node 2 \
+        --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id $JOB --max-restarts 3 \
+        --rdzv-conf join_timeout=60,last_call_timeout=1 --preflight on --preflight-allow-slow \
+        --no-python "$WORKER" hold "$T/w"
 }
 run_agent a1
 run_agent a2
@@ -101,7 +107,24 @@ if command -v jq >/dev/null; then
         "$T/http.body" >/dev/null || fail "/status: not 3 records, one joined in round 1: $(cat "$T/http.body")"
 fi
 
-# 4. the job ends
+# 4. a node whose pre-flight fails on joining leaves; the job goes on without it
+run_agent a4 MOCK_FAIL_RANK=1
+agent_wait a4 90
+expect_agent_rc a4 4
+grep -q "rank 1 on node .*: muster-preflight exited with code 1" "$T/a4.err" \
+    || { show_agent a4; fail "the joining node's failed rank was not named"; }
+grep -q "it leaves the job, which goes on without it" "$T/a4.err" || { show_agent a4; fail "a4 did not say it leaves"; }
+grep -q "report: .*muster-$JOB-preflight-join-r[0-9]*-g3.json" "$T/a4.err" \
+    || fail "the joining node's report does not have a name of its own: $(cat "$T/a4.err")"
+wait_for 60 files_at_least 6 "$T/w/ready.*.1" || { show_all; fail "the 3 remaining nodes did not restart their workers"; }
+http_get "$SHTTP" /status
+if command -v jq >/dev/null; then
+    jq -e --arg j "$JOB" '.jobs[] | select(.id == $j) | (.preflight | length == 4 and
+        ([.[] | select(.ok | not)] | length) == 1) and .state == "running" and .world_size == 6' \
+        "$T/http.body" >/dev/null || fail "/status after the failed join: $(cat "$T/http.body")"
+fi
+
+# 5. the job ends
 : >"$T/w/release"
 for a in a1 a2 a3; do
     agent_wait $a 60
