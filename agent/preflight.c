@@ -89,6 +89,18 @@ static uint32_t scaled(json_t *o, const char *key)
     return v > 0 && v < 4e9 ? (uint32_t)v : 0;
 }
 
+/* Strings from the node process carry host names and texts from other nodes: anything the
+ * server would refuse (a control character, a byte >= 0x7f) becomes '?', so that a node with
+ * an odd name cannot get this agent's connection closed. */
+static void copy_printable(char *dst, size_t cap, const char *src)
+{
+    size_t i = 0;
+
+    for (; src != NULL && src[i] != '\0' && i + 1 < cap; i++)
+        dst[i] = (unsigned char)src[i] < 0x20 || (unsigned char)src[i] >= 0x7f ? '?' : src[i];
+    dst[i] = '\0';
+}
+
 static uint8_t level_of(json_t *o)
 {
     const char *l = mc_json_str(o, "level", "ok");
@@ -118,19 +130,19 @@ int agent_preflight_results_(const char *path, uint32_t round, struct rdzv_prefl
     pf->p2p_min_mbps = scaled(p2p, "min_gbps");
     pf->p2p_median_mbps = scaled(p2p, "median_gbps");
     pf->p2p_level = level_of(p2p);
-    snprintf(pf->p2p_note, sizeof(pf->p2p_note), "%s", mc_json_str(p2p, "note", ""));
+    copy_printable(pf->p2p_note, sizeof(pf->p2p_note), mc_json_str(p2p, "note", ""));
     json_array_foreach(json_object_get(o, "gpus"), i, g)
     {
         struct rdzv_pf_gpu *d = &pf->gpus[pf->count];
         if (pf->count >= RDZV_PF_GPUS_MAX)
             break;
         d->index = (uint32_t)mc_json_int(g, "index", 0);
-        snprintf(d->uuid, sizeof(d->uuid), "%s", mc_json_str(g, "uuid", ""));
-        snprintf(d->model, sizeof(d->model), "%s", mc_json_str(g, "model", ""));
+        copy_printable(d->uuid, sizeof(d->uuid), mc_json_str(g, "uuid", ""));
+        copy_printable(d->model, sizeof(d->model), mc_json_str(g, "model", ""));
         d->gemm_gflops = scaled(g, "gemm_tflops");
         d->hbm_mbps = scaled(g, "hbm_gbps");
         d->level = level_of(g);
-        snprintf(d->note, sizeof(d->note), "%s", mc_json_str(g, "note", ""));
+        copy_printable(d->note, sizeof(d->note), mc_json_str(g, "note", ""));
         pf->count++;
     }
     json_decref(o);

@@ -340,6 +340,9 @@ static json_t *run_p2p(struct pf_node *n, const char *dir)
     }
     r = json_load_file(out, 0, NULL);
     unlink(out);
+    if (r != NULL && (json_object_get(r, "error") || json_object_get(r, "skipped")) &&
+        !json_object_get(r, "gbps"))
+        return r; /* muster-preflight says why there is no matrix */
     if (r == NULL || pf_p2p_from_json(r, &m, idx, uuid, g) < 0) {
         json_decref(r);
         snprintf(why, sizeof(why), "muster-preflight p2p exited with %d and wrote no matrix",

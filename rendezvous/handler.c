@@ -321,11 +321,9 @@ void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf)
     for (size_t i = 0; i < sj->job->n_members && m == NULL; i++)
         if (sj->job->members[i].peer == p)
             m = &sj->job->members[i];
-    if (m == NULL) {
-        srv_peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT from a node outside the round");
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT from a node that is not in the round");
-        return;
-    }
+    if (m == NULL)
+        return; /* a new round began meanwhile (the agent is rejoining): not an error, and its
+                 * connection must not pay for the race; nothing to file it under */
     if ((bad = rdzv_pfrec_check(pf)) != NULL) {
         srv_peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT refused: %s", bad);
         srv_send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT refused: %s", bad);

@@ -118,6 +118,26 @@ static void test_results_cut_to_the_protocol(void **state)
     assert_int_equal(rdzv_msg_encode(&msg, buf, sizeof(buf), &len), 0);
 }
 
+/* A host name or text with a terminal escape or UTF-8 (from another node, through the KV
+ * store) would make the server refuse the message and close the connection: '?' instead. */
+static void test_results_printable(void **state)
+{
+    size_t len;
+
+    (void)state;
+    write_text(
+        "{\"ok\":true,\"p2p\":{\"note\":\"node \\u001b[2Jx: caf\\u00e9\"},\"gpus\":[{\"index\":0,"
+        "\"uuid\":\"GPU-\\t0\",\"model\":\"H200\\u007f\",\"note\":\"a\\nb\"}]}");
+    assert_int_equal(agent_preflight_results_(path, 0, &pf), 0);
+    assert_string_equal(pf.p2p_note, "node ?[2Jx: caf??");
+    assert_string_equal(pf.gpus[0].uuid, "GPU-?0");
+    assert_string_equal(pf.gpus[0].model, "H200?");
+    assert_string_equal(pf.gpus[0].note, "a?b");
+    rdzv_msg_init(&msg, RDZV_MSG_PREFLIGHT);
+    msg.u.preflight = pf;
+    assert_int_equal(rdzv_msg_encode(&msg, buf, sizeof(buf), &len), 0);
+}
+
 static void test_no_results(void **state)
 {
     (void)state;
@@ -134,6 +154,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_results_to_message, setup, teardown),
         cmocka_unit_test_setup_teardown(test_results_cut_to_the_protocol, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_results_printable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_results, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
