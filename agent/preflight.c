@@ -365,7 +365,7 @@ int agent_preflight_start_(struct agent *a, void (*done_cb)(struct agent *a))
         mc_info("pre-flight: %u node%s, %u rank%s%s", as->group_world_size,
                 as->group_world_size == 1 ? "" : "s", as->world_size,
                 as->world_size == 1 ? "" : "s",
-                a->o->pf.need_gpus ? " (inventory, TCP mesh, NCCL, GPU health)"
+                a->o->pf.need_gpus ? " (inventory, TCP mesh, NCCL, GPU health, P2P)"
                                    : " (no GPU: inventory and TCP mesh)");
     if ((rc = spawn_node_process(a)) != 0) {
         mc_error("cannot start the pre-flight: %s", strerror(-rc));
