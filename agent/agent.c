@@ -59,9 +59,12 @@ static struct agent_machine_ctx machine_ctx(const struct agent *a)
         .have_procs = a->group != NULL,
         .stop_signal = a->stop_signal,
         .preempt_signal = o->restart.preempt_signal,
-        .preflight_due = o->pf.on && !a->pf.ran && a->as.restart_count == 0,
+        /* round 0: every node together; a node whose first round is a later one (it joined a
+         * running job or replaces a lost node) checks itself before its workers start */
+        .preflight_due = o->pf.on && !a->pf.ran,
         .preflight_only = o->pf.only,
         .preflight_failed = a->pf.code != 0,
+        .preflight_alone = a->pf.joined,
     };
 }
 
@@ -248,6 +251,15 @@ static void report_done(struct agent *a)
 static void report_pf_failure(struct agent *a)
 {
     agent_preflight_failure_(a, &a->local_failure);
+    if (a->pf.joined) {
+        /* a joining node leaves: not a final failure of the job that ran fine without it */
+        a->local_failure.flags &= ~RDZV_FAILURE_FINAL;
+        mc_error("this node failed its pre-flight on joining the running job; it leaves the job, "
+                 "which goes on without it");
+        if (a->client != NULL)
+            rdzv_client_report_failure(a->client, &a->local_failure, 1);
+        return;
+    }
     report_failure(a, 0, AGENT_EXIT_PREFLIGHT);
 }
 

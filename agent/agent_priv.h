@@ -45,11 +45,15 @@ struct agent_ft {
     int was_rank0;              /* this node held group rank 0 in the last round */
 };
 
-/* preflight.c's part: it runs once per agent. */
+/* preflight.c's part: it runs once per agent, at its first ASSIGN: with every node of round 0,
+ * or alone (node-local checks) when that ASSIGN is a later round's, i.e. the node joined a
+ * running job or replaces a lost node (issue 15). */
 struct agent_pf {
-    int ran;               /* the pre-flight was started */
-    int code;              /* the node process's exit code */
-    char reason[PATH_MAX]; /* the node process's reason file, "" when none */
+    int ran;                /* the pre-flight was started */
+    int joined;             /* it ran node-local: the first round was not round 0 */
+    int code;               /* the node process's exit code */
+    char reason[PATH_MAX];  /* the node process's reason file, "" when none */
+    char results[PATH_MAX]; /* its per-GPU results file (sent as PREFLIGHT), "" when none */
     void (*done_cb)(struct agent *a);
 };
 
@@ -126,5 +130,7 @@ void agent_ft_close_(struct agent *a);
 int agent_preflight_start_(struct agent *a, void (*done_cb)(struct agent *a));
 /* The final failure record of a failed pre-flight: its reason, or its exit code. */
 void agent_preflight_failure_(struct agent *a, struct rdzv_failure *f);
+/* preflight.c: the node process's results file as a PREFLIGHT message (exposed for tests). */
+int agent_preflight_results_(const char *path, uint32_t round, struct rdzv_preflight *pf);
 
 #endif

@@ -27,8 +27,9 @@ static struct agent_step on_assign(enum agent_state s, const struct agent_machin
 {
     if (s != AGENT_S_JOINING)
         return stay(s); /* an old round's: only the ASSIGN of our JOIN starts anything */
-    /* the pre-flight runs once, before the job's first attempt: every node of round 0 takes
-     * part, so the checks can meet in that round's KV store */
+    /* the pre-flight runs once per agent, at its first round: every node of round 0 takes
+     * part, so the checks can meet in that round's KV store; a node that joins later checks
+     * itself alone (agent/preflight.c) before its workers start */
     if (c->preflight_due)
         return go(AGENT_S_PREFLIGHT, AGENT_ACT_START_PREFLIGHT);
     if (c->preflight_only) /* a later round of `muster preflight`: nothing to run */
@@ -68,6 +69,13 @@ static struct agent_step on_all_exited(enum agent_state s, const struct agent_ma
 {
     switch (s) {
     case AGENT_S_PREFLIGHT:
+        if (c->preflight_failed && c->preflight_alone) {
+            /* a node that joined a running job and failed its checks leaves it: the running
+             * nodes go on without it (the server sees a LEAVE, as of a lost node) */
+            struct agent_step st = exit_with(c, AGENT_EXIT_PREFLIGHT);
+            st.actions |= AGENT_ACT_REPORT_PF_FAILURE;
+            return st;
+        }
         if (c->preflight_failed) /* the job fails for good: JOB_FAILED comes from the server */
             return go(AGENT_S_FAILING, AGENT_ACT_REPORT_PF_FAILURE);
         if (c->preflight_only)

@@ -5,7 +5,8 @@
  *   state        what is true                                   leaves on
  *   ----------   --------------------------------------------   ------------------------------
  *   JOINING      JOIN sent, waiting for ASSIGN; no processes    ASSIGN, RESTART, exit events
- *   PREFLIGHT    the pre-flight node process runs (round 0)     ALL_EXITED, RESTART, exits
+ *   PREFLIGHT    the pre-flight node process runs (the agent's  ALL_EXITED, RESTART, exits
+ *                first round: round 0, or a joining node's)
  *   RUNNING      this attempt's workers run                     WORKER_FAILED, ALL_EXITED, ...
  *   FAILING      a local failure was reported (FAILED sent):    RESTART, JOB_FAILED, exits
  *                workers stop; the server's verdict is awaited
@@ -41,6 +42,9 @@
  *   REPORT_FAILED  processes alive               STOPPING   (workers already stopping; code 3)
  *                  none alive                    FINISHED   FINISH
  *   ALL_EXITED     PREFLIGHT                     FAILING    REPORT_PF_FAILURE (check failed)
+ *                                                FINISHED   REPORT_PF_FAILURE|FINISH, exit 4
+ *                                                           (check failed on a joining node:
+ *                                                           it leaves, the job goes on)
  *                                                DONE_WAIT  REPORT_DONE      (pre-flight only)
  *                                                RUNNING    START_WORKERS    (passed)
  *                  RUNNING                       DONE_WAIT  REPORT_DONE
@@ -89,9 +93,11 @@ struct agent_machine_ctx {
     int have_procs;       /* a worker group or the pre-flight process exists */
     int stop_signal;      /* a signal is already stopping the agent (its number) */
     int preempt_signal;   /* --preempt-signal, 0: none */
-    int preflight_due;    /* at ASSIGN: the pre-flight has not run and this is attempt 0 */
+    int preflight_due;    /* at ASSIGN: this agent has not run the pre-flight yet (its first
+                           * round: round 0, or the round a joining node enters) */
     int preflight_only;   /* `muster preflight`: no workers after the checks */
     int preflight_failed; /* at ALL_EXITED in PREFLIGHT: the node process failed */
+    int preflight_alone;  /* the pre-flight ran node-local: this node joined a running job */
 };
 
 /* Carried out in the order of the bits: a report of a signal goes out before the workers get
@@ -104,7 +110,8 @@ enum agent_action {
     AGENT_ACT_STOP_WORKERS = 1 << 4,      /* SIGTERM (or the signal) now, SIGKILL after grace */
     AGENT_ACT_KILL_WORKERS = 1 << 5,      /* SIGKILL now */
     AGENT_ACT_REPORT_FAILURE = 1 << 6,    /* FAILED with the local failure */
-    AGENT_ACT_REPORT_PF_FAILURE = 1 << 7, /* FAILED, final, with the pre-flight's reason */
+    AGENT_ACT_REPORT_PF_FAILURE = 1 << 7, /* FAILED, final, with the pre-flight's reason (a
+                                           * joining node: LEAVE, not final) */
     AGENT_ACT_REPORT_DONE = 1 << 8,       /* DONE for this round */
     AGENT_ACT_FINISH = 1 << 9,            /* close every handle: the loop ends */
 };

@@ -147,6 +147,25 @@ static void fill(uint8_t type)
         msg.u.ckpt.verified_bad = 1;
         strcpy(msg.u.ckpt.reason, "size 1024 != recorded 4096 (truncated?)");
         break;
+    case RDZV_MSG_PREFLIGHT:
+        msg.u.preflight.round = 1;
+        msg.u.preflight.ok = 1;
+        msg.u.preflight.joined = 1;
+        msg.u.preflight.p2p_pairs = 2;
+        msg.u.preflight.p2p_min_mbps = 390000;
+        msg.u.preflight.p2p_median_mbps = 391000;
+        msg.u.preflight.count = 2;
+        for (uint32_t i = 0; i < 2; i++) {
+            msg.u.preflight.gpus[i].index = i;
+            snprintf(msg.u.preflight.gpus[i].uuid, sizeof(msg.u.preflight.gpus[i].uuid),
+                     "GPU-0000000%u-aaaa-bbbb-cccc-dddddddddddd", i);
+            strcpy(msg.u.preflight.gpus[i].model, "NVIDIA H200");
+            msg.u.preflight.gpus[i].gemm_gflops = 790100;
+            msg.u.preflight.gpus[i].hbm_mbps = 4270300;
+            msg.u.preflight.gpus[i].level = (uint8_t)i;
+        }
+        strcpy(msg.u.preflight.gpus[1].note, "clocks held down by HW slowdown");
+        break;
     default: /* WELCOME, JOB_DONE, ATTACH_OK: empty payloads */
         break;
     }

@@ -28,6 +28,7 @@ extern "C" {
 /* Limits of the protocol (rendezvous/message.h): longer keys or values are -EINVAL. */
 #define MUSTER_KEY_MAX 512           /* bytes of a key or barrier name, without a NUL */
 #define MUSTER_VALUE_MAX (60 * 1024) /* bytes of a value */
+#define MUSTER_KV_PREFIX_MAX 64      /* bytes of MUSTER_KV_PREFIX (see muster_connect) */
 
 /* How long connecting (TCP + handshake) may take, and how long any request may wait for the
  * server beyond its own timeout. */
@@ -39,7 +40,9 @@ struct muster;
  * "[v6addr]:port"), MUSTER_TOKEN (required, unless certificates are given), MUSTER_JOB_ID,
  * MUSTER_ROUND and RANK. Certificate mode instead of the token's pre-shared key:
  * MUSTER_TLS_CERT, MUSTER_TLS_KEY and MUSTER_TLS_CA (PEM files; the server's certificate must
- * name the endpoint's host).
+ * name the endpoint's host). MUSTER_KV_PREFIX (at most MUSTER_KV_PREFIX_MAX bytes), when set,
+ * is put before every key and barrier name of this handle (and counts against MUSTER_KEY_MAX);
+ * muster sets it for the pre-flight of a node that joins a running job, workers never get it.
  * Returns 0 and sets *out (free with muster_close()), -ENOENT when MUSTER_ENDPOINT is unset,
  * -EINVAL when another variable is missing or malformed, or an error of muster_connect_to(). */
 MUSTER_API int muster_connect(struct muster **out);

@@ -36,6 +36,10 @@ struct muster {
     uint32_t req_id; /* the last request's id: replies to abandoned requests are skipped */
     uint8_t buf[RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD];
     struct rdzv_msg msg; /* ~64 KiB each: on the heap with the handle, not on the stack */
+    /* MUSTER_KV_PREFIX at muster_connect(): put before every key and barrier name. muster
+     * sets it for the pre-flight of a node that joins a running job (issue 15), so the checks
+     * of two such nodes of one round never meet in the round's store; "" otherwise. */
+    char prefix[MUSTER_KV_PREFIX_MAX + 1];
 };
 
 static int64_t now_ms(void)
@@ -407,11 +411,18 @@ int muster_connect(struct muster **out)
 
     if (endpoint == NULL || endpoint[0] == '\0')
         return -ENOENT;
+    const char *prefix = getenv("MUSTER_KV_PREFIX");
+    int rc;
+
     if (job_id == NULL || env_number("MUSTER_ROUND", UINT32_MAX, &round) < 0 ||
-        env_number("RANK", INT_MAX, &rank) < 0)
+        env_number("RANK", INT_MAX, &rank) < 0 ||
+        (prefix != NULL && strlen(prefix) > MUSTER_KV_PREFIX_MAX))
         return -EINVAL;
-    return muster_connect_to(endpoint, getenv("MUSTER_TOKEN"), job_id, (unsigned)round, (int)rank,
-                             out);
+    rc = muster_connect_to(endpoint, getenv("MUSTER_TOKEN"), job_id, (unsigned)round, (int)rank,
+                           out);
+    if (rc == 0 && prefix != NULL)
+        snprintf((*out)->prefix, sizeof((*out)->prefix), "%s", prefix);
+    return rc;
 }
 
 void muster_close(struct muster *m)
@@ -472,29 +483,30 @@ static int request(struct muster *m, uint32_t wait_ms, int forever)
     }
 }
 
-static int check_key(const char *key)
+/* m may be NULL (then the caller refuses anyway); the prefix counts against RDZV_KEY_MAX. */
+static int check_key(const struct muster *m, const char *key)
 {
     size_t n;
 
     if (key == NULL)
         return -EINVAL;
     n = strlen(key);
-    return n == 0 || n > RDZV_KEY_MAX ? -EINVAL : 0;
+    return n == 0 || n + (m ? strlen(m->prefix) : 0) > RDZV_KEY_MAX ? -EINVAL : 0;
 }
 
-/* Prepares m->msg as a kv request of type with key. */
+/* Prepares m->msg as a kv request of type with key (after the handle's prefix). */
 static void kv_msg(struct muster *m, uint8_t type, const char *key)
 {
     m->msg.type = type;
     m->msg.u.kv.count = 0;
     m->msg.u.kv.status = 0;
     m->msg.u.kv.value_len = 0;
-    memcpy(m->msg.u.kv.key, key, strlen(key) + 1);
+    snprintf(m->msg.u.kv.key, sizeof(m->msg.u.kv.key), "%s%s", m->prefix, key);
 }
 
 int muster_kv_put(struct muster *m, const char *key, const void *value, size_t len)
 {
-    if (m == NULL || check_key(key) < 0 || len > RDZV_VALUE_MAX || (value == NULL && len > 0))
+    if (m == NULL || check_key(m, key) < 0 || len > RDZV_VALUE_MAX || (value == NULL && len > 0))
         return -EINVAL;
     kv_msg(m, RDZV_MSG_KV_PUT, key);
     if (len > 0)
@@ -508,7 +520,7 @@ int muster_kv_get(struct muster *m, const char *key, void *buf, size_t cap, size
 {
     int err;
 
-    if (m == NULL || check_key(key) < 0 || timeout_ms < 0 || len == NULL ||
+    if (m == NULL || check_key(m, key) < 0 || timeout_ms < 0 || len == NULL ||
         (buf == NULL && cap > 0))
         return -EINVAL;
     kv_msg(m, RDZV_MSG_KV_GET, key);
@@ -524,7 +536,7 @@ int muster_kv_get(struct muster *m, const char *key, void *buf, size_t cap, size
 
 int muster_barrier(struct muster *m, const char *name, unsigned count, int timeout_ms)
 {
-    if (m == NULL || check_key(name) < 0 || count == 0 || timeout_ms < 0)
+    if (m == NULL || check_key(m, name) < 0 || count == 0 || timeout_ms < 0)
         return -EINVAL;
     kv_msg(m, RDZV_MSG_BARRIER, name);
     m->msg.u.kv.count = count;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "busbw.h"
+#include "p2p.h"
 #include "json.h"
 #include "log.h"
 #include "muster.h"
@@ -275,9 +276,88 @@ static int judge_nccl(struct pf_node *n, json_t *mine)
         bad++;
     }
     json_object_set_new(n->report_json, "nccl", nodes);
+    /* every node's per-GPU findings, for the other nodes' results files (node.c): put before
+     * the verdict, so a node that read the verdict finds them */
+    json_t *found = json_object_get(json_object_get(n->report_json, "gpu_health"), "findings");
+    if (found != NULL)
+        pf_put_json(n, "pf/findings", found);
     if (bad)
         pf_say("failed at the NCCL stage: %s", n->reason);
     return pf_verdict(n, "nccl", bad == 0, n->reason);
+}
+
+/* Fills m (borrowing from p2p's JSON) from {"gpus": [{"index", "uuid"}], "gbps": [[...]]};
+ * returns its GPU count, or -1 when malformed. g needs PF_P2P_MAX_GPUS^2 doubles. */
+int pf_p2p_from_json(json_t *p2p, struct pf_p2p *m, int *idx, const char **uuid, double *g)
+{
+    json_t *gpus = json_object_get(p2p, "gpus"), *rows = json_object_get(p2p, "gbps"), *v;
+    size_t n = json_array_size(gpus), i, j;
+
+    if (n > PF_P2P_MAX_GPUS || json_array_size(rows) != n)
+        return -1;
+    for (i = 0; i < n; i++) {
+        json_t *row = json_array_get(rows, i);
+        idx[i] = (int)mc_json_int(json_array_get(gpus, i), "index", (long long)i);
+        uuid[i] = mc_json_str(json_array_get(gpus, i), "uuid", NULL);
+        if (json_array_size(row) != n)
+            return -1;
+        json_array_foreach(row, j, v) g[i * n + j] = json_is_number(v) ? json_number_value(v) : 0;
+    }
+    *m = (struct pf_p2p){NULL, (int)n, idx, uuid, g};
+    return (int)n;
+}
+
+/* The node's peer-to-peer matrix (issue 15): `muster-preflight p2p` over the GPUs of local
+ * ranks 0..nproc-1, after the all-reduce (the GPUs are idle then). The result gets this node's
+ * summary ("pairs", "min_gbps", "median_gbps"); with one GPU there is nothing to measure:
+ * {"skipped": ...}, no figures. */
+static json_t *run_p2p(struct pf_node *n, const char *dir)
+{
+    static double g[PF_P2P_MAX_GPUS * PF_P2P_MAX_GPUS];
+    int idx[PF_P2P_MAX_GPUS], status = 0, pairs = 0;
+    const char *uuid[PF_P2P_MAX_GPUS];
+    char out[4200], devices[16], why[300];
+    struct pf_p2p m;
+    json_t *r;
+    pid_t pid;
+
+    if (n->nproc < 2)
+        return json_pack("{s:s}", "skipped", "one GPU: no peer-to-peer pairs to measure");
+    snprintf(out, sizeof(out), "%s/p2p.json", dir);
+    snprintf(devices, sizeof(devices), "%d", n->nproc);
+    char *argv[] = {(char *)n->bin, "p2p", "--devices", devices, "--out", out, NULL};
+    if ((status = posix_spawn(&pid, n->bin, NULL, NULL, argv, environ)) != 0)
+        return json_pack("{s:s}", "error", strerror(status));
+    double deadline = mc_mono_ms_f() + n->timeout_ms + 30000.0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (mc_mono_ms_f() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            unlink(out);
+            return json_pack("{s:s}", "error", "muster-preflight p2p did not finish in time");
+        }
+        usleep(2000);
+    }
+    r = json_load_file(out, 0, NULL);
+    unlink(out);
+    if (r != NULL && (json_object_get(r, "error") || json_object_get(r, "skipped")) &&
+        !json_object_get(r, "gbps"))
+        return r; /* muster-preflight says why there is no matrix */
+    if (r == NULL || pf_p2p_from_json(r, &m, idx, uuid, g) < 0) {
+        json_decref(r);
+        snprintf(why, sizeof(why), "muster-preflight p2p exited with %d and wrote no matrix",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        return json_pack("{s:s}", "error", why);
+    }
+    double med = pf_p2p_median(&m, &pairs), min = 0;
+    for (int s = 0; s < m.n; s++)
+        for (int d = 0; d < m.n; d++)
+            if (s != d && g[s * m.n + d] > 0 && (min == 0 || g[s * m.n + d] < min))
+                min = g[s * m.n + d];
+    json_object_set_new(r, "pairs", json_integer(pairs));
+    json_object_set_new(r, "min_gbps", json_real(min));
+    json_object_set_new(r, "median_gbps", json_real(med));
+    return r;
 }
 
 /* Results travel through the KV store (60 KiB a value): keep the per-size tables of global
@@ -318,8 +398,12 @@ int pf_stage_nccl(struct pf_node *n)
     run_ranks(n, dir, codes);
     for (int i = 0; i < n->nproc; i++)
         json_array_append_new(json_object_get(res, "ranks"), rank_result(n, dir, i, codes[i]));
+    if (n->need_gpus > 0)
+        json_object_set_new(res, "p2p", run_p2p(n, dir));
     rmdir(dir);
     free(codes);
+    json_decref(n->own);
+    n->own = json_incref(res); /* this node's figures, for its results file (node.c) */
     if (n->group_rank == 0) {
         rc = judge_nccl(n, res);
     } else {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "inventory.h"
+#include "json.h"
 #include "log.h"
 #include "mesh.h"
 #include "muster.h"
@@ -163,6 +164,8 @@ static int parse_args(struct pf_node *n, int argc, char **argv)
                                              {"min-tflops", required_argument, NULL, 'T'},
                                              {"min-hbm-gbps", required_argument, NULL, 'H'},
                                              {"allow-slow", no_argument, NULL, 'w'},
+                                             {"results-file", required_argument, NULL, 'R'},
+                                             {"joined", no_argument, NULL, 'j'},
                                              {NULL, 0, NULL, 0}};
     int c;
 
@@ -205,6 +208,12 @@ static int parse_args(struct pf_node *n, int argc, char **argv)
         case 'w':
             n->allow_slow = 1;
             break;
+        case 'R':
+            n->results_file = optarg;
+            break;
+        case 'j':
+            n->joined = 1;
+            break;
         default:
             return -EINVAL;
         }
@@ -237,6 +246,106 @@ static void write_report(struct pf_node *n, int code)
     if (rc != 0)
         pf_say("cannot write the report %s: %s", n->report, strerror(-rc));
     free(text);
+}
+
+/* ---- this node's results for its agent (issue 15) ----------------------------------------- */
+
+static int level_rank(const char *l)
+{
+    return l == NULL ? 0 : strcmp(l, "failure") == 0 ? 2 : strcmp(l, "warning") == 0 ? 1 : 0;
+}
+
+/* The worst finding of findings about this node's GPU gpu (-1: its P2P matrix): level and
+ * text into o. */
+static void worst_finding(const struct pf_node *n, json_t *findings, int gpu, json_t *o)
+{
+    json_t *f;
+    size_t i;
+    int worst = 0;
+
+    json_object_set_new(o, "level", json_string("ok"));
+    json_object_set_new(o, "note", json_string(""));
+    json_array_foreach(findings, i, f)
+    {
+        const char *lv = mc_json_str(f, "level", NULL);
+        if (mc_json_int(f, "group_rank", -1) != n->group_rank ||
+            (gpu >= 0 ? mc_json_int(f, "gpu", -1) != gpu : json_object_get(f, "p2p") == NULL) ||
+            level_rank(lv) <= worst)
+            continue;
+        worst = level_rank(lv);
+        json_object_set_new(o, "level", json_string(lv));
+        json_object_set_new(o, "note", json_string(mc_json_str(f, "text", "")));
+    }
+}
+
+static json_t *results_gpu(const struct pf_node *n, json_t *r, json_t *findings)
+{
+    json_t *gpu = json_object_get(r, "gpu"), *h = json_object_get(r, "health");
+    int index = (int)mc_json_int(gpu, "index", mc_json_int(r, "local_rank", 0));
+    json_t *o =
+        json_pack("{s:i, s:s, s:s, s:f, s:f}", "index", index, "uuid", mc_json_str(gpu, "uuid", ""),
+                  "model", mc_json_str(gpu, "name", ""), "gemm_tflops",
+                  mc_json_num(h, "gemm_tflops", 0), "hbm_gbps", mc_json_num(h, "hbm_gbps", 0));
+
+    if (o == NULL)
+        return NULL;
+    worst_finding(n, findings, index, o);
+    if (!json_is_true(json_object_get(r, "ok"))) {
+        json_object_set_new(o, "level", json_string("failure"));
+        json_object_set_new(o, "note", json_string(mc_json_str(r, "error", "failed")));
+    }
+    return o;
+}
+
+void pf_write_results(struct pf_node *n, int code, json_t *findings)
+{
+    json_t *own = n->own, *p = json_object_get(own, "p2p"), *r, *gpus = json_array();
+    json_t *p2p =
+        json_pack("{s:I, s:f, s:f}", "pairs", (json_int_t)mc_json_int(p, "pairs", 0), "min_gbps",
+                  mc_json_num(p, "min_gbps", 0), "median_gbps", mc_json_num(p, "median_gbps", 0));
+    json_t *doc;
+    size_t i;
+    char *text;
+
+    if (n->results_file == NULL || n->results_file[0] == '\0')
+        return;
+    json_array_foreach(json_object_get(own, "ranks"), i, r)
+        json_array_append_new(gpus, results_gpu(n, r, findings));
+    worst_finding(n, findings, -1, p2p);
+    if (p == NULL)
+        json_object_set_new(p2p, "note", json_string("not measured: no GPU stage"));
+    else if (mc_json_str(p, "skipped", NULL) != NULL)
+        json_object_set_new(p2p, "note", json_string(mc_json_str(p, "skipped", "")));
+    else if (mc_json_str(p, "error", NULL) != NULL)
+        json_object_set_new(p2p, "note", json_string(mc_json_str(p, "error", "")));
+    doc = json_pack("{s:b, s:b, s:o, s:o}", "ok", code == 0, "joined", n->joined, "p2p", p2p,
+                    "gpus", gpus);
+    text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    if (text != NULL) {
+        /* the agent made the file (mkstemp): never create or follow a link here */
+        int fd = open(n->results_file, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            dprintf(fd, "%s\n", text);
+            close(fd);
+        }
+    }
+    free(text);
+    json_decref(doc);
+}
+
+/* The findings this node's results file needs: group rank 0 made them; the others read them
+ * from the KV store (put before the NCCL verdict, so there once the verdict was read). */
+static void write_results(struct pf_node *n, int code)
+{
+    json_t *mine = json_object_get(json_object_get(n->report_json, "gpu_health"), "findings");
+    json_t *found = NULL;
+
+    if (n->own == NULL)
+        return;
+    if (n->group_rank == 0 || pf_get_json(n, "pf/findings", 0, &found) != 0)
+        found = json_incref(mine);
+    pf_write_results(n, code, found);
+    json_decref(found);
 }
 
 static int run_stages(struct pf_node *n)
@@ -275,7 +384,13 @@ int preflight_node_main(int argc, char **argv)
         return PF_EXIT_FAILED;
     }
     n.report_json = json_object();
+    if (n.joined) {
+        pf_say("node %s joined the running job: checking its own %d GPU%s and their links", n.host,
+               n.nproc, n.nproc == 1 ? "" : "s");
+        json_object_set_new(n.report_json, "joined", json_true());
+    }
     rc = run_stages(&n);
+    write_results(&n, rc);
     if (n.group_rank == 0) {
         write_report(&n, rc);
         if (rc == 0)
@@ -293,6 +408,7 @@ int preflight_node_main(int argc, char **argv)
         }
     }
     json_decref(n.report_json);
+    json_decref(n.own);
     muster_close(n.m);
     return rc;
 }

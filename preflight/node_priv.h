@@ -20,15 +20,18 @@ struct pf_node {
     int timeout_ms;   /* per stage */
     double min_busbw; /* GB/s at the largest size, 0 = none */
     int allow_mixed;
-    double min_tflops;       /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
-    double min_hbm_gbps;     /* HBM copy floor per GPU (read+write), 0 = none */
-    int allow_slow;          /* slow GPUs warn instead of failing */
-    const char *max_bytes;   /* NULL: muster-preflight's default */
-    const char *report;      /* group rank 0: where the JSON report goes */
-    const char *local_addr;  /* the address other nodes reach this one at, NULL: guess */
-    const char *reason_file; /* where the failure's one-line reason goes for the agent */
+    double min_tflops;        /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
+    double min_hbm_gbps;      /* HBM copy floor per GPU (read+write), 0 = none */
+    int allow_slow;           /* slow GPUs warn instead of failing */
+    const char *max_bytes;    /* NULL: muster-preflight's default */
+    const char *report;       /* group rank 0: where the JSON report goes */
+    const char *local_addr;   /* the address other nodes reach this one at, NULL: guess */
+    const char *reason_file;  /* where the failure's one-line reason goes for the agent */
+    const char *results_file; /* where this node's per-GPU results go for the agent (issue 15) */
+    int joined;               /* a node that joined a running job: checked alone */
     /* results */
     json_t *report_json;
+    json_t *own;       /* this node's NCCL-stage result (its ranks, "p2p"), NULL before */
     char reason[1024]; /* the failure, one line */
     double t0;
 };
@@ -53,5 +56,16 @@ int pf_stage_nccl(struct pf_node *n);
  * findings; stores them in the report. Returns how many fail the pre-flight (the first one's
  * line in n->reason); slow GPUs warn only with allow_slow. */
 int pf_judge_health(struct pf_node *n, json_t *nodes);
+
+/* nccl.c: a `muster-preflight p2p` result as a matrix for p2p.h (borrowing from p2p); idx and
+ * uuid hold PF_P2P_MAX_GPUS entries, g PF_P2P_MAX_GPUS^2. Returns the GPU count or -1. */
+struct pf_p2p;
+int pf_p2p_from_json(json_t *p2p, struct pf_p2p *m, int *idx, const char **uuid, double *g);
+
+/* node.c: writes this node's results file for the agent (--results-file): {"ok", "joined",
+ * "p2p": {"pairs", "min_gbps", "median_gbps", "level", "note"}, "gpus": [{"index", "uuid",
+ * "model", "gemm_tflops", "hbm_gbps", "level", "note"}]}, each GPU with its worst finding of
+ * findings (gpuhealth.c's list: "group_rank", "gpu" or "p2p"). */
+void pf_write_results(struct pf_node *n, int code, json_t *findings);
 
 #endif

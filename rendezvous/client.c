@@ -646,6 +646,17 @@ int rdzv_client_report_ckpt(struct rdzv_client *c, const struct rdzv_ckpt *ck)
     return report(c, &r);
 }
 
+int rdzv_client_report_preflight(struct rdzv_client *c, const struct rdzv_preflight *pf)
+{
+    if (pf->count > RDZV_PF_GPUS_MAX)
+        return UV_EINVAL;
+    if (c->closing || c->state != CLIENT_READY || c->away)
+        return UV_ENOTCONN;
+    c->out.type = RDZV_MSG_PREFLIGHT;
+    c->out.u.preflight = *pf;
+    return rdzv_conn_send(&c->conn, &c->out);
+}
+
 /* --- incoming ------------------------------------------------------------------------------- */
 static void on_welcome(struct rdzv_client *c)
 {

@@ -119,6 +119,14 @@ int rdzv_client_report_done(struct rdzv_client *c, uint32_t round);
  * FAILED/DONE reports. The server refuses CKPT (ERROR PROTOCOL) before this agent's JOIN. */
 int rdzv_client_report_ckpt(struct rdzv_client *c, const struct rdzv_ckpt *ck);
 
+/* Reports this node's pre-flight results (PREFLIGHT, issue 15; the agent sends one when its
+ * pre-flight node process has ended). Borrows pf. No reply. For STATUS and /metrics only, so
+ * never queued: UV_ENOTCONN while the connection is away (the results are then not shown),
+ * UV_EINVAL for more than RDZV_PF_GPUS_MAX GPUs or an over-long string. The server refuses it
+ * (ERROR PROTOCOL) before this agent's JOIN, from a node outside the round, and for strings
+ * with control characters. */
+int rdzv_client_report_preflight(struct rdzv_client *c, const struct rdzv_preflight *pf);
+
 /* The round trip time of the newest echoed HEARTBEAT in microseconds, or -1 before the first
  * echo. */
 int64_t rdzv_client_rtt_us(const struct rdzv_client *c);

@@ -301,3 +301,37 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
         return; /* out of memory: the record only feeds STATUS, the job runs on without it */
     rdzv_ckptlog_add(sj->ckpts, ck);
 }
+
+/* PREFLIGHT (issue 15): bookkeeping for STATUS and /metrics only, like CKPT. Filed under the
+ * member of the job that this connection is (its JOIN's host and node id): a PREFLIGHT names
+ * no job and no host, so an agent can neither write into another job nor speak for another
+ * node. */
+void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf)
+{
+    struct sjob *sj = p->job;
+    const struct rdzv_job_member *m = NULL;
+    const char *bad;
+    int rc;
+
+    if (sj == NULL) {
+        srv_peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT before JOIN");
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT before JOIN: no job to record it for");
+        return;
+    }
+    for (size_t i = 0; i < sj->job->n_members && m == NULL; i++)
+        if (sj->job->members[i].peer == p)
+            m = &sj->job->members[i];
+    if (m == NULL)
+        return; /* a new round began meanwhile (the agent is rejoining): not an error, and its
+                 * connection must not pay for the race; nothing to file it under */
+    if ((bad = rdzv_pfrec_check(pf)) != NULL) {
+        srv_peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT refused: %s", bad);
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT refused: %s", bad);
+        return;
+    }
+    rc = rdzv_pfrec_put(&sj->pfrec, m->node_id, m->host, mc_wall_ms(), pf);
+    if (rc == -ENOSPC)
+        srv_peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT not recorded: %u nodes recorded already",
+                       RDZV_PFREC_MAX);
+    /* -ENOMEM: the record only feeds STATUS, the job runs on without it */
+}

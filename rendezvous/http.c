@@ -236,6 +236,28 @@ static void sum_up(struct rdzv_server *srv, struct totals *t)
     }
 }
 
+/* The pre-flight's per-GPU figures (issue 15) as their agents reported them, every job. */
+static void preflight_families(FILE *f, struct rdzv_server *srv)
+{
+    static const struct {
+        const char *which, *name, *help;
+    } fam[] = {
+        {"gemm", "muster_preflight_gpu_gemm_tflops", "Pre-flight bf16 GEMM per GPU, TFLOP/s."},
+        {"hbm", "muster_preflight_gpu_hbm_gbps",
+         "Pre-flight HBM device copy per GPU, GB/s (read + write)."},
+        {"level", "muster_preflight_gpu_level",
+         "Pre-flight verdict per GPU: 0 ok, 1 warning, 2 failure."},
+        {"p2p", "muster_preflight_p2p_min_gbps",
+         "Pre-flight slowest peer-to-peer copy between two GPUs of a node, GB/s."},
+    };
+
+    for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", fam[i].name, fam[i].help, fam[i].name);
+        for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next)
+            rdzv_pfrec_metrics(f, sj->job->id, &sj->pfrec, fam[i].which);
+    }
+}
+
 static char *metrics_text(struct rdzv_server *srv, size_t *len)
 {
     const struct rdzv_server_stats *st = &srv->stats;
@@ -281,6 +303,7 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
     metric(f, "muster_log_suppressed_total", "counter",
            "Refusals not logged because their address was logged already.",
            (double)srv->stats.log_suppressed);
+    preflight_families(f, srv);
     return fclose(f) == 0 ? text : (free(text), NULL);
 }
 

@@ -32,6 +32,7 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_STATUS_REQ] = "STATUS_REQ",
     [RDZV_MSG_STATUS] = "STATUS",
     [RDZV_MSG_CKPT] = "CKPT",
+    [RDZV_MSG_PREFLIGHT] = "PREFLIGHT",
 };
 
 const char *rdzv_msg_name(unsigned type)
@@ -454,7 +455,54 @@ static void io_status(struct io *c, struct rdzv_status *st)
         c->r->err = -EPROTO;
 }
 
-/* The issue-3 and issue-5 messages; returns 0 when `m` is none of them. */
+/* A level (enum rdzv_pf_level) beyond FAILURE is refused both ways. */
+static void io_pf_level(struct io *c, uint8_t *level)
+{
+    IO_U8(c, *level);
+    if (*level <= RDZV_PF_FAILURE)
+        return;
+    if (c->w != NULL)
+        c->w->err = -EINVAL;
+    else
+        c->r->err = -EPROTO;
+}
+
+static void io_pf_gpu(struct io *c, struct rdzv_pf_gpu *g)
+{
+    IO_U32(c, g->index);
+    io_str(c, g->uuid, RDZV_PF_UUID_MAX);
+    io_str(c, g->model, RDZV_PF_MODEL_MAX);
+    IO_U32(c, g->gemm_gflops);
+    IO_U32(c, g->hbm_mbps);
+    io_pf_level(c, &g->level);
+    io_str(c, g->note, RDZV_PF_NOTE_MAX);
+}
+
+/* The GPU count is checked before any GPU is read: at most RDZV_PF_GPUS_MAX. */
+static void io_preflight(struct io *c, struct rdzv_preflight *pf)
+{
+    IO_U32(c, pf->round);
+    IO_U8(c, pf->ok);
+    IO_U8(c, pf->joined);
+    IO_U32(c, pf->p2p_pairs);
+    IO_U32(c, pf->p2p_min_mbps);
+    IO_U32(c, pf->p2p_median_mbps);
+    io_pf_level(c, &pf->p2p_level);
+    io_str(c, pf->p2p_note, RDZV_PF_NOTE_MAX);
+    IO_U32(c, pf->count);
+    if (pf->count > RDZV_PF_GPUS_MAX) {
+        if (c->w != NULL)
+            c->w->err = -EINVAL;
+        else
+            c->r->err = -EPROTO;
+        pf->count = 0;
+        return;
+    }
+    for (uint32_t i = 0; i < pf->count; i++)
+        io_pf_gpu(c, &pf->gpus[i]);
+}
+
+/* The issue-3, issue-5 and issue-15 messages; returns 0 when `m` is none of them. */
 static int io_payload3(struct io *c, struct rdzv_msg *m)
 {
     switch (m->type) {
@@ -487,6 +535,9 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
         return 1;
     case RDZV_MSG_CKPT:
         io_ckpt(c, &m->u.ckpt);
+        return 1;
+    case RDZV_MSG_PREFLIGHT:
+        io_preflight(c, &m->u.preflight);
         return 1;
     default: /* ATTACH_OK carries no payload */
         return 0;
@@ -633,6 +684,8 @@ size_t rdzv_msg_body_size(unsigned type)
         return sizeof(m->u.status);
     case RDZV_MSG_CKPT:
         return sizeof(m->u.ckpt);
+    case RDZV_MSG_PREFLIGHT:
+        return sizeof(m->u.preflight);
     default: /* WELCOME, JOB_DONE, ATTACH_OK: no body */
         return 0;
     }

@@ -48,6 +48,8 @@ enum rdzv_msg_type {
     RDZV_MSG_STATUS = 23,     /* S->observer JSON text (the same document as HTTP /status) */
     /* --- issue 5: checkpoints ------------------------------------------------------------ */
     RDZV_MSG_CKPT = 24, /* agent->S a checkpoint recorded or found bad; no reply */
+    /* --- issue 15: pre-flight results ---------------------------------------------------- */
+    RDZV_MSG_PREFLIGHT = 25, /* agent->S this node's pre-flight, per GPU; no reply */
     RDZV_MSG_TYPE_MAX_
 };
 
@@ -232,6 +234,40 @@ struct rdzv_ckpt {
     char reason[RDZV_TEXT_MAX + 1]; /* why it is bad; "" when verified_bad = 0 */
 };
 
+/* PREFLIGHT (issue 15): one node's pre-flight results, sent by its agent when the node process
+ * has ended (round 0, or a node that joined a running job). The server files them under the
+ * member that sent them (its JOIN's host and node id), never under a host the message names. */
+#define RDZV_PF_GPUS_MAX 64  /* GPUs of one node */
+#define RDZV_PF_UUID_MAX 64  /* "GPU-" + 36, with room */
+#define RDZV_PF_MODEL_MAX 96 /* "NVIDIA H200" */
+#define RDZV_PF_NOTE_MAX 320 /* one finding's line */
+
+enum rdzv_pf_level { RDZV_PF_OK = 0, RDZV_PF_WARNING = 1, RDZV_PF_FAILURE = 2 };
+
+struct rdzv_pf_gpu {
+    uint32_t index; /* CUDA index on the node */
+    char uuid[RDZV_PF_UUID_MAX + 1];
+    char model[RDZV_PF_MODEL_MAX + 1];
+    uint32_t gemm_gflops;            /* bf16 GEMM in GFLOP/s (TFLOP/s x 1000); 0: not measured */
+    uint32_t hbm_mbps;               /* HBM copy in MB/s, read + write counted; 0: not measured */
+    uint8_t level;                   /* enum rdzv_pf_level: the worst finding for this GPU */
+    char note[RDZV_PF_NOTE_MAX + 1]; /* that finding's line, "" when none */
+};
+
+struct rdzv_preflight {
+    uint32_t round;
+    uint8_t ok;     /* 1: the node's pre-flight passed (warnings allowed) */
+    uint8_t joined; /* 1: a node that joined a running job, checked on its own (node-local) */
+    /* the node's peer-to-peer matrix: measured ordered pairs (0: none, e.g. one GPU), the
+     * slowest pair and the median in MB/s, the level and line of its worst finding, or why it
+     * was skipped */
+    uint32_t p2p_pairs, p2p_min_mbps, p2p_median_mbps;
+    uint8_t p2p_level;
+    char p2p_note[RDZV_PF_NOTE_MAX + 1];
+    uint32_t count; /* 0..RDZV_PF_GPUS_MAX */
+    struct rdzv_pf_gpu gpus[RDZV_PF_GPUS_MAX];
+};
+
 /* One decoded message. `type` selects the member. */
 struct rdzv_msg {
     uint8_t type;
@@ -253,6 +289,7 @@ struct rdzv_msg {
         struct rdzv_status_req status_req;
         struct rdzv_status status;
         struct rdzv_ckpt ckpt;
+        struct rdzv_preflight preflight;
     } u;
 };
 

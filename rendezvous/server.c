@@ -520,6 +520,7 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_HEARTBEAT:
     case RDZV_MSG_REJOIN:
     case RDZV_MSG_CKPT:
+    case RDZV_MSG_PREFLIGHT:
         return role == RDZV_ROLE_AGENT;
     case RDZV_MSG_ATTACH:
     case RDZV_MSG_KV_PUT:
@@ -574,6 +575,9 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_CKPT:
         rdzv__handle_ckpt(p, &m->u.ckpt);
+        break;
+    case RDZV_MSG_PREFLIGHT:
+        rdzv__handle_preflight(p, &m->u.preflight);
         break;
     case RDZV_MSG_ATTACH:
         rdzv__handle_attach(p, &m->u.attach);

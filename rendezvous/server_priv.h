@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "ckptlog.h"
+#include "pfrec.h"
 #include "clock.h"
 #include "conn.h"
 #include "cred.h"
@@ -55,6 +56,7 @@ struct sjob {
     struct rdzv_job *job;
     struct rdzv_kv_store *kv;
     struct rdzv_ckptlog *ckpts; /* CKPT records for STATUS; NULL until the first CKPT */
+    struct rdzv_pfrec pfrec;    /* PREFLIGHT results per node, for STATUS and /metrics */
     uv_timer_t timer;           /* timer.data = this sjob; earliest of job and KV deadlines */
     struct sjob *prev, *next;
     unsigned npeers;   /* agent connections with peer->job == this */
@@ -199,6 +201,7 @@ void rdzv__handle_done(struct peer *p, uint32_t round);
 void rdzv__handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb);
 void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj);
 void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck);
+void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf);
 
 /* handler_kv.c: worker and observer messages */
 void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a);

@@ -17,6 +17,7 @@ static void sjob_closed_cb(uv_handle_t *handle)
 
     rdzv_kv_free(sj->kv);
     rdzv_ckptlog_free(sj->ckpts);
+    rdzv_pfrec_clear(&sj->pfrec);
     rdzv_job_free(sj->job);
     free(sj);
     srv_handle_closed(srv);

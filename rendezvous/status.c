@@ -122,6 +122,7 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
         json_object_set_new(o, "nodes", nodes_json(srv, job));
         json_object_set_new(o, "checkpoints", ckpts_json(sj->ckpts));
         json_object_set_new(o, "node_failures", failures_json(job));
+        json_object_set_new(o, "preflight", rdzv_pfrec_json(&sj->pfrec));
     }
     if (o != NULL) {
         json_object_set_new(o, "exclude_after", json_integer(job->exclude_after));

@@ -3,7 +3,9 @@
  *
  *   muster-preflight inventory   this machine's driver, CUDA, NCCL versions and GPUs as JSON
  *   muster-preflight allreduce   unique-GPU check, NCCL init, exact all-reduce check and a
- *                                bandwidth sweep, per stage ("node", then "all")
+ *                                bandwidth sweep, per stage ("node", then "all"), then the
+ *                                GPU's bf16 GEMM, HBM copy and NVML health
+ *   muster-preflight p2p         the peer-to-peer bandwidth matrix of this node's GPUs
  *
  * Exit codes:
  *   0  ok
@@ -23,6 +25,7 @@
 #include "busbw.h"
 #include "muster_version.h"
 #include "pf_gpu.h"
+#include "pf_p2p.h"
 #include "pf_run.h"
 #include "clock.h"
 
@@ -36,6 +39,7 @@ static const char usage_text[] =
     "usage: muster-preflight inventory\n"
     "       muster-preflight allreduce [--min-bytes SIZE] [--max-bytes SIZE] [--iters N]\n"
     "                                  [--warmup N] [--timeout-ms MS] [--device N] [--out FILE]\n"
+    "       muster-preflight p2p [--devices N] [--out FILE]\n"
     "       muster-preflight --help | --version\n"
     "\n"
     "inventory: prints one JSON object: {\"driver\", \"cuda_driver\", \"cuda_runtime\", \"nccl\",\n"
@@ -61,6 +65,15 @@ static const char usage_text[] =
     "                     collective, finalize (default 30000)\n"
     "  --device N         CUDA device (default LOCAL_RANK, or 0 when CUDA sees one device)\n"
     "  --out FILE         write the report to FILE instead of stdout\n"
+    "  After the all-reduce each rank measures its GPU: bf16 GEMM (cuBLAS, loaded at run time),\n"
+    "  HBM device-to-device copy, and NVML health (ECC, remapped rows, clock events, clocks,\n"
+    "  temperature, PCIe link, persistence), in the report's \"health\".\n"
+    "\n"
+    "p2p: the node's peer-to-peer matrix: cudaMemcpyPeerAsync of 256 MiB (halved while memory\n"
+    "  is short) between every ordered pair of devices 0..N-1 (--devices, default all), 2\n"
+    "  warm-ups and 10 timed copies each, timed with events; peer access enabled where\n"
+    "  possible. JSON: {\"gpus\", \"bytes\", \"iters\", \"gbps\": [[row = source]],\n"
+    "  \"peer_access\"}; with one device {\"skipped\"} and no figures.\n"
     "\n"
     "exit codes: 0 ok; 1 a check failed (shared GPU, NCCL error, wrong sum); 2 usage;\n"
     "  3 CUDA/NCCL/muster connection cannot start; 4 a rank missing or a timeout.\n";
@@ -231,7 +244,7 @@ int main(int argc, char **argv)
      * stay off on shared hosts. */
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     if (argc < 2)
-        return usage_error("missing command: inventory or allreduce");
+        return usage_error("missing command: inventory, allreduce or p2p");
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage_text, stdout);
         return PFG_EXIT_OK;
@@ -251,5 +264,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "allreduce") == 0)
         return allreduce_main(argc - 1, argv + 1);
-    return usage_error("unknown command \"%s\": inventory or allreduce", argv[1]);
+    if (strcmp(argv[1], "p2p") == 0) {
+        if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            fputs(usage_text, stdout);
+            return PFG_EXIT_OK;
+        }
+        return pf_p2p_main(argc - 1, argv + 1);
+    }
+    return usage_error("unknown command \"%s\": inventory, allreduce or p2p", argv[1]);
 }

@@ -49,6 +49,36 @@ expect_rc "step 6" 0
 grep -q "NCCL all-reduce over 2 ranks" "$T/err" || fail "no NCCL table: $(cat "$T/err")"
 [ -s "$T/logs/one-$$/preflight.json" ] || fail "no JSON report in the log dir"
 grep -q '"nccl"' "$T/logs/one-$$/preflight.json" || fail "the JSON report lacks the NCCL stage"
+# the P2P matrix (issue 15): in the node's line and in the report, per GPU pair
+grep -q "preflight: node .*: 2 GPUs: .*; P2P min 390.0 GB/s, median 390.0 GB/s over 2 pairs" "$T/err" \
+    || fail "no P2P figures in the node line: $(cat "$T/err")"
+grep -q '"p2p":{"gpus":\[{"index":0,"uuid":"GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"}' \
+    <(tr -d ' \n' <"$T/logs/one-$$/preflight.json") || fail "the report lacks the P2P matrix"
+if command -v jq >/dev/null; then
+    jq -e '.nccl[0].p2p.gbps == [[0, 390.0], [390.0, 0]] and .nccl[0].p2p.pairs == 2 and
+        (.nccl[0].ranks | length) == 2 and all(.nccl[0].ranks[]; .health.gemm_tflops == 790.0) and
+        .gpu_health.findings == []' "$T/logs/one-$$/preflight.json" >/dev/null \
+        || fail "report: per-GPU or P2P entries wrong: $(cat "$T/logs/one-$$/preflight.json")"
+fi
+# a slow pair fails, named with node, both GPUs (index, UUID) and its figure; in the report too
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_P2P_SLOW=1:0 -- preflight \
+    --log-dir "$T/logs" --rdzv-id p2p-$$
+expect_rc "a slow P2P pair" 4
+grep -q "! node .*: P2P GPU 1 (GPU-00000001-aaaa-bbbb-cccc-dddddddddddd) -> GPU 0 (GPU-00000000-aaaa-bbbb-cccc-dddddddddddd) 39.0 GB/s is 81.8 % below the node's median 214.5 GB/s of 2 pairs" "$T/err" \
+    || fail "the slow pair was not named: $(cat "$T/err")"
+if command -v jq >/dev/null; then
+    jq -e '.ok == false and (.reason | startswith("slow GPU link: node ")) and
+        [.gpu_health.findings[] | select(.p2p == [1, 0] and .level == "failure")] != []' \
+        "$T/logs/p2p-$$/preflight.json" >/dev/null || fail "report: the slow pair is not a finding"
+fi
+# one GPU: no matrix, said so, no figures
+mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_P2P_SLOW=1:0 -- preflight \
+    --nproc-per-node 1 --log-dir "$T/logs" --rdzv-id p2p1-$$
+expect_rc "P2P with one GPU" 0
+grep -q "preflight: node .*: 1 GPU: .*; P2P skipped: one GPU: no peer-to-peer pairs to measure" "$T/err" \
+    || fail "one GPU: no P2P skip note: $(cat "$T/err")"
+grep -q "P2P min" "$T/err" && fail "one GPU printed P2P figures: $(cat "$T/err")"
+grep -q '"skipped"' "$T/logs/p2p1-$$/preflight.json" || fail "one GPU: the report does not say P2P was skipped"
 
 # auto: 4 workers on a 2-GPU node are no one-GPU-per-worker job, so no pre-flight (said so);
 # --preflight on checks anyway and finds too few GPUs

@@ -83,6 +83,18 @@ static void test_all_exited(void **state)
     c.preflight_failed = 1;
     assert_step(step(AGENT_S_PREFLIGHT, AGENT_EV_ALL_EXITED, &c), AGENT_S_FAILING,
                 AGENT_ACT_REPORT_PF_FAILURE);
+    /* a node that joined a running job: it leaves with exit 4, the job goes on (issue 15) */
+    c.preflight_only = 0;
+    c.preflight_alone = 1;
+    {
+        struct agent_step st = step(AGENT_S_PREFLIGHT, AGENT_EV_ALL_EXITED, &c);
+        assert_step(st, AGENT_S_FINISHED, AGENT_ACT_REPORT_PF_FAILURE | AGENT_ACT_FINISH);
+        assert_true(st.set_exit_code);
+        assert_int_equal(st.exit_code, AGENT_EXIT_PREFLIGHT);
+    }
+    c.preflight_failed = 0; /* passed: its workers start */
+    assert_step(step(AGENT_S_PREFLIGHT, AGENT_EV_ALL_EXITED, &c), AGENT_S_RUNNING,
+                AGENT_ACT_START_WORKERS);
 }
 
 static void test_restart(void **state)

@@ -279,6 +279,36 @@ static void test_connect_env(void **state)
     assert_int_equal(muster_connect(&m), 0);
     assert_int_equal(muster_kv_put(m, "env/ok", "1", 1), 0);
     muster_close(m);
+    /* MUSTER_KV_PREFIX (issue 15: a joining node's pre-flight): every key and barrier name
+     * of the handle gets it; other handles see the prefixed key; it counts against the key
+     * limit, and one longer than MUSTER_KV_PREFIX_MAX is refused */
+    {
+        char buf[8], longkey[MUSTER_KEY_MAX + 1], longpfx[MUSTER_KV_PREFIX_MAX + 2];
+        size_t len = 0;
+        struct muster *plain = attach(s, 0);
+
+        setenv("MUSTER_KV_PREFIX", "pfj/2/", 1);
+        assert_int_equal(muster_connect(&m), 0);
+        assert_int_equal(muster_kv_put(m, "pf/x", "7", 1), 0);
+        assert_int_equal(muster_kv_get(m, "pf/x", buf, sizeof(buf), &len, 0), 0);
+        assert_int_equal(muster_kv_get(plain, "pfj/2/pf/x", buf, sizeof(buf), &len, 0), 0);
+        assert_memory_equal(buf, "7", 1);
+        assert_int_equal(muster_kv_get(plain, "pf/x", buf, sizeof(buf), &len, 0), -ENOENT);
+        assert_int_equal(muster_barrier(m, "pf/b", 1, 1000), 0);
+        memset(longkey, 'k', MUSTER_KEY_MAX);
+        longkey[MUSTER_KEY_MAX] = '\0';
+        assert_int_equal(muster_kv_put(plain, longkey, "1", 1), 0);
+        assert_int_equal(muster_kv_put(m, longkey, "1", 1), -EINVAL);
+        muster_close(m);
+        muster_close(plain);
+        memset(longpfx, 'p', sizeof(longpfx) - 1);
+        longpfx[sizeof(longpfx) - 1] = '\0';
+        setenv("MUSTER_KV_PREFIX", longpfx, 1);
+        m = NULL;
+        assert_int_equal(muster_connect(&m), -EINVAL);
+        assert_null(m);
+        unsetenv("MUSTER_KV_PREFIX");
+    }
     setenv("MUSTER_ENDPOINT", "[::1]:1", 1); /* IPv6 form parses; nothing listens */
     m = NULL;
     assert_true(muster_connect(&m) < 0);

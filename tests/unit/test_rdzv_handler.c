@@ -20,6 +20,7 @@
 
 #include "conn.h"
 #include "cred.h"
+#include "pfrec.h"
 #include "server.h"
 #include "tls.h"
 
@@ -745,6 +746,171 @@ static void test_ckpt_status(void **state)
     json_decref(doc);
 }
 
+/* --- PREFLIGHT (issue 15) ------------------------------------------------------------------ */
+static void preflight(struct raw *r, const char *uuid0, uint32_t index1)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_PREFLIGHT);
+    struct rdzv_preflight *pf = &m->u.preflight;
+
+    pf->round = 0;
+    pf->ok = 1;
+    pf->p2p_pairs = 2;
+    pf->p2p_min_mbps = 39000;
+    pf->p2p_median_mbps = 214500;
+    pf->p2p_level = RDZV_PF_WARNING;
+    strcpy(pf->p2p_note, "node host0: P2P GPU 0 -> GPU 1 39.0 GB/s is far below");
+    pf->count = 2;
+    for (uint32_t i = 0; i < 2; i++) {
+        pf->gpus[i].index = i ? index1 : 0;
+        snprintf(pf->gpus[i].uuid, sizeof(pf->gpus[i].uuid), "%s", i ? "GPU-1111" : uuid0);
+        strcpy(pf->gpus[i].model, "NVIDIA H200");
+        pf->gpus[i].gemm_gflops = i ? 474000 : 790000;
+        pf->gpus[i].hbm_mbps = 4280000;
+        pf->gpus[i].level = i ? RDZV_PF_FAILURE : RDZV_PF_OK;
+    }
+    strcpy(pf->gpus[1].note, "node host0, GPU 1 (GPU-1111): bf16 GEMM 474.0 TFLOP/s is slow");
+    send_msg(r, m);
+}
+
+static int pf_refused(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, HEARTBEAT) == 1 && N(2, STATUS) == 1 && N(3, ERROR) == 1 && N(4, ERROR) == 1 &&
+           N(1, ERROR) == 1 && R(1)->closed && R(3)->closed && R(4)->closed;
+}
+
+/* A member's PREFLIGHT shows up in STATUS under its own host (the message names none), per GPU
+ * with figures and levels; a worker, an agent that never joined, a control character in a
+ * string and a GPU index given twice are refused (ERROR PROTOCOL, closed) and not recorded. */
+static void test_preflight_status(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+    json_t *doc, *list, *node, *gpu;
+    json_error_t jerr;
+    int r0;
+
+    agent(fx, 0, "pf", 2, 2);
+    agent(fx, 1, "pf", 2, 2);
+    run_until(fx, both_assigned);
+    r0 = 0;
+    preflight(R(0), "GPU-0000", 1);
+    preflight(R(0), "GPU-0000", 1);                /* again: replaces its record, no second node */
+    send_msg(R(0), sendq_msg(RDZV_MSG_HEARTBEAT)); /* its echo: the PREFLIGHTs were handled */
+    HARNESS_RUN_UNTIL(&fx->h, N(0, HEARTBEAT) > 0);
+    preflight(R(1), "GPU-\x1b[2J", 1); /* a terminal escape in a UUID */
+    worker(fx, 3, "pf", 0);
+    preflight(R(3), "GPU-3333", 1);
+    raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
+    preflight(R(4), "GPU-4444", 1);
+    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
+    m = sendq_msg(RDZV_MSG_STATUS_REQ);
+    strcpy(m->u.status_req.job_id, "pf");
+    send_msg(R(2), m);
+    run_until(fx, pf_refused);
+    assert_int_equal(R(1)->error.code, RDZV_ERR_PROTOCOL);
+    assert_non_null(strstr(R(1)->error.text, "control character"));
+    assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
+    assert_non_null(strstr(R(3)->error.text, "PREFLIGHT is not a message"));
+    assert_int_equal(R(4)->error.code, RDZV_ERR_PROTOCOL);
+    assert_non_null(strstr(R(4)->error.text, "before JOIN"));
+    doc = json_loads(R(2)->status_json, 0, &jerr);
+    assert_non_null(doc);
+    list = json_object_get(json_array_get(json_object_get(doc, "jobs"), 0), "preflight");
+    assert_int_equal(json_array_size(list), 1); /* R(1)'s was refused, R(0)'s replaced */
+    node = json_array_get(list, 0);
+    assert_string_equal(json_string_value(json_object_get(node, "host")), "host0");
+    assert_true(json_is_true(json_object_get(node, "ok")));
+    assert_true(json_is_false(json_object_get(node, "joined")));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(node, "p2p"), "pairs")), 2);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(node, "p2p"), "level")),
+                        "warning");
+    assert_true(json_real_value(json_object_get(json_object_get(node, "p2p"), "min_gbps")) == 39.0);
+    assert_int_equal(json_array_size(json_object_get(node, "gpus")), 2);
+    gpu = json_array_get(json_object_get(node, "gpus"), 1);
+    assert_int_equal(json_integer_value(json_object_get(gpu, "index")), 1);
+    assert_string_equal(json_string_value(json_object_get(gpu, "uuid")), "GPU-1111");
+    assert_string_equal(json_string_value(json_object_get(gpu, "model")), "NVIDIA H200");
+    assert_true(json_real_value(json_object_get(gpu, "gemm_tflops")) == 474.0);
+    assert_true(json_real_value(json_object_get(gpu, "hbm_gbps")) == 4280.0);
+    assert_string_equal(json_string_value(json_object_get(gpu, "level")), "failure");
+    assert_non_null(strstr(json_string_value(json_object_get(gpu, "note")), "is slow"));
+    json_decref(doc);
+    (void)r0;
+}
+
+static int dup_refused(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, ERROR) == 1 && R(0)->closed;
+}
+
+static void test_preflight_duplicate_gpu(void **state)
+{
+    struct fixture *fx = *state;
+
+    agent(fx, 0, "pfd", 2, 2);
+    agent(fx, 1, "pfd", 2, 2);
+    run_until(fx, both_assigned);
+    preflight(R(0), "GPU-0000", 0); /* index 0 twice */
+    run_until(fx, dup_refused);
+    assert_non_null(strstr(R(0)->error.text, "GPU index twice"));
+}
+
+/* The /metrics samples: one per measured GPU and figure (an unmeasured one has none, not a
+ * fake 0), the level of every GPU, the slowest P2P pair per node; label values escaped. */
+static void test_preflight_metrics(void **state)
+{
+    static struct rdzv_preflight pf;
+    struct rdzv_pfrec rec = {0};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    (void)state;
+    pf.count = 2;
+    pf.p2p_pairs = 2;
+    pf.p2p_min_mbps = 390500;
+    pf.gpus[0] = (struct rdzv_pf_gpu){.index = 0, .gemm_gflops = 790100, .hbm_mbps = 4280000};
+    strcpy(pf.gpus[0].uuid, "GPU-0");
+    pf.gpus[1] = (struct rdzv_pf_gpu){.index = 3, .level = RDZV_PF_FAILURE};
+    strcpy(pf.gpus[1].uuid, "GPU-\"3\\");
+    assert_null(rdzv_pfrec_check(&pf));
+    assert_int_equal(rdzv_pfrec_put(&rec, 7, "node-a", 1, &pf), 0);
+    assert_int_equal(rdzv_pfrec_put(&rec, 7, "node-a", 2, &pf), 0);
+    assert_int_equal(rec.n, 1);
+    assert_non_null(f = open_memstream(&text, &len));
+    rdzv_pfrec_metrics(f, "job\"1", &rec, "gemm");
+    rdzv_pfrec_metrics(f, "job\"1", &rec, "hbm");
+    rdzv_pfrec_metrics(f, "job\"1", &rec, "level");
+    rdzv_pfrec_metrics(f, "job\"1", &rec, "p2p");
+    fclose(f);
+    assert_string_equal(
+        text, "muster_preflight_gpu_gemm_tflops{job=\"job\\\"1\",host=\"node-a\",gpu=\"0\","
+              "uuid=\"GPU-0\"} 790.1\n"
+              "muster_preflight_gpu_hbm_gbps{job=\"job\\\"1\",host=\"node-a\",gpu=\"0\","
+              "uuid=\"GPU-0\"} 4280\n"
+              "muster_preflight_gpu_level{job=\"job\\\"1\",host=\"node-a\",gpu=\"0\","
+              "uuid=\"GPU-0\"} 0\n"
+              "muster_preflight_gpu_level{job=\"job\\\"1\",host=\"node-a\",gpu=\"3\","
+              "uuid=\"GPU-\\\"3\\\\\"} 2\n"
+              "muster_preflight_p2p_min_gbps{job=\"job\\\"1\",host=\"node-a\"} 390.5\n");
+    free(text);
+    /* hostile content the codec lets through: refused before it is stored */
+    pf.count = RDZV_PF_GPUS_MAX + 1;
+    assert_non_null(rdzv_pfrec_check(&pf));
+    pf.count = 2;
+    pf.gpus[1].index = 1024;
+    assert_non_null(rdzv_pfrec_check(&pf));
+    pf.gpus[1].index = 3;
+    pf.gpus[0].model[0] = (char)0xc3; /* non-ASCII */
+    assert_non_null(rdzv_pfrec_check(&pf));
+    pf.gpus[0].model[0] = '\0';
+    pf.ok = 2;
+    assert_non_null(rdzv_pfrec_check(&pf));
+    rdzv_pfrec_clear(&rec);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -759,6 +925,9 @@ int main(void)
         T(test_kv),
         T(test_status),
         T(test_ckpt_status),
+        T(test_preflight_status),
+        T(test_preflight_duplicate_gpu),
+        cmocka_unit_test(test_preflight_metrics),
     };
 #undef T
 

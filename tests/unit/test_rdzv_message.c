@@ -29,6 +29,82 @@ static void fill_failure(struct rdzv_failure *f)
 
 static void example3(uint8_t type, struct rdzv_msg *m);
 
+static void fill_preflight(struct rdzv_preflight *pf)
+{
+    pf->round = 4;
+    pf->ok = 1;
+    pf->joined = 1;
+    pf->p2p_pairs = 2;
+    pf->p2p_min_mbps = 40000;
+    pf->p2p_median_mbps = 390000;
+    pf->p2p_level = RDZV_PF_FAILURE;
+    strcpy(pf->p2p_note, "node a: P2P GPU 0 -> GPU 1 40.0 GB/s is far below");
+    pf->count = 2;
+    for (uint32_t i = 0; i < 2; i++) {
+        pf->gpus[i].index = i;
+        strcpy(pf->gpus[i].uuid, i ? "GPU-1111" : "GPU-0000");
+        strcpy(pf->gpus[i].model, "NVIDIA H200");
+        pf->gpus[i].gemm_gflops = 790100 - i;
+        pf->gpus[i].hbm_mbps = 4270300;
+        pf->gpus[i].level = (uint8_t)i;
+    }
+    strcpy(pf->gpus[1].note, "clocks held down");
+}
+
+/* PREFLIGHT (issue 15): the GPU count is checked before any GPU is read (a hostile count
+ * cannot walk past the array), levels beyond FAILURE and over-long strings are refused both
+ * ways. */
+static void test_preflight_limits(void **state)
+{
+    static struct rdzv_msg m, out;
+    size_t len;
+    uint8_t *count;
+
+    (void)state;
+    rdzv_msg_init(&m, RDZV_MSG_PREFLIGHT);
+    fill_preflight(&m.u.preflight);
+    m.u.preflight.count = 0;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    /* the count is the payload's last 4 bytes here: claim RDZV_PF_GPUS_MAX + 1, then 2^32-1 */
+    count = buf + len - 4;
+    count[3] = RDZV_PF_GPUS_MAX + 1;
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_PREFLIGHT, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out),
+        -EPROTO);
+    memset(count, 0xff, 4);
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_PREFLIGHT, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out),
+        -EPROTO);
+    /* the sender refuses them too */
+    m.u.preflight.count = RDZV_PF_GPUS_MAX + 1;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    m.u.preflight.count = RDZV_PF_GPUS_MAX; /* all 64, with long notes: fits a frame */
+    for (int i = 0; i < RDZV_PF_GPUS_MAX; i++) {
+        m.u.preflight.gpus[i].index = (uint32_t)i;
+        memset(m.u.preflight.gpus[i].note, 'n', RDZV_PF_NOTE_MAX);
+        memset(m.u.preflight.gpus[i].model, 'm', RDZV_PF_MODEL_MAX);
+        memset(m.u.preflight.gpus[i].uuid, 'u', RDZV_PF_UUID_MAX);
+    }
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_PREFLIGHT, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out),
+        0);
+    assert_int_equal(out.u.preflight.count, RDZV_PF_GPUS_MAX);
+    m.u.preflight.gpus[3].note[RDZV_PF_NOTE_MAX] = 'x'; /* one byte over */
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    m.u.preflight.gpus[3].note[RDZV_PF_NOTE_MAX] = '\0';
+    m.u.preflight.gpus[5].level = RDZV_PF_FAILURE + 1;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    m.u.preflight.count = 1;
+    m.u.preflight.gpus[0].level = RDZV_PF_FAILURE;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    /* the level byte sits right before the note (u16 length + RDZV_PF_NOTE_MAX bytes) */
+    buf[len - 4 * 0 - RDZV_PF_NOTE_MAX - 2 - 1] = RDZV_PF_FAILURE + 1;
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_PREFLIGHT, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out),
+        -EPROTO);
+}
+
 /* One filled example of every type. Long: one case per message type (example3() has the
  * rest). */
 static void example(uint8_t type, struct rdzv_msg *m)
@@ -150,6 +226,9 @@ static void example3(uint8_t type, struct rdzv_msg *m)
         m->u.ckpt.time_ms = 1700000000123ULL;
         m->u.ckpt.verified_bad = 1;
         strcpy(m->u.ckpt.reason, "checksum mismatch");
+        break;
+    case RDZV_MSG_PREFLIGHT:
+        fill_preflight(&m->u.preflight);
         break;
     default:
         break;
@@ -441,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_overlong_strings),
         cmocka_unit_test(test_blob_limits),
         cmocka_unit_test(test_ckpt_names),
+        cmocka_unit_test(test_preflight_limits),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
