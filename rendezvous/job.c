@@ -302,13 +302,15 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
 {
     struct rdzv_job_member m;
 
+    /* first: an excluded node whose agent took long to stop its workers may find the job
+     * finished by its replacement; it must still learn why it was left out */
+    if (rdzv_job_excluded(job, j->host, addr) != NULL)
+        return -EPERM;
     if (job->state == RDZV_JOB_FINISHED)
         return -ESHUTDOWN;
     if (in_list(job->members, job->n_members, peer, j->node_id) ||
         in_list(job->pending, job->n_pending, peer, j->node_id))
         return -EEXIST;
-    if (rdzv_job_excluded(job, j->host, addr) != NULL)
-        return -EPERM;
     make_member(&m, j, addr, peer);
     /* a spare that already ran in the previous round re-joins as the member it is now */
     if (m.spare && prev_rank(job, m.node_id) < 0)

@@ -162,13 +162,13 @@ int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j);
 
 /* Adds the node of `j` (borrowed) reached at `addr` (copied) through `peer` to the filling round.
  * Returns 0 and sets *ev to WAITING or ASSIGNED (round full); -ESHUTDOWN when the job finished,
- * -EPERM when the node is excluded (rdzv_job_excluded() says why), -EEXIST when the peer or node_id
- * is already in the round or pending, -ENOMEM. While the round runs (scale-up), the joiner goes to
- * pending[]: with fewer than max_nodes members a new round starts at once (*ev = RESTART,
- * restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes it waits for a later
- * round (*ev = PENDING). Pending joiners enter a new round (any cause) while there is room next to
- * the previous round's still-connected members, who keep priority.
- * A spare (RDZV_JOIN_SPARE, not a member of the previous round) always waits in pending[]
+ * -EPERM when the node is excluded (rdzv_job_excluded() says why; checked first), -EEXIST when the
+ * peer or node_id is already in the round or pending, -ENOMEM. While the round runs (scale-up), the
+ * joiner goes to pending[]: with fewer than max_nodes members a new round starts at once (*ev =
+ * RESTART, restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes it waits
+ * for a later round (*ev = PENDING). Pending joiners enter a new round (any cause) while there is
+ * room next to the previous round's still-connected members, who keep priority. A spare
+ * (RDZV_JOIN_SPARE, not a member of the previous round) always waits in pending[]
  * (*ev = PENDING, no scale-up): it enters a filling round only in the place of a node of the
  * previous round that was lost, left or excluded, up to keep_nodes (the world keeps its size).
  * Places free up when the round opens (an excluded node's at once) and whenever a previous
