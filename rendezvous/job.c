@@ -707,10 +707,13 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
 
 /* --- server restart: rebuilding a running round from REJOINs ------------------------------ */
 
+/* pending[] may hold spares: a spare that reconnects to the restarted server before every
+ * member (its JOIN creates the job) must not keep the members from rebuilding their round. In a
+ * round 0 without members nothing else can be pending. */
 static int fresh(const struct rdzv_job *job)
 {
     return job->state == RDZV_JOB_FILLING && job->round == 0 && job->n_members == 0 &&
-           job->n_prev == 0 && job->n_pending == 0;
+           job->n_prev == 0;
 }
 
 /* The first REJOIN of a job this server never saw: adopt the agent's round as it is. */

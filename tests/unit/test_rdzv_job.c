@@ -980,6 +980,36 @@ static void test_spare_keeps_size_elastic(void **state)
     rdzv_job_free(job);
 }
 
+/* Server restart: a spare whose JOIN reaches the new server first (creating the job) does not
+ * keep the members from rebuilding their round; a member that does not come back within the
+ * grace is lost, and the spare takes its place and rank. */
+static void test_spare_across_server_restart(void **state)
+{
+    struct rdzv_rejoin rj = mkrejoin(0, 3, 0, 2);
+    struct rdzv_job *job = NULL;
+    enum rdzv_job_event ev;
+    void *old;
+
+    (void)state;
+    rj.join.flags = RDZV_JOIN_SPARE;
+    rj.join.node_id = 105;
+    assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
+    assert_int_equal(join_spare(job, 5, 0), RDZV_JOB_EV_PENDING);
+    rj = mkrejoin(0, 3, 0, 2);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", &peers[0], 10, &old, &ev), 0);
+    assert_int_equal(job->state, RDZV_JOB_RUNNING);
+    assert_true(job->rebuilding);
+    assert_int_equal(job->n_pending, 1);
+    /* rank 1 never comes back */
+    assert_int_equal(rdzv_job_tick(job, 10 + job->reconnect_grace_ms, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->n_members, 1);                         /* the spare, at once */
+    assert_int_equal(join(job, 0, 1, 600), RDZV_JOB_EV_WAITING); /* min 2 of max 3 */
+    assert_int_equal(rdzv_job_tick(job, 1600, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    assert_int_equal(member(job, 5)->group_rank, 1);
+    rdzv_job_free(job);
+}
+
 /* Restarts are counted per job: a node that leaves and joins again (new connection, even as a
  * spare) does not reset the budget; a spare taking a place costs only the one restart of the
  * loss; the budget still ends the job. */
@@ -1053,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_spare_rejoins_as_member),
         cmocka_unit_test(test_spare_keeps_size_elastic),
         cmocka_unit_test(test_restart_budget_survives_leave_and_spares),
+        cmocka_unit_test(test_spare_across_server_restart),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
