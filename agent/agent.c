@@ -164,6 +164,9 @@ static void join(struct agent *a)
         /* later JOINs of a spare that took a place are a member's (the server knows it) */
         a->spare_said = 1;
         mc_info("joining job %s as a spare: waiting to replace a lost or excluded node", o->run_id);
+        if (o->restart.max_restarts == 0) /* the job's own value is its first JOIN's */
+            mc_warn("--max-restarts 0: a lost node ends the job, so a spare is never used "
+                    "(replacing a node is a restart)");
     }
 }
 

@@ -4,7 +4,8 @@
 # node without --rdzv-endpoint) is a usage error: one line, exit 2, no worker. On a shared
 # server with job credentials: a spare holding job A's credential is refused by job B (ERROR
 # AUTH, exit 3), so is a spare of B with other --nnodes (MISMATCH); two spares of B wait while
-# B's one node runs (neither fills the round nor starts a worker) and exit 0 with the job.
+# B's one node runs (neither fills the round nor starts a worker; both warn that without
+# --max-restarts they can never be used) and exit 0 with the job.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
@@ -59,6 +60,8 @@ for s in s1 s2; do
 done
 wait_for 20 bash -c "grep -q 'as a spare' '$T/s1.err' && grep -q 'as a spare' '$T/s2.err'" \
     || { show_all; fail "the spares did not join"; }
+grep -q "warning: --max-restarts 0: a lost node ends the job, so a spare is never used" "$T/s1.err" \
+    || { show_agent s1; fail "a spare of a job without restarts was not warned"; }
 http_get "$SHTTP" /status
 grep -q '"spares":2' "$T/http.body" || { cat "$T/http.body" >&2; fail "/status does not count 2 spares"; }
 [ "$(grep -c . "$T/w/starts")" = 1 ] || { show_all; fail "a spare started a worker: $(cat "$T/w/starts")"; }
