@@ -136,6 +136,7 @@ static void join(struct agent *a)
                           .backoff_max_ms = o->restart.backoff_max_ms,
                           .exclude_after = o->restart.exclude_after,
                           .exclude_window_ms = o->restart.exclude_window_ms,
+                          .flags = o->restart.spare ? RDZV_JOIN_SPARE : 0,
                           .last_call_ms = r->last_call_ms,
                           .join_timeout_ms = r->join_timeout_ms,
                           .keep_alive_ms = r->keep_alive_ms,
@@ -162,6 +163,13 @@ static void join(struct agent *a)
     if (rc != 0) {
         mc_error("cannot join the rendezvous at %s:%u", r->host, r->port);
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
+    } else if (o->restart.spare && !a->spare_said) {
+        /* later JOINs of a spare that took a place are a member's (the server knows it) */
+        a->spare_said = 1;
+        mc_info("joining job %s as a spare: waiting to replace a lost or excluded node", o->run_id);
+        if (o->restart.max_restarts == 0) /* the job's own value is its first JOIN's */
+            mc_warn("--max-restarts 0: a lost node ends the job, so a spare is never used "
+                    "(replacing a node is a restart)");
     }
 }
 

@@ -75,6 +75,8 @@ struct agent_restart_opts {
     /* --exclude-after N[:WINDOW], sent in JOIN: the server refuses a node that caused N
      * failures of the job within the window (ms; 0: one hour). 0: never */
     unsigned exclude_after, exclude_window_ms;
+    /* --spare, sent in JOIN (RDZV_JOIN_SPARE): wait to replace a lost or excluded node */
+    int spare;
     unsigned shutdown_timeout_ms;
     int preempt_signal; /* 0 = none: this signal means "pre-empted", exit 75 */
     /* torchrun's --signals-to-handle: each stops the job, passed on to the workers (0 of

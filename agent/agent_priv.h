@@ -90,6 +90,7 @@ struct agent {
      * form), never the agent's own credential */
     char worker_cred[RDZV_CRED_TEXT_MAX + 1];
     unsigned server_wait_logs; /* lines logged while the first connection is refused */
+    int spare_said;            /* --spare: "joined as a spare" was logged (first JOIN only) */
 };
 
 /* agent.c: kept for shared.c, mps.c and proctree.c until they log through common/log.h: one

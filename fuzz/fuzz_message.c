@@ -6,8 +6,8 @@
  *   1..255       the rest of the input is the payload of message type byte0 (types past the
  *                last known one exercise the -ENOTSUP path).
  * Oracle besides the sanitizers: a payload that decodes must re-encode to exactly the same bytes
- * (the codec is canonical: no padding, trailing bytes refused, an optional tail (JOIN, RESTART)
- * present only when not all zeros). */
+ * (the codec is canonical: no padding, trailing bytes refused, an optional tail (JOIN, REJOIN,
+ * RESTART; JOIN's in two parts) present only when its last part is not all zeros). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -75,6 +75,7 @@ static const struct opt opts[O_COUNT_] = {
     [O_HANG_TIMEOUT] = {"hang-timeout", 0, OPT_VALUE, "PET_HANG_TIMEOUT"},
     [O_RESTART_BACKOFF] = {"restart-backoff", 0, OPT_VALUE, "PET_RESTART_BACKOFF"},
     [O_EXCLUDE_AFTER] = {"exclude-after", 0, OPT_VALUE, "PET_EXCLUDE_AFTER"},
+    [O_SPARE] = {"spare", 0, OPT_FLAG, "PET_SPARE"},
     [O_PREEMPT_SIGNAL] = {"preempt-signal", 0, OPT_VALUE, "PET_PREEMPT_SIGNAL"},
     [O_TOKEN_FILE] = {"token-file", 0, OPT_VALUE, "PET_TOKEN_FILE"},
     [O_TLS_CERT] = {"tls-cert", 0, OPT_VALUE, "PET_TLS_CERT"},
@@ -946,6 +947,30 @@ static int check_script(struct parse *p)
     return 0;
 }
 
+/* --spare: a hot spare waits in a shared rendezvous server for a node of a multi-node job to
+ * replace, so it needs one (--rdzv-endpoint) and ranks the rendezvous decides. */
+static int parse_spare(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    int rc = flag_on(p, O_SPARE, &cfg->spare);
+    const char *why = NULL;
+
+    if (rc != 0 || !cfg->spare)
+        return rc;
+    if (cfg->standalone)
+        why = "--standalone runs one node alone, with nothing to replace";
+    else if (cfg->static_recipe || cfg->backend == LAUNCHER_BACKEND_STATIC)
+        why = "the static recipe and backend fix every node's rank (--node-rank)";
+    else if (cfg->rdzv_host == NULL)
+        why = "it needs --rdzv-endpoint HOST:PORT, the rendezvous it waits in";
+    else if (cfg->nproc_per_gpu > 0)
+        why = "shared-GPU mode (--nproc-per-gpu) runs independent tasks on one node";
+    if (why == NULL)
+        return 0;
+    return launcher__cfg_fail(
+        p, "--spare waits to replace a node of a job on a shared rendezvous server: %s", why);
+}
+
 static void set_defaults(struct launcher_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -980,7 +1005,7 @@ static int parse_values(struct parse *p)
         (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
         (rc = parse_output(p)) != 0 || (rc = parse_fault_tolerance(p)) != 0 ||
         (rc = parse_security(p)) != 0 || (rc = launcher__cfg_parse_gpu(p)) != 0 ||
-        (rc = launcher__cfg_parse_torchrun(p)) != 0)
+        (rc = launcher__cfg_parse_torchrun(p)) != 0 || (rc = parse_spare(p)) != 0)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */

@@ -41,6 +41,7 @@ struct launcher_config {
     /* --exclude-after N[:WINDOW]: sent in JOIN; 0 = never exclude; window 0 = the server's 1 h */
     uint32_t exclude_after;
     unsigned exclude_window_ms;
+    int spare; /* --spare: JOIN as a hot spare (RDZV_JOIN_SPARE), waiting to replace a node */
     double monitor_interval;      /* accepted and ignored: muster is event-driven */
     unsigned shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace, default 30 s */
     char *role;                   /* default "default" */

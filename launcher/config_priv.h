@@ -42,6 +42,7 @@ enum opt_id {
     O_HANG_TIMEOUT,
     O_RESTART_BACKOFF,
     O_EXCLUDE_AFTER,
+    O_SPARE,
     O_PREEMPT_SIGNAL,
     O_TOKEN_FILE,
     O_TLS_CERT,

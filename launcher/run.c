@@ -109,6 +109,8 @@ static void print_backoff(const struct launcher_config *cfg)
         printf("exclude_after=%u:%.0f (failures of one node : window in seconds)\n",
                (unsigned)cfg->exclude_after,
                (cfg->exclude_window_ms ? cfg->exclude_window_ms : 3600000u) / 1000.0);
+    if (cfg->spare)
+        printf("spare=1 (waits to replace a lost or excluded node)\n");
 }
 
 static int dry_run_worker(const struct launcher_config *cfg, char **argv,
@@ -453,6 +455,7 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
                                              .backoff_max_ms = cfg->backoff_max_ms,
                                              .exclude_after = cfg->exclude_after,
                                              .exclude_window_ms = cfg->exclude_window_ms,
+                                             .spare = cfg->spare,
                                              .shutdown_timeout_ms = cfg->shutdown_timeout_ms,
                                              .preempt_signal = cfg->preempt_signal,
                                              .handle_signals = cfg->handle_signals,

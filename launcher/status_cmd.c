@@ -147,6 +147,33 @@ static long num(json_t *o, const char *k)
     return (long)mc_json_num(o, k, 0);
 }
 
+/* Nodes not in the round: spares (--spare) and nodes waiting for a round with room. */
+static int pending_state(json_t *n)
+{
+    const char *s = mc_json_str(n, "state", NULL);
+
+    return s != NULL && (strcmp(s, "spare") == 0 || strcmp(s, "waiting") == 0);
+}
+
+static void print_pending(json_t *job, const char *state, const char *title)
+{
+    json_t *n;
+    size_t i;
+    int header = 0;
+
+    json_array_foreach(json_object_get(job, "nodes"), i, n)
+    {
+        const char *s = mc_json_str(n, "state", NULL);
+
+        if (s == NULL || strcmp(s, state) != 0)
+            continue;
+        if (!header++)
+            printf("  %-24s %-16s %-6s %s\n", title, "ADDR", "NPROC", "LAST SEEN");
+        printf("  %-24s %-16s %-6ld %.1f s ago\n", str(n, "host"), str(n, "addr"), num(n, "nproc"),
+               num(n, "last_seen_ms_ago") / 1000.0);
+    }
+}
+
 static void print_job(json_t *job)
 {
     size_t i;
@@ -162,11 +189,16 @@ static void print_job(json_t *job)
     {
         long first = num(n, "rank_offset"), cnt = num(n, "nproc");
         char ranks[32];
+
+        if (pending_state(n))
+            continue; /* listed apart below */
         snprintf(ranks, sizeof(ranks), "%ld-%ld", first, first + cnt - 1);
         printf("  %-10ld %-24s %-16s %-12s %-10s %.1f s ago\n", num(n, "group_rank"),
                str(n, "host"), str(n, "addr"), ranks, str(n, "state"),
                num(n, "last_seen_ms_ago") / 1000.0);
     }
+    print_pending(job, "spare", "SPARE HOST");
+    print_pending(job, "waiting", "WAITING HOST");
 }
 
 /* Nodes charged with failures (issue 16), and which of them are excluded and why. */

@@ -19,7 +19,7 @@ int rdzv_job_validate_join(const struct rdzv_join *j)
         return -EINVAL;
     if (j->max_nodes > RDZV_JOB_MAX_NODES || j->nproc < 1 || j->nproc > RDZV_JOB_MAX_NPROC)
         return -EINVAL;
-    if (j->master_port > 65535)
+    if (j->master_port > 65535 || (j->flags & ~RDZV_JOIN_FLAGS_KNOWN) != 0)
         return -EINVAL;
     return 0;
 }
@@ -80,6 +80,14 @@ int rdzv_job_find(const struct rdzv_job *job, const void *peer)
         return -1;
     for (size_t i = 0; i < job->n_members; i++)
         if (job->members[i].peer == peer)
+            return (int)i;
+    return -1;
+}
+
+static int find_node(const struct rdzv_job *job, uint64_t node_id)
+{
+    for (size_t i = 0; i < job->n_members; i++)
+        if (job->members[i].node_id == node_id)
             return (int)i;
     return -1;
 }
@@ -178,6 +186,7 @@ static void close_round(struct rdzv_job *job, uint64_t now_ms)
     snprintf(job->resume, sizeof(job->resume), "%s", job->members[job->master].resume);
     job->resume_step = job->members[job->master].resume_step;
     job->world_size = (uint32_t)offset;
+    job->keep_nodes = (uint32_t)n; /* the size spares keep the job at */
     job->n_done = 0;
     job->running_since_ms = now_ms;
     job->hold_until_ms = 0;
@@ -205,6 +214,7 @@ static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, co
     snprintf(m->addr, sizeof(m->addr), "%s", addr);
     snprintf(m->resume, sizeof(m->resume), "%s", j->resume);
     m->resume_step = j->resume[0] != '\0' ? j->resume_step : -1;
+    m->spare = (j->flags & RDZV_JOIN_SPARE) != 0;
 }
 
 /* Appends m to the filling round (capacity reserved by the caller); returns ASSIGNED when that
@@ -228,10 +238,11 @@ static enum rdzv_job_event add_member(struct rdzv_job *job, const struct rdzv_jo
 }
 
 static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms);
+static enum rdzv_job_event refill(struct rdzv_job *job, uint64_t now_ms, enum rdzv_job_event ev);
 
-/* Scale-up: the joiner waits in pending[]; a round with room restarts to take it in. */
-static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, uint64_t now_ms,
-                        enum rdzv_job_event *ev)
+/* Appends m to pending[]. Room in members[] (and prev[], by_rank[]) for every member and every
+ * pending joiner, so that admitting them later needs no allocation. */
+static int add_pending(struct rdzv_job *job, const struct rdzv_job_member *m)
 {
     size_t want = job->n_pending + 1;
     void *p;
@@ -245,9 +256,33 @@ static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, u
         job->pending = p;
         job->cap_pending = cap;
     }
-    if (reserve(job, want > job->n_members ? want : job->n_members) < 0)
+    if (reserve(job, job->n_members + want) < 0)
         return -ENOMEM;
     job->pending[job->n_pending++] = *m;
+    return 0;
+}
+
+/* A spare waits in pending[] and never starts a round: while a round fills, it takes a place
+ * that a lost or excluded node left (refill); otherwise it waits for one. */
+static int join_spare(struct rdzv_job *job, const struct rdzv_job_member *m, uint64_t now_ms,
+                      enum rdzv_job_event *ev)
+{
+    int err = add_pending(job, m);
+
+    if (err < 0)
+        return err;
+    *ev = refill(job, now_ms, RDZV_JOB_EV_PENDING);
+    return 0;
+}
+
+/* Scale-up: the joiner waits in pending[]; a round with room restarts to take it in. */
+static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, uint64_t now_ms,
+                        enum rdzv_job_event *ev)
+{
+    int err = add_pending(job, m);
+
+    if (err < 0)
+        return err;
     *ev = RDZV_JOB_EV_PENDING;
     if (job->n_members >= job->max_nodes || job->rebuilding)
         return 0;
@@ -267,17 +302,22 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
 {
     struct rdzv_job_member m;
 
+    /* first: an excluded node whose agent took long to stop its workers may find the job
+     * finished by its replacement; it must still learn why it was left out */
+    if (rdzv_job_excluded(job, j->host, addr) != NULL)
+        return -EPERM;
     if (job->state == RDZV_JOB_FINISHED)
         return -ESHUTDOWN;
     if (in_list(job->members, job->n_members, peer, j->node_id) ||
         in_list(job->pending, job->n_pending, peer, j->node_id))
         return -EEXIST;
-    if (rdzv_job_excluded(job, j->host, addr) != NULL)
-        return -EPERM;
     make_member(&m, j, addr, peer);
+    /* a spare that already ran in the previous round re-joins as the member it is now */
+    if (m.spare && prev_rank(job, m.node_id) < 0)
+        return join_spare(job, &m, now_ms, ev);
     if (job->state == RDZV_JOB_RUNNING)
         return join_running(job, &m, now_ms, ev);
-    if (reserve(job, job->n_members + 1) < 0)
+    if (reserve(job, job->n_members + 1 + job->n_pending) < 0)
         return -ENOMEM;
     *ev = add_member(job, &m, now_ms);
     return 0;
@@ -406,32 +446,74 @@ static void remove_member(struct rdzv_job *job, size_t i)
         job->min_reached = 0;
 }
 
-/* Pending joiners fill the new round up to max_nodes minus the previous round's members that
- * are still connected: those re-join after stopping their workers and must find room. */
-static void admit_pending(struct rdzv_job *job, uint64_t now_ms, enum rdzv_job_event *ev)
+/* Members of the previous round that may still re-join the filling round (after stopping
+ * their workers): connected, not excluded, not in it yet. Their places are kept for them. */
+static size_t prev_coming(const struct rdzv_job *job)
 {
-    size_t keep = 0, room;
+    size_t n = 0;
 
     for (size_t i = 0; i < job->n_prev; i++)
-        keep += job->prev[i].peer != NULL;
-    room = job->max_nodes > keep ? job->max_nodes - keep : 0;
-    while (job->n_pending > 0 && room > 0 && job->state == RDZV_JOB_FILLING) {
-        if (add_member(job, &job->pending[0], now_ms) == RDZV_JOB_EV_ASSIGNED)
-            *ev = RDZV_JOB_EV_RESTART; /* the caller sees state RUNNING and sends ASSIGN */
-        remove_pending(job, 0);
-        room--;
-    }
+        n += job->prev[i].peer != NULL && !job->prev[i].excluded &&
+             find_node(job, job->prev[i].node_id) < 0;
+    return n;
 }
 
-/* Opens the next round (job->cause says why): members become prev, pending joiners enter. */
+/* Pending joiners enter the filling round in join order while there is room next to the
+ * previous round's members still coming back (they keep priority): up to max_nodes for a node
+ * that wants to grow the job, up to keep_nodes for a spare, which only takes the place of a
+ * node that will not come back (lost, left, excluded). Capacity was reserved when they joined.
+ * Returns 1 when an admission closed the round; *admitted counts them. */
+static int admit_pending(struct rdzv_job *job, uint64_t now_ms, size_t *admitted)
+{
+    size_t coming = job->n_pending > 0 ? prev_coming(job) : 0, i = 0;
+
+    while (i < job->n_pending && job->state == RDZV_JOB_FILLING) {
+        size_t nodes = job->n_members + coming; /* the round's size if nobody else comes */
+
+        if (nodes >= job->max_nodes)
+            break;
+        if (job->pending[i].spare && nodes >= job->keep_nodes) {
+            i++; /* a node that grows the job may still fit */
+            continue;
+        }
+        /* Hook for a pre-flight of nodes that join a running job (issue 16, worktree pf): a
+         * spare or joiner is admitted here, before its ASSIGN; a check would hold it back here
+         * and admit it once it passed. */
+        (void)add_member(job, &job->pending[i], now_ms);
+        remove_pending(job, i);
+        (*admitted)++;
+    }
+    return job->state == RDZV_JOB_RUNNING;
+}
+
+/* A place in the filling round may have come free (or a spare arrived): pending joiners and
+ * spares take it. Returns ASSIGNED when that closed the round, WAITING when someone entered,
+ * else ev. */
+static enum rdzv_job_event refill(struct rdzv_job *job, uint64_t now_ms, enum rdzv_job_event ev)
+{
+    size_t admitted = 0;
+
+    if (job->state != RDZV_JOB_FILLING)
+        return ev;
+    if (admit_pending(job, now_ms, &admitted))
+        return RDZV_JOB_EV_ASSIGNED;
+    return admitted > 0 ? RDZV_JOB_EV_WAITING : ev;
+}
+
+/* Opens the next round (job->cause says why): members become prev, pending joiners enter. An
+ * excluded member gets RESTART like the others (its JOIN is then refused), but its place is
+ * free at once: a spare need not wait for that JOIN. */
 static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
 {
-    enum rdzv_job_event ev = RDZV_JOB_EV_RESTART;
+    size_t admitted = 0;
 
     for (size_t i = 0; i < job->n_members; i++) {
-        job->prev[i].node_id = job->members[i].node_id;
-        job->prev[i].group_rank = job->members[i].group_rank;
-        job->prev[i].peer = job->members[i].peer;
+        const struct rdzv_job_member *m = &job->members[i];
+
+        job->prev[i].node_id = m->node_id;
+        job->prev[i].group_rank = m->group_rank;
+        job->prev[i].peer = m->peer;
+        job->prev[i].excluded = rdzv_job_excluded(job, m->host, m->addr) != NULL;
     }
     job->n_prev = job->n_members;
     job->n_members = 0;
@@ -439,8 +521,8 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
     job->rebuilding = 0;
     job->round++;
     job->state = RDZV_JOB_FILLING;
-    admit_pending(job, now_ms, &ev);
-    return ev;
+    (void)admit_pending(job, now_ms, &admitted); /* RUNNING: the caller sends ASSIGN too */
+    return RDZV_JOB_EV_RESTART;
 }
 
 static struct rdzv_job_node *ledger_find(const struct rdzv_job *job, const char *host,
@@ -527,6 +609,13 @@ static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rd
     return ev;
 }
 
+static void forget_prev(struct rdzv_job *job, const void *peer)
+{
+    for (size_t i = 0; i < job->n_prev; i++)
+        if (job->prev[i].peer == peer)
+            job->prev[i].peer = NULL;
+}
+
 enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const struct rdzv_failure *f,
                                     int leaving, uint64_t now_ms)
 {
@@ -537,12 +626,14 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
 
     if (leaving && pi >= 0)
         remove_pending(job, (size_t)pi); /* it never ran: nobody else needs to know */
+    if (leaving && job->state == RDZV_JOB_FILLING) {
+        forget_prev(job, peer); /* it will not come back: a spare may take its place */
+        if (i >= 0)
+            remove_member(job, (size_t)i);
+        return refill(job, now_ms, i >= 0 ? RDZV_JOB_EV_WAITING : RDZV_JOB_EV_NONE);
+    }
     if (job->state == RDZV_JOB_FINISHED || i < 0)
         return RDZV_JOB_EV_NONE;
-    if (leaving && job->state == RDZV_JOB_FILLING) {
-        remove_member(job, (size_t)i);
-        return RDZV_JOB_EV_WAITING;
-    }
     /* A FAILED naming another round, or one for a round still filling, is stale: its sender
      * already got RESTART for it (the first failure of a round wins). */
     if (job->state != RDZV_JOB_RUNNING || (!leaving && f->round != job->round))
@@ -575,13 +666,6 @@ enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t rou
     return RDZV_JOB_EV_DONE;
 }
 
-static void forget_prev(struct rdzv_job *job, const void *peer)
-{
-    for (size_t i = 0; i < job->n_prev; i++)
-        if (job->prev[i].peer == peer)
-            job->prev[i].peer = NULL;
-}
-
 enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *reason,
                                   uint64_t now_ms, uint64_t wall_ms)
 {
@@ -594,8 +678,8 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     forget_prev(job, peer);
     if (pi >= 0)
         remove_pending(job, (size_t)pi);
-    if (i < 0)
-        return RDZV_JOB_EV_NONE;
+    if (i < 0) /* a previous member that had not re-joined yet frees its place */
+        return refill(job, now_ms, RDZV_JOB_EV_NONE);
     m = &job->members[i];
     /* A node that already reported DONE may hang up before JOB_DONE arrives; its workers
      * succeeded, so that is no failure. Finished jobs only forget the pointer. */
@@ -605,7 +689,7 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     }
     if (job->state == RDZV_JOB_FILLING) {
         remove_member(job, (size_t)i);
-        return RDZV_JOB_EV_WAITING;
+        return refill(job, now_ms, RDZV_JOB_EV_WAITING);
     }
     memset(&f, 0, sizeof(f));
     f.round = job->round;
@@ -623,10 +707,13 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
 
 /* --- server restart: rebuilding a running round from REJOINs ------------------------------ */
 
+/* pending[] may hold spares: a spare that reconnects to the restarted server before every
+ * member (its JOIN creates the job) must not keep the members from rebuilding their round. In a
+ * round 0 without members nothing else can be pending. */
 static int fresh(const struct rdzv_job *job)
 {
     return job->state == RDZV_JOB_FILLING && job->round == 0 && job->n_members == 0 &&
-           job->n_prev == 0 && job->n_pending == 0;
+           job->n_prev == 0;
 }
 
 /* The first REJOIN of a job this server never saw: adopt the agent's round as it is. */
@@ -637,6 +724,7 @@ static void adopt(struct rdzv_job *job, const struct rdzv_assign *a, uint64_t no
     job->round = a->round;
     job->restart_count = a->restart_count;
     job->expected = a->group_world_size;
+    job->keep_nodes = a->group_world_size;
     job->world_size = a->world_size;
     /* The round was decided before the restart: keep its resume point, not a member's JOIN. */
     snprintf(job->resume, sizeof(job->resume), "%s", a->resume);
@@ -663,7 +751,7 @@ static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const cha
     if (a->group_rank >= job->expected || a->group_world_size != job->expected ||
         rank_taken(job, a->group_rank) || job->n_members >= job->expected)
         return -ESTALE;
-    if (reserve(job, job->n_members + 1) < 0)
+    if (reserve(job, job->n_members + 1 + job->n_pending) < 0) /* see add_pending() */
         return -ENOMEM;
     m = &job->members[job->n_members++];
     make_member(m, &rj->join, addr, peer);
@@ -674,14 +762,6 @@ static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const cha
     if (job->n_members == job->expected)
         job->rebuilding = 0;
     return 0;
-}
-
-static int find_node(const struct rdzv_job *job, uint64_t node_id)
-{
-    for (size_t i = 0; i < job->n_members; i++)
-        if (job->members[i].node_id == node_id)
-            return (int)i;
-    return -1;
 }
 
 int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,

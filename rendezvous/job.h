@@ -36,8 +36,9 @@ enum rdzv_job_event {
     RDZV_JOB_EV_FAILED,   /* restarts exhausted: JOB_FAILED to every member; job finished */
     RDZV_JOB_EV_DONE,     /* every member sent DONE: JOB_DONE to every member; job finished */
     RDZV_JOB_EV_TIMEOUT,  /* join timeout: ERROR TIMEOUT to every member, then drop the job */
-    RDZV_JOB_EV_PENDING,  /* a JOIN while the round runs at max_nodes: the joiner waits in
-                             pending[] for a later round (WAITING to it alone) */
+    RDZV_JOB_EV_PENDING,  /* a JOIN while the round runs at max_nodes, or a spare's JOIN: the
+                             joiner waits in pending[] for a later round (WAITING to the
+                             pending joiners) */
 };
 
 struct rdzv_job_member {
@@ -51,6 +52,7 @@ struct rdzv_job_member {
     int done;
     char resume[RDZV_CKPT_NAME_MAX + 1]; /* from its JOIN: where this node would resume */
     int64_t resume_step;
+    int spare; /* its JOIN said RDZV_JOIN_SPARE; matters while it waits in pending[] */
 };
 
 /* Bad-node exclusion (issue 16): --exclude-after N[:WINDOW] of the first JOIN. */
@@ -79,7 +81,8 @@ struct rdzv_job_node {
 struct rdzv_job_prev {
     uint64_t node_id;
     uint32_t group_rank;
-    void *peer; /* NULL once that connection went away */
+    void *peer;   /* NULL once that connection went away */
+    int excluded; /* the failure that ended the round excluded it: its place is free at once */
 };
 
 struct rdzv_job {
@@ -95,8 +98,12 @@ struct rdzv_job {
     size_t n_members, cap_members;
     struct rdzv_job_prev *prev; /* previous round (empty before the first restart) */
     size_t n_prev;
-    struct rdzv_job_member *pending; /* joined while the round ran full; join the next round */
+    struct rdzv_job_member *pending; /* joined while the round ran full, and spares: they enter
+                                        a later round (see rdzv_job_join) */
     size_t n_pending, cap_pending;
+    /* Hot spares: the node count of the last round that ran. A new round takes spares in only
+     * while the previous round's members still coming back leave it short of that count. */
+    uint32_t keep_nodes;
 
     uint64_t first_join_ms;  /* of the current round; valid when n_members > 0 */
     uint64_t min_reached_ms; /* when the min-th node joined; valid when min_reached */
@@ -155,12 +162,18 @@ int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j);
 
 /* Adds the node of `j` (borrowed) reached at `addr` (copied) through `peer` to the filling round.
  * Returns 0 and sets *ev to WAITING or ASSIGNED (round full); -ESHUTDOWN when the job finished,
- * -EPERM when the node is excluded (rdzv_job_excluded() says why), -EEXIST when the peer or node_id
- * is already in the round or pending, -ENOMEM. While the round runs (scale-up), the joiner goes to
- * pending[]: with fewer than max_nodes members a new round starts at once (*ev = RESTART,
- * restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes it waits for a later
- * round (*ev = PENDING). Pending joiners enter a new round (any cause) while there is room next to
- * the previous round's still-connected members, who keep priority. */
+ * -EPERM when the node is excluded (rdzv_job_excluded() says why; checked first), -EEXIST when the
+ * peer or node_id is already in the round or pending, -ENOMEM. While the round runs (scale-up), the
+ * joiner goes to pending[]: with fewer than max_nodes members a new round starts at once (*ev =
+ * RESTART, restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes it waits
+ * for a later round (*ev = PENDING). Pending joiners enter a new round (any cause) while there is
+ * room next to the previous round's still-connected members, who keep priority. A spare
+ * (RDZV_JOIN_SPARE, not a member of the previous round) always waits in pending[]
+ * (*ev = PENDING, no scale-up): it enters a filling round only in the place of a node of the
+ * previous round that was lost, left or excluded, up to keep_nodes (the world keeps its size).
+ * Places free up when the round opens (an excluded node's at once) and whenever a previous
+ * member's connection goes away while the round fills (rdzv_job_lost, LEAVE); then pending
+ * joiners and spares are admitted, and *ev may be WAITING or ASSIGNED for the round's members. */
 int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
                   uint64_t now_ms, enum rdzv_job_event *ev);
 
@@ -194,7 +207,8 @@ enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t rou
 /* The connection of `peer` closed or went silent. Forgets the peer everywhere (pending joiners
  * included); a member of the running round is a lost node (a failure with rank -1 and text
  * "lost node <host> (<addr>): <reason>", time_ms = wall_ms). Returns what rdzv_job_failed()
- * would, or WAITING when a filling round lost a member. */
+ * would; while a round fills, pending joiners and spares may take the freed place: ASSIGNED when
+ * that closed the round, WAITING when the round's members changed, else NONE. */
 enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *reason,
                                   uint64_t now_ms, uint64_t wall_ms);
 

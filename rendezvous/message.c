@@ -351,12 +351,19 @@ static void io_failure(struct io *c, struct rdzv_failure *f)
     IO_U32(c, f->flags);
 }
 
+static uint32_t join_tail_first(const struct rdzv_join *j)
+{
+    return j->backoff_min_ms | j->backoff_max_ms | j->exclude_after | j->exclude_window_ms;
+}
+
 /* JOIN's optional tail (issue 16): written only when a field is set and read only when present,
- * so a JOIN that does not use it keeps the layout that servers built before it accept. */
+ * so a JOIN that does not use it keeps the layout that servers built before it accept. Two
+ * parts: the backoff and exclusion fields, then `flags` (hot spares), written only when non-zero
+ * and always behind the first part (which may then be zeros). Canonical: a part of zeros at the
+ * end is sent as no part, so one is never accepted. Also the end of REJOIN (its copy of JOIN). */
 static void io_join_tail(struct io *c, struct rdzv_join *j)
 {
-    if (c->w != NULL &&
-        (j->backoff_min_ms | j->backoff_max_ms | j->exclude_after | j->exclude_window_ms) == 0)
+    if (c->w != NULL && join_tail_first(j) == 0 && j->flags == 0)
         return;
     if (c->r != NULL && c->r->pos == c->r->len)
         return;
@@ -364,9 +371,13 @@ static void io_join_tail(struct io *c, struct rdzv_join *j)
     IO_U32(c, j->backoff_max_ms);
     IO_U32(c, j->exclude_after);
     IO_U32(c, j->exclude_window_ms);
-    /* canonical: a tail of zeros is sent as no tail, so one is never accepted */
-    if (c->r != NULL &&
-        (j->backoff_min_ms | j->backoff_max_ms | j->exclude_after | j->exclude_window_ms) == 0)
+    if ((c->w != NULL && j->flags == 0) || (c->r != NULL && c->r->pos == c->r->len)) {
+        if (c->r != NULL && join_tail_first(j) == 0)
+            c->r->err = -EPROTO;
+        return;
+    }
+    IO_U32(c, j->flags);
+    if (c->r != NULL && j->flags == 0)
         c->r->err = -EPROTO;
 }
 
@@ -432,6 +443,9 @@ static void io_rejoin(struct io *c, struct rdzv_rejoin *j)
     IO_U8(c, j->running);
     IO_U8(c, j->done);
     io_assign(c, &j->assign);
+    /* the JOIN's tail comes last, so a server rebuilt from REJOINs keeps --restart-backoff and
+     * --exclude-after, and a waiting spare stays one */
+    io_join_tail(c, &j->join);
 }
 
 static void io_kv(struct io *c, struct rdzv_kv *kv)

@@ -105,15 +105,23 @@ struct rdzv_join {
      * recipe), honoured when it fits the round and is free; 0: any (so a zeroed JOIN asks for
      * nothing) */
     uint32_t want_rank;
-    /* issue 16, an optional tail of JOIN only (not of REJOIN's copy): sent only when one of
-     * them is non-zero and read only when present, so agents and servers built before it keep
-     * talking to these as long as the feature is not used. --restart-backoff MIN and MAX in ms
-     * (0: restart at once). */
+    /* issue 16, an optional tail of JOIN (and, since hot spares, at the end of REJOIN): sent only
+     * when one of them is non-zero and read only when present, so agents and servers built before
+     * it keep talking to these as long as the feature is not used. --restart-backoff MIN and MAX in
+     * ms (0: restart at once). */
     uint32_t backoff_min_ms, backoff_max_ms;
     /* --exclude-after N[:WINDOW]: a node that caused N failures within exclude_window_ms
      * (0: one hour) is refused from then on; 0: never. Fixed by the job's first JOIN. */
     uint32_t exclude_after, exclude_window_ms;
+    /* hot spares (issue 16), the tail's second part: RDZV_JOIN_* bits, sent only when non-zero.
+     * REJOIN carries the whole tail at its end (a rebuilt job keeps these settings). */
+    uint32_t flags;
 };
+
+/* JOIN.flags. A spare (--spare) waits in the server without filling a slot of a filling round
+ * or counting toward min_nodes; it enters a new round in the place of a lost or excluded node. */
+#define RDZV_JOIN_SPARE 1u
+#define RDZV_JOIN_FLAGS_KNOWN RDZV_JOIN_SPARE
 
 struct rdzv_waiting {
     uint32_t joined, min_nodes, max_nodes;

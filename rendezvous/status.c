@@ -53,9 +53,20 @@ static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job)
 
     for (size_t i = 0; a != NULL && i < job->n_members; i++)
         json_array_append_new(a, node_json(srv, job, &job->members[i], NULL));
+    /* pending joiners: spares (issue 16) apart from nodes waiting to grow the job */
     for (size_t i = 0; a != NULL && i < job->n_pending; i++)
-        json_array_append_new(a, node_json(srv, job, &job->pending[i], "waiting"));
+        json_array_append_new(
+            a, node_json(srv, job, &job->pending[i], job->pending[i].spare ? "spare" : "waiting"));
     return a;
+}
+
+static json_int_t count_pending(const struct rdzv_job *job, int spare)
+{
+    json_int_t n = 0;
+
+    for (size_t i = 0; i < job->n_pending; i++)
+        n += (job->pending[i].spare != 0) == spare;
+    return n;
 }
 
 static json_t *ckpt_json(const struct rdzv_ckpt *ck)
@@ -127,6 +138,8 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
     if (o != NULL) {
         json_object_set_new(o, "exclude_after", json_integer(job->exclude_after));
         json_object_set_new(o, "excluded", json_integer((json_int_t)count_excluded(job)));
+        json_object_set_new(o, "spares", json_integer(count_pending(job, 1)));
+        json_object_set_new(o, "waiting", json_integer(count_pending(job, 0)));
     }
     return o;
 }

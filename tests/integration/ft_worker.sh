@@ -17,6 +17,14 @@
 #                                      DIR/lastbeat.1.0 and sleeps; rank 0 in attempt 0 beats
 #                                      until stopped. Later attempts: BEATS touches, exit 0
 #   ft_worker.sh nobeat DIR SECONDS    never touches the heartbeat file; sleeps, exit 0
+#   ft_worker.sh spare DIR             hot-spare tests. Attempt 0: rank 0 writes ckpt_1.pt and
+#                                      ckpt_2.pt (each recorded), then creates DIR/ckpt.done;
+#                                      every rank creates DIR/ready.<RANK>.0; a worker with
+#                                      FAIL=1 waits for DIR/ckpt.done and DIR/go, then exits 7
+#                                      (local rank 0) or ignores SIGTERM until killed (the
+#                                      others); the rest wait to be stopped (SIGTERM: exit 0). Later
+#                                      attempts: ready.<RANK>.<restart>, then wait for
+#                                      DIR/finish when HOLD=1, exit 0
 #   ft_worker.sh trap DIR              creates DIR/ready.<RANK>.<restart>, waits; on SIGTERM,
 #                                      SIGUSR1 or SIGINT writes the signal's name to
 #                                      DIR/sig.<RANK>.<restart> and exits 0
@@ -94,6 +102,27 @@ beat)
     ;;
 nobeat)
     exec sleep "$1"
+    ;;
+spare)
+    if [ "$n" != 0 ]; then
+        : > "$dir/ready.$r.$n"
+        while [ "${HOLD:-0}" = 1 ] && [ ! -e "$dir/finish" ]; do sleep 0.05; done
+        exit 0
+    fi
+    trap 'exit 0' TERM INT
+    [ "${FAIL:-0}" = 1 ] && [ "${LOCAL_RANK:-0}" != 0 ] && trap '' TERM INT
+    if [ "$r" = 0 ]; then
+        write_ckpt ckpt_1.pt
+        write_ckpt ckpt_2.pt
+        : > "$dir/ckpt.done"
+    fi
+    : > "$dir/ready.$r.$n"
+    while [ ! -e "$dir/ckpt.done" ] || { [ "${FAIL:-0}" = 1 ] && [ ! -e "$dir/go" ]; } ||
+        [ "${FAIL:-0}" != 1 ] || [ "${LOCAL_RANK:-0}" != 0 ]; do
+        sleep 0.05
+    done
+    echo "ft_worker rank $r failing with 7 in attempt $n" >&2
+    exit 7
     ;;
 trap)
     sleep 60 &

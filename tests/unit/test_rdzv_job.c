@@ -745,6 +745,306 @@ static void test_exclude_window(void **state)
     rdzv_job_free(job);
 }
 
+/* --- hot spares (issue 16) ---------------------------------------------------------------- */
+
+static enum rdzv_job_event join_spare(struct rdzv_job *job, unsigned node, uint64_t now)
+{
+    struct rdzv_join j = mkjoin(node, job->min_nodes, job->max_nodes, 1);
+    enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
+    char addr[32];
+
+    j.flags = RDZV_JOIN_SPARE;
+    snprintf(addr, sizeof(addr), "10.0.0.%u", node);
+    assert_int_equal(rdzv_job_join(job, &j, addr, &peers[node], now, &ev), 0);
+    return ev;
+}
+
+static struct rdzv_job *new_job_with(unsigned min, unsigned max, unsigned max_restarts,
+                                     unsigned exclude_after)
+{
+    struct rdzv_join j = mkjoin(0, min, max, 1);
+    struct rdzv_job *job = NULL;
+
+    j.max_restarts = max_restarts;
+    j.exclude_after = exclude_after;
+    assert_int_equal(rdzv_job_new(&j, &job), 0);
+    return job;
+}
+
+/* A spare never fills a free place of a filling round by itself and does not count toward min:
+ * it waits in pending[] while round 0 fills, closes and runs; unknown JOIN flags are refused. */
+static void test_spare_waits(void **state)
+{
+    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_join j = mkjoin(0, 2, 2, 1);
+
+    (void)state;
+    j.flags = 2;
+    assert_int_equal(rdzv_job_validate_join(&j), -EINVAL);
+    j.flags = RDZV_JOIN_SPARE;
+    assert_int_equal(rdzv_job_validate_join(&j), 0);
+    assert_int_equal(join_spare(job, 5, 0), RDZV_JOB_EV_PENDING);
+    assert_int_equal(job->n_members, 0);
+    assert_int_equal(job->n_pending, 1);
+    assert_int_equal(rdzv_job_deadline(job), -1); /* no round deadline runs for a spare */
+    assert_int_equal(join(job, 0, 1, 10), RDZV_JOB_EV_WAITING);
+    assert_false(job->min_reached);
+    assert_int_equal(join(job, 1, 1, 20), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(job->n_members, 2);
+    assert_int_equal(job->n_pending, 1);
+    assert_true(job->pending[0].spare);
+    assert_int_equal(rdzv_job_find(job, &peers[5]), -1);
+    rdzv_job_free(job);
+}
+
+/* A spare joining a running elastic job with room starts no scale-up round. */
+static void test_spare_no_scale_up(void **state)
+{
+    struct rdzv_job *job = new_job(1, 3);
+
+    (void)state;
+    job->last_call_ms = 0;
+    assert_int_equal(join(job, 0, 1, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(join_spare(job, 5, 10), RDZV_JOB_EV_PENDING);
+    assert_int_equal(job->state, RDZV_JOB_RUNNING);
+    assert_int_equal(job->round, 0);
+    assert_int_equal(job->restart_count, 0);
+    assert_int_equal(job->n_members, 1);
+    rdzv_job_free(job);
+}
+
+/* --nnodes 2 with a spare: the lost node's place goes to the spare as the round opens, the
+ * survivor keeps group rank 0, the spare gets the lost node's rank 1, the world keeps its size;
+ * the round closes as soon as the survivor is back (no join timeout), one restart counted. */
+static void test_spare_replaces_lost(void **state)
+{
+    struct rdzv_job *job = new_job(2, 2);
+
+    (void)state;
+    join(job, 0, 2, 0);
+    join(job, 1, 2, 0);
+    join_spare(job, 5, 0);
+    assert_int_equal(member(job, 1)->group_rank, 1);
+    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 100, 0),
+                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->restart_count, 1);
+    assert_int_equal(job->n_pending, 0);
+    assert_int_equal(job->n_members, 1); /* the spare is in at once */
+    assert_int_equal(join(job, 0, 2, 150), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    assert_int_equal(member(job, 5)->group_rank, 1);
+    assert_int_equal(member(job, 5)->rank_offset, 2);
+    assert_int_equal(job->world_size, 3); /* nproc 2 + the spare's 1 */
+    assert_int_equal(job->restart_count, 1);
+    rdzv_job_free(job);
+}
+
+/* --exclude-after 1: the failing node is excluded and its place is free at once, although it is
+ * still connected (it gets RESTART and is refused when it joins again). */
+static void test_spare_replaces_excluded(void **state)
+{
+    struct rdzv_job *job = new_job_with(2, 2, 5, 1);
+    struct rdzv_join j = mkjoin(1, 2, 2, 1);
+    struct rdzv_failure f = failure(0);
+    struct rdzv_assign a;
+    enum rdzv_job_event ev;
+
+    (void)state;
+    join(job, 0, 1, 0);
+    join(job, 1, 1, 0);
+    join_spare(job, 5, 0);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 50), RDZV_JOB_EV_RESTART);
+    assert_non_null(rdzv_job_excluded(job, "node1", "10.0.0.1"));
+    assert_int_equal(job->n_prev, 2); /* RESTART reaches the excluded node too */
+    assert_int_equal(job->n_members, 1);
+    assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", &peers[1], 60, &ev), -EPERM);
+    assert_int_equal(join(job, 0, 1, 70), RDZV_JOB_EV_ASSIGNED);
+    rdzv_job_assign(job, (size_t)rdzv_job_find(job, &peers[5]), &a);
+    assert_int_equal(a.group_rank, 1);
+    assert_int_equal(a.group_world_size, 2);
+    assert_int_equal(a.restart_count, 1);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    rdzv_job_free(job);
+}
+
+/* A failure that excludes nobody keeps every place for its node: the spare waits. When a
+ * previous member's connection then goes away before it joined again, the spare takes its
+ * place and its group rank. */
+static void test_spare_after_prev_lost_while_filling(void **state)
+{
+    struct rdzv_job *job = new_job(3, 3);
+    struct rdzv_failure f = failure(0);
+
+    (void)state;
+    for (unsigned n = 0; n < 3; n++)
+        join(job, n, 1, 0);
+    join_spare(job, 5, 0);
+    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 10), RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->n_members, 0);
+    assert_int_equal(job->n_pending, 1);
+    assert_int_equal(join(job, 0, 1, 20), RDZV_JOB_EV_WAITING);
+    assert_int_equal(join(job, 1, 1, 30), RDZV_JOB_EV_WAITING);
+    assert_int_equal(rdzv_job_lost(job, &peers[2], "no heartbeat for 3.0 s", 40, 0),
+                     RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 5)->group_rank, 2);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    assert_int_equal(job->restart_count, 1); /* a loss while filling is no second restart */
+    rdzv_job_free(job);
+}
+
+/* A member that joined the filling round again and then leaves (LEAVE) frees its place too; so
+ * does a LEAVE of one that had not joined again yet. */
+static void test_spare_after_leave_while_filling(void **state)
+{
+    struct rdzv_job *job = new_job(3, 3);
+    struct rdzv_failure f = failure(0);
+
+    (void)state;
+    for (unsigned n = 0; n < 3; n++)
+        join(job, n, 1, 0);
+    join_spare(job, 5, 0);
+    join_spare(job, 6, 0);
+    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 10), RDZV_JOB_EV_RESTART);
+    assert_int_equal(join(job, 1, 1, 20), RDZV_JOB_EV_WAITING);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 1, 30), RDZV_JOB_EV_WAITING);
+    assert_int_equal(job->n_pending, 1);
+    assert_int_equal(rdzv_job_find(job, &peers[5]), 0);
+    assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 1, 40), RDZV_JOB_EV_WAITING);
+    assert_int_equal(job->n_pending, 0);
+    assert_int_equal(join(job, 0, 1, 50), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    rdzv_job_free(job);
+}
+
+/* A spare that arrives while a round fills short of a lost node takes the place at once. */
+static void test_spare_arrives_late(void **state)
+{
+    struct rdzv_job *job = new_job(2, 2);
+
+    (void)state;
+    join(job, 0, 1, 0);
+    join(job, 1, 1, 0);
+    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 10, 0),
+                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(join(job, 1, 1, 20), RDZV_JOB_EV_WAITING);
+    assert_int_equal(join_spare(job, 5, 30), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 1)->group_rank, 1);
+    assert_int_equal(member(job, 5)->group_rank, 0); /* rank 0's node was the lost one */
+    rdzv_job_free(job);
+}
+
+/* A promoted spare's JOINs still carry the flag: after the next restart it joins as the member
+ * it now is, keeping its rank, instead of waiting as a spare again. */
+static void test_spare_rejoins_as_member(void **state)
+{
+    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_failure f;
+
+    (void)state;
+    join(job, 0, 1, 0);
+    join(job, 1, 1, 0);
+    join_spare(job, 5, 0);
+    rdzv_job_lost(job, &peers[1], "connection closed", 10, 0);
+    assert_int_equal(join(job, 0, 1, 20), RDZV_JOB_EV_ASSIGNED);
+    f = failure(job->round);
+    assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 30), RDZV_JOB_EV_RESTART);
+    assert_int_equal(join_spare(job, 5, 40), RDZV_JOB_EV_WAITING);
+    assert_int_equal(join(job, 0, 1, 50), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 5)->group_rank, 1);
+    assert_int_equal(job->restart_count, 2);
+    rdzv_job_free(job);
+}
+
+/* Spares keep the world at the size it ran with, not at max: an elastic job of 3 (max 4) that
+ * loses one node takes one of its two spares. */
+static void test_spare_keeps_size_elastic(void **state)
+{
+    struct rdzv_job *job = new_job(2, 4);
+
+    (void)state;
+    for (unsigned n = 0; n < 3; n++)
+        join(job, n, 1, 0);
+    assert_int_equal(rdzv_job_tick(job, 1000, 0), RDZV_JOB_EV_ASSIGNED);
+    join_spare(job, 5, 1100);
+    join_spare(job, 6, 1100);
+    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 1200, 0),
+                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->n_members, 1);
+    assert_int_equal(job->n_pending, 1);
+    assert_int_equal(job->pending[0].node_id, 106);
+    join(job, 0, 1, 1210);
+    assert_int_equal(join(job, 2, 1, 1220), RDZV_JOB_EV_WAITING);
+    assert_int_equal(rdzv_job_tick(job, 2220, 0), RDZV_JOB_EV_ASSIGNED); /* last call */
+    assert_int_equal(job->n_members, 3);
+    assert_int_equal(member(job, 5)->group_rank, 1);
+    rdzv_job_free(job);
+}
+
+/* Server restart: a spare whose JOIN reaches the new server first (creating the job) does not
+ * keep the members from rebuilding their round; a member that does not come back within the
+ * grace is lost, and the spare takes its place and rank. */
+static void test_spare_across_server_restart(void **state)
+{
+    struct rdzv_rejoin rj = mkrejoin(0, 3, 0, 2);
+    struct rdzv_job *job = NULL;
+    enum rdzv_job_event ev;
+    void *old;
+
+    (void)state;
+    rj.join.flags = RDZV_JOIN_SPARE;
+    rj.join.node_id = 105;
+    assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
+    assert_int_equal(join_spare(job, 5, 0), RDZV_JOB_EV_PENDING);
+    rj = mkrejoin(0, 3, 0, 2);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", &peers[0], 10, &old, &ev), 0);
+    assert_int_equal(job->state, RDZV_JOB_RUNNING);
+    assert_true(job->rebuilding);
+    assert_int_equal(job->n_pending, 1);
+    /* rank 1 never comes back */
+    assert_int_equal(rdzv_job_tick(job, 10 + job->reconnect_grace_ms, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->n_members, 1);                         /* the spare, at once */
+    assert_int_equal(join(job, 0, 1, 600), RDZV_JOB_EV_WAITING); /* min 2 of max 3 */
+    assert_int_equal(rdzv_job_tick(job, 1600, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    assert_int_equal(member(job, 5)->group_rank, 1);
+    rdzv_job_free(job);
+}
+
+/* Restarts are counted per job: a node that leaves and joins again (new connection, even as a
+ * spare) does not reset the budget; a spare taking a place costs only the one restart of the
+ * loss; the budget still ends the job. */
+static void test_restart_budget_survives_leave_and_spares(void **state)
+{
+    struct rdzv_job *job = new_job_with(2, 2, 2, 0);
+    struct rdzv_failure f;
+
+    (void)state;
+    join(job, 0, 1, 0);
+    join(job, 1, 1, 0);
+    f = failure(0);
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 10), RDZV_JOB_EV_RESTART);
+    /* node 1 leaves the filling round and comes back on another connection */
+    assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 1, 20), RDZV_JOB_EV_NONE);
+    {
+        struct rdzv_join j = mkjoin(1, 2, 2, 1);
+        enum rdzv_job_event ev;
+
+        assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", &peers[7], 30, &ev), 0);
+    }
+    assert_int_equal(join(job, 0, 1, 40), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(job->restart_count, 1);
+    join_spare(job, 5, 50);
+    assert_int_equal(job->restart_count, 1);
+    assert_int_equal(rdzv_job_lost(job, &peers[7], "connection closed", 60, 0),
+                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->restart_count, 2);
+    assert_int_equal(join(job, 0, 1, 70), RDZV_JOB_EV_ASSIGNED);
+    f = failure(job->round);
+    assert_int_equal(rdzv_job_failed(job, &peers[5], &f, 0, 80), RDZV_JOB_EV_FAILED);
+    assert_int_equal(job->restart_count, 2);
+    rdzv_job_free(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -773,6 +1073,17 @@ int main(void)
         cmocka_unit_test(test_no_backoff_no_hold),
         cmocka_unit_test(test_exclude_after),
         cmocka_unit_test(test_exclude_window),
+        cmocka_unit_test(test_spare_waits),
+        cmocka_unit_test(test_spare_no_scale_up),
+        cmocka_unit_test(test_spare_replaces_lost),
+        cmocka_unit_test(test_spare_replaces_excluded),
+        cmocka_unit_test(test_spare_after_prev_lost_while_filling),
+        cmocka_unit_test(test_spare_after_leave_while_filling),
+        cmocka_unit_test(test_spare_arrives_late),
+        cmocka_unit_test(test_spare_rejoins_as_member),
+        cmocka_unit_test(test_spare_keeps_size_elastic),
+        cmocka_unit_test(test_restart_budget_survives_leave_and_spares),
+        cmocka_unit_test(test_spare_across_server_restart),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -370,12 +370,19 @@ static void test_optional_tails(void **state)
     memset(buf + RDZV_HEADER_SIZE + plen - 16, 0, 16);
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 
+    /* REJOIN carries the JOIN's tail at its end (hot spares): a job rebuilt after a server
+     * restart keeps --restart-backoff and --exclude-after, a waiting spare stays one */
     example(RDZV_MSG_REJOIN, &in);
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
     in.u.rejoin.join.backoff_min_ms = 500;
+    in.u.rejoin.join.flags = RDZV_JOIN_SPARE;
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 20);
     assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
-    assert_int_equal(out.u.rejoin.join.backoff_min_ms, 0);
+    assert_int_equal(out.u.rejoin.join.backoff_min_ms, 500);
+    assert_int_equal(out.u.rejoin.join.flags, RDZV_JOIN_SPARE);
+    assert_int_equal(out.u.rejoin.assign.round, in.u.rejoin.assign.round);
 
     example(RDZV_MSG_RESTART, &in);
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
@@ -389,6 +396,47 @@ static void test_optional_tails(void **state)
     assert_int_equal(out.u.restart.delay_ms, 0);
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4); /* delay 0 sent as a tail: not canonical */
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+}
+
+/* JOIN's tail, second part (hot spares): flags go out only when set, behind the first part
+ * (zeros allowed there then); a first part of zeros without flags, or flags of 0, are not
+ * canonical; an older peer's JOIN without any tail still decodes with flags 0. */
+static void test_join_flags_tail(void **state)
+{
+    static struct rdzv_msg in, out;
+    uint8_t type;
+    uint32_t plen;
+    size_t len, len0;
+
+    (void)state;
+    example(RDZV_MSG_JOIN, &in);
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    in.u.join.flags = RDZV_JOIN_SPARE;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 20);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.join.flags, RDZV_JOIN_SPARE);
+    assert_int_equal(out.u.join.backoff_min_ms, 0);
+    assert_int_equal(out.u.join.exclude_after, 0);
+    /* without the flags the first part alone is all zeros: refused */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    /* flags of zero after the first part: refused */
+    memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    /* both parts set */
+    in.u.join.exclude_after = 2;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.join.flags, RDZV_JOIN_SPARE);
+    assert_int_equal(out.u.join.exclude_after, 2);
+    /* the first part alone (an agent built before spares) */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(out.u.join.flags, 0);
+    assert_int_equal(out.u.join.exclude_after, 2);
+    /* half of the flags */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 2, &out), -EPROTO);
 }
 
 static void test_small_buffer(void **state)
@@ -516,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_unknown_type),
         cmocka_unit_test(test_truncated_and_trailing),
         cmocka_unit_test(test_optional_tails),
+        cmocka_unit_test(test_join_flags_tail),
         cmocka_unit_test(test_small_buffer),
         cmocka_unit_test(test_overlong_strings),
         cmocka_unit_test(test_blob_limits),
