@@ -186,6 +186,23 @@ void agent_ckptwatch_sync(struct agent_ckptwatch *w)
         reload(w);
 }
 
+int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e)
+{
+    int rc;
+
+    if (!w->recording)
+        reload(w); /* a registry file another node writes (shared directory) stays whole */
+    if ((rc = agent_ckpt_registry_add(&w->reg, e)) != 0) {
+        logf_(w, "replica %s not recorded: %s", e->name, strerror(-rc));
+        return rc;
+    }
+    if (w->keep > 0)
+        agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
+    if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
+        logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
+    return rc;
+}
+
 int agent_ckptwatch_pick(struct agent_ckptwatch *w, struct agent_ckpt_entry *chosen)
 {
     char why[256];

@@ -77,6 +77,8 @@ static const char *begin_refused(struct sjob *sj, struct peer *p, const struct r
     const struct rdzv_job *job = sj->job;
     int me = rdzv_job_find(job, p), to;
 
+    if ((b->xfer & RDZV_REPL_XFER_SENDER) == 0)
+        return "a sender's transfer id has the top bit set";
     if (job->state != RDZV_JOB_RUNNING || b->round != job->round)
         return "not the job's running round";
     if (me < 0)
@@ -111,7 +113,9 @@ void rdzv__handle_repl_begin(struct peer *p, const struct rdzv_repl_begin *b)
     }
     r = &sj->repl[sj->n_repl++];
     memset(r, 0, sizeof(*r));
-    r->id = ++p->srv->repl_next_id;
+    do
+        r->id = ++p->srv->repl_next_id & ~RDZV_REPL_XFER_SENDER;
+    while (r->id == 0);
     r->src_xfer = b->xfer;
     r->src = p;
     r->dst = dst;

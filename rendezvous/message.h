@@ -249,6 +249,9 @@ struct rdzv_ckpt {
 #define RDZV_REPL_CHUNK_MAX (60 * 1024) /* data bytes in one REPL_DATA */
 #define RDZV_REPL_WINDOW (8 * RDZV_REPL_CHUNK_MAX)
 #define RDZV_REPL_MAX_XFERS 8 /* transfers in flight per job (the server's table) */
+/* A sender's own transfer ids have this bit set and the server's never do, so an agent tells
+ * the ACKs of copies it sends from those of copies it receives. */
+#define RDZV_REPL_XFER_SENDER 0x80000000u
 
 struct rdzv_repl_begin {
     uint32_t xfer;  /* transfer id */
