@@ -256,8 +256,11 @@ static void put_blob(struct writer *w, const uint8_t *b, uint32_t n, size_t max)
         return;
     }
     put_u32(w, n);
-    for (uint32_t i = 0; i < n; i++)
-        put_u8(w, b[i]);
+    /* one copy, not put_u8 per byte: a 60 KiB replica chunk byte by byte was 16 % of the
+     * server's time relaying a checkpoint (issue 19) */
+    if (w->pos <= w->cap && w->cap - w->pos >= n && n > 0)
+        memcpy(w->buf + w->pos, b, n);
+    w->pos += n;
 }
 
 static uint32_t get_blob(struct reader *r, uint8_t *dst, size_t max)
