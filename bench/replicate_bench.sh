@@ -12,7 +12,7 @@
 #                      step_ms_on=.. step_slowdown=..%
 #     sudo MUSTER_BIN=build/muster bench/replicate_bench.sh
 # Environment: MB (200), REPS (3), STEPS (60), EVERY (10), CKPT_MB (50), BW (replication cap
-# of part 2 in MB/s; default: muster's).
+# of part 2 in MB/s; default: muster's), SKIP_THROUGHPUT=1 (part 2 only).
 export MUSTER_SRC=${MUSTER_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 . "$MUSTER_SRC/tests/integration/ft.sh"
 . "$MUSTER_SRC/tests/integration/multi.sh"
@@ -28,6 +28,8 @@ ns_job rbench 3 3
 say() { echo "replicate_bench: $*" >&2; }
 median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
+relay=n/a raw=n/a rawrelay=n/a
+if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
 # --- 1a. raw TCP: python's sendfile of the same file, receiver counts bytes -----------------
 head -c ${MB}M /dev/urandom > "$T/blob"
 cat > "$T/sink.py" <<'EOP'
@@ -108,6 +110,7 @@ for i in $(seq "$REPS"); do
 done
 relay=$(printf '%s\n' "${rel[@]}" | median)
 say "muster replica host1->server(host3)->host2, TLS: ${rel[*]} MB/s (median $relay)"
+fi
 
 # --- 2. trainer step time with and without replication ------------------------------------------
 steps_run() { # steps_run TAG EXTRA_ARGS... -> mean step ms
@@ -134,7 +137,8 @@ done
 off=$(printf '%s\n' "${offs[@]}" | sort -n | head -1)
 on=$(printf '%s\n' "${ons[@]}" | sort -n | head -1)
 say "step ms without replication: ${offs[*]} (best $off); with: ${ons[*]} (best $on)"
-ratio=$(awk -v a="$relay" -v b="$raw" 'BEGIN {printf "%.0f", 100 * a / b}')
+ratio=n/a
+[ "$raw" = n/a ] || ratio=$(awk -v a="$relay" -v b="$raw" 'BEGIN {printf "%.0f", 100 * a / b}')
 slow=$(awk -v a="$on" -v b="$off" 'BEGIN {printf "%.1f", 100 * (a - b) / b}')
 echo "replicate_bench: relay_mb_s=$relay raw_tcp_mb_s=$raw raw_relay_mb_s=$rawrelay ratio=${ratio}% step_ms_off=$off step_ms_on=$on step_slowdown=${slow}% mb=$MB ckpt_mb=$CKPT_MB every=$EVERY"
 stop_server
