@@ -160,9 +160,16 @@ static void pump(struct agent_replica *r)
 
 static void abandon_sending(struct agent_replica *r, const char *why)
 {
-    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
-        if (r->out[i].active)
-            out_end(r, &r->out[i], 1, why);
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++) {
+        if (!r->out[i].active)
+            continue;
+        /* a --replicate-bandwidth too low for the checkpoint rate shows here */
+        logf_(r,
+              "checkpoint %s not replicated to group rank %" PRIu32 ": %s (%" PRIu64 " of %" PRIu64
+              " bytes sent)",
+              r->cur.name, r->out[i].rank, why, r->out[i].sent, r->cur.size);
+        out_end(r, &r->out[i], 1, why);
+    }
 }
 
 void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry *e, uint32_t round,
