@@ -507,9 +507,9 @@ static void on_disconnected(struct rdzv_client *c, const char *why)
 {
     char shown[MC_ESCAPE_SIZE(RDZV_TEXT_MAX)];
 
-    (void)c;
     mc_escape(why, shown, sizeof(shown));
     mc_info("rendezvous server lost (%s); reconnecting, workers keep running", shown);
+    agent_ft_disconnected_(rdzv_client_data(c)); /* replicas in flight died with it */
 }
 
 /* The first connection failed: the node hosting the rendezvous may not have started yet. One
@@ -535,7 +535,13 @@ static void on_reconnected(struct rdzv_client *c)
     mc_info("rendezvous server reached again; round re-registered");
 }
 
+static void on_repl(struct rdzv_client *c, const struct rdzv_msg *m)
+{
+    agent_ft_repl_msg_(rdzv_client_data(c), m);
+}
+
 static const struct rdzv_client_cbs client_cbs = {
+    .repl_cb = on_repl,
     .waiting_cb = on_waiting,
     .assign_cb = on_assign,
     .restart_cb = on_restart,

@@ -103,6 +103,8 @@ struct agent_ckpt_opts {
     const char *dir;          /* NULL: no checkpoint registry */
     unsigned keep;            /* 0 = keep all */
     unsigned hang_timeout_ms; /* 0 = no hang detection */
+    unsigned replicate;       /* --replicate-checkpoints R: copies on other nodes; 0 = off */
+    double replicate_mbps;    /* --replicate-bandwidth in MB/s; 0 = no cap */
 };
 
 /* Pre-flight (issue 6): checks before the first attempt's workers start. */

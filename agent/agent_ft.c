@@ -75,6 +75,9 @@ void agent_ft_sync_(struct agent *a)
 
 void agent_ft_close_(struct agent *a)
 {
+    if (a->ft.repl_on)
+        agent_replica_close(&a->ft.repl);
+    a->ft.repl_on = 0;
     if (a->ft.hang_on)
         agent_hang_close(&a->ft.hang, NULL);
     if (a->ft.ckpt_on) {
@@ -128,7 +131,72 @@ static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const
 
 static void on_ckpt_recorded(void *data, const struct agent_ckpt_entry *e)
 {
-    report_ckpt(data, e, NULL);
+    struct agent *a = data;
+
+    report_ckpt(a, e, NULL);
+    if (a->ft.repl_on && a->ft.was_rank0 && a->client != NULL)
+        agent_replica_offer(&a->ft.repl, e, a->as.round, a->as.group_rank, a->as.group_world_size);
+}
+
+/* --- checkpoint replicas (issue 19) ------------------------------------------------------- */
+
+static int repl_send(void *data, const struct rdzv_msg *m)
+{
+    struct agent *a = data;
+
+    return a->client != NULL ? rdzv_client_send_repl(a->client, m) : -ENOTCONN;
+}
+
+/* The server shows where each copy lives: a CKPT naming this node as the holder. */
+static void repl_stored(void *data, const struct agent_ckpt_entry *e)
+{
+    struct agent *a = data;
+    struct rdzv_ckpt ck = {.step = e->step,
+                           .size = e->size,
+                           .checksum = e->checksum,
+                           .time_ms = (uint64_t)(e->recorded_ns / 1000000)};
+
+    if (a->client == NULL || !rdzv_ckpt_name_ok(e->name))
+        return;
+    snprintf(ck.name, sizeof(ck.name), "%s", e->name);
+    snprintf(ck.holder, sizeof(ck.holder), "%s", a->host[0] ? a->host : "?");
+    rdzv_client_report_ckpt(a->client, &ck);
+}
+
+static void repl_log(void *data, const char *line)
+{
+    (void)data;
+    mc_info("%s", line);
+}
+
+static const struct agent_replica_cbs repl_cbs = {
+    .send = repl_send,
+    .stored = repl_stored,
+    .log = repl_log,
+};
+
+void agent_ft_repl_msg_(struct agent *a, const struct rdzv_msg *m)
+{
+    struct rdzv_msg ack;
+
+    if (a->ft.repl_on) {
+        agent_replica_on_msg(&a->ft.repl, m);
+        return;
+    }
+    if (m->type != RDZV_MSG_REPL_BEGIN || a->client == NULL)
+        return;
+    rdzv_msg_init(&ack, RDZV_MSG_REPL_ACK); /* refused at once: the sender moves on */
+    ack.u.repl_ack.xfer = m->u.repl_begin.xfer;
+    ack.u.repl_ack.status = RDZV_REPL_ABORT;
+    snprintf(ack.u.repl_ack.text, sizeof(ack.u.repl_ack.text),
+             "the receiving node has no --checkpoint-dir");
+    rdzv_client_send_repl(a->client, &ack);
+}
+
+void agent_ft_disconnected_(struct agent *a)
+{
+    if (a->ft.repl_on)
+        agent_replica_reset(&a->ft.repl);
 }
 
 static void on_ckpt_bad(void *data, const struct agent_ckpt_entry *e, const char *why)
@@ -181,6 +249,13 @@ int agent_ft_start_(struct agent *a, agent_hang_cb hang_cb)
         if (rc != 0)
             return rc; /* ckptwatch logged why */
         ft->ckpt_on = 1;
+        /* every node with a directory receives replicas; o->ckpt.replicate says how many it
+         * sends when it holds group rank 0 */
+        rc = agent_replica_init(&a->loop, &ft->repl, &ft->ckpt, o->ckpt.replicate,
+                                o->ckpt.replicate_mbps, &repl_cbs, a);
+        if (rc != 0)
+            return rc;
+        ft->repl_on = 1;
         /* one node, or ranks fixed by the flags: this node's rank is known now */
         if (o->rdzv.max_nodes <= 1 && !o->static_ranks.on)
             agent_ckptwatch_set_recording(&ft->ckpt, 1);

@@ -26,6 +26,7 @@
 #include "machine.h"
 #include "message.h"
 #include "progress.h"
+#include "replica.h"
 #include "server.h"
 
 /* INT, TERM, HUP, QUIT, one more for a --preempt-signal outside that list (SIGUSR1 for
@@ -43,6 +44,8 @@ struct agent_ft {
     char resume_from[PATH_MAX]; /* MUSTER_RESUME_FROM of the current attempt, "" = fresh */
     int64_t my_resume_step;     /* this node's own pick at the last JOIN, -1 none */
     int was_rank0;              /* this node held group rank 0 in the last round */
+    struct agent_replica repl;  /* checkpoint replicas sent and received (issue 19) */
+    int repl_on;
 };
 
 /* preflight.c's part: it runs once per agent, at its first ASSIGN: with every node of round 0,
@@ -123,6 +126,9 @@ void agent_ft_prepare_(struct agent *a);
 void agent_ft_worker_exited_(struct agent *a, int local_rank);
 void agent_ft_sync_(struct agent *a);
 void agent_ft_close_(struct agent *a);
+/* A REPL_* message from the server (issue 19); the connection broke (transfers are gone). */
+void agent_ft_repl_msg_(struct agent *a, const struct rdzv_msg *m);
+void agent_ft_disconnected_(struct agent *a);
 
 /* preflight.c: starts `node_argv --need-gpus=...` for this round in a->group (NULL before).
  * When it has ended (or could not start) the group is closed and freed, a->pf.code is its

@@ -78,12 +78,13 @@ static void record(struct agent_ckptwatch *w, const char *name, enum origin from
     logf_(w, "checkpoint %s recorded%s (step %lld, %llu bytes, xxh3 %016llx)", name,
           from == FROM_STARTUP ? " at start (was there before)" : "", (long long)e.step,
           (unsigned long long)e.size, (unsigned long long)e.checksum);
-    if (w->recorded_cb)
-        w->recorded_cb(w->data, &e);
     if (w->keep > 0)
         agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
     if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
         logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
+    /* after the save: a replica's receiver sharing the directory must find it in the file */
+    if (w->recorded_cb)
+        w->recorded_cb(w->data, &e);
 }
 
 static void scan_dir(struct agent_ckptwatch *w, enum origin from)
@@ -184,6 +185,23 @@ void agent_ckptwatch_sync(struct agent_ckptwatch *w)
         scan_dir(w, FROM_SYNC);
     else
         reload(w);
+}
+
+int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e)
+{
+    int rc;
+
+    if (!w->recording)
+        reload(w); /* a registry file another node writes (shared directory) stays whole */
+    if ((rc = agent_ckpt_registry_add(&w->reg, e)) != 0) {
+        logf_(w, "replica %s not recorded: %s", e->name, strerror(-rc));
+        return rc;
+    }
+    if (w->keep > 0)
+        agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
+    if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
+        logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
+    return rc;
 }
 
 int agent_ckptwatch_pick(struct agent_ckptwatch *w, struct agent_ckpt_entry *chosen)

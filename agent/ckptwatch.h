@@ -56,6 +56,12 @@ void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording);
  * re-read the registry file. */
 void agent_ckptwatch_sync(struct agent_ckptwatch *w);
 
+/* Records e, a checkpoint another node's agent copied into the directory and this node
+ * verified (a replica, issue 19): added to the registry (replacing one of the same name),
+ * older entries pruned behind it (--keep-checkpoints), the registry file saved. Returns 0 or a
+ * negative errno (logged). */
+int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e);
+
 /* Picks the checkpoint to resume from: the newest entry that verifies, copied to chosen.
  * Newer entries that do not verify are logged and reported (bad_cb) and stay registered.
  * Returns 0 or -ENOENT (none verifies: a fresh start). */

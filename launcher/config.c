@@ -100,6 +100,9 @@ static const struct opt opts[O_COUNT_] = {
     [O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, OPT_FLAG, "PET_VIRTUAL_LOCAL_RANK"},
     [O_QUIET] = {"quiet", 'q', OPT_FLAG, NULL},
     [O_VERBOSE] = {"verbose", 'v', OPT_FLAG, NULL},
+    [O_REPLICATE_CHECKPOINTS] = {"replicate-checkpoints", 0, OPT_VALUE,
+                                 "PET_REPLICATE_CHECKPOINTS"},
+    [O_REPLICATE_BANDWIDTH] = {"replicate-bandwidth", 0, OPT_VALUE, "PET_REPLICATE_BANDWIDTH"},
 };
 
 int launcher__cfg_fail(struct parse *p, const char *fmt, ...)
@@ -764,6 +767,33 @@ int launcher__cfg_parse_signal(const char *v, int *sig)
     return -EINVAL;
 }
 
+/* --replicate-checkpoints R and --replicate-bandwidth MBPS (issue 19). */
+static int parse_replicate(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *v;
+    char *end;
+    long n;
+
+    if ((v = p->val[O_REPLICATE_CHECKPOINTS]) != NULL) {
+        if (launcher__cfg_parse_int(v, 0, 8, &n) != 0)
+            return launcher__cfg_fail(
+                p, "--replicate-checkpoints must be a number of copies from 0 to 8, not '%s'", v);
+        cfg->replicate_checkpoints = (int)n;
+        if (n > 0 && cfg->checkpoint_dir == NULL)
+            return launcher__cfg_fail(p, "--replicate-checkpoints needs --checkpoint-dir");
+    }
+    if ((v = p->val[O_REPLICATE_BANDWIDTH]) != NULL) {
+        errno = 0;
+        cfg->replicate_mbps = strtod(v, &end);
+        if (errno || end == v || *end != '\0' || !(cfg->replicate_mbps >= 0) ||
+            cfg->replicate_mbps > 1e6)
+            return launcher__cfg_fail(
+                p, "--replicate-bandwidth must be MB/s >= 0 (0: no cap), not '%s'", v);
+    }
+    return 0;
+}
+
 static int parse_fault_tolerance(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
@@ -803,7 +833,7 @@ static int parse_fault_tolerance(struct parse *p)
         if ((cfg->checkpoint_dir = strdup(v)) == NULL)
             return -ENOMEM;
     }
-    return 0;
+    return parse_replicate(p);
 }
 
 static int parse_tls_files(struct parse *p)
@@ -982,6 +1012,7 @@ static void set_defaults(struct launcher_config *cfg)
     cfg->heartbeat_timeout_ms = 3000;
     cfg->keep_alive_interval_ms = 1000;
     cfg->reconnect_grace_ms = 60000;
+    cfg->replicate_mbps = LAUNCHER_REPLICATE_MBPS_DEFAULT;
     cfg->monitor_interval = 0.1;
     cfg->shutdown_timeout_ms = 30000;
     cfg->rdzv_is_host = -1;

@@ -19,6 +19,10 @@ struct launcher_std_spec {
     int map_val[64];
 };
 
+/* --replicate-bandwidth when not given, MB/s: about 80 % of a 1 Gb/s link, a tenth of 10 Gb/s;
+ * replication competes with the job's own traffic only this much (issue 19) */
+#define LAUNCHER_REPLICATE_MBPS_DEFAULT 100.0
+
 struct launcher_config {
     /* nodes and rendezvous */
     int min_nodes, max_nodes; /* --nnodes N or MIN:MAX */
@@ -90,11 +94,13 @@ struct launcher_config {
     int virtual_local_rank;        /* LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES each */
     char notes[1024];              /* warnings and notes for stderr, one per line */
     /* fault tolerance */
-    char *checkpoint_dir;     /* --checkpoint-dir: MUSTER_CHECKPOINT_DIR, watched */
-    int keep_checkpoints;     /* 0 = keep all */
-    unsigned hang_timeout_ms; /* 0 = no hang detection */
-    int preempt_signal;       /* 0 = none given; SIGTERM by default under Slurm */
-    int slurm;                /* SLURM_* supplied defaults: inside an allocation */
+    char *checkpoint_dir;      /* --checkpoint-dir: MUSTER_CHECKPOINT_DIR, watched */
+    int keep_checkpoints;      /* 0 = keep all */
+    unsigned hang_timeout_ms;  /* 0 = no hang detection */
+    int replicate_checkpoints; /* --replicate-checkpoints R: copies on other nodes; 0 = off */
+    double replicate_mbps;     /* --replicate-bandwidth MB/s; 0 = no cap */
+    int preempt_signal;        /* 0 = none given; SIGTERM by default under Slurm */
+    int slurm;                 /* SLURM_* supplied defaults: inside an allocation */
     /* GPUs (config_gpu.c) */
     int gpus_visible;  /* NVIDIA GPUs this node's workers would see */
     int nproc_per_gpu; /* --nproc-per-gpu K: shared-GPU mode when > 0 */

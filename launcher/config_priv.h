@@ -70,6 +70,8 @@ enum opt_id {
     O_DEDUP, /* output (config.c) */
     O_QUIET,
     O_VERBOSE, /* log level (common/log.h) */
+    O_REPLICATE_CHECKPOINTS,
+    O_REPLICATE_BANDWIDTH, /* issue 19 */
     O_COUNT_
 };
 

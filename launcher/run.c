@@ -463,7 +463,9 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
     output_opts(cfg, flags, &o->out);
     o->ckpt = (struct agent_ckpt_opts){.dir = cfg->checkpoint_dir,
                                        .keep = (unsigned)cfg->keep_checkpoints,
-                                       .hang_timeout_ms = cfg->hang_timeout_ms};
+                                       .hang_timeout_ms = cfg->hang_timeout_ms,
+                                       .replicate = (unsigned)cfg->replicate_checkpoints,
+                                       .replicate_mbps = cfg->replicate_mbps};
     preflight_opts(cfg, node_argv, &o->pf);
 }
 

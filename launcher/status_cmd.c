@@ -215,6 +215,23 @@ static void print_node_failures(json_t *job)
                json_is_true(json_object_get(n, "excluded")) ? str(n, "reason") : "no");
 }
 
+/* Where a checkpoint lives: the recording host, then "+HOST" per verified replica (issue 19). */
+static void where(json_t *ck, char *buf, size_t len)
+{
+    json_t *reps = json_object_get(ck, "replicas"), *r;
+    size_t i, n;
+
+    n = (size_t)snprintf(buf, len, "%s",
+                         json_is_string(json_object_get(ck, "host")) && str(ck, "host")[0] != '\0'
+                             ? str(ck, "host")
+                             : "-");
+    json_array_foreach(reps, i, r)
+    {
+        if (n < len && json_is_string(r))
+            n += (size_t)snprintf(buf + n, len - n, ",+%s", json_string_value(r));
+    }
+}
+
 static void print_checkpoints(json_t *job)
 {
     json_t *cks = json_object_get(job, "checkpoints"), *ck;
@@ -224,10 +241,17 @@ static void print_checkpoints(json_t *job)
         printf("  resumes from %s\n", str(job, "resume"));
     if (json_array_size(cks) == 0)
         return;
-    printf("  %-32s %-10s %-12s %-9s %s\n", "CHECKPOINT", "STEP", "BYTES", "STATE", "REASON");
-    json_array_foreach(cks, i, ck) printf(
-        "  %-32s %-10ld %-12ld %-9s %s\n", str(ck, "name"), num(ck, "step"), num(ck, "size"),
-        str(ck, "state"), json_is_string(json_object_get(ck, "reason")) ? str(ck, "reason") : "");
+    printf("  %-32s %-10s %-12s %-9s %-24s %s\n", "CHECKPOINT", "STEP", "BYTES", "STATE", "ON",
+           "REASON");
+    json_array_foreach(cks, i, ck)
+    {
+        char on[256];
+
+        where(ck, on, sizeof(on));
+        printf("  %-32s %-10ld %-12ld %-9s %-24s %s\n", str(ck, "name"), num(ck, "step"),
+               num(ck, "size"), str(ck, "state"), on,
+               json_is_string(json_object_get(ck, "reason")) ? str(ck, "reason") : "");
+    }
 }
 
 static int print_answer(const struct status_cmd *c)

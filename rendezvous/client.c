@@ -657,6 +657,21 @@ int rdzv_client_report_preflight(struct rdzv_client *c, const struct rdzv_prefli
     return rdzv_conn_send(&c->conn, &c->out);
 }
 
+int rdzv_client_send_repl(struct rdzv_client *c, const struct rdzv_msg *m)
+{
+    if (m->type != RDZV_MSG_REPL_BEGIN && m->type != RDZV_MSG_REPL_DATA &&
+        m->type != RDZV_MSG_REPL_ACK)
+        return UV_EINVAL;
+    if (c->closing || c->state != CLIENT_READY || c->away)
+        return UV_ENOTCONN;
+    return rdzv_conn_send(&c->conn, m);
+}
+
+size_t rdzv_client_unsent(const struct rdzv_client *c)
+{
+    return c->conn_open ? rdzv_conn_unsent(&c->conn) : 0;
+}
+
 /* --- incoming ------------------------------------------------------------------------------- */
 static void on_welcome(struct rdzv_client *c)
 {
@@ -787,6 +802,12 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     case RDZV_MSG_JOB_DONE:
     case RDZV_MSG_JOB_FAILED:
         on_server_msg(c, m);
+        break;
+    case RDZV_MSG_REPL_BEGIN:
+    case RDZV_MSG_REPL_DATA:
+    case RDZV_MSG_REPL_ACK:
+        if (c->state == CLIENT_READY && c->cbs->repl_cb != NULL)
+            c->cbs->repl_cb(c, m);
         break;
     default:
         fail(c, -EPROTO, "unexpected %s from the server", rdzv_msg_name(m->type));

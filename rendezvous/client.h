@@ -68,6 +68,9 @@ struct rdzv_client_cbs {
      * since the first attempt, as torchrun does; then error_cb. waited_ms: since that first
      * attempt. Runs at every failed attempt. */
     void (*server_wait_cb)(struct rdzv_client *c, int err, uint64_t waited_ms);
+    /* Optional (NULL allowed: replicas are refused). A checkpoint replica message relayed by
+     * the server (issue 19): REPL_BEGIN, REPL_DATA or REPL_ACK; m is borrowed for the call. */
+    void (*repl_cb)(struct rdzv_client *c, const struct rdzv_msg *m);
 };
 
 /* Allocates a client that speaks TLS in token mode: the token is the pre-shared key (tls.h) and
@@ -126,6 +129,15 @@ int rdzv_client_report_ckpt(struct rdzv_client *c, const struct rdzv_ckpt *ck);
  * (ERROR PROTOCOL) before this agent's JOIN, from a node outside the round, and for strings
  * with control characters. */
 int rdzv_client_report_preflight(struct rdzv_client *c, const struct rdzv_preflight *pf);
+
+/* Sends one checkpoint replica message (REPL_BEGIN, REPL_DATA or REPL_ACK; borrowed). Never
+ * queued across an outage: a replica in flight is abandoned then and the server forgets it.
+ * Returns 0, UV_EINVAL for another type or a message the codec refuses, UV_ENOTCONN while not
+ * connected (or reconnecting), or a send error. */
+int rdzv_client_send_repl(struct rdzv_client *c, const struct rdzv_msg *m);
+
+/* Bytes handed to rdzv_client_send_repl and friends that the socket has not taken yet. */
+size_t rdzv_client_unsent(const struct rdzv_client *c);
 
 /* The round trip time of the newest echoed HEARTBEAT in microseconds, or -1 before the first
  * echo. */

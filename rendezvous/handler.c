@@ -212,6 +212,7 @@ static void rejoin_replace(struct sjob *sj, struct peer *p, struct peer *old)
     if (old == NULL || old == p)
         return;
     if (old->job == sj) {
+        rdzv__repl_forget(sj, old);
         old->job = NULL;
         sj->npeers--;
     }
@@ -299,7 +300,19 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
     }
     if (sj->ckpts == NULL && rdzv_ckptlog_new(&sj->ckpts) < 0)
         return; /* out of memory: the record only feeds STATUS, the job runs on without it */
-    rdzv_ckptlog_add(sj->ckpts, ck);
+    int me = rdzv_job_find(sj->job, p);
+    const char *host = me >= 0 ? sj->job->members[me].host : "";
+
+    if (ck->holder[0] != '\0') {
+        /* a replica: the holder is the node this connection joined as, not what it claims */
+        struct rdzv_ckpt rep = *ck;
+
+        if (host[0] != '\0')
+            snprintf(rep.holder, sizeof(rep.holder), "%s", host);
+        rdzv_ckptlog_add_replica(sj->ckpts, &rep);
+        return;
+    }
+    rdzv_ckptlog_add_from(sj->ckpts, ck, host);
 }
 
 /* PREFLIGHT (issue 15): bookkeeping for STATUS and /metrics only, like CKPT. Filed under the

@@ -135,6 +135,41 @@ static int64_t prev_rank(const struct rdzv_job *job, uint64_t node_id)
     return -1;
 }
 
+/* Whether member a would resume from a newer checkpoint than member b (none is oldest). */
+static int resumes_newer(const struct rdzv_job_member *a, const struct rdzv_job_member *b)
+{
+    if (a->resume[0] == '\0')
+        return 0;
+    return b->resume[0] == '\0' || a->resume_step > b->resume_step;
+}
+
+/* Group rank 0 goes where the newest verified checkpoint is (issue 19): every JOIN names the
+ * newest checkpoint that verifies on that node, and the round resumes from rank 0's. Without a
+ * shared file system, the previous rank 0 may be gone with its checkpoints while a replica
+ * (--replicate-checkpoints) survives elsewhere. Only a strictly newer one moves rank 0 away
+ * from the node that held it (sticky ranks otherwise), and never away from a --node-rank 0. */
+static void newest_to_rank0(struct rdzv_job *job)
+{
+    size_t n = job->n_members, best = n, sticky = n;
+
+    if (job->by_rank[0] != 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (job->members[i].group_rank != UINT32_MAX)
+            continue;
+        if (prev_rank(job, job->members[i].node_id) == 0)
+            sticky = i;
+        if (best == n || resumes_newer(&job->members[i], &job->members[best]))
+            best = i;
+    }
+    if (best == n || job->members[best].resume[0] == '\0')
+        return;
+    if (sticky != n && !resumes_newer(&job->members[best], &job->members[sticky]))
+        return;
+    job->members[best].group_rank = 0;
+    job->by_rank[0] = (uint32_t)best + 1;
+}
+
 /* A node that asks for a group rank (JOIN.want_rank: --node-rank of torchrun's static recipe)
  * gets it when it fits and is free; nodes of the previous round keep their group rank when it
  * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order.
@@ -155,6 +190,7 @@ static void close_round(struct rdzv_job *job, uint64_t now_ms)
             job->by_rank[w] = (uint32_t)i + 1;
         }
     }
+    newest_to_rank0(job);
     for (size_t i = 0; i < n; i++) {
         int64_t r = prev_rank(job, job->members[i].node_id);
 

@@ -50,6 +50,10 @@ enum rdzv_msg_type {
     RDZV_MSG_CKPT = 24, /* agent->S a checkpoint recorded or found bad; no reply */
     /* --- issue 15: pre-flight results ---------------------------------------------------- */
     RDZV_MSG_PREFLIGHT = 25, /* agent->S this node's pre-flight, per GPU; no reply */
+    /* --- issue 19: checkpoint replicas, relayed by the server between agents of one job ---- */
+    RDZV_MSG_REPL_BEGIN = 26, /* agent->S->agent a copy of a checkpoint starts: name, size, sum */
+    RDZV_MSG_REPL_DATA = 27,  /* agent->S->agent the next chunk of a copy */
+    RDZV_MSG_REPL_ACK = 28,   /* agent->S->agent bytes received, copy verified, or aborted */
     RDZV_MSG_TYPE_MAX_
 };
 
@@ -240,6 +244,53 @@ struct rdzv_ckpt {
     uint64_t time_ms;                  /* wall clock when recorded/found bad; display only */
     uint8_t verified_bad;
     char reason[RDZV_TEXT_MAX + 1]; /* why it is bad; "" when verified_bad = 0 */
+    /* issue 19, an optional tail (sent only when not ""): the host name of the node that
+     * holds this checkpoint as a verified replica (--replicate-checkpoints); "" = the record
+     * of the node that wrote it */
+    char holder[RDZV_HOST_MAX + 1];
+};
+
+/* Checkpoint replicas (issue 19). The agent of group rank 0 copies a checkpoint it recorded to
+ * other nodes' agents through the server: REPL_BEGIN, then REPL_DATA chunks in order; the
+ * receiver answers REPL_ACK with the bytes it holds. The sender keeps at most
+ * RDZV_REPL_WINDOW bytes unacknowledged, and the server refuses a chunk past it, so the server
+ * never buffers more than one window per transfer. Transfer ids: the sender's own on the
+ * sender's connection, the server's on the receiver's (the server translates). */
+#define RDZV_REPL_CHUNK_MAX (60 * 1024) /* data bytes in one REPL_DATA */
+#define RDZV_REPL_WINDOW (8 * RDZV_REPL_CHUNK_MAX)
+#define RDZV_REPL_MAX_XFERS 8 /* transfers in flight per job (the server's table) */
+/* A sender's own transfer ids have this bit set and the server's never do, so an agent tells
+ * the ACKs of copies it sends from those of copies it receives. */
+#define RDZV_REPL_XFER_SENDER 0x80000000u
+
+struct rdzv_repl_begin {
+    uint32_t xfer;  /* transfer id */
+    uint32_t round; /* sender->S: the sender's round; S->receiver: the same */
+    uint32_t rank;  /* sender->S: the receiver's group rank; S->receiver: the sender's */
+    char name[RDZV_CKPT_NAME_MAX + 1]; /* never "" */
+    int64_t step;
+    uint64_t size;
+    uint64_t checksum; /* XXH3-64 of the content, as the sender's registry holds it */
+};
+
+struct rdzv_repl_data {
+    uint32_t xfer;
+    uint64_t offset; /* must be the byte after the previous chunk */
+    uint32_t len;
+    uint8_t data[RDZV_REPL_CHUNK_MAX];
+};
+
+enum rdzv_repl_status {
+    RDZV_REPL_PROGRESS = 0, /* receiver: offset bytes written */
+    RDZV_REPL_DONE = 1,     /* receiver: the copy verified and is in place (or was already) */
+    RDZV_REPL_ABORT = 2,    /* either side or the server: the transfer ends; text says why */
+};
+
+struct rdzv_repl_ack {
+    uint32_t xfer;
+    uint64_t offset;
+    uint8_t status;               /* enum rdzv_repl_status */
+    char text[RDZV_TEXT_MAX + 1]; /* why, for ABORT; "" otherwise */
 };
 
 /* PREFLIGHT (issue 15): one node's pre-flight results, sent by its agent when the node process
@@ -298,6 +349,9 @@ struct rdzv_msg {
         struct rdzv_status status;
         struct rdzv_ckpt ckpt;
         struct rdzv_preflight preflight;
+        struct rdzv_repl_begin repl_begin;
+        struct rdzv_repl_data repl_data;
+        struct rdzv_repl_ack repl_ack;
     } u;
 };
 

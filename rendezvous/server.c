@@ -521,6 +521,9 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_REJOIN:
     case RDZV_MSG_CKPT:
     case RDZV_MSG_PREFLIGHT:
+    case RDZV_MSG_REPL_BEGIN:
+    case RDZV_MSG_REPL_DATA:
+    case RDZV_MSG_REPL_ACK:
         return role == RDZV_ROLE_AGENT;
     case RDZV_MSG_ATTACH:
     case RDZV_MSG_KV_PUT:
@@ -578,6 +581,15 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_PREFLIGHT:
         rdzv__handle_preflight(p, &m->u.preflight);
+        break;
+    case RDZV_MSG_REPL_BEGIN:
+        rdzv__handle_repl_begin(p, &m->u.repl_begin);
+        break;
+    case RDZV_MSG_REPL_DATA:
+        rdzv__handle_repl_data(p, m);
+        break;
+    case RDZV_MSG_REPL_ACK:
+        rdzv__handle_repl_ack(p, &m->u.repl_ack);
         break;
     case RDZV_MSG_ATTACH:
         rdzv__handle_attach(p, &m->u.attach);

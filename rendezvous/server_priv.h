@@ -50,6 +50,15 @@ struct peer {
     char *local_addr;    /* in-process channel: the address it stands for; else NULL */
 };
 
+/* One checkpoint replica being relayed (handler_repl.c). */
+struct srv_repl {
+    uint32_t id;             /* the server's id: the receiver's messages carry it */
+    uint32_t src_xfer;       /* the sender's id: the sender's messages carry it */
+    struct peer *src, *dst;  /* both agents of this job; forgotten when either goes */
+    uint64_t size;           /* announced by REPL_BEGIN */
+    uint64_t relayed, acked; /* bytes passed on; bytes the receiver acknowledged */
+};
+
 /* Server side of one job: the round logic, its deadline timer and the workers' KV store. */
 struct sjob {
     struct rdzv_server *srv;
@@ -66,8 +75,10 @@ struct sjob {
     /* WAITING broadcasts are coalesced: one per sjob_waiting_every_ms at most. Sending one per
      * JOIN to every member made a round of N agents cost N^2 messages (10,000 agents: 50
      * million), measured by bench/rdzv_bench.sh. */
-    uint64_t waiting_sent_at; /* uv_now() of the last WAITING broadcast */
-    int waiting_due;          /* a count change is not yet broadcast */
+    uint64_t waiting_sent_at;                  /* uv_now() of the last WAITING broadcast */
+    int waiting_due;                           /* a count change is not yet broadcast */
+    struct srv_repl repl[RDZV_REPL_MAX_XFERS]; /* checkpoint replicas in flight (issue 19) */
+    unsigned n_repl;
 };
 
 /* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
@@ -160,6 +171,7 @@ struct rdzv_server {
     uint64_t kv_pool_refused;    /* kv_pool.refused already counted as SRV_EV_KV_TOTAL */
     struct srv_source *sources[SRV_SOURCE_BUCKETS];
     struct rdzv_hslimit *hslimit; /* TLS handshakes per source address (hslimit.h) */
+    uint32_t repl_next_id;        /* the last replica transfer id handed out */
 };
 
 /* server.c */
@@ -202,6 +214,13 @@ void rdzv__handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb);
 void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj);
 void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck);
 void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf);
+
+/* handler_repl.c: checkpoint replicas relayed between agents of one job (issue 19);
+ * _forget ends every transfer of agent p (its connection goes), telling the other side */
+void rdzv__handle_repl_begin(struct peer *p, const struct rdzv_repl_begin *b);
+void rdzv__handle_repl_data(struct peer *p, const struct rdzv_msg *m);
+void rdzv__handle_repl_ack(struct peer *p, const struct rdzv_repl_ack *a);
+void rdzv__repl_forget(struct sjob *sj, struct peer *p);
 
 /* handler_kv.c: worker and observer messages */
 void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a);

@@ -390,6 +390,7 @@ void rdzv__sjob_detach(struct sjob *sj, struct peer *p, const char *reason)
 {
     uint64_t now = uv_now(sj->srv->loop);
 
+    rdzv__repl_forget(sj, p);
     p->job = NULL;
     sj->npeers--;
     rdzv__sjob_apply(sj, rdzv_job_lost(sj->job, p, reason, now, mc_wall_ms()));

@@ -69,15 +69,20 @@ static json_int_t count_pending(const struct rdzv_job *job, int spare)
     return n;
 }
 
-static json_t *ckpt_json(const struct rdzv_ckpt *ck)
+static json_t *ckpt_json(const struct rdzv_ckptlog_rec *rec)
 {
+    const struct rdzv_ckpt *ck = &rec->ck;
+    json_t *reps = json_array();
     char sum[17];
 
+    for (unsigned i = 0; reps != NULL && i < rec->n_replicas; i++)
+        json_array_append_new(reps, json_string(rec->replicas[i]));
     snprintf(sum, sizeof(sum), "%016" PRIx64, ck->checksum);
-    return json_pack("{s:s, s:I, s:I, s:s, s:I, s:s, s:s}", "name", ck->name, "step",
+    /* host: the node that recorded it; replicas (issue 19): hosts holding a verified copy */
+    return json_pack("{s:s, s:I, s:I, s:s, s:I, s:s, s:s, s:s, s:o*}", "name", ck->name, "step",
                      (json_int_t)ck->step, "size", (json_int_t)ck->size, "checksum", sum, "time_ms",
                      (json_int_t)ck->time_ms, "state", ck->verified_bad ? "bad" : "recorded",
-                     "reason", ck->reason);
+                     "reason", ck->reason, "host", rec->host, "replicas", reps);
 }
 
 /* Newest first, as the log keeps them. */

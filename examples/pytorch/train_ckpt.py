@@ -15,7 +15,8 @@ What it shows:
   * Checkpoints go to $MUSTER_CHECKPOINT_DIR (or --ckpt-dir); without either, none are written.
   * On start, when $MUSTER_RESUME_FROM (or --resume) names a checkpoint, every rank loads it
     (model, optimizer, step) and continues from that step with the same data order, so a
-    resumed run ends with the same weights, bit for bit, as one that never failed.
+    resumed run ends with the same weights, bit for bit, as one that never failed. When the
+    file is not on every node (no shared file system), rank 0 reads it and broadcasts it.
   * Each rank is seeded differently (seed + rank); the data order comes from the sampler's seed
     and the epoch; randomness inside a step (dropout) is reseeded from (seed, rank, step), so a
     replayed step draws the same numbers.
@@ -115,8 +116,22 @@ def save_checkpoint(ckpt_dir, step, model, opt, world):
     return final
 
 
+def read_state(path, rank):
+    """Every rank reads the file when every node has it (a shared --checkpoint-dir). Without a
+    shared file system only rank 0's node is sure to hold it (muster gives group rank 0 to the
+    node with the newest verified checkpoint, e.g. a replica from --replicate-checkpoints):
+    rank 0 reads it and broadcasts it to the others."""
+    here = torch.tensor([1 if os.path.isfile(path) else 0], dtype=torch.int32)
+    dist.all_reduce(here, op=dist.ReduceOp.MIN)
+    if here.item():
+        return torch.load(path, map_location="cpu")
+    box = [torch.load(path, map_location="cpu") if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def load_checkpoint(path, model, opt, world, rank):
-    state = torch.load(path, map_location="cpu")
+    state = read_state(path, rank)
     model.module.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     if state.get("world_size", world) != world and rank == 0:

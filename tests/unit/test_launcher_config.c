@@ -539,6 +539,28 @@ static void test_shutdown_timeout_sources(void **state)
     refuse(fx, "--shutdown-timeout", "-1", "--shutdown-timeout", "abc", NULL);
 }
 
+/* Issue 19: --replicate-checkpoints needs --checkpoint-dir; the cap defaults to 100 MB/s. */
+static void test_replicate_flags(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_ok(fx, parse(fx, "@S", NULL));
+    assert_int_equal(fx->cfg.replicate_checkpoints, 0);
+    assert_true(fx->cfg.replicate_mbps == LAUNCHER_REPLICATE_MBPS_DEFAULT);
+    assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-checkpoints", "2",
+                        "--replicate_bandwidth", "12.5", "@S", NULL));
+    assert_int_equal(fx->cfg.replicate_checkpoints, 2);
+    assert_true(fx->cfg.replicate_mbps == 12.5);
+    assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-bandwidth", "0", "@S", NULL));
+    assert_true(fx->cfg.replicate_mbps == 0);
+    assert_einval(fx, parse(fx, "--replicate-checkpoints", "1", "@S", NULL));
+    assert_non_null(strstr(fx->err, "--checkpoint-dir"));
+    assert_einval(
+        fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-checkpoints", "9", "@S", NULL));
+    assert_einval(fx, parse(fx, "--replicate-bandwidth", "-1", "@S", NULL));
+    assert_einval(fx, parse(fx, "--replicate-bandwidth", "fast", "@S", NULL));
+}
+
 /* ---- rendezvous ------------------------------------------------------------------------------ */
 
 static void test_rdzv_conf(void **state)
@@ -1182,6 +1204,7 @@ int main(void)
         T(test_pet_bad_value_names_variable),
         T(test_python_exec_and_token),
         T(test_shutdown_timeout_sources),
+        T(test_replicate_flags),
         T(test_rdzv_conf),
         T(test_rdzv_conf_overflow),
         T(test_rdzv_conf_torchrun_keys),

@@ -49,6 +49,9 @@ struct raw {
     uint32_t kv_status[16]; /* by req_id */
     char kv_value[16][32];
     char *status_json;
+    struct rdzv_repl_begin repl_begin; /* the last of each replica message (issue 19) */
+    struct rdzv_repl_ack repl_ack;
+    uint64_t repl_bytes; /* REPL_DATA bytes received */
     int connected;
     struct sendq q; /* sent once connected: TLS starts only then */
 };
@@ -88,6 +91,12 @@ static void record(struct raw *r, const struct rdzv_msg *m)
         r->error = m->u.error;
     else if (m->type == RDZV_MSG_WELCOME)
         r->welcomed = 1;
+    else if (m->type == RDZV_MSG_REPL_BEGIN)
+        r->repl_begin = m->u.repl_begin;
+    else if (m->type == RDZV_MSG_REPL_ACK)
+        r->repl_ack = m->u.repl_ack;
+    else if (m->type == RDZV_MSG_REPL_DATA)
+        r->repl_bytes += m->u.repl_data.len;
     else if (m->type == RDZV_MSG_STATUS) {
         free(r->status_json);
         r->status_json = strdup(m->u.status.json);
@@ -369,8 +378,9 @@ static void test_scale_up(void **state)
     assert_true(N(1, WAITING) >= 1);
     assert_int_equal(R(0)->assign.round, 1);
     assert_int_equal(R(0)->assign.restart_count, 0);
-    assert_int_equal(R(0)->assign.group_rank, 0);
-    assert_int_equal(R(1)->assign.group_rank, 1);
+    /* host1's JOIN names a newer checkpoint (step 100 > 0): it takes rank 0 (issue 19) */
+    assert_int_equal(R(0)->assign.group_rank, 1);
+    assert_int_equal(R(1)->assign.group_rank, 0);
     assert_int_equal(R(1)->assign.world_size, 4);
 }
 
@@ -911,6 +921,162 @@ static void test_preflight_metrics(void **state)
     rdzv_pfrec_clear(&rec);
 }
 
+/* --- checkpoint replicas (issue 19) ------------------------------------------------------- */
+#define CH RDZV_REPL_CHUNK_MAX
+#define X(n) (RDZV_REPL_XFER_SENDER | (n)) /* a sender's transfer id */
+
+static void repl_begin(struct raw *r, uint32_t xfer, uint32_t rank, uint64_t size)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_REPL_BEGIN);
+
+    m->u.repl_begin = (struct rdzv_repl_begin){
+        .xfer = xfer, .round = r->assign.round, .rank = rank, .step = 5, .size = size};
+    strcpy(m->u.repl_begin.name, "ckpt_5.pt");
+    send_msg(r, m);
+}
+
+static void repl_data(struct raw *r, uint32_t xfer, uint64_t off, uint32_t len)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_REPL_DATA);
+
+    m->u.repl_data.xfer = xfer;
+    m->u.repl_data.offset = off;
+    m->u.repl_data.len = len;
+    memset(m->u.repl_data.data, 0x42, len);
+    send_msg(r, m);
+}
+
+static void repl_ack(struct raw *r, uint32_t xfer, uint64_t off, uint8_t status)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_REPL_ACK);
+
+    m->u.repl_ack.xfer = xfer;
+    m->u.repl_ack.offset = off;
+    m->u.repl_ack.status = status;
+    send_msg(r, m);
+}
+
+static int g_s, g_d;   /* the raw index of group rank 0 (sender) and of rank 1 */
+static int g_want;     /* REPL_ACKs the sender must have had */
+static uint64_t g_got; /* REPL_DATA bytes the receiver must have had */
+
+static int repl_acks(struct fixture *fx)
+{
+    (void)fx;
+    return N(g_s, REPL_ACK) == g_want;
+}
+
+static int repl_relayed(struct fixture *fx)
+{
+    (void)fx;
+    return R(g_d)->repl_bytes == g_got && N(g_d, REPL_BEGIN) >= 1;
+}
+
+static void two_agents(struct fixture *fx, const char *job)
+{
+    agent(fx, 0, job, 2, 2);
+    agent(fx, 1, job, 2, 2);
+    run_until(fx, both_assigned);
+    g_s = R(0)->assign.group_rank == 0 ? 0 : 1;
+    g_d = 1 - g_s;
+}
+
+/* Relayed in order and inside the window; a chunk past the window, out of order or past the
+ * announced size, or an acknowledgement of bytes never relayed, ends the transfer for both. */
+static void test_repl_window_offsets(void **state)
+{
+    struct fixture *fx = *state;
+
+    two_agents(fx, "rp");
+    repl_begin(R(g_s), X(1), 1, 20 * (uint64_t)CH);
+    for (int i = 0; i < 8; i++) /* exactly one window */
+        repl_data(R(g_s), X(1), (uint64_t)i * CH, CH);
+    g_got = 8 * (uint64_t)CH;
+    run_until(fx, repl_relayed);
+    assert_int_equal(R(g_d)->repl_begin.rank, 0); /* the receiver learns the sender's rank */
+    assert_int_equal(R(g_d)->repl_begin.xfer & RDZV_REPL_XFER_SENDER, 0);
+    assert_string_equal(R(g_d)->repl_begin.name, "ckpt_5.pt");
+    repl_data(R(g_s), X(1), 8 * (uint64_t)CH, CH); /* no ACK yet: over the window */
+    g_want = 1;
+    run_until(fx, repl_acks);
+    assert_int_equal(R(g_s)->repl_ack.status, RDZV_REPL_ABORT);
+    assert_string_equal(R(g_s)->repl_ack.text, "sender ran past the flow-control window");
+
+    repl_begin(R(g_s), X(2), 1, 1000);
+    repl_data(R(g_s), X(2), 100, 100); /* not the next byte */
+    g_want = 2;
+    run_until(fx, repl_acks);
+    assert_non_null(strstr(R(g_s)->repl_ack.text, "expected offset 0 of 1000"));
+    repl_begin(R(g_s), X(3), 1, 1000);
+    repl_data(R(g_s), X(3), 0, 1001); /* past the announced size */
+    g_want = 3;
+    run_until(fx, repl_acks);
+    assert_non_null(strstr(R(g_s)->repl_ack.text, "refused"));
+    repl_begin(R(g_s), X(4), 1, 1000);
+    repl_data(R(g_s), X(4), 0, 500);
+    g_got += 500;
+    run_until(fx, repl_relayed);
+    repl_ack(R(g_d), R(g_d)->repl_begin.xfer, 900, RDZV_REPL_PROGRESS); /* never relayed */
+    g_want = 4;
+    run_until(fx, repl_acks);
+    assert_string_equal(R(g_s)->repl_ack.text, "acknowledgement outside the bytes relayed");
+    repl_begin(R(g_s), 5, 1, 1000); /* not a sender's id */
+    g_want = 5;
+    run_until(fx, repl_acks);
+    assert_non_null(strstr(R(g_s)->repl_ack.text, "top bit"));
+    assert_int_equal(R(g_d)->repl_bytes, g_got); /* nothing refused reached the receiver */
+}
+
+static int hostile_done(struct fixture *fx)
+{
+    (void)fx;
+    return N(2, REPL_ACK) == 4 && N(g_d, REPL_ACK) == 1 && N(3, ERROR) == 1 && R(3)->closed &&
+           N(4, ERROR) == 1 && R(4)->closed;
+}
+
+/* Another job's agent, the receiver itself, a worker and an agent that never joined cannot
+ * start, feed, acknowledge or read a transfer of job "rp". */
+static void test_repl_hostile(void **state)
+{
+    struct fixture *fx = *state;
+    uint32_t sid;
+
+    two_agents(fx, "rp");
+    agent(fx, 2, "other", 1, 1);
+    HARNESS_RUN_UNTIL(&fx->h, N(2, ASSIGN) == 1);
+    repl_begin(R(g_s), X(1), 1, 10 * (uint64_t)CH);
+    repl_data(R(g_s), X(1), 0, CH);
+    g_got = CH;
+    run_until(fx, repl_relayed);
+    sid = R(g_d)->repl_begin.xfer;
+    repl_begin(R(2), X(1), 1, 100);          /* rank 1 of ITS job: there is none */
+    repl_begin(R(2), X(2), 0, 100);          /* itself */
+    repl_data(R(2), sid, CH, CH);            /* a guess of the server's id */
+    repl_data(R(2), X(1), CH, CH);           /* the sender's id, from another connection */
+    repl_ack(R(2), sid, CH, RDZV_REPL_DONE); /* not its transfer: ignored */
+    repl_data(R(g_d), X(1), CH, CH);         /* the receiver cannot feed it either */
+    worker(fx, 3, "rp", 0);
+    repl_data(R(3), sid, CH, CH);
+    raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined */
+    repl_begin(R(4), X(1), 1, 100);
+    run_until(fx, hostile_done);
+    assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
+    assert_int_equal(R(4)->error.code, RDZV_ERR_PROTOCOL);
+    assert_int_equal(R(g_d)->repl_ack.status, RDZV_REPL_ABORT); /* its own DATA, refused */
+    assert_int_equal(N(g_s, REPL_ACK), 0);                      /* nothing forged reached it */
+    assert_int_equal(N(2, REPL_DATA) + N(2, REPL_BEGIN), 0);    /* nor leaked elsewhere */
+    assert_int_equal(R(g_d)->repl_bytes, CH);
+    /* the real transfer goes on */
+    repl_data(R(g_s), X(1), CH, CH);
+    g_got = 2 * (uint64_t)CH;
+    run_until(fx, repl_relayed);
+    repl_ack(R(g_d), sid, 2 * (uint64_t)CH, RDZV_REPL_PROGRESS);
+    g_want = 1;
+    run_until(fx, repl_acks);
+    assert_int_equal(R(g_s)->repl_ack.xfer, X(1));
+    assert_int_equal(R(g_s)->repl_ack.offset, 2 * (uint64_t)CH);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -928,6 +1094,8 @@ int main(void)
         T(test_preflight_status),
         T(test_preflight_duplicate_gpu),
         cmocka_unit_test(test_preflight_metrics),
+        T(test_repl_window_offsets),
+        T(test_repl_hostile),
     };
 #undef T
 

@@ -542,19 +542,19 @@ static void test_resume_from_rank0(void **state)
     rdzv_job_free(job);
 }
 
-/* A node other than rank 0 is lost: rank 0 keeps its rank and its NEW choice decides (it may
- * have found its newest checkpoint corrupt since the last round). */
+/* A node other than rank 0 is lost: rank 0 keeps its rank when no node resumes from a newer
+ * checkpoint, and its NEW choice decides (it may have found its newest one corrupt since). */
 static void test_resume_rank0_survives(void **state)
 {
     struct rdzv_job *job = new_job(2, 3);
 
     (void)state;
     join_resume(job, 0, "step-10", 10, 0);
-    join_resume(job, 1, "step-20", 20, 0);
-    join_resume(job, 2, "step-20", 20, 0);
+    join_resume(job, 1, "step-10", 10, 0);
+    join_resume(job, 2, "step-10", 10, 0);
     assert_all_resume(job, "step-10", 10);
     assert_int_equal(rdzv_job_lost(job, &peers[2], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
-    join_resume(job, 1, "step-20", 20, 10); /* joins first, but node 0 keeps rank 0 */
+    join_resume(job, 1, "step-05", 5, 10); /* joins first, but node 0 keeps rank 0 */
     join_resume(job, 0, "step-05", 5, 20);
     assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
     assert_int_equal(member(job, 0)->group_rank, 0);
@@ -562,7 +562,29 @@ static void test_resume_rank0_survives(void **state)
     rdzv_job_free(job);
 }
 
-/* The rank-0 node is lost: the node that becomes rank 0 decides, even when it has nothing. */
+/* Issue 19: a node resuming from a strictly newer checkpoint (a replica) takes group rank 0
+ * from the node that held it; the old rank 0 fills a gap. */
+static void test_resume_newest_takes_rank0(void **state)
+{
+    struct rdzv_job *job = new_job(2, 3);
+
+    (void)state;
+    join_resume(job, 0, "step-10", 10, 0);
+    join_resume(job, 1, "", -1, 0);
+    join_resume(job, 2, "", -1, 0);
+    assert_int_equal(member(job, 0)->group_rank, 0);
+    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
+    join_resume(job, 0, "step-10", 10, 10);
+    join_resume(job, 2, "step-20", 20, 20); /* a replica of a newer one */
+    assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_int_equal(member(job, 2)->group_rank, 0);
+    assert_int_equal(member(job, 0)->group_rank, 1);
+    assert_all_resume(job, "step-20", 20);
+    rdzv_job_free(job);
+}
+
+/* The rank-0 node is lost: the surviving node with the newest checkpoint becomes rank 0 (its
+ * sticky rank 1 notwithstanding), so the round resumes from a checkpoint it holds. */
 static void test_resume_rank0_lost(void **state)
 {
     struct rdzv_job *job = new_job(2, 3);
@@ -573,11 +595,11 @@ static void test_resume_rank0_lost(void **state)
     join_resume(job, 2, "step-10", 10, 0);
     assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
     join_resume(job, 1, "step-10", 10, 10);
-    join_resume(job, 2, "", -1, 20); /* its rank 2 does not fit 2 nodes: it fills rank 0 */
+    join_resume(job, 2, "", -1, 20);
     assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
-    assert_int_equal(member(job, 2)->group_rank, 0);
-    assert_int_equal(member(job, 1)->group_rank, 1);
-    assert_all_resume(job, "", -1);
+    assert_int_equal(member(job, 1)->group_rank, 0);
+    assert_int_equal(member(job, 2)->group_rank, 1);
+    assert_all_resume(job, "step-10", 10);
     rdzv_job_free(job);
 }
 
@@ -1068,6 +1090,7 @@ int main(void)
         cmocka_unit_test(test_resume_from_rank0),
         cmocka_unit_test(test_resume_rank0_survives),
         cmocka_unit_test(test_resume_rank0_lost),
+        cmocka_unit_test(test_resume_newest_takes_rank0),
         cmocka_unit_test(test_resume_rejoin_keeps_round),
         cmocka_unit_test(test_restart_backoff_holds_round),
         cmocka_unit_test(test_no_backoff_no_hold),

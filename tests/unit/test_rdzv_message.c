@@ -230,6 +230,22 @@ static void example3(uint8_t type, struct rdzv_msg *m)
     case RDZV_MSG_PREFLIGHT:
         fill_preflight(&m->u.preflight);
         break;
+    case RDZV_MSG_REPL_BEGIN:
+        m->u.repl_begin = (struct rdzv_repl_begin){
+            .xfer = 7, .round = 3, .rank = 1, .step = 42, .size = 1ULL << 33, .checksum = 0xabcdef};
+        strcpy(m->u.repl_begin.name, "ckpt_42.pt");
+        break;
+    case RDZV_MSG_REPL_DATA:
+        m->u.repl_data.xfer = 7;
+        m->u.repl_data.offset = 5ULL << 32;
+        m->u.repl_data.len = RDZV_REPL_CHUNK_MAX;
+        memset(m->u.repl_data.data, 0x5a, RDZV_REPL_CHUNK_MAX);
+        break;
+    case RDZV_MSG_REPL_ACK:
+        m->u.repl_ack =
+            (struct rdzv_repl_ack){.xfer = 7, .offset = 123456, .status = RDZV_REPL_ABORT};
+        strcpy(m->u.repl_ack.text, "checksum mismatch");
+        break;
     default:
         break;
     }
@@ -396,6 +412,20 @@ static void test_optional_tails(void **state)
     assert_int_equal(out.u.restart.delay_ms, 0);
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4); /* delay 0 sent as a tail: not canonical */
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+
+    /* issue 19: CKPT's holder, a string sent only when not "" */
+    example(RDZV_MSG_CKPT, &in);
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    strcpy(in.u.ckpt.holder, "node-b");
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 2 + 6);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_string_equal(out.u.ckpt.holder, "node-b");
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
+    buf[RDZV_HEADER_SIZE + plen - 8] = 0; /* "" sent as a tail: not canonical */
+    buf[RDZV_HEADER_SIZE + plen - 7] = 0;
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
 }
 
 /* JOIN's tail, second part (hot spares): flags go out only when set, behind the first part

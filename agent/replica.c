@@ -1,0 +1,540 @@
+#include "replica.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "escape.h"
+
+#define XFER_OURS RDZV_REPL_XFER_SENDER
+/* A receiver acknowledges every quarter window, so the sender never stalls on a full one. */
+#define ACK_EVERY (RDZV_REPL_WINDOW / 4)
+
+static void logf_(struct agent_replica *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Names and reasons come from another node: escaped (common/escape.h) before they are shown. */
+static void logf_(struct agent_replica *r, const char *fmt, ...)
+{
+    char line[PATH_MAX + 512], shown[2 * sizeof(line)];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    mc_escape(line, shown, sizeof(shown));
+    r->cbs.log(r->data, shown);
+}
+
+static void send_ack(struct agent_replica *r, uint32_t xfer, uint64_t offset, uint8_t status,
+                     const char *text)
+{
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_REPL_ACK);
+    m.u.repl_ack.xfer = xfer;
+    m.u.repl_ack.offset = offset;
+    m.u.repl_ack.status = status;
+    snprintf(m.u.repl_ack.text, sizeof(m.u.repl_ack.text), "%s", text);
+    r->cbs.send(r->data, &m);
+}
+
+/* --- sending ------------------------------------------------------------------------------ */
+
+static void pump(struct agent_replica *r);
+
+static void on_pace(uv_timer_t *t)
+{
+    pump(t->data);
+}
+
+static int sending(const struct agent_replica *r)
+{
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
+        if (r->out[i].active)
+            return 1;
+    return 0;
+}
+
+static void send_done(struct agent_replica *r)
+{
+    if (sending(r) || r->fd < 0)
+        return;
+    close(r->fd);
+    r->fd = -1;
+    uv_timer_stop(&r->pace);
+}
+
+static void out_end(struct agent_replica *r, struct agent_replica_out *o, int tell, const char *why)
+{
+    if (tell)
+        send_ack(r, o->xfer, o->acked, RDZV_REPL_ABORT, why);
+    o->active = 0;
+    send_done(r);
+}
+
+/* Refills the --replicate-bandwidth bucket; it holds at most 50 ms of the rate (or a chunk). */
+static void refill(struct agent_replica *r)
+{
+    uint64_t now = uv_now(r->pace.loop);
+    double cap = r->bytes_per_ms * 50;
+
+    if (cap < RDZV_REPL_CHUNK_MAX)
+        cap = RDZV_REPL_CHUNK_MAX;
+    r->tokens += (double)(now - r->tokens_ms) * r->bytes_per_ms;
+    if (r->tokens > cap)
+        r->tokens = cap;
+    r->tokens_ms = now;
+}
+
+/* One chunk to receiver o; 1 when sent, 0 when it must wait (window, cap), -1 when it ended. */
+static int send_chunk(struct agent_replica *r, struct agent_replica_out *o)
+{
+    struct rdzv_repl_data *d = &r->msg->u.repl_data;
+    uint64_t left = r->cur.size - o->sent;
+    uint32_t len = left < RDZV_REPL_CHUNK_MAX ? (uint32_t)left : RDZV_REPL_CHUNK_MAX;
+    ssize_t n;
+
+    if (left == 0 || o->sent + len - o->acked > RDZV_REPL_WINDOW)
+        return 0;
+    if (r->bytes_per_ms > 0 && r->tokens < len)
+        return 0;
+    n = pread(r->fd, d->data, len, (off_t)o->sent);
+    if (n != (ssize_t)len) {
+        logf_(r, "checkpoint %s not replicated: it changed or vanished while it was read",
+              r->cur.name);
+        out_end(r, o, 1, "the sender's file changed while it was read");
+        return -1;
+    }
+    d->xfer = o->xfer;
+    d->offset = o->sent;
+    d->len = len;
+    if (r->cbs.send(r->data, r->msg) != 0) {
+        out_end(r, o, 0, NULL);
+        return -1;
+    }
+    o->sent += len;
+    r->tokens -= len;
+    return 1;
+}
+
+/* Sends what the windows and the cap allow, round robin over the receivers; a timer takes over
+ * when the cap is what stops it. */
+static void pump(struct agent_replica *r)
+{
+    int progress = 1, capped = 0;
+
+    if (r->fd < 0)
+        return;
+    refill(r);
+    while (progress) {
+        progress = 0;
+        for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES && r->fd >= 0; i++) {
+            struct agent_replica_out *o = &r->out[i];
+
+            if (!o->active)
+                continue;
+            if (send_chunk(r, o) == 1)
+                progress = 1;
+            else if (o->active && r->bytes_per_ms > 0 && o->sent < r->cur.size &&
+                     o->sent + RDZV_REPL_CHUNK_MAX - o->acked <= RDZV_REPL_WINDOW)
+                capped = 1;
+        }
+    }
+    if (capped && r->fd >= 0 && !uv_is_active((uv_handle_t *)&r->pace)) {
+        double need = RDZV_REPL_CHUNK_MAX - r->tokens;
+        uint64_t ms = need > 0 ? (uint64_t)(need / r->bytes_per_ms) + 1 : 1;
+
+        uv_timer_start(&r->pace, on_pace, ms, 0);
+    }
+}
+
+static void abandon_sending(struct agent_replica *r, const char *why)
+{
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++) {
+        if (!r->out[i].active)
+            continue;
+        /* a --replicate-bandwidth too low for the checkpoint rate shows here */
+        logf_(r,
+              "checkpoint %s not replicated to group rank %" PRIu32 ": %s (%" PRIu64 " of %" PRIu64
+              " bytes sent)",
+              r->cur.name, r->out[i].rank, why, r->out[i].sent, r->cur.size);
+        out_end(r, &r->out[i], 1, why);
+    }
+}
+
+void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry *e, uint32_t round,
+                         uint32_t my_rank, uint32_t world)
+{
+    unsigned n = r->copies < world ? r->copies : world - 1;
+    char path[PATH_MAX];
+    struct stat st;
+    int fd;
+
+    if (n == 0 || world < 2)
+        return;
+    abandon_sending(r, "superseded by a newer checkpoint");
+    if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, e->name) >= (int)sizeof(path))
+        return;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->size) {
+        logf_(r, "checkpoint %s not replicated: %s", e->name,
+              fd >= 0 && S_ISDIR(st.st_mode) ? "directory checkpoints are not replicated"
+                                             : "not the regular file that was recorded");
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    r->fd = fd;
+    r->cur = *e;
+    r->started_ms = uv_now(r->pace.loop);
+    for (unsigned i = 0; i < n; i++) {
+        struct agent_replica_out *o = &r->out[i];
+        struct rdzv_msg m;
+
+        memset(o, 0, sizeof(*o));
+        o->xfer = XFER_OURS | (++r->next_xfer & ~XFER_OURS);
+        o->rank = (my_rank + 1 + i) % world;
+        rdzv_msg_init(&m, RDZV_MSG_REPL_BEGIN);
+        m.u.repl_begin = (struct rdzv_repl_begin){.xfer = o->xfer,
+                                                  .round = round,
+                                                  .rank = o->rank,
+                                                  .step = e->step,
+                                                  .size = e->size,
+                                                  .checksum = e->checksum};
+        snprintf(m.u.repl_begin.name, sizeof(m.u.repl_begin.name), "%s", e->name);
+        o->active = r->cbs.send(r->data, &m) == 0;
+    }
+    send_done(r); /* none could start */
+    pump(r);
+}
+
+static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
+{
+    struct agent_replica_out *o = NULL;
+
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES && o == NULL; i++)
+        if (r->out[i].active && r->out[i].xfer == a->xfer)
+            o = &r->out[i];
+    if (o == NULL)
+        return; /* superseded meanwhile */
+    if (a->status == RDZV_REPL_PROGRESS) {
+        if (a->offset > o->acked && a->offset <= o->sent)
+            o->acked = a->offset;
+        pump(r);
+        return;
+    }
+    if (a->status == RDZV_REPL_DONE) {
+        uint64_t ms = uv_now(r->pace.loop) - r->started_ms;
+
+        logf_(r,
+              "checkpoint %s replicated to group rank %" PRIu32 " (%" PRIu64 " bytes in %" PRIu64
+              " ms%s%s)",
+              r->cur.name, o->rank, r->cur.size, ms, a->text[0] ? ", " : "", a->text);
+    } else {
+        logf_(r, "checkpoint %s not replicated to group rank %" PRIu32 ": %s", r->cur.name, o->rank,
+              a->text);
+    }
+    out_end(r, o, 0, NULL);
+}
+
+/* --- receiving ---------------------------------------------------------------------------- */
+
+static void in_end(struct agent_replica_in *in)
+{
+    if (in->fd >= 0)
+        close(in->fd);
+    if (in->tmp[0] != '\0')
+        unlink(in->tmp);
+    if (in->hash != NULL)
+        XXH3_freeState(in->hash);
+    memset(in, 0, sizeof(*in));
+    in->fd = -1;
+}
+
+static void in_refuse(struct agent_replica *r, struct agent_replica_in *in, uint32_t xfer,
+                      const char *why)
+{
+    logf_(r, "replica of checkpoint %s refused: %s", in != NULL ? in->e.name : "?", why);
+    send_ack(r, xfer, in != NULL ? in->got : 0, RDZV_REPL_ABORT, why);
+    if (in != NULL)
+        in_end(in);
+}
+
+/* The copy this node already holds, verified by the registry (a shared --checkpoint-dir, or a
+ * replica received before): nothing to transfer. */
+static int already_here(struct agent_replica *r, const struct rdzv_repl_begin *b)
+{
+    struct agent_ckptwatch *w = r->watch;
+    char path[PATH_MAX];
+    struct stat st;
+
+    if (!w->recording)
+        agent_ckptwatch_sync(w); /* the registry file may be shared and newer */
+    for (size_t i = 0; i < w->reg.n; i++) {
+        const struct agent_ckpt_entry *e = &w->reg.entries[i];
+
+        if (strcmp(e->name, b->name) == 0 && e->size == b->size && e->checksum == b->checksum)
+            return snprintf(path, sizeof(path), "%s/%s", w->dir, b->name) < (int)sizeof(path) &&
+                   lstat(path, &st) == 0 && (uint64_t)st.st_size == b->size;
+    }
+    return 0;
+}
+
+static struct agent_replica_in *in_slot(struct agent_replica *r, const char *name)
+{
+    struct agent_replica_in *free_slot = NULL;
+
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_IN; i++) {
+        struct agent_replica_in *in = &r->in[i];
+
+        if (in->active && strcmp(in->e.name, name) == 0) /* sent again: the new one wins */
+            in_refuse(r, in, in->xfer, "superseded by a new copy of the same name");
+        if (!in->active && free_slot == NULL)
+            free_slot = in;
+    }
+    return free_slot;
+}
+
+static const char *begin_problem(struct agent_replica *r, const struct rdzv_repl_begin *b)
+{
+    struct statvfs vfs;
+
+    if (!agent_ckpt_name_valid(b->name) || agent_ckpt_name_is_temp(b->name))
+        return "not a checkpoint name";
+    if ((b->xfer & XFER_OURS) != 0)
+        return "bad transfer id";
+    if (statvfs(r->watch->dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < b->size)
+        return "not enough free space in --checkpoint-dir";
+    return NULL;
+}
+
+static void finish_in(struct agent_replica *r, struct agent_replica_in *in);
+
+static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
+{
+    struct agent_replica_in *in;
+    const char *why = begin_problem(r, b);
+
+    if (why != NULL) {
+        logf_(r, "replica of checkpoint %s refused: %s", b->name, why);
+        send_ack(r, b->xfer, 0, RDZV_REPL_ABORT, why);
+        return;
+    }
+    if (already_here(r, b)) {
+        send_ack(r, b->xfer, 0, RDZV_REPL_DONE, "already here");
+        return;
+    }
+    if ((in = in_slot(r, b->name)) == NULL) {
+        send_ack(r, b->xfer, 0, RDZV_REPL_ABORT, "too many copies in flight to this node");
+        return;
+    }
+    memset(in, 0, sizeof(*in));
+    in->xfer = b->xfer;
+    in->from = b->rank;
+    snprintf(in->e.name, sizeof(in->e.name), "%s", b->name);
+    in->e.step = b->step;
+    in->e.size = b->size;
+    in->e.checksum = b->checksum;
+    if (snprintf(in->tmp, sizeof(in->tmp), "%.4000s/.muster-replica-XXXXXX", r->watch->dir) >=
+        (int)sizeof(in->tmp))
+        errno = ENAMETOOLONG, in->fd = -1;
+    else
+        in->fd = mkostemp(in->tmp, O_CLOEXEC);
+    if (in->fd < 0)
+        in->tmp[0] = '\0';
+    in->hash = XXH3_createState();
+    in->active = 1;
+    if (in->fd < 0 || in->hash == NULL || XXH3_64bits_reset(in->hash) != XXH_OK) {
+        in_refuse(r, in, b->xfer, in->fd < 0 ? strerror(errno) : "out of memory");
+        return;
+    }
+    if (b->size == 0)
+        finish_in(r, in);
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) != 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+/* Verified by its checksum, made durable, renamed into place, then recorded. */
+static void finish_in(struct agent_replica *r, struct agent_replica_in *in)
+{
+    uint64_t sum = XXH3_64bits_digest(in->hash);
+    char path[PATH_MAX], why[160];
+    struct timespec now;
+    struct stat st;
+
+    if (sum != in->e.checksum) {
+        snprintf(why, sizeof(why), "checksum %016" PRIx64 " != announced %016" PRIx64, sum,
+                 in->e.checksum);
+        in_refuse(r, in, in->xfer, why);
+        return;
+    }
+    /* mkstemp made it 0600; the writer's checkpoints are usually world-readable (umask 022) */
+    if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, in->e.name) >= (int)sizeof(path) ||
+        fchmod(in->fd, 0644) != 0 || fsync(in->fd) != 0 || fstat(in->fd, &st) != 0 ||
+        rename(in->tmp, path) != 0) {
+        in_refuse(r, in, in->xfer, strerror(errno ? errno : ENAMETOOLONG));
+        return;
+    }
+    in->tmp[0] = '\0'; /* renamed: nothing to remove */
+    fsync_dir(r->watch->dir);
+    clock_gettime(CLOCK_REALTIME, &now);
+    in->e.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    in->e.recorded_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    agent_ckptwatch_adopt(r->watch, &in->e);
+    logf_(r,
+          "checkpoint %s stored as a replica from group rank %" PRIu32 " (step %lld, %" PRIu64
+          " bytes, xxh3 %016" PRIx64 ")",
+          in->e.name, in->from, (long long)in->e.step, in->e.size, in->e.checksum);
+    if (r->cbs.stored != NULL)
+        r->cbs.stored(r->data, &in->e);
+    send_ack(r, in->xfer, in->got, RDZV_REPL_DONE, "");
+    in_end(in);
+}
+
+static struct agent_replica_in *find_in(struct agent_replica *r, uint32_t xfer)
+{
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_IN; i++)
+        if (r->in[i].active && r->in[i].xfer == xfer)
+            return &r->in[i];
+    return NULL;
+}
+
+static void on_data(struct agent_replica *r, const struct rdzv_repl_data *d)
+{
+    struct agent_replica_in *in = find_in(r, d->xfer);
+    char why[160];
+    int rc;
+
+    if (in == NULL)
+        return; /* ended here already; the server was told */
+    if (d->offset != in->got || d->len > in->e.size - in->got) {
+        snprintf(why, sizeof(why),
+                 "chunk of %" PRIu32 " bytes at offset %" PRIu64 ", expected offset %" PRIu64
+                 " of %" PRIu64,
+                 d->len, d->offset, in->got, in->e.size);
+        in_refuse(r, in, d->xfer, why);
+        return;
+    }
+    if ((rc = write_all(in->fd, d->data, d->len, d->offset)) != 0) {
+        in_refuse(r, in, d->xfer, strerror(-rc));
+        return;
+    }
+    XXH3_64bits_update(in->hash, d->data, d->len);
+    in->got += d->len;
+    if (in->got == in->e.size) {
+        finish_in(r, in);
+    } else if (in->got - in->acked >= ACK_EVERY) {
+        in->acked = in->got;
+        send_ack(r, in->xfer, in->got, RDZV_REPL_PROGRESS, "");
+    }
+}
+
+void agent_replica_on_msg(struct agent_replica *r, const struct rdzv_msg *m)
+{
+    struct agent_replica_in *in;
+
+    switch (m->type) {
+    case RDZV_MSG_REPL_BEGIN:
+        on_begin(r, &m->u.repl_begin);
+        break;
+    case RDZV_MSG_REPL_DATA:
+        on_data(r, &m->u.repl_data);
+        break;
+    case RDZV_MSG_REPL_ACK:
+        if (m->u.repl_ack.xfer & XFER_OURS) {
+            on_ack_out(r, &m->u.repl_ack);
+        } else if ((in = find_in(r, m->u.repl_ack.xfer)) != NULL) {
+            logf_(r, "replica of checkpoint %s abandoned: %s", in->e.name, m->u.repl_ack.text);
+            in_end(in);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* --- life cycle ----------------------------------------------------------------------------- */
+
+int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ckptwatch *watch,
+                       unsigned copies, double mb_per_s, const struct agent_replica_cbs *cbs,
+                       void *data)
+{
+    memset(r, 0, sizeof(*r));
+    r->fd = -1;
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_IN; i++)
+        r->in[i].fd = -1;
+    r->msg = malloc(sizeof(*r->msg));
+    if (r->msg == NULL)
+        return -ENOMEM;
+    rdzv_msg_init(r->msg, RDZV_MSG_REPL_DATA);
+    r->watch = watch;
+    r->copies = copies > AGENT_REPLICA_MAX_COPIES ? AGENT_REPLICA_MAX_COPIES : copies;
+    r->bytes_per_ms = mb_per_s * 1000.0;
+    r->cbs = *cbs;
+    r->data = data;
+    uv_timer_init(loop, &r->pace);
+    r->pace.data = r;
+    r->tokens_ms = uv_now(loop);
+    r->open = 1;
+    return 0;
+}
+
+void agent_replica_reset(struct agent_replica *r)
+{
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
+        if (r->out[i].active)
+            out_end(r, &r->out[i], 0, NULL);
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_IN; i++)
+        if (r->in[i].active)
+            in_end(&r->in[i]);
+}
+
+void agent_replica_close(struct agent_replica *r)
+{
+    if (!r->open)
+        return;
+    agent_replica_reset(r);
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    free(r->msg);
+    r->msg = NULL;
+    r->open = 0;
+    uv_close((uv_handle_t *)&r->pace, NULL);
+}

@@ -1,0 +1,95 @@
+/* Checkpoint replicas (issue 19, --replicate-checkpoints R): the node of group rank 0 streams
+ * each checkpoint it recorded to the agents of R other nodes, through the rendezvous server
+ * (REPL_BEGIN, REPL_DATA chunks, REPL_ACK: rendezvous/PROTOCOL.md); a receiver writes it
+ * into its own --checkpoint-dir atomically (a temporary name starting with '.', which the
+ * watcher ignores, fsync, rename, fsync of the directory), checks size and XXH3 checksum
+ * against what the sender's registry announced, and records it in its own registry, so that
+ * it can resume from it when the node of rank 0 is lost.
+ *
+ * Runs on the agent's loop beside the workers: at most RDZV_REPL_WINDOW bytes per receiver
+ * are unacknowledged, each loop turn sends at most a window, and --replicate-bandwidth paces
+ * the chunks with a timer. A newer checkpoint supersedes one still in flight. Only regular
+ * files are replicated (a directory checkpoint is logged and left alone). */
+#ifndef MUSTER_AGENT_REPLICA_H
+#define MUSTER_AGENT_REPLICA_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "ckptwatch.h"
+#include "message.h"
+
+#define AGENT_REPLICA_MAX_COPIES 8 /* --replicate-checkpoints at most */
+#define AGENT_REPLICA_MAX_IN 4     /* copies a node receives at once */
+
+/* The agent's side: how messages reach the server and what a verified replica becomes. */
+struct agent_replica_cbs {
+    /* sends one REPL_* message; 0 or a negative errno (the transfer is then abandoned) */
+    int (*send)(void *data, const struct rdzv_msg *m);
+    /* a replica verified and is in the registry (for CKPT with a holder); may be NULL */
+    void (*stored)(void *data, const struct agent_ckpt_entry *e);
+    void (*log)(void *data, const char *line); /* required */
+};
+
+struct agent_replica_out { /* one receiver of the checkpoint being sent */
+    int active;
+    uint32_t xfer; /* our id: top bit set (the server's ids never have it) */
+    uint32_t rank; /* the receiver's group rank */
+    uint64_t sent, acked;
+};
+
+struct agent_replica_in { /* one copy being received */
+    int active;
+    uint32_t xfer; /* the server's id */
+    uint32_t from; /* the sender's group rank */
+    struct agent_ckpt_entry e;
+    uint64_t got, acked;
+    int fd;
+    char tmp[PATH_MAX];
+    void *hash; /* XXH3_state_t */
+};
+
+struct agent_replica {
+    uv_timer_t pace; /* --replicate-bandwidth: the next chunk's earliest time */
+    int open;
+    struct agent_ckptwatch *watch; /* borrowed: the directory and the registry */
+    unsigned copies;
+    double bytes_per_ms; /* 0: no cap */
+    struct agent_replica_cbs cbs;
+    void *data;
+    /* sending */
+    int fd; /* the checkpoint being sent, -1 none */
+    struct agent_ckpt_entry cur;
+    uint64_t started_ms;
+    uint32_t next_xfer;
+    struct agent_replica_out out[AGENT_REPLICA_MAX_COPIES];
+    double tokens; /* bytes the cap allows now */
+    uint64_t tokens_ms;
+    struct rdzv_msg *msg; /* one REPL_DATA (64 KiB: not on the stack) */
+    /* receiving */
+    struct agent_replica_in in[AGENT_REPLICA_MAX_IN];
+};
+
+/* Sets up (nothing is sent yet). copies: R (0: this node only receives); mb_per_s: the cap in
+ * MB/s (10^6 bytes; 0: none). Borrows loop and watch; copies cbs. Returns 0 or -ENOMEM. */
+int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ckptwatch *watch,
+                       unsigned copies, double mb_per_s, const struct agent_replica_cbs *cbs,
+                       void *data);
+
+/* Entry e was just recorded by this node (group rank my_rank of world nodes in round): sends
+ * it to the next R nodes by group rank (my_rank+1, ...), superseding a transfer in flight. */
+void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry *e, uint32_t round,
+                         uint32_t my_rank, uint32_t world);
+
+/* A REPL_* message from the server. */
+void agent_replica_on_msg(struct agent_replica *r, const struct rdzv_msg *m);
+
+/* The connection to the server broke: every transfer is gone on the server's side. */
+void agent_replica_reset(struct agent_replica *r);
+
+/* Abandons everything (temporary files removed) and closes the timer. Accepts an
+ * uninitialised (zeroed) one. */
+void agent_replica_close(struct agent_replica *r);
+
+#endif
