@@ -34,6 +34,7 @@ struct rdzv_conn_tls {
     int dead;     /* a fatal mbedTLS error: the context must not be used again */
     int notify;   /* close_notify sent */
     int trim_due; /* a record over a page passed: tls_trim when the buffers are empty again */
+    uint64_t trimmed_ms; /* loop time of the last trim (TRIM_EVERY_MS) */
     char reason[192];
     /* Server handshakes run in libuv's thread pool, one step (mbedtls_ssl_handshake until it
      * wants more ciphertext) at a time: see "handshake steps off the loop" below. */
@@ -95,13 +96,43 @@ static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
     }
 }
 
+/* Payload buffers of large frames (checkpoint replica chunks, KV values) are kept for the next
+ * one: one spare per thread. Freeing a 60 KiB block and allocating the next came from mmap and
+ * went back with munmap each time in `muster server` (rdzv_conn_tune_for_server), and each
+ * munmap interrupts every CPU the process ran on to flush its TLB: 12 % of the server's CPU
+ * while it relayed replicas. Large payloads all get the largest size, so the spare always fits. */
+#define PAYLOAD_LARGE (16 * 1024)
+static _Thread_local uint8_t *payload_spare;
+
+static uint8_t *payload_alloc(uint32_t len)
+{
+    uint8_t *p = payload_spare;
+
+    if (len < PAYLOAD_LARGE)
+        return malloc(len);
+    if (p != NULL) {
+        payload_spare = NULL;
+        return p;
+    }
+    return malloc(RDZV_MAX_PAYLOAD);
+}
+
+/* Frees conn's payload buffer, if any (its length is still payload_len). */
+static void payload_free(struct rdzv_conn *conn)
+{
+    if (conn->payload != NULL && conn->payload_len >= PAYLOAD_LARGE && payload_spare == NULL)
+        payload_spare = conn->payload;
+    else
+        free(conn->payload);
+    conn->payload = NULL;
+}
+
 /* Reading ends for good; the owner hears about it once, unless it is closing anyway. */
 static void stop(struct rdzv_conn *conn, int err)
 {
     conn->reading = 0;
     uv_read_stop((uv_stream_t *)&conn->tcp);
-    free(conn->payload);
-    conn->payload = NULL;
+    payload_free(conn);
     if (!conn->closing && conn->error_cb != NULL)
         conn->error_cb(conn, err);
 }
@@ -115,8 +146,7 @@ static void dispatch(struct rdzv_conn *conn)
 {
     int err = rdzv_msg_decode(conn->type, conn->payload, conn->payload_len, &decoded);
 
-    free(conn->payload);
-    conn->payload = NULL;
+    payload_free(conn);
     conn->hdr_got = 0;
     if (err < 0) {
         stop(conn, err);
@@ -140,7 +170,7 @@ static void header_done(struct rdzv_conn *conn)
         dispatch(conn);
         return;
     }
-    conn->payload = malloc(conn->payload_len);
+    conn->payload = payload_alloc(conn->payload_len);
     if (conn->payload == NULL) {
         stop(conn, -ENOMEM);
         return;
@@ -317,6 +347,11 @@ static void tls_fail(struct rdzv_conn *conn, int ret)
  * again). The first TRIM_KEEP bytes stay: the record sequence counters (in_ctr, out_ctr) and
  * headers live there. Loop thread only, never during a handshake step. */
 #define TRIM_KEEP 256
+/* A connection carrying bulk (checkpoint replicas, issue 19: 60 KiB chunks back to back) would
+ * otherwise trim after every read, and each madvise interrupts every CPU the process ran on to
+ * flush its TLB; so at most one trim per connection this often. A connection that went quiet
+ * holds its pages until the next read (a heartbeat) after the interval. */
+#define TRIM_EVERY_MS 1000
 
 static void trim_range(unsigned char *buf, size_t len)
 {
@@ -351,6 +386,7 @@ static void tls_trim(struct rdzv_conn_tls *t)
     trim_range(t->ssl.in_buf, MBEDTLS_SSL_IN_BUFFER_LEN);
     trim_range(t->ssl.out_buf, MBEDTLS_SSL_OUT_BUFFER_LEN);
     t->trim_due = 0;
+    t->trimmed_ms = uv_now(t->loop);
 }
 
 /* Returns 0 or an mbedTLS error. The BIO takes everything, so only records over the maximum
@@ -432,7 +468,7 @@ static void tls_pump(struct rdzv_conn *conn)
         }
         ret = mbedtls_ssl_read(&t->ssl, dst, room);
         if (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE) {
-            if (t->trim_due)
+            if (t->trim_due && uv_now(t->loop) - t->trimmed_ms >= TRIM_EVERY_MS)
                 tls_trim(t);
             return;
         }
@@ -986,8 +1022,7 @@ static void closed_cb(uv_handle_t *handle)
 {
     struct rdzv_conn *conn = handle->data;
 
-    free(conn->payload);
-    conn->payload = NULL;
+    payload_free(conn);
     tls_free(conn);
     if (conn->local_cred != NULL) {
         rdzv_cred_wipe(conn->local_cred);
