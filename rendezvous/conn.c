@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,16 +103,25 @@ static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
  * munmap interrupts every CPU the process ran on to flush its TLB: 12 % of the server's CPU
  * while it relayed replicas. Large payloads all get the largest size, so the spare always fits. */
 #define PAYLOAD_LARGE (16 * 1024)
-static _Thread_local uint8_t *payload_spare;
+/* The spare is thread-specific data, not _Thread_local: its destructor frees it when a thread
+ * that ran a loop (libmuster's client thread) exits. */
+static pthread_key_t payload_spare;
+static pthread_once_t payload_spare_once = PTHREAD_ONCE_INIT;
+
+static void payload_spare_key(void)
+{
+    (void)pthread_key_create(&payload_spare, free);
+}
 
 static uint8_t *payload_alloc(uint32_t len)
 {
-    uint8_t *p = payload_spare;
+    uint8_t *p;
 
     if (len < PAYLOAD_LARGE)
         return malloc(len);
-    if (p != NULL) {
-        payload_spare = NULL;
+    (void)pthread_once(&payload_spare_once, payload_spare_key);
+    if ((p = pthread_getspecific(payload_spare)) != NULL) {
+        (void)pthread_setspecific(payload_spare, NULL);
         return p;
     }
     return malloc(RDZV_MAX_PAYLOAD);
@@ -120,9 +130,12 @@ static uint8_t *payload_alloc(uint32_t len)
 /* Frees conn's payload buffer, if any (its length is still payload_len). */
 static void payload_free(struct rdzv_conn *conn)
 {
-    if (conn->payload != NULL && conn->payload_len >= PAYLOAD_LARGE && payload_spare == NULL)
-        payload_spare = conn->payload;
-    else
+    int kept = 0;
+
+    if (conn->payload != NULL && conn->payload_len >= PAYLOAD_LARGE &&
+        pthread_getspecific(payload_spare) == NULL)
+        kept = pthread_setspecific(payload_spare, conn->payload) == 0;
+    if (!kept)
         free(conn->payload);
     conn->payload = NULL;
 }
