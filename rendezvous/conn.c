@@ -538,6 +538,8 @@ void rdzv_conn_tune_for_server(void)
     }
     (void)mallopt(M_MMAP_THRESHOLD, FRESH_BUF_MIN);
     (void)mallopt(M_MMAP_MAX, FRESH_BUF_MAPS);
+    /* the heap grows by exactly what is asked, so its top rarely has room for a record buffer
+     * (one served from there would be cleared, and so touched, by calloc) */
     (void)mallopt(M_TOP_PAD, 0);
 }
 
