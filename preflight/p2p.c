@@ -45,14 +45,9 @@ int pf_p2p_compare(const struct pf_p2p *m, double min_gbps, struct pf_p2p_findin
             struct pf_p2p_finding f = {s, d, pair(m, s, d), 0, 0, pairs};
             if (s == d || !(f.value > 0))
                 continue;
-            if (min_gbps > 0 && f.value < min_gbps) {
-                f.ref = min_gbps;
-                f.below_floor = 1;
-            } else if (pairs >= 2 && f.value < PF_P2P_OUTLIER * med) {
-                f.ref = med;
-            } else {
+            if (!pf_figure_slow(f.value, min_gbps, med, pairs, PF_P2P_OUTLIER, &f.ref,
+                                &f.below_floor))
                 continue;
-            }
             if ((size_t)count < cap)
                 out[count] = f;
             count++;

@@ -55,6 +55,19 @@ static double model_median(const struct pf_perf *g, size_t n, size_t i, enum pf_
     return med;
 }
 
+int pf_figure_slow(double v, double floor, double med, int peers, double keep, double *ref,
+                   int *below_floor)
+{
+    *below_floor = floor > 0 && v < floor;
+    if (*below_floor)
+        *ref = floor;
+    else if (peers >= 2 && v < keep * med)
+        *ref = med;
+    else
+        return 0;
+    return 1;
+}
+
 int pf_perf_compare(const struct pf_perf *g, size_t n, const struct pf_perf_limits *lim,
                     struct pf_perf_finding *out, size_t cap)
 {
@@ -71,14 +84,9 @@ int pf_perf_compare(const struct pf_perf *g, size_t n, const struct pf_perf_limi
             if (!(v > 0))
                 continue;
             med = model_median(g, n, i, m, &f.peers);
-            if (floor > 0 && v < floor) {
-                f.ref = floor;
-                f.below_floor = 1;
-            } else if (f.peers >= 2 && v < (1.0 - PF_PERF_OUTLIER) * med) {
-                f.ref = med;
-            } else {
+            if (!pf_figure_slow(v, floor, med, f.peers, 1.0 - PF_PERF_OUTLIER, &f.ref,
+                                &f.below_floor))
                 continue;
-            }
             if ((size_t)count < cap)
                 out[count] = f;
             count++;

@@ -40,6 +40,13 @@ struct pf_perf_finding {
  * n at most 65536 (returns 0 beyond). */
 double pf_perf_median(const double *v, size_t n);
 
+/* The rule of every throughput judgement (GPU figures here, P2P pairs in p2p.c): a measured
+ * figure v is a finding when below floor (> 0: a flag was given); otherwise when it has at least
+ * 2 peers and is below keep x their median med. Returns 1 and sets *ref (the floor or the
+ * median) and *below_floor; 0 when v is fine. */
+int pf_figure_slow(double v, double floor, double med, int peers, double keep, double *ref,
+                   int *below_floor);
+
 /* Judges every GPU of g[0..n): per metric, a measured figure below its floor is one finding;
  * otherwise, when at least 2 GPUs of the same model (exact name) have the figure, one more than
  * PF_PERF_OUTLIER below their median is one. With one GPU only the floors apply. Stores up to
