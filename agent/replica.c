@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -14,10 +15,12 @@
 #include <xxhash.h>
 
 #include "escape.h"
+#include "replica_link.h"
 
 #define XFER_OURS RDZV_REPL_XFER_SENDER
 /* A receiver acknowledges every quarter window, so the sender never stalls on a full one. */
-#define ACK_EVERY (RDZV_REPL_WINDOW / 4)
+#define WINDOW(direct) ((direct) ? (uint64_t)AGENT_REPLICA_LINK_WINDOW : RDZV_REPL_WINDOW)
+#define ACK_EVERY(direct) (WINDOW(direct) / 4)
 
 static void logf_(struct agent_replica *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -78,6 +81,8 @@ static void out_end(struct agent_replica *r, struct agent_replica_out *o, int te
 {
     if (tell)
         send_ack(r, o->xfer, o->acked, RDZV_REPL_ABORT, why);
+    agent_replica_link_close(o->link);
+    o->link = NULL;
     o->active = 0;
     send_done(r);
 }
@@ -103,9 +108,12 @@ static int send_chunk(struct agent_replica *r, struct agent_replica_out *o)
     uint64_t left = r->cur.size - o->sent;
     uint32_t len = left < RDZV_REPL_CHUNK_MAX ? (uint32_t)left : RDZV_REPL_CHUNK_MAX;
     ssize_t n;
+    int rc;
 
-    if (left == 0 || o->sent + len - o->acked > RDZV_REPL_WINDOW)
+    if (left == 0 || o->sent + len - o->acked > WINDOW(o->direct))
         return 0;
+    if (o->direct && o->link == NULL)
+        return 0; /* the receiver has not connected yet (or its link broke: it asks the relay) */
     if (r->bytes_per_ms > 0 && r->tokens < len)
         return 0;
     n = pread(r->fd, d->data, len, (off_t)o->sent);
@@ -118,7 +126,13 @@ static int send_chunk(struct agent_replica *r, struct agent_replica_out *o)
     d->xfer = o->xfer;
     d->offset = o->sent;
     d->len = len;
-    if (r->cbs.send(r->data, r->msg) != 0) {
+    rc = o->direct ? agent_replica_link_send(o->link, r->msg) : r->cbs.send(r->data, r->msg);
+    if (rc != 0 && o->direct) {
+        agent_replica_link_close(o->link); /* its receiver sees it go and asks for the relay */
+        o->link = NULL;
+        return 0;
+    }
+    if (rc != 0) {
         out_end(r, o, 0, NULL);
         return -1;
     }
@@ -146,7 +160,8 @@ static void pump(struct agent_replica *r)
             if (send_chunk(r, o) == 1)
                 progress = 1;
             else if (o->active && r->bytes_per_ms > 0 && o->sent < r->cur.size &&
-                     o->sent + RDZV_REPL_CHUNK_MAX - o->acked <= RDZV_REPL_WINDOW)
+                     (!o->direct || o->link != NULL) &&
+                     o->sent + RDZV_REPL_CHUNK_MAX - o->acked <= WINDOW(o->direct))
                 capped = 1;
         }
     }
@@ -177,8 +192,9 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
 {
     unsigned n = r->copies < world ? r->copies : world - 1;
     char path[PATH_MAX];
+    uint8_t key[32];
     struct stat st;
-    int fd;
+    int fd, port;
 
     if (n == 0 || world < 2)
         return;
@@ -197,6 +213,16 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
     r->fd = fd;
     r->cur = *e;
     r->started_ms = uv_now(r->pace.loop);
+    /* a fresh key per checkpoint: the direct link of the one before is of no use to anyone */
+    if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
+        port = -EIO;
+    else
+        port = agent_replica_link_serve(r, key);
+    if (port < 0 && !r->link_warned) {
+        logf_(r, "checkpoint replicas go through the rendezvous server: no direct link (%s)",
+              strerror(-port));
+        r->link_warned = 1;
+    }
     for (unsigned i = 0; i < n; i++) {
         struct agent_replica_out *o = &r->out[i];
         struct rdzv_msg m;
@@ -212,8 +238,16 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
                                                   .size = e->size,
                                                   .checksum = e->checksum};
         snprintf(m.u.repl_begin.name, sizeof(m.u.repl_begin.name), "%s", e->name);
+        if (port > 0) {
+            m.u.repl_begin.port = (uint32_t)port;
+            m.u.repl_begin.link = o->xfer;
+            memcpy(m.u.repl_begin.key, key, sizeof(key));
+            o->direct = 1;
+        }
         o->active = r->cbs.send(r->data, &m) == 0;
+        memset(m.u.repl_begin.key, 0, sizeof(key));
     }
+    memset(key, 0, sizeof(key));
     send_done(r); /* none could start */
     pump(r);
 }
@@ -227,9 +261,23 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
             o = &r->out[i];
     if (o == NULL)
         return; /* superseded meanwhile */
-    if (a->status == RDZV_REPL_PROGRESS) {
+    if (a->status == RDZV_REPL_PROGRESS && !o->direct) {
         if (a->offset > o->acked && a->offset <= o->sent)
             o->acked = a->offset;
+        pump(r);
+        return;
+    }
+    if (a->status == RDZV_REPL_PROGRESS)
+        return; /* a direct link's progress comes on the link */
+    if (a->status == RDZV_REPL_RELAY) {
+        if (!o->direct)
+            return;
+        logf_(r, "checkpoint %s goes to group rank %" PRIu32 " through the server: %s", r->cur.name,
+              o->rank, a->text);
+        agent_replica_link_close(o->link);
+        o->link = NULL;
+        o->direct = 0;
+        o->sent = o->acked = 0; /* the relay starts from the first byte */
         pump(r);
         return;
     }
@@ -238,8 +286,11 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
 
         logf_(r,
               "checkpoint %s replicated to group rank %" PRIu32 " (%" PRIu64 " bytes in %" PRIu64
-              " ms%s%s)",
-              r->cur.name, o->rank, r->cur.size, ms, a->text[0] ? ", " : "", a->text);
+              " ms, %s)",
+              r->cur.name, o->rank, r->cur.size, ms,
+              a->text[0]  ? a->text
+              : o->direct ? "direct link"
+                          : "relayed by the server");
     } else {
         logf_(r, "checkpoint %s not replicated to group rank %" PRIu32 ": %s", r->cur.name, o->rank,
               a->text);
@@ -251,6 +302,7 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
 
 static void in_end(struct agent_replica_in *in)
 {
+    agent_replica_link_close(in->link);
     if (in->fd >= 0)
         close(in->fd);
     if (in->tmp[0] != '\0')
@@ -259,6 +311,27 @@ static void in_end(struct agent_replica_in *in)
         XXH3_freeState(in->hash);
     memset(in, 0, sizeof(*in));
     in->fd = -1;
+}
+
+static void in_refuse(struct agent_replica *r, struct agent_replica_in *in, uint32_t xfer,
+                      const char *why);
+
+/* The direct link failed before the copy was whole: the server relays it, from byte 0. */
+static void ask_relay(struct agent_replica *r, struct agent_replica_in *in, const char *why)
+{
+    logf_(r,
+          "replica of checkpoint %s from group rank %" PRIu32
+          ": no direct link (%s); asking the server to relay it",
+          in->e.name, in->from, why);
+    agent_replica_link_close(in->link);
+    in->link = NULL;
+    in->direct = 0;
+    in->got = in->acked = 0;
+    if (ftruncate(in->fd, 0) != 0 || XXH3_64bits_reset(in->hash) != XXH_OK) {
+        in_refuse(r, in, in->xfer, strerror(errno ? errno : EIO));
+        return;
+    }
+    send_ack(r, in->xfer, 0, RDZV_REPL_RELAY, why);
 }
 
 static void in_refuse(struct agent_replica *r, struct agent_replica_in *in, uint32_t xfer,
@@ -319,6 +392,7 @@ static const char *begin_problem(struct agent_replica *r, const struct rdzv_repl
 }
 
 static void finish_in(struct agent_replica *r, struct agent_replica_in *in);
+static void send_link_progress(struct agent_replica *r, struct agent_replica_in *in);
 
 static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
 {
@@ -358,8 +432,18 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
         in_refuse(r, in, b->xfer, in->fd < 0 ? strerror(errno) : "out of memory");
         return;
     }
-    if (b->size == 0)
+    if (b->size == 0) {
         finish_in(r, in);
+        return;
+    }
+    if (b->port != 0) {
+        int rc;
+
+        in->link_id = b->link;
+        in->direct = 1;
+        if ((rc = agent_replica_link_connect(r, in, b)) != 0)
+            ask_relay(r, in, rc < -4095 || rc > 0 ? strerror(-rc) : uv_strerror(rc));
+    }
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
@@ -435,14 +519,13 @@ static struct agent_replica_in *find_in(struct agent_replica *r, uint32_t xfer)
     return NULL;
 }
 
-static void on_data(struct agent_replica *r, const struct rdzv_repl_data *d)
+/* The next chunk of in, from the server (relayed) or from the direct link. */
+static void on_chunk(struct agent_replica *r, struct agent_replica_in *in,
+                     const struct rdzv_repl_data *d)
 {
-    struct agent_replica_in *in = find_in(r, d->xfer);
     char why[160];
     int rc;
 
-    if (in == NULL)
-        return; /* ended here already; the server was told */
     if (d->offset != in->got || d->len > in->e.size - in->got) {
         snprintf(why, sizeof(why),
                  "chunk of %" PRIu32 " bytes at offset %" PRIu64 ", expected offset %" PRIu64
@@ -459,9 +542,89 @@ static void on_data(struct agent_replica *r, const struct rdzv_repl_data *d)
     in->got += d->len;
     if (in->got == in->e.size) {
         finish_in(r, in);
-    } else if (in->got - in->acked >= ACK_EVERY) {
+    } else if (in->got - in->acked >= ACK_EVERY(in->direct)) {
         in->acked = in->got;
-        send_ack(r, in->xfer, in->got, RDZV_REPL_PROGRESS, "");
+        if (in->direct)
+            send_link_progress(r, in);
+        else
+            send_ack(r, in->xfer, in->got, RDZV_REPL_PROGRESS, "");
+    }
+}
+
+static void on_data(struct agent_replica *r, const struct rdzv_repl_data *d)
+{
+    struct agent_replica_in *in = find_in(r, d->xfer);
+
+    if (in == NULL)
+        return;     /* ended here already; the server was told */
+    if (in->direct) /* the server refuses these: not from it */
+        in_refuse(r, in, d->xfer, "relayed chunk of a copy on a direct link");
+    else
+        on_chunk(r, in, d);
+}
+
+/* --- the direct link's side (replica_link.h) -------------------------------------------------- */
+
+static void send_link_progress(struct agent_replica *r, struct agent_replica_in *in)
+{
+    struct rdzv_msg m;
+
+    rdzv_msg_init(&m, RDZV_MSG_REPL_ACK);
+    m.u.repl_ack.xfer = in->link_id;
+    m.u.repl_ack.offset = in->got;
+    m.u.repl_ack.status = RDZV_REPL_PROGRESS;
+    if (agent_replica_link_send(in->link, &m) != 0)
+        ask_relay(r, in, "the link failed");
+}
+
+int agent_replica__link_named(struct agent_replica *r, struct agent_replica_link *l, uint32_t xfer)
+{
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++) {
+        struct agent_replica_out *o = &r->out[i];
+
+        if (o->active && o->direct && o->link == NULL && o->xfer == xfer) {
+            o->link = l;
+            l->out = o;
+            pump(r);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void agent_replica__link_msg(struct agent_replica *r, struct agent_replica_link *l,
+                             const struct rdzv_msg *m)
+{
+    struct agent_replica_out *o = l->out;
+    struct agent_replica_in *in = l->in;
+
+    if (o != NULL && m->type == RDZV_MSG_REPL_ACK && m->u.repl_ack.xfer == o->xfer &&
+        m->u.repl_ack.status == RDZV_REPL_PROGRESS && m->u.repl_ack.offset <= o->sent) {
+        if (m->u.repl_ack.offset > o->acked)
+            o->acked = m->u.repl_ack.offset;
+        pump(r);
+    } else if (in != NULL && m->type == RDZV_MSG_REPL_DATA && m->u.repl_data.xfer == in->link_id) {
+        on_chunk(r, in, &m->u.repl_data);
+    } else if (in != NULL) {
+        ask_relay(r, in, "the sender sent something else than the copy");
+    } else if (o != NULL) {
+        o->link = NULL; /* its receiver asks for the relay once the link is gone */
+        agent_replica_link_close(l);
+    }
+}
+
+void agent_replica__link_failed(struct agent_replica *r, struct agent_replica_link *l,
+                                const char *why)
+{
+    if (l->out != NULL) {
+        l->out->link = NULL; /* the receiver sees it too, and asks for the relay */
+        l->out = NULL;
+    } else if (l->in != NULL) {
+        struct agent_replica_in *in = l->in;
+
+        in->link = NULL;
+        l->in = NULL;
+        ask_relay(r, in, why);
     }
 }
 
@@ -508,8 +671,11 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     r->bytes_per_ms = mb_per_s * 1000.0;
     r->cbs = *cbs;
     r->data = data;
+    r->loop = loop;
     uv_timer_init(loop, &r->pace);
     r->pace.data = r;
+    uv_timer_init(loop, &r->tick);
+    r->tick.data = r;
     r->tokens_ms = uv_now(loop);
     r->open = 1;
     return 0;
@@ -536,5 +702,7 @@ void agent_replica_close(struct agent_replica *r)
     free(r->msg);
     r->msg = NULL;
     r->open = 0;
+    agent_replica_link_shutdown(r);
     uv_close((uv_handle_t *)&r->pace, NULL);
+    uv_close((uv_handle_t *)&r->tick, NULL);
 }

@@ -1,6 +1,9 @@
 /* Checkpoint replicas (issue 19, --replicate-checkpoints R): the node of group rank 0 streams
- * each checkpoint it recorded to the agents of R other nodes, through the rendezvous server
- * (REPL_BEGIN, REPL_DATA chunks, REPL_ACK: rendezvous/PROTOCOL.md); a receiver writes it
+ * each checkpoint it recorded to the agents of R other nodes: REPL_BEGIN through the rendezvous
+ * server, which authorises it, then REPL_DATA chunks and REPL_ACKs on a direct TLS link between
+ * the two agents (replica_link.h), or relayed by the server when that link cannot be set up
+ * (rendezvous/PROTOCOL.md); the end (REPL_ACK done or abort) always goes through the server,
+ * which records where the copy lives. A receiver writes it
  * into its own --checkpoint-dir atomically (a temporary name starting with '.', which the
  * watcher ignores, fsync, rename, fsync of the directory), checks size and XXH3 checksum
  * against what the sender's registry announced, and records it in its own registry, so that
@@ -22,6 +25,12 @@
 
 #define AGENT_REPLICA_MAX_COPIES 8 /* --replicate-checkpoints at most */
 #define AGENT_REPLICA_MAX_IN 4     /* copies a node receives at once */
+/* Unacknowledged bytes per receiver on a direct link (relayed: RDZV_REPL_WINDOW, which bounds
+ * what the server buffers); a link's acknowledgements come every quarter of it. */
+#define AGENT_REPLICA_LINK_WINDOW (4u << 20)
+
+struct agent_replica_link; /* replica_link.h */
+struct rdzv_tls;
 
 /* The agent's side: how messages reach the server and what a verified replica becomes. */
 struct agent_replica_cbs {
@@ -37,12 +46,17 @@ struct agent_replica_out { /* one receiver of the checkpoint being sent */
     uint32_t xfer; /* our id: top bit set (the server's ids never have it) */
     uint32_t rank; /* the receiver's group rank */
     uint64_t sent, acked;
+    int direct;                      /* on the direct link (else relayed by the server) */
+    struct agent_replica_link *link; /* the receiver's connection once it named this copy */
 };
 
 struct agent_replica_in { /* one copy being received */
     int active;
-    uint32_t xfer; /* the server's id */
-    uint32_t from; /* the sender's group rank */
+    uint32_t xfer;    /* the server's id */
+    uint32_t from;    /* the sender's group rank */
+    uint32_t link_id; /* the sender's id of this copy, named on the direct link */
+    int direct;       /* chunks come on the direct link (else relayed by the server) */
+    struct agent_replica_link *link; /* that link while it is open */
     struct agent_ckpt_entry e;
     uint64_t got, acked;
     int fd;
@@ -51,9 +65,18 @@ struct agent_replica_in { /* one copy being received */
 };
 
 struct agent_replica {
+    uv_loop_t *loop;
     uv_timer_t pace; /* --replicate-bandwidth: the next chunk's earliest time */
     int open;
-    struct agent_ckptwatch *watch; /* borrowed: the directory and the registry */
+    /* the direct link (replica_link.h) */
+    uv_tcp_t listener;
+    int listening;
+    uint16_t port;                    /* the listener's, 0 until it listens */
+    struct rdzv_tls *serve_tls;       /* the key of the checkpoint being sent */
+    struct agent_replica_link *links; /* every link not yet freed */
+    uv_timer_t tick;                  /* link set-up deadlines */
+    int link_warned;                  /* said once that no link could be served */
+    struct agent_ckptwatch *watch;    /* borrowed: the directory and the registry */
     unsigned copies;
     double bytes_per_ms; /* 0: no cap */
     struct agent_replica_cbs cbs;

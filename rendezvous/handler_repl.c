@@ -120,10 +120,14 @@ void rdzv__handle_repl_begin(struct peer *p, const struct rdzv_repl_begin *b)
     r->src = p;
     r->dst = dst;
     r->size = b->size;
+    r->direct = b->port != 0;
     rdzv_msg_init(&m, RDZV_MSG_REPL_BEGIN);
     m.u.repl_begin = *b;
     m.u.repl_begin.xfer = r->id;
     m.u.repl_begin.rank = sj->job->members[rdzv_job_find(sj->job, p)].group_rank;
+    /* the receiver connects to the address the sender's JOIN gave, never to one it names now */
+    snprintf(m.u.repl_begin.host, sizeof(m.u.repl_begin.host), "%s",
+             sj->job->members[rdzv_job_find(sj->job, p)].addr);
     srv_send(dst, &m);
 }
 
@@ -148,6 +152,10 @@ void rdzv__handle_repl_data(struct peer *p, const struct rdzv_msg *m)
         abort_both(sj, r, why);
         return;
     }
+    if (r->direct) {
+        abort_both(sj, r, "chunk relayed for a transfer on a direct link");
+        return;
+    }
     if (r->relayed + d->len - r->acked > RDZV_REPL_WINDOW) {
         abort_both(sj, r, "sender ran past the flow-control window");
         return;
@@ -157,8 +165,10 @@ void rdzv__handle_repl_data(struct peer *p, const struct rdzv_msg *m)
     srv_send(r->dst, m);
 }
 
-/* From the receiver: progress, done or abort, relayed to the sender. From the sender: abort
- * (a newer checkpoint supersedes this one), relayed to the receiver. */
+/* From the receiver: progress, done, abort or a request for the relay (its direct link failed),
+ * relayed to the sender. From the sender: abort (a newer checkpoint supersedes this one),
+ * relayed to the receiver. On a direct link the chunks never pass here, so the receiver's
+ * offsets are checked against the size only (progress is acknowledged on the link itself). */
 void rdzv__handle_repl_ack(struct peer *p, const struct rdzv_repl_ack *a)
 {
     struct sjob *sj = p->job;
@@ -170,14 +180,22 @@ void rdzv__handle_repl_ack(struct peer *p, const struct rdzv_repl_ack *a)
     rdzv_msg_init(&m, RDZV_MSG_REPL_ACK);
     m.u.repl_ack = *a;
     if ((r = by_dst(sj, p, a->xfer)) != NULL) {
-        if (a->offset < r->acked || a->offset > r->relayed) {
-            abort_both(sj, r, "acknowledgement outside the bytes relayed");
+        if (a->status == RDZV_REPL_RELAY && !r->direct) {
+            abort_both(sj, r, "relay asked for twice");
             return;
         }
-        r->acked = a->offset;
+        if (a->status == RDZV_REPL_RELAY) {
+            r->direct = 0; /* from byte 0: nothing the link carried counts here */
+            r->relayed = r->acked = 0;
+        } else if (a->offset < r->acked || a->offset > (r->direct ? r->size : r->relayed)) {
+            abort_both(sj, r, "acknowledgement outside the bytes relayed");
+            return;
+        } else {
+            r->acked = a->offset;
+        }
         m.u.repl_ack.xfer = r->src_xfer;
         srv_send(r->src, &m);
-        if (a->status != RDZV_REPL_PROGRESS)
+        if (a->status == RDZV_REPL_DONE || a->status == RDZV_REPL_ABORT)
             drop(sj, r);
     } else if ((r = by_src(sj, p, a->xfer)) != NULL && a->status == RDZV_REPL_ABORT) {
         m.u.repl_ack.xfer = r->id;

@@ -363,6 +363,17 @@ static void io_repl_begin(struct io *c, struct rdzv_repl_begin *b)
         c->r->err = -EPROTO;
     else if (b->name[0] == '\0')
         c->w->err = -EINVAL;
+    /* the direct link's optional tail: canonical, port 0 is sent as no tail */
+    if ((c->w != NULL && b->port == 0) || (c->r != NULL && c->r->pos == c->r->len))
+        return;
+    IO_U32(c, b->port);
+    IO_U32(c, b->link);
+    io_bytes(c, b->key, sizeof(b->key));
+    io_str(c, b->host, RDZV_HOST_MAX);
+    if (c->r != NULL && !c->r->err && (b->port == 0 || b->port > 65535))
+        c->r->err = -EPROTO;
+    else if (c->w != NULL && b->port > 65535)
+        c->w->err = -EINVAL;
 }
 
 /* The chunk is a u32-length blob of at most RDZV_REPL_CHUNK_MAX bytes; the offset and the
@@ -380,7 +391,7 @@ static void io_repl_ack(struct io *c, struct rdzv_repl_ack *a)
     IO_U64(c, a->offset);
     IO_U8(c, a->status);
     io_str(c, a->text, RDZV_TEXT_MAX);
-    if (c->r != NULL && !c->r->err && a->status > RDZV_REPL_ABORT)
+    if (c->r != NULL && !c->r->err && a->status > RDZV_REPL_RELAY)
         c->r->err = -EPROTO;
 }
 

@@ -271,6 +271,15 @@ struct rdzv_repl_begin {
     int64_t step;
     uint64_t size;
     uint64_t checksum; /* XXH3-64 of the content, as the sender's registry holds it */
+    /* The direct link, an optional tail (sent only when port != 0): the sender serves the copy
+     * itself on a TCP port of its own, over TLS keyed by `key` (a random key per checkpoint,
+     * never written anywhere); the receiver connects there and the chunks no longer pass
+     * through the server. The server fills `host` (the sender's address as its JOIN gave it;
+     * what the sender sends there is ignored) and passes the rest on unchanged. */
+    uint32_t port;                /* 1..65535; 0 = no direct link: chunks come relayed */
+    uint32_t link;                /* the sender's own transfer id, named on the link */
+    uint8_t key[32];              /* the link's TLS pre-shared key */
+    char host[RDZV_HOST_MAX + 1]; /* S->receiver: where to connect */
 };
 
 struct rdzv_repl_data {
@@ -284,6 +293,7 @@ enum rdzv_repl_status {
     RDZV_REPL_PROGRESS = 0, /* receiver: offset bytes written */
     RDZV_REPL_DONE = 1,     /* receiver: the copy verified and is in place (or was already) */
     RDZV_REPL_ABORT = 2,    /* either side or the server: the transfer ends; text says why */
+    RDZV_REPL_RELAY = 3,    /* receiver: the direct link failed (text says why): relay instead */
 };
 
 struct rdzv_repl_ack {

@@ -57,6 +57,8 @@ struct srv_repl {
     struct peer *src, *dst;  /* both agents of this job; forgotten when either goes */
     uint64_t size;           /* announced by REPL_BEGIN */
     uint64_t relayed, acked; /* bytes passed on; bytes the receiver acknowledged */
+    int direct;              /* REPL_BEGIN named a direct link and the receiver has not asked
+                                for the relay: chunks go agent to agent, none through here */
 };
 
 /* Server side of one job: the round logic, its deadline timer and the workers' KV store. */

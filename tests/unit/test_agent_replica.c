@@ -1,0 +1,511 @@
+/* agent/replica.c and replica_link.c on a private loop: a sender (group rank 0) and a receiver,
+ * each with its own checkpoint directory, joined by a stand-in for the rendezvous server that
+ * passes REPL_* messages on as handler_repl.c does (its own transfer id towards the receiver,
+ * the address 127.0.0.1). Checked: a copy goes on the direct link (no chunk through the
+ * server) and is byte-identical; a link that cannot be set up (nothing on the port, a wrong
+ * key) makes the receiver ask for the relay and the copy still arrives; hostile connections to
+ * the sender's port (garbage, another key, the right key naming another transfer) are closed
+ * and do not disturb the copy; a flood of silent connections is turned away and costs the
+ * relay, never the copy. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <uv.h>
+#include <xxhash.h>
+
+#include "ckptwatch.h"
+#include "conn.h"
+#include "cred.h"
+#include "harness.h"
+#include "replica.h"
+#include "tls.h"
+
+#define SIZE (3u * 1024 * 1024 + 12345) /* over several windows of the relay, not a whole chunk */
+#define SRV_ID 7u                       /* the stand-in server's transfer id */
+#define QMAX 512
+
+enum side { SENDER, RECEIVER };
+
+struct fixture {
+    uv_loop_t loop;
+    struct harness h;
+    char tmp[128], dir[2][256];
+    struct agent_ckptwatch w[2];
+    struct agent_replica r[2];
+    /* the stand-in server */
+    uv_idle_t pump;
+    struct {
+        enum side to;
+        struct rdzv_msg *m;
+    } q[QMAX];
+    unsigned qn;
+    int hold; /* keep messages for the receiver queued */
+    int break_port, break_key;
+    uint32_t src_xfer; /* the sender's id of the copy */
+    uint8_t key[32];   /* the key its REPL_BEGIN named */
+    uint16_t port;
+    int direct; /* as handler_repl.c: chunks must not come through here */
+    unsigned relayed, relay_asked, refused, dones, aborts;
+    /* the receiver */
+    int stored;
+    char log[2][64][512];
+    int n_log[2];
+    int closed;
+};
+
+static struct fixture *the;
+
+static int logged(struct fixture *fx, enum side s, const char *text)
+{
+    for (int i = 0; i < fx->n_log[s] && i < 64; i++)
+        if (strstr(fx->log[s][i], text) != NULL)
+            return 1;
+    return 0;
+}
+
+static void show_logs(void *data)
+{
+    struct fixture *fx = data;
+
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < fx->n_log[s] && i < 64; i++)
+            fprintf(stderr, "  %s: %s\n", s == SENDER ? "sender" : "receiver", fx->log[s][i]);
+}
+
+static void queue(struct fixture *fx, enum side to, const struct rdzv_msg *m)
+{
+    assert_true(fx->qn < QMAX);
+    fx->q[fx->qn].to = to;
+    fx->q[fx->qn].m = malloc(sizeof(*m));
+    assert_non_null(fx->q[fx->qn].m);
+    memcpy(fx->q[fx->qn].m, m, sizeof(*m));
+    fx->qn++;
+}
+
+/* A port nothing listens on: bound, then closed. */
+static uint16_t dead_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t n = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* What handler_repl.c does with each message, minus the checks the server tests cover. */
+static int from_sender(void *data, const struct rdzv_msg *m)
+{
+    struct fixture *fx = data;
+    struct rdzv_msg c = *m;
+
+    switch (m->type) {
+    case RDZV_MSG_REPL_BEGIN:
+        fx->src_xfer = m->u.repl_begin.xfer;
+        fx->direct = m->u.repl_begin.port != 0;
+        fx->port = (uint16_t)m->u.repl_begin.port;
+        memcpy(fx->key, m->u.repl_begin.key, sizeof(fx->key));
+        c.u.repl_begin.xfer = SRV_ID;
+        c.u.repl_begin.rank = 0;
+        snprintf(c.u.repl_begin.host, sizeof(c.u.repl_begin.host), "127.0.0.1");
+        if (fx->break_port)
+            c.u.repl_begin.port = dead_port();
+        if (fx->break_key)
+            c.u.repl_begin.key[0] ^= 1;
+        break;
+    case RDZV_MSG_REPL_DATA:
+        if (fx->direct) {
+            fx->refused++;
+            return 0;
+        }
+        fx->relayed++;
+        c.u.repl_data.xfer = SRV_ID;
+        break;
+    case RDZV_MSG_REPL_ACK:
+        c.u.repl_ack.xfer = SRV_ID;
+        break;
+    default:
+        fail_msg("the sender sent message type %u", m->type);
+    }
+    queue(fx, RECEIVER, &c);
+    return 0;
+}
+
+static int from_receiver(void *data, const struct rdzv_msg *m)
+{
+    struct fixture *fx = data;
+    struct rdzv_msg c = *m;
+
+    assert_int_equal(m->type, RDZV_MSG_REPL_ACK);
+    assert_int_equal(m->u.repl_ack.xfer, SRV_ID);
+    if (m->u.repl_ack.status == RDZV_REPL_RELAY) {
+        fx->relay_asked++;
+        fx->direct = 0;
+    }
+    fx->dones += m->u.repl_ack.status == RDZV_REPL_DONE;
+    fx->aborts += m->u.repl_ack.status == RDZV_REPL_ABORT;
+    c.u.repl_ack.xfer = fx->src_xfer;
+    queue(fx, SENDER, &c);
+    return 0;
+}
+
+static void on_pump(uv_idle_t *idle)
+{
+    struct fixture *fx = idle->data;
+    unsigned i, kept = 0;
+
+    for (i = 0; i < fx->qn; i++) {
+        if (fx->hold && fx->q[i].to == RECEIVER) {
+            fx->q[kept++] = fx->q[i];
+            continue;
+        }
+        agent_replica_on_msg(&fx->r[fx->q[i].to], fx->q[i].m);
+        free(fx->q[i].m);
+    }
+    fx->qn = kept; /* the loop also took what was queued while it delivered */
+}
+
+static void log_sender(void *data, const char *line)
+{
+    struct fixture *fx = data;
+
+    snprintf(fx->log[SENDER][fx->n_log[SENDER]++ % 64], 512, "%s", line);
+}
+
+static void log_receiver(void *data, const char *line)
+{
+    struct fixture *fx = data;
+
+    snprintf(fx->log[RECEIVER][fx->n_log[RECEIVER]++ % 64], 512, "%s", line);
+}
+
+static void stored(void *data, const struct agent_ckpt_entry *e)
+{
+    struct fixture *fx = data;
+
+    (void)e;
+    fx->stored++;
+}
+
+static void ck_log(void *data, const char *line)
+{
+    (void)data;
+    (void)line;
+}
+
+static const struct agent_ckptwatch_cbs ck_cbs = {.log = ck_log};
+static const struct agent_replica_cbs sender_cbs = {.send = from_sender, .log = log_sender};
+static const struct agent_replica_cbs receiver_cbs = {
+    .send = from_receiver, .stored = stored, .log = log_receiver};
+
+static int setup(void **state)
+{
+    static struct fixture fx;
+
+    memset(&fx, 0, sizeof(fx));
+    the = &fx;
+    harness_init_tmp(&fx.h, &fx.loop, 30000, fx.tmp, sizeof(fx.tmp), "replica");
+    fx.h.explain = show_logs;
+    fx.h.data = &fx;
+    for (int s = 0; s < 2; s++) {
+        snprintf(fx.dir[s], sizeof(fx.dir[s]), "%s/%s", fx.tmp, s == SENDER ? "a" : "b");
+        assert_int_equal(agent_ckptwatch_init(&fx.loop, &fx.w[s], fx.dir[s], 0, &ck_cbs, &fx), 0);
+        agent_ckptwatch_set_recording(&fx.w[s], 1);
+    }
+    assert_int_equal(
+        agent_replica_init(&fx.loop, &fx.r[SENDER], &fx.w[SENDER], 1, 0, &sender_cbs, &fx), 0);
+    assert_int_equal(
+        agent_replica_init(&fx.loop, &fx.r[RECEIVER], &fx.w[RECEIVER], 0, 0, &receiver_cbs, &fx),
+        0);
+    uv_idle_init(&fx.loop, &fx.pump);
+    fx.pump.data = &fx;
+    uv_idle_start(&fx.pump, on_pump);
+    *state = &fx;
+    return 0;
+}
+
+static void ck_closed(void *data)
+{
+    ((struct fixture *)data)->closed++;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+
+    agent_replica_close(&fx->r[SENDER]);
+    agent_replica_close(&fx->r[RECEIVER]);
+    for (int s = 0; s < 2; s++)
+        agent_ckptwatch_close(&fx->w[s], ck_closed);
+    for (unsigned i = 0; i < fx->qn; i++)
+        free(fx->q[i].m);
+    uv_close((uv_handle_t *)&fx->pump, NULL);
+    harness_close(&fx->h);
+    harness_loop_close(&fx->loop);
+    harness_rmtree(fx->tmp);
+    return 0;
+}
+
+/* Writes SIZE random bytes as ckpt_5.pt in the sender's directory and offers it. */
+static void offer(struct fixture *fx, uint8_t **content)
+{
+    struct agent_ckpt_entry e = {.name = "ckpt_5.pt", .step = 5, .size = SIZE};
+    char path[512];
+    uint8_t *b = malloc(SIZE);
+    int fd;
+
+    assert_non_null(b);
+    for (size_t off = 0; off < SIZE;) {
+        ssize_t n = getrandom(b + off, SIZE - off, 0);
+
+        assert_true(n > 0);
+        off += (size_t)n;
+    }
+    snprintf(path, sizeof(path), "%s/ckpt_5.pt", fx->dir[SENDER]);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, b, SIZE), (ssize_t)SIZE);
+    close(fd);
+    e.checksum = XXH3_64bits(b, SIZE);
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    *content = b;
+}
+
+/* The receiver's copy is in place, byte for byte, and no temporary file is left. */
+static void check_copy(struct fixture *fx, const uint8_t *content)
+{
+    char path[512], buf[400];
+    uint8_t *got = malloc(SIZE + 1);
+    long n;
+    int fd;
+
+    HARNESS_RUN_UNTIL(&fx->h, fx->stored == 1 && logged(fx, SENDER, "replicated to group rank 1"));
+    snprintf(path, sizeof(path), "%s/ckpt_5.pt", fx->dir[RECEIVER]);
+    fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    n = read(fd, got, SIZE + 1);
+    close(fd);
+    assert_int_equal(n, SIZE);
+    assert_memory_equal(got, content, SIZE);
+    free(got);
+    snprintf(buf, sizeof(buf), "ls -A %s | grep -q '^.muster-replica'", fx->dir[RECEIVER]);
+    assert_int_not_equal(system(buf), 0);
+    assert_int_equal(fx->refused, 0);
+}
+
+static void test_direct(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t *content;
+
+    offer(fx, &content);
+    check_copy(fx, content);
+    assert_true(fx->port != 0);
+    assert_int_equal(fx->relayed, 0); /* not one chunk through the server */
+    assert_int_equal(fx->relay_asked, 0);
+    assert_int_equal(fx->dones, 1);
+    assert_true(logged(fx, SENDER, "direct link"));
+    free(content);
+}
+
+static void test_nothing_on_port_relays(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t *content;
+
+    fx->break_port = 1;
+    offer(fx, &content);
+    check_copy(fx, content);
+    assert_int_equal(fx->relay_asked, 1);
+    assert_true(fx->relayed >= SIZE / RDZV_REPL_CHUNK_MAX);
+    assert_true(logged(fx, RECEIVER, "asking the server to relay it"));
+    assert_true(logged(fx, SENDER, "through the server"));
+    free(content);
+}
+
+static void test_wrong_key_relays(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t *content;
+
+    fx->break_key = 1;
+    offer(fx, &content);
+    check_copy(fx, content);
+    assert_int_equal(fx->relay_asked, 1);
+    assert_true(fx->relayed > 0);
+    free(content);
+}
+
+/* --- hostile peers on the sender's port ------------------------------------------------------ */
+
+static int raw_connect(uint16_t port)
+{
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* 1 once the peer closed fd (EOF or reset), 0 while it is open. */
+static int raw_closed(int fd)
+{
+    char b[512];
+    ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+struct probe {
+    struct rdzv_conn conn;
+    struct rdzv_tls *tls;
+    uv_connect_t req;
+    uint32_t name; /* the transfer it names */
+    int err, closed;
+};
+
+static void probe_error(struct rdzv_conn *c, int err)
+{
+    ((struct probe *)c->data)->err = err ? err : -1;
+}
+
+static void probe_msg(struct rdzv_conn *c, const struct rdzv_msg *m)
+{
+    (void)c;
+    fail_msg("a probe got message type %u from the sender", m->type);
+}
+
+static void probe_connected(uv_connect_t *req, int status)
+{
+    struct probe *p = req->data;
+    struct rdzv_msg hello;
+
+    assert_int_equal(status, 0);
+    assert_int_equal(rdzv_conn_start_tls(&p->conn, p->tls, 0), 0);
+    rdzv_msg_init(&hello, RDZV_MSG_REPL_ACK);
+    hello.u.repl_ack.xfer = p->name;
+    hello.u.repl_ack.status = RDZV_REPL_PROGRESS;
+    assert_int_equal(rdzv_conn_send(&p->conn, &hello), 0);
+}
+
+/* A TLS client keyed with key (as the link's: identity job:replica) naming transfer name. */
+static void probe_start(struct fixture *fx, struct probe *p, const uint8_t key[32], uint32_t name)
+{
+    struct rdzv_cred c = {.kind = RDZV_CRED_JOB, .scope = "replica"};
+    char text[RDZV_CRED_TEXT_MAX + 1], err[160];
+    struct rdzv_tls_opts o = {.token = text, .no_forward_secrecy = 1, .bulk = 1};
+    struct sockaddr_in a;
+
+    memset(p, 0, sizeof(*p));
+    memcpy(c.key, key, sizeof(c.key));
+    assert_int_equal(rdzv_cred_format(&c, text, sizeof(text)), 0);
+    assert_int_equal(rdzv_tls_new(&o, 0, &p->tls, err, sizeof(err)), 0);
+    assert_int_equal(rdzv_conn_init(&fx->loop, &p->conn, probe_msg, probe_error, p), 0);
+    p->name = name;
+    p->req.data = p;
+    uv_ip4_addr("127.0.0.1", fx->port, &a);
+    assert_int_equal(uv_tcp_connect(&p->req, &p->conn.tcp, (struct sockaddr *)&a, probe_connected),
+                     0);
+}
+
+static void probe_closed(struct rdzv_conn *c)
+{
+    struct probe *p = c->data;
+
+    rdzv_tls_free(p->tls);
+    p->closed = 1;
+}
+
+static void test_hostile_connections(void **state)
+{
+    struct fixture *fx = *state;
+    struct probe wrong_key, wrong_name;
+    uint8_t *content, other[32];
+    int garbage;
+
+    fx->hold = 1; /* the receiver hears of the copy only after the probes */
+    offer(fx, &content);
+    HARNESS_RUN_UNTIL(&fx->h, fx->port != 0);
+    garbage = raw_connect(fx->port);
+    assert_int_equal(write(garbage, "GET / HTTP/1.0\r\n\r\n", 18), 18);
+    memcpy(other, fx->key, sizeof(other));
+    other[31] ^= 0x80;
+    probe_start(fx, &wrong_key, other, fx->src_xfer);
+    probe_start(fx, &wrong_name, fx->key, fx->src_xfer ^ 1);
+    HARNESS_RUN_UNTIL(&fx->h, raw_closed(garbage) && wrong_key.err != 0 && wrong_name.err != 0);
+    close(garbage);
+    rdzv_conn_close(&wrong_key.conn, 0, probe_closed);
+    rdzv_conn_close(&wrong_name.conn, 0, probe_closed);
+    HARNESS_RUN_UNTIL(&fx->h, wrong_key.closed && wrong_name.closed);
+    fx->hold = 0;
+    check_copy(fx, content);
+    assert_int_equal(fx->relay_asked, 0); /* still on the direct link */
+    assert_int_equal(fx->relayed, 0);
+    free(content);
+}
+
+/* More silent connections than may wait: the extra ones are closed at once, the waiting ones
+ * when their set-up time is over; the receiver, turned away meanwhile, gets its copy relayed. */
+static void test_flood_costs_the_relay_not_the_copy(void **state)
+{
+    struct fixture *fx = *state;
+    enum { N = 20 };
+    int fd[N], closed = 0;
+    uint8_t *content;
+
+    fx->hold = 1;
+    offer(fx, &content);
+    HARNESS_RUN_UNTIL(&fx->h, fx->port != 0);
+    for (int i = 0; i < N; i++) {
+        fd[i] = raw_connect(fx->port);
+        harness_run_for(&fx->h, 10); /* the sender accepts it */
+    }
+    harness_run_for(&fx->h, 300);
+    for (int i = 0; i < N; i++)
+        closed += raw_closed(fd[i]);
+    assert_int_equal(closed, N - 16); /* AGENT_REPLICA_LINK_PENDING_MAX wait their turn */
+    fx->hold = 0;
+    check_copy(fx, content);
+    assert_int_equal(fx->relay_asked, 1);
+    HARNESS_RUN_UNTIL(&fx->h, ({
+        int all = 1;
+        for (int i = 0; i < N; i++)
+            all &= raw_closed(fd[i]);
+        all;
+    }));
+    for (int i = 0; i < N; i++)
+        close(fd[i]);
+    free(content);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_direct, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nothing_on_port_relays, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_key_relays, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_connections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flood_costs_the_relay_not_the_copy, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
