@@ -1077,6 +1077,66 @@ static void test_repl_hostile(void **state)
     assert_int_equal(R(g_s)->repl_ack.offset, 2 * (uint64_t)CH);
 }
 
+static void repl_begin_direct(struct raw *r, uint32_t xfer, uint64_t size)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_REPL_BEGIN);
+
+    m->u.repl_begin = (struct rdzv_repl_begin){.xfer = xfer,
+                                               .round = r->assign.round,
+                                               .rank = 1,
+                                               .step = 5,
+                                               .size = size,
+                                               .port = 4242,
+                                               .link = xfer};
+    memset(m->u.repl_begin.key, 0x3c, sizeof(m->u.repl_begin.key));
+    strcpy(m->u.repl_begin.name, "ckpt_5.pt");
+    strcpy(m->u.repl_begin.host, "attacker.example"); /* the server names the sender's address */
+    send_msg(r, m);
+}
+
+/* A direct link (issue 19): the server passes port, link and key on, names the sender's own
+ * address, relays no chunk of it, accepts the receiver's DONE at the announced size, and
+ * switches to relaying when the receiver asks, once. */
+static void test_repl_direct_link(void **state)
+{
+    struct fixture *fx = *state;
+
+    two_agents(fx, "rd");
+    repl_begin_direct(R(g_s), X(1), 10 * (uint64_t)CH);
+    HARNESS_RUN_UNTIL(&fx->h, N(g_d, REPL_BEGIN) == 1);
+    assert_int_equal(R(g_d)->repl_begin.port, 4242);
+    assert_int_equal(R(g_d)->repl_begin.link, X(1));
+    assert_int_equal(R(g_d)->repl_begin.key[31], 0x3c);
+    assert_string_equal(R(g_d)->repl_begin.host, "127.0.0.1"); /* where the sender came from */
+    repl_data(R(g_s), X(1), 0, CH); /* a chunk of a direct transfer through the server */
+    g_want = 1;
+    run_until(fx, repl_acks);
+    assert_string_equal(R(g_s)->repl_ack.text, "chunk relayed for a transfer on a direct link");
+    assert_int_equal(R(g_d)->repl_bytes, 0);
+
+    repl_begin_direct(R(g_s), X(2), 10 * (uint64_t)CH);
+    HARNESS_RUN_UNTIL(&fx->h, N(g_d, REPL_BEGIN) == 2);
+    repl_ack(R(g_d), R(g_d)->repl_begin.xfer, 10 * (uint64_t)CH, RDZV_REPL_DONE);
+    g_want = 2;
+    run_until(fx, repl_acks);
+    assert_int_equal(R(g_s)->repl_ack.status, RDZV_REPL_DONE);
+    assert_int_equal(R(g_s)->repl_ack.xfer, X(2));
+
+    repl_begin_direct(R(g_s), X(3), 2 * (uint64_t)CH);
+    HARNESS_RUN_UNTIL(&fx->h, N(g_d, REPL_BEGIN) == 3);
+    repl_ack(R(g_d), R(g_d)->repl_begin.xfer, 0, RDZV_REPL_RELAY);
+    g_want = 3;
+    run_until(fx, repl_acks);
+    assert_int_equal(R(g_s)->repl_ack.status, RDZV_REPL_RELAY);
+    repl_data(R(g_s), X(3), 0, CH); /* relayed now */
+    g_got = CH;
+    run_until(fx, repl_relayed);
+    repl_ack(R(g_d), R(g_d)->repl_begin.xfer, 0, RDZV_REPL_RELAY);
+    g_want = 4; /* the second RELAY ends it: an ABORT to each side */
+    run_until(fx, repl_acks);
+    assert_string_equal(R(g_s)->repl_ack.text, "relay asked for twice");
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -1096,6 +1156,7 @@ int main(void)
         cmocka_unit_test(test_preflight_metrics),
         T(test_repl_window_offsets),
         T(test_repl_hostile),
+        T(test_repl_direct_link),
     };
 #undef T
 

@@ -426,6 +426,31 @@ static void test_optional_tails(void **state)
     buf[RDZV_HEADER_SIZE + plen - 8] = 0; /* "" sent as a tail: not canonical */
     buf[RDZV_HEADER_SIZE + plen - 7] = 0;
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
+
+    /* issue 19: REPL_BEGIN's direct link (port, link, key, host), sent only with a port */
+    example(RDZV_MSG_REPL_BEGIN, &in);
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    in.u.repl_begin.port = 40123;
+    in.u.repl_begin.link = 0x80000005u;
+    memset(in.u.repl_begin.key, 0xa5, sizeof(in.u.repl_begin.key));
+    strcpy(in.u.repl_begin.host, "10.0.0.7");
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.repl_begin.port, 40123);
+    assert_int_equal(out.u.repl_begin.link, 0x80000005u);
+    assert_memory_equal(out.u.repl_begin.key, in.u.repl_begin.key, 32);
+    assert_string_equal(out.u.repl_begin.host, "10.0.0.7");
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 10, &out), -EPROTO);
+    /* port 0 in a tail is not canonical, a port over 65535 is no port */
+    memset(buf + RDZV_HEADER_SIZE + len0 - RDZV_HEADER_SIZE, 0, 4);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    in.u.repl_begin.port = 70000;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
+    in.u.repl_begin.port = 0; /* no tail: the relay, as before the link */
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0);
 }
 
 /* JOIN's tail, second part (hot spares): flags go out only when set, behind the first part
