@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -18,6 +20,9 @@
 #include "replica_link.h"
 
 #define XFER_OURS RDZV_REPL_XFER_SENDER
+/* A copy being received: TMP_PREFIX HOST.PID.XXXXXX (a name the watcher ignores), so that an
+ * agent starting later on the same host can tell a dead agent's leftover from a live one's. */
+#define TMP_PREFIX ".muster-replica-"
 /* A receiver acknowledges every quarter window, so the sender never stalls on a full one. */
 #define WINDOW(direct) ((direct) ? (uint64_t)AGENT_REPLICA_LINK_WINDOW : RDZV_REPL_WINDOW)
 #define ACK_EVERY(direct) (WINDOW(direct) / 4)
@@ -419,8 +424,8 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     in->e.step = b->step;
     in->e.size = b->size;
     in->e.checksum = b->checksum;
-    if (snprintf(in->tmp, sizeof(in->tmp), "%.4000s/.muster-replica-XXXXXX", r->watch->dir) >=
-        (int)sizeof(in->tmp))
+    if (snprintf(in->tmp, sizeof(in->tmp), "%.3800s/" TMP_PREFIX "%s.%ld.XXXXXX", r->watch->dir,
+                 r->host, (long)getpid()) >= (int)sizeof(in->tmp))
         errno = ENAMETOOLONG, in->fd = -1;
     else
         in->fd = mkostemp(in->tmp, O_CLOEXEC);
@@ -654,6 +659,52 @@ void agent_replica_on_msg(struct agent_replica *r, const struct rdzv_msg *m)
 
 /* --- life cycle ----------------------------------------------------------------------------- */
 
+/* This host's name as temporary names carry it: letters, digits and '-' only. */
+static void host_tag(char *out, size_t len)
+{
+    char h[256] = "";
+    size_t n = 0;
+
+    (void)gethostname(h, sizeof(h) - 1);
+    for (const char *p = h; *p != '\0' && n + 1 < len; p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '-')
+            out[n++] = *p;
+    if (n == 0)
+        out[n++] = 'h';
+    out[n] = '\0';
+}
+
+/* Removes the temporary files of copies that agents of this host were receiving when they
+ * died (a crash, SIGKILL, a power cut): their process is gone. Files of other hosts (a shared
+ * directory) and of live agents are left alone. */
+static void sweep_leftovers(struct agent_replica *r)
+{
+    size_t plen = strlen(TMP_PREFIX), hlen = strlen(r->host);
+    DIR *d = opendir(r->watch->dir);
+    struct dirent *de;
+
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name, *p = name + plen + hlen + 1;
+        char *end;
+        long pid;
+
+        if (strncmp(name, TMP_PREFIX, plen) != 0 || strncmp(name + plen, r->host, hlen) != 0 ||
+            name[plen + hlen] != '.')
+            continue;
+        pid = strtol(p, &end, 10);
+        if (end == p || *end != '.' || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (EPERM: alive, another user's) */
+        if (unlinkat(dirfd(d), name, 0) == 0)
+            logf_(r, "removed %s: a replica whose receiving agent (pid %ld) stopped", name, pid);
+    }
+    closedir(d);
+}
+
 int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ckptwatch *watch,
                        unsigned copies, double mb_per_s, const struct agent_replica_cbs *cbs,
                        void *data)
@@ -671,6 +722,8 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     r->bytes_per_ms = mb_per_s * 1000.0;
     r->cbs = *cbs;
     r->data = data;
+    host_tag(r->host, sizeof(r->host));
+    sweep_leftovers(r);
     r->loop = loop;
     uv_timer_init(loop, &r->pace);
     r->pace.data = r;

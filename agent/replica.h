@@ -76,6 +76,7 @@ struct agent_replica {
     struct agent_replica_link *links; /* every link not yet freed */
     uv_timer_t tick;                  /* link set-up deadlines */
     int link_warned;                  /* said once that no link could be served */
+    char host[64];                    /* this host's name as temporary file names carry it */
     struct agent_ckptwatch *watch;    /* borrowed: the directory and the registry */
     unsigned copies;
     double bytes_per_ms; /* 0: no cap */

@@ -6,7 +6,7 @@
  * key) makes the receiver ask for the relay and the copy still arrives; hostile connections to
  * the sender's port (garbage, another key, the right key naming another transfer) are closed
  * and do not disturb the copy; a flood of silent connections is turned away and costs the
- * relay, never the copy. */
+ * relay, never the copy; leftovers of a receiving agent that died are removed at start. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -497,6 +498,44 @@ static void test_flood_costs_the_relay_not_the_copy(void **state)
     free(content);
 }
 
+/* An agent that starts removes what receiving agents of this host left when they died, and
+ * nothing of a live agent or of another host (a shared directory). */
+static void test_leftovers_swept(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_replica again;
+    char host[256] = "", tag[64], dead[512], live[512], other[512];
+    size_t n = 0;
+    pid_t child = fork();
+
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(0);
+    assert_int_equal(waitpid(child, NULL, 0), child); /* its pid names a dead agent now */
+    gethostname(host, sizeof(host) - 1);
+    for (const char *p = host; *p != '\0' && n + 1 < sizeof(tag); p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '-')
+            tag[n++] = *p;
+    tag[n] = '\0';
+    snprintf(dead, sizeof(dead), "%s/.muster-replica-%s.%ld.Ab12Cd", fx->dir[RECEIVER], tag,
+             (long)child);
+    snprintf(live, sizeof(live), "%s/.muster-replica-%s.%ld.Ef34Gh", fx->dir[RECEIVER], tag,
+             (long)getppid());
+    snprintf(other, sizeof(other), "%s/.muster-replica-x%s.%ld.Ij56Kl", fx->dir[RECEIVER], tag,
+             (long)child);
+    harness_write_file(dead, "half a checkpoint");
+    harness_write_file(live, "half a checkpoint");
+    harness_write_file(other, "half a checkpoint");
+    assert_int_equal(
+        agent_replica_init(&fx->loop, &again, &fx->w[RECEIVER], 0, 0, &receiver_cbs, fx), 0);
+    assert_int_equal(access(dead, F_OK), -1);
+    assert_int_equal(access(live, F_OK), 0);
+    assert_int_equal(access(other, F_OK), 0);
+    assert_true(logged(fx, RECEIVER, "whose receiving agent"));
+    agent_replica_close(&again);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -505,6 +544,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wrong_key_relays, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flood_costs_the_relay_not_the_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leftovers_swept, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
