@@ -254,6 +254,27 @@ out:
     return rc;
 }
 
+int agent_ckpt_list_dir(const char *dir, const char *name, char ***files, size_t *n)
+{
+    struct agent_ckpt_hash h;
+    int rc = agent_ckpt_hash_begin(&h, dir, name);
+
+    *files = NULL;
+    *n = 0;
+    if (rc != 0)
+        return rc;
+    if (h.files == NULL) {
+        agent_ckpt_hash_close(&h);
+        return -ENOTDIR;
+    }
+    *files = h.files; /* taken: the close below frees the rest */
+    *n = h.nfiles;
+    h.files = NULL;
+    h.nfiles = 0;
+    agent_ckpt_hash_close(&h);
+    return 0;
+}
+
 uint64_t agent_ckpt_hash_listed_size(const struct agent_ckpt_hash *h)
 {
     return h->listed;

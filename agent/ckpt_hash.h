@@ -95,6 +95,12 @@ int agent_ckpt_hash_step(struct agent_ckpt_hash *h, size_t budget, int *finished
  * it was read (a writer is still at it: scan again later). */
 int agent_ckpt_hash_end(struct agent_ckpt_hash *h, struct agent_ckpt_entry *entry);
 
+/* The members of directory checkpoint dir/name in the checksum's order (relative paths, sorted
+ * by bytes; regular files and symlinks), for copying it as the checksum reads it (checkpoint
+ * replicas). *files: n strings and the array, the caller frees them. Returns 0, -ENOTDIR for a
+ * regular file, or agent_ckpt_hash_begin's errors. */
+int agent_ckpt_list_dir(const char *dir, const char *name, char ***files, size_t *n);
+
 /* Abandons a hash; accepts a zeroed, half-built or already released one. */
 void agent_ckpt_hash_close(struct agent_ckpt_hash *h);
 

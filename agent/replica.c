@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "escape.h"
+#include "replica_dir.h"
 #include "replica_link.h"
 
 #define XFER_OURS RDZV_REPL_XFER_SENDER
@@ -79,6 +80,7 @@ static void send_done(struct agent_replica *r)
         return;
     close(r->fd);
     r->fd = -1;
+    agent_replica_src_close(&r->src);
     uv_timer_stop(&r->pace);
 }
 
@@ -110,7 +112,7 @@ static void refill(struct agent_replica *r)
 static int send_chunk(struct agent_replica *r, struct agent_replica_out *o)
 {
     struct rdzv_repl_data *d = &r->msg->u.repl_data;
-    uint64_t left = r->cur.size - o->sent;
+    uint64_t left = r->xsize - o->sent;
     uint32_t len = left < RDZV_REPL_CHUNK_MAX ? (uint32_t)left : RDZV_REPL_CHUNK_MAX;
     ssize_t n;
     int rc;
@@ -121,7 +123,10 @@ static int send_chunk(struct agent_replica *r, struct agent_replica_out *o)
         return 0; /* the receiver has not connected yet (or its link broke: it asks the relay) */
     if (r->bytes_per_ms > 0 && r->tokens < len)
         return 0;
-    n = pread(r->fd, d->data, len, (off_t)o->sent);
+    if (r->src.dirfd >= 0)
+        n = agent_replica_src_read(&r->src, d->data, len, o->sent) == 0 ? (ssize_t)len : -1;
+    else
+        n = pread(r->fd, d->data, len, (off_t)o->sent);
     if (n != (ssize_t)len) {
         logf_(r, "checkpoint %s not replicated: it changed or vanished while it was read",
               r->cur.name);
@@ -164,7 +169,7 @@ static void pump(struct agent_replica *r)
                 continue;
             if (send_chunk(r, o) == 1)
                 progress = 1;
-            else if (o->active && r->bytes_per_ms > 0 && o->sent < r->cur.size &&
+            else if (o->active && r->bytes_per_ms > 0 && o->sent < r->xsize &&
                      (!o->direct || o->link != NULL) &&
                      o->sent + RDZV_REPL_CHUNK_MAX - o->acked <= WINDOW(o->direct))
                 capped = 1;
@@ -187,7 +192,7 @@ static void abandon_sending(struct agent_replica *r, const char *why)
         logf_(r,
               "checkpoint %s not replicated to group rank %" PRIu32 ": %s (%" PRIu64 " of %" PRIu64
               " bytes sent)",
-              r->cur.name, r->out[i].rank, why, r->out[i].sent, r->cur.size);
+              r->cur.name, r->out[i].rank, why, r->out[i].sent, r->xsize);
         out_end(r, &r->out[i], 1, why);
     }
 }
@@ -207,13 +212,25 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
     if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, e->name) >= (int)sizeof(path))
         return;
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->size) {
-        logf_(r, "checkpoint %s not replicated: %s", e->name,
-              fd >= 0 && S_ISDIR(st.st_mode) ? "directory checkpoints are not replicated"
-                                             : "not the regular file that was recorded");
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        char why[PATH_MAX + 64];
+
+        if (agent_replica_src_open(&r->src, r->watch->dir, e->name, why, sizeof(why)) != 0 ||
+            r->src.content != e->size) {
+            logf_(r, "checkpoint %s not replicated: %s", e->name,
+                  r->src.dirfd >= 0 ? "not the directory that was recorded" : why);
+            agent_replica_src_close(&r->src);
+            close(fd);
+            return;
+        }
+        r->xsize = r->src.total;
+    } else if (fd < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->size) {
+        logf_(r, "checkpoint %s not replicated: not the regular file that was recorded", e->name);
         if (fd >= 0)
             close(fd);
         return;
+    } else {
+        r->xsize = e->size;
     }
     r->fd = fd;
     r->cur = *e;
@@ -240,8 +257,10 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
                                                   .round = round,
                                                   .rank = o->rank,
                                                   .step = e->step,
-                                                  .size = e->size,
+                                                  .size = r->xsize,
                                                   .checksum = e->checksum};
+        if (r->src.dirfd >= 0)
+            m.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
         snprintf(m.u.repl_begin.name, sizeof(m.u.repl_begin.name), "%s", e->name);
         if (port > 0) {
             m.u.repl_begin.port = (uint32_t)port;
@@ -292,7 +311,7 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
         logf_(r,
               "checkpoint %s replicated to group rank %" PRIu32 " (%" PRIu64 " bytes in %" PRIu64
               " ms, %s)",
-              r->cur.name, o->rank, r->cur.size, ms,
+              r->cur.name, o->rank, r->xsize, ms,
               a->text[0]  ? a->text
               : o->direct ? "direct link"
                           : "relayed by the server");
@@ -305,13 +324,43 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
 
 /* --- receiving ---------------------------------------------------------------------------- */
 
-static void in_end(struct agent_replica_in *in)
+/* Where the copy of in goes until it verified: a temporary file, or a temporary directory for a
+ * directory checkpoint, named TMP_PREFIX HOST.PID.XXXXXX. Returns 0 or a negative errno. */
+static int open_target(struct agent_replica *r, struct agent_replica_in *in)
 {
-    agent_replica_link_close(in->link);
+    char tmpl[PATH_MAX];
+
+    if (snprintf(tmpl, sizeof(tmpl), "%.3800s/" TMP_PREFIX "%s.%ld.XXXXXX", r->watch->dir, r->host,
+                 (long)getpid()) >= (int)sizeof(tmpl))
+        return -ENAMETOOLONG;
+    if (in->dir)
+        return agent_replica_sink_open(&in->sink, tmpl);
+    memcpy(in->tmp, tmpl, sizeof(tmpl));
+    if ((in->fd = mkostemp(in->tmp, O_CLOEXEC)) < 0) {
+        in->tmp[0] = '\0';
+        return -errno;
+    }
+    return 0;
+}
+
+static void close_target(struct agent_replica_in *in)
+{
+    if (in->dir) {
+        agent_replica_sink_abort(&in->sink);
+        return;
+    }
     if (in->fd >= 0)
         close(in->fd);
     if (in->tmp[0] != '\0')
         unlink(in->tmp);
+    in->fd = -1;
+    in->tmp[0] = '\0';
+}
+
+static void in_end(struct agent_replica_in *in)
+{
+    agent_replica_link_close(in->link);
+    close_target(in);
     if (in->hash != NULL)
         XXH3_freeState(in->hash);
     memset(in, 0, sizeof(*in));
@@ -324,6 +373,8 @@ static void in_refuse(struct agent_replica *r, struct agent_replica_in *in, uint
 /* The direct link failed before the copy was whole: the server relays it, from byte 0. */
 static void ask_relay(struct agent_replica *r, struct agent_replica_in *in, const char *why)
 {
+    int rc;
+
     logf_(r,
           "replica of checkpoint %s from group rank %" PRIu32
           ": no direct link (%s); asking the server to relay it",
@@ -332,8 +383,9 @@ static void ask_relay(struct agent_replica *r, struct agent_replica_in *in, cons
     in->link = NULL;
     in->direct = 0;
     in->got = in->acked = 0;
-    if (ftruncate(in->fd, 0) != 0 || XXH3_64bits_reset(in->hash) != XXH_OK) {
-        in_refuse(r, in, in->xfer, strerror(errno ? errno : EIO));
+    close_target(in); /* from the first byte again */
+    if ((rc = open_target(r, in)) != 0 || XXH3_64bits_reset(in->hash) != XXH_OK) {
+        in_refuse(r, in, in->xfer, strerror(rc ? -rc : ENOMEM));
         return;
     }
     send_ack(r, in->xfer, 0, RDZV_REPL_RELAY, why);
@@ -361,9 +413,13 @@ static int already_here(struct agent_replica *r, const struct rdzv_repl_begin *b
     for (size_t i = 0; i < w->reg.n; i++) {
         const struct agent_ckpt_entry *e = &w->reg.entries[i];
 
-        if (strcmp(e->name, b->name) == 0 && e->size == b->size && e->checksum == b->checksum)
-            return snprintf(path, sizeof(path), "%s/%s", w->dir, b->name) < (int)sizeof(path) &&
-                   lstat(path, &st) == 0 && (uint64_t)st.st_size == b->size;
+        if (strcmp(e->name, b->name) != 0 || e->checksum != b->checksum ||
+            snprintf(path, sizeof(path), "%s/%s", w->dir, b->name) >= (int)sizeof(path) ||
+            lstat(path, &st) != 0)
+            continue;
+        if (b->flags & RDZV_REPL_BEGIN_DIR) /* the size sent is the stream's */
+            return S_ISDIR(st.st_mode);
+        return e->size == b->size && S_ISREG(st.st_mode) && (uint64_t)st.st_size == b->size;
     }
     return 0;
 }
@@ -403,6 +459,7 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
 {
     struct agent_replica_in *in;
     const char *why = begin_problem(r, b);
+    int rc;
 
     if (why != NULL) {
         logf_(r, "replica of checkpoint %s refused: %s", b->name, why);
@@ -424,17 +481,14 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     in->e.step = b->step;
     in->e.size = b->size;
     in->e.checksum = b->checksum;
-    if (snprintf(in->tmp, sizeof(in->tmp), "%.3800s/" TMP_PREFIX "%s.%ld.XXXXXX", r->watch->dir,
-                 r->host, (long)getpid()) >= (int)sizeof(in->tmp))
-        errno = ENAMETOOLONG, in->fd = -1;
-    else
-        in->fd = mkostemp(in->tmp, O_CLOEXEC);
-    if (in->fd < 0)
-        in->tmp[0] = '\0';
+    in->xsize = b->size;
+    in->dir = (b->flags & RDZV_REPL_BEGIN_DIR) != 0;
+    in->fd = -1;
+    rc = open_target(r, in);
     in->hash = XXH3_createState();
     in->active = 1;
-    if (in->fd < 0 || in->hash == NULL || XXH3_64bits_reset(in->hash) != XXH_OK) {
-        in_refuse(r, in, b->xfer, in->fd < 0 ? strerror(errno) : "out of memory");
+    if (rc != 0 || in->hash == NULL || XXH3_64bits_reset(in->hash) != XXH_OK) {
+        in_refuse(r, in, b->xfer, rc != 0 ? strerror(-rc) : "out of memory");
         return;
     }
     if (b->size == 0) {
@@ -442,8 +496,6 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
         return;
     }
     if (b->port != 0) {
-        int rc;
-
         in->link_id = b->link;
         in->direct = 1;
         if ((rc = agent_replica_link_connect(r, in, b)) != 0)
@@ -483,7 +535,7 @@ static int fsync_dir(const char *dir)
 static void finish_in(struct agent_replica *r, struct agent_replica_in *in)
 {
     uint64_t sum = XXH3_64bits_digest(in->hash);
-    char path[PATH_MAX], why[160];
+    char path[PATH_MAX], why[PATH_MAX + 64];
     struct timespec now;
     struct stat st;
 
@@ -493,14 +545,36 @@ static void finish_in(struct agent_replica *r, struct agent_replica_in *in)
         in_refuse(r, in, in->xfer, why);
         return;
     }
-    /* mkstemp made it 0600; the writer's checkpoints are usually world-readable (umask 022) */
-    if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, in->e.name) >= (int)sizeof(path) ||
-        fchmod(in->fd, 0644) != 0 || fsync(in->fd) != 0 || fstat(in->fd, &st) != 0 ||
-        rename(in->tmp, path) != 0) {
-        in_refuse(r, in, in->xfer, strerror(errno ? errno : ENAMETOOLONG));
+    if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, in->e.name) >= (int)sizeof(path)) {
+        in_refuse(r, in, in->xfer, strerror(ENAMETOOLONG));
         return;
     }
-    in->tmp[0] = '\0'; /* renamed: nothing to remove */
+    if (in->dir) {
+        if (agent_replica_sink_finish(&in->sink, why, sizeof(why)) != 0) {
+            in_refuse(r, in, in->xfer, why);
+            return;
+        }
+        /* a directory of that name that is not this copy stays: rename(2) will not replace it */
+        if (fchmod(in->sink.dirfd, 0755) != 0 || rename(in->sink.tmp, path) != 0 ||
+            lstat(path, &st) != 0) {
+            in_refuse(r, in, in->xfer,
+                      errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR
+                          ? "a different checkpoint of that name is already here"
+                          : strerror(errno));
+            return;
+        }
+        in->e.size = in->sink.content;
+        in->sink.tmp[0] = '\0'; /* renamed: nothing to remove */
+        agent_replica_sink_abort(&in->sink);
+    } else {
+        /* mkstemp made it 0600; the writer's checkpoints are usually world-readable (umask 022) */
+        if (fchmod(in->fd, 0644) != 0 || fsync(in->fd) != 0 || fstat(in->fd, &st) != 0 ||
+            rename(in->tmp, path) != 0) {
+            in_refuse(r, in, in->xfer, strerror(errno));
+            return;
+        }
+        in->tmp[0] = '\0'; /* renamed: nothing to remove */
+    }
     fsync_dir(r->watch->dir);
     clock_gettime(CLOCK_REALTIME, &now);
     in->e.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
@@ -528,24 +602,29 @@ static struct agent_replica_in *find_in(struct agent_replica *r, uint32_t xfer)
 static void on_chunk(struct agent_replica *r, struct agent_replica_in *in,
                      const struct rdzv_repl_data *d)
 {
-    char why[160];
+    char why[PATH_MAX + 64];
     int rc;
 
-    if (d->offset != in->got || d->len > in->e.size - in->got) {
+    if (d->offset != in->got || d->len > in->xsize - in->got) {
         snprintf(why, sizeof(why),
                  "chunk of %" PRIu32 " bytes at offset %" PRIu64 ", expected offset %" PRIu64
                  " of %" PRIu64,
-                 d->len, d->offset, in->got, in->e.size);
+                 d->len, d->offset, in->got, in->xsize);
         in_refuse(r, in, d->xfer, why);
         return;
     }
-    if ((rc = write_all(in->fd, d->data, d->len, d->offset)) != 0) {
+    if (in->dir) {
+        if (agent_replica_sink_write(&in->sink, d->data, d->len, why, sizeof(why)) != 0) {
+            in_refuse(r, in, d->xfer, why);
+            return;
+        }
+    } else if ((rc = write_all(in->fd, d->data, d->len, d->offset)) != 0) {
         in_refuse(r, in, d->xfer, strerror(-rc));
         return;
     }
     XXH3_64bits_update(in->hash, d->data, d->len);
     in->got += d->len;
-    if (in->got == in->e.size) {
+    if (in->got == in->xsize) {
         finish_in(r, in);
     } else if (in->got - in->acked >= ACK_EVERY(in->direct)) {
         in->acked = in->got;
@@ -699,7 +778,10 @@ static void sweep_leftovers(struct agent_replica *r)
             continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue; /* alive (EPERM: alive, another user's) */
-        if (unlinkat(dirfd(d), name, 0) == 0)
+        char path[PATH_MAX];
+
+        if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, name) < (int)sizeof(path) &&
+            agent_replica_rmtree(path) == 0)
             logf_(r, "removed %s: a replica whose receiving agent (pid %ld) stopped", name, pid);
     }
     closedir(d);
@@ -711,6 +793,7 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
 {
     memset(r, 0, sizeof(*r));
     r->fd = -1;
+    agent_replica_src_init(&r->src);
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_IN; i++)
         r->in[i].fd = -1;
     r->msg = malloc(sizeof(*r->msg));
@@ -752,6 +835,7 @@ void agent_replica_close(struct agent_replica *r)
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
+    agent_replica_src_close(&r->src);
     free(r->msg);
     r->msg = NULL;
     r->open = 0;

@@ -22,6 +22,7 @@
 
 #include "ckptwatch.h"
 #include "message.h"
+#include "replica_dir.h"
 
 #define AGENT_REPLICA_MAX_COPIES 8 /* --replicate-checkpoints at most */
 #define AGENT_REPLICA_MAX_IN 4     /* copies a node receives at once */
@@ -55,7 +56,10 @@ struct agent_replica_in { /* one copy being received */
     uint32_t xfer;    /* the server's id */
     uint32_t from;    /* the sender's group rank */
     uint32_t link_id; /* the sender's id of this copy, named on the direct link */
-    int direct;       /* chunks come on the direct link (else relayed by the server) */
+    uint64_t xsize;   /* bytes to come: the file's, or the directory's stream */
+    int dir;          /* a directory checkpoint (RDZV_REPL_BEGIN_DIR): written by sink */
+    struct agent_replica_sink sink;
+    int direct; /* chunks come on the direct link (else relayed by the server) */
     struct agent_replica_link *link; /* that link while it is open */
     struct agent_ckpt_entry e;
     uint64_t got, acked;
@@ -83,7 +87,9 @@ struct agent_replica {
     struct agent_replica_cbs cbs;
     void *data;
     /* sending */
-    int fd; /* the checkpoint being sent, -1 none */
+    int fd;                       /* the checkpoint being sent, -1 none */
+    struct agent_replica_src src; /* a directory checkpoint's stream (dirfd -1: a file) */
+    uint64_t xsize;               /* bytes to send: the file's, or the directory's stream */
     struct agent_ckpt_entry cur;
     uint64_t started_ms;
     uint32_t next_xfer;

@@ -363,17 +363,26 @@ static void io_repl_begin(struct io *c, struct rdzv_repl_begin *b)
         c->r->err = -EPROTO;
     else if (b->name[0] == '\0')
         c->w->err = -EINVAL;
-    /* the direct link's optional tail: canonical, port 0 is sent as no tail */
-    if ((c->w != NULL && b->port == 0) || (c->r != NULL && c->r->pos == c->r->len))
+    /* the optional tail, canonical: the direct link (port 0: none) then flags, written only
+     * when set; a tail whose parts are all zero is sent as no tail */
+    if ((c->w != NULL && b->port == 0 && b->flags == 0) || (c->r != NULL && c->r->pos == c->r->len))
         return;
     IO_U32(c, b->port);
     IO_U32(c, b->link);
     io_bytes(c, b->key, sizeof(b->key));
     io_str(c, b->host, RDZV_HOST_MAX);
-    if (c->r != NULL && !c->r->err && (b->port == 0 || b->port > 65535))
-        c->r->err = -EPROTO;
-    else if (c->w != NULL && b->port > 65535)
+    if (c->w != NULL && b->port > 65535)
         c->w->err = -EINVAL;
+    if (c->r != NULL && !c->r->err && b->port > 65535)
+        c->r->err = -EPROTO;
+    if ((c->w != NULL && b->flags == 0) || (c->r != NULL && c->r->pos == c->r->len)) {
+        if (c->r != NULL && !c->r->err && b->port == 0)
+            c->r->err = -EPROTO;
+        return;
+    }
+    IO_U32(c, b->flags);
+    if (c->r != NULL && !c->r->err && (b->flags == 0 || (b->flags & ~RDZV_REPL_BEGIN_DIR) != 0))
+        c->r->err = -EPROTO;
 }
 
 /* The chunk is a u32-length blob of at most RDZV_REPL_CHUNK_MAX bytes; the offset and the

@@ -280,7 +280,12 @@ struct rdzv_repl_begin {
     uint32_t link;                /* the sender's own transfer id, named on the link */
     uint8_t key[32];              /* the link's TLS pre-shared key */
     char host[RDZV_HOST_MAX + 1]; /* S->receiver: where to connect */
+    /* a second part, sent only when not 0 (behind the first, whose port may then be 0) */
+    uint32_t flags; /* RDZV_REPL_BEGIN_DIR */
 };
+/* The copy is a directory checkpoint, sent as the stream its checksum reads (agent/replica_dir.h):
+ * `size` is the stream's length, not the sum of its files. */
+#define RDZV_REPL_BEGIN_DIR 1u
 
 struct rdzv_repl_data {
     uint32_t xfer;

@@ -6,7 +6,9 @@
  * key) makes the receiver ask for the relay and the copy still arrives; hostile connections to
  * the sender's port (garbage, another key, the right key naming another transfer) are closed
  * and do not disturb the copy; a flood of silent connections is turned away and costs the
- * relay, never the copy; leftovers of a receiving agent that died are removed at start. */
+ * relay, never the copy; leftovers of a receiving agent that died are removed at start; a
+ * directory checkpoint is copied as one stream (direct or relayed), one holding a symlink is
+ * not, and the receiver's stream parser refuses hostile paths, order and truncation. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -28,11 +30,13 @@
 #include <uv.h>
 #include <xxhash.h>
 
+#include "ckpt_hash.h"
 #include "ckptwatch.h"
 #include "conn.h"
 #include "cred.h"
 #include "harness.h"
 #include "replica.h"
+#include "replica_dir.h"
 #include "tls.h"
 
 #define SIZE (3u * 1024 * 1024 + 12345) /* over several windows of the relay, not a whole chunk */
@@ -536,6 +540,148 @@ static void test_leftovers_swept(void **state)
     agent_replica_close(&again);
 }
 
+/* --- directory checkpoints ------------------------------------------------------------------ */
+
+static void put(const char *dir, const char *rel, const char *text)
+{
+    char path[512];
+
+    snprintf(path, sizeof(path), "%s/%s", dir, rel);
+    harness_write_file(path, text);
+}
+
+static void same_file(const char *a, const char *b)
+{
+    char x[8192], y[8192];
+    long n = harness_read_file(a, x, sizeof(x)), m = harness_read_file(b, y, sizeof(y));
+
+    assert_true(n >= 0);
+    assert_int_equal(n, m);
+    assert_memory_equal(x, y, (size_t)n);
+}
+
+/* A torch.distributed.checkpoint-like directory (nested, an empty member, a dot file) goes as
+ * one stream: the receiver rebuilds the same tree, its XXH3 is the registry's checksum, and it
+ * is recorded like the sender's entry. */
+static void test_directory_checkpoint(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_ckpt_entry e, got;
+    char root[300], a[600], b[600];
+    const char *members[] = {".metadata", "__0_0.distcp", "__1_0.distcp", "empty",
+                             "sub/deep/x.bin"};
+
+    snprintf(root, sizeof(root), "%s/step-40", fx->dir[SENDER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    snprintf(a, sizeof(a), "%s/sub", root);
+    assert_int_equal(mkdir(a, 0755), 0);
+    snprintf(a, sizeof(a), "%s/sub/deep", root);
+    assert_int_equal(mkdir(a, 0755), 0);
+    put(root, ".metadata", "{\"planner\": 1}");
+    put(root, "__0_0.distcp", "rank zero's shard");
+    put(root, "__1_0.distcp", "rank one's shard, a little longer");
+    put(root, "empty", "");
+    put(root, "sub/deep/x.bin", "nested");
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-40", &e), 0);
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    HARNESS_RUN_UNTIL(&fx->h, fx->stored == 1 && logged(fx, SENDER, "replicated to group rank 1"));
+    assert_true(logged(fx, SENDER, "direct link"));
+    for (size_t i = 0; i < sizeof(members) / sizeof(members[0]); i++) {
+        snprintf(a, sizeof(a), "%s/step-40/%s", fx->dir[SENDER], members[i]);
+        snprintf(b, sizeof(b), "%s/step-40/%s", fx->dir[RECEIVER], members[i]);
+        same_file(a, b);
+    }
+    /* what the receiver's disk holds hashes to the sender's checksum, and is in its registry */
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[RECEIVER], "step-40", &got), 0);
+    assert_int_equal(got.checksum, e.checksum);
+    assert_int_equal(got.size, e.size);
+    assert_int_equal(fx->w[RECEIVER].reg.n, 1);
+    assert_int_equal(fx->w[RECEIVER].reg.entries[0].checksum, e.checksum);
+    assert_int_equal(fx->w[RECEIVER].reg.entries[0].size, e.size);
+}
+
+/* The same through the relay, and a directory with a symlink inside is not sent at all. */
+static void test_directory_relayed_and_symlink_refused(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_ckpt_entry e;
+    char root[300], a[600], b[600];
+
+    fx->break_port = 1;
+    snprintf(root, sizeof(root), "%s/step-7", fx->dir[SENDER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, "w.bin", "weights");
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-7", &e), 0);
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    HARNESS_RUN_UNTIL(&fx->h, fx->stored == 1 && logged(fx, SENDER, "replicated to group rank 1"));
+    assert_true(fx->relayed > 0);
+    snprintf(a, sizeof(a), "%s/step-7/w.bin", fx->dir[SENDER]);
+    snprintf(b, sizeof(b), "%s/step-7/w.bin", fx->dir[RECEIVER]);
+    same_file(a, b);
+
+    snprintf(root, sizeof(root), "%s/step-8", fx->dir[SENDER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, "w.bin", "weights");
+    snprintf(a, sizeof(a), "%s/link", root);
+    assert_int_equal(symlink("/etc/passwd", a), 0);
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-8", &e), 0);
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    assert_true(logged(fx, SENDER, "checkpoint step-8 not replicated: link inside is a symlink"));
+    harness_run_for(&fx->h, 100);
+    assert_int_equal(fx->stored, 1);
+}
+
+/* The receiver's parser refuses what a hostile sender could put in a stream, and writes
+ * nothing outside its temporary directory. */
+static void test_directory_stream_hostile(void **state)
+{
+    struct fixture *fx = *state;
+    static const struct {
+        const char *path;
+        const char *why;
+    } bad[] = {{"../evil", "refused"},     {"/etc/evil", "refused"}, {"a//b", "refused"},
+               {"a/./b", "refused"},       {"a/", "refused"},        {"", "refused"},
+               {"x/../../evil", "refused"}};
+    struct agent_replica_sink k;
+    char tmpl[300], why[600], outside[300];
+    uint8_t rec[64];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        size_t n = strlen(bad[i].path) + 1;
+
+        snprintf(tmpl, sizeof(tmpl), "%s/.muster-replica-t.XXXXXX", fx->dir[RECEIVER]);
+        assert_int_equal(agent_replica_sink_open(&k, tmpl), 0);
+        memcpy(rec, bad[i].path, n);
+        memset(rec + n, 0, 8);
+        rec[n + 7] = 4;
+        memcpy(rec + n + 8, "evil", 4);
+        assert_int_equal(agent_replica_sink_write(&k, rec, n + 12, why, sizeof(why)), -EPROTO);
+        assert_non_null(strstr(why, bad[i].why));
+        agent_replica_sink_abort(&k);
+    }
+    snprintf(outside, sizeof(outside), "%s/evil", fx->dir[RECEIVER]);
+    assert_int_equal(access(outside, F_OK), -1);
+    snprintf(outside, sizeof(outside), "%s/evil", fx->tmp);
+    assert_int_equal(access(outside, F_OK), -1);
+
+    /* out of order (or twice): refused; a stream cut inside a member: refused at the end */
+    snprintf(tmpl, sizeof(tmpl), "%s/.muster-replica-t.XXXXXX", fx->dir[RECEIVER]);
+    assert_int_equal(agent_replica_sink_open(&k, tmpl), 0);
+    memcpy(rec, "b\0\0\0\0\0\0\0\0\1x", 11);
+    assert_int_equal(agent_replica_sink_write(&k, rec, 11, why, sizeof(why)), 0);
+    memcpy(rec, "a\0\0\0\0\0\0\0\0\1y", 11);
+    assert_int_equal(agent_replica_sink_write(&k, rec, 11, why, sizeof(why)), -EPROTO);
+    agent_replica_sink_abort(&k);
+    assert_int_equal(agent_replica_sink_open(&k, tmpl), 0);
+    memcpy(rec, "b\0\0\0\0\0\0\0\0\5xy", 12);
+    assert_int_equal(agent_replica_sink_write(&k, rec, 12, why, sizeof(why)), 0);
+    assert_int_equal(agent_replica_sink_finish(&k, why, sizeof(why)), -EPROTO);
+    assert_non_null(strstr(why, "inside member b"));
+    agent_replica_sink_abort(&k);
+    snprintf(why, sizeof(why), "ls -A %s | grep -q '^.muster-replica'", fx->dir[RECEIVER]);
+    assert_int_not_equal(system(why), 0); /* every temporary directory removed */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -545,6 +691,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hostile_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flood_costs_the_relay_not_the_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leftovers_swept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_directory_checkpoint, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_directory_relayed_and_symlink_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_directory_stream_hostile, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -451,6 +451,20 @@ static void test_optional_tails(void **state)
     in.u.repl_begin.port = 0; /* no tail: the relay, as before the link */
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
     assert_int_equal(len, len0);
+    /* flags (a directory checkpoint): a second part, behind a first whose port may be 0 */
+    in.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8 + 4);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
+    assert_int_equal(out.u.repl_begin.port, 0);
+    /* without the flags, a first part with port 0 is not canonical */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    buf[RDZV_HEADER_SIZE + plen - 1] = 2; /* a flag nobody defined */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    buf[RDZV_HEADER_SIZE + plen - 1] = 0; /* flags 0 sent: not canonical */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 }
 
 /* JOIN's tail, second part (hot spares): flags go out only when set, behind the first part
