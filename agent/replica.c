@@ -69,7 +69,7 @@ static void on_pace(uv_timer_t *t)
 static int sending(const struct agent_replica *r)
 {
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
-        if (r->out[i].active)
+        if (r->out[i].active || r->out[i].retry_ms != 0)
             return 1;
     return 0;
 }
@@ -81,6 +81,8 @@ static void send_done(struct agent_replica *r)
     close(r->fd);
     r->fd = -1;
     agent_replica_src_close(&r->src);
+    memset(r->link_key, 0, sizeof(r->link_key));
+    uv_timer_stop(&r->retry);
     uv_timer_stop(&r->pace);
 }
 
@@ -186,6 +188,7 @@ static void pump(struct agent_replica *r)
 static void abandon_sending(struct agent_replica *r, const char *why)
 {
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++) {
+        r->out[i].retry_ms = 0;
         if (!r->out[i].active)
             continue;
         /* a --replicate-bandwidth too low for the checkpoint rate shows here */
@@ -195,6 +198,83 @@ static void abandon_sending(struct agent_replica *r, const char *why)
               r->cur.name, r->out[i].rank, why, r->out[i].sent, r->xsize);
         out_end(r, &r->out[i], 1, why);
     }
+}
+
+/* Starts (or starts again) the copy of r->cur to o->rank: a new transfer id, REPL_BEGIN. */
+static void begin_out(struct agent_replica *r, struct agent_replica_out *o)
+{
+    struct rdzv_msg m;
+
+    o->xfer = XFER_OURS | (++r->next_xfer & ~XFER_OURS);
+    o->sent = o->acked = 0;
+    o->direct = 0;
+    o->retry_ms = 0;
+    o->tries++;
+    rdzv_msg_init(&m, RDZV_MSG_REPL_BEGIN);
+    m.u.repl_begin = (struct rdzv_repl_begin){.xfer = o->xfer,
+                                              .round = r->round,
+                                              .rank = o->rank,
+                                              .step = r->cur.step,
+                                              .size = r->xsize,
+                                              .checksum = r->cur.checksum};
+    if (r->src.dirfd >= 0)
+        m.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
+    snprintf(m.u.repl_begin.name, sizeof(m.u.repl_begin.name), "%s", r->cur.name);
+    if (r->link_port != 0) {
+        m.u.repl_begin.port = r->link_port;
+        m.u.repl_begin.link = o->xfer;
+        memcpy(m.u.repl_begin.key, r->link_key, sizeof(r->link_key));
+        o->direct = 1;
+    }
+    o->active = r->cbs.send(r->data, &m) == 0;
+    memset(m.u.repl_begin.key, 0, sizeof(m.u.repl_begin.key));
+}
+
+static void on_retry(uv_timer_t *t)
+{
+    struct agent_replica *r = t->data;
+    uint64_t now = uv_now(t->loop), next = 0;
+
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES && r->fd >= 0; i++) {
+        struct agent_replica_out *o = &r->out[i];
+
+        if (o->retry_ms == 0)
+            continue;
+        if (o->retry_ms <= now)
+            begin_out(r, o);
+        else if (next == 0 || o->retry_ms < next)
+            next = o->retry_ms;
+    }
+    if (next != 0)
+        uv_timer_start(&r->retry, on_retry, next - now, 0);
+    send_done(r); /* none could start again */
+    pump(r);
+}
+
+/* The copy to o failed (why): tried again after a pause while tries are left and no newer
+ * checkpoint came (a receiver that reconnected, a link and a relay that both broke), else
+ * given up. */
+static void out_failed(struct agent_replica *r, struct agent_replica_out *o, const char *why)
+{
+    static const unsigned pause_ms[AGENT_REPLICA_TRIES] = {0, 1000, 4000};
+
+    if (o->tries >= AGENT_REPLICA_TRIES || !r->open) {
+        logf_(r, "checkpoint %s not replicated to group rank %" PRIu32 ": %s", r->cur.name, o->rank,
+              why);
+        out_end(r, o, 0, NULL);
+        return;
+    }
+    logf_(r,
+          "checkpoint %s not replicated to group rank %" PRIu32
+          " yet: %s; trying again in %u ms (attempt %u of %u)",
+          r->cur.name, o->rank, why, pause_ms[o->tries], o->tries + 1, AGENT_REPLICA_TRIES);
+    agent_replica_link_close(o->link);
+    o->link = NULL;
+    o->active = 0;
+    o->retry_ms = uv_now(r->loop) + pause_ms[o->tries];
+    if (!uv_is_active((uv_handle_t *)&r->retry) ||
+        uv_timer_get_due_in(&r->retry) > pause_ms[o->tries])
+        uv_timer_start(&r->retry, on_retry, pause_ms[o->tries], 0);
 }
 
 void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry *e, uint32_t round,
@@ -245,31 +325,13 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
               strerror(-port));
         r->link_warned = 1;
     }
+    r->round = round;
+    r->link_port = port > 0 ? (uint32_t)port : 0;
+    memcpy(r->link_key, key, sizeof(key));
     for (unsigned i = 0; i < n; i++) {
-        struct agent_replica_out *o = &r->out[i];
-        struct rdzv_msg m;
-
-        memset(o, 0, sizeof(*o));
-        o->xfer = XFER_OURS | (++r->next_xfer & ~XFER_OURS);
-        o->rank = (my_rank + 1 + i) % world;
-        rdzv_msg_init(&m, RDZV_MSG_REPL_BEGIN);
-        m.u.repl_begin = (struct rdzv_repl_begin){.xfer = o->xfer,
-                                                  .round = round,
-                                                  .rank = o->rank,
-                                                  .step = e->step,
-                                                  .size = r->xsize,
-                                                  .checksum = e->checksum};
-        if (r->src.dirfd >= 0)
-            m.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
-        snprintf(m.u.repl_begin.name, sizeof(m.u.repl_begin.name), "%s", e->name);
-        if (port > 0) {
-            m.u.repl_begin.port = (uint32_t)port;
-            m.u.repl_begin.link = o->xfer;
-            memcpy(m.u.repl_begin.key, key, sizeof(key));
-            o->direct = 1;
-        }
-        o->active = r->cbs.send(r->data, &m) == 0;
-        memset(m.u.repl_begin.key, 0, sizeof(key));
+        memset(&r->out[i], 0, sizeof(r->out[i]));
+        r->out[i].rank = (my_rank + 1 + i) % world;
+        begin_out(r, &r->out[i]);
     }
     memset(key, 0, sizeof(key));
     send_done(r); /* none could start */
@@ -316,8 +378,8 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
               : o->direct ? "direct link"
                           : "relayed by the server");
     } else {
-        logf_(r, "checkpoint %s not replicated to group rank %" PRIu32 ": %s", r->cur.name, o->rank,
-              a->text);
+        out_failed(r, o, a->text);
+        return;
     }
     out_end(r, o, 0, NULL);
 }
@@ -812,6 +874,8 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     r->pace.data = r;
     uv_timer_init(loop, &r->tick);
     r->tick.data = r;
+    uv_timer_init(loop, &r->retry);
+    r->retry.data = r;
     r->tokens_ms = uv_now(loop);
     r->open = 1;
     return 0;
@@ -821,7 +885,7 @@ void agent_replica_reset(struct agent_replica *r)
 {
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
         if (r->out[i].active)
-            out_end(r, &r->out[i], 0, NULL);
+            out_failed(r, &r->out[i], "the connection to the rendezvous server broke");
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_IN; i++)
         if (r->in[i].active)
             in_end(&r->in[i]);
@@ -831,6 +895,9 @@ void agent_replica_close(struct agent_replica *r)
 {
     if (!r->open)
         return;
+    r->open = 0; /* nothing is tried again */
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
+        r->out[i].retry_ms = 0;
     agent_replica_reset(r);
     if (r->fd >= 0)
         close(r->fd);
@@ -842,4 +909,5 @@ void agent_replica_close(struct agent_replica *r)
     agent_replica_link_shutdown(r);
     uv_close((uv_handle_t *)&r->pace, NULL);
     uv_close((uv_handle_t *)&r->tick, NULL);
+    uv_close((uv_handle_t *)&r->retry, NULL);
 }

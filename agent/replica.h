@@ -30,6 +30,10 @@
  * what the server buffers); a link's acknowledgements come every quarter of it. */
 #define AGENT_REPLICA_LINK_WINDOW (4u << 20)
 
+/* Attempts at one copy: a copy that fails is started again after 1 s, then 4 s, unless a newer
+ * checkpoint supersedes it. */
+#define AGENT_REPLICA_TRIES 3
+
 struct agent_replica_link; /* replica_link.h */
 struct rdzv_tls;
 
@@ -49,6 +53,8 @@ struct agent_replica_out { /* one receiver of the checkpoint being sent */
     uint64_t sent, acked;
     int direct;                      /* on the direct link (else relayed by the server) */
     struct agent_replica_link *link; /* the receiver's connection once it named this copy */
+    unsigned tries;                  /* REPL_BEGINs sent for this checkpoint */
+    uint64_t retry_ms;               /* not 0: to be started again then (loop time) */
 };
 
 struct agent_replica_in { /* one copy being received */
@@ -91,6 +97,10 @@ struct agent_replica {
     struct agent_replica_src src; /* a directory checkpoint's stream (dirfd -1: a file) */
     uint64_t xsize;               /* bytes to send: the file's, or the directory's stream */
     struct agent_ckpt_entry cur;
+    uint32_t round;       /* the round the checkpoint is offered in */
+    uint32_t link_port;   /* its direct link's port, 0: relayed */
+    uint8_t link_key[32]; /* its direct link's key, wiped once every copy ended */
+    uv_timer_t retry;     /* copies started again after a failure */
     uint64_t started_ms;
     uint32_t next_xfer;
     struct agent_replica_out out[AGENT_REPLICA_MAX_COPIES];

@@ -60,6 +60,9 @@ struct fixture {
     unsigned qn;
     int hold; /* keep messages for the receiver queued */
     int break_port, break_key;
+    int abort_begins; /* answer this many REPL_BEGINs with an ABORT, as when the receiver
+                         had just lost its connection */
+    unsigned begins;
     uint32_t src_xfer; /* the sender's id of the copy */
     uint8_t key[32];   /* the key its REPL_BEGIN named */
     uint16_t port;
@@ -123,6 +126,16 @@ static int from_sender(void *data, const struct rdzv_msg *m)
 
     switch (m->type) {
     case RDZV_MSG_REPL_BEGIN:
+        fx->begins++;
+        if (fx->abort_begins > 0) {
+            fx->abort_begins--;
+            rdzv_msg_init(&c, RDZV_MSG_REPL_ACK);
+            c.u.repl_ack.xfer = m->u.repl_begin.xfer;
+            c.u.repl_ack.status = RDZV_REPL_ABORT;
+            snprintf(c.u.repl_ack.text, sizeof(c.u.repl_ack.text), "the receiving node went away");
+            queue(fx, SENDER, &c);
+            return 0;
+        }
         fx->src_xfer = m->u.repl_begin.xfer;
         fx->direct = m->u.repl_begin.port != 0;
         fx->port = (uint16_t)m->u.repl_begin.port;
@@ -355,6 +368,40 @@ static void test_wrong_key_relays(void **state)
     check_copy(fx, content);
     assert_int_equal(fx->relay_asked, 1);
     assert_true(fx->relayed > 0);
+    free(content);
+}
+
+/* A copy that failed is started again (1 s, then 4 s later), at most AGENT_REPLICA_TRIES
+ * times in all. */
+static void test_failed_copy_tried_again(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t *content;
+
+    fx->abort_begins = 1;
+    offer(fx, &content);
+    check_copy(fx, content);
+    assert_int_equal(fx->begins, 2);
+    assert_true(logged(fx, SENDER,
+                       "not replicated to group rank 1 yet: the receiving node went "
+                       "away; trying again in 1000 ms (attempt 2 of 3)"));
+    free(content);
+}
+
+static void test_gives_up_after_the_tries(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t *content;
+
+    fx->abort_begins = 3;
+    offer(fx, &content);
+    HARNESS_RUN_UNTIL(&fx->h, logged(fx, SENDER,
+                                     "ckpt_5.pt not replicated to group rank 1: the "
+                                     "receiving node went away"));
+    assert_int_equal(fx->begins, 3);
+    harness_run_for(&fx->h, 200);
+    assert_int_equal(fx->begins, 3);
+    assert_int_equal(fx->stored, 0);
     free(content);
 }
 
@@ -691,6 +738,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hostile_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flood_costs_the_relay_not_the_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leftovers_swept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_copy_tried_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gives_up_after_the_tries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_directory_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_directory_relayed_and_symlink_refused, setup,
                                         teardown),
