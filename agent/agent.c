@@ -250,10 +250,28 @@ static void report_signal(struct agent *a, int signum)
     rdzv_client_report_failure(a->client, &f, 1);
 }
 
-static void report_done(struct agent *a)
+static void report_done_now(void *data)
 {
+    struct agent *a = data;
+
+    if (a->state != a->done_state || a->client == NULL)
+        return; /* something else happened meanwhile (a signal, the server gone) */
     if (rdzv_client_report_done(a->client, a->as.round) != 0)
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
+}
+
+/* The job's last checkpoint reaches its replicas before this node says it is done: the job
+ * ends, and the agents receiving it stop, once every node said so. */
+static void report_done(struct agent *a)
+{
+    a->done_state = a->state;
+    if (a->ft.repl_on &&
+        agent_replica_drain(&a->ft.repl, AGENT_DONE_DRAIN_MS, report_done_now, a)) {
+        mc_info("waiting for the replicas of checkpoint %s (at most %d s) before the job ends",
+                a->ft.repl.cur.name, AGENT_DONE_DRAIN_MS / 1000);
+        return;
+    }
+    report_done_now(a);
 }
 
 static void report_pf_failure(struct agent *a)

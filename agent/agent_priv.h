@@ -35,6 +35,10 @@
 
 struct agent;
 
+/* The most a node that finished waits for its last checkpoint's replicas before it reports
+ * done (agent.c report_done). */
+#define AGENT_DONE_DRAIN_MS 120000
+
 /* agent_ft.c's part: the watchers are set up once (ckpt_on / hang_on say which exist). */
 struct agent_ft {
     struct agent_hang hang;
@@ -63,7 +67,8 @@ struct agent_pf {
 struct agent {
     uv_loop_t loop;
     const struct agent_options *o;
-    enum agent_state state; /* machine.h; changed only by agent.c's transition() */
+    enum agent_state state;      /* machine.h; changed only by agent.c's transition() */
+    enum agent_state done_state; /* the state DONE was due in (it may wait for replicas) */
     struct rdzv_server *server;
     struct rdzv_client *client;
     /* this attempt's workers or the pre-flight process; NULL between them */

@@ -74,6 +74,37 @@ static int sending(const struct agent_replica *r)
     return 0;
 }
 
+/* Runs the drain callback, if one waits (agent_replica_drain). */
+static void drained(struct agent_replica *r)
+{
+    void (*cb)(void *) = r->drain_cb;
+
+    if (cb == NULL)
+        return;
+    r->drain_cb = NULL;
+    uv_timer_stop(&r->drain);
+    cb(r->drain_data);
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    struct agent_replica *r = t->data;
+
+    logf_(r, "checkpoint %s: stopped waiting for its replicas", r->cur.name);
+    drained(r);
+}
+
+int agent_replica_drain(struct agent_replica *r, uint64_t max_ms, void (*done)(void *data),
+                        void *data)
+{
+    if (!r->open || !sending(r))
+        return 0;
+    r->drain_cb = done;
+    r->drain_data = data;
+    uv_timer_start(&r->drain, on_drain_timeout, max_ms, 0);
+    return 1;
+}
+
 static void send_done(struct agent_replica *r)
 {
     if (sending(r) || r->fd < 0)
@@ -83,6 +114,7 @@ static void send_done(struct agent_replica *r)
     agent_replica_src_close(&r->src);
     memset(r->link_key, 0, sizeof(r->link_key));
     uv_timer_stop(&r->retry);
+    drained(r);
     uv_timer_stop(&r->pace);
 }
 
@@ -876,6 +908,8 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     r->tick.data = r;
     uv_timer_init(loop, &r->retry);
     r->retry.data = r;
+    uv_timer_init(loop, &r->drain);
+    r->drain.data = r;
     r->tokens_ms = uv_now(loop);
     r->open = 1;
     return 0;
@@ -896,6 +930,7 @@ void agent_replica_close(struct agent_replica *r)
     if (!r->open)
         return;
     r->open = 0; /* nothing is tried again */
+    r->drain_cb = NULL;
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
         r->out[i].retry_ms = 0;
     agent_replica_reset(r);
@@ -910,4 +945,5 @@ void agent_replica_close(struct agent_replica *r)
     uv_close((uv_handle_t *)&r->pace, NULL);
     uv_close((uv_handle_t *)&r->tick, NULL);
     uv_close((uv_handle_t *)&r->retry, NULL);
+    uv_close((uv_handle_t *)&r->drain, NULL);
 }

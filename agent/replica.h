@@ -101,6 +101,9 @@ struct agent_replica {
     uint32_t link_port;   /* its direct link's port, 0: relayed */
     uint8_t link_key[32]; /* its direct link's key, wiped once every copy ended */
     uv_timer_t retry;     /* copies started again after a failure */
+    uv_timer_t drain;     /* agent_replica_drain's limit */
+    void (*drain_cb)(void *data);
+    void *drain_data;
     uint64_t started_ms;
     uint32_t next_xfer;
     struct agent_replica_out out[AGENT_REPLICA_MAX_COPIES];
@@ -124,6 +127,12 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
 
 /* A REPL_* message from the server. */
 void agent_replica_on_msg(struct agent_replica *r, const struct rdzv_msg *m);
+
+/* Waits for the copies being sent (a job's last checkpoint, written just before its workers
+ * finished): done(data) runs once every copy verified, failed or gave up, or after max_ms.
+ * Returns 1 when it will run, 0 when nothing is being sent (done is then not called). */
+int agent_replica_drain(struct agent_replica *r, uint64_t max_ms, void (*done)(void *data),
+                        void *data);
 
 /* The connection to the server broke: every transfer is gone on the server's side. */
 void agent_replica_reset(struct agent_replica *r);
