@@ -1,9 +1,10 @@
 #!/bin/bash
 # Checkpoint replication (issue 19) on network-namespace hosts joined by veth links and a bridge:
-#   1. throughput: a MB-megabyte checkpoint replicated from host 1 (group rank 0) to host 2
-#      through the rendezvous server on host 3 (--replicate-bandwidth 0: no cap), against raw
-#      TCP on the same links (python sendfile host 1 -> host 2, and host 1 -> host 3 -> host 2
-#      through a plain-TCP relay, the path the replica takes), the median of REPS runs each;
+#   1. throughput: a MB-megabyte checkpoint replicated from host 1 (group rank 0) to host 2 on
+#      the direct agent-to-agent link (--replicate-bandwidth 0: no cap; the server on host 3
+#      only starts it), against raw TCP on the same links (python sendfile host 1 -> host 2,
+#      and host 1 -> host 3 -> host 2 through a plain-TCP relay, the path of muster's fallback
+#      relay), the median of REPS runs each;
 #   2. step time of a synthetic trainer (bench/replicate_step.py: 2 ranks, fixed work per step,
 #      a CKPT_MB checkpoint every EVERY steps) without and with --replicate-checkpoints 1 at the
 #      default --replicate-bandwidth.
@@ -12,7 +13,8 @@
 #                      step_ms_on=.. step_slowdown=..%
 #     sudo MUSTER_BIN=build/muster bench/replicate_bench.sh
 # Environment: MB (200), REPS (3), STEPS (60), EVERY (10), CKPT_MB (50), BW (replication cap
-# of part 2 in MB/s; default: muster's), SKIP_THROUGHPUT=1 (part 2 only).
+# of part 2 in MB/s; default: muster's), SKIP_THROUGHPUT=1 (part 2 only), SKIP_STEPS=1 (part 1
+# only: no PyTorch needed).
 export MUSTER_SRC=${MUSTER_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 . "$MUSTER_SRC/tests/integration/ft.sh"
 . "$MUSTER_SRC/tests/integration/multi.sh"
@@ -109,7 +111,14 @@ for i in $(seq "$REPS"); do
     agents_exit 30 0 r$i-a1 r$i-a2
 done
 relay=$(printf '%s\n' "${rel[@]}" | median)
-say "muster replica host1->server(host3)->host2, TLS: ${rel[*]} MB/s (median $relay)"
+grep -q "ms, direct link)" "$T/r1-a1.err" || fail "the replica did not go on the direct link"
+say "muster replica host1->host2 on the direct link, TLS: ${rel[*]} MB/s (median $relay)"
+fi
+
+if [ "${SKIP_STEPS:-0}" = 1 ]; then
+    echo "replicate_bench: relay_mb_s=$relay raw_tcp_mb_s=$raw raw_relay_mb_s=$rawrelay ratio=$(awk -v a="$relay" -v b="$raw" 'BEGIN {printf "%.0f", 100 * a / b}')% mb=$MB"
+    stop_server
+    exit 0
 fi
 
 # --- 2. trainer step time with and without replication ------------------------------------------
