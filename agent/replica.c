@@ -113,6 +113,7 @@ static void send_done(struct agent_replica *r)
     r->fd = -1;
     agent_replica_src_close(&r->src);
     memset(r->link_key, 0, sizeof(r->link_key));
+    agent_replica_link_unserve(r); /* no handshake succeeds until the next checkpoint */
     uv_timer_stop(&r->retry);
     drained(r);
     uv_timer_stop(&r->pace);

@@ -242,13 +242,22 @@ int agent_replica_link_serve(struct agent_replica *r, const uint8_t key[32])
         return -EADDRNOTAVAIL; /* the socket failed before */
     if ((rc = link_tls(key, 1, &tls)) != 0)
         return rc;
-    /* connections still naming nothing were for the previous key */
-    for (struct agent_replica_link *l = r->links; l != NULL; l = l->next)
-        if (l->out == NULL && l->in == NULL && !l->closing)
-            agent_replica_link_close(l);
-    rdzv_tls_free(r->serve_tls);
+    agent_replica_link_unserve(r); /* connections naming nothing were for the previous key */
     r->serve_tls = tls;
     return r->port;
+}
+
+void agent_replica_link_unserve(struct agent_replica *r)
+{
+    struct agent_replica_link *l, *next;
+
+    for (l = r->links; l != NULL; l = next) {
+        next = l->next;
+        if (l->out == NULL && l->in == NULL && l->tls == r->serve_tls)
+            agent_replica_link_close(l); /* may free l */
+    }
+    rdzv_tls_free(r->serve_tls);
+    r->serve_tls = NULL;
 }
 
 /* --- receiver: connecting ------------------------------------------------------------------ */

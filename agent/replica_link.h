@@ -46,6 +46,10 @@ struct agent_replica_link {
  * the port, or a negative errno: then the copies go through the relay. */
 int agent_replica_link_serve(struct agent_replica *r, const uint8_t key[32]);
 
+/* Sender: every copy ended: the key is dropped and connections not naming a copy are closed
+ * (the listening socket stays, refusing everyone until the next checkpoint). */
+void agent_replica_link_unserve(struct agent_replica *r);
+
 /* Receiver: connects to the sender of in as b names it (host, port, key) and names the transfer
  * once the handshake is done. Returns 0 or a negative errno (nothing started). */
 int agent_replica_link_connect(struct agent_replica *r, struct agent_replica_in *in,

@@ -41,6 +41,7 @@ struct rdzv_tls {
      * agent's resident memory (issue 14). */
     int lazy;
     int require_fs;
+    int bulk;      /* server: only psk_bulk_suites (a checkpoint replica link) */
     unsigned refs; /* the owner's, plus one per server handshake step in the pool (conn.c) */
     struct rdzv_tls_steps steps;
 };
@@ -214,6 +215,7 @@ static int set_server_psk(struct rdzv_tls *t, const struct rdzv_tls_opts *o, cha
     }
     t->has_master = 1;
     t->require_fs = o->require_forward_secrecy;
+    t->bulk = o->bulk;
     return 0;
 }
 
@@ -221,7 +223,9 @@ static int set_server_psk(struct rdzv_tls *t, const struct rdzv_tls_opts *o, cha
 static void conf_server_psk(struct rdzv_tls *t)
 {
     mbedtls_ssl_conf_psk_cb(&t->conf, psk_cb, t);
-    if (t->cert_mode)
+    if (t->bulk) /* no ECDHE: a peer without the key costs no key generation either */
+        mbedtls_ssl_conf_ciphersuites(&t->conf, psk_bulk_suites);
+    else if (t->cert_mode)
         mbedtls_ssl_conf_ciphersuites(&t->conf, t->require_fs ? cert_and_psk_fs_suites
                                                               : cert_and_psk_any_suites);
     else

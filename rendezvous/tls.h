@@ -27,9 +27,10 @@ struct rdzv_tls_opts {
                                     must carry (the host of --rdzv-endpoint) */
     int no_forward_secrecy;      /* client, token mode: offer plain PSK suites only */
     int require_forward_secrecy; /* server: refuse plain PSK suites */
-    int bulk;                    /* client, token mode: offer only plain PSK with
-                                    ChaCha20-Poly1305, mbedTLS 2.28's fastest cipher here
-                                    (checkpoint replica links: agent/replica_link.c) */
+    int bulk;                    /* token mode: only plain PSK with ChaCha20-Poly1305,
+                                    mbedTLS 2.28's fastest cipher here (checkpoint replica
+                                    links: agent/replica_link.c); a server then does no
+                                    public-key work for anyone */
 };
 
 struct rdzv_tls;

@@ -460,11 +460,12 @@ static void probe_connected(uv_connect_t *req, int status)
 }
 
 /* A TLS client keyed with key (as the link's: identity job:replica) naming transfer name. */
-static void probe_start(struct fixture *fx, struct probe *p, const uint8_t key[32], uint32_t name)
+static void probe_start(struct fixture *fx, struct probe *p, const uint8_t key[32], uint32_t name,
+                        int ecdhe)
 {
     struct rdzv_cred c = {.kind = RDZV_CRED_JOB, .scope = "replica"};
     char text[RDZV_CRED_TEXT_MAX + 1], err[160];
-    struct rdzv_tls_opts o = {.token = text, .no_forward_secrecy = 1, .bulk = 1};
+    struct rdzv_tls_opts o = {.token = text, .no_forward_secrecy = !ecdhe, .bulk = !ecdhe};
     struct sockaddr_in a;
 
     memset(p, 0, sizeof(*p));
@@ -490,7 +491,7 @@ static void probe_closed(struct rdzv_conn *c)
 static void test_hostile_connections(void **state)
 {
     struct fixture *fx = *state;
-    struct probe wrong_key, wrong_name;
+    struct probe wrong_key, wrong_name, ecdhe;
     uint8_t *content, other[32];
     int garbage;
 
@@ -501,13 +502,17 @@ static void test_hostile_connections(void **state)
     assert_int_equal(write(garbage, "GET / HTTP/1.0\r\n\r\n", 18), 18);
     memcpy(other, fx->key, sizeof(other));
     other[31] ^= 0x80;
-    probe_start(fx, &wrong_key, other, fx->src_xfer);
-    probe_start(fx, &wrong_name, fx->key, fx->src_xfer ^ 1);
-    HARNESS_RUN_UNTIL(&fx->h, raw_closed(garbage) && wrong_key.err != 0 && wrong_name.err != 0);
+    probe_start(fx, &wrong_key, other, fx->src_xfer, 0);
+    probe_start(fx, &wrong_name, fx->key, fx->src_xfer ^ 1, 0);
+    /* ECDHE suites only (the key itself, even): the link makes no key pair for anyone */
+    probe_start(fx, &ecdhe, fx->key, fx->src_xfer, 1);
+    HARNESS_RUN_UNTIL(&fx->h, raw_closed(garbage) && wrong_key.err != 0 && wrong_name.err != 0 &&
+                                  ecdhe.err != 0);
     close(garbage);
     rdzv_conn_close(&wrong_key.conn, 0, probe_closed);
     rdzv_conn_close(&wrong_name.conn, 0, probe_closed);
-    HARNESS_RUN_UNTIL(&fx->h, wrong_key.closed && wrong_name.closed);
+    rdzv_conn_close(&ecdhe.conn, 0, probe_closed);
+    HARNESS_RUN_UNTIL(&fx->h, wrong_key.closed && wrong_name.closed && ecdhe.closed);
     fx->hold = 0;
     check_copy(fx, content);
     assert_int_equal(fx->relay_asked, 0); /* still on the direct link */
