@@ -80,7 +80,8 @@ static void on_tick(uv_timer_t *t)
         next = l->next;
         if (l->closing || l->deadline_ms == 0)
             continue;
-        if (l->in != NULL && l->conn_open && rdzv_conn_handshake_done(&l->conn)) {
+        /* (before its TLS starts a conn counts as a plaintext one, "done": not yet) */
+        if (l->in != NULL && l->tls_started && rdzv_conn_handshake_done(&l->conn)) {
             l->deadline_ms = 0; /* the receiver's link is up */
             continue;
         }
@@ -276,6 +277,7 @@ static void connect_cb(uv_connect_t *req, int status)
     }
     if (err == 0)
         err = rdzv_conn_start_tls(&l->conn, l->tls, 0);
+    l->tls_started = err == 0;
     if (err == 0) {
         /* names the transfer; queued until the handshake proved the key */
         rdzv_msg_init(&hello, RDZV_MSG_REPL_ACK);

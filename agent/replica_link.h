@@ -34,6 +34,7 @@ struct agent_replica_link {
     uint64_t deadline_ms;          /* set-up must be done by then (loop time); 0: it is */
     uint16_t port;                 /* receiver: the sender's port, for messages */
     int conn_open;                 /* conn initialised and its close callback not yet run */
+    int tls_started;               /* receiver: connected, the handshake under way or done */
     int closing;
     int gai_pending, connect_pending; /* a request whose callback has yet to run */
     uv_getaddrinfo_t gai;
