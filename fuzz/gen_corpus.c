@@ -32,6 +32,10 @@ static void fill_join(struct rdzv_join *j)
     j->reconnect_grace_ms = 60000;
     strcpy(j->resume, "ckpt_120.pt");
     j->resume_step = 120;
+    j->backoff_min_ms = 1000; /* the optional tail, both parts (issue 16) */
+    j->backoff_max_ms = 60000;
+    j->exclude_after = 2;
+    j->flags = RDZV_JOIN_SPARE;
 }
 
 static void fill_assign(struct rdzv_assign *a)
@@ -165,6 +169,32 @@ static void fill(uint8_t type)
             msg.u.preflight.gpus[i].level = (uint8_t)i;
         }
         strcpy(msg.u.preflight.gpus[1].note, "clocks held down by HW slowdown");
+        break;
+    case RDZV_MSG_REPL_BEGIN: /* with both parts of its tail: a direct link, a directory */
+        msg.u.repl_begin.xfer = 0x80000001u;
+        msg.u.repl_begin.round = 2;
+        msg.u.repl_begin.rank = 1;
+        strcpy(msg.u.repl_begin.name, "step-120");
+        msg.u.repl_begin.step = 120;
+        msg.u.repl_begin.size = 5000019;
+        msg.u.repl_begin.checksum = 0x6e3d2879e2dc7071ULL;
+        msg.u.repl_begin.port = 41015;
+        msg.u.repl_begin.link = 0x80000001u;
+        memset(msg.u.repl_begin.key, 0xa5, sizeof(msg.u.repl_begin.key));
+        strcpy(msg.u.repl_begin.host, "10.0.0.1");
+        msg.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
+        break;
+    case RDZV_MSG_REPL_DATA:
+        msg.u.repl_data.xfer = 7;
+        msg.u.repl_data.offset = 61440;
+        msg.u.repl_data.len = 16;
+        memcpy(msg.u.repl_data.data, "step-120/.meta\0\0", 16);
+        break;
+    case RDZV_MSG_REPL_ACK:
+        msg.u.repl_ack.xfer = 7;
+        msg.u.repl_ack.offset = 122880;
+        msg.u.repl_ack.status = RDZV_REPL_RELAY;
+        strcpy(msg.u.repl_ack.text, "the link was not up within 5000 ms");
         break;
     default: /* WELCOME, JOB_DONE, ATTACH_OK: empty payloads */
         break;
