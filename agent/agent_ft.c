@@ -163,6 +163,22 @@ static void repl_stored(void *data, const struct agent_ckpt_entry *e)
     rdzv_client_report_ckpt(a->client, &ck);
 }
 
+/* --keep-checkpoints pruned e: the server stops listing this node as holding a replica of it
+ * (a CKPT with the holder and verified_bad; the server ignores it for a record this node wrote). */
+static void on_ckpt_pruned(void *data, const struct agent_ckpt_entry *e)
+{
+    struct agent *a = data;
+    struct rdzv_ckpt ck = {
+        .step = e->step, .size = e->size, .checksum = e->checksum, .verified_bad = 1};
+
+    if (a->client == NULL || !rdzv_ckpt_name_ok(e->name))
+        return;
+    snprintf(ck.name, sizeof(ck.name), "%s", e->name);
+    snprintf(ck.reason, sizeof(ck.reason), "pruned (--keep-checkpoints)");
+    snprintf(ck.holder, sizeof(ck.holder), "%s", a->host[0] ? a->host : "?");
+    rdzv_client_report_ckpt(a->client, &ck);
+}
+
 static void repl_log(void *data, const char *line)
 {
     (void)data;
@@ -208,6 +224,7 @@ static const struct agent_ckptwatch_cbs ckpt_cbs = {
     .log = ckpt_log,
     .recorded_cb = on_ckpt_recorded,
     .bad_cb = on_ckpt_bad,
+    .pruned_cb = on_ckpt_pruned,
 };
 
 /* Where the workers' heartbeat files go: LOG_DIR/RUN_ID/heartbeats (checked like the log

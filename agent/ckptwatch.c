@@ -54,6 +54,31 @@ enum origin { FROM_STARTUP, FROM_SYNC, FROM_RENAME };
  * a new one in place under the same name (a writer reusing "latest.pt"): any other change to
  * a recorded checkpoint — bytes appended, truncated, rewritten in place — is damage, and
  * recording it would make the damaged file verify and let pruning delete the good ones. */
+/* --keep-checkpoints: prunes w's registry; returns the entries it held before (to be given to
+ * report_pruned, which frees them), or an empty registry when nothing may be pruned. */
+static struct agent_ckpt_registry prune(struct agent_ckptwatch *w)
+{
+    struct agent_ckpt_registry before;
+
+    agent_ckpt_registry_init(&before);
+    if (w->keep == 0)
+        return before;
+    for (size_t i = 0; w->pruned_cb != NULL && i < w->reg.n; i++)
+        if (agent_ckpt_registry_add(&before, &w->reg.entries[i]) != 0)
+            break; /* out of memory: a prune then goes unreported */
+    agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
+    return before;
+}
+
+/* Tells pruned_cb of each entry of before that the registry no longer holds; frees before. */
+static void report_pruned(struct agent_ckptwatch *w, struct agent_ckpt_registry *before)
+{
+    for (size_t i = 0; i < before->n; i++)
+        if (find(w, before->entries[i].name) == NULL)
+            w->pruned_cb(w->data, &before->entries[i]);
+    agent_ckpt_registry_close(before);
+}
+
 static void record(struct agent_ckptwatch *w, const char *name, enum origin from)
 {
     struct agent_ckpt_entry e;
@@ -78,10 +103,11 @@ static void record(struct agent_ckptwatch *w, const char *name, enum origin from
     logf_(w, "checkpoint %s recorded%s (step %lld, %llu bytes, xxh3 %016llx)", name,
           from == FROM_STARTUP ? " at start (was there before)" : "", (long long)e.step,
           (unsigned long long)e.size, (unsigned long long)e.checksum);
-    if (w->keep > 0)
-        agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
+    struct agent_ckpt_registry gone = prune(w);
+
     if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
         logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
+    report_pruned(w, &gone);
     /* after the save: a replica's receiver sharing the directory must find it in the file */
     if (w->recorded_cb)
         w->recorded_cb(w->data, &e);
@@ -135,6 +161,7 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
     w->log = cbs->log;
     w->recorded_cb = cbs->recorded_cb;
     w->bad_cb = cbs->bad_cb;
+    w->pruned_cb = cbs->pruned_cb;
     w->data = data;
     w->recording = 0; /* until this node is known to hold group rank 0 */
     agent_ckpt_registry_init(&w->reg);
@@ -197,10 +224,11 @@ int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_ent
         logf_(w, "replica %s not recorded: %s", e->name, strerror(-rc));
         return rc;
     }
-    if (w->keep > 0)
-        agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
+    struct agent_ckpt_registry gone = prune(w);
+
     if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
         logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
+    report_pruned(w, &gone);
     return rc;
 }
 

@@ -24,6 +24,8 @@ struct agent_ckptwatch_cbs {
     agent_ckptwatch_log_cb log;
     void (*recorded_cb)(void *data, const struct agent_ckpt_entry *e);
     void (*bad_cb)(void *data, const struct agent_ckpt_entry *e, const char *why);
+    /* --keep-checkpoints removed e (after the registry was saved without it) */
+    void (*pruned_cb)(void *data, const struct agent_ckpt_entry *e);
 };
 
 struct agent_ckptwatch {
@@ -36,6 +38,7 @@ struct agent_ckptwatch {
     agent_ckptwatch_log_cb log;
     void (*recorded_cb)(void *data, const struct agent_ckpt_entry *e);
     void (*bad_cb)(void *data, const struct agent_ckpt_entry *e, const char *why);
+    void (*pruned_cb)(void *data, const struct agent_ckpt_entry *e);
     void *data;
     int open;
     void (*close_cb)(void *data);

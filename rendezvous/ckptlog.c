@@ -70,6 +70,23 @@ void rdzv_ckptlog_add(struct rdzv_ckptlog *log, const struct rdzv_ckpt *ck)
     rdzv_ckptlog_add_from(log, ck, NULL);
 }
 
+void rdzv_ckptlog_drop_replica(struct rdzv_ckptlog *log, const struct rdzv_ckpt *ck)
+{
+    int i = find(log, ck->name);
+    struct rdzv_ckptlog_rec *r;
+
+    if (i < 0 || log->recs[i].ck.checksum != ck->checksum)
+        return;
+    r = &log->recs[i];
+    for (unsigned k = 0; k < r->n_replicas; k++)
+        if (strcmp(r->replicas[k], ck->holder) == 0) {
+            memmove(&r->replicas[k], &r->replicas[k + 1],
+                    (r->n_replicas - k - 1) * sizeof(r->replicas[0]));
+            r->n_replicas--;
+            return;
+        }
+}
+
 void rdzv_ckptlog_add_replica(struct rdzv_ckptlog *log, const struct rdzv_ckpt *ck)
 {
     int i = find(log, ck->name);

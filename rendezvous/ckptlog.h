@@ -46,4 +46,8 @@ void rdzv_ckptlog_add_from(struct rdzv_ckptlog *log, const struct rdzv_ckpt *ck,
  * host "". Cannot fail. */
 void rdzv_ckptlog_add_replica(struct rdzv_ckptlog *log, const struct rdzv_ckpt *ck);
 
+/* The replica ck->holder held of ck (same name and checksum) is gone (--keep-checkpoints pruned
+ * it): the holder leaves that record's list. Nothing else changes. Cannot fail. */
+void rdzv_ckptlog_drop_replica(struct rdzv_ckptlog *log, const struct rdzv_ckpt *ck);
+
 #endif

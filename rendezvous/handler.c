@@ -309,7 +309,10 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
 
         if (host[0] != '\0')
             snprintf(rep.holder, sizeof(rep.holder), "%s", host);
-        rdzv_ckptlog_add_replica(sj->ckpts, &rep);
+        if (ck->verified_bad) /* this node's copy is gone (pruned, or found bad) */
+            rdzv_ckptlog_drop_replica(sj->ckpts, &rep);
+        else
+            rdzv_ckptlog_add_replica(sj->ckpts, &rep);
         return;
     }
     rdzv_ckptlog_add_from(sj->ckpts, ck, host);

@@ -25,8 +25,8 @@ struct fixture {
     struct harness h;
     struct agent_ckptwatch w;
     char tmp[128], dir[256];
-    int recorded, bad, closed;
-    char last_recorded[256], last_bad[256];
+    int recorded, bad, closed, pruned;
+    char last_recorded[256], last_bad[256], last_pruned[256];
     char log[16][512];
     int n_log;
 };
@@ -55,7 +55,15 @@ static void bad_cb(void *data, const struct agent_ckpt_entry *e, const char *why
     snprintf(fx->last_bad, sizeof(fx->last_bad), "%s", e->name);
 }
 
-static const struct agent_ckptwatch_cbs cbs = {log_cb, recorded_cb, bad_cb};
+static void pruned_cb(void *data, const struct agent_ckpt_entry *e)
+{
+    struct fixture *fx = data;
+
+    fx->pruned++;
+    snprintf(fx->last_pruned, sizeof(fx->last_pruned), "%s", e->name);
+}
+
+static const struct agent_ckptwatch_cbs cbs = {log_cb, recorded_cb, bad_cb, pruned_cb};
 
 static void closed_cb(void *data);
 
@@ -183,6 +191,8 @@ static void test_keep_prunes(void **state)
     snprintf(path, sizeof(path), "%s/ckpt_2.pt", fx->dir);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(fx->w.reg.n, 1);
+    assert_int_equal(fx->pruned, 1); /* reported (the server stops listing a pruned replica) */
+    assert_string_equal(fx->last_pruned, "ckpt_1.pt");
 }
 
 /* pick: the newest entry that verifies; a damaged newer one is reported and skipped. */

@@ -1137,6 +1137,61 @@ static void test_repl_direct_link(void **state)
     assert_string_equal(R(g_s)->repl_ack.text, "relay asked for twice");
 }
 
+static void ckpt_held(struct raw *r, const char *name, int gone)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_CKPT);
+
+    snprintf(m->u.ckpt.name, sizeof(m->u.ckpt.name), "%s", name);
+    m->u.ckpt.step = 5;
+    m->u.ckpt.size = 4096;
+    m->u.ckpt.checksum = 0xabcULL;
+    m->u.ckpt.verified_bad = (uint8_t)gone;
+    strcpy(m->u.ckpt.reason, gone ? "pruned (--keep-checkpoints)" : "");
+    strcpy(m->u.ckpt.holder, "anyone"); /* the server names the node this connection joined as */
+    send_msg(r, m);
+}
+
+/* STATUS's replica list of checkpoint s5, as JSON text. */
+static char *replicas_of_s5(struct fixture *fx, int observer, int want)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_STATUS_REQ);
+    json_t *doc, *list;
+    json_error_t jerr;
+    char *text;
+
+    strcpy(m->u.status_req.job_id, "kp");
+    send_msg(R(observer), m);
+    HARNESS_RUN_UNTIL(&fx->h, N(observer, STATUS) == want);
+    doc = json_loads(R(observer)->status_json, 0, &jerr);
+    assert_non_null(doc);
+    list = json_object_get(json_array_get(json_object_get(doc, "jobs"), 0), "checkpoints");
+    assert_string_equal(ckpt_field(list, 0, "name"), "s5");
+    text = json_dumps(json_object_get(json_array_get(list, 0), "replicas"), JSON_COMPACT);
+    json_decref(doc);
+    return text;
+}
+
+/* A replica the holder pruned (CKPT with the holder, verified_bad) leaves the list `muster
+ * status` shows; the record the writer made stays. */
+static void test_ckpt_replica_pruned(void **state)
+{
+    struct fixture *fx = *state;
+    char *text, want[32];
+
+    two_agents(fx, "kp");
+    ckpt(R(g_s), "s5", 0);
+    ckpt_held(R(g_d), "s5", 0);
+    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
+    text = replicas_of_s5(fx, 2, 1);
+    snprintf(want, sizeof(want), "[\"host%d\"]", g_d); /* the receiver's JOIN host */
+    assert_string_equal(text, want);
+    free(text);
+    ckpt_held(R(g_d), "s5", 1);
+    text = replicas_of_s5(fx, 2, 2);
+    assert_string_equal(text, "[]");
+    free(text);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -1157,6 +1212,7 @@ int main(void)
         T(test_repl_window_offsets),
         T(test_repl_hostile),
         T(test_repl_direct_link),
+        T(test_ckpt_replica_pruned),
     };
 #undef T
 
