@@ -916,6 +916,11 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     return 0;
 }
 
+void agent_replica_bind(struct agent_replica *r, const char *addr)
+{
+    snprintf(r->bind_addr, sizeof(r->bind_addr), "%s", addr != NULL ? addr : "");
+}
+
 void agent_replica_reset(struct agent_replica *r)
 {
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)

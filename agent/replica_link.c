@@ -215,12 +215,19 @@ static int listen_any(struct agent_replica *r)
     uv_tcp_init(r->loop, &r->listener);
     r->listener.data = r;
     r->listening = 1;
-    /* every address, v6 and v4 where the host has v6, else v4 only */
-    uv_ip6_addr("::", 0, &a6);
-    uv_ip4_addr("0.0.0.0", 0, &a4);
-    err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a6, 0);
-    if (err != 0)
+    /* the numeric address this node's JOIN names (--local-addr), which is where receivers
+     * connect; else every address, v6 and v4 where the host has v6, else v4 only */
+    if (uv_ip4_addr(r->bind_addr, 0, &a4) == 0) {
         err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a4, 0);
+    } else if (uv_ip6_addr(r->bind_addr, 0, &a6) == 0) {
+        err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a6, 0);
+    } else {
+        uv_ip6_addr("::", 0, &a6);
+        uv_ip4_addr("0.0.0.0", 0, &a4);
+        err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a6, 0);
+        if (err != 0)
+            err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a4, 0);
+    }
     if (err == 0)
         err = uv_listen((uv_stream_t *)&r->listener, AGENT_REPLICA_LINK_PENDING_MAX, on_connection);
     if (err == 0)

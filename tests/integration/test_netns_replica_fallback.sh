@@ -46,6 +46,9 @@ grep -q "step-10 replicated to group rank 1 ([0-9]* bytes in [0-9]* ms, relayed 
 grep -q "replica of checkpoint step-10 from group rank 0: no direct link" "$T/a2.err" ||
     { show_all; fail "the receiver did not say why it asked for the relay"; }
 diff -r "$T/c1/step-10" "$T/c2/step-10" > /dev/null || fail "the relayed directory differs from the original"
+# the sender's link listens on the address its JOIN names (--local-addr), not on every one
+ns_exec 1 ss -tln | grep -q " ${HOST_ADDR[1]}:[0-9]" ||
+    fail "no listener on ${HOST_ADDR[1]} in host 1: $(ns_exec 1 ss -tln)"
 
 ns_exec 1 iptables -F INPUT
 : > "$T/go"
