@@ -105,6 +105,7 @@ struct agent_ckpt_opts {
     unsigned hang_timeout_ms; /* 0 = no hang detection */
     unsigned replicate;       /* --replicate-checkpoints R: copies on other nodes; 0 = off */
     double replicate_mbps;    /* --replicate-bandwidth in MB/s; 0 = no cap */
+    unsigned replicate_port;  /* --replicate-port: the direct link's port; 0 = ephemeral */
 };
 
 /* Pre-flight (issue 6): checks before the first attempt's workers start. */

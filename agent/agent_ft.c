@@ -272,7 +272,7 @@ int agent_ft_start_(struct agent *a, agent_hang_cb hang_cb)
                                 o->ckpt.replicate_mbps, &repl_cbs, a);
         if (rc != 0)
             return rc;
-        agent_replica_bind(&ft->repl, o->rdzv.local_addr);
+        agent_replica_bind(&ft->repl, o->rdzv.local_addr, o->ckpt.replicate_port);
         ft->repl_on = 1;
         /* one node, or ranks fixed by the flags: this node's rank is known now */
         if (o->rdzv.max_nodes <= 1 && !o->static_ranks.on)

@@ -272,6 +272,11 @@ static void begin_out(struct agent_replica *r, struct agent_replica_out *o)
     }
     o->active = r->cbs.send(r->data, &m) == 0;
     memset(m.u.repl_begin.key, 0, sizeof(m.u.repl_begin.key));
+    if (!o->active)
+        logf_(r,
+              "checkpoint %s not replicated to group rank %" PRIu32
+              ": no connection to the rendezvous server",
+              r->cur.name, o->rank);
 }
 
 static void on_retry(uv_timer_t *t)
@@ -927,9 +932,10 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     return 0;
 }
 
-void agent_replica_bind(struct agent_replica *r, const char *addr)
+void agent_replica_bind(struct agent_replica *r, const char *addr, unsigned port)
 {
     snprintf(r->bind_addr, sizeof(r->bind_addr), "%s", addr != NULL ? addr : "");
+    r->bind_port = port;
 }
 
 void agent_replica_reset(struct agent_replica *r)

@@ -88,6 +88,7 @@ struct agent_replica {
     int link_warned;                  /* said once that no link could be served */
     char host[64];                    /* this host's name as temporary file names carry it */
     char bind_addr[64];               /* the direct link listens there ("" every address) */
+    unsigned bind_port;               /* --replicate-port; 0: ephemeral */
     struct agent_ckptwatch *watch;    /* borrowed: the directory and the registry */
     unsigned copies;
     double bytes_per_ms; /* 0: no cap */
@@ -122,8 +123,9 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
                        void *data);
 
 /* The direct link listens on addr (the numeric --local-addr this node's JOIN names) rather than
- * on every address; NULL, "" or a host name: every address. Before the first offer. */
-void agent_replica_bind(struct agent_replica *r, const char *addr);
+ * on every address (NULL, "" or a host name: every address), on port (--replicate-port; 0: an
+ * ephemeral one). Before the first offer. */
+void agent_replica_bind(struct agent_replica *r, const char *addr, unsigned port);
 
 /* Entry e was just recorded by this node (group rank my_rank of world nodes in round): sends
  * it to the next R nodes by group rank (my_rank+1, ...), superseding a transfer in flight. */

@@ -210,20 +210,20 @@ static int listen_any(struct agent_replica *r)
     struct sockaddr_in6 a6;
     struct sockaddr_in a4;
     struct sockaddr_storage ss;
-    int n = sizeof(ss), err;
+    int n = sizeof(ss), err, port = (int)r->bind_port;
 
     uv_tcp_init(r->loop, &r->listener);
     r->listener.data = r;
     r->listening = 1;
     /* the numeric address this node's JOIN names (--local-addr), which is where receivers
      * connect; else every address, v6 and v4 where the host has v6, else v4 only */
-    if (uv_ip4_addr(r->bind_addr, 0, &a4) == 0) {
+    if (uv_ip4_addr(r->bind_addr, port, &a4) == 0) {
         err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a4, 0);
-    } else if (uv_ip6_addr(r->bind_addr, 0, &a6) == 0) {
+    } else if (uv_ip6_addr(r->bind_addr, port, &a6) == 0) {
         err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a6, 0);
     } else {
-        uv_ip6_addr("::", 0, &a6);
-        uv_ip4_addr("0.0.0.0", 0, &a4);
+        uv_ip6_addr("::", port, &a6);
+        uv_ip4_addr("0.0.0.0", port, &a4);
         err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a6, 0);
         if (err != 0)
             err = uv_tcp_bind(&r->listener, (struct sockaddr *)&a4, 0);

@@ -103,6 +103,7 @@ static const struct opt opts[O_COUNT_] = {
     [O_REPLICATE_CHECKPOINTS] = {"replicate-checkpoints", 0, OPT_VALUE,
                                  "PET_REPLICATE_CHECKPOINTS"},
     [O_REPLICATE_BANDWIDTH] = {"replicate-bandwidth", 0, OPT_VALUE, "PET_REPLICATE_BANDWIDTH"},
+    [O_REPLICATE_PORT] = {"replicate-port", 0, OPT_VALUE, "PET_REPLICATE_PORT"},
 };
 
 int launcher__cfg_fail(struct parse *p, const char *fmt, ...)
@@ -767,7 +768,7 @@ int launcher__cfg_parse_signal(const char *v, int *sig)
     return -EINVAL;
 }
 
-/* --replicate-checkpoints R and --replicate-bandwidth MBPS (issue 19). */
+/* --replicate-checkpoints R, --replicate-bandwidth MBPS and --replicate-port PORT (issue 19). */
 static int parse_replicate(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
@@ -790,6 +791,12 @@ static int parse_replicate(struct parse *p)
             cfg->replicate_mbps > 1e6)
             return launcher__cfg_fail(
                 p, "--replicate-bandwidth must be MB/s >= 0 (0: no cap), not '%s'", v);
+    }
+    if ((v = p->val[O_REPLICATE_PORT]) != NULL) {
+        if (launcher__cfg_parse_int(v, 0, 65535, &n) != 0)
+            return launcher__cfg_fail(
+                p, "--replicate-port must be a TCP port from 1 to 65535 (0: any), not '%s'", v);
+        cfg->replicate_port = (int)n;
     }
     return 0;
 }

@@ -99,6 +99,7 @@ struct launcher_config {
     unsigned hang_timeout_ms;  /* 0 = no hang detection */
     int replicate_checkpoints; /* --replicate-checkpoints R: copies on other nodes; 0 = off */
     double replicate_mbps;     /* --replicate-bandwidth MB/s; 0 = no cap */
+    int replicate_port;        /* --replicate-port: the direct link's port; 0 = an ephemeral one */
     int preempt_signal;        /* 0 = none given; SIGTERM by default under Slurm */
     int slurm;                 /* SLURM_* supplied defaults: inside an allocation */
     /* GPUs (config_gpu.c) */

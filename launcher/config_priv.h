@@ -72,6 +72,7 @@ enum opt_id {
     O_VERBOSE, /* log level (common/log.h) */
     O_REPLICATE_CHECKPOINTS,
     O_REPLICATE_BANDWIDTH, /* issue 19 */
+    O_REPLICATE_PORT,
     O_COUNT_
 };
 

@@ -138,6 +138,8 @@ static const char run_help[] =
     "                              resumes after rank 0's node is lost without a shared file\n"
     "                              system (default 0: off)\n"
     "  --replicate-bandwidth MBPS  cap on replication traffic in MB/s (default 100; 0: none)\n"
+    "  --replicate-port PORT       TCP port this node serves its replicas on, for firewalls\n"
+    "                              between nodes (default 0: an ephemeral port)\n"
     "  --hang-timeout SEC          a worker that touched MUSTER_HEARTBEAT_FILE once and then\n"
     "                              stays silent this long is killed and counts as failed\n"
     "  --preempt-signal SIG        this signal (e.g. USR1 for sbatch --signal) means\n"

@@ -465,7 +465,8 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
                                        .keep = (unsigned)cfg->keep_checkpoints,
                                        .hang_timeout_ms = cfg->hang_timeout_ms,
                                        .replicate = (unsigned)cfg->replicate_checkpoints,
-                                       .replicate_mbps = cfg->replicate_mbps};
+                                       .replicate_mbps = cfg->replicate_mbps,
+                                       .replicate_port = (unsigned)cfg->replicate_port};
     preflight_opts(cfg, node_argv, &o->pf);
 }
 

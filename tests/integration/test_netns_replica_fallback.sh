@@ -4,7 +4,8 @@
 # between nodes would; the receiver on host 2 asks the server (host 3) to relay, and the copy
 # still arrives, byte-identical. The checkpoint is a directory (torch.distributed.checkpoint
 # layout: .metadata, one shard per rank, a nested file). Then the firewall goes and the next
-# checkpoint, a directory again, takes the direct link. Shell workers, no PyTorch.
+# checkpoint, a directory again, takes the direct link, on --replicate-port. Shell workers, no
+# PyTorch.
 . "$(dirname "$0")/ft.sh"
 . "$(dirname "$0")/multi.sh"
 . "$(dirname "$0")/netns.sh"
@@ -36,7 +37,7 @@ for k in 1 2; do
     ns_bg $k a$k -- "$MUSTER_BIN" run --nnodes 2 --nproc-per-node 1 \
         --rdzv-endpoint "${HOST_ADDR[3]}:$P" --rdzv-id "$JOB" --local-addr "${HOST_ADDR[$k]}" \
         --checkpoint-dir "$T/c$k" --replicate-checkpoints 1 --replicate-bandwidth 0 \
-        --rdzv-conf join_timeout=30 --no-python "$T/wk.sh"
+        --replicate-port 29777 --rdzv-conf join_timeout=30 --no-python "$T/wk.sh"
     sleep 0.3
 done
 wait_for 60 grep_in "$T/a1.err" "step-10 replicated to group rank 1" ||
@@ -46,9 +47,10 @@ grep -q "step-10 replicated to group rank 1 ([0-9]* bytes in [0-9]* ms, relayed 
 grep -q "replica of checkpoint step-10 from group rank 0: no direct link" "$T/a2.err" ||
     { show_all; fail "the receiver did not say why it asked for the relay"; }
 diff -r "$T/c1/step-10" "$T/c2/step-10" > /dev/null || fail "the relayed directory differs from the original"
-# the sender's link listens on the address its JOIN names (--local-addr), not on every one
-ns_exec 1 ss -tln | grep -q " ${HOST_ADDR[1]}:[0-9]" ||
-    fail "no listener on ${HOST_ADDR[1]} in host 1: $(ns_exec 1 ss -tln)"
+# the sender's link listens on --replicate-port of the address its JOIN names (--local-addr),
+# not on every address
+ns_exec 1 ss -tln | grep -q " ${HOST_ADDR[1]}:29777 " ||
+    fail "no listener on ${HOST_ADDR[1]}:29777 in host 1: $(ns_exec 1 ss -tln)"
 
 ns_exec 1 iptables -F INPUT
 : > "$T/go"

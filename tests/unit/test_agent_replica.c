@@ -405,6 +405,45 @@ static void test_gives_up_after_the_tries(void **state)
     free(content);
 }
 
+/* --replicate-port: the link listens there; a port taken by something else means the relay
+ * (said once), never a lost copy. */
+static void test_fixed_port(void **state)
+{
+    struct fixture *fx = *state;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t n = sizeof(a);
+    uint16_t free_port = dead_port();
+    uint8_t *content;
+    int taken = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_int_equal(bind(taken, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(taken, 1), 0);
+    assert_int_equal(getsockname(taken, (struct sockaddr *)&a, &n), 0);
+    agent_replica_bind(&fx->r[SENDER], "127.0.0.1", ntohs(a.sin_port));
+    offer(fx, &content);
+    check_copy(fx, content);
+    assert_int_equal(fx->port, 0); /* REPL_BEGIN named no link */
+    assert_true(fx->relayed > 0);
+    assert_true(logged(fx, SENDER, "no direct link (Address already in use)"));
+    close(taken);
+    free(content);
+
+    /* a fresh sender on a free fixed port serves there */
+    agent_replica_close(&fx->r[SENDER]);
+    harness_run_for(&fx->h, 50); /* its handles finish closing before the memory is reused */
+    assert_int_equal(
+        agent_replica_init(&fx->loop, &fx->r[SENDER], &fx->w[SENDER], 1, 0, &sender_cbs, fx), 0);
+    agent_replica_bind(&fx->r[SENDER], "127.0.0.1", free_port);
+    fx->stored = 0;
+    fx->n_log[SENDER] = 0;
+    fx->relayed = 0;
+    offer(fx, &content);
+    HARNESS_RUN_UNTIL(&fx->h, fx->stored == 1 && logged(fx, SENDER, "replicated to group rank 1"));
+    assert_int_equal(fx->port, free_port);
+    assert_int_equal(fx->relayed, 0);
+    free(content);
+}
+
 /* --- hostile peers on the sender's port ------------------------------------------------------ */
 
 static int raw_connect(uint16_t port)
@@ -743,6 +782,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hostile_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flood_costs_the_relay_not_the_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leftovers_swept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fixed_port, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_copy_tried_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gives_up_after_the_tries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_directory_checkpoint, setup, teardown),

@@ -558,6 +558,12 @@ static void test_replicate_flags(void **state)
     assert_einval(
         fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-checkpoints", "9", "@S", NULL));
     assert_einval(fx, parse(fx, "--replicate-bandwidth", "-1", "@S", NULL));
+    assert_int_equal(fx->cfg.replicate_port, 0); /* an ephemeral port unless given */
+    assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-port", "29555", "@S", NULL));
+    assert_int_equal(fx->cfg.replicate_port, 29555);
+    assert_einval(fx, parse(fx, "--replicate-port", "65536", "@S", NULL));
+    assert_non_null(strstr(fx->err, "--replicate-port"));
+    assert_einval(fx, parse(fx, "--replicate-port", "http", "@S", NULL));
     assert_einval(fx, parse(fx, "--replicate-bandwidth", "fast", "@S", NULL));
 }
 
