@@ -173,21 +173,27 @@ static int rm_one(const char *path, const struct stat *st, int type, struct FTW 
     return 0;
 }
 
-/* Removes a file, or a directory and everything below it; symlinks are removed, not followed. */
-static int remove_tree(const char *dir, const char *name)
+int agent_ckpt_remove_path(const char *path)
 {
-    char path[PATH_MAX];
     struct stat st;
-    int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
+    int n;
 
-    if (n < 0 || (size_t)n >= sizeof(path))
-        return -ENAMETOOLONG;
     if (lstat(path, &st) != 0)
         return -errno;
     if (!S_ISDIR(st.st_mode))
         return unlink(path) == 0 ? 0 : -errno;
     n = nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return n == 0 ? 0 : n > 0 ? -n : -errno;
+}
+
+static int remove_tree(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
+
+    if (n < 0 || (size_t)n >= sizeof(path))
+        return -ENAMETOOLONG;
+    return agent_ckpt_remove_path(path);
 }
 
 int agent_ckpt_registry_prune(struct agent_ckpt_registry *reg, const char *dir, unsigned keep,

@@ -892,7 +892,7 @@ static void sweep_leftovers(struct agent_replica *r)
         char path[PATH_MAX];
 
         if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, name) < (int)sizeof(path) &&
-            agent_replica_rmtree(path) == 0)
+            agent_ckpt_remove_path(path) == 0)
             logf_(r, "removed %s: a replica whose receiving agent (pid %ld) stopped", name, pid);
     }
     closedir(d);

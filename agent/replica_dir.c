@@ -1,16 +1,15 @@
 /* Directory checkpoints as one stream: see replica_dir.h. */
-#define _XOPEN_SOURCE 700
 #include "replica_dir.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "ckpt_hash.h"
 
 /* --- sender ---------------------------------------------------------------------------------- */
@@ -304,18 +303,6 @@ int agent_replica_sink_finish(struct agent_replica_sink *k, char *why, size_t wh
     return 0;
 }
 
-static int rm_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return (type == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT ? -1 : 0;
-}
-
-int agent_replica_rmtree(const char *path)
-{
-    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0 ? -errno : 0;
-}
-
 void agent_replica_sink_abort(struct agent_replica_sink *k)
 {
     if (k->fd >= 0)
@@ -323,6 +310,6 @@ void agent_replica_sink_abort(struct agent_replica_sink *k)
     if (k->dirfd >= 0)
         close(k->dirfd);
     if (k->tmp[0] != '\0')
-        agent_replica_rmtree(k->tmp);
+        agent_ckpt_remove_path(k->tmp);
     agent_replica_sink_init(k);
 }

@@ -81,7 +81,4 @@ int agent_replica_sink_finish(struct agent_replica_sink *k, char *why, size_t wh
 /* Removes the temporary directory and everything below it; accepts a closed sink. */
 void agent_replica_sink_abort(struct agent_replica_sink *k);
 
-/* Removes path and everything below it (no symlink followed). Returns 0 or a negative errno. */
-int agent_replica_rmtree(const char *path);
-
 #endif
