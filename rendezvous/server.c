@@ -348,6 +348,7 @@ void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j)
             j->heartbeat_timeout_ms ? j->heartbeat_timeout_ms : RDZV_JOB_HEARTBEAT_TIMEOUT_MS;
         p->keep_alive_ms = j->keep_alive_ms;
     }
+    p->gap_max_ms = 0;
     srv_peer_arm(p);
 }
 
@@ -606,10 +607,14 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
 static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct peer *p = conn->data;
+    uint64_t now;
 
     if (p->send_err != 0)
         return; /* going at once (srv_send): no more work for it */
-    p->last_seen_ms = uv_now(p->srv->loop);
+    now = uv_now(p->srv->loop);
+    if (p->job != NULL && p->hb_timeout_ms > 0 && now - p->last_seen_ms > p->gap_max_ms)
+        p->gap_max_ms = now - p->last_seen_ms;
+    p->last_seen_ms = now;
     hs_end(p); /* a message: the TLS handshake is over */
     if (!p->welcomed && m->type != RDZV_MSG_HELLO) {
         srv_peer_event(p, SRV_EV_PROTOCOL, "%s before HELLO", rdzv_msg_name(m->type));

@@ -43,6 +43,8 @@ struct peer {
     uint64_t last_seen_ms;  /* uv_now of the last message */
     uint32_t hb_timeout_ms; /* 0: the agent does not heartbeat; only a close tells */
     uint32_t keep_alive_ms; /* the agent's heartbeat interval, for the lateness metric */
+    uint64_t gap_max_ms;    /* agent in a job: longest silence between two of its messages since
+                             * its JOIN (/status heartbeat_gap_max_ms: a stalled agent loop) */
     struct srv_source *source; /* its address's connection count; NULL if never counted */
     int send_err;        /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
     int hs_counted;      /* in srv->hslimit's handshakes in flight, under hs_addr */

@@ -40,11 +40,12 @@ static json_t *node_json(struct rdzv_server *srv, const struct rdzv_job *job,
 
     snprintf(id, sizeof(id), "%016" PRIx64, m->node_id);
     return json_pack(
-        "{s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:o}", "host", m->host, "addr", m->addr, "node_id", id,
-        "group_rank", placed ? json_integer(m->group_rank) : json_null(), "nproc",
+        "{s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:o, s:o}", "host", m->host, "addr", m->addr,
+        "node_id", id, "group_rank", placed ? json_integer(m->group_rank) : json_null(), "nproc",
         (json_int_t)m->nproc, "rank_offset", placed ? json_integer(m->rank_offset) : json_null(),
         "state", state ? state : node_state(job, m), "last_seen_ms_ago",
-        p ? json_integer((json_int_t)(uv_now(srv->loop) - p->last_seen_ms)) : json_null());
+        p ? json_integer((json_int_t)(uv_now(srv->loop) - p->last_seen_ms)) : json_null(),
+        "heartbeat_gap_max_ms", p ? json_integer((json_int_t)p->gap_max_ms) : json_null());
 }
 
 static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job)
