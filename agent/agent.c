@@ -123,6 +123,14 @@ static void finish(struct agent *a)
     }
 }
 
+static void join_send(struct agent *a);
+
+static void join_picked(struct agent *a)
+{
+    if (a->state == a->join_state)
+        join_send(a); /* else a signal or the server moved on while the pick ran */
+}
+
 static void join(struct agent *a)
 {
     const struct agent_options *o = a->o;
@@ -158,8 +166,17 @@ static void join(struct agent *a)
         j.master_port = a->port;
     }
     memcpy(j.node_secret, a->node_secret, sizeof(j.node_secret));
-    agent_ft_pick_resume_(a, &j);
-    rc = a->client == NULL ? -ENOTCONN : rdzv_client_join(a->client, &j);
+    a->join_msg = j;
+    a->join_state = a->state;
+    agent_ft_pick_resume_(a, &a->join_msg, join_picked);
+}
+
+static void join_send(struct agent *a)
+{
+    const struct agent_options *o = a->o;
+    const struct agent_rdzv_opts *r = &o->rdzv;
+    int rc = a->client == NULL ? -ENOTCONN : rdzv_client_join(a->client, &a->join_msg);
+
     if (rc != 0) {
         mc_error("cannot join the rendezvous at %s:%u", r->host, r->port);
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
@@ -186,6 +203,7 @@ static void start_workers(struct agent *a)
         return;
     }
     a->have_local_failure = 0;
+    a->attempt_unclean = 0;
     agent_ft_prepare_(a);
     for (unsigned i = 0; i < a->o->work.nproc; i++) {
         if ((rc = agent_spawn_one_(a, (int)i)) != 0) {
@@ -260,11 +278,12 @@ static void report_done_now(void *data)
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
 }
 
-/* The job's last checkpoint reaches its replicas before this node says it is done: the job
- * ends, and the agents receiving it stop, once every node said so. */
-static void report_done(struct agent *a)
+/* The job's last checkpoint is recorded, and reaches its replicas, before this node says it is
+ * done: the job ends, and the agents receiving it stop, once every node said so. */
+static void report_done_recorded(struct agent *a)
 {
-    a->done_state = a->state;
+    if (a->state != a->done_state)
+        return;
     if (a->ft.repl_on &&
         agent_replica_drain(&a->ft.repl, AGENT_DONE_DRAIN_MS, report_done_now, a)) {
         mc_info("waiting for the replicas of checkpoint %s (at most %d s) before the job ends",
@@ -272,6 +291,12 @@ static void report_done(struct agent *a)
         return;
     }
     report_done_now(a);
+}
+
+static void report_done(struct agent *a)
+{
+    a->done_state = a->state;
+    agent_ft_flush_(a, 1, report_done_recorded); /* every worker exited 0 */
 }
 
 static void report_pf_failure(struct agent *a)
@@ -365,6 +390,7 @@ static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
     agent_ft_worker_exited_(a, w->local_rank);
     if (w->exit_status == 0 && w->term_signal == 0)
         return;
+    a->attempt_unclean = 1; /* a checkpoint it wrote in place may be cut */
     if (!accepts(a, AGENT_EV_WORKER_FAILED))
         return; /* already stopping: a worker dying of our SIGTERM is no new failure */
     agent_fill_failure_(a, w, &a->local_failure);
@@ -379,7 +405,7 @@ static void on_all_exited(struct agent_group *g)
 
     agent_group_close(g, after_group_closed, a);
     a->group = NULL;
-    agent_ft_sync_(a); /* a final checkpoint may have landed just now */
+    agent_ft_sync_(a, !a->attempt_unclean); /* a final checkpoint may have landed just now */
     if (a->port_fd >= 0) {
         close(a->port_fd);
         a->port_fd = -1;

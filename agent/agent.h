@@ -106,6 +106,11 @@ struct agent_ckpt_opts {
     unsigned replicate;       /* --replicate-checkpoints R: copies on other nodes; 0 = off */
     double replicate_mbps;    /* --replicate-bandwidth in MB/s; 0 = no cap */
     unsigned replicate_port;  /* --replicate-port: the direct link's port; 0 = ephemeral */
+    unsigned settle_ms;       /* --checkpoint-settle; 0: AGENT_CKPTWATCH_SETTLE_MS */
+    const char *marker;       /* --checkpoint-marker: a directory is complete with it; NULL */
+    /* --resume-arg: appended to the worker's arguments when it resumes, "{}" replaced by the
+     * checkpoint's path; NULL-terminated, or NULL */
+    const char *const *resume_args;
 };
 
 /* Pre-flight (issue 6): checks before the first attempt's workers start. */

@@ -67,10 +67,10 @@ void agent_ft_worker_exited_(struct agent *a, int local_rank)
         agent_hang_disarm(&a->ft.hang, local_rank);
 }
 
-void agent_ft_sync_(struct agent *a)
+void agent_ft_sync_(struct agent *a, int clean)
 {
     if (a->ft.ckpt_on)
-        agent_ckptwatch_sync(&a->ft.ckpt);
+        agent_ckptwatch_flush(&a->ft.ckpt, clean, NULL, NULL);
 }
 
 void agent_ft_close_(struct agent *a)
@@ -80,30 +80,69 @@ void agent_ft_close_(struct agent *a)
     a->ft.repl_on = 0;
     if (a->ft.hang_on)
         agent_hang_close(&a->ft.hang, NULL);
-    if (a->ft.ckpt_on) {
-        agent_ckptwatch_sync(&a->ft.ckpt);
-        agent_ckptwatch_close(&a->ft.ckpt, NULL);
+    if (a->ft.ckpt_on)
+        agent_ckptwatch_close(&a->ft.ckpt, NULL); /* what was due is recorded before DONE */
+    a->ft.ckpt_on = 0;
+}
+
+/* The pick is off the loop (it re-hashes the candidates, and may put a last good copy back in
+ * place): picks complete in the order they were asked, and only the last one asked counts (a
+ * JOIN given up for another one, e.g. after a reconnect, must not send a stale candidate). */
+static void on_picked(void *data, int rc, const struct agent_ckpt_entry *e)
+{
+    struct agent *a = data;
+    struct agent_ft *ft = &a->ft;
+
+    if (++ft->picks_done != ft->picks_asked || ft->pick_join == NULL)
+        return;
+    if (rc == 0) {
+        snprintf(ft->pick_join->resume, sizeof(ft->pick_join->resume), "%s", e->name);
+        ft->pick_join->resume_step = e->step;
+        ft->my_resume_step = e->step;
     }
+    ft->pick_join = NULL;
+    ft->pick_done(a);
 }
 
 /* This node's candidate for where the next round resumes: only the one of the node that gets
- * group rank 0 is used. Workers are stopped here, so the last checkpoint has landed. */
-void agent_ft_pick_resume_(struct agent *a, struct rdzv_join *j)
+ * group rank 0 is used. Workers are stopped here; the flush inside the pick records what
+ * landed last. */
+void agent_ft_pick_resume_(struct agent *a, struct rdzv_join *j, void (*done)(struct agent *a))
 {
     struct agent_ft *ft = &a->ft;
-    struct agent_ckpt_entry e;
 
     j->resume[0] = '\0';
     j->resume_step = -1;
     ft->my_resume_step = -1;
-    if (!ft->ckpt_on)
+    if (!ft->ckpt_on) {
+        done(a);
         return;
-    agent_ckptwatch_sync(&ft->ckpt);
-    if (agent_ckptwatch_pick(&ft->ckpt, &e) != 0)
+    }
+    ft->pick_join = j;
+    ft->pick_done = done;
+    ft->picks_asked++;
+    agent_ckptwatch_pick(&ft->ckpt, on_picked, a);
+}
+
+static void on_flushed(void *data)
+{
+    struct agent *a = data;
+
+    if (a->ft.flush_done != NULL) {
+        void (*cb)(struct agent *) = a->ft.flush_done;
+        a->ft.flush_done = NULL;
+        cb(a);
+    }
+}
+
+void agent_ft_flush_(struct agent *a, int clean, void (*done)(struct agent *a))
+{
+    if (!a->ft.ckpt_on) {
+        done(a);
         return;
-    snprintf(j->resume, sizeof(j->resume), "%s", e.name);
-    j->resume_step = e.step;
-    ft->my_resume_step = e.step;
+    }
+    a->ft.flush_done = done;
+    agent_ckptwatch_flush(&a->ft.ckpt, clean, on_flushed, a);
 }
 
 static void ckpt_log(void *data, const char *line)
@@ -266,6 +305,7 @@ int agent_ft_start_(struct agent *a, agent_hang_cb hang_cb)
         if (rc != 0)
             return rc; /* ckptwatch logged why */
         ft->ckpt_on = 1;
+        agent_ckptwatch_configure(&ft->ckpt, o->ckpt.settle_ms, o->ckpt.marker);
         /* every node with a directory receives replicas; o->ckpt.replicate says how many it
          * sends when it holds group rank 0 */
         rc = agent_replica_init(&a->loop, &ft->repl, &ft->ckpt, o->ckpt.replicate,

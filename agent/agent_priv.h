@@ -50,6 +50,10 @@ struct agent_ft {
     int was_rank0;              /* this node held group rank 0 in the last round */
     struct agent_replica repl;  /* checkpoint replicas sent and received (issue 19) */
     int repl_on;
+    struct rdzv_join *pick_join; /* the JOIN waiting for this node's resume candidate */
+    void (*pick_done)(struct agent *a);
+    unsigned picks_asked, picks_done;
+    void (*flush_done)(struct agent *a);
 };
 
 /* preflight.c's part: it runs once per agent, at its first ASSIGN: with every node of round 0,
@@ -69,6 +73,9 @@ struct agent {
     const struct agent_options *o;
     enum agent_state state;      /* machine.h; changed only by agent.c's transition() */
     enum agent_state done_state; /* the state DONE was due in (it may wait for replicas) */
+    enum agent_state join_state; /* the state JOIN was due in (it waits for the pick) */
+    struct rdzv_join join_msg;   /* the JOIN being prepared */
+    int attempt_unclean;         /* a worker of this attempt exited non-zero or by a signal */
     struct rdzv_server *server;
     struct rdzv_client *client;
     /* this attempt's workers or the pre-flight process; NULL between them */
@@ -123,13 +130,17 @@ void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redi
 
 /* agent_ft.c: watchers set up at start (0 or a negative errno, logged); hang_cb is called
  * for a worker silent past --hang-timeout (struct agent_hang's data is a). Before each JOIN,
- * this node's resume candidate; before each attempt, MUSTER_RESUME_FROM and heartbeats; when
- * a worker exits, its heartbeat is disarmed; at the end, a last sync and close. */
+ * this node's resume candidate, found off the loop: done(a) once j holds it (at once without
+ * --checkpoint-dir; a pick asked again before the last one answered replaces it); before each
+ * attempt, MUSTER_RESUME_FROM and heartbeats; when a worker exits, its heartbeat is disarmed;
+ * when all exited, a flush of the checkpoint directory (clean: every worker exited 0);
+ * _flush_ calls done(a) once what landed is recorded; at the end, close. */
 int agent_ft_start_(struct agent *a, agent_hang_cb hang_cb);
-void agent_ft_pick_resume_(struct agent *a, struct rdzv_join *j);
+void agent_ft_pick_resume_(struct agent *a, struct rdzv_join *j, void (*done)(struct agent *a));
+void agent_ft_flush_(struct agent *a, int clean, void (*done)(struct agent *a));
 void agent_ft_prepare_(struct agent *a);
 void agent_ft_worker_exited_(struct agent *a, int local_rank);
-void agent_ft_sync_(struct agent *a);
+void agent_ft_sync_(struct agent *a, int clean);
 void agent_ft_close_(struct agent *a);
 /* A REPL_* message from the server (issue 19); the connection broke (transfers are gone). */
 void agent_ft_repl_msg_(struct agent *a, const struct rdzv_msg *m);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -125,6 +126,56 @@ static void output_cfg(const struct agent_options *opts, const char *dir, char (
     }
 }
 
+/* --resume-arg: the worker's command with each TEMPLATE appended ("{}" = the checkpoint's path)
+ * when this attempt resumes, so that scripts that resume only when told on their command line
+ * (nanoGPT's --init_from=resume, HF's --resume_from_checkpoint PATH) just work. *argv is the
+ * command itself otherwise. Returns 0 or -ENOMEM; free with free_resume_argv. */
+static int resume_argv(const struct agent *a, char ***argv)
+{
+    const char *const *t = a->o->ckpt.resume_args;
+    size_t n = 0, m = 0;
+    char **v;
+
+    *argv = a->o->work.argv;
+    if (t == NULL || t[0] == NULL || a->ft.resume_from[0] == '\0')
+        return 0;
+    while (a->o->work.argv[n] != NULL)
+        n++;
+    while (t[m] != NULL)
+        m++;
+    if ((v = calloc(n + m + 1, sizeof(*v))) == NULL)
+        return -ENOMEM;
+    memcpy(v, a->o->work.argv, n * sizeof(*v));
+    for (size_t k = 0; k < m; k++) {
+        const char *brace = strstr(t[k], "{}");
+        size_t len = strlen(t[k]) + (brace ? strlen(a->ft.resume_from) : 0) + 1;
+        if ((v[n + k] = malloc(len)) == NULL) {
+            *argv = v;
+            return -ENOMEM;
+        }
+        if (brace != NULL)
+            snprintf(v[n + k], len, "%.*s%s%s", (int)(brace - t[k]), t[k], a->ft.resume_from,
+                     brace + 2);
+        else
+            snprintf(v[n + k], len, "%s", t[k]);
+    }
+    *argv = v;
+    return 0;
+}
+
+static void free_resume_argv(const struct agent *a, char **argv)
+{
+    size_t n = 0;
+
+    if (argv == NULL || argv == a->o->work.argv)
+        return;
+    while (a->o->work.argv[n] != NULL)
+        n++;
+    for (size_t k = n; argv[k] != NULL; k++)
+        free(argv[k]);
+    free(argv);
+}
+
 /* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
 int agent_spawn_one_(struct agent *a, int i)
 {
@@ -139,6 +190,7 @@ int agent_spawn_one_(struct agent *a, int i)
     char dir[PATH_MAX] = "", error_file[PATH_MAX] = "", heartbeat[PATH_MAX] = "";
     char filter_paths[2][PATH_MAX];
     struct agent_output_cfg out_cfg;
+    char **argv = NULL;
     int rc;
 
     agent_env_init(&full);
@@ -167,8 +219,12 @@ int agent_spawn_one_(struct agent *a, int i)
         goto out;
     }
     spec.env = full.vars;
-    rc = agent_group_spawn(a->group, i, info.rank, &spec);
+    if ((rc = resume_argv(a, &argv)) == 0) {
+        spec.argv = argv;
+        rc = agent_group_spawn(a->group, i, info.rank, &spec);
+    }
 out:
+    free_resume_argv(a, argv);
     agent_env_free(&full);
     return rc;
 }

@@ -1,18 +1,22 @@
 #include "ckptwatch.h"
 
-#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/inotify.h>
 
+#include "ckptwatch_priv.h"
 #include "escape.h"
 #include "safefile.h"
 
+/* A close-after-write or a rename is looked at this soon: events of one write come in bursts. */
+#define QUICK_MS 50
+
 /* Checkpoint names are whatever the training script chose, or another node through a shared
- * registry: a newline or an ESC sequence in one must not forge a log line (common/escape.h).
- * The agent's log line holds 1 KiB: that is all that is kept. */
+ * registry: a newline or an ESC sequence in one must not forge a log line (common/escape.h). */
 static void emit(struct agent_ckptwatch *w, const char *line)
 {
     char shown[2048];
@@ -28,126 +32,607 @@ static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
 {
     char line[PATH_MAX + 256];
     va_list ap;
+
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     emit(w, line);
 }
 
-static void log_line(void *arg, const char *line)
+static void emit_lines(struct agent_ckptwatch *w, const struct agent_ckptwatch_lines *l)
 {
-    struct agent_ckptwatch *w = arg;
-    emit(w, line);
+    for (char *p = l->text, *nl; p != NULL && *p != '\0'; p = nl + 1) {
+        if ((nl = strchr(p, '\n')) == NULL)
+            break;
+        *nl = '\0';
+        emit(w, p);
+    }
 }
 
-static const struct agent_ckpt_entry *find(const struct agent_ckptwatch *w, const char *name)
+static const struct agent_ckpt_entry *find(const struct agent_ckpt_registry *reg, const char *name)
 {
-    for (size_t i = 0; i < w->reg.n; i++)
-        if (strcmp(w->reg.entries[i].name, name) == 0)
-            return &w->reg.entries[i];
+    for (size_t i = 0; i < reg->n; i++)
+        if (strcmp(reg->entries[i].name, name) == 0)
+            return &reg->entries[i];
     return NULL;
 }
 
-enum origin { FROM_STARTUP, FROM_SYNC, FROM_RENAME };
-
-/* Records one entry. An entry already in the registry is recorded again only when a rename put
- * a new one in place under the same name (a writer reusing "latest.pt"): any other change to
- * a recorded checkpoint — bytes appended, truncated, rewritten in place — is damage, and
- * recording it would make the damaged file verify and let pruning delete the good ones. */
-/* --keep-checkpoints: prunes w's registry; returns the entries it held before (to be given to
- * report_pruned, which frees them), or an empty registry when nothing may be pruned. */
-static struct agent_ckpt_registry prune(struct agent_ckptwatch *w)
+static size_t index_of(const struct agent_ckpt_registry *reg, const char *name)
 {
-    struct agent_ckpt_registry before;
-
-    agent_ckpt_registry_init(&before);
-    if (w->keep == 0)
-        return before;
-    for (size_t i = 0; w->pruned_cb != NULL && i < w->reg.n; i++)
-        if (agent_ckpt_registry_add(&before, &w->reg.entries[i]) != 0)
-            break; /* out of memory: a prune then goes unreported */
-    agent_ckpt_registry_prune(&w->reg, w->dir, w->keep, log_line, w);
-    return before;
+    for (size_t i = 0; i < reg->n; i++)
+        if (strcmp(reg->entries[i].name, name) == 0)
+            return i;
+    return reg->n;
 }
 
-/* Tells pruned_cb of each entry of before that the registry no longer holds; frees before. */
-static void report_pruned(struct agent_ckptwatch *w, struct agent_ckpt_registry *before)
+static struct agent_ckptwatch_job *new_job(struct agent_ckptwatch *w,
+                                           enum agent_ckptwatch_job_kind kind)
 {
-    for (size_t i = 0; i < before->n; i++)
-        if (find(w, before->entries[i].name) == NULL)
-            w->pruned_cb(w->data, &before->entries[i]);
-    agent_ckpt_registry_close(before);
+    struct agent_ckptwatch_job *j = agent_ckptwatch__job_new(w, kind);
+
+    if (j == NULL)
+        logf_(w, "error: out of memory for a checkpoint job");
+    return j;
 }
 
-static void record(struct agent_ckptwatch *w, const char *name, enum origin from)
+static int snapshot(struct agent_ckpt_registry *dst, const struct agent_ckpt_registry *src)
 {
-    struct agent_ckpt_entry e;
-    const struct agent_ckpt_entry *old = find(w, name);
-    int rc;
+    for (size_t i = 0; i < src->n; i++)
+        if (agent_ckpt_registry_add(dst, &src->entries[i]) != 0)
+            return -ENOMEM;
+    return 0;
+}
 
-    if (agent_ckpt_name_is_temp(name) || !agent_ckpt_name_valid(name))
+/* --- pending entries ---------------------------------------------------------------------- */
+
+static struct agent_ckptwatch_pending *pend_find(struct agent_ckptwatch *w, const char *name)
+{
+    for (size_t i = 0; i < w->npend; i++)
+        if (strcmp(w->pend[i].name, name) == 0)
+            return &w->pend[i];
+    return NULL;
+}
+
+static void pend_drop(struct agent_ckptwatch *w, struct agent_ckptwatch_pending *p)
+{
+    size_t i = (size_t)(p - w->pend);
+
+    if (p->job != NULL)
+        atomic_store(&p->job->cancel, 1);
+    w->pend[i] = w->pend[--w->npend];
+}
+
+static struct agent_ckptwatch_pending *pend_get(struct agent_ckptwatch *w, const char *name)
+{
+    struct agent_ckptwatch_pending *p = pend_find(w, name);
+
+    if (p != NULL)
+        return p;
+    if (w->npend == AGENT_CKPTWATCH_MAX_PENDING)
+        return NULL;
+    if (w->npend == w->cappend) {
+        size_t cap = w->cappend ? w->cappend * 2 : 16;
+        void *v = realloc(w->pend, cap * sizeof(*w->pend));
+        if (v == NULL)
+            return NULL;
+        w->pend = v;
+        w->cappend = cap;
+    }
+    p = &w->pend[w->npend++];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->seq = ++w->seq;
+    return p;
+}
+
+/* A flush or a stop: nothing waits any more. A job in flight for one of them is cancelled. */
+static void pend_clear(struct agent_ckptwatch *w)
+{
+    while (w->npend > 0)
+        pend_drop(w, &w->pend[w->npend - 1]);
+}
+
+static void on_timer(uv_timer_t *t);
+
+static void arm(struct agent_ckptwatch *w)
+{
+    uint64_t due = 0, now = uv_now(w->loop);
+
+    if (!w->open)
         return;
-    if (old != NULL && from != FROM_RENAME)
+    for (size_t i = 0; i < w->npend; i++)
+        if (w->pend[i].job == NULL && (due == 0 || w->pend[i].due_ms < due))
+            due = w->pend[i].due_ms;
+    if (due == 0)
+        uv_timer_stop(&w->timer);
+    else
+        uv_timer_start(&w->timer, on_timer, due > now ? due - now : 0, 0);
+}
+
+/* --- examinations ------------------------------------------------------------------------- */
+
+/* A waiting examination of an older checkpoint (by step) is dropped for a newer one: hashing
+ * every checkpoint of a trainer that writes faster than they hash would queue forever. */
+static void supersede(struct agent_ckptwatch *w, const char *name)
+{
+    int64_t step = agent_ckpt_parse_step(name);
+
+    for (struct agent_ckptwatch_job *j = w->head, *next; step >= 0 && j != NULL; j = next) {
+        int64_t s = j->kind == CKW_EXAM ? agent_ckpt_parse_step(j->x.name) : -1;
+        struct agent_ckptwatch_pending *p;
+
+        next = j->next;
+        if (j->origin != CKW_FROM_EVENT || s < 0 || s >= step)
+            continue;
+        logf_(w, "checkpoint %s superseded by %s before it was hashed", j->x.name, name);
+        agent_ckptwatch__unqueue(w, j);
+        if ((p = pend_find(w, j->x.name)) != NULL) {
+            p->job = NULL;
+            pend_drop(w, p);
+        }
+        agent_ckptwatch__job_free(j);
+    }
+}
+
+static struct agent_ckptwatch_job *exam(struct agent_ckptwatch *w, const char *name,
+                                        enum agent_ckpt_exam_mode mode,
+                                        enum agent_ckptwatch_origin origin)
+{
+    struct agent_ckptwatch_job *j = new_job(w, CKW_EXAM);
+
+    if (j == NULL)
+        return NULL;
+    j->origin = origin;
+    snprintf(j->x.dir, sizeof(j->x.dir), "%s", w->dir);
+    snprintf(j->x.name, sizeof(j->x.name), "%s", name);
+    snprintf(j->x.marker, sizeof(j->x.marker), "%s", w->marker);
+    j->x.mode = mode;
+    j->x.cancel = &j->cancel;
+    if (origin == CKW_FROM_EVENT)
+        supersede(w, name);
+    agent_ckptwatch__enqueue(w, j);
+    return j;
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    struct agent_ckptwatch *w = t->data;
+    uint64_t now = uv_now(w->loop);
+
+    for (size_t i = 0; i < w->npend; i++) {
+        struct agent_ckptwatch_pending *p = &w->pend[i];
+        if (p->job == NULL && p->due_ms <= now) {
+            p->again = 0;
+            p->job = exam(w, p->name, p->mode, CKW_FROM_EVENT);
+        }
+    }
+    arm(w);
+}
+
+/* --- events --------------------------------------------------------------------------------- */
+
+static int is_marker(const struct agent_ckptwatch *w, const char *leaf)
+{
+    return strcmp(leaf, "trainer_state.json") == 0 || strcmp(leaf, ".metadata") == 0 ||
+           (w->marker[0] != '\0' && strcmp(leaf, w->marker) == 0);
+}
+
+static void rescan(struct agent_ckptwatch *w);
+
+static void on_notify(void *data, const struct agent_ckptnotify_event *ev)
+{
+    struct agent_ckptwatch *w = data;
+    struct agent_ckptwatch_pending *p;
+    uint64_t now = uv_now(w->loop);
+    uint32_t m = ev->mask;
+
+    if (!w->recording || !w->open)
         return;
-    rc = agent_ckpt_scan_entry(w->dir, name, &e);
-    if (rc == -ENOENT || rc == -EAGAIN || rc == -EBUSY)
-        return; /* gone again, a temporary name, or still being written: a later event */
-    if (rc != 0) {
-        logf_(w, "checkpoint %s not recorded: %s", name, strerror(-rc));
+    w->flushed = 0;
+    if (ev->top == NULL) {
+        rescan(w); /* the kernel's queue overflowed: events were lost */
         return;
     }
-    if (old != NULL && old->size == e.size && old->checksum == e.checksum)
+    if (agent_ckpt_name_is_temp(ev->top) || !agent_ckpt_name_valid(ev->top))
         return;
-    if (agent_ckpt_registry_add(&w->reg, &e) != 0)
+    p = pend_find(w, ev->top);
+    if (ev->at_top && (m & (IN_DELETE | IN_MOVED_FROM))) {
+        if (p != NULL)
+            pend_drop(w, p);
+        arm(w);
         return;
-    logf_(w, "checkpoint %s recorded%s (step %lld, %llu bytes, xxh3 %016llx)", name,
-          from == FROM_STARTUP ? " at start (was there before)" : "", (long long)e.step,
-          (unsigned long long)e.size, (unsigned long long)e.checksum);
-    struct agent_ckpt_registry gone = prune(w);
+    }
+    if ((p = pend_get(w, ev->top)) == NULL)
+        return; /* full: the next flush or start examines it */
+    p->last_ms = now;
+    if (p->job != NULL) {
+        p->again = 1;
+        if (m & (IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO))
+            atomic_store(&p->job->cancel, 1); /* what it reads is being rewritten */
+    }
+    if (ev->at_top && (m & IN_MOVED_TO)) {
+        p->renamed = 1;
+        p->mode = AGENT_CKPT_EXAM_RENAMED;
+        p->due_ms = now + QUICK_MS;
+    } else if ((m & IN_CLOSE_WRITE) && (ev->at_top || is_marker(w, ev->leaf))) {
+        p->mode = p->renamed ? AGENT_CKPT_EXAM_RENAMED : AGENT_CKPT_EXAM_LAYOUT;
+        p->due_ms = now + QUICK_MS;
+    } else if ((m & IN_MOVED_TO) && is_marker(w, ev->leaf)) {
+        p->mode = AGENT_CKPT_EXAM_LAYOUT; /* DCP: .metadata.tmp renamed to .metadata */
+        p->due_ms = now + QUICK_MS;
+    } else if (m & (IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM)) {
+        p->renamed = 0; /* written in place after all */
+        p->mode = AGENT_CKPT_EXAM_SETTLED;
+        p->due_ms = now + w->settle_ms;
+    } else if (p->due_ms == 0) { /* IN_ATTRIB, a member closed: the settle rule */
+        p->mode = AGENT_CKPT_EXAM_SETTLED;
+        p->due_ms = now + w->settle_ms;
+    }
+    arm(w);
+}
 
-    if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
-        logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
-    report_pruned(w, &gone);
-    /* after the save: a replica's receiver sharing the directory must find it in the file */
+/* --- recording ------------------------------------------------------------------------------ */
+
+static void save(struct agent_ckptwatch *w)
+{
+    struct agent_ckptwatch_job *j;
+    int fresh = 0;
+
+    /* a save not started yet is replaced by this one: the newest registry is what counts */
+    for (j = w->head; j != NULL; j = j->next)
+        if (j->kind == CKW_SAVE)
+            break;
+    if (j == NULL) {
+        if ((j = new_job(w, CKW_SAVE)) == NULL)
+            return;
+        fresh = 1;
+    }
+    agent_ckpt_registry_close(&j->snap);
+    agent_ckpt_registry_close(&j->snap_good);
+    if (snapshot(&j->snap, &w->reg) != 0 || snapshot(&j->snap_good, &w->good) != 0)
+        logf_(w, "error: out of memory saving %s", w->registry_path);
+    if (fresh)
+        agent_ckptwatch__enqueue(w, j);
+}
+
+/* --keep-checkpoints: entries older than the one just verified, beyond the newest keep (a last
+ * good copy counts as one of them), leave the registry now and the disk off the loop. */
+static void prune(struct agent_ckptwatch *w, const char *verified)
+{
+    size_t idx = index_of(&w->reg, verified), first;
+    unsigned keep = w->keep > w->good.n ? w->keep - (unsigned)w->good.n : 1;
+    struct agent_ckptwatch_job *j;
+
+    if (w->keep == 0 || idx == w->reg.n)
+        return;
+    first = keep > idx + 1 ? keep : idx + 1;
+    if (w->reg.n <= first || (j = new_job(w, CKW_PRUNE)) == NULL)
+        return;
+    j->names = calloc(w->reg.n - first, sizeof(*j->names));
+    j->snap_good.n = 0;
+    for (size_t i = w->reg.n; j->names != NULL && i-- > first;) {
+        struct agent_ckpt_entry e = w->reg.entries[i];
+
+        snprintf(j->names[j->nnames++], sizeof(*j->names), "%s", e.name);
+        agent_ckpt_registry_add(&j->snap, &e); /* for pruned_cb */
+        agent_ckpt_registry_remove(&w->reg, e.name);
+        agent_ckpt_registry_remove(&w->good, e.name);
+        logf_(w, "checkpoint %s pruned (keeping %u, newest verified %s)", e.name, keep, verified);
+    }
+    agent_ckptwatch__enqueue(w, j);
+}
+
+/* A name written again in place, or one that has no step (it will be): keep its last good
+ * version aside, since the next write destroys the only copy. */
+static void keep_copy(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e, int rewritten)
+{
+    struct agent_ckptwatch_job *j;
+
+    if (e->step >= 0 && !rewritten && find(&w->good, e->name) == NULL)
+        return;
+    for (j = w->head; j != NULL; j = j->next) { /* an older version's copy not started yet */
+        if (j->kind == CKW_COPY && strcmp(j->e.name, e->name) == 0) {
+            j->e = *e;
+            return;
+        }
+    }
+    if ((j = new_job(w, CKW_COPY)) == NULL)
+        return;
+    j->e = *e;
+    agent_ckptwatch__enqueue(w, j);
+}
+
+static void record(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *j)
+{
+    const struct agent_ckpt_entry *e = &j->x.entry;
+    const struct agent_ckpt_entry *old = find(&w->reg, e->name);
+    double secs = j->x.hash_ns / 1e9;
+    int rewritten = old != NULL;
+
+    if (old != NULL && old->size == e->size && old->checksum == e->checksum) {
+        struct agent_ckpt_entry same = *old; /* the same bytes, touched: remember the mtime */
+        same.mtime_ns = e->mtime_ns;
+        agent_ckpt_registry_add(&w->reg, &same);
+        save(w);
+        return;
+    }
+    if (agent_ckpt_registry_add(&w->reg, e) != 0)
+        return;
+    w->hashed_bytes += e->size;
+    w->hash_ns += j->x.hash_ns;
+    logf_(w, "checkpoint %s recorded%s (step %lld, %llu bytes, xxh3 %016llx)", e->name,
+          j->origin == CKW_FROM_STARTUP ? " at start (was there before)" : "", (long long)e->step,
+          (unsigned long long)e->size, (unsigned long long)e->checksum);
+    if (secs >= 1.0) /* big ones: how fast the recorder reads (docs/BENCHMARKS.md) */
+        logf_(w, "checkpoint %s hashed in %.2f s (%.0f MB/s)", e->name, secs,
+              (double)e->size / secs / 1e6);
+    prune(w, e->name);
+    save(w);
+    keep_copy(w, e, rewritten);
+    /* after the save is queued: a replica's receiver sharing the directory reads the file */
     if (w->recorded_cb)
-        w->recorded_cb(w->data, &e);
+        w->recorded_cb(w->data, e);
 }
 
-static void scan_dir(struct agent_ckptwatch *w, enum origin from)
+static void not_recorded(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *j,
+                         const char *why)
 {
-    DIR *d = opendir(w->dir);
-    struct dirent *de;
+    logf_(w, "checkpoint %s not recorded: %s", j->x.name, why);
+}
 
-    if (d == NULL)
+/* Where a pending entry goes after its examination. */
+static void exam_reschedule(struct agent_ckptwatch *w, struct agent_ckptwatch_pending *p,
+                            enum agent_ckpt_exam_result r)
+{
+    uint64_t now = uv_now(w->loop);
+
+    if (p == NULL)
         return;
-    while ((de = readdir(d)) != NULL)
-        if (de->d_name[0] != '.')
-            record(w, de->d_name, from);
-    closedir(d);
+    if ((r == AGENT_CKPT_EXAM_RECORD || r == AGENT_CKPT_EXAM_UNCHANGED ||
+         r == AGENT_CKPT_EXAM_GONE || r == AGENT_CKPT_EXAM_ERROR) &&
+        !p->again) {
+        pend_drop(w, p);
+        return;
+    }
+    if (r == AGENT_CKPT_EXAM_INCOMPLETE && p->mode == AGENT_CKPT_EXAM_SETTLED && !p->again) {
+        pend_drop(w, p); /* said once; the next write brings it back */
+        return;
+    }
+    p->mode = AGENT_CKPT_EXAM_SETTLED;
+    p->due_ms = p->last_ms + w->settle_ms > now ? p->last_ms + w->settle_ms : now;
+    if (p->again && r != AGENT_CKPT_EXAM_WAIT && r != AGENT_CKPT_EXAM_INCOMPLETE)
+        p->due_ms = now + QUICK_MS;
+    p->again = 0;
 }
 
-/* inotify reports a rename into place (IN_MOVED_TO) or a creation as UV_RENAME; writes into
- * a file (UV_CHANGE) are not checkpoints landing: the convention is write, fsync, rename. */
-static void on_event(uv_fs_event_t *e, const char *name, int events, int status)
+static void exam_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
-    struct agent_ckptwatch *w = e->data;
-    if (status == 0 && name != NULL && w->recording && (events & UV_RENAME))
-        record(w, name, FROM_RENAME);
+    struct agent_ckptwatch_pending *p = pend_find(w, j->x.name);
+    enum agent_ckpt_exam_result r = j->x.result;
+    int quiet = j->origin == CKW_FROM_EVENT && p != NULL && p->mode != AGENT_CKPT_EXAM_SETTLED;
+
+    if (p != NULL && p->job == j)
+        p->job = NULL;
+    else if (j->origin == CKW_FROM_EVENT)
+        p = NULL; /* dropped while it ran (a flush, a removal): not ours to move on */
+    if (r == AGENT_CKPT_EXAM_RECORD)
+        record(w, j);
+    else if (r == AGENT_CKPT_EXAM_INCOMPLETE && !quiet)
+        not_recorded(w, j, j->x.why);
+    else if (r == AGENT_CKPT_EXAM_WAIT && j->origin == CKW_FROM_FLUSH)
+        not_recorded(w, j,
+                     "written in place, and the workers stopped before it was unchanged "
+                     "for --checkpoint-settle (a write they did not finish?)");
+    else if (r == AGENT_CKPT_EXAM_CHANGED && j->origin != CKW_FROM_EVENT)
+        not_recorded(w, j, "it changed while it was read");
+    else if (r == AGENT_CKPT_EXAM_ERROR)
+        not_recorded(w, j, j->x.why);
+    exam_reschedule(w, p, r);
+    arm(w);
 }
 
-/* --checkpoint-dir and its .muster/ (the registry): created if missing, refused when another
- * local user owns or can write them or a directory above (common/safefile.h): the registry is
- * replaced by rename and workers write checkpoints by path. One line says why. */
-static int open_dirs(struct agent_ckptwatch *w, const char *dir, const char *meta)
+/* --- scans -------------------------------------------------------------------------------- */
+
+static void watch_found(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *j)
+{
+    for (size_t i = 0; i < j->nsubdirs; i++) {
+        char top[AGENT_CKPT_NAME_MAX];
+        const char *slash = strchr(j->subdirs[i], '/');
+
+        snprintf(top, sizeof(top), "%.*s",
+                 slash ? (int)(slash - j->subdirs[i]) : (int)strlen(j->subdirs[i]), j->subdirs[i]);
+        agent_ckptnotify_watch(&w->notify, top, j->subdirs[i], j->subdepth[i]);
+    }
+}
+
+static void scan_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+{
+    uint64_t now = uv_now(w->loop);
+
+    if (j->rc != 0)
+        logf_(w, "cannot list --checkpoint-dir %s: %s", w->dir, strerror(-j->rc));
+    if (w->recording)
+        watch_found(w, j);
+    for (size_t i = 0; w->recording && i < j->nnames; i++) {
+        const char *name = j->names[i];
+        struct agent_ckptwatch_pending *p = pend_find(w, name);
+
+        if (j->origin == CKW_FROM_STARTUP) {
+            exam(w, name, AGENT_CKPT_EXAM_RENAMED, CKW_FROM_STARTUP); /* as it is now */
+        } else if (j->origin == CKW_FROM_FLUSH) {
+            enum agent_ckpt_exam_mode mode = p != NULL && p->renamed ? AGENT_CKPT_EXAM_RENAMED
+                                             : j->clean              ? AGENT_CKPT_EXAM_SETTLED
+                                                                     : AGENT_CKPT_EXAM_LAYOUT;
+            exam(w, name, mode, CKW_FROM_FLUSH);
+        } else if ((p = pend_get(w, name)) != NULL && p->job == NULL) { /* overflow */
+            p->mode = AGENT_CKPT_EXAM_SETTLED;
+            p->last_ms = now;
+            p->due_ms = now + w->settle_ms;
+        }
+    }
+    if (j->origin == CKW_FROM_FLUSH) {
+        struct agent_ckptwatch_job *b = new_job(w, CKW_BARRIER);
+
+        pend_clear(w); /* the workers stopped: nothing is on its way any more */
+        if (b != NULL) {
+            b->done = j->done;
+            b->cb_data = j->cb_data;
+            b->origin = CKW_FROM_FLUSH;
+            agent_ckptwatch__enqueue(w, b);
+        }
+    }
+    arm(w);
+}
+
+static void scan(struct agent_ckptwatch *w, enum agent_ckptwatch_origin origin, int clean,
+                 agent_ckptwatch_done_cb done, void *data)
+{
+    struct agent_ckptwatch_job *j = new_job(w, CKW_SCAN);
+
+    if (j == NULL)
+        return;
+    j->origin = origin;
+    j->clean = clean;
+    j->done = done;
+    j->cb_data = data;
+    agent_ckptwatch__enqueue(w, j);
+}
+
+static void rescan(struct agent_ckptwatch *w)
+{
+    scan(w, CKW_FROM_EVENT, 0, NULL, NULL);
+}
+
+/* --- results --------------------------------------------------------------------------------- */
+
+static void copy_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+{
+    const struct agent_ckpt_entry *now = find(&w->reg, j->e.name);
+
+    if (j->rc == -ESTALE) {
+        logf_(w, "last good copy of %s not kept: %s (the previous copy stays)", j->e.name, j->why);
+        return;
+    }
+    if (j->rc != 0) {
+        logf_(w, "warning: last good copy of %s not kept: %s", j->e.name, j->why);
+        return;
+    }
+    if (now == NULL) /* pruned meanwhile: the copy goes with the next prune or start */
+        return;
+    agent_ckpt_registry_add(&w->good, &j->e);
+    logf_(w, "last good copy of %s kept (step %lld, %s, %.2f s)", j->e.name, (long long)j->e.step,
+          j->cstats.reflinked == j->cstats.files && j->cstats.files > 0 ? "reflink" : "copied",
+          j->cstats.ns / 1e9);
+    save(w);
+}
+
+static void pick_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+{
+    emit_lines(w, &j->lines);
+    for (size_t i = 0; i < j->nbad; i++)
+        if (w->bad_cb)
+            w->bad_cb(w->data, &j->bad[i].e, j->bad[i].why);
+    if (j->rc == 0 && j->restored) {
+        agent_ckpt_registry_add(&w->reg, &j->e); /* the version in place is the copy's now */
+        if (w->recording)
+            save(w);
+    }
+    if (j->pick_cb != NULL)
+        j->pick_cb(j->cb_data, j->rc, &j->e);
+}
+
+static void prune_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+{
+    emit_lines(w, &j->lines);
+    for (size_t i = 0; w->pruned_cb != NULL && i < j->snap.n; i++)
+        w->pruned_cb(w->data, &j->snap.entries[i]);
+}
+
+static void pick_enqueue(void *data);
+
+/* A job that will not run or report: a pick waiting for it (a flush before it) goes too. */
+static void drop_waiter(struct agent_ckptwatch_job *j)
+{
+    if (j->done == pick_enqueue) {
+        agent_ckptwatch__job_free(j->cb_data);
+        j->done = NULL;
+    }
+}
+
+void agent_ckptwatch__job_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+{
+    if (j->kind == CKW_SAVE && j->rc != 0)
+        logf_(w, "cannot save %s: %s", w->registry_path, strerror(-j->rc));
+    if (!w->open) {
+        drop_waiter(j);
+        return; /* closing: only saves and prunes were left to run */
+    }
+    switch (j->kind) {
+    case CKW_EXAM:
+        exam_done(w, j);
+        break;
+    case CKW_SCAN:
+        scan_done(w, j);
+        break;
+    case CKW_PRUNE:
+        prune_done(w, j);
+        break;
+    case CKW_COPY:
+        copy_done(w, j);
+        break;
+    case CKW_PICK:
+        pick_done(w, j);
+        break;
+    case CKW_BARRIER:
+        if (j->origin == CKW_FROM_FLUSH)
+            w->flushed = 1;
+        if (j->done != NULL)
+            j->done(j->cb_data);
+        break;
+    case CKW_SAVE:
+        break;
+    }
+}
+
+/* --- the public side ---------------------------------------------------------------------- */
+
+static void on_handle_closed(void *data);
+
+static void timer_closed(uv_handle_t *h)
+{
+    on_handle_closed(h->data);
+}
+
+static void notify_log(void *data, const char *line)
+{
+    emit(data, line);
+}
+
+/* --checkpoint-dir, its .muster/ (the registry) and .muster/good/: created if missing, refused
+ * when another local user owns or can write them or a directory above (common/safefile.h). */
+static int open_dirs(struct agent_ckptwatch *w, const char *meta)
 {
     char err[PATH_MAX + 256];
-    int rc = mc_dir_open(dir, 0755, "--checkpoint-dir", NULL, NULL, err, sizeof(err));
+    int rc = mc_dir_open(w->dir, 0755, "--checkpoint-dir", NULL, NULL, err, sizeof(err));
 
     if (rc == 0)
         rc = mc_dir_open(meta, 0700, "--checkpoint-dir", NULL, NULL, err, sizeof(err));
+    if (rc == 0)
+        rc = mc_dir_open(w->gooddir, 0700, "--checkpoint-dir", NULL, NULL, err, sizeof(err));
     if (rc != 0)
         logf_(w, "error: %s", err);
     return rc;
+}
+
+static void load(struct agent_ckptwatch *w)
+{
+    int rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
+
+    if (rc != 0 && rc != -ENOENT)
+        logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
+    rc = agent_ckpt_registry_load(&w->good, w->good_path);
+    if (rc != 0 && rc != -ENOENT)
+        logf_(w, "ignoring %s: %s", w->good_path, strerror(-rc));
 }
 
 int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir, unsigned keep,
@@ -157,61 +642,91 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
     int rc;
 
     memset(w, 0, sizeof(*w));
+    w->loop = loop;
     w->keep = keep;
+    w->settle_ms = AGENT_CKPTWATCH_SETTLE_MS;
     w->log = cbs->log;
     w->recorded_cb = cbs->recorded_cb;
     w->bad_cb = cbs->bad_cb;
     w->pruned_cb = cbs->pruned_cb;
     w->data = data;
-    w->recording = 0; /* until this node is known to hold group rank 0 */
     agent_ckpt_registry_init(&w->reg);
+    agent_ckpt_registry_init(&w->good);
     if (snprintf(w->dir, sizeof(w->dir), "%s", dir) >= (int)sizeof(w->dir) ||
         snprintf(meta, sizeof(meta), "%s/.muster", dir) >= (int)sizeof(meta) ||
+        snprintf(w->gooddir, sizeof(w->gooddir), "%s/good", meta) >= (int)sizeof(w->gooddir) ||
         snprintf(w->registry_path, sizeof(w->registry_path), "%s/registry.json", meta) >=
-            (int)sizeof(w->registry_path))
+            (int)sizeof(w->registry_path) ||
+        snprintf(w->good_path, sizeof(w->good_path), "%s/good.json", meta) >=
+            (int)sizeof(w->good_path))
         return -ENAMETOOLONG;
-    if ((rc = open_dirs(w, dir, meta)) != 0)
+    if ((rc = open_dirs(w, meta)) != 0)
         return rc;
-    rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
-    if (rc != 0 && rc != -ENOENT)
-        logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
-    uv_fs_event_init(loop, &w->event);
-    w->event.data = w;
-    w->open = 1;
-    if ((rc = uv_fs_event_start(&w->event, on_event, dir, 0)) != 0) {
-        logf_(w, "error: cannot watch --checkpoint-dir %s: %s", dir, uv_strerror(rc));
-        agent_ckptwatch_close(w, NULL);
+    load(w);
+    if ((rc = agent_ckptnotify_init(loop, &w->notify, dir, on_notify, notify_log, w)) != 0) {
+        logf_(w, "error: cannot watch --checkpoint-dir %s: %s", dir, strerror(-rc));
+        agent_ckpt_registry_close(&w->reg);
+        agent_ckpt_registry_close(&w->good);
         return rc;
     }
+    uv_timer_init(loop, &w->timer);
+    w->timer.data = w;
+    w->handles = 2;
+    w->open = 1;
     return 0;
 }
 
-/* The registry file is written only by the node that records; the others read it. */
-static void reload(struct agent_ckptwatch *w)
+void agent_ckptwatch_configure(struct agent_ckptwatch *w, unsigned settle_ms, const char *marker)
 {
-    int rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
-    if (rc != 0 && rc != -ENOENT)
-        logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
+    if (settle_ms > 0)
+        w->settle_ms = settle_ms;
+    snprintf(w->marker, sizeof(w->marker), "%s", marker != NULL ? marker : "");
 }
 
 void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording)
 {
+    if (!w->open)
+        return;
     if (recording && !w->recording) {
         /* taking over from another node (or starting): its latest records first, then what
          * it never recorded, trusted as it is now (logged) */
-        reload(w);
+        load(w);
         w->recording = 1;
-        scan_dir(w, FROM_STARTUP);
+        scan(w, CKW_FROM_STARTUP, 0, NULL, NULL);
     }
+    if (!recording)
+        pend_clear(w);
     w->recording = recording;
+    arm(w);
 }
 
 void agent_ckptwatch_sync(struct agent_ckptwatch *w)
 {
+    if (!w->open)
+        return;
     if (w->recording)
-        scan_dir(w, FROM_SYNC);
+        agent_ckptwatch_flush(w, 0, NULL, NULL);
     else
-        reload(w);
+        load(w);
+}
+
+void agent_ckptwatch_flush(struct agent_ckptwatch *w, int clean, agent_ckptwatch_done_cb done,
+                           void *data)
+{
+    struct agent_ckptwatch_job *b;
+
+    if (!w->open)
+        return;
+    if (w->recording) {
+        agent_ckptnotify_drain(&w->notify); /* what was written before the workers stopped */
+        scan(w, CKW_FROM_FLUSH, clean, done, data);
+        return;
+    }
+    if ((b = new_job(w, CKW_BARRIER)) == NULL)
+        return;
+    b->done = done;
+    b->cb_data = data;
+    agent_ckptwatch__enqueue(w, b);
 }
 
 int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e)
@@ -219,51 +734,101 @@ int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_ent
     int rc;
 
     if (!w->recording)
-        reload(w); /* a registry file another node writes (shared directory) stays whole */
+        load(w); /* a registry file another node writes (shared directory) stays whole */
     if ((rc = agent_ckpt_registry_add(&w->reg, e)) != 0) {
         logf_(w, "replica %s not recorded: %s", e->name, strerror(-rc));
         return rc;
     }
-    struct agent_ckpt_registry gone = prune(w);
-
-    if ((rc = agent_ckpt_registry_save(&w->reg, w->registry_path)) != 0)
-        logf_(w, "cannot save %s: %s", w->registry_path, strerror(-rc));
-    report_pruned(w, &gone);
-    return rc;
+    agent_ckpt_registry_remove(&w->good, e->name); /* a copy of another version is stale */
+    prune(w, e->name);
+    save(w);
+    return 0;
 }
 
-int agent_ckptwatch_pick(struct agent_ckptwatch *w, struct agent_ckpt_entry *chosen)
+static void pick_enqueue(void *data)
 {
-    char why[256];
+    struct agent_ckptwatch_job *j = data;
+    struct agent_ckptwatch *w = j->w;
 
-    /* registry entries are newest first; like agent_ckpt_registry_pick, but each bad entry
-     * is also reported, so that `muster status` can show why it was passed over */
-    for (size_t i = 0; i < w->reg.n; i++) {
-        const struct agent_ckpt_entry *e = &w->reg.entries[i];
-        if (agent_ckpt_entry_verify(e, w->dir, why, sizeof(why)) == 0) {
-            *chosen = *e;
-            return 0;
-        }
-        logf_(w, "checkpoint %s skipped: %s", e->name, why);
-        if (w->bad_cb)
-            w->bad_cb(w->data, e, why);
+    if (!w->open) {
+        agent_ckptwatch__job_free(j);
+        return;
     }
-    return -ENOENT;
+    if (snapshot(&j->snap, &w->reg) != 0 || snapshot(&j->snap_good, &w->good) != 0)
+        logf_(w, "error: out of memory picking a checkpoint");
+    agent_ckptwatch__enqueue(w, j);
 }
 
-static void on_closed(uv_handle_t *h)
+void agent_ckptwatch_pick(struct agent_ckptwatch *w, agent_ckptwatch_pick_cb cb, void *data)
 {
-    struct agent_ckptwatch *w = h->data;
-    if (w->close_cb)
-        w->close_cb(w->data);
+    struct agent_ckptwatch_job *j = new_job(w, CKW_PICK);
+
+    if (j == NULL)
+        return;
+    j->pick_cb = cb;
+    j->cb_data = data;
+    if (w->recording && !w->flushed) {
+        agent_ckptwatch_flush(w, 0, pick_enqueue, j); /* the snapshot after what lands */
+        return;
+    }
+    if (!w->recording)
+        load(w);
+    /* through a barrier all the same: the callback never runs inside this call */
+    struct agent_ckptwatch_job *b = new_job(w, CKW_BARRIER);
+    if (b == NULL) {
+        agent_ckptwatch__job_free(j);
+        return;
+    }
+    b->done = pick_enqueue;
+    b->cb_data = j;
+    agent_ckptwatch__enqueue(w, b);
+}
+
+static void finish_close(struct agent_ckptwatch *w)
+{
+    void (*cb)(void *) = w->close_cb;
+
+    agent_ckpt_registry_close(&w->reg);
+    agent_ckpt_registry_close(&w->good);
+    free(w->pend);
+    w->pend = NULL;
+    w->npend = w->cappend = 0;
+    w->close_cb = NULL;
+    if (cb != NULL)
+        cb(w->data);
+}
+
+static void on_handle_closed(void *data)
+{
+    struct agent_ckptwatch *w = data;
+
+    if (--w->handles == 0 && w->running == NULL && w->head == NULL)
+        finish_close(w);
+}
+
+void agent_ckptwatch__idle(struct agent_ckptwatch *w)
+{
+    if (!w->open && w->handles == 0 && w->close_cb != NULL)
+        finish_close(w);
 }
 
 void agent_ckptwatch_close(struct agent_ckptwatch *w, void (*close_cb)(void *data))
 {
-    agent_ckpt_registry_close(&w->reg);
     if (!w->open)
         return;
     w->open = 0;
     w->close_cb = close_cb;
-    uv_close((uv_handle_t *)&w->event, on_closed);
+    pend_clear(w);
+    if (w->running != NULL)
+        atomic_store(&w->running->cancel, 1);
+    for (struct agent_ckptwatch_job *j = w->head, *next; j != NULL; j = next) {
+        next = j->next;
+        if (j->kind == CKW_SAVE || j->kind == CKW_PRUNE)
+            continue; /* the registry on disk must match what was decided */
+        agent_ckptwatch__unqueue(w, j);
+        drop_waiter(j);
+        agent_ckptwatch__job_free(j);
+    }
+    uv_close((uv_handle_t *)&w->timer, timer_closed);
+    agent_ckptnotify_close(&w->notify, on_handle_closed);
 }

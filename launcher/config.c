@@ -104,6 +104,9 @@ static const struct opt opts[O_COUNT_] = {
                                  "PET_REPLICATE_CHECKPOINTS"},
     [O_REPLICATE_BANDWIDTH] = {"replicate-bandwidth", 0, OPT_VALUE, "PET_REPLICATE_BANDWIDTH"},
     [O_REPLICATE_PORT] = {"replicate-port", 0, OPT_VALUE, "PET_REPLICATE_PORT"},
+    [O_CHECKPOINT_SETTLE] = {"checkpoint-settle", 0, OPT_VALUE, "PET_CHECKPOINT_SETTLE"},
+    [O_CHECKPOINT_MARKER] = {"checkpoint-marker", 0, OPT_VALUE, "PET_CHECKPOINT_MARKER"},
+    [O_RESUME_ARG] = {"resume-arg", 0, OPT_VALUE, NULL},
 };
 
 int launcher__cfg_fail(struct parse *p, const char *fmt, ...)
@@ -234,6 +237,21 @@ static const struct opt *lookup_short(char c, int *id)
     return NULL;
 }
 
+/* --resume-arg may be given many times: each value is one more argument, in order. */
+static int push_resume_arg(struct parse *p, const char *v)
+{
+    struct launcher_config *cfg = p->cfg;
+    char **list = realloc(cfg->resume_args, ((size_t)cfg->nresume_args + 2) * sizeof(*list));
+
+    if (list == NULL)
+        return -ENOMEM;
+    cfg->resume_args = list;
+    if ((list[cfg->nresume_args] = strdup(v)) == NULL)
+        return -ENOMEM;
+    list[++cfg->nresume_args] = NULL;
+    return 0;
+}
+
 /* Consumes one option at argv[*i]. Returns 0 or -EINVAL. */
 static int take_option(struct parse *p, int argc, char **argv, int *i)
 {
@@ -273,7 +291,7 @@ static int take_option(struct parse *p, int argc, char **argv, int *i)
         p->val[id] = argv[++*i];
     }
     p->src[id] = a;
-    return 0;
+    return id == O_RESUME_ARG ? push_resume_arg(p, p->val[id]) : 0;
 }
 
 static void env_fallbacks(struct parse *p)
@@ -801,11 +819,43 @@ static int parse_replicate(struct parse *p)
     return 0;
 }
 
+/* --checkpoint-settle SEC, --checkpoint-marker NAME and --resume-arg TEMPLATE (issue 25). */
+static int parse_ckpt_detection(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *v;
+
+    if ((v = p->val[O_CHECKPOINT_SETTLE]) != NULL &&
+        (launcher__cfg_parse_seconds_ms(v, &cfg->checkpoint_settle_ms) != 0 ||
+         cfg->checkpoint_settle_ms < 50 || cfg->checkpoint_settle_ms > 3600000))
+        return launcher__cfg_fail(
+            p, "--checkpoint-settle must be a number of seconds from 0.05 to 3600, not '%s'", v);
+    if ((v = p->val[O_CHECKPOINT_MARKER]) != NULL) {
+        if (*v == '\0' || strchr(v, '/') != NULL || strcmp(v, ".") == 0 || strcmp(v, "..") == 0 ||
+            strlen(v) > 255)
+            return launcher__cfg_fail(
+                p, "--checkpoint-marker must be a file name (no '/'), not '%s'", v);
+        if ((cfg->checkpoint_marker = strdup(v)) == NULL)
+            return -ENOMEM;
+    }
+    if (cfg->checkpoint_dir != NULL)
+        return 0;
+    if (cfg->nresume_args > 0)
+        return launcher__cfg_fail(p, "--resume-arg needs --checkpoint-dir (it is added only when "
+                                     "muster resumes from a checkpoint it recorded there)");
+    if (p->val[O_CHECKPOINT_SETTLE] != NULL || p->val[O_CHECKPOINT_MARKER] != NULL)
+        return launcher__cfg_fail(p, "%s needs --checkpoint-dir",
+                                  p->val[O_CHECKPOINT_SETTLE] ? "--checkpoint-settle"
+                                                              : "--checkpoint-marker");
+    return 0;
+}
+
 static int parse_fault_tolerance(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     const char *v;
     long n;
+    int rc;
 
     if ((v = p->val[O_KEEP_CHECKPOINTS]) != NULL) {
         if (launcher__cfg_parse_int(v, 0, 1000000, &n) != 0)
@@ -840,6 +890,8 @@ static int parse_fault_tolerance(struct parse *p)
         if ((cfg->checkpoint_dir = strdup(v)) == NULL)
             return -ENOMEM;
     }
+    if ((rc = parse_ckpt_detection(p)) != 0)
+        return rc;
     return parse_replicate(p);
 }
 
@@ -1123,6 +1175,10 @@ void launcher_config_free(struct launcher_config *cfg)
     free(cfg->log_dir);
     free(cfg->signals_to_handle);
     free(cfg->checkpoint_dir);
+    free(cfg->checkpoint_marker);
+    for (int i = 0; i < cfg->nresume_args; i++)
+        free(cfg->resume_args[i]);
+    free(cfg->resume_args);
     free(cfg->token_file);
     free(cfg->token_hint);
     free(cfg->token_hint_host);

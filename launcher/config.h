@@ -100,8 +100,12 @@ struct launcher_config {
     int replicate_checkpoints; /* --replicate-checkpoints R: copies on other nodes; 0 = off */
     double replicate_mbps;     /* --replicate-bandwidth MB/s; 0 = no cap */
     int replicate_port;        /* --replicate-port: the direct link's port; 0 = an ephemeral one */
-    int preempt_signal;        /* 0 = none given; SIGTERM by default under Slurm */
-    int slurm;                 /* SLURM_* supplied defaults: inside an allocation */
+    unsigned checkpoint_settle_ms; /* --checkpoint-settle; 0 = the default */
+    char *checkpoint_marker;       /* --checkpoint-marker NAME, or NULL */
+    char **resume_args;            /* --resume-arg TEMPLATEs in order, NULL-terminated, or NULL */
+    int nresume_args;
+    int preempt_signal; /* 0 = none given; SIGTERM by default under Slurm */
+    int slurm;          /* SLURM_* supplied defaults: inside an allocation */
     /* GPUs (config_gpu.c) */
     int gpus_visible;  /* NVIDIA GPUs this node's workers would see */
     int nproc_per_gpu; /* --nproc-per-gpu K: shared-GPU mode when > 0 */

@@ -73,6 +73,9 @@ enum opt_id {
     O_REPLICATE_CHECKPOINTS,
     O_REPLICATE_BANDWIDTH, /* issue 19 */
     O_REPLICATE_PORT,
+    O_CHECKPOINT_SETTLE,
+    O_CHECKPOINT_MARKER,
+    O_RESUME_ARG, /* repeatable: each one appends to cfg->resume_args */
     O_COUNT_
 };
 

@@ -466,7 +466,10 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
                                        .hang_timeout_ms = cfg->hang_timeout_ms,
                                        .replicate = (unsigned)cfg->replicate_checkpoints,
                                        .replicate_mbps = cfg->replicate_mbps,
-                                       .replicate_port = (unsigned)cfg->replicate_port};
+                                       .replicate_port = (unsigned)cfg->replicate_port,
+                                       .settle_ms = cfg->checkpoint_settle_ms,
+                                       .marker = cfg->checkpoint_marker,
+                                       .resume_args = (const char *const *)cfg->resume_args};
     preflight_opts(cfg, node_argv, &o->pf);
 }
 
