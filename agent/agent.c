@@ -105,8 +105,11 @@ static void print_job_failed(struct agent *a)
 }
 
 /* Closes every handle: the loop ends once they are closed. */
-static void finish(struct agent *a)
+static void finish_now(struct agent *a)
 {
+    if (a->finished)
+        return;
+    a->finished = 1;
     if (a->have_job_failed && !a->stop_signal)
         print_job_failed(a);
     rdzv_client_close(a->client, NULL, NULL);
@@ -121,6 +124,16 @@ static void finish(struct agent *a)
         agent_group_close(a->group, after_group_closed, a); /* kills what is left */
         a->group = NULL;
     }
+}
+
+/* The checkpoint the workers wrote last (a pre-emption's, the final one) is recorded before
+ * the watcher closes: the flush runs off the loop, the handles close after it. */
+static void finish(struct agent *a)
+{
+    if (a->finish_asked)
+        return;
+    a->finish_asked = 1;
+    agent_ft_flush_(a, !a->attempt_unclean, finish_now);
 }
 
 static void join_send(struct agent *a);

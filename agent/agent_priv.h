@@ -76,6 +76,7 @@ struct agent {
     enum agent_state join_state; /* the state JOIN was due in (it waits for the pick) */
     struct rdzv_join join_msg;   /* the JOIN being prepared */
     int attempt_unclean;         /* a worker of this attempt exited non-zero or by a signal */
+    int finish_asked, finished;  /* FINISH: waiting for the last flush; handles closed */
     struct rdzv_server *server;
     struct rdzv_client *client;
     /* this attempt's workers or the pre-flight process; NULL between them */

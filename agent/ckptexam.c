@@ -387,6 +387,10 @@ void agent_ckpt_examine(struct agent_ckpt_exam *x)
         result(x, AGENT_CKPT_EXAM_UNCHANGED, NULL);
         return;
     }
+    if (x->have_known && x->distrust_known) {
+        result(x, AGENT_CKPT_EXAM_ALTERED, NULL);
+        return;
+    }
     agent_ckpt_layout_check(x->dir, x->name, x->marker, &x->layout);
     if (x->layout.state == AGENT_CKPT_LAYOUT_INCOMPLETE) {
         result(x, AGENT_CKPT_EXAM_INCOMPLETE, x->layout.why);

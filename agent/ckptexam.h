@@ -61,6 +61,7 @@ enum agent_ckpt_exam_result {
     AGENT_CKPT_EXAM_GONE,       /* not there (removed, renamed away) */
     AGENT_CKPT_EXAM_CANCELLED,  /* *cancel was set */
     AGENT_CKPT_EXAM_ERROR,      /* cannot be read: why says how */
+    AGENT_CKPT_EXAM_ALTERED,    /* distrust_known and it is not what was recorded */
 };
 
 struct agent_ckpt_exam {
@@ -69,7 +70,9 @@ struct agent_ckpt_exam {
     char name[AGENT_CKPT_NAME_MAX];
     char marker[AGENT_CKPT_NAME_MAX]; /* --checkpoint-marker, "" for none */
     enum agent_ckpt_exam_mode mode;
-    int have_known; /* known holds the registry's entry of this name */
+    int have_known;     /* known holds the registry's entry of this name */
+    int distrust_known; /* known but changed: ALTERED, not hashed (a start: nobody watched the
+                         * write, so it may be damage) */
     struct agent_ckpt_entry known;
     atomic_int *cancel; /* may be NULL */
     /* out */

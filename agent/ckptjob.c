@@ -54,6 +54,7 @@ struct agent_ckptwatch_job *agent_ckptwatch__job_new(struct agent_ckptwatch *w,
     atomic_init(&j->cancel, 0);
     agent_ckpt_registry_init(&j->snap);
     agent_ckpt_registry_init(&j->snap_good);
+    agent_ckpt_registry_init(&j->notify);
     return j;
 }
 
@@ -63,6 +64,7 @@ void agent_ckptwatch__job_free(struct agent_ckptwatch_job *j)
         return;
     agent_ckpt_registry_close(&j->snap);
     agent_ckpt_registry_close(&j->snap_good);
+    agent_ckpt_registry_close(&j->notify);
     free(j->names);
     free(j->subdirs);
     free(j->subdepth);
@@ -348,6 +350,7 @@ static void kick(struct agent_ckptwatch *w)
     w->head = j->next;
     j->next = NULL;
     j->started = 1;
+    j->start_ms = uv_now(w->loop);
     w->running = j;
     if (j->kind == CKW_EXAM) { /* what the registry holds now, not when it was queued */
         j->x.have_known = 0;

@@ -99,7 +99,9 @@ static void pend_drop(struct agent_ckptwatch *w, struct agent_ckptwatch_pending 
 
     if (p->job != NULL)
         atomic_store(&p->job->cancel, 1);
-    w->pend[i] = w->pend[--w->npend];
+    /* kept in arrival order: the timer examines what is due in the order it was written */
+    memmove(&w->pend[i], &w->pend[i + 1], (w->npend - i - 1) * sizeof(*w->pend));
+    w->npend--;
 }
 
 static struct agent_ckptwatch_pending *pend_get(struct agent_ckptwatch *w, const char *name)
@@ -125,9 +127,12 @@ static struct agent_ckptwatch_pending *pend_get(struct agent_ckptwatch *w, const
     return p;
 }
 
-/* A flush or a stop: nothing waits any more. A job in flight for one of them is cancelled. */
-static void pend_clear(struct agent_ckptwatch *w)
+/* A flush or a stop: nothing waits any more. cancel: the examinations queued for them too
+ * (a stop); else those run, and report as if no event had come (a flush). */
+static void pend_clear(struct agent_ckptwatch *w, int cancel)
 {
+    for (size_t i = 0; !cancel && i < w->npend; i++)
+        w->pend[i].job = NULL;
     while (w->npend > 0)
         pend_drop(w, &w->pend[w->npend - 1]);
 }
@@ -151,12 +156,17 @@ static void arm(struct agent_ckptwatch *w)
 
 /* --- examinations ------------------------------------------------------------------------- */
 
-/* A waiting examination of an older checkpoint (by step) is dropped for a newer one: hashing
- * every checkpoint of a trainer that writes faster than they hash would queue forever. */
+/* Hashing has fallen behind when one job runs this long: then a waiting examination of an
+ * older checkpoint (by step) is dropped for a newer one, since hashing every checkpoint of a
+ * trainer that writes faster than they hash would queue forever. */
+#define SUPERSEDE_MS 1000
+
 static void supersede(struct agent_ckptwatch *w, const char *name)
 {
     int64_t step = agent_ckpt_parse_step(name);
 
+    if (w->running == NULL || uv_now(w->loop) - w->running->start_ms < SUPERSEDE_MS)
+        return;
     for (struct agent_ckptwatch_job *j = w->head, *next; step >= 0 && j != NULL; j = next) {
         int64_t s = j->kind == CKW_EXAM ? agent_ckpt_parse_step(j->x.name) : -1;
         struct agent_ckptwatch_pending *p;
@@ -174,9 +184,11 @@ static void supersede(struct agent_ckptwatch *w, const char *name)
     }
 }
 
+/* distrust: an entry recorded and changed since without a write seen is not recorded again
+ * (damage, not a checkpoint) but reported ALTERED. */
 static struct agent_ckptwatch_job *exam(struct agent_ckptwatch *w, const char *name,
                                         enum agent_ckpt_exam_mode mode,
-                                        enum agent_ckptwatch_origin origin)
+                                        enum agent_ckptwatch_origin origin, int distrust)
 {
     struct agent_ckptwatch_job *j = new_job(w, CKW_EXAM);
 
@@ -187,6 +199,7 @@ static struct agent_ckptwatch_job *exam(struct agent_ckptwatch *w, const char *n
     snprintf(j->x.name, sizeof(j->x.name), "%s", name);
     snprintf(j->x.marker, sizeof(j->x.marker), "%s", w->marker);
     j->x.mode = mode;
+    j->x.distrust_known = distrust;
     j->x.cancel = &j->cancel;
     if (origin == CKW_FROM_EVENT)
         supersede(w, name);
@@ -203,7 +216,7 @@ static void on_timer(uv_timer_t *t)
         struct agent_ckptwatch_pending *p = &w->pend[i];
         if (p->job == NULL && p->due_ms <= now) {
             p->again = 0;
-            p->job = exam(w, p->name, p->mode, CKW_FROM_EVENT);
+            p->job = exam(w, p->name, p->mode, CKW_FROM_EVENT, 0);
         }
     }
     arm(w);
@@ -273,7 +286,7 @@ static void on_notify(void *data, const struct agent_ckptnotify_event *ev)
 
 /* --- recording ------------------------------------------------------------------------------ */
 
-static void save(struct agent_ckptwatch *w)
+static struct agent_ckptwatch_job *save(struct agent_ckptwatch *w)
 {
     struct agent_ckptwatch_job *j;
     int fresh = 0;
@@ -284,7 +297,7 @@ static void save(struct agent_ckptwatch *w)
             break;
     if (j == NULL) {
         if ((j = new_job(w, CKW_SAVE)) == NULL)
-            return;
+            return NULL;
         fresh = 1;
     }
     agent_ckpt_registry_close(&j->snap);
@@ -293,6 +306,7 @@ static void save(struct agent_ckptwatch *w)
         logf_(w, "error: out of memory saving %s", w->registry_path);
     if (fresh)
         agent_ckptwatch__enqueue(w, j);
+    return j; /* notify is the loop's alone: adding to it while the save runs is safe */
 }
 
 /* --keep-checkpoints: entries older than the one just verified, beyond the newest keep (a last
@@ -342,6 +356,16 @@ static void keep_copy(struct agent_ckptwatch *w, const struct agent_ckpt_entry *
     agent_ckptwatch__enqueue(w, j);
 }
 
+/* Whether a prune decided to remove name and has not yet: not to be recorded again. */
+static int being_pruned(const struct agent_ckptwatch *w, const char *name)
+{
+    for (const struct agent_ckptwatch_job *j = w->head; j != NULL; j = j->next)
+        for (size_t i = 0; j->kind == CKW_PRUNE && i < j->nnames; i++)
+            if (strcmp(j->names[i], name) == 0)
+                return 1;
+    return 0;
+}
+
 static void record(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *j)
 {
     const struct agent_ckpt_entry *e = &j->x.entry;
@@ -349,6 +373,8 @@ static void record(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *
     double secs = j->x.hash_ns / 1e9;
     int rewritten = old != NULL;
 
+    if (being_pruned(w, e->name))
+        return;
     if (old != NULL && old->size == e->size && old->checksum == e->checksum) {
         struct agent_ckpt_entry same = *old; /* the same bytes, touched: remember the mtime */
         same.mtime_ns = e->mtime_ns;
@@ -367,9 +393,11 @@ static void record(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *
         logf_(w, "checkpoint %s hashed in %.2f s (%.0f MB/s)", e->name, secs,
               (double)e->size / secs / 1e6);
     prune(w, e->name);
-    save(w);
+    struct agent_ckptwatch_job *s = save(w);
     keep_copy(w, e, rewritten);
-    /* after the save is queued: a replica's receiver sharing the directory reads the file */
+    /* once saved: a replica's receiver sharing the directory reads the registry file */
+    if (s != NULL && agent_ckpt_registry_add(&s->notify, e) == 0)
+        return;
     if (w->recorded_cb)
         w->recorded_cb(w->data, e);
 }
@@ -389,7 +417,7 @@ static void exam_reschedule(struct agent_ckptwatch *w, struct agent_ckptwatch_pe
     if (p == NULL)
         return;
     if ((r == AGENT_CKPT_EXAM_RECORD || r == AGENT_CKPT_EXAM_UNCHANGED ||
-         r == AGENT_CKPT_EXAM_GONE || r == AGENT_CKPT_EXAM_ERROR) &&
+         r == AGENT_CKPT_EXAM_GONE || r == AGENT_CKPT_EXAM_ERROR || r == AGENT_CKPT_EXAM_ALTERED) &&
         !p->again) {
         pend_drop(w, p);
         return;
@@ -427,6 +455,11 @@ static void exam_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
         not_recorded(w, j, "it changed while it was read");
     else if (r == AGENT_CKPT_EXAM_ERROR)
         not_recorded(w, j, j->x.why);
+    else if (r == AGENT_CKPT_EXAM_ALTERED && j->origin == CKW_FROM_STARTUP)
+        logf_(w,
+              "checkpoint %s changed since it was recorded, while no agent watched: not "
+              "trusted (a restart skips it, or puts its last good copy back)",
+              j->x.name);
     exam_reschedule(w, p, r);
     arm(w);
 }
@@ -445,10 +478,23 @@ static void watch_found(struct agent_ckptwatch *w, const struct agent_ckptwatch_
     }
 }
 
+/* Oldest first (by step; entries without one last), so that what a scan records is recorded
+ * in the order it was written, as events would have. */
+static int by_step(const void *a, const void *b)
+{
+    int64_t x = agent_ckpt_parse_step(a), y = agent_ckpt_parse_step(b);
+
+    if (x != y)
+        return x < 0 ? 1 : y < 0 ? -1 : x < y ? -1 : 1;
+    return strcmp(a, b);
+}
+
 static void scan_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
     uint64_t now = uv_now(w->loop);
 
+    if (j->nnames > 1)
+        qsort(j->names, j->nnames, sizeof(*j->names), by_step);
     if (j->rc != 0)
         logf_(w, "cannot list --checkpoint-dir %s: %s", w->dir, strerror(-j->rc));
     if (w->recording)
@@ -458,12 +504,16 @@ static void scan_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
         struct agent_ckptwatch_pending *p = pend_find(w, name);
 
         if (j->origin == CKW_FROM_STARTUP) {
-            exam(w, name, AGENT_CKPT_EXAM_RENAMED, CKW_FROM_STARTUP); /* as it is now */
+            /* as it is now; but a recorded one changed unseen is damage */
+            exam(w, name, AGENT_CKPT_EXAM_RENAMED, CKW_FROM_STARTUP, 1);
+        } else if (j->origin == CKW_FROM_FLUSH && p != NULL && p->job != NULL) {
+            continue; /* its examination is queued already */
         } else if (j->origin == CKW_FROM_FLUSH) {
             enum agent_ckpt_exam_mode mode = p != NULL && p->renamed ? AGENT_CKPT_EXAM_RENAMED
                                              : j->clean              ? AGENT_CKPT_EXAM_SETTLED
                                                                      : AGENT_CKPT_EXAM_LAYOUT;
-            exam(w, name, mode, CKW_FROM_FLUSH);
+            /* recorded, and no write to it seen since: a change is damage, not a checkpoint */
+            exam(w, name, mode, CKW_FROM_FLUSH, p == NULL);
         } else if ((p = pend_get(w, name)) != NULL && p->job == NULL) { /* overflow */
             p->mode = AGENT_CKPT_EXAM_SETTLED;
             p->last_ms = now;
@@ -473,7 +523,7 @@ static void scan_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
     if (j->origin == CKW_FROM_FLUSH) {
         struct agent_ckptwatch_job *b = new_job(w, CKW_BARRIER);
 
-        pend_clear(w); /* the workers stopped: nothing is on its way any more */
+        pend_clear(w, 0); /* the workers stopped: nothing is on its way any more */
         if (b != NULL) {
             b->done = j->done;
             b->cb_data = j->cb_data;
@@ -559,6 +609,25 @@ static void drop_waiter(struct agent_ckptwatch_job *j)
     }
 }
 
+/* A flush (or a pick after it) is done when what it examined is recorded, saved and reported
+ * (recorded_cb comes with the save) and its copies are kept: jobs its examinations queued behind
+ * the barrier move the barrier behind them. The workers are stopped then: the queue drains. */
+static int barrier_again(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+{
+    struct agent_ckptwatch_job *q, *b;
+
+    for (q = w->head; q != NULL && q->kind == CKW_BARRIER; q = q->next)
+        ;
+    if (q == NULL || (b = new_job(w, CKW_BARRIER)) == NULL)
+        return 0;
+    b->done = j->done;
+    b->cb_data = j->cb_data;
+    b->origin = j->origin;
+    j->done = NULL;
+    agent_ckptwatch__enqueue(w, b);
+    return 1;
+}
+
 void agent_ckptwatch__job_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
     if (j->kind == CKW_SAVE && j->rc != 0)
@@ -584,12 +653,18 @@ void agent_ckptwatch__job_done(struct agent_ckptwatch *w, struct agent_ckptwatch
         pick_done(w, j);
         break;
     case CKW_BARRIER:
-        if (j->origin == CKW_FROM_FLUSH)
+        if (barrier_again(w, j))
+            break;
+        if (j->origin == CKW_FROM_FLUSH) {
             w->flushed = 1;
+            w->flushing--;
+        }
         if (j->done != NULL)
             j->done(j->cb_data);
         break;
     case CKW_SAVE:
+        for (size_t i = j->notify.n; w->recorded_cb != NULL && i-- > 0;) /* oldest first */
+            w->recorded_cb(w->data, &j->notify.entries[i]);
         break;
     }
 }
@@ -695,7 +770,7 @@ void agent_ckptwatch_set_recording(struct agent_ckptwatch *w, int recording)
         scan(w, CKW_FROM_STARTUP, 0, NULL, NULL);
     }
     if (!recording)
-        pend_clear(w);
+        pend_clear(w, 1);
     w->recording = recording;
     arm(w);
 }
@@ -719,6 +794,7 @@ void agent_ckptwatch_flush(struct agent_ckptwatch *w, int clean, agent_ckptwatch
         return;
     if (w->recording) {
         agent_ckptnotify_drain(&w->notify); /* what was written before the workers stopped */
+        w->flushing++;
         scan(w, CKW_FROM_FLUSH, clean, done, data);
         return;
     }
@@ -767,7 +843,7 @@ void agent_ckptwatch_pick(struct agent_ckptwatch *w, agent_ckptwatch_pick_cb cb,
         return;
     j->pick_cb = cb;
     j->cb_data = data;
-    if (w->recording && !w->flushed) {
+    if (w->recording && !w->flushed && w->flushing == 0) {
         agent_ckptwatch_flush(w, 0, pick_enqueue, j); /* the snapshot after what lands */
         return;
     }
@@ -818,7 +894,7 @@ void agent_ckptwatch_close(struct agent_ckptwatch *w, void (*close_cb)(void *dat
         return;
     w->open = 0;
     w->close_cb = close_cb;
-    pend_clear(w);
+    pend_clear(w, 1);
     if (w->running != NULL)
         atomic_store(&w->running->cancel, 1);
     for (struct agent_ckptwatch_job *j = w->head, *next; j != NULL; j = next) {

@@ -71,9 +71,10 @@ struct agent_ckptwatch {
     uint64_t seq;                     /* arrival order of pending entries */
     struct agent_ckptwatch_job *head; /* jobs not started, in order */
     struct agent_ckptwatch_job *running;
-    int flushed; /* a flush completed and no event came since */
-    int open;    /* initialised and not closing */
-    int handles; /* notify and timer handles still open */
+    int flushed;  /* a flush completed and no event came since */
+    int flushing; /* flushes under way */
+    int open;     /* initialised and not closing */
+    int handles;  /* notify and timer handles still open */
     void (*close_cb)(void *data);
     uint64_t hashed_bytes, hash_ns; /* totals, for the hashing rate in the logs */
 };

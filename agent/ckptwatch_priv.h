@@ -51,12 +51,14 @@ struct agent_ckptwatch_job {
     struct agent_ckptwatch_job *next;
     atomic_int cancel;
     int started;
+    uint64_t start_ms; /* uv_now when it started */
     int rc;
     char why[256];
     enum agent_ckptwatch_origin origin;
     int clean;                                  /* SCAN of a flush */
     struct agent_ckpt_exam x;                   /* EXAM */
     struct agent_ckpt_registry snap, snap_good; /* SAVE, PICK: copies of the registries */
+    struct agent_ckpt_registry notify;          /* SAVE: recorded_cb for these once saved */
     char (*names)[AGENT_CKPT_NAME_MAX];         /* SCAN: found; PRUNE: to remove */
     size_t nnames;
     char (*subdirs)[512]; /* SCAN: directories to watch, "top/sub" */
