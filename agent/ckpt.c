@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,7 +12,10 @@
 
 #include <jansson.h>
 
+#include "escape.h"
+#include "log.h"
 #include "safefile.h"
+#include "saferm.h"
 
 /* A registry file bigger than this is not one we wrote; refuse before parsing it. */
 #define REGISTRY_FILE_MAX (64u << 20)
@@ -163,27 +165,25 @@ int agent_ckpt_registry_pick(const struct agent_ckpt_registry *reg, const char *
     return rc;
 }
 
-static int rm_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)type;
-    (void)ftw;
-    if (remove(path) != 0 && errno != ENOENT)
-        return errno; /* nftw stops and hands it back */
-    return 0;
-}
-
+/* Through common/saferm.h: relative to directory descriptors, never following a link (a
+ * shared --checkpoint-dir: another user could swap a directory for a symlink mid-walk, and
+ * nftw then removed through it), and only what this agent's user owns. What stays is logged. */
 int agent_ckpt_remove_path(const char *path)
 {
-    struct stat st;
-    int n;
+    char name[NAME_MAX + 1], why[PATH_MAX], line[PATH_MAX + 512], shown[2 * sizeof(line)];
+    int dfd = -1, rc = mc_rm_parent_open(path, &dfd, name, sizeof(name));
 
-    if (lstat(path, &st) != 0)
-        return -errno;
-    if (!S_ISDIR(st.st_mode))
-        return unlink(path) == 0 ? 0 : -errno;
-    n = nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    return n == 0 ? 0 : n > 0 ? -n : -errno;
+    if (rc != 0)
+        return rc;
+    rc = mc_rm_at(dfd, name, 0, why, sizeof(why));
+    close(dfd);
+    if (rc != 0 && rc != -ENOENT) {
+        /* names come from the shared directory: escaped, so they cannot forge a log line */
+        snprintf(line, sizeof(line), "cannot remove all of %s: %s", path, why);
+        mc_escape(line, shown, sizeof(shown));
+        mc_warn("%s", shown);
+    }
+    return rc;
 }
 
 static int remove_tree(const char *dir, const char *name)

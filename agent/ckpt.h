@@ -60,9 +60,12 @@ int agent_ckpt_registry_pick(const struct agent_ckpt_registry *reg, const char *
  * verified entry never is, so a corrupt newer one cannot cost the last good checkpoint.
  * Directories are removed recursively without following symlinks. A deletion that fails is
  * logged and its entry kept. Returns the number of entries removed (≥ 0). */
-/* Removes path: a file, or a directory and everything below it; symlinks are removed, not
- * followed. Returns 0 or a negative errno (-ENOENT when path is not there). Prune uses it, and
- * checkpoint replicas for their temporary files and directories. */
+/* Removes path: a file, or a directory and everything below it, through common/saferm.h
+ * (relative to directory descriptors; symlinks are removed, not followed; nothing on another
+ * file system). Only entries of the effective user are removed: another user's stay and the
+ * first is logged as a warning. Returns 0 or a negative errno (-ENOENT when path is not there,
+ * -EPERM when another user's entry stays). Prune uses it, and checkpoint replicas for their
+ * temporary files and directories. */
 int agent_ckpt_remove_path(const char *path);
 
 int agent_ckpt_registry_prune(struct agent_ckpt_registry *reg, const char *dir, unsigned keep,

@@ -19,6 +19,7 @@
 #include "escape.h"
 #include "replica_dir.h"
 #include "replica_link.h"
+#include "saferm.h"
 
 #define XFER_OURS RDZV_REPL_XFER_SENDER
 /* A copy being received: TMP_PREFIX HOST.PID.XXXXXX (a name the watcher ignores), so that an
@@ -865,36 +866,70 @@ static void host_tag(char *out, size_t len)
     out[n] = '\0';
 }
 
-/* Removes the temporary files of copies that agents of this host were receiving when they
- * died (a crash, SIGKILL, a power cut): their process is gone. Files of other hosts (a shared
- * directory) and of live agents are left alone. */
-static void sweep_leftovers(struct agent_replica *r)
+/* The pid in name when it is a temporary name of this host's (TMP_PREFIX HOST.PID.XXXXXX) and
+ * not of this agent; 0 otherwise. */
+static long leftover_pid(const struct agent_replica *r, const char *name)
 {
     size_t plen = strlen(TMP_PREFIX), hlen = strlen(r->host);
-    DIR *d = opendir(r->watch->dir);
-    struct dirent *de;
+    const char *p;
+    char *end;
+    long pid;
 
-    if (d == NULL)
+    if (strncmp(name, TMP_PREFIX, plen) != 0 || strncmp(name + plen, r->host, hlen) != 0 ||
+        name[plen + hlen] != '.')
+        return 0;
+    p = name + plen + hlen + 1;
+    pid = strtol(p, &end, 10);
+    if (end == p || *end != '.' || pid <= 0 || pid == (long)getpid())
+        return 0;
+    return pid;
+}
+
+/* Removes name, in dfd, of the agent pid if it is dead. In a shared (sticky) --checkpoint-dir
+ * another local user can plant such a name, e.g. a symlink to a file outside that was once
+ * removed through: the entry is looked at without following it, only this agent's user's is
+ * removed (common/saferm.h, never through a link), and what stays is logged. */
+static void sweep_one(struct agent_replica *r, int dfd, const char *name, long pid)
+{
+    char why[PATH_MAX];
+    struct stat st;
+    int rc;
+
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        return; /* alive (EPERM: alive, another user's) */
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return;
-    while ((de = readdir(d)) != NULL) {
-        const char *name = de->d_name, *p = name + plen + hlen + 1;
-        char *end;
-        long pid;
-
-        if (strncmp(name, TMP_PREFIX, plen) != 0 || strncmp(name + plen, r->host, hlen) != 0 ||
-            name[plen + hlen] != '.')
-            continue;
-        pid = strtol(p, &end, 10);
-        if (end == p || *end != '.' || pid <= 0 || pid == (long)getpid())
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue; /* alive (EPERM: alive, another user's) */
-        char path[PATH_MAX];
-
-        if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, name) < (int)sizeof(path) &&
-            agent_ckpt_remove_path(path) == 0)
-            logf_(r, "removed %s: a replica whose receiving agent (pid %ld) stopped", name, pid);
+    if (st.st_uid != geteuid()) {
+        logf_(r, "not removing %s: owned by uid %u, not by you (uid %u)", name, (unsigned)st.st_uid,
+              (unsigned)geteuid());
+        return;
     }
+    rc = mc_rm_at(dfd, name, 0, why, sizeof(why));
+    if (rc == 0)
+        logf_(r, "removed %s: a replica whose receiving agent (pid %ld) stopped", name, pid);
+    else if (rc != -ENOENT)
+        logf_(r, "cannot remove all of %s: %s", name, why);
+}
+
+/* Removes the temporary files of copies that agents of this host were receiving when they
+ * died (a crash, SIGKILL, a power cut): their process is gone. Files of other hosts (a shared
+ * directory) and of live agents are left alone. The directory is the one ckptwatch checked
+ * (mc_dir_open); its entries are reached only through its descriptor. */
+static void sweep_leftovers(struct agent_replica *r)
+{
+    int fd = open(r->watch->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *de;
+    long pid;
+
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    while ((de = readdir(d)) != NULL)
+        if ((pid = leftover_pid(r, de->d_name)) > 0)
+            sweep_one(r, dirfd(d), de->d_name, pid);
     closedir(d);
 }
 
