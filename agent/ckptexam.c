@@ -316,6 +316,7 @@ int agent_ckpt_sig_of(const char *dir, const char *name, struct agent_ckpt_sig *
         return rc;
     if (lstat(root, &st) != 0)
         return -errno;
+    sig->uid = (uint32_t)st.st_uid;
     sig->dev = (uint64_t)st.st_dev;
     sig->ino = (uint64_t)st.st_ino;
     sig->mtime_ns = ts_ns(st.st_mtim);
@@ -381,6 +382,15 @@ void agent_ckpt_examine(struct agent_ckpt_exam *x)
     }
     if (rc != 0) {
         result(x, AGENT_CKPT_EXAM_ERROR, strerror(-rc));
+        return;
+    }
+    /* in a shared (sticky) directory another local user may plant a "checkpoint": never ours to
+     * resume from */
+    if (x->sig.uid != (uint32_t)geteuid()) {
+        char why[96];
+        snprintf(why, sizeof(why), "owned by uid %u, not by this agent's user (uid %u)",
+                 x->sig.uid, (unsigned)geteuid());
+        result(x, AGENT_CKPT_EXAM_ERROR, why);
         return;
     }
     if (x->have_known && x->known.size == x->sig.size && x->known.mtime_ns == x->sig.mtime_ns) {

@@ -43,6 +43,7 @@ struct agent_ckpt_sig {
     int64_t mtime_ns; /* a directory: newest of everything in it, itself included */
     int64_t ctime_ns; /* likewise */
     int is_dir;
+    uint32_t uid; /* owner of the entry itself */
 };
 
 /* How the watcher asks: what counts as complete besides a layout that says so. */

@@ -66,7 +66,7 @@ as_evil ln -s "$V" "$C/$P.lnkfile"
 as_evil ln -s "$VDIR" "$C/$P.lnkdir"
 as_evil mkdir -p "$C/$P.theirs/sub" "$C/$P.swap/sub"
 as_evil sh -c "echo t > '$C/$P.theirs/sub/f'"
-# ... and checkpoints: a directory and a file, recorded at start (steps 0 and 1)
+# ... and "checkpoints": a directory and a file, which muster refuses to record (not its user's)
 as_evil mkdir -p "$C/ckpt_0/sub"
 as_evil sh -c "echo t > '$C/ckpt_0/sub/f' && echo x > '$C/ckpt_1.pt'"
 # root's own: a dead agent's leftover tree and symlink (removed), an old directory checkpoint
@@ -114,9 +114,9 @@ theirs_reported() { # theirs_reported RUN: every leftover of nobody's stays and 
     done
     grep -q "removed $P\.\(lnk\|theirs\|swap\)" "$T/err" && { show_output 60; fail "$1: removed nobody's leftover"; }
     for s in ckpt_0 ckpt_1.pt; do
-        reported "$1" "muster: warning: cannot remove all of $C/$s: $s: owned by uid $EVIL_UID, not by you (uid 0)"
-        reported "$1" "muster: checkpoint $s not pruned: Operation not permitted"
+        reported "$1" "muster: checkpoint $s not recorded: owned by uid $EVIL_UID, not by this agent's user (uid 0)"
     done
+    grep -q "checkpoint ckpt_[01]\(\.pt\)\? recorded" "$T/err" && { show_output 60; fail "$1: recorded nobody's plant as a checkpoint"; }
 }
 theirs_there() { # theirs_there WHEN: nobody's entries, in either form of a swap
     local e
@@ -130,8 +130,8 @@ theirs_there() { # theirs_there WHEN: nobody's entries, in either form of a swap
 }
 sub_there() { [ -e "$1/sub" ] || [ -e "$1/.sub" ]; }
 
-# 1. The sweep at start (with .swap/sub flipping), the checkpoints found there recorded and
-#    pruned once ckpt_3.pt lands: root's ckpt_2 goes, nobody's ckpt_0 and ckpt_1.pt stay.
+# 1. The sweep at start (with .swap/sub flipping); root's ckpt_2 found there is recorded and
+#    pruned once ckpt_3.pt lands; nobody's ckpt_0 and ckpt_1.pt are never recorded and stay.
 job ckpt_3.pt
 expect_rc "first run" 0
 victims_intact "first run"
@@ -142,11 +142,11 @@ reported "first run" "muster: removed $P.ourlink: a replica whose receiving agen
 [ -e "$C/$P.ours" ] || [ -L "$C/$P.ourlink" ] && fail "first run: root's leftovers are still there"
 reported "first run" "muster: checkpoint ckpt_2 pruned (keeping 1, newest verified ckpt_3.pt)"
 [ -e "$C/ckpt_2" ] && fail "first run: root's ckpt_2 was not pruned"
-expect_eq "registry after the first run" "ckpt_3.pt ckpt_1.pt ckpt_0" \
+expect_eq "registry after the first run" "ckpt_3.pt" \
     "$(reg_names "$C" | tr '\n' ' ' | sed 's/ $//')"
 
 # 2. Now ckpt_0/sub and ckpt_1.pt flip too; the second run sweeps again and prunes ckpt_3.pt,
-#    trying nobody's two again while they change under it.
+#    refusing nobody's two again while they change under it.
 : > "$T/go"
 wait_for 10 test -L "$C/ckpt_1.pt" || fail "the hostile loop does not swap ckpt_1.pt"
 job ckpt_4.pt
