@@ -16,8 +16,9 @@
 #include "path.h"
 #include "clock.h"
 
-/* Large enough that a read() is not dominated by the syscall, small enough for a loop step. */
-#define READ_CHUNK (1u << 20)
+/* Large enough that a read() is not dominated by the syscall (1 MiB reads ran at a tenth of
+ * 8 MiB ones on a sparse 20 GB file here); hashing runs off the loop, so no step need be short. */
+#define READ_CHUNK (8u << 20)
 
 /* A directory's regular files and symlinks, relative to its root. */
 struct file_list {
