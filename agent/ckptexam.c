@@ -388,8 +388,8 @@ void agent_ckpt_examine(struct agent_ckpt_exam *x)
      * resume from */
     if (x->sig.uid != (uint32_t)geteuid()) {
         char why[96];
-        snprintf(why, sizeof(why), "owned by uid %u, not by this agent's user (uid %u)",
-                 x->sig.uid, (unsigned)geteuid());
+        snprintf(why, sizeof(why), "owned by uid %u, not by this agent's user (uid %u)", x->sig.uid,
+                 (unsigned)geteuid());
         result(x, AGENT_CKPT_EXAM_ERROR, why);
         return;
     }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "ckptwatch.h"
 #include "config.h"
 #include "env.h"
 #include "help.h"
@@ -168,6 +169,25 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
     return rc == 0 ? 0 : AGENT_EXIT_INTERNAL;
 }
 
+/* --checkpoint-dir and how entries count as complete; --resume-arg's additions. */
+static void print_checkpoints(const struct launcher_config *cfg)
+{
+    if (cfg->checkpoint_dir == NULL)
+        return;
+    printf("checkpoint_dir=%s\ncheckpoint_settle=%.2f s\n", cfg->checkpoint_dir,
+           (cfg->checkpoint_settle_ms ? cfg->checkpoint_settle_ms : AGENT_CKPTWATCH_SETTLE_MS) /
+               1000.0);
+    if (cfg->checkpoint_marker != NULL)
+        printf("checkpoint_marker=%s\n", cfg->checkpoint_marker);
+    if (cfg->nresume_args == 0)
+        return;
+    printf("resume_args=");
+    for (int i = 0; i < cfg->nresume_args; i++)
+        printf("%s%s", i ? " " : "", cfg->resume_args[i]);
+    printf("\n# resume_args are added to the command of an attempt that resumes, {} = the "
+           "checkpoint's path\n");
+}
+
 /* The plan is what this node would do as group rank --node-rank with every node running
  * the same number of workers; a real rendezvous may decide otherwise, and says so. */
 static int dry_run(const struct launcher_config *cfg, char **argv)
@@ -194,6 +214,7 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
                "decides\n",
                group_rank, cfg->nproc_per_node);
     printf("preflight=%s\n", cfg->preflight ? "on" : "off");
+    print_checkpoints(cfg);
     printf("# MASTER_PORT is reserved again when the job starts\n");
     if ((fd = numa_plan(cfg, &numa, stdout)) != 0)
         return fd;
