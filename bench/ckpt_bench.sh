@@ -4,10 +4,10 @@
 #   bench/ckpt_bench.sh [RESULTS_FILE]          (root for part c's loop-mounted file systems)
 #
 # (a) hashing throughput: muster's recorder against `xxhsum -H3` (Debian package xxhash) on the
-#     same file, the same XXH3-64 (the two sums are compared): a SPARSE_GB (20) GB *sparse* file
+#     same file, the same XXH3-64 (the two sums are compared): a SPARSE_GB (20) GiB *sparse* file
 #     (holes: no disk I/O; its pages are evicted before each reader (posix_fadvise DONTNEED), so
 #     each one pays the kernel's zero-filling of page-cache pages, as a first read does) and a
-#     REAL_GB (4) GB file of random bytes read into the page cache before each reader (fincore
+#     REAL_GB (4) GiB file of random bytes read into the page cache before each reader (fincore
 #     says how much of it was there). The two readers alternate in which goes first. muster's figure: a
 #     job (`muster run` against a real `muster server --http`) whose worker renames the file into
 #     --checkpoint-dir (that is its close: the bytes were written before) and the time from the
@@ -86,7 +86,7 @@ if command -v xxhsum > /dev/null 2>&1; then
 else
     log "xxhsum not found (apt-get install xxhash): its figures are n/a"
 fi
-row "# runs: $REPS each, medians; sparse ${SPARSE_GB} GB, real ${REAL_GB} GB"
+row "# runs: $REPS each, medians; sparse ${SPARSE_GB} GiB, real ${REAL_GB} GiB (MB/s are 10^6 bytes/s)"
 
 # ------------------------------------------------------------------ files
 want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -287,7 +287,7 @@ measure_file() { # measure_file FILE LABEL BYTES
     mr=$(mbs "$bytes" "$mm")
     xr=$(mbs "$bytes" "$xm")
     log "$label: muster ${mm} ms = ${mr} MB/s (runs ${mlist[*]:-}), xxhsum -H3 ${xm} ms = ${xr} MB/s (runs ${xlist[*]:-}); ratio $(pct "$mr" "$xr"); sums muster ${msum:-?} xxhsum ${xsum:-?}"
-    row "(a) $label $(( bytes / 1000000000 )) GB: muster ${mr} MB/s (${mm} ms, from the $srcs), xxhsum -H3 ${xr} MB/s (${xm} ms), muster/xxhsum $(pct "$mr" "$xr") (goal >= 90%); in page cache at each start ${cache[*]}"
+    row "(a) $label $(( bytes / 1073741824 )) GiB: muster ${mr} MB/s (${mm} ms, from the $srcs), xxhsum -H3 ${xr} MB/s (${xm} ms), muster/xxhsum $(pct "$mr" "$xr") (goal >= 90%); in page cache at each start ${cache[*]}"
     row "#   raw ms: muster ${mlist[*]:-}; xxhsum ${xlist[*]:-}; sums $([ -n "$msum" ] && [ "$msum" = "$xsum" ] && echo equal || echo "muster ${msum:-?} xxhsum ${xsum:-?}")"
     if [ "$label" = sparse ] && [ ${#mlist[@]} = 0 ]; then
         row "(b) heartbeat_gap_max_ms during the ${SPARSE_GB} GB record: not measured (no muster record)"
@@ -382,7 +382,11 @@ copy_fs() { # copy_fs LABEL DIR: the copies on the file system of DIR
         dm=$(printf '%s\n' ${durs[@]+"${durs[@]}"} | awk '{printf "%.0f\n", $1}' | median)
         [ ${#calls[@]} = 0 ] && cm=n/a dm=n/a
         log "  $label $m: ${cm} ms to return, ${dm} ms with fsync/sync ($note; runs ${calls[*]:-} / ${durs[*]:-})"
-        row "(c) $label $m: ${cm} ms, durable ${dm} ms, $(mbs "$(stat -c %s "$src")" "$dm") MB/s durable ($note)"
+        local rate
+        rate="$(mbs "$(stat -c %s "$src")" "$dm") MB/s durable"
+        case $note in *"shared extents 0"*) ;; *) rate="a clone, no bytes copied" ;; esac
+        [ "$cm" = n/a ] && rate="n/a"
+        row "(c) $label $m: ${cm} ms, durable ${dm} ms, $rate ($note)"
     done
     rm -f "$src" "$dst"
 }
