@@ -14,11 +14,12 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "escape.h"
 #include "replica_dir.h"
 #include "replica_link.h"
+#include "replica_store.h"
+#include "replica_write.h"
 
 #define XFER_OURS RDZV_REPL_XFER_SENDER
 /* A copy being received: TMP_PREFIX HOST.PID.XXXXXX (a name the watcher ignores), so that an
@@ -435,47 +436,44 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
 
 /* --- receiving ---------------------------------------------------------------------------- */
 
+static void on_written(void *data, enum agent_replica_write_event ev, const char *why);
+
 /* Where the copy of in goes until it verified: a temporary file, or a temporary directory for a
- * directory checkpoint, named TMP_PREFIX HOST.PID.XXXXXX. Returns 0 or a negative errno. */
+ * directory checkpoint, named TMP_PREFIX HOST.PID.XXXXXX, which its writer's thread creates
+ * (replica_write.h): from here on the loop only hands it bytes. At most a window is queued
+ * there: the receiver acknowledges only what was written. Returns 0 or a negative errno. */
 static int open_target(struct agent_replica *r, struct agent_replica_in *in)
 {
+    size_t max = WINDOW(in->direct);
     char tmpl[PATH_MAX];
+    int rc;
 
     if (snprintf(tmpl, sizeof(tmpl), "%.3800s/" TMP_PREFIX "%s.%ld.XXXXXX", r->watch->dir, r->host,
                  (long)getpid()) >= (int)sizeof(tmpl))
         return -ENAMETOOLONG;
-    if (in->dir)
-        return agent_replica_sink_open(&in->sink, tmpl);
-    memcpy(in->tmp, tmpl, sizeof(tmpl));
-    if ((in->fd = mkostemp(in->tmp, O_CLOEXEC)) < 0) {
-        in->tmp[0] = '\0';
-        return -errno;
-    }
-    return 0;
+    if ((rc = agent_replica_store_new(r->watch->dir, in->e.name, tmpl, in->dir, in->mode,
+                                      &in->store)) != 0)
+        return rc;
+    rc = agent_replica_writer_start(r->loop, &agent_replica_store_ops, in->store, in->e.checksum,
+                                    max, on_written, in, &in->wr);
+    if (rc != 0)
+        in->store = NULL; /* the writer took it and let it go */
+    return rc;
 }
 
+/* The writer goes on its own: what is not in place yet is removed by its thread. */
 static void close_target(struct agent_replica_in *in)
 {
-    if (in->dir) {
-        agent_replica_sink_abort(&in->sink);
-        return;
-    }
-    if (in->fd >= 0)
-        close(in->fd);
-    if (in->tmp[0] != '\0')
-        unlink(in->tmp);
-    in->fd = -1;
-    in->tmp[0] = '\0';
+    agent_replica_writer_close(in->wr);
+    in->wr = NULL;
+    in->store = NULL;
 }
 
 static void in_end(struct agent_replica_in *in)
 {
     agent_replica_link_close(in->link);
     close_target(in);
-    if (in->hash != NULL)
-        XXH3_freeState(in->hash);
     memset(in, 0, sizeof(*in));
-    in->fd = -1;
 }
 
 static void in_refuse(struct agent_replica *r, struct agent_replica_in *in, uint32_t xfer,
@@ -486,17 +484,19 @@ static void ask_relay(struct agent_replica *r, struct agent_replica_in *in, cons
 {
     int rc;
 
+    agent_replica_link_close(in->link);
+    in->link = NULL;
+    if (in->got == in->xsize)
+        return; /* every byte is with the writer already: its outcome goes to the server */
     logf_(r,
           "replica of checkpoint %s from group rank %" PRIu32
           ": no direct link (%s); asking the server to relay it",
           in->e.name, in->from, why);
-    agent_replica_link_close(in->link);
-    in->link = NULL;
     in->direct = 0;
     in->got = in->acked = 0;
     close_target(in); /* from the first byte again */
-    if ((rc = open_target(r, in)) != 0 || XXH3_64bits_reset(in->hash) != XXH_OK) {
-        in_refuse(r, in, in->xfer, strerror(rc ? -rc : ENOMEM));
+    if ((rc = open_target(r, in)) != 0) {
+        in_refuse(r, in, in->xfer, strerror(-rc));
         return;
     }
     send_ack(r, in->xfer, 0, RDZV_REPL_RELAY, why);
@@ -563,7 +563,6 @@ static const char *begin_problem(struct agent_replica *r, const struct rdzv_repl
     return NULL;
 }
 
-static void finish_in(struct agent_replica *r, struct agent_replica_in *in);
 static void send_link_progress(struct agent_replica *r, struct agent_replica_in *in);
 
 static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
@@ -586,6 +585,7 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
         return;
     }
     memset(in, 0, sizeof(*in));
+    in->r = r;
     in->xfer = b->xfer;
     in->from = b->rank;
     snprintf(in->e.name, sizeof(in->e.name), "%s", b->name);
@@ -594,101 +594,34 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     in->e.checksum = b->checksum;
     in->xsize = b->size;
     in->dir = (b->flags & RDZV_REPL_BEGIN_DIR) != 0;
-    in->fd = -1;
+    in->mode = in->dir ? 0755 : 0644;
+    in->direct = b->port != 0 && b->size != 0;
     rc = open_target(r, in);
-    in->hash = XXH3_createState();
     in->active = 1;
-    if (rc != 0 || in->hash == NULL || XXH3_64bits_reset(in->hash) != XXH_OK) {
-        in_refuse(r, in, b->xfer, rc != 0 ? strerror(-rc) : "out of memory");
+    if (rc != 0) {
+        in_refuse(r, in, b->xfer, strerror(-rc));
         return;
     }
     if (b->size == 0) {
-        finish_in(r, in);
+        agent_replica_writer_finish(in->wr); /* an empty file or directory: DONE follows */
         return;
     }
-    if (b->port != 0) {
+    if (in->direct) {
         in->link_id = b->link;
-        in->direct = 1;
         if ((rc = agent_replica_link_connect(r, in, b)) != 0)
             ask_relay(r, in, rc < -4095 || rc > 0 ? strerror(-rc) : uv_strerror(rc));
     }
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+/* The writer verified the copy and put it in place: recorded, announced to the server. */
+static void stored_in(struct agent_replica *r, struct agent_replica_in *in)
 {
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : -EIO;
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) != 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
-/* Verified by its checksum, made durable, renamed into place, then recorded. */
-static void finish_in(struct agent_replica *r, struct agent_replica_in *in)
-{
-    uint64_t sum = XXH3_64bits_digest(in->hash);
-    char path[PATH_MAX], why[PATH_MAX + 64];
     struct timespec now;
-    struct stat st;
 
-    if (sum != in->e.checksum) {
-        snprintf(why, sizeof(why), "checksum %016" PRIx64 " != announced %016" PRIx64, sum,
-                 in->e.checksum);
-        in_refuse(r, in, in->xfer, why);
-        return;
-    }
-    if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, in->e.name) >= (int)sizeof(path)) {
-        in_refuse(r, in, in->xfer, strerror(ENAMETOOLONG));
-        return;
-    }
-    if (in->dir) {
-        if (agent_replica_sink_finish(&in->sink, why, sizeof(why)) != 0) {
-            in_refuse(r, in, in->xfer, why);
-            return;
-        }
-        /* a directory of that name that is not this copy stays: rename(2) will not replace it */
-        if (fchmod(in->sink.dirfd, 0755) != 0 || rename(in->sink.tmp, path) != 0 ||
-            lstat(path, &st) != 0) {
-            in_refuse(r, in, in->xfer,
-                      errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR
-                          ? "a different checkpoint of that name is already here"
-                          : strerror(errno));
-            return;
-        }
-        in->e.size = in->sink.content;
-        in->sink.tmp[0] = '\0'; /* renamed: nothing to remove */
-        agent_replica_sink_abort(&in->sink);
-    } else {
-        /* mkstemp made it 0600; the writer's checkpoints are usually world-readable (umask 022) */
-        if (fchmod(in->fd, 0644) != 0 || fsync(in->fd) != 0 || fstat(in->fd, &st) != 0 ||
-            rename(in->tmp, path) != 0) {
-            in_refuse(r, in, in->xfer, strerror(errno));
-            return;
-        }
-        in->tmp[0] = '\0'; /* renamed: nothing to remove */
-    }
-    fsync_dir(r->watch->dir);
+    if (in->dir)
+        in->e.size = in->store->content; /* the members' bytes, not the stream's */
+    in->e.mtime_ns = in->store->mtime_ns;
     clock_gettime(CLOCK_REALTIME, &now);
-    in->e.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     in->e.recorded_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
     agent_ckptwatch_adopt(r->watch, &in->e);
     logf_(r,
@@ -699,6 +632,27 @@ static void finish_in(struct agent_replica *r, struct agent_replica_in *in)
         r->cbs.stored(r->data, &in->e);
     send_ack(r, in->xfer, in->got, RDZV_REPL_DONE, "");
     in_end(in);
+}
+
+/* News from in's writer: bytes written (acknowledged every quarter window, which is what
+ * keeps the sender's window ahead of the disk, not of the link), the end, or a failure. */
+static void on_written(void *data, enum agent_replica_write_event ev, const char *why)
+{
+    struct agent_replica_in *in = data;
+    struct agent_replica *r = in->r;
+    uint64_t written = agent_replica_writer_written(in->wr);
+
+    if (ev == AGENT_REPLICA_WRITE_FAILED) {
+        in_refuse(r, in, in->xfer, why);
+    } else if (ev == AGENT_REPLICA_WRITE_DONE) {
+        stored_in(r, in);
+    } else if (written < in->xsize && written - in->acked >= ACK_EVERY(in->direct)) {
+        in->acked = written;
+        if (in->direct)
+            send_link_progress(r, in);
+        else
+            send_ack(r, in->xfer, written, RDZV_REPL_PROGRESS, "");
+    }
 }
 
 static struct agent_replica_in *find_in(struct agent_replica *r, uint32_t xfer)
@@ -716,7 +670,7 @@ static void on_chunk(struct agent_replica *r, struct agent_replica_in *in,
     char why[PATH_MAX + 64];
     int rc;
 
-    if (d->offset != in->got || d->len > in->xsize - in->got) {
+    if (d->len == 0 || d->offset != in->got || d->len > in->xsize - in->got) {
         snprintf(why, sizeof(why),
                  "chunk of %" PRIu32 " bytes at offset %" PRIu64 ", expected offset %" PRIu64
                  " of %" PRIu64,
@@ -724,26 +678,16 @@ static void on_chunk(struct agent_replica *r, struct agent_replica_in *in,
         in_refuse(r, in, d->xfer, why);
         return;
     }
-    if (in->dir) {
-        if (agent_replica_sink_write(&in->sink, d->data, d->len, why, sizeof(why)) != 0) {
-            in_refuse(r, in, d->xfer, why);
-            return;
-        }
-    } else if ((rc = write_all(in->fd, d->data, d->len, d->offset)) != 0) {
-        in_refuse(r, in, d->xfer, strerror(-rc));
+    /* -EPIPE: the writer failed, and its callback ends the copy saying why */
+    if ((rc = agent_replica_writer_push(in->wr, d->data, d->len)) != 0 && rc != -EPIPE) {
+        /* a sender keeping its window never passes a window unwritten (WINDOW, open_target) */
+        in_refuse(r, in, d->xfer,
+                  rc == -ENOBUFS ? "the sender went past its window" : strerror(-rc));
         return;
     }
-    XXH3_64bits_update(in->hash, d->data, d->len);
     in->got += d->len;
-    if (in->got == in->xsize) {
-        finish_in(r, in);
-    } else if (in->got - in->acked >= ACK_EVERY(in->direct)) {
-        in->acked = in->got;
-        if (in->direct)
-            send_link_progress(r, in);
-        else
-            send_ack(r, in->xfer, in->got, RDZV_REPL_PROGRESS, "");
-    }
+    if (in->got == in->xsize)
+        agent_replica_writer_finish(in->wr); /* verified, made durable, renamed: DONE or FAILED */
 }
 
 static void on_data(struct agent_replica *r, const struct rdzv_repl_data *d)
@@ -766,7 +710,7 @@ static void send_link_progress(struct agent_replica *r, struct agent_replica_in 
 
     rdzv_msg_init(&m, RDZV_MSG_REPL_ACK);
     m.u.repl_ack.xfer = in->link_id;
-    m.u.repl_ack.offset = in->got;
+    m.u.repl_ack.offset = in->acked;
     m.u.repl_ack.status = RDZV_REPL_PROGRESS;
     if (agent_replica_link_send(in->link, &m) != 0)
         ask_relay(r, in, "the link failed");
@@ -905,8 +849,6 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     memset(r, 0, sizeof(*r));
     r->fd = -1;
     agent_replica_src_init(&r->src);
-    for (unsigned i = 0; i < AGENT_REPLICA_MAX_IN; i++)
-        r->in[i].fd = -1;
     r->msg = malloc(sizeof(*r->msg));
     if (r->msg == NULL)
         return -ENOMEM;

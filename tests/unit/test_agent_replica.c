@@ -741,7 +741,7 @@ static void test_directory_stream_hostile(void **state)
         size_t n = strlen(bad[i].path) + 1;
 
         snprintf(tmpl, sizeof(tmpl), "%s/.muster-replica-t.XXXXXX", fx->dir[RECEIVER]);
-        assert_int_equal(agent_replica_sink_open(&k, tmpl), 0);
+        assert_int_equal(agent_replica_sink_open(&k, tmpl, 0644, 0755), 0);
         memcpy(rec, bad[i].path, n);
         memset(rec + n, 0, 8);
         rec[n + 7] = 4;
@@ -757,13 +757,13 @@ static void test_directory_stream_hostile(void **state)
 
     /* out of order (or twice): refused; a stream cut inside a member: refused at the end */
     snprintf(tmpl, sizeof(tmpl), "%s/.muster-replica-t.XXXXXX", fx->dir[RECEIVER]);
-    assert_int_equal(agent_replica_sink_open(&k, tmpl), 0);
+    assert_int_equal(agent_replica_sink_open(&k, tmpl, 0644, 0755), 0);
     memcpy(rec, "b\0\0\0\0\0\0\0\0\1x", 11);
     assert_int_equal(agent_replica_sink_write(&k, rec, 11, why, sizeof(why)), 0);
     memcpy(rec, "a\0\0\0\0\0\0\0\0\1y", 11);
     assert_int_equal(agent_replica_sink_write(&k, rec, 11, why, sizeof(why)), -EPROTO);
     agent_replica_sink_abort(&k);
-    assert_int_equal(agent_replica_sink_open(&k, tmpl), 0);
+    assert_int_equal(agent_replica_sink_open(&k, tmpl, 0644, 0755), 0);
     memcpy(rec, "b\0\0\0\0\0\0\0\0\5xy", 12);
     assert_int_equal(agent_replica_sink_write(&k, rec, 12, why, sizeof(why)), 0);
     assert_int_equal(agent_replica_sink_finish(&k, why, sizeof(why)), -EPROTO);
