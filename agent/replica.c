@@ -261,7 +261,8 @@ static void begin_out(struct agent_replica *r, struct agent_replica_out *o)
                                               .rank = o->rank,
                                               .step = r->cur.step,
                                               .size = r->xsize,
-                                              .checksum = r->cur.checksum};
+                                              .checksum = r->cur.checksum,
+                                              .mode = r->mode};
     if (r->src.dirfd >= 0)
         m.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
     snprintf(m.u.repl_begin.name, sizeof(m.u.repl_begin.name), "%s", r->cur.name);
@@ -363,6 +364,7 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
         r->xsize = e->size;
     }
     r->fd = fd;
+    r->mode = (uint32_t)st.st_mode & RDZV_REPL_MODE_BITS; /* the copy is never wider */
     r->cur = *e;
     r->started_ms = uv_now(r->pace.loop);
     /* a fresh key per checkpoint: the direct link of the one before is of no use to anyone */
@@ -594,7 +596,7 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     in->e.checksum = b->checksum;
     in->xsize = b->size;
     in->dir = (b->flags & RDZV_REPL_BEGIN_DIR) != 0;
-    in->mode = in->dir ? 0755 : 0644;
+    in->mode = b->mode; /* 0 from a sender before modes: 0600 / 0700 (replica_store.h) */
     in->direct = b->port != 0 && b->size != 0;
     rc = open_target(r, in);
     in->active = 1;

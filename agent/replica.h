@@ -105,6 +105,7 @@ struct agent_replica {
     int fd;                       /* the checkpoint being sent, -1 none */
     struct agent_replica_src src; /* a directory checkpoint's stream (dirfd -1: a file) */
     uint64_t xsize;               /* bytes to send: the file's, or the directory's stream */
+    uint32_t mode;                /* the original's permission bits, for REPL_BEGIN */
     struct agent_ckpt_entry cur;
     uint32_t round;       /* the round the checkpoint is offered in */
     uint32_t link_port;   /* its direct link's port, 0: relayed */
