@@ -106,6 +106,8 @@ struct agent_replica {
     struct agent_replica_src src; /* a directory checkpoint's stream (dirfd -1: a file) */
     uint64_t xsize;               /* bytes to send: the file's, or the directory's stream */
     uint32_t mode;                /* the original's permission bits, for REPL_BEGIN */
+    int listing;                  /* a directory checkpoint is being listed (replica.c) */
+    uint64_t listing_id;          /* which: only that one's copies start */
     struct agent_ckpt_entry cur;
     uint32_t round;       /* the round the checkpoint is offered in */
     uint32_t link_port;   /* its direct link's port, 0: relayed */

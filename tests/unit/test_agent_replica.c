@@ -70,6 +70,7 @@ struct fixture {
     uint16_t port;
     int direct;     /* as handler_repl.c: chunks must not come through here */
     int strip_mode; /* pass REPL_BEGIN on without its mode, as a sender before modes sent it */
+    int drains;     /* agent_replica_drain's callbacks */
     unsigned relayed, relay_asked, refused, dones, aborts;
     /* the receiver */
     int stored;
@@ -725,7 +726,9 @@ static void test_directory_relayed_and_symlink_refused(void **state)
     assert_int_equal(symlink("/etc/passwd", a), 0);
     assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-8", &e), 0);
     agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
-    assert_true(logged(fx, SENDER, "checkpoint step-8 not replicated: link inside is a symlink"));
+    /* (listed off the loop: the refusal comes once the listing is back) */
+    HARNESS_RUN_UNTIL(
+        &fx->h, logged(fx, SENDER, "checkpoint step-8 not replicated: link inside is a symlink"));
     harness_run_for(&fx->h, 100);
     assert_int_equal(fx->stored, 1);
 }
@@ -779,6 +782,40 @@ static void test_directory_stream_hostile(void **state)
     agent_replica_sink_abort(&k);
     snprintf(why, sizeof(why), "ls -A %s | grep -q '^.muster-replica'", fx->dir[RECEIVER]);
     assert_int_not_equal(system(why), 0); /* every temporary directory removed */
+}
+
+static void drain_done(void *data)
+{
+    ((struct fixture *)data)->drains++;
+}
+
+/* A job's last checkpoint, a directory still being listed when the workers end, is waited for
+ * like one being sent (agent_replica_drain); and a newer checkpoint offered meanwhile wins. */
+static void test_drain_waits_for_a_listing(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_ckpt_entry e, f;
+    char root[300];
+
+    snprintf(root, sizeof(root), "%s/step-9", fx->dir[SENDER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, "w.bin", "weights nine");
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-9", &e), 0);
+    put(fx->dir[SENDER], "ckpt_10.pt", "weights ten");
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "ckpt_10.pt", &f), 0);
+
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    assert_int_equal(agent_replica_drain(&fx->r[SENDER], 10000, drain_done, fx), 1);
+    HARNESS_RUN_UNTIL(&fx->h, fx->drains == 1);
+    assert_int_equal(fx->stored, 1);
+    assert_true(logged(fx, SENDER, "step-9 replicated to group rank 1"));
+
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    agent_replica_offer(&fx->r[SENDER], &f, 1, 0, 2); /* before the listing is back */
+    HARNESS_RUN_UNTIL(&fx->h, fx->stored == 2);
+    harness_run_for(&fx->h, 100);
+    assert_int_equal(fx->begins, 2); /* the superseded listing started no copy */
+    assert_true(logged(fx, SENDER, "ckpt_10.pt replicated to group rank 1"));
 }
 
 /* --- modes --------------------------------------------------------------------------------- */
@@ -873,6 +910,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_directory_relayed_and_symlink_refused, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_directory_stream_hostile, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain_waits_for_a_listing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_modes_travel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_modes_old_sender, setup, teardown),
     };
