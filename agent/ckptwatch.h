@@ -4,6 +4,9 @@
  * ignores), prunes behind a verified one (--keep-checkpoints) and, when an attempt starts,
  * picks the newest entry that still verifies for MUSTER_RESUME_FROM.
  *
+ * An entry renamed into place is hashed in libuv's pool, not on the loop (see ckptwatch.c);
+ * the scans when a node starts recording and at sync still hash on the loop.
+ *
  * Only the node holding group rank 0 records (and writes the registry file); the others read
  * the file. Entries in the directory but not in the registry (a first run, a registry file
  * lost, a checkpoint the previous rank-0 node did not get to record) are recorded when a node
@@ -28,6 +31,11 @@ struct agent_ckptwatch_cbs {
     void (*pruned_cb)(void *data, const struct agent_ckpt_entry *e);
 };
 
+struct agent_ckptwatch_name { /* an entry renamed into place, waiting to be hashed */
+    struct agent_ckptwatch_name *next;
+    char name[AGENT_CKPT_NAME_MAX];
+};
+
 struct agent_ckptwatch {
     uv_fs_event_t event;
     char dir[PATH_MAX];
@@ -42,6 +50,14 @@ struct agent_ckptwatch {
     void *data;
     int open;
     void (*close_cb)(void *data);
+    /* entries renamed into place are hashed in libuv's pool, one at a time, in order */
+    uv_work_t work;
+    int scanning; /* work is in flight: scan_name, then scan_rc and scanned */
+    char scan_name[AGENT_CKPT_NAME_MAX];
+    int scan_rc;
+    struct agent_ckpt_entry scanned;
+    struct agent_ckptwatch_name *queue;
+    int handle_closed; /* close_cb waits for the scan in flight too */
 };
 
 /* Creates dir if missing, loads the registry, records untracked entries and starts watching.
@@ -70,7 +86,8 @@ int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_ent
  * Returns 0 or -ENOENT (none verifies: a fresh start). */
 int agent_ckptwatch_pick(struct agent_ckptwatch *w, struct agent_ckpt_entry *chosen);
 
-/* Stops watching, frees the registry; close_cb(data) once the handle is closed (may be NULL). */
+/* Stops watching, frees the registry; close_cb(data) once the handle is closed and no hash is
+ * in flight (may be NULL); w's memory must live until then. */
 void agent_ckptwatch_close(struct agent_ckptwatch *w, void (*close_cb)(void *data));
 
 #endif

@@ -2,7 +2,8 @@
  * recorded (inotify) with its checksum and the registry saved; entries already there are
  * recorded when a node starts recording; writes in place are not checkpoints; --keep prunes
  * behind; pick skips (and reports) a damaged newer entry; a node that does not record reads the
- * registry file; a world-writable directory is refused. */
+ * registry file; a world-writable directory is refused; an entry that lands is hashed off the
+ * loop, and closing while that runs is safe. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -152,6 +153,47 @@ static void test_rename_recorded(void **state)
     assert_int_equal(e.size, 5);
 }
 
+/* A checkpoint that lands is hashed off the loop, in order with the ones after it; closing the
+ * watch while one is being hashed is safe: close_cb comes once the hash returned, and nothing
+ * is recorded after the close. */
+static void test_hashed_off_the_loop(void **state)
+{
+    struct fixture *fx = *state;
+    static char big[8 << 20];
+    char path[512], dst[512];
+    int fd;
+
+    start(fx, 0, 1);
+    memset(big, 'x', sizeof(big) - 1);
+    for (int i = 1; i <= 3; i++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "ckpt_%d.pt", i);
+        land(fx, name, i == 1 ? big : "small");
+    }
+    HARNESS_RUN_UNTIL(&fx->h, fx->recorded == 3);
+    assert_string_equal(fx->last_recorded, "ckpt_3.pt");
+    assert_string_equal(fx->w.reg.entries[0].name, "ckpt_3.pt"); /* newest first */
+    assert_string_equal(fx->w.reg.entries[2].name, "ckpt_1.pt");
+
+    snprintf(path, sizeof(path), "%s/tmp_ckpt_4.pt", fx->dir);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    for (int i = 0; i < 8; i++) /* 64 MiB: its hash takes a while */
+        assert_int_equal(write(fd, big, sizeof(big)), (ssize_t)sizeof(big));
+    close(fd);
+    land(fx, "ckpt_5.pt", "five"); /* queued behind ckpt_4.pt */
+    snprintf(dst, sizeof(dst), "%s/ckpt_4.pt", fx->dir);
+    assert_int_equal(rename(path, dst), 0);
+    HARNESS_RUN_UNTIL(&fx->h, fx->w.scanning);
+    agent_ckptwatch_close(&fx->w, closed_cb);
+    HARNESS_RUN_UNTIL(&fx->h, fx->closed == 1);
+    assert_false(fx->w.scanning);
+    harness_run_for(&fx->h, 50);
+    assert_int_equal(fx->recorded, 3);
+    assert_int_equal(fx->closed, 1);
+}
+
 /* What was there before a node started recording is recorded then, and said so. */
 static void test_startup_entries(void **state)
 {
@@ -257,6 +299,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_rename_recorded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hashed_off_the_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_startup_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keep_prunes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pick_skips_damaged, setup, teardown),
