@@ -35,7 +35,8 @@ struct agent_replica_src { /* the sender's side */
 };
 
 /* Lists dir/name (a directory checkpoint) into s. Returns 0, or a negative errno with a one-line
- * reason in why (a symlink inside: -ELOOP; a member that is not a regular file: -EINVAL). */
+ * reason in why (a symlink inside: -ELOOP; a member that is not a regular file: -EINVAL).
+ * Walks and stats every member: replica.c calls it in libuv's pool, not on the loop. */
 int agent_replica_src_open(struct agent_replica_src *s, const char *dir, const char *name,
                            char *why, size_t whylen);
 
