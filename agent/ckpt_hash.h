@@ -2,11 +2,13 @@
  * (name, step, size, XXH3-64 checksum, mtime), computed from disk. The registry (ckpt.h) keeps
  * these; this module only reads the file system.
  *
- * No libuv and no threads: the agent calls this from its loop. Hashing a large checkpoint takes
- * a while (XXH3 runs at memory speed, the disk is slower), so hashing is offered in steps
- * (agent_ckpt_hash_begin/step/end) that read at most a given number of bytes per call; the agent
- * runs one step per loop iteration (e.g. from a uv_idle_t or a 0 ms timer, 64 MiB a step) and
- * stays responsive to heartbeats meanwhile. agent_ckpt_scan_entry does it all in one call.
+ * No libuv and no state shared between calls, so any thread may call it: the agent's loop, or
+ * libuv's pool (the watcher hashes a checkpoint that landed there, ckptwatch.c; replica.c lists
+ * a directory to copy there). Hashing a large checkpoint takes a while (XXH3 runs at memory
+ * speed, the disk is slower), so hashing is also offered in steps (agent_ckpt_hash_begin/step/
+ * end) that read at most a given number of bytes per call, for a caller on the loop (one step
+ * per loop iteration, e.g. from a uv_idle_t or a 0 ms timer). agent_ckpt_scan_entry does it all
+ * in one call.
  *
  * Checksums are XXH3-64: of a regular file, over its content (= XXH3_64bits(content)); of a
  * directory, over every regular file and symlink below it in byte order of the relative paths,

@@ -14,11 +14,12 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "escape.h"
 #include "replica_dir.h"
 #include "replica_link.h"
+#include "replica_store.h"
+#include "replica_write.h"
 #include "saferm.h"
 
 #define XFER_OURS RDZV_REPL_XFER_SENDER
@@ -69,6 +70,8 @@ static void on_pace(uv_timer_t *t)
 
 static int sending(const struct agent_replica *r)
 {
+    if (r->listing)
+        return 1; /* a directory checkpoint's copies start once it is listed */
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
         if (r->out[i].active || r->out[i].retry_ms != 0)
             return 1;
@@ -198,31 +201,40 @@ static int send_chunk(struct agent_replica *r, struct agent_replica_out *o)
     return 1;
 }
 
+/* One turn of pump reads for at most this long; the rest of the windows goes on the next loop
+ * turn, after timers and I/O. A chunk of a directory of small files opens a few hundred of them
+ * (3-4 ms here): a 30,000-member directory, all in one window, held the loop ~200 ms. */
+#define PUMP_SLICE_NS (5 * 1000000ull)
+
 /* Sends what the windows and the cap allow, round robin over the receivers; a timer takes over
- * when the cap is what stops it. */
+ * when the cap is what stops it, or the slice. */
 static void pump(struct agent_replica *r)
 {
-    int progress = 1, capped = 0;
+    uint64_t until = uv_hrtime() + PUMP_SLICE_NS;
+    int progress = 1, capped = 0, sliced = 0;
 
     if (r->fd < 0)
         return;
     refill(r);
-    while (progress) {
+    while (progress && !sliced) {
         progress = 0;
-        for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES && r->fd >= 0; i++) {
+        for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES && r->fd >= 0 && !sliced; i++) {
             struct agent_replica_out *o = &r->out[i];
 
             if (!o->active)
                 continue;
-            if (send_chunk(r, o) == 1)
+            if (send_chunk(r, o) == 1) {
                 progress = 1;
-            else if (o->active && r->bytes_per_ms > 0 && o->sent < r->xsize &&
-                     (!o->direct || o->link != NULL) &&
-                     o->sent + RDZV_REPL_CHUNK_MAX - o->acked <= WINDOW(o->direct))
+                sliced = uv_hrtime() > until;
+            } else if (o->active && r->bytes_per_ms > 0 && o->sent < r->xsize &&
+                       (!o->direct || o->link != NULL) &&
+                       o->sent + RDZV_REPL_CHUNK_MAX - o->acked <= WINDOW(o->direct))
                 capped = 1;
         }
     }
-    if (capped && r->fd >= 0 && !uv_is_active((uv_handle_t *)&r->pace)) {
+    if (sliced && r->fd >= 0 && !uv_is_active((uv_handle_t *)&r->pace)) {
+        uv_timer_start(&r->pace, on_pace, 0, 0);
+    } else if (capped && r->fd >= 0 && !uv_is_active((uv_handle_t *)&r->pace)) {
         double need = bucket(r) - r->tokens; /* a whole burst, not the next chunk */
         uint64_t ms = need > 0 ? (uint64_t)(need / r->bytes_per_ms) + 1 : 1;
 
@@ -261,7 +273,8 @@ static void begin_out(struct agent_replica *r, struct agent_replica_out *o)
                                               .rank = o->rank,
                                               .step = r->cur.step,
                                               .size = r->xsize,
-                                              .checksum = r->cur.checksum};
+                                              .checksum = r->cur.checksum,
+                                              .mode = r->mode};
     if (r->src.dirfd >= 0)
         m.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
     snprintf(m.u.repl_begin.name, sizeof(m.u.repl_begin.name), "%s", r->cur.name);
@@ -327,42 +340,18 @@ static void out_failed(struct agent_replica *r, struct agent_replica_out *o, con
         uv_timer_start(&r->retry, on_retry, pause_ms[o->tries], 0);
 }
 
-void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry *e, uint32_t round,
-                         uint32_t my_rank, uint32_t world)
+/* The copies of e start: fd is the checkpoint (taken), r->xsize what is to be sent, mode the
+ * original's permission bits. */
+static void begin_copies(struct agent_replica *r, const struct agent_ckpt_entry *e, int fd,
+                         uint32_t mode, const uint32_t where[3])
 {
+    uint32_t round = where[0], my_rank = where[1], world = where[2];
     unsigned n = r->copies < world ? r->copies : world - 1;
-    char path[PATH_MAX];
     uint8_t key[32];
-    struct stat st;
-    int fd, port;
+    int port;
 
-    if (n == 0 || world < 2)
-        return;
-    abandon_sending(r, "superseded by a newer checkpoint");
-    if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, e->name) >= (int)sizeof(path))
-        return;
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        char why[PATH_MAX + 64];
-
-        if (agent_replica_src_open(&r->src, r->watch->dir, e->name, why, sizeof(why)) != 0 ||
-            r->src.content != e->size) {
-            logf_(r, "checkpoint %s not replicated: %s", e->name,
-                  r->src.dirfd >= 0 ? "not the directory that was recorded" : why);
-            agent_replica_src_close(&r->src);
-            close(fd);
-            return;
-        }
-        r->xsize = r->src.total;
-    } else if (fd < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->size) {
-        logf_(r, "checkpoint %s not replicated: not the regular file that was recorded", e->name);
-        if (fd >= 0)
-            close(fd);
-        return;
-    } else {
-        r->xsize = e->size;
-    }
     r->fd = fd;
+    r->mode = mode & RDZV_REPL_MODE_BITS; /* the copy is never wider */
     r->cur = *e;
     r->started_ms = uv_now(r->pace.loop);
     /* a fresh key per checkpoint: the direct link of the one before is of no use to anyone */
@@ -386,6 +375,105 @@ void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry 
     memset(key, 0, sizeof(key));
     send_done(r); /* none could start */
     pump(r);
+}
+
+/* A directory checkpoint is listed in libuv's pool before its copies start: listing and
+ * stat-ing every member took 140-220 ms on the loop for 30,000 of them. A short one-off job,
+ * unlike a copy's writing (replica_write.h). */
+struct listing {
+    uv_work_t work;
+    struct agent_replica *r;
+    uint64_t id; /* r->listing_id then: a newer offer, a close or a new init make it stale */
+    struct agent_ckpt_entry e;
+    uint32_t where[3]; /* round, my_rank, world */
+    int fd;            /* the directory */
+    uint32_t mode;
+    char dir[PATH_MAX];
+    struct agent_replica_src src;
+    char why[PATH_MAX + 64];
+    int rc;
+};
+
+static void list_work(uv_work_t *req)
+{
+    struct listing *j = req->data;
+
+    j->rc = agent_replica_src_open(&j->src, j->dir, j->e.name, j->why, sizeof(j->why));
+}
+
+static void list_done(uv_work_t *req, int status)
+{
+    struct listing *j = req->data;
+    struct agent_replica *r = j->r;
+    int current = status == 0 && r->open && r->listing && r->listing_id == j->id;
+
+    if (current)
+        r->listing = 0;
+    if (current && (j->rc != 0 || j->src.content != j->e.size))
+        logf_(r, "checkpoint %s not replicated: %s", j->e.name,
+              j->rc == 0 ? "not the directory that was recorded" : j->why);
+    if (!current || j->rc != 0 || j->src.content != j->e.size) {
+        agent_replica_src_close(&j->src);
+        close(j->fd);
+        if (current)
+            drained(r); /* nothing to wait for after all */
+    } else {
+        r->src = j->src; /* taken */
+        r->xsize = r->src.total;
+        begin_copies(r, &j->e, j->fd, j->mode, j->where);
+    }
+    free(j);
+}
+
+static void start_listing(struct agent_replica *r, const struct agent_ckpt_entry *e, int fd,
+                          uint32_t mode, const uint32_t where[3])
+{
+    static uint64_t listings; /* ids unique in the process: an init does not reuse one */
+    struct listing *j = calloc(1, sizeof(*j));
+
+    if (j == NULL || snprintf(j->dir, sizeof(j->dir), "%s", r->watch->dir) >= (int)sizeof(j->dir)) {
+        logf_(r, "checkpoint %s not replicated: %s", e->name, strerror(j ? ENAMETOOLONG : ENOMEM));
+        free(j);
+        close(fd);
+        return;
+    }
+    j->r = r;
+    j->id = r->listing_id = ++listings;
+    j->e = *e;
+    memcpy(j->where, where, sizeof(j->where));
+    j->fd = fd;
+    j->mode = mode;
+    agent_replica_src_init(&j->src);
+    j->work.data = j;
+    r->listing = 1;
+    (void)uv_queue_work(r->loop, &j->work, list_work, list_done); /* fails only on NULL */
+}
+
+void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry *e, uint32_t round,
+                         uint32_t my_rank, uint32_t world)
+{
+    const uint32_t where[3] = {round, my_rank, world};
+    char path[PATH_MAX];
+    struct stat st;
+    int fd;
+
+    if (r->copies == 0 || world < 2)
+        return;
+    abandon_sending(r, "superseded by a newer checkpoint");
+    r->listing = 0; /* a directory still being listed is superseded too */
+    if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, e->name) >= (int)sizeof(path))
+        return;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        start_listing(r, e, fd, (uint32_t)st.st_mode, where);
+    } else if (fd < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != e->size) {
+        logf_(r, "checkpoint %s not replicated: not the regular file that was recorded", e->name);
+        if (fd >= 0)
+            close(fd);
+    } else {
+        r->xsize = e->size;
+        begin_copies(r, e, fd, (uint32_t)st.st_mode, where);
+    }
 }
 
 static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
@@ -436,47 +524,44 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
 
 /* --- receiving ---------------------------------------------------------------------------- */
 
+static void on_written(void *data, enum agent_replica_write_event ev, const char *why);
+
 /* Where the copy of in goes until it verified: a temporary file, or a temporary directory for a
- * directory checkpoint, named TMP_PREFIX HOST.PID.XXXXXX. Returns 0 or a negative errno. */
+ * directory checkpoint, named TMP_PREFIX HOST.PID.XXXXXX, which its writer's thread creates
+ * (replica_write.h): from here on the loop only hands it bytes. At most a window is queued
+ * there: the receiver acknowledges only what was written. Returns 0 or a negative errno. */
 static int open_target(struct agent_replica *r, struct agent_replica_in *in)
 {
+    size_t max = WINDOW(in->direct);
     char tmpl[PATH_MAX];
+    int rc;
 
     if (snprintf(tmpl, sizeof(tmpl), "%.3800s/" TMP_PREFIX "%s.%ld.XXXXXX", r->watch->dir, r->host,
                  (long)getpid()) >= (int)sizeof(tmpl))
         return -ENAMETOOLONG;
-    if (in->dir)
-        return agent_replica_sink_open(&in->sink, tmpl);
-    memcpy(in->tmp, tmpl, sizeof(tmpl));
-    if ((in->fd = mkostemp(in->tmp, O_CLOEXEC)) < 0) {
-        in->tmp[0] = '\0';
-        return -errno;
-    }
-    return 0;
+    if ((rc = agent_replica_store_new(r->watch->dir, in->e.name, tmpl, in->dir, in->mode,
+                                      &in->store)) != 0)
+        return rc;
+    rc = agent_replica_writer_start(r->loop, &agent_replica_store_ops, in->store, in->e.checksum,
+                                    max, on_written, in, &in->wr);
+    if (rc != 0)
+        in->store = NULL; /* the writer took it and let it go */
+    return rc;
 }
 
+/* The writer goes on its own: what is not in place yet is removed by its thread. */
 static void close_target(struct agent_replica_in *in)
 {
-    if (in->dir) {
-        agent_replica_sink_abort(&in->sink);
-        return;
-    }
-    if (in->fd >= 0)
-        close(in->fd);
-    if (in->tmp[0] != '\0')
-        unlink(in->tmp);
-    in->fd = -1;
-    in->tmp[0] = '\0';
+    agent_replica_writer_close(in->wr);
+    in->wr = NULL;
+    in->store = NULL;
 }
 
 static void in_end(struct agent_replica_in *in)
 {
     agent_replica_link_close(in->link);
     close_target(in);
-    if (in->hash != NULL)
-        XXH3_freeState(in->hash);
     memset(in, 0, sizeof(*in));
-    in->fd = -1;
 }
 
 static void in_refuse(struct agent_replica *r, struct agent_replica_in *in, uint32_t xfer,
@@ -487,17 +572,19 @@ static void ask_relay(struct agent_replica *r, struct agent_replica_in *in, cons
 {
     int rc;
 
+    agent_replica_link_close(in->link);
+    in->link = NULL;
+    if (in->got == in->xsize)
+        return; /* every byte is with the writer already: its outcome goes to the server */
     logf_(r,
           "replica of checkpoint %s from group rank %" PRIu32
           ": no direct link (%s); asking the server to relay it",
           in->e.name, in->from, why);
-    agent_replica_link_close(in->link);
-    in->link = NULL;
     in->direct = 0;
     in->got = in->acked = 0;
     close_target(in); /* from the first byte again */
-    if ((rc = open_target(r, in)) != 0 || XXH3_64bits_reset(in->hash) != XXH_OK) {
-        in_refuse(r, in, in->xfer, strerror(rc ? -rc : ENOMEM));
+    if ((rc = open_target(r, in)) != 0) {
+        in_refuse(r, in, in->xfer, strerror(-rc));
         return;
     }
     send_ack(r, in->xfer, 0, RDZV_REPL_RELAY, why);
@@ -564,7 +651,6 @@ static const char *begin_problem(struct agent_replica *r, const struct rdzv_repl
     return NULL;
 }
 
-static void finish_in(struct agent_replica *r, struct agent_replica_in *in);
 static void send_link_progress(struct agent_replica *r, struct agent_replica_in *in);
 
 static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
@@ -587,6 +673,7 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
         return;
     }
     memset(in, 0, sizeof(*in));
+    in->r = r;
     in->xfer = b->xfer;
     in->from = b->rank;
     snprintf(in->e.name, sizeof(in->e.name), "%s", b->name);
@@ -595,101 +682,34 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     in->e.checksum = b->checksum;
     in->xsize = b->size;
     in->dir = (b->flags & RDZV_REPL_BEGIN_DIR) != 0;
-    in->fd = -1;
+    in->mode = b->mode; /* 0 from a sender before modes: 0600 / 0700 (replica_store.h) */
+    in->direct = b->port != 0 && b->size != 0;
     rc = open_target(r, in);
-    in->hash = XXH3_createState();
     in->active = 1;
-    if (rc != 0 || in->hash == NULL || XXH3_64bits_reset(in->hash) != XXH_OK) {
-        in_refuse(r, in, b->xfer, rc != 0 ? strerror(-rc) : "out of memory");
+    if (rc != 0) {
+        in_refuse(r, in, b->xfer, strerror(-rc));
         return;
     }
     if (b->size == 0) {
-        finish_in(r, in);
+        agent_replica_writer_finish(in->wr); /* an empty file or directory: DONE follows */
         return;
     }
-    if (b->port != 0) {
+    if (in->direct) {
         in->link_id = b->link;
-        in->direct = 1;
         if ((rc = agent_replica_link_connect(r, in, b)) != 0)
             ask_relay(r, in, rc < -4095 || rc > 0 ? strerror(-rc) : uv_strerror(rc));
     }
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+/* The writer verified the copy and put it in place: recorded, announced to the server. */
+static void stored_in(struct agent_replica *r, struct agent_replica_in *in)
 {
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : -EIO;
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) != 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
-/* Verified by its checksum, made durable, renamed into place, then recorded. */
-static void finish_in(struct agent_replica *r, struct agent_replica_in *in)
-{
-    uint64_t sum = XXH3_64bits_digest(in->hash);
-    char path[PATH_MAX], why[PATH_MAX + 64];
     struct timespec now;
-    struct stat st;
 
-    if (sum != in->e.checksum) {
-        snprintf(why, sizeof(why), "checksum %016" PRIx64 " != announced %016" PRIx64, sum,
-                 in->e.checksum);
-        in_refuse(r, in, in->xfer, why);
-        return;
-    }
-    if (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, in->e.name) >= (int)sizeof(path)) {
-        in_refuse(r, in, in->xfer, strerror(ENAMETOOLONG));
-        return;
-    }
-    if (in->dir) {
-        if (agent_replica_sink_finish(&in->sink, why, sizeof(why)) != 0) {
-            in_refuse(r, in, in->xfer, why);
-            return;
-        }
-        /* a directory of that name that is not this copy stays: rename(2) will not replace it */
-        if (fchmod(in->sink.dirfd, 0755) != 0 || rename(in->sink.tmp, path) != 0 ||
-            lstat(path, &st) != 0) {
-            in_refuse(r, in, in->xfer,
-                      errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR
-                          ? "a different checkpoint of that name is already here"
-                          : strerror(errno));
-            return;
-        }
-        in->e.size = in->sink.content;
-        in->sink.tmp[0] = '\0'; /* renamed: nothing to remove */
-        agent_replica_sink_abort(&in->sink);
-    } else {
-        /* mkstemp made it 0600; the writer's checkpoints are usually world-readable (umask 022) */
-        if (fchmod(in->fd, 0644) != 0 || fsync(in->fd) != 0 || fstat(in->fd, &st) != 0 ||
-            rename(in->tmp, path) != 0) {
-            in_refuse(r, in, in->xfer, strerror(errno));
-            return;
-        }
-        in->tmp[0] = '\0'; /* renamed: nothing to remove */
-    }
-    fsync_dir(r->watch->dir);
+    if (in->dir)
+        in->e.size = in->store->content; /* the members' bytes, not the stream's */
+    in->e.mtime_ns = in->store->mtime_ns;
     clock_gettime(CLOCK_REALTIME, &now);
-    in->e.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     in->e.recorded_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
     agent_ckptwatch_adopt(r->watch, &in->e);
     logf_(r,
@@ -700,6 +720,27 @@ static void finish_in(struct agent_replica *r, struct agent_replica_in *in)
         r->cbs.stored(r->data, &in->e);
     send_ack(r, in->xfer, in->got, RDZV_REPL_DONE, "");
     in_end(in);
+}
+
+/* News from in's writer: bytes written (acknowledged every quarter window, which is what
+ * keeps the sender's window ahead of the disk, not of the link), the end, or a failure. */
+static void on_written(void *data, enum agent_replica_write_event ev, const char *why)
+{
+    struct agent_replica_in *in = data;
+    struct agent_replica *r = in->r;
+    uint64_t written = agent_replica_writer_written(in->wr);
+
+    if (ev == AGENT_REPLICA_WRITE_FAILED) {
+        in_refuse(r, in, in->xfer, why);
+    } else if (ev == AGENT_REPLICA_WRITE_DONE) {
+        stored_in(r, in);
+    } else if (written < in->xsize && written - in->acked >= ACK_EVERY(in->direct)) {
+        in->acked = written;
+        if (in->direct)
+            send_link_progress(r, in);
+        else
+            send_ack(r, in->xfer, written, RDZV_REPL_PROGRESS, "");
+    }
 }
 
 static struct agent_replica_in *find_in(struct agent_replica *r, uint32_t xfer)
@@ -717,7 +758,7 @@ static void on_chunk(struct agent_replica *r, struct agent_replica_in *in,
     char why[PATH_MAX + 64];
     int rc;
 
-    if (d->offset != in->got || d->len > in->xsize - in->got) {
+    if (d->len == 0 || d->offset != in->got || d->len > in->xsize - in->got) {
         snprintf(why, sizeof(why),
                  "chunk of %" PRIu32 " bytes at offset %" PRIu64 ", expected offset %" PRIu64
                  " of %" PRIu64,
@@ -725,26 +766,16 @@ static void on_chunk(struct agent_replica *r, struct agent_replica_in *in,
         in_refuse(r, in, d->xfer, why);
         return;
     }
-    if (in->dir) {
-        if (agent_replica_sink_write(&in->sink, d->data, d->len, why, sizeof(why)) != 0) {
-            in_refuse(r, in, d->xfer, why);
-            return;
-        }
-    } else if ((rc = write_all(in->fd, d->data, d->len, d->offset)) != 0) {
-        in_refuse(r, in, d->xfer, strerror(-rc));
+    /* -EPIPE: the writer failed, and its callback ends the copy saying why */
+    if ((rc = agent_replica_writer_push(in->wr, d->data, d->len)) != 0 && rc != -EPIPE) {
+        /* a sender keeping its window never passes a window unwritten (WINDOW, open_target) */
+        in_refuse(r, in, d->xfer,
+                  rc == -ENOBUFS ? "the sender went past its window" : strerror(-rc));
         return;
     }
-    XXH3_64bits_update(in->hash, d->data, d->len);
     in->got += d->len;
-    if (in->got == in->xsize) {
-        finish_in(r, in);
-    } else if (in->got - in->acked >= ACK_EVERY(in->direct)) {
-        in->acked = in->got;
-        if (in->direct)
-            send_link_progress(r, in);
-        else
-            send_ack(r, in->xfer, in->got, RDZV_REPL_PROGRESS, "");
-    }
+    if (in->got == in->xsize)
+        agent_replica_writer_finish(in->wr); /* verified, made durable, renamed: DONE or FAILED */
 }
 
 static void on_data(struct agent_replica *r, const struct rdzv_repl_data *d)
@@ -767,7 +798,7 @@ static void send_link_progress(struct agent_replica *r, struct agent_replica_in 
 
     rdzv_msg_init(&m, RDZV_MSG_REPL_ACK);
     m.u.repl_ack.xfer = in->link_id;
-    m.u.repl_ack.offset = in->got;
+    m.u.repl_ack.offset = in->acked;
     m.u.repl_ack.status = RDZV_REPL_PROGRESS;
     if (agent_replica_link_send(in->link, &m) != 0)
         ask_relay(r, in, "the link failed");
@@ -940,8 +971,6 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     memset(r, 0, sizeof(*r));
     r->fd = -1;
     agent_replica_src_init(&r->src);
-    for (unsigned i = 0; i < AGENT_REPLICA_MAX_IN; i++)
-        r->in[i].fd = -1;
     r->msg = malloc(sizeof(*r->msg));
     if (r->msg == NULL)
         return -ENOMEM;

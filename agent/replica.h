@@ -11,8 +11,11 @@
  *
  * Runs on the agent's loop beside the workers: at most RDZV_REPL_WINDOW bytes per receiver
  * are unacknowledged, each loop turn sends at most a window, and --replicate-bandwidth paces
- * the chunks with a timer. A newer checkpoint supersedes one still in flight. Only regular
- * files are replicated (a directory checkpoint is logged and left alone). */
+ * the chunks with a timer. A newer checkpoint supersedes one still in flight. Regular files
+ * and directories of regular files are replicated (replica_dir.h). The receiver's file-system
+ * work (create, write, fsync, rename, removal) runs on a writer thread per copy
+ * (replica_write.h, replica_store.h), never on the loop, and it acknowledges only bytes
+ * written: the window is what bounds the bytes waiting for the disk. */
 #ifndef MUSTER_AGENT_REPLICA_H
 #define MUSTER_AGENT_REPLICA_H
 
@@ -57,21 +60,25 @@ struct agent_replica_out { /* one receiver of the checkpoint being sent */
     uint64_t retry_ms;               /* not 0: to be started again then (loop time) */
 };
 
+struct agent_replica_writer; /* replica_write.h */
+struct agent_replica_store;  /* replica_store.h */
+
 struct agent_replica_in { /* one copy being received */
     int active;
-    uint32_t xfer;    /* the server's id */
-    uint32_t from;    /* the sender's group rank */
-    uint32_t link_id; /* the sender's id of this copy, named on the direct link */
-    uint64_t xsize;   /* bytes to come: the file's, or the directory's stream */
-    int dir;          /* a directory checkpoint (RDZV_REPL_BEGIN_DIR): written by sink */
-    struct agent_replica_sink sink;
-    int direct; /* chunks come on the direct link (else relayed by the server) */
+    struct agent_replica *r; /* its owner, for the writer's callback */
+    uint32_t xfer;           /* the server's id */
+    uint32_t from;           /* the sender's group rank */
+    uint32_t link_id;        /* the sender's id of this copy, named on the direct link */
+    uint64_t xsize;          /* bytes to come: the file's, or the directory's stream */
+    int dir;                 /* a directory checkpoint (RDZV_REPL_BEGIN_DIR) */
+    uint32_t mode;           /* the original's permission bits (REPL_BEGIN), 0: not known */
+    int direct;              /* chunks come on the direct link (else relayed by the server) */
     struct agent_replica_link *link; /* that link while it is open */
     struct agent_ckpt_entry e;
-    uint64_t got, acked;
-    int fd;
-    char tmp[PATH_MAX];
-    void *hash; /* XXH3_state_t */
+    uint64_t got;                      /* bytes received, handed to the writer */
+    uint64_t acked;                    /* bytes written and acknowledged */
+    struct agent_replica_writer *wr;   /* writes, hashes and stores it off the loop */
+    struct agent_replica_store *store; /* wr's target: read only when wr said DONE */
 };
 
 struct agent_replica {
@@ -98,6 +105,9 @@ struct agent_replica {
     int fd;                       /* the checkpoint being sent, -1 none */
     struct agent_replica_src src; /* a directory checkpoint's stream (dirfd -1: a file) */
     uint64_t xsize;               /* bytes to send: the file's, or the directory's stream */
+    uint32_t mode;                /* the original's permission bits, for REPL_BEGIN */
+    int listing;                  /* a directory checkpoint is being listed (replica.c) */
+    uint64_t listing_id;          /* which: only that one's copies start */
     struct agent_ckpt_entry cur;
     uint32_t round;       /* the round the checkpoint is offered in */
     uint32_t link_port;   /* its direct link's port, 0: relayed */

@@ -152,9 +152,12 @@ void agent_replica_sink_init(struct agent_replica_sink *k)
     k->fd = -1;
 }
 
-int agent_replica_sink_open(struct agent_replica_sink *k, const char *tmp)
+int agent_replica_sink_open(struct agent_replica_sink *k, const char *tmp, mode_t file_mode,
+                            mode_t dir_mode)
 {
     agent_replica_sink_init(k);
+    k->file_mode = file_mode;
+    k->dir_mode = dir_mode;
     if (snprintf(k->tmp, sizeof(k->tmp), "%s", tmp) >= (int)sizeof(k->tmp))
         return -ENAMETOOLONG;
     if (mkdtemp(k->tmp) == NULL) {
@@ -189,11 +192,11 @@ static int path_ok(const char *p, size_t len, const char *prev, unsigned long fi
 
 /* Creates the directories above member path (each ours: the temporary directory is fresh and
  * holds no symlink, so no component can lead outside). */
-static int make_parents(int dirfd, char *path)
+static int make_parents(int dirfd, char *path, mode_t mode)
 {
     for (char *c = strchr(path, '/'); c != NULL; c = strchr(c + 1, '/')) {
         *c = '\0';
-        int rc = mkdirat(dirfd, path, 0755);
+        int rc = mkdirat(dirfd, path, mode);
 
         *c = '/';
         if (rc != 0 && errno != EEXIST)
@@ -220,9 +223,9 @@ static int member_begin(struct agent_replica_sink *k, char *why, size_t whylen)
     k->left = 0;
     for (int b = 0; b < 8; b++)
         k->left = k->left << 8 | k->size[b];
-    if ((rc = make_parents(k->dirfd, k->path)) != 0 ||
+    if ((rc = make_parents(k->dirfd, k->path, k->dir_mode)) != 0 ||
         (k->fd = openat(k->dirfd, k->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                        0644)) < 0) {
+                        k->file_mode)) < 0) {
         rc = rc ? rc : -errno;
         snprintf(why, whylen, "cannot create %s: %s", k->path, strerror(-rc));
         return rc;

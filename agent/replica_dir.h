@@ -35,7 +35,8 @@ struct agent_replica_src { /* the sender's side */
 };
 
 /* Lists dir/name (a directory checkpoint) into s. Returns 0, or a negative errno with a one-line
- * reason in why (a symlink inside: -ELOOP; a member that is not a regular file: -EINVAL). */
+ * reason in why (a symlink inside: -ELOOP; a member that is not a regular file: -EINVAL).
+ * Walks and stats every member: replica.c calls it in libuv's pool, not on the loop. */
 int agent_replica_src_open(struct agent_replica_src *s, const char *dir, const char *name,
                            char *why, size_t whylen);
 
@@ -62,12 +63,16 @@ struct agent_replica_sink { /* the receiver's side */
     int fd;        /* the member being written */
     char prev[PATH_MAX];
     uint64_t files, content;
+    mode_t file_mode, dir_mode; /* members and subdirectories are created with these */
 };
 
-/* Creates the temporary directory tmp (a template ending in XXXXXX, mkdtemp). Returns 0 or a
- * negative errno. */
+/* Creates the temporary directory tmp (a template ending in XXXXXX, mkdtemp: 0700); members
+ * are created with file_mode, subdirectories with dir_mode (both narrowed by the umask).
+ * Returns 0 or a negative errno. Blocking file-system calls, like the rest of the sink: for
+ * the writer's thread (replica_store.h), not the loop. */
 void agent_replica_sink_init(struct agent_replica_sink *k);
-int agent_replica_sink_open(struct agent_replica_sink *k, const char *tmp);
+int agent_replica_sink_open(struct agent_replica_sink *k, const char *tmp, mode_t file_mode,
+                            mode_t dir_mode);
 
 /* Takes the next n stream bytes. Returns 0, or -EPROTO with why (a bad path, order, size) or
  * another negative errno (writing failed). */

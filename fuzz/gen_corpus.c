@@ -170,7 +170,7 @@ static void fill(uint8_t type)
         }
         strcpy(msg.u.preflight.gpus[1].note, "clocks held down by HW slowdown");
         break;
-    case RDZV_MSG_REPL_BEGIN: /* with both parts of its tail: a direct link, a directory */
+    case RDZV_MSG_REPL_BEGIN: /* its tail's three parts: a direct link, a directory, a mode */
         msg.u.repl_begin.xfer = 0x80000001u;
         msg.u.repl_begin.round = 2;
         msg.u.repl_begin.rank = 1;
@@ -183,6 +183,7 @@ static void fill(uint8_t type)
         memset(msg.u.repl_begin.key, 0xa5, sizeof(msg.u.repl_begin.key));
         strcpy(msg.u.repl_begin.host, "10.0.0.1");
         msg.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
+        msg.u.repl_begin.mode = 0750;
         break;
     case RDZV_MSG_REPL_DATA:
         msg.u.repl_data.xfer = 7;

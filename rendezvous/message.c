@@ -350,6 +350,22 @@ static void io_ckpt(struct io *c, struct rdzv_ckpt *k)
         c->r->err = -EPROTO;
 }
 
+/* The third part of REPL_BEGIN's tail: the original's mode, written only when not 0; flags of
+ * 0 before it are canonical only when it follows. */
+static void io_repl_begin_mode(struct io *c, struct rdzv_repl_begin *b)
+{
+    if ((c->w != NULL && b->mode == 0) || (c->r != NULL && c->r->pos == c->r->len)) {
+        if (c->r != NULL && !c->r->err && b->flags == 0)
+            c->r->err = -EPROTO;
+        return;
+    }
+    IO_U32(c, b->mode);
+    if (c->w != NULL && (b->mode & ~RDZV_REPL_MODE_BITS) != 0)
+        c->w->err = -EINVAL;
+    if (c->r != NULL && !c->r->err && (b->mode == 0 || (b->mode & ~RDZV_REPL_MODE_BITS) != 0))
+        c->r->err = -EPROTO;
+}
+
 static void io_repl_begin(struct io *c, struct rdzv_repl_begin *b)
 {
     IO_U32(c, b->xfer);
@@ -363,9 +379,11 @@ static void io_repl_begin(struct io *c, struct rdzv_repl_begin *b)
         c->r->err = -EPROTO;
     else if (b->name[0] == '\0')
         c->w->err = -EINVAL;
-    /* the optional tail, canonical: the direct link (port 0: none) then flags, written only
-     * when set; a tail whose parts are all zero is sent as no tail */
-    if ((c->w != NULL && b->port == 0 && b->flags == 0) || (c->r != NULL && c->r->pos == c->r->len))
+    /* the optional tail, canonical: the direct link (port 0: none), flags, then the mode, each
+     * written only when it or a later part is set; a tail whose parts are all zero is sent as
+     * no tail */
+    if ((c->w != NULL && b->port == 0 && b->flags == 0 && b->mode == 0) ||
+        (c->r != NULL && c->r->pos == c->r->len))
         return;
     IO_U32(c, b->port);
     IO_U32(c, b->link);
@@ -375,14 +393,16 @@ static void io_repl_begin(struct io *c, struct rdzv_repl_begin *b)
         c->w->err = -EINVAL;
     if (c->r != NULL && !c->r->err && b->port > 65535)
         c->r->err = -EPROTO;
-    if ((c->w != NULL && b->flags == 0) || (c->r != NULL && c->r->pos == c->r->len)) {
+    if ((c->w != NULL && b->flags == 0 && b->mode == 0) ||
+        (c->r != NULL && c->r->pos == c->r->len)) {
         if (c->r != NULL && !c->r->err && b->port == 0)
             c->r->err = -EPROTO;
         return;
     }
     IO_U32(c, b->flags);
-    if (c->r != NULL && !c->r->err && (b->flags == 0 || (b->flags & ~RDZV_REPL_BEGIN_DIR) != 0))
+    if (c->r != NULL && !c->r->err && (b->flags & ~RDZV_REPL_BEGIN_DIR) != 0)
         c->r->err = -EPROTO;
+    io_repl_begin_mode(c, b);
 }
 
 /* The chunk is a u32-length blob of at most RDZV_REPL_CHUNK_MAX bytes; the offset and the

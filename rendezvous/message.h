@@ -282,10 +282,16 @@ struct rdzv_repl_begin {
     char host[RDZV_HOST_MAX + 1]; /* S->receiver: where to connect */
     /* a second part, sent only when not 0 (behind the first, whose port may then be 0) */
     uint32_t flags; /* RDZV_REPL_BEGIN_DIR */
+    /* a third part, sent only when not 0 (behind the other two, which may then be zeros): the
+     * original's permission bits (st_mode & 07777; of the directory for a directory
+     * checkpoint), which the receiver gives its copy, never wider (agent/replica_store.h);
+     * 0 = not known (a sender before modes, or an original of mode 0000) */
+    uint32_t mode;
 };
 /* The copy is a directory checkpoint, sent as the stream its checksum reads (agent/replica_dir.h):
  * `size` is the stream's length, not the sum of its files. */
 #define RDZV_REPL_BEGIN_DIR 1u
+#define RDZV_REPL_MODE_BITS 07777u /* what REPL_BEGIN's mode may hold */
 
 struct rdzv_repl_data {
     uint32_t xfer;

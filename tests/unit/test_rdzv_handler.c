@@ -1087,14 +1087,15 @@ static void repl_begin_direct(struct raw *r, uint32_t xfer, uint64_t size)
                                                .step = 5,
                                                .size = size,
                                                .port = 4242,
-                                               .link = xfer};
+                                               .link = xfer,
+                                               .mode = 0600};
     memset(m->u.repl_begin.key, 0x3c, sizeof(m->u.repl_begin.key));
     strcpy(m->u.repl_begin.name, "ckpt_5.pt");
     strcpy(m->u.repl_begin.host, "attacker.example"); /* the server names the sender's address */
     send_msg(r, m);
 }
 
-/* A direct link (issue 19): the server passes port, link and key on, names the sender's own
+/* A direct link (issue 19): the server passes port, link, key and mode on, names the sender's own
  * address, relays no chunk of it, accepts the receiver's DONE at the announced size, and
  * switches to relaying when the receiver asks, once. */
 static void test_repl_direct_link(void **state)
@@ -1107,6 +1108,7 @@ static void test_repl_direct_link(void **state)
     assert_int_equal(R(g_d)->repl_begin.port, 4242);
     assert_int_equal(R(g_d)->repl_begin.link, X(1));
     assert_int_equal(R(g_d)->repl_begin.key[31], 0x3c);
+    assert_int_equal(R(g_d)->repl_begin.mode, 0600); /* the original's, for the receiver */
     assert_string_equal(R(g_d)->repl_begin.host, "127.0.0.1"); /* where the sender came from */
     repl_data(R(g_s), X(1), 0, CH); /* a chunk of a direct transfer through the server */
     g_want = 1;

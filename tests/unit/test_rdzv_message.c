@@ -465,6 +465,39 @@ static void test_optional_tails(void **state)
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 1] = 0; /* flags 0 sent: not canonical */
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    /* the original's mode: a third part, behind the others (zeros there then) */
+    in.u.repl_begin.flags = 0;
+    in.u.repl_begin.mode = 0600;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8 + 4 + 4);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.repl_begin.mode, 0600);
+    assert_int_equal(out.u.repl_begin.flags, 0);
+    assert_int_equal(out.u.repl_begin.port, 0);
+    /* without the mode, flags 0 are not canonical; a mode of 0 or with bits beyond 07777
+     * neither */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    buf[RDZV_HEADER_SIZE + plen - 3] = 1; /* 0x10000: S_IFREG's territory, not a mode */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    in.u.repl_begin.mode = 0100644; /* a whole st_mode: the sender masks it */
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
+    /* all three parts: a directory of mode 0700 on a direct link */
+    in.u.repl_begin.mode = 0700;
+    in.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
+    in.u.repl_begin.port = 40123;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    assert_int_equal(out.u.repl_begin.mode, 0700);
+    assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
+    assert_int_equal(out.u.repl_begin.port, 40123);
+    /* an older sender's BEGIN (no third part) still decodes, with mode 0 */
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(out.u.repl_begin.mode, 0);
+    assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
 }
 
 /* JOIN's tail, second part (hot spares): flags go out only when set, behind the first part

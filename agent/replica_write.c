@@ -1,0 +1,303 @@
+/* The off-loop writer of a checkpoint replica: see replica_write.h. */
+#include "replica_write.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+struct chunk {
+    struct chunk *next;
+    size_t n;
+    uint8_t data[];
+};
+
+enum { RUNNING, DONE, FAILED };
+
+struct agent_replica_writer {
+    uv_loop_t *loop;
+    uv_async_t async; /* the thread's news: progress, the outcome, its end */
+    uv_thread_t thread;
+    uv_mutex_t mu;
+    uv_cond_t cv;
+    const struct agent_replica_write_ops *ops;
+    void *target;
+    uint64_t checksum;
+    size_t max;
+    agent_replica_write_cb cb;
+    void *data;
+    /* under mu: the loop's orders and the thread's news */
+    struct chunk *head, *tail;
+    int finishing; /* every byte was pushed */
+    int stopping;  /* closed: the thread cleans up and ends */
+    uint64_t written;
+    int outcome; /* RUNNING, DONE, FAILED */
+    int ended;   /* the thread is returning: it touches nothing of w any more */
+    char why[PATH_MAX + 128];
+    /* loop only */
+    uint64_t pushed, seen; /* bytes pushed; written as last reported */
+    int reported;          /* the outcome went to cb */
+    int closed;
+    int finish_asked;
+};
+
+/* --- the thread -------------------------------------------------------------------------- */
+
+static void tell(struct agent_replica_writer *w)
+{
+    uv_async_send(&w->async);
+}
+
+/* The next chunk, waiting for one; NULL once finishing with nothing left, or stopping. */
+static struct chunk *take(struct agent_replica_writer *w, int *finishing)
+{
+    struct chunk *c = NULL;
+
+    uv_mutex_lock(&w->mu);
+    while (w->head == NULL && !w->finishing && !w->stopping)
+        uv_cond_wait(&w->cv, &w->mu);
+    if (!w->stopping && w->head != NULL) {
+        c = w->head;
+        w->head = c->next;
+        if (w->head == NULL)
+            w->tail = NULL;
+    }
+    *finishing = w->finishing && !w->stopping && c == NULL;
+    uv_mutex_unlock(&w->mu);
+    return c;
+}
+
+static void set_outcome(struct agent_replica_writer *w, int rc, const char *why)
+{
+    uv_mutex_lock(&w->mu);
+    w->outcome = rc == 0 ? DONE : FAILED;
+    snprintf(w->why, sizeof(w->why), "%s", rc == 0 ? "" : why[0] ? why : strerror(-rc));
+    uv_mutex_unlock(&w->mu);
+    tell(w);
+}
+
+/* Writes chunks until every byte is there (then verifies and finishes) or something failed;
+ * 0 or a negative errno with why, -ECANCELED when closed meanwhile. */
+static int write_all(struct agent_replica_writer *w, XXH3_state_t *h, char *why, size_t whylen)
+{
+    struct chunk *c;
+    int finishing, rc;
+    uint64_t sum;
+
+    while ((c = take(w, &finishing)) != NULL) {
+        rc = w->ops->write(w->target, c->data, c->n, why, whylen);
+        XXH3_64bits_update(h, c->data, c->n);
+        uv_mutex_lock(&w->mu);
+        w->written += rc == 0 ? c->n : 0;
+        uv_mutex_unlock(&w->mu);
+        free(c);
+        if (rc != 0)
+            return rc;
+        tell(w);
+    }
+    if (!finishing)
+        return -ECANCELED;
+    if ((sum = XXH3_64bits_digest(h)) != w->checksum) {
+        snprintf(why, whylen, "checksum %016" PRIx64 " != announced %016" PRIx64, sum, w->checksum);
+        return -EBADMSG;
+    }
+    return w->ops->finish(w->target, why, whylen);
+}
+
+static void run(void *arg)
+{
+    struct agent_replica_writer *w = arg;
+    XXH3_state_t *h = XXH3_createState();
+    char why[PATH_MAX + 128] = "";
+    sigset_t all;
+    int rc, kept;
+
+    /* the agent's signals are loop events (uv_signal): let the main thread take them */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    rc = h == NULL || XXH3_64bits_reset(h) != XXH_OK ? -ENOMEM : 0;
+    if (rc == 0)
+        rc = w->ops->open(w->target, why, sizeof(why));
+    if (rc == 0)
+        rc = write_all(w, h, why, sizeof(why));
+    if (rc != -ECANCELED)
+        set_outcome(w, rc, why);
+    uv_mutex_lock(&w->mu);
+    while (!w->stopping)
+        uv_cond_wait(&w->cv, &w->mu);
+    kept = w->outcome == DONE;
+    uv_mutex_unlock(&w->mu);
+    w->ops->close(w->target, kept); /* the removal of a large copy: here, not on the loop */
+    XXH3_freeState(h);
+    uv_mutex_lock(&w->mu);
+    w->ended = 1;
+    uv_mutex_unlock(&w->mu);
+    tell(w);
+}
+
+/* --- the loop ---------------------------------------------------------------------------- */
+
+static void free_chunks(struct chunk *c)
+{
+    while (c != NULL) {
+        struct chunk *next = c->next;
+
+        free(c);
+        c = next;
+    }
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    struct agent_replica_writer *w = h->data;
+
+    free_chunks(w->head);
+    uv_cond_destroy(&w->cv);
+    uv_mutex_destroy(&w->mu);
+    free(w);
+}
+
+static void on_async(uv_async_t *a)
+{
+    struct agent_replica_writer *w = a->data;
+    char why[sizeof(w->why)];
+    uint64_t written;
+    int outcome, ended;
+
+    uv_mutex_lock(&w->mu);
+    written = w->written;
+    outcome = w->outcome;
+    ended = w->ended;
+    memcpy(why, w->why, sizeof(why));
+    uv_mutex_unlock(&w->mu);
+    if (ended) { /* it has returned or is about to: joining costs no wait on the disk */
+        uv_thread_join(&w->thread);
+        uv_close((uv_handle_t *)&w->async, on_closed);
+        return;
+    }
+    if (!w->closed && written != w->seen) {
+        w->seen = written;
+        w->cb(w->data, AGENT_REPLICA_WRITE_PROGRESS, "");
+    }
+    if (!w->closed && outcome != RUNNING && !w->reported) {
+        w->reported = 1;
+        w->cb(w->data, outcome == DONE ? AGENT_REPLICA_WRITE_DONE : AGENT_REPLICA_WRITE_FAILED,
+              why);
+    }
+}
+
+int agent_replica_writer_start(uv_loop_t *loop, const struct agent_replica_write_ops *ops,
+                               void *target, uint64_t checksum, size_t max,
+                               agent_replica_write_cb cb, void *data,
+                               struct agent_replica_writer **out)
+{
+    struct agent_replica_writer *w = calloc(1, sizeof(*w));
+    int rc;
+
+    if (w == NULL) {
+        ops->close(target, 0);
+        return -ENOMEM;
+    }
+    *w = (struct agent_replica_writer){.loop = loop,
+                                       .ops = ops,
+                                       .target = target,
+                                       .checksum = checksum,
+                                       .max = max,
+                                       .cb = cb,
+                                       .data = data};
+    if ((rc = uv_mutex_init(&w->mu)) != 0)
+        goto no_mutex;
+    if ((rc = uv_cond_init(&w->cv)) != 0)
+        goto no_cond;
+    if ((rc = uv_async_init(loop, &w->async, on_async)) != 0)
+        goto no_async;
+    w->async.data = w;
+    if ((rc = uv_thread_create(&w->thread, run, w)) != 0) {
+        ops->close(target, 0);
+        uv_close((uv_handle_t *)&w->async, on_closed); /* frees w */
+        return rc;
+    }
+    *out = w;
+    return 0;
+no_async:
+    uv_cond_destroy(&w->cv);
+no_cond:
+    uv_mutex_destroy(&w->mu);
+no_mutex:
+    ops->close(target, 0);
+    free(w);
+    return rc;
+}
+
+int agent_replica_writer_push(struct agent_replica_writer *w, const uint8_t *p, size_t n)
+{
+    struct chunk *c;
+    int failed;
+
+    uv_mutex_lock(&w->mu);
+    failed = w->outcome == FAILED;
+    uv_mutex_unlock(&w->mu);
+    if (w->finish_asked || failed || w->closed)
+        return -EPIPE;
+    /* what the loop knows was written: the receiver acknowledged no more than that, so a
+     * sender within its window stays within max */
+    if (w->pushed + n - w->seen > w->max)
+        return -ENOBUFS;
+    if ((c = malloc(sizeof(*c) + n)) == NULL)
+        return -ENOMEM;
+    c->next = NULL;
+    c->n = n;
+    memcpy(c->data, p, n);
+    uv_mutex_lock(&w->mu);
+    if (w->tail != NULL)
+        w->tail->next = c;
+    else
+        w->head = c;
+    w->tail = c;
+    uv_cond_signal(&w->cv);
+    uv_mutex_unlock(&w->mu);
+    w->pushed += n;
+    return 0;
+}
+
+int agent_replica_writer_finish(struct agent_replica_writer *w)
+{
+    int rc = 0;
+
+    if (w->finish_asked || w->closed)
+        return -EPIPE;
+    w->finish_asked = 1;
+    uv_mutex_lock(&w->mu);
+    if (w->outcome == FAILED)
+        rc = -EPIPE;
+    w->finishing = 1;
+    uv_cond_signal(&w->cv);
+    uv_mutex_unlock(&w->mu);
+    return rc;
+}
+
+uint64_t agent_replica_writer_written(const struct agent_replica_writer *w)
+{
+    return w->seen;
+}
+
+size_t agent_replica_writer_queued(const struct agent_replica_writer *w)
+{
+    return (size_t)(w->pushed - w->seen);
+}
+
+void agent_replica_writer_close(struct agent_replica_writer *w)
+{
+    if (w == NULL || w->closed)
+        return;
+    w->closed = 1; /* no callback from here on */
+    uv_mutex_lock(&w->mu);
+    w->stopping = 1;
+    uv_cond_signal(&w->cv);
+    uv_mutex_unlock(&w->mu);
+}
