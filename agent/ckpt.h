@@ -2,9 +2,10 @@
  * checksums, so that a restart resumes from the newest one that is still intact and
  * --keep-checkpoints prunes only behind a good one (DESIGN.md "Checkpoints", issue 5).
  *
- * No libuv and no threads: the agent calls it from its loop. Entries come from
- * agent_ckpt_scan_entry or the incremental hash (ckpt_hash.h). _pick and _prune re-hash on disk
- * and block while they do; they run at restart time, when the workers are stopped anyway. */
+ * No libuv and no threads. The registry itself (add, remove, order) is cheap and the watcher
+ * keeps it on its loop; what touches the disk (_verify, _pick, _prune, _save, _load of a big
+ * file, agent_ckpt_remove_path) blocks, and the watcher runs it in libuv's pool (ckptwatch.h).
+ * Entries come from agent_ckpt_scan_entry or the incremental hash (ckpt_hash.h). */
 #ifndef MUSTER_AGENT_CKPT_H
 #define MUSTER_AGENT_CKPT_H
 

@@ -3,7 +3,7 @@
  * these; this module only reads the file system.
  *
  * No libuv and no state shared between calls, so any thread may call it: the agent's loop, or
- * libuv's pool (the watcher hashes a checkpoint that landed there, ckptwatch.c; replica.c lists
+ * libuv's pool (the watcher hashes every checkpoint there, ckptexam.c; replica.c lists
  * a directory to copy there). Hashing a large checkpoint takes a while (XXH3 runs at memory
  * speed, the disk is slower), so hashing is also offered in steps (agent_ckpt_hash_begin/step/
  * end) that read at most a given number of bytes per call, for a caller on the loop (one step
