@@ -23,6 +23,7 @@ lt_cleanup() { rm -rf "$LT_TMP"; }
 IT_CLEANUP_HOOKS="$IT_CLEANUP_HOOKS lt_cleanup"
 note "TMPDIR=$LT_TMP ($(stat -f -c %T "$LT_TMP")), checkpoints in $T ($(stat -f -c %T "$T"))"
 
+# shellcheck disable=SC2034 # read by run_reference and run_with_kills
 RUN_ENV=(TMPDIR="$LT_TMP")
 STEPS=200
 ARGS=(--max_steps "$STEPS" --every_n_train_steps 10 --batches_per_epoch 50)
