@@ -261,6 +261,39 @@ static int try_copy(struct agent_ckptwatch_job *j, const struct agent_ckpt_entry
     return 1;
 }
 
+/* A last good copy of an entry that is not the one resumed from (Lightning's last.ckpt when
+ * epoch=..-step=...ckpt is newer) is still put back when its file in place was cut: a script
+ * that reads its fixed path ("last") must not find the torn one. The file in place is left
+ * when it is the version recorded (newer than the copy) or the copy's. */
+static void restore_others(struct agent_ckptwatch_job *j)
+{
+    char why[256], place[256];
+
+    for (size_t i = 0; i < j->snap_good.n; i++) {
+        const struct agent_ckpt_entry *c = &j->snap_good.entries[i], *e = NULL;
+
+        if (j->rc == 0 && strcmp(c->name, j->e.name) == 0)
+            continue;
+        for (size_t k = 0; k < j->snap.n; k++)
+            if (strcmp(j->snap.entries[k].name, c->name) == 0)
+                e = &j->snap.entries[k];
+        if ((e != NULL && agent_ckpt_entry_verify(e, j->w->dir, place, sizeof(place)) == 0) ||
+            agent_ckpt_entry_verify(c, j->w->dir, place, sizeof(place)) == 0 ||
+            agent_ckpt_entry_verify(c, j->w->gooddir, why, sizeof(why)) != 0)
+            continue;
+        if (agent_ckpt_restore_copy(j->w->dir, j->w->gooddir, c, why, sizeof(why)) != 0) {
+            agent_ckptwatch__line(
+                &j->lines, "checkpoint %s not restored from its last good copy: %s", c->name, why);
+            continue;
+        }
+        agent_ckptwatch__line(&j->lines,
+                              "checkpoint %s restored from its last good copy (step %lld, %" PRIu64
+                              " bytes, xxh3 %016" PRIx64 "): the file in place: %s",
+                              c->name, (long long)c->step, c->size, c->checksum, place);
+        agent_ckpt_registry_add(&j->notify, c); /* the registry's version of it now */
+    }
+}
+
 static void pick_work(struct agent_ckptwatch_job *j)
 {
     size_t n = j->snap.n + j->snap_good.n, k = 0;
@@ -292,6 +325,7 @@ static void pick_work(struct agent_ckptwatch_job *j)
         add_bad(j, c[i].e, why);
     }
     free(c);
+    restore_others(j);
 }
 
 /* --- the queue ----------------------------------------------------------------------------- */

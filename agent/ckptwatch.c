@@ -582,11 +582,12 @@ static void pick_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
     for (size_t i = 0; i < j->nbad; i++)
         if (w->bad_cb)
             w->bad_cb(w->data, &j->bad[i].e, j->bad[i].why);
-    if (j->rc == 0 && j->restored) {
+    for (size_t i = 0; i < j->notify.n; i++) /* put back: the version in place now */
+        agent_ckpt_registry_add(&w->reg, &j->notify.entries[i]);
+    if (j->rc == 0 && j->restored)
         agent_ckpt_registry_add(&w->reg, &j->e); /* the version in place is the copy's now */
-        if (w->recording)
-            save(w);
-    }
+    if (w->recording && ((j->rc == 0 && j->restored) || j->notify.n > 0))
+        save(w);
     if (j->pick_cb != NULL)
         j->pick_cb(j->cb_data, j->rc, &j->e);
 }

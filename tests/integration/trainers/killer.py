@@ -318,7 +318,10 @@ def main():
         left = a.max_kills - kills
         step = prog.last()
         late = a.total > 0 and step >= a.late * a.total
-        midwrite = need_mid > 0 and (rng.random() < a.p_mid or left <= need_mid + 3)
+        # behind on mid-write kills past half the quota: only those now, or the job may finish
+        # (it ran out of steps) before enough writes were hit
+        midwrite = need_mid > 0 and (rng.random() < a.p_mid or left <= need_mid + 3
+                                     or kills >= a.kills // 2)
         if midwrite:
             skip = rng.choice([0, 0, 0, 1, 2])
             in_ms = rng.uniform(0, a.write_delay_ms)
