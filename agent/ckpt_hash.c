@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include <xxhash.h>
+#ifdef MUSTER_HAVE_XXH_DISPATCH
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "path.h"
 #include "clock.h"
@@ -27,6 +30,15 @@ struct file_list {
     uint64_t size;    /* sum of the regular files */
     int64_t mtime_ns; /* newest of everything seen */
 };
+
+void agent_ckpt_xxh3_update(void *state, const void *p, size_t n)
+{
+#ifdef MUSTER_HAVE_XXH_DISPATCH
+    XXH3_64bits_update_dispatch(state, p, n);
+#else
+    XXH3_64bits_update(state, p, n);
+#endif
+}
 
 static int64_t ts_ns(struct timespec ts)
 {
@@ -385,7 +397,7 @@ int agent_ckpt_hash_step(struct agent_ckpt_hash *h, size_t budget, int *finished
             finish_file(h);
         if (n <= 0)
             continue;
-        XXH3_64bits_update(h->state, h->buf, (size_t)n);
+        agent_ckpt_xxh3_update(h->state, h->buf, (size_t)n);
         h->hashed += (uint64_t)n;
         h->file_read += (uint64_t)n;
         used += (size_t)n;

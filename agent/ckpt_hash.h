@@ -21,6 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* XXH3_64bits_update, through xxHash's x86 dispatcher (AVX2) where the library has it: every
+ * checksum of checkpoint bytes goes through this. */
+void agent_ckpt_xxh3_update(void *state, const void *p, size_t n);
+
 /* Longest entry name, NUL included (one path component: NAME_MAX + 1). */
 #define AGENT_CKPT_NAME_MAX 256
 /* A directory checkpoint with more files than this is refused (-E2BIG) rather than listed. */

@@ -309,8 +309,9 @@ static struct agent_ckptwatch_job *save(struct agent_ckptwatch *w)
     return j; /* notify is the loop's alone: adding to it while the save runs is safe */
 }
 
-/* --keep-checkpoints: entries older than the one just verified, beyond the newest keep (a last
- * good copy counts as one of them), leave the registry now and the disk off the loop. */
+/* --keep-checkpoints: entries with a step older than the one just verified, beyond the newest
+ * keep (a last good copy counts as one of them), leave the registry now and the disk off the
+ * loop. */
 static void prune(struct agent_ckptwatch *w, const char *verified)
 {
     size_t idx = index_of(&w->reg, verified), first;
@@ -327,6 +328,11 @@ static void prune(struct agent_ckptwatch *w, const char *verified)
     for (size_t i = w->reg.n; j->names != NULL && i-- > first;) {
         struct agent_ckpt_entry e = w->reg.entries[i];
 
+        /* a name without a step is rewritten in place (ckpt.pt, last.ckpt) or is a trainer's
+         * final output (HF's model.safetensors beside its checkpoint-N/): never muster's to
+         * delete */
+        if (e.step < 0)
+            continue;
         snprintf(j->names[j->nnames++], sizeof(*j->names), "%s", e.name);
         agent_ckpt_registry_add(&j->snap, &e); /* for pruned_cb */
         agent_ckpt_registry_remove(&w->reg, e.name);

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "ckpt_hash.h"
+
 struct chunk {
     struct chunk *next;
     size_t n;
@@ -91,7 +93,7 @@ static int write_all(struct agent_replica_writer *w, XXH3_state_t *h, char *why,
 
     while ((c = take(w, &finishing)) != NULL) {
         rc = w->ops->write(w->target, c->data, c->n, why, whylen);
-        XXH3_64bits_update(h, c->data, c->n);
+        agent_ckpt_xxh3_update(h, c->data, c->n);
         uv_mutex_lock(&w->mu);
         w->written += rc == 0 ? c->n : 0;
         uv_mutex_unlock(&w->mu);

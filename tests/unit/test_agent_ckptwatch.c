@@ -436,6 +436,14 @@ static void test_keep_prunes(void **state)
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(fx->w.reg.n, 1);
     assert_string_equal(fx->last_pruned, "ckpt_1.pt");
+    /* a name without a step (a trainer's final model beside its checkpoints) is never pruned */
+    land(fx, "model.safetensors", "final");
+    HARNESS_RUN_UNTIL(&fx->h, fx->recorded == 3);
+    land(fx, "ckpt_3.pt", "three");
+    HARNESS_RUN_UNTIL(&fx->h, fx->pruned == 2);
+    path_of(fx, "model.safetensors", path, sizeof(path));
+    assert_int_equal(stat(path, &st), 0);
+    assert_string_equal(fx->last_pruned, "ckpt_2.pt");
 }
 
 /* pick: the newest entry that verifies; a damaged newer one is reported and skipped. */
