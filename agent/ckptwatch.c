@@ -212,12 +212,23 @@ static void on_timer(uv_timer_t *t)
     struct agent_ckptwatch *w = t->data;
     uint64_t now = uv_now(w->loop);
 
+    /* exam() may supersede (drop) other pending entries, which moves the array: look the
+     * entry up again by name, and start over after each one queued */
     for (size_t i = 0; i < w->npend; i++) {
         struct agent_ckptwatch_pending *p = &w->pend[i];
-        if (p->job == NULL && p->due_ms <= now) {
-            p->again = 0;
-            p->job = exam(w, p->name, p->mode, CKW_FROM_EVENT, 0);
-        }
+        struct agent_ckptwatch_job *j;
+        char name[AGENT_CKPT_NAME_MAX];
+
+        if (p->job != NULL || p->due_ms > now)
+            continue;
+        snprintf(name, sizeof(name), "%s", p->name);
+        p->again = 0;
+        j = exam(w, name, p->mode, CKW_FROM_EVENT, 0);
+        if ((p = pend_find(w, name)) != NULL)
+            p->job = j;
+        if (j == NULL && p != NULL) /* out of memory: drop it rather than spin here */
+            pend_drop(w, p);
+        i = (size_t)-1;
     }
     arm(w);
 }
