@@ -458,8 +458,8 @@ static void exam_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 
     if (p != NULL && p->job == j)
         p->job = NULL;
-    else if (j->origin == CKW_FROM_EVENT)
-        p = NULL; /* dropped while it ran (a flush, a removal): not ours to move on */
+    else /* dropped while it ran (a flush, a removal), or events after a flush's: not ours */
+        p = NULL;
     if (r == AGENT_CKPT_EXAM_RECORD)
         record(w, j);
     else if (r == AGENT_CKPT_EXAM_INCOMPLETE && !quiet)
