@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 time_s=${1:-30}
 shift $(( $# > 0 ? 1 : 0 ))
-all="message http config options endpoint hostlist slurm ckpt_step ckpt_registry cred"
+all="message http config options endpoint hostlist slurm ckpt_step ckpt_registry ckpt_layout cred"
 targets=${*:-$all}
 jobs=${FUZZ_JOBS:-$(nproc)}
 build=$root/build-fuzz
