@@ -34,7 +34,12 @@ static void tmp_name(char *buf, size_t len, const char *prefix)
     snprintf(buf, len, "%s%ld-%u", prefix, (long)getpid(), atomic_fetch_add(&counter, 1));
 }
 
-static int copy_rw(int in, int out)
+static int cancelled(const struct agent_ckpt_copy_stats *stats)
+{
+    return stats->cancel != NULL && atomic_load(stats->cancel);
+}
+
+static int copy_rw(int in, int out, const struct agent_ckpt_copy_stats *stats)
 {
     char *buf = malloc(COPY_CHUNK);
     int rc = 0;
@@ -42,6 +47,10 @@ static int copy_rw(int in, int out)
     if (buf == NULL)
         return -ENOMEM;
     for (;;) {
+        if (cancelled(stats)) {
+            rc = -ECANCELED;
+            break;
+        }
         ssize_t n = read(in, buf, COPY_CHUNK);
         if (n < 0 && errno == EINTR)
             continue;
@@ -74,12 +83,14 @@ static int copy_data(int in, int out, struct agent_ckpt_copy_stats *stats)
         return 0;
     }
     for (;;) {
-        ssize_t n = copy_file_range(in, NULL, out, NULL, 1u << 30, 0);
+        if (cancelled(stats))
+            return -ECANCELED;
+        ssize_t n = copy_file_range(in, NULL, out, NULL, 64u << 20, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && first &&
             (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
-            return copy_rw(in, out);
+            return copy_rw(in, out, stats);
         if (n <= 0)
             return n < 0 ? -errno : 0;
         first = 0;
@@ -219,7 +230,10 @@ int agent_ckpt_keep_copy(const char *dir, const char *gooddir, const struct agen
     int sfd = open_dir(dir), gfd = open_dir(gooddir), rc;
     uint64_t t0 = now_ns();
 
+    atomic_int *cancel = stats->cancel;
+
     memset(stats, 0, sizeof(*stats));
+    stats->cancel = cancel;
     tmp_name(tmp, sizeof(tmp), "incoming-");
     if (sfd < 0 || gfd < 0) {
         rc = say(why, whylen, sfd < 0 ? sfd : gfd, "cannot open the directories");

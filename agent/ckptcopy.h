@@ -12,6 +12,7 @@
 #ifndef MUSTER_AGENT_CKPTCOPY_H
 #define MUSTER_AGENT_CKPTCOPY_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,12 +24,15 @@ struct agent_ckpt_copy_stats {
     unsigned files;
     unsigned reflinked; /* files cloned rather than copied */
     uint64_t ns;        /* wall time of the copy and its verification */
+    /* in, may be NULL: once set, the copy stops between chunks with -ECANCELED (an agent that
+     * is closing does not wait for a 20 GB copy) */
+    atomic_int *cancel;
 };
 
 /* Copies dir/e->name to gooddir/e->name: into a temporary name in gooddir, verified against
- * e's checksum, synced, then renamed over the previous copy. Returns 0; -ESTALE when the copy
- * does not match e (the original changed meanwhile: nothing replaced); other negative errnos.
- * why gets a one-line reason on error. */
+ * e's checksum, synced, then renamed over the previous copy. stats: counts out, its cancel in.
+ * Returns 0; -ESTALE when the copy does not match e (the original changed meanwhile: nothing
+ * replaced); -ECANCELED; other negative errnos. why gets a one-line reason on error. */
 int agent_ckpt_keep_copy(const char *dir, const char *gooddir, const struct agent_ckpt_entry *e,
                          struct agent_ckpt_copy_stats *stats, char *why, size_t whylen);
 

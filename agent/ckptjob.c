@@ -348,6 +348,7 @@ static void work_cb(uv_work_t *req)
         prune_work(j);
         break;
     case CKW_COPY:
+        j->cstats.cancel = &j->cancel;
         j->rc = agent_ckpt_keep_copy(j->w->dir, j->w->gooddir, &j->e, &j->cstats, j->why,
                                      sizeof(j->why));
         break;

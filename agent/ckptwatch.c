@@ -367,6 +367,9 @@ static void keep_copy(struct agent_ckptwatch *w, const struct agent_ckpt_entry *
             return;
         }
     }
+    if (w->running != NULL && w->running->kind == CKW_COPY &&
+        strcmp(w->running->e.name, e->name) == 0)
+        atomic_store(&w->running->cancel, 1); /* an older version: this one replaces it */
     if ((j = new_job(w, CKW_COPY)) == NULL)
         return;
     j->e = *e;
@@ -580,6 +583,8 @@ static void copy_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
         logf_(w, "last good copy of %s not kept: %s (the previous copy stays)", j->e.name, j->why);
         return;
     }
+    if (j->rc == -ECANCELED)
+        return;
     if (j->rc != 0) {
         logf_(w, "warning: last good copy of %s not kept: %s", j->e.name, j->why);
         return;
