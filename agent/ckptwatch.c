@@ -146,7 +146,8 @@ static void arm(struct agent_ckptwatch *w)
     if (!w->open)
         return;
     for (size_t i = 0; i < w->npend; i++)
-        if (w->pend[i].job == NULL && (due == 0 || w->pend[i].due_ms < due))
+        if (w->pend[i].job == NULL && w->pend[i].due_ms != UINT64_MAX &&
+            (due == 0 || w->pend[i].due_ms < due))
             due = w->pend[i].due_ms;
     if (due == 0)
         uv_timer_stop(&w->timer);
@@ -159,13 +160,13 @@ static void arm(struct agent_ckptwatch *w)
 /* Hashing has fallen behind when one job runs this long: then a waiting examination of an
  * older checkpoint (by step) is dropped for a newer one, since hashing every checkpoint of a
  * trainer that writes faster than they hash would queue forever. */
-#define SUPERSEDE_MS 1000
+#define SUPERSEDE_MS 1000u
 
 static void supersede(struct agent_ckptwatch *w, const char *name)
 {
     int64_t step = agent_ckpt_parse_step(name);
 
-    if (w->running == NULL || uv_now(w->loop) - w->running->start_ms < SUPERSEDE_MS)
+    if (w->running == NULL || uv_now(w->loop) - w->running->start_ms < w->supersede_ms)
         return;
     for (struct agent_ckptwatch_job *j = w->head, *next; step >= 0 && j != NULL; j = next) {
         int64_t s = j->kind == CKW_EXAM ? agent_ckpt_parse_step(j->x.name) : -1;
@@ -176,9 +177,9 @@ static void supersede(struct agent_ckptwatch *w, const char *name)
             continue;
         logf_(w, "checkpoint %s superseded by %s before it was hashed", j->x.name, name);
         agent_ckptwatch__unqueue(w, j);
-        if ((p = pend_find(w, j->x.name)) != NULL) {
+        if ((p = pend_find(w, j->x.name)) != NULL) { /* kept, for what the next flush knows */
             p->job = NULL;
-            pend_drop(w, p);
+            p->due_ms = UINT64_MAX; /* until a new event, or that flush */
         }
         agent_ckptwatch__job_free(j);
     }
@@ -743,6 +744,7 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
     w->loop = loop;
     w->keep = keep;
     w->settle_ms = AGENT_CKPTWATCH_SETTLE_MS;
+    w->supersede_ms = SUPERSEDE_MS;
     w->log = cbs->log;
     w->recorded_cb = cbs->recorded_cb;
     w->bad_cb = cbs->bad_cb;

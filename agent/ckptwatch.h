@@ -59,6 +59,7 @@ struct agent_ckptwatch {
     struct agent_ckpt_registry good;
     unsigned keep;
     unsigned settle_ms;
+    unsigned supersede_ms; /* a job running this long means hashing fell behind (tests set 0) */
     char marker[AGENT_CKPT_NAME_MAX];
     int recording; /* only the node of rank 0 records (its workers write the checkpoints) */
     agent_ckptwatch_log_cb log;

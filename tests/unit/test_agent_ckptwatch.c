@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "ckptwatch.h"
+#include "ckptwatch_priv.h"
 #include "harness.h"
 
 struct fixture {
@@ -388,6 +389,33 @@ static void test_loop_not_blocked(void **state)
     assert_true(tick[1] < 100 * 1000000ull);
 }
 
+/* A checkpoint still waiting to be hashed while hashing has fallen behind is superseded by a
+ * newer one (by step), not queued behind it; the flush at the end still records it. */
+static void test_superseded(void **state)
+{
+    struct fixture *fx = *state;
+    char path[512], tmp[512];
+    int fd;
+
+    start(fx, 0, 1);
+    fx->w.supersede_ms = 0; /* behind as soon as anything runs */
+    path_of(fx, ".big.tmp", tmp, sizeof(tmp));
+    fd = open(tmp, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 2ll << 30), 0); /* 2 GiB of holes: a hash that takes a while */
+    close(fd);
+    path_of(fx, "big_1.bin", path, sizeof(path));
+    assert_int_equal(rename(tmp, path), 0);
+    HARNESS_RUN_UNTIL(&fx->h, fx->w.running != NULL && fx->w.running->kind == CKW_EXAM);
+    land(fx, "ckpt_2.pt", "two");
+    land(fx, "ckpt_3.pt", "three");
+    HARNESS_RUN_UNTIL(&fx->h, fx->recorded == 2);
+    assert_true(logged(fx, "checkpoint ckpt_2.pt superseded by ckpt_3.pt before it was hashed"));
+    assert_string_equal(fx->last_recorded, "ckpt_3.pt");
+    flush(fx, 0);
+    assert_int_equal(fx->recorded, 3);
+}
+
 /* What was there before a node started recording is recorded then, and said so; a cut zip
  * found there is not. */
 static void test_startup_entries(void **state)
@@ -515,6 +543,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_settle_rule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_directory_layouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loop_not_blocked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_superseded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_startup_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keep_prunes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pick_skips_damaged, setup, teardown),
