@@ -582,7 +582,11 @@ static void on_server_wait(struct rdzv_client *c, int err, uint64_t waited_ms)
     if (r->join_timeout_ms > 0)
         snprintf(until, sizeof(until), "until the join timeout (%u s)", r->join_timeout_ms / 1000);
     mc_info("waiting for the rendezvous at %s:%u (%s, %llu s so far); retrying %s", r->host,
-            r->port, uv_strerror(err), (unsigned long long)(waited_ms / 1000), until);
+            r->port,
+            err == UV_EOF         ? "closed before it answered"
+            : err == UV_ETIMEDOUT ? "no answer"
+                                  : uv_strerror(err),
+            (unsigned long long)(waited_ms / 1000), until);
     a->server_wait_logs++;
 }
 

@@ -282,7 +282,8 @@ static int first_retry(struct rdzv_client *c, int err)
     uint64_t waited = uv_now(c->loop) + 1 - c->first_try_ms;
 
     if (err != UV_ECONNREFUSED && err != UV_ETIMEDOUT && err != UV_EHOSTUNREACH &&
-        err != UV_ENETUNREACH && err != UV_ECONNRESET && err != UV_ECONNABORTED)
+        err != UV_ENETUNREACH && err != UV_ECONNRESET && err != UV_ECONNABORTED && err != UV_EOF &&
+        err != UV_EPIPE)
         return 0;
     if (c->join.join_timeout_ms != 0 && waited >= c->join.join_timeout_ms)
         return 0;
@@ -501,7 +502,8 @@ static void idle_cb(uv_timer_t *t)
              c->join.heartbeat_timeout_ms);
     if (c->welcomed && !c->finished)
         lose(c, why);
-    else
+    else if (c->welcomed || !first_retry(c, UV_ETIMEDOUT)) /* a host still booting, a link
+                                                            * down: silence, then retry */
         fail(c, UV_ETIMEDOUT, "rendezvous %s:%u: %s", c->host, c->port, why);
 }
 
@@ -829,6 +831,10 @@ static void conn_error_cb(struct rdzv_conn *conn, int err)
      * of a reconnect (a server restarting, its handshake timeout) are part of the outage. */
     if (err == -EACCES)
         fail(c, UV_EACCES, "rendezvous %s:%u: %s", c->host, c->port, tls_why);
+    else if (!c->welcomed && ((tls_why[0] == '\0' && !bad_frame) || rdzv_conn_tls_cut(conn)) &&
+             first_retry(c, rdzv_conn_tls_cut(conn) && err == -EPROTO ? UV_EOF : err))
+        return; /* closed before HELLO was answered (a server at its handshake limit, a proxy
+                 * starting): like a refused connection, retried until the join timeout */
     else if (tls_why[0] != '\0' && c->welcomed && !c->finished)
         lose(c, tls_why);
     else if (tls_why[0] != '\0')

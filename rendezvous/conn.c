@@ -33,6 +33,7 @@ struct rdzv_conn_tls {
     size_t pending_len;
     int done;     /* handshake finished */
     int dead;     /* a fatal mbedTLS error: the context must not be used again */
+    int cut;      /* the handshake ended because the connection did (closed, reset) */
     int notify;   /* close_notify sent */
     int trim_due; /* a record over a page passed: tls_trim when the buffers are empty again */
     uint64_t trimmed_ms; /* loop time of the last trim (TRIM_EVERY_MS) */
@@ -809,6 +810,7 @@ static void tls_read(struct rdzv_conn *conn, ssize_t nread)
     if (nread < 0 && !t->done) {
         /* A truncated handshake: a port scanner, a plaintext peer that gave up, a crash. */
         t->dead = 1;
+        t->cut = 1;
         snprintf(t->reason, sizeof(t->reason), "TLS handshake: %s",
                  nread == UV_EOF ? "connection closed by the peer" : uv_strerror((int)nread));
         stop(conn, nread == UV_EOF ? -EPROTO : (int)nread);
@@ -974,6 +976,11 @@ int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out)
     else
         return -EACCES;
     return 0;
+}
+
+int rdzv_conn_tls_cut(const struct rdzv_conn *conn)
+{
+    return conn->tls != NULL && conn->tls->cut;
 }
 
 const char *rdzv_conn_tls_error(const struct rdzv_conn *conn)

@@ -96,6 +96,10 @@ int rdzv_conn_cred(const struct rdzv_conn *conn, struct rdzv_cred *out);
  * contains the token. Valid until the close callback. */
 const char *rdzv_conn_tls_error(const struct rdzv_conn *conn);
 
+/* Whether the TLS handshake ended because the connection did (closed or reset by the peer)
+ * rather than by a TLS error: a client may retry that one. */
+int rdzv_conn_tls_cut(const struct rdzv_conn *conn);
+
 /* The TLS suite the handshake agreed on (e.g. "TLS-PSK-WITH-AES-128-GCM-SHA256"), or "" before
  * the handshake finished and on a plaintext conn. Static storage. */
 const char *rdzv_conn_tls_suite(const struct rdzv_conn *conn);
