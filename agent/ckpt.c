@@ -47,6 +47,15 @@ static void remove_at(struct agent_ckpt_registry *reg, size_t i)
     reg->n--;
 }
 
+const struct agent_ckpt_entry *agent_ckpt_registry_find(const struct agent_ckpt_registry *reg,
+                                                        const char *name)
+{
+    for (size_t i = 0; i < reg->n; i++)
+        if (strcmp(reg->entries[i].name, name) == 0)
+            return &reg->entries[i];
+    return NULL;
+}
+
 int agent_ckpt_registry_remove(struct agent_ckpt_registry *reg, const char *name)
 {
     for (size_t i = 0; i < reg->n; i++) {

@@ -40,6 +40,10 @@ void agent_ckpt_registry_close(struct agent_ckpt_registry *reg);
  * name (agent_ckpt_name_valid), -ENOMEM. */
 int agent_ckpt_registry_add(struct agent_ckpt_registry *reg, const struct agent_ckpt_entry *entry);
 
+/* The entry called name, or NULL. Valid until reg changes. */
+const struct agent_ckpt_entry *agent_ckpt_registry_find(const struct agent_ckpt_registry *reg,
+                                                        const char *name);
+
 /* Forgets the entry called name (the files stay). Returns 0 or -ENOENT. */
 int agent_ckpt_registry_remove(struct agent_ckpt_registry *reg, const char *name);
 

@@ -15,16 +15,10 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "clock.h"
+#include "saferm.h"
 
 #define COPY_CHUNK (1u << 20)
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Temporary names are unique within the process: two copies never share one. */
 static void tmp_name(char *buf, size_t len, const char *prefix)
@@ -192,17 +186,17 @@ static int open_dir(const char *path)
     return fd >= 0 ? fd : -errno;
 }
 
-static void remove_in(const char *dir, const char *name)
+/* A temporary copy given up, through the directory already open (common/saferm.h). */
+static void remove_at(int dfd, const char *name)
 {
-    char path[PATH_MAX];
+    char why[256];
 
-    if (snprintf(path, sizeof(path), "%s/%s", dir, name) < (int)sizeof(path))
-        agent_ckpt_remove_path(path);
+    mc_rm_at(dfd, name, 0, why, sizeof(why));
 }
 
 /* Renames tmp over name in dfd: a file replaces; a directory is exchanged with the one there,
  * which is then removed (rename cannot replace a directory that is not empty). */
-static int put_in_place(int dfd, const char *dirpath, const char *tmp, const char *name, int is_dir)
+static int put_in_place(int dfd, const char *tmp, const char *name, int is_dir)
 {
     if (!is_dir || renameat2(dfd, tmp, dfd, name, RENAME_EXCHANGE) != 0) {
         if (is_dir && errno != ENOENT)
@@ -211,7 +205,7 @@ static int put_in_place(int dfd, const char *dirpath, const char *tmp, const cha
             return -errno;
         return 0;
     }
-    remove_in(dirpath, tmp); /* now the old one */
+    remove_at(dfd, tmp); /* now the old one */
     return 0;
 }
 
@@ -228,7 +222,7 @@ int agent_ckpt_keep_copy(const char *dir, const char *gooddir, const struct agen
     char tmp[64];
     struct stat st;
     int sfd = open_dir(dir), gfd = open_dir(gooddir), rc;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = mc_mono_ns();
 
     atomic_int *cancel = stats->cancel;
 
@@ -253,15 +247,14 @@ int agent_ckpt_keep_copy(const char *dir, const char *gooddir, const struct agen
         goto fail;
     }
     if (syncfs(gfd) != 0 || fstatat(gfd, tmp, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        (rc = put_in_place(gfd, gooddir, tmp, e->name, S_ISDIR(st.st_mode))) != 0 ||
-        fsync(gfd) != 0) {
+        (rc = put_in_place(gfd, tmp, e->name, S_ISDIR(st.st_mode))) != 0 || fsync(gfd) != 0) {
         rc = say(why, whylen, rc != 0 ? rc : -errno, "putting the copy in place");
         goto fail;
     }
-    stats->ns = now_ns() - t0;
+    stats->ns = mc_mono_ns() - t0;
     goto out;
 fail:
-    remove_in(gooddir, tmp);
+    remove_at(gfd, tmp);
 out:
     if (sfd >= 0)
         close(sfd);
@@ -286,13 +279,13 @@ int agent_ckpt_restore_copy(const char *dir, const char *gooddir, const struct a
     }
     if ((rc = copy_tree(sfd, e->name, dfd, tmp, 0, &stats)) != 0) {
         say(why, whylen, rc, "copy");
-        remove_in(dir, tmp);
+        remove_at(dfd, tmp);
         goto out;
     }
     if (syncfs(dfd) != 0 || fstatat(dfd, tmp, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        (rc = put_in_place(dfd, dir, tmp, e->name, S_ISDIR(st.st_mode))) != 0 || fsync(dfd) != 0) {
+        (rc = put_in_place(dfd, tmp, e->name, S_ISDIR(st.st_mode))) != 0 || fsync(dfd) != 0) {
         rc = say(why, whylen, rc != 0 ? rc : -errno, "putting it in place");
-        remove_in(dir, tmp);
+        remove_at(dfd, tmp);
         goto out;
     }
     rc = agent_ckpt_entry_verify(e, dir, why, whylen);

@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "path.h"
 
 /* A zip's end record is 22 bytes plus a comment of at most 65,535. */
@@ -26,14 +27,6 @@
 static int64_t ts_ns(struct timespec ts)
 {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts_ns(ts);
 }
 
 static void set_layout(struct agent_ckpt_layout *out, enum agent_ckpt_layout_state st,
@@ -347,7 +340,7 @@ static int hash_entry(struct agent_ckpt_exam *x)
     struct agent_ckpt_hash h;
     int finished = 0;
     int rc = agent_ckpt_hash_begin(&h, x->dir, x->name);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = mc_mono_ns();
 
     while (rc == 0 && !finished) {
         if (x->cancel != NULL && atomic_load(x->cancel)) {
@@ -361,7 +354,7 @@ static int hash_entry(struct agent_ckpt_exam *x)
         return rc;
     }
     rc = agent_ckpt_hash_end(&h, &x->entry);
-    x->hash_ns = now_ns() - t0;
+    x->hash_ns = mc_mono_ns() - t0;
     return rc;
 }
 
@@ -371,17 +364,26 @@ static void result(struct agent_ckpt_exam *x, enum agent_ckpt_exam_result r, con
     snprintf(x->why, sizeof(x->why), "%s", why != NULL ? why : "");
 }
 
+/* What a failure of the file system while looking says about the entry. */
+static void errno_result(struct agent_ckpt_exam *x, int rc)
+{
+    if (rc == -ENOENT)
+        result(x, AGENT_CKPT_EXAM_GONE, NULL);
+    else if (rc == -ECANCELED)
+        result(x, AGENT_CKPT_EXAM_CANCELLED, NULL);
+    else if (rc == -EBUSY)
+        result(x, AGENT_CKPT_EXAM_CHANGED, "changed while it was read");
+    else
+        result(x, AGENT_CKPT_EXAM_ERROR, strerror(-rc));
+}
+
 void agent_ckpt_examine(struct agent_ckpt_exam *x)
 {
     struct agent_ckpt_sig after;
     int rc = agent_ckpt_sig_of(x->dir, x->name, &x->sig);
 
-    if (rc == -ENOENT) {
-        result(x, AGENT_CKPT_EXAM_GONE, NULL);
-        return;
-    }
     if (rc != 0) {
-        result(x, AGENT_CKPT_EXAM_ERROR, strerror(-rc));
+        errno_result(x, rc);
         return;
     }
     /* in a shared (sticky) directory another local user may plant a "checkpoint": never ours to
@@ -410,21 +412,8 @@ void agent_ckpt_examine(struct agent_ckpt_exam *x)
         result(x, AGENT_CKPT_EXAM_WAIT, NULL);
         return;
     }
-    rc = hash_entry(x);
-    if (rc == -ECANCELED) {
-        result(x, AGENT_CKPT_EXAM_CANCELLED, NULL);
-        return;
-    }
-    if (rc == -EBUSY) {
-        result(x, AGENT_CKPT_EXAM_CHANGED, "changed while it was read");
-        return;
-    }
-    if (rc == -ENOENT) {
-        result(x, AGENT_CKPT_EXAM_GONE, NULL);
-        return;
-    }
-    if (rc != 0) {
-        result(x, AGENT_CKPT_EXAM_ERROR, strerror(-rc));
+    if ((rc = hash_entry(x)) != 0) {
+        errno_result(x, rc);
         return;
     }
     rc = agent_ckpt_sig_of(x->dir, x->name, &after);

@@ -214,18 +214,30 @@ static void add_bad(struct agent_ckptwatch_job *j, const struct agent_ckpt_entry
     j->nbad++;
 }
 
-/* Why the file in place of name failed, from the entries tried before; else checks it. */
-static void in_place_why(struct agent_ckptwatch_job *j, const struct agent_ckpt_entry *copy,
-                         char *why, size_t len)
+/* Whether e's version is the file in place, why saying how it fails otherwise. An entry of the
+ * same name and checksum the pick already found bad is not hashed again: its reason stands. */
+static int in_place(struct agent_ckptwatch_job *j, const struct agent_ckpt_entry *e, char *why,
+                    size_t len)
+{
+    for (size_t i = 0; i < j->nbad; i++) {
+        const struct agent_ckpt_entry *b = &j->bad[i].e;
+        if (strcmp(b->name, e->name) == 0 && b->checksum == e->checksum && b->size == e->size) {
+            snprintf(why, len, "%s", j->bad[i].why);
+            return 0;
+        }
+    }
+    return agent_ckpt_entry_verify(e, j->w->dir, why, len) == 0;
+}
+
+/* What the pick found wrong with the file in place of name, newest first, if it tried it. */
+static void in_place_why(struct agent_ckptwatch_job *j, const char *name, char *why, size_t len)
 {
     for (size_t i = j->nbad; i-- > 0;) {
-        if (strcmp(j->bad[i].e.name, copy->name) == 0) {
+        if (strcmp(j->bad[i].e.name, name) == 0) {
             snprintf(why, len, "%s", j->bad[i].why);
             return;
         }
     }
-    if (agent_ckpt_entry_verify(copy, j->w->dir, why, len) == 0)
-        snprintf(why, len, "was replaced");
 }
 
 /* Puts the last good copy c back in place; 1 when it is chosen. */
@@ -239,11 +251,11 @@ static int try_copy(struct agent_ckptwatch_job *j, const struct agent_ckpt_entry
         agent_ckptwatch__line(&j->lines, "last good copy of %s skipped: %s", c->name, why);
         return 0;
     }
-    if (agent_ckpt_entry_verify(c, j->w->dir, place, sizeof(place)) == 0) {
+    if (in_place(j, c, place, sizeof(place))) {
         j->e = *c; /* the file in place is that version already */
         return 1;
     }
-    in_place_why(j, c, place, sizeof(place));
+    in_place_why(j, c->name, place, sizeof(place));
     if (agent_ckpt_restore_copy(j->w->dir, j->w->gooddir, c, why, sizeof(why)) != 0) {
         agent_ckptwatch__line(&j->lines, "checkpoint %s not restored from its last good copy: %s",
                               c->name, why);
@@ -270,15 +282,13 @@ static void restore_others(struct agent_ckptwatch_job *j)
     char why[256], place[256];
 
     for (size_t i = 0; i < j->snap_good.n; i++) {
-        const struct agent_ckpt_entry *c = &j->snap_good.entries[i], *e = NULL;
+        const struct agent_ckpt_entry *c = &j->snap_good.entries[i];
+        const struct agent_ckpt_entry *e = agent_ckpt_registry_find(&j->snap, c->name);
 
         if (j->rc == 0 && strcmp(c->name, j->e.name) == 0)
             continue;
-        for (size_t k = 0; k < j->snap.n; k++)
-            if (strcmp(j->snap.entries[k].name, c->name) == 0)
-                e = &j->snap.entries[k];
-        if ((e != NULL && agent_ckpt_entry_verify(e, j->w->dir, place, sizeof(place)) == 0) ||
-            agent_ckpt_entry_verify(c, j->w->dir, place, sizeof(place)) == 0 ||
+        if ((e != NULL && in_place(j, e, place, sizeof(place))) ||
+            in_place(j, c, place, sizeof(place)) ||
             agent_ckpt_entry_verify(c, j->w->gooddir, why, sizeof(why)) != 0)
             continue;
         if (agent_ckpt_restore_copy(j->w->dir, j->w->gooddir, c, why, sizeof(why)) != 0) {
@@ -388,12 +398,11 @@ static void kick(struct agent_ckptwatch *w)
     j->start_ms = uv_now(w->loop);
     w->running = j;
     if (j->kind == CKW_EXAM) { /* what the registry holds now, not when it was queued */
-        j->x.have_known = 0;
-        for (size_t i = 0; i < w->reg.n; i++)
-            if (strcmp(w->reg.entries[i].name, j->x.name) == 0) {
-                j->x.known = w->reg.entries[i];
-                j->x.have_known = 1;
-            }
+        const struct agent_ckpt_entry *known = agent_ckpt_registry_find(&w->reg, j->x.name);
+
+        j->x.have_known = known != NULL;
+        if (known != NULL)
+            j->x.known = *known;
     }
     if (uv_queue_work(w->loop, &j->req, work_cb, after_cb) != 0) {
         work_cb(&j->req); /* cannot happen with a valid loop; never lose a save */

@@ -49,20 +49,11 @@ static void emit_lines(struct agent_ckptwatch *w, const struct agent_ckptwatch_l
     }
 }
 
-static const struct agent_ckpt_entry *find(const struct agent_ckpt_registry *reg, const char *name)
-{
-    for (size_t i = 0; i < reg->n; i++)
-        if (strcmp(reg->entries[i].name, name) == 0)
-            return &reg->entries[i];
-    return NULL;
-}
-
 static size_t index_of(const struct agent_ckpt_registry *reg, const char *name)
 {
-    for (size_t i = 0; i < reg->n; i++)
-        if (strcmp(reg->entries[i].name, name) == 0)
-            return i;
-    return reg->n;
+    const struct agent_ckpt_entry *e = agent_ckpt_registry_find(reg, name);
+
+    return e != NULL ? (size_t)(e - reg->entries) : reg->n;
 }
 
 static struct agent_ckptwatch_job *new_job(struct agent_ckptwatch *w,
@@ -360,7 +351,7 @@ static void keep_copy(struct agent_ckptwatch *w, const struct agent_ckpt_entry *
 {
     struct agent_ckptwatch_job *j;
 
-    if (e->step >= 0 && !rewritten && find(&w->good, e->name) == NULL)
+    if (e->step >= 0 && !rewritten && agent_ckpt_registry_find(&w->good, e->name) == NULL)
         return;
     for (j = w->head; j != NULL; j = j->next) { /* an older version's copy not started yet */
         if (j->kind == CKW_COPY && strcmp(j->e.name, e->name) == 0) {
@@ -390,7 +381,7 @@ static int being_pruned(const struct agent_ckptwatch *w, const char *name)
 static void record(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *j)
 {
     const struct agent_ckpt_entry *e = &j->x.entry;
-    const struct agent_ckpt_entry *old = find(&w->reg, e->name);
+    const struct agent_ckpt_entry *old = agent_ckpt_registry_find(&w->reg, e->name);
     double secs = j->x.hash_ns / 1e9;
     int rewritten = old != NULL;
 
@@ -578,7 +569,7 @@ static void rescan(struct agent_ckptwatch *w)
 
 static void copy_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
-    const struct agent_ckpt_entry *now = find(&w->reg, j->e.name);
+    const struct agent_ckpt_entry *now = agent_ckpt_registry_find(&w->reg, j->e.name);
 
     if (j->rc == -ESTALE) {
         logf_(w, "last good copy of %s not kept: %s (the previous copy stays)", j->e.name, j->why);
