@@ -102,6 +102,24 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
+/* rename(2) that never replaces what is at to. RENAME_NOREPLACE where the file system has it
+ * (ext4, xfs, btrfs, tmpfs); elsewhere (EINVAL) a check first, which leaves a window only
+ * against a local writer racing the receiver in its own checkpoint directory. */
+static int rename_noreplace(const char *from, const char *to)
+{
+    struct stat st;
+
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return -1;
+    if (lstat(to, &st) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
+}
+
 /* The directory's members are fsynced, then itself; its mode; renamed into place. */
 static int finish_dir(struct agent_replica_store *s, struct stat *st, char *why, size_t whylen)
 {
@@ -109,8 +127,9 @@ static int finish_dir(struct agent_replica_store *s, struct stat *st, char *why,
 
     if ((rc = agent_replica_sink_finish(&s->sink, why, whylen)) != 0)
         return rc;
-    /* a directory of that name that is not this copy stays: rename(2) will not replace it */
-    if (fchmod(s->sink.dirfd, s->mode) != 0 || rename(s->tmp, s->path) != 0) {
+    /* a directory of that name that is not this copy stays, even an empty one (rename(2)
+     * replaces an empty directory: issue 26) */
+    if (fchmod(s->sink.dirfd, s->mode) != 0 || rename_noreplace(s->tmp, s->path) != 0) {
         rc = -errno;
         snprintf(why, whylen, "%s",
                  rc == -ENOTEMPTY || rc == -EEXIST || rc == -EISDIR

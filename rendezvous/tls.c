@@ -424,7 +424,6 @@ static int alert_is_auth(unsigned a)
 {
     switch (a) {
     case MBEDTLS_SSL_ALERT_MSG_BAD_RECORD_MAC:
-    case MBEDTLS_SSL_ALERT_MSG_HANDSHAKE_FAILURE:
     case MBEDTLS_SSL_ALERT_MSG_NO_CERT:
     case MBEDTLS_SSL_ALERT_MSG_BAD_CERT:
     case MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT:
@@ -454,6 +453,17 @@ int rdzv_tls_map_err(const mbedtls_ssl_context *ssl, int ret, int done, char *re
     case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: {
         unsigned a = ssl->in_msg[1]; /* the alert record mbedTLS just parsed */
 
+        /* handshake_failure is what mbedTLS sends when no cipher suite is shared (a server
+         * with --require-forward-secrecy and a plain-PSK client, a token client against a
+         * certificate-only server): a setting to change, not a refused token (issue 26). A
+         * wrong token shows as bad_record_mac or unknown_psk_identity. */
+        if (a == MBEDTLS_SSL_ALERT_MSG_HANDSHAKE_FAILURE) {
+            snprintf(reason, len,
+                     "%s: the peer sent fatal alert %u (handshake_failure: no cipher suite in "
+                     "common; does one side require forward secrecy or certificates?)",
+                     stage, a);
+            return -EPROTO;
+        }
         snprintf(reason, len, "%s: the peer sent fatal alert %u%s", stage, a,
                  alert_is_auth(a) ? " (it did not accept our token or certificate)" : "");
         return alert_is_auth(a) ? -EACCES : -EPROTO;

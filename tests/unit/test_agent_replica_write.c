@@ -488,6 +488,30 @@ static void test_store_half_written_removed(void **state)
     assert_int_equal(access(path, F_OK), -1);
 }
 
+/* A directory of the replica's name that is already there stays, even an empty one (rename(2)
+ * replaces an empty directory; issue 26): the copy fails, its temporary goes. */
+static void test_store_keeps_empty_dir(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_replica_store *s;
+    static const uint8_t stream[] = "a.bin\0\0\0\0\0\0\0\0\3abc";
+    char tmpl[300], path[300], marker[320];
+
+    snprintf(tmpl, sizeof(tmpl), "%s/.tmp.XXXXXX", fx->tmp);
+    snprintf(path, sizeof(path), "%s/step-5", fx->tmp);
+    assert_int_equal(mkdir(path, 0755), 0);
+    assert_int_equal(agent_replica_store_new(fx->tmp, "step-5", tmpl, 1, 0700, &s), 0);
+    run_store(fx, s, stream, sizeof(stream) - 1, 0);
+    assert_int_equal(agent_replica_writer_finish(fx->w), 0);
+    HARNESS_RUN_UNTIL(&fx->h, fx->done + fx->failed == 1);
+    assert_int_equal(fx->failed, 1);
+    close_writer(fx);
+    HARNESS_RUN_UNTIL(&fx->h, !temporaries(fx->tmp));
+    assert_int_equal(mode_at(fx->tmp, "step-5"), 0755);
+    snprintf(marker, sizeof(marker), "%s/a.bin", path);
+    assert_int_equal(access(marker, F_OK), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -499,6 +523,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_from_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_half_written_removed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_keeps_empty_dir, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -647,6 +647,26 @@ static void test_mode_mismatch(void **state)
     assert_true(fx->cli.err == -EACCES || fx->cli.err == -EPROTO);
 }
 
+/* A plain-PSK client against a server that requires forward secrecy: no suite in common. The
+ * client must say so, not that its token was refused (issue 26: "fatal alert 40 ... did not
+ * accept our token" sent users hunting for a token problem). */
+static void test_fs_mismatch_not_token(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_tls_opts co = {.token = TOKEN, .no_forward_secrecy = 1};
+    struct rdzv_tls_opts so = {.token = TOKEN, .require_forward_secrecy = 1};
+    char err[256];
+
+    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
+    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
+    start_both(fx);
+    run_until(fx, both_err);
+    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    assert_int_equal(fx->cli.err, -EPROTO);
+    assert_non_null(strstr(fx->cli.reason, "no cipher suite in common"));
+    assert_null(strstr(fx->cli.reason, "token"));
+}
+
 /* One exchange with credential text `cred` against a server keyed by `secret` (certificate
  * mode when with_cert): the server side must report the credential kind and scope. */
 static void cred_exchange(struct fixture *fx, const char *cred, const char *secret, int with_cert,
@@ -761,6 +781,7 @@ int main(void)
         TLS_TEST(test_cert_expired),
         TLS_TEST(test_cert_wrong_host),
         TLS_TEST(test_mode_mismatch),
+        TLS_TEST(test_fs_mismatch_not_token),
     };
 
     return cmocka_run_group_tests(tests, pki_setup, pki_teardown);
