@@ -1036,6 +1036,54 @@ static int check_script(struct parse *p)
     return 0;
 }
 
+/* Whether path names an executable regular file. */
+static int is_executable(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* The interpreter, resolved once as execvp(3) would find it (issue 27): every worker then runs
+ * the same file, --dry-run shows which, and a missing one is one line here instead of 127 from
+ * every worker. torchrun runs its own sys.executable; muster has none, so PATH decides. */
+static int resolve_python(struct parse *p)
+{
+    struct launcher_config *cfg = p->cfg;
+    const char *path = getenv("PATH"), *dir, *end;
+    char cand[PATH_MAX], *found;
+    int given = getenv("PYTHON_EXEC") != NULL && getenv("PYTHON_EXEC")[0] != '\0';
+
+    if (cfg->no_python)
+        return 0;
+    if (strchr(cfg->python_exec, '/') != NULL) {
+        if (is_executable(cfg->python_exec))
+            return 0;
+        return launcher__cfg_fail(p, "PYTHON_EXEC '%s' is not an executable file",
+                                  cfg->python_exec);
+    }
+    for (dir = path != NULL ? path : "/usr/local/bin:/usr/bin:/bin"; *dir != '\0'; dir = end) {
+        size_t n;
+
+        end = strchr(dir, ':') != NULL ? strchr(dir, ':') : dir + strlen(dir);
+        n = (size_t)(end - dir);
+        if (*end == ':')
+            end++;
+        if (snprintf(cand, sizeof(cand), "%.*s/%s", (int)n, n ? dir : ".", cfg->python_exec) <
+                (int)sizeof(cand) &&
+            is_executable(cand)) {
+            if ((found = strdup(cand)) == NULL)
+                return -ENOMEM;
+            free(cfg->python_exec);
+            cfg->python_exec = found;
+            return 0;
+        }
+    }
+    return launcher__cfg_fail(p, "%s '%s' not found on PATH%s", given ? "PYTHON_EXEC" : "python",
+                              cfg->python_exec,
+                              given ? "" : " (set PYTHON_EXEC to the Python that has torch)");
+}
+
 /* --spare: a hot spare waits in a shared rendezvous server for a node of a multi-node job to
  * replace, so it needs one (--rdzv-endpoint) and ranks the rendezvous decides. */
 static int parse_spare(struct parse *p)
@@ -1103,7 +1151,9 @@ static int parse_values(struct parse *p)
         cfg->node_rank >= cfg->max_nodes)
         return launcher__cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
                                   cfg->max_nodes);
-    return check_script(p);
+    if ((rc = check_script(p)) != 0)
+        return rc;
+    return resolve_python(p);
 }
 
 /* --quiet / --verbose take effect at once, so that every later line (of the parse too) obeys

@@ -88,7 +88,7 @@ static const char run_help[] =
     "\n"
     "What to run:\n"
     "  SCRIPT [ARGS...]            run as `$PYTHON_EXEC -u SCRIPT ARGS` (PYTHON_EXEC defaults\n"
-    "                              to python3 on PATH)\n"
+    "                              to python3 on PATH; resolved once, shown by --dry-run)\n"
     "  -m, --module                run SCRIPT as a module: python3 -u -m SCRIPT ARGS\n"
     "  --no-python                 run SCRIPT itself as the worker program\n"
     "  --run-path                  accepted; runs SCRIPT like a plain script\n"

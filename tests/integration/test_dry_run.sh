@@ -17,6 +17,8 @@ hdr() {
     awk -v k="$1=" '/^\[worker /{exit} index($0, k) == 1 {print substr($0, length(k) + 1); exit}' "$T/out"
 }
 
+# the interpreter is resolved once on PATH and shown as such (issue 27)
+PY=$(command -v python3) || fail "no python3 on PATH"
 IT_TIMEOUT=20 mrun -u PYTHON_EXEC -u OMP_NUM_THREADS MUSTER_TOKEN=s3cr3t-test -- \
     run --dry-run --standalone --nproc-per-node 3 train.py --lr 1
 expect_rc "--dry-run --standalone --nproc-per-node 3" 0
@@ -35,7 +37,7 @@ expect_eq "header max_restarts" 0 "$(hdr max_restarts)"
 for r in 0 1 2; do
     block "$T/out" $r > "$T/b$r"
     [ -s "$T/b$r" ] || fail "[worker $r] block missing or empty"
-    expect_eq "worker $r command" "command: python3 -u train.py --lr 1" "$(grep '^command: ' "$T/b$r")"
+    expect_eq "worker $r command" "command: $PY -u train.py --lr 1" "$(grep '^command: ' "$T/b$r")"
     for kv in RANK=$r LOCAL_RANK=$r GROUP_RANK=0 ROLE_RANK=$r ROLE_NAME=default LOCAL_WORLD_SIZE=3 \
               WORLD_SIZE=3 GROUP_WORLD_SIZE=1 ROLE_WORLD_SIZE=3 TORCHELASTIC_RESTART_COUNT=0 \
               TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=$run_id TORCHELASTIC_USE_AGENT_STORE=False \
@@ -56,12 +58,22 @@ done
 # -m pkg.mod
 IT_TIMEOUT=20 mrun -u PYTHON_EXEC -- run --dry-run --standalone --nproc-per-node 1 -m pkg.mod --x y
 expect_rc "--dry-run -m pkg.mod" 0
-expect_eq "-m command" "command: python3 -u -m pkg.mod --x y" "$(block "$T/out" 0 | grep '^command: ')"
+expect_eq "-m command" "command: $PY -u -m pkg.mod --x y" "$(block "$T/out" 0 | grep '^command: ')"
 
 # PYTHON_EXEC
 IT_TIMEOUT=20 mrun PYTHON_EXEC=/usr/bin/python3 -- run --dry-run --standalone --nproc-per-node 2 train.py
 expect_rc "--dry-run with PYTHON_EXEC" 0
 expect_eq "PYTHON_EXEC command" "command: /usr/bin/python3 -u train.py" "$(block "$T/out" 1 | grep '^command: ')"
+
+# an interpreter that is not there: one line and exit 2 before anything starts
+IT_TIMEOUT=20 mrun PYTHON_EXEC=/nonexistent/python -- run --standalone --nproc-per-node 2 train.py
+expect_rc "a PYTHON_EXEC that does not exist" 2
+grep -q "PYTHON_EXEC '/nonexistent/python' is not an executable file" "$T/err" || { show_output; fail "no clear line for a missing PYTHON_EXEC"; }
+[ -e "$T/STARTED" ] && fail "a worker started with a missing PYTHON_EXEC"
+mkdir -p "$T/nopy" && ln -sf "$(command -v timeout)" "$T/nopy/timeout" # mrun's timeout only
+IT_TIMEOUT=20 mrun -u PYTHON_EXEC PATH="$T/nopy" -- run --standalone train.py
+expect_rc "no python3 on PATH" 2
+grep -q "python 'python3' not found on PATH (set PYTHON_EXEC" "$T/err" || { show_output; fail "no hint when python3 is not on PATH"; }
 
 # --no-python
 IT_TIMEOUT=20 mrun -- run --dry-run --standalone --nproc-per-node 2 --no-python ./prog.sh a 'b'

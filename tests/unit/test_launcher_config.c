@@ -244,7 +244,9 @@ static void test_defaults(void **state)
     assert_int_equal(c->module, 0);
     assert_int_equal(c->no_python, 0);
     assert_int_equal(c->run_path, 0);
-    assert_string_equal(c->python_exec, "python3");
+    /* resolved on PATH once (issue 27): an absolute path ending in /python3 */
+    assert_true(c->python_exec[0] == '/');
+    assert_string_equal(strrchr(c->python_exec, '/'), "/python3");
     assert_string_equal(c->script, script);
     assert_int_equal(c->script_argc, 0);
     assert_null(c->log_dir);
@@ -518,11 +520,18 @@ static void test_pet_bad_value_names_variable(void **state)
 static void test_python_exec_and_token(void **state)
 {
     struct fx *fx = *state;
-    setenv("PYTHON_EXEC", "/opt/py/bin/python", 1);
+    setenv("PYTHON_EXEC", "/bin/sh", 1); /* any executable: the interpreter is not run */
     setenv("MUSTER_TOKEN", "s3cret", 1);
     assert_ok(fx, parse(fx, "@S", NULL));
-    assert_string_equal(fx->cfg.python_exec, "/opt/py/bin/python");
+    assert_string_equal(fx->cfg.python_exec, "/bin/sh");
     assert_string_equal(fx->cfg.token, "s3cret");
+    /* issue 27: a PYTHON_EXEC that is not there is one line now, not 127 from every worker */
+    setenv("PYTHON_EXEC", "/opt/py/bin/python", 1);
+    assert_int_not_equal(parse(fx, "@S", NULL), 0);
+    assert_non_null(strstr(fx->err, "PYTHON_EXEC '/opt/py/bin/python' is not an executable file"));
+    setenv("PYTHON_EXEC", "no-such-python-xyz", 1);
+    assert_int_not_equal(parse(fx, "@S", NULL), 0);
+    assert_non_null(strstr(fx->err, "PYTHON_EXEC 'no-such-python-xyz' not found on PATH"));
 }
 
 static void test_shutdown_timeout_sources(void **state)
