@@ -2,6 +2,7 @@
 
 #include "log.h"
 #include "path.h"
+#include "tmpsweep.h"
 
 #include "ids.h"
 #include "safefile.h"
@@ -96,6 +97,7 @@ int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *r
     int rc;
 
     memset(d, 0, sizeof(*d));
+    d->lock_fd = -1;
     if (log_dir != NULL && strcmp(log_dir, "/dev/null") == 0)
         return 0;
     /* the launcher checked it; a run id is a directory name here, so check again */
@@ -106,8 +108,17 @@ int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *r
     if (log_dir != NULL)
         return open_explicit(d, log_dir, run_id, err, errlen);
     rc = open_private(d, run_id, err, errlen);
-    if (rc == 0)
-        d->flat = !keep_files;
+    if (rc == 0 && !keep_files) {
+        char tmp[PATH_MAX], *slash;
+
+        d->flat = 1;
+        d->lock_fd = agent_tmpsweep_claim(d->base); /* no lock: it is never swept, that's all */
+        snprintf(tmp, sizeof(tmp), "%s", d->base);
+        if ((slash = strrchr(tmp, '/')) != NULL && slash != tmp) {
+            *slash = '\0';
+            agent_tmpsweep_run(tmp); /* what musters killed with SIGKILL left (issue 27) */
+        }
+    }
     return rc;
 }
 
@@ -144,5 +155,9 @@ void agent_logdir_close(struct agent_logdir *d)
 {
     if (d->flat && d->base[0] != '\0')
         nftw(d->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (d->flat && d->lock_fd >= 0) /* flat: _open set it (a zeroed struct has 0 there) */
+        close(d->lock_fd);          /* after the removal: a sweeper never races our own */
+    d->lock_fd = -1;
+    d->flat = 0;
     d->base[0] = '\0';
 }

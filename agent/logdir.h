@@ -17,6 +17,7 @@
 struct agent_logdir {
     char base[PATH_MAX]; /* "" when disabled */
     int flat;            /* private, error files only: removed at exit */
+    int lock_fd;         /* flat: holds its flock while we run (tmpsweep.h); else -1 */
 };
 
 /* Creates the base directory. log_dir: NULL (private), "/dev/null" (disabled) or a path.

@@ -24,6 +24,8 @@
 #define CLOSE_WAIT_MS 500
 /* The reaper outlives muster: it may wait longer for a stuck process before removing. */
 #define REAPER_WAIT_MS 10000
+/* How long muster's normal exit waits for its reaper to finish (reaper_join). */
+#define REAPER_JOIN_MS 1000
 /* Fallback reaper: the sessions it kills when muster dies (workers of the running groups). */
 #define REAPER_MAX_SESSIONS 4096
 
@@ -367,6 +369,25 @@ const char *agent_proctree_describe(void)
     return pt.mode == AGENT_PROCTREE_OFF ? "process trees: not set up" : pt.describe;
 }
 
+/* The reaper's last check takes a millisecond once the job's cgroup is gone: wait for it, so
+ * that it ends as this process's child. Left to exit as an orphan, it becomes a zombie under
+ * a PID 1 that never reaps (many container entrypoints; issue 27). A reaper still busy after
+ * REAPER_JOIN_MS (a process stuck in the kernel) is left to finish on its own. */
+static void reaper_join(void)
+{
+    struct timespec nap = {0, 2 * 1000 * 1000};
+
+    for (int waited = 0; pt.reaper > 0 && waited < REAPER_JOIN_MS; waited += 2) {
+        pid_t r = waitpid(pt.reaper, NULL, WNOHANG);
+
+        if (r == pt.reaper || (r < 0 && errno != EINTR)) {
+            pt.reaper = 0;
+            return;
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
 void agent_proctree_stop(void)
 {
     if (pt.job[0] != '\0') {
@@ -374,8 +395,10 @@ void agent_proctree_stop(void)
         agent_cgroup_wait_empty(pt.job, CLOSE_WAIT_MS);
         agent_cgroup_remove(pt.job); /* a stuck leftover: the reaper tries again */
     }
-    if (pt.reaper_fd >= 0)
+    if (pt.reaper_fd >= 0) {
         close(pt.reaper_fd); /* EOF: the reaper checks once more and exits */
+        reaper_join();
+    }
     pt.reaper_fd = -1;
 }
 

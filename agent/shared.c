@@ -22,6 +22,7 @@
 #include "mps.h"
 #include "path.h"
 #include "port.h"
+#include "proctree.h"
 
 extern char **environ;
 
@@ -437,6 +438,7 @@ int agent_shared_run(const struct agent_shared_options *o)
     if ((rc = uv_loop_close(&s.loop)) != 0)
         agent_log("internal error: handles left open at exit: %s", uv_strerror(rc));
     agent_mps_stop(&s.mps); /* every path ends here: done, failed, signalled, not started */
+    agent_proctree_stop();  /* and the reaper ends as our child, not PID 1's (issue 27) */
     agent_logdir_close(&s.logdir);
     free(s.tasks);
     if (code != 0)
