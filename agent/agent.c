@@ -641,7 +641,11 @@ static void on_signal(uv_signal_t *h, int signum)
                 sigabbrev_np(signum), a->o->restart.shutdown_timeout_ms / 1000.0,
                 AGENT_EXIT_REQUEUE);
     else if (a->stop_signal == 0)
-        mc_info("received SIG%s: stopping the workers", sigabbrev_np(signum));
+        mc_info("received SIG%s: stopping the workers (up to %.0f s; a second signal kills them "
+                "at once)",
+                sigabbrev_np(signum), a->o->restart.shutdown_timeout_ms / 1000.0);
+    else
+        mc_info("received SIG%s again: killing the workers now", sigabbrev_np(signum));
     transition(a, &ev);
 }
 

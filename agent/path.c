@@ -6,7 +6,10 @@
 
 int agent_path_refused(int rc)
 {
-    return rc == -EPERM || rc == -ELOOP || rc == -ENOTDIR || rc == -EINVAL;
+    /* the operator's to fix, like a bad flag: not muster's internal error (issue 27: an
+     * unwritable --log-dir exited 70) */
+    return rc == -EPERM || rc == -ELOOP || rc == -ENOTDIR || rc == -EINVAL || rc == -EACCES ||
+           rc == -EROFS || rc == -EEXIST;
 }
 
 int agent_path_fmt(char *buf, size_t len, const char *fmt, ...)

@@ -318,7 +318,9 @@ static void on_signal(uv_signal_t *h, int signum)
 
     if (!again) {
         s->stop_signal = signum;
-        agent_log("received SIG%s: stopping the tasks", sigabbrev_np(signum));
+        agent_log("received SIG%s: stopping the tasks (up to %.0f s; a second signal kills them "
+                  "at once)",
+                  sigabbrev_np(signum), s->o->shutdown_timeout_ms / 1000.0);
     }
     /* a task waiting out its backoff has no process to stop: it ends with its last code */
     for (unsigned i = 0; i < s->ntasks && !s->finished; i++)

@@ -181,7 +181,9 @@ static const char run_help[] =
     "                              exact sums and busbw (muster-preflight, one per GPU); a\n"
     "                              failure ends the job (exit 4) naming node, GPU and link.\n"
     "                              auto (default) = on when this node has at least one GPU\n"
-    "                              per worker; on also fails when there are too few\n"
+    "                              per worker; on with GPUs but fewer than workers fails;\n"
+    "                              on with no GPU (or --nproc-per-node cpu) checks the\n"
+    "                              inventory and the TCP mesh only\n"
     "  --preflight-timeout SEC     deadline of each stage; a missing rank or node is named\n"
     "                              when it passes (default 30)\n"
     "  --preflight-min-busbw GBPS  fail when busbw at the largest size is lower (>= 2 ranks)\n"
@@ -273,6 +275,13 @@ static const char main_help[] =
 void launcher_print_run_help(void)
 {
     fputs(run_help, stdout);
+}
+
+/* `muster` alone: the commands only, on stderr (a usage error, exit 2), not all 260 lines. */
+void launcher_print_main_usage(void)
+{
+    fputs(main_help, stderr);
+    fputs("\n(muster --help for this and every option of muster run)\n", stderr);
 }
 
 void launcher_print_main_help(void)

@@ -7,4 +7,7 @@ void launcher_print_run_help(void);
 /* Prints `muster --help` to stdout. */
 void launcher_print_main_help(void);
 
+/* `muster` with no command: the commands, on stderr. */
+void launcher_print_main_usage(void);
+
 #endif

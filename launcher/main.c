@@ -15,7 +15,7 @@
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        launcher_print_main_help();
+        launcher_print_main_usage();
         return 2;
     }
     if (strcmp(argv[1], "run") == 0)

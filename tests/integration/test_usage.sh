@@ -73,5 +73,22 @@ done
 IT_TIMEOUT=20 mrun -- --version
 expect_rc "muster --version" 0
 grep -qE '[0-9]+\.[0-9]+' "$T/out" || fail "muster --version prints no version number: $(cat "$T/out")"
+# `muster` alone (issue 27): the commands on stderr, exit 2, not the 260 lines of --help on stdout
+IT_TIMEOUT=20 mrun --
+expect_rc "muster with no command" 2
+[ -s "$T/out" ] && fail "muster with no command printed on stdout"
+grep -q "usage: muster COMMAND" "$T/err" || fail "muster with no command shows no usage line"
+[ "$(wc -l <"$T/err")" -lt 40 ] || fail "muster with no command printed $(wc -l <"$T/err") lines"
+# an unwritable --log-dir is the operator's to fix: exit 2 with the reason, not 70 (issue 27)
+if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then
+    mkdir -m 0555 "$T/ro"
+    chmod 0755 "$T"
+    rc=0
+    runuser -u nobody -- "$MUSTER_BIN" run --standalone --log-dir "$T/ro/logs" --no-python /bin/true \
+        >"$T/out" 2>"$T/err" || rc=$?
+    expect_eq "exit code of an unwritable --log-dir" 2 "$rc"
+    grep -q "cannot open --log-dir $T/ro/logs: .*Permission denied" "$T/err" ||
+        { show_output; fail "no reason for the unwritable --log-dir"; }
+fi
 [ -e "$T/STARTED" ] && fail "a worker was started by a help/usage call"
 exit 0
