@@ -502,9 +502,14 @@ static void idle_cb(uv_timer_t *t)
              c->join.heartbeat_timeout_ms);
     if (c->welcomed && !c->finished)
         lose(c, why);
-    else if (c->welcomed || !first_retry(c, UV_ETIMEDOUT)) /* a host still booting, a link
-                                                            * down: silence, then retry */
+    else if (c->welcomed)
         fail(c, UV_ETIMEDOUT, "rendezvous %s:%u: %s", c->host, c->port, why);
+    else if (!first_retry(c, UV_ETIMEDOUT)) /* a host still booting, a link down: silence,
+                                             * then retry, until the join timeout */
+        fail(c, UV_ETIMEDOUT,
+             "rendezvous %s:%u: no answer within the join timeout (%.0f s): is the host up and "
+             "reachable from here, and is muster listening there?",
+             c->host, c->port, c->join.join_timeout_ms / 1000.0);
 }
 
 static void hb_cb(uv_timer_t *t)
