@@ -669,8 +669,12 @@ static int parse_static_recipe(struct parse *p)
     if (cfg->rdzv_host != NULL || cfg->max_nodes <= 1 || cfg->standalone)
         return 0;
     if (port >= 65535)
-        return launcher__cfg_fail(
-            p, "--master-port %u leaves no port for the rendezvous (MASTER_PORT + 1)", port);
+        return launcher__cfg_fail(p,
+                                  "--master-port %u leaves no port for the rendezvous: in "
+                                  "torchrun's static recipe node rank 0 hosts muster's "
+                                  "rendezvous on MASTER_PORT + 1 (pick a port below 65535, or "
+                                  "give --rdzv-endpoint)",
+                                  port);
     if (cfg->node_rank >= cfg->max_nodes)
         return launcher__cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
                                   cfg->max_nodes);

@@ -73,6 +73,12 @@ done
 IT_TIMEOUT=20 mrun -- --version
 expect_rc "muster --version" 0
 grep -qE '[0-9]+\.[0-9]+' "$T/out" || fail "muster --version prints no version number: $(cat "$T/out")"
+# the static recipe's MASTER_PORT + 1 rule says why (issue 27)
+IT_TIMEOUT=20 mrun -- run --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port 65535 \
+    --no-python /bin/true
+expect_rc "--master-port 65535 in the static recipe" 2
+grep -q "node rank 0 hosts muster's rendezvous on MASTER_PORT + 1" "$T/err" ||
+    { show_output; fail "the MASTER_PORT + 1 refusal does not say why"; }
 # `muster` alone (issue 27): the commands on stderr, exit 2, not the 260 lines of --help on stdout
 IT_TIMEOUT=20 mrun --
 expect_rc "muster with no command" 2
