@@ -27,6 +27,7 @@
 #include "secret.h"
 #include "slurm.h"
 #include "token.h"
+#include "torchver.h"
 #include "usertoken.h"
 
 struct opt {
@@ -1061,8 +1062,10 @@ static int resolve_python(struct parse *p)
     if (cfg->no_python)
         return 0;
     if (strchr(cfg->python_exec, '/') != NULL) {
-        if (is_executable(cfg->python_exec))
+        if (is_executable(cfg->python_exec)) {
+            cfg->torch_version = launcher_torchver_find(cfg->python_exec, getenv("HOME"));
             return 0;
+        }
         return launcher__cfg_fail(p, "PYTHON_EXEC '%s' is not an executable file",
                                   cfg->python_exec);
     }
@@ -1080,6 +1083,7 @@ static int resolve_python(struct parse *p)
                 return -ENOMEM;
             free(cfg->python_exec);
             cfg->python_exec = found;
+            cfg->torch_version = launcher_torchver_find(found, getenv("HOME"));
             return 0;
         }
     }

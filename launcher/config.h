@@ -60,7 +60,8 @@ struct launcher_config {
     int module; /* -m */
     int no_python;
     int run_path;      /* --run-path: accepted, runs like a script */
-    char *python_exec; /* PYTHON_EXEC or "python3" */
+    char *python_exec; /* PYTHON_EXEC or "python3", resolved to a path unless --no-python */
+    int torch_version; /* the workers' PyTorch as 100 * major + minor, 0 unknown (torchver.h) */
     char *script;      /* training script, module or binary */
     int script_argc;
     char **script_argv; /* borrowed from argv */
