@@ -37,7 +37,7 @@ static void reply_cb(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status
 
 static struct rdzv_kv_store *store(size_t max_keys, size_t max_bytes)
 {
-    struct rdzv_kv_limits lim = {max_keys, max_bytes, NULL};
+    struct rdzv_kv_limits lim = {.max_keys = max_keys, .max_bytes = max_bytes};
     struct rdzv_kv_store *kv = NULL;
 
     n_replies = 0;
@@ -155,7 +155,7 @@ static void test_limits(void **state)
 static void test_pool(void **state)
 {
     struct rdzv_kv_pool pool = {.max_bytes = 2 * (2 + RDZV_KV_KEY_OVERHEAD) + 1};
-    struct rdzv_kv_limits lim = {0, 0, &pool};
+    struct rdzv_kv_limits lim = {.pool = &pool};
     struct rdzv_kv_store *a = NULL, *b = NULL;
 
     (void)state;
