@@ -91,42 +91,6 @@ static uint64_t hash_ptr(const void *p)
     return h ^ (h >> 33);
 }
 
-/* --- pools ----------------------------------------------------------------------------------- */
-
-static int over(size_t have, size_t add, size_t max)
-{
-    return max != 0 && add > 0 && (have > max || add > max - have);
-}
-
-int rdzv_kv_pool_charge(struct rdzv_kv_pool *pool, size_t bytes, size_t held,
-                        struct rdzv_kv_pool **full)
-{
-    for (struct rdzv_kv_pool *p = pool; p != NULL; p = p->parent) {
-        if (over(p->bytes, bytes, p->max_bytes) || over(p->held, held, p->max_held)) {
-            if (over(p->bytes, bytes, p->max_bytes))
-                p->refused++;
-            else
-                p->held_refused++;
-            if (full != NULL)
-                *full = p;
-            return -ENOSPC;
-        }
-    }
-    for (struct rdzv_kv_pool *p = pool; p != NULL; p = p->parent) {
-        p->bytes += bytes;
-        p->held += held;
-    }
-    return 0;
-}
-
-void rdzv_kv_pool_refund(struct rdzv_kv_pool *pool, size_t bytes, size_t held)
-{
-    for (struct rdzv_kv_pool *p = pool; p != NULL; p = p->parent) {
-        p->bytes -= bytes;
-        p->held -= held;
-    }
-}
-
 /* --- the store ------------------------------------------------------------------------------- */
 
 static int table_init(struct table *t)

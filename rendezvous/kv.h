@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvpool.h"
 #include "message.h"
 
 #define RDZV_KV_MAX_KEYS 65536u       /* default key quota per job */
@@ -32,31 +33,6 @@ struct rdzv_kv_store;
  * held GETs of one job stalled the server for every job). */
 #define RDZV_KV_MAX_HELD 4096u
 #define RDZV_KV_MAX_HELD_PER_PEER 64u
-
-/* A quota shared by many stores (the server's jobs; later, one per credential scope under the
- * server's): bytes (key + value + RDZV_KV_KEY_OVERHEAD per key) and held requests. A pool may
- * have a parent: a store's charge applies to its pool and every pool up the chain, and is
- * refused when any of them would go over its maximum (that pool counts the refusal). Owned by
- * the caller; every store and child pool using it must be gone before it. Zero-initialise. */
-struct rdzv_kv_pool {
-    struct rdzv_kv_pool *parent; /* borrowed; NULL: a root */
-    size_t bytes;                /* of every store charging this pool or a child of it */
-    size_t max_bytes;            /* 0: no limit */
-    size_t held;                 /* held requests, likewise */
-    size_t max_held;             /* 0: no limit */
-    uint64_t refused;            /* charges of bytes refused by this pool's max_bytes */
-    uint64_t held_refused;       /* holds refused by this pool's max_held */
-};
-
-/* Charges `bytes` and `held` to pool and each of its parents, all or none: returns 0, or
- * -ENOSPC when one of them would go over its maximum; then nothing is charged, that pool's
- * refused (bytes) or held_refused (held) grows by one and *full (may be NULL) points at it.
- * pool NULL: 0. */
-int rdzv_kv_pool_charge(struct rdzv_kv_pool *pool, size_t bytes, size_t held,
-                        struct rdzv_kv_pool **full);
-
-/* Gives back what rdzv_kv_pool_charge() took, to pool and each of its parents. NULL: nothing. */
-void rdzv_kv_pool_refund(struct rdzv_kv_pool *pool, size_t bytes, size_t held);
 
 struct rdzv_kv_limits {
     size_t max_keys;           /* 0 = RDZV_KV_MAX_KEYS */
