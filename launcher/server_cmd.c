@@ -94,6 +94,13 @@ static const struct limit_flag limit_flags[] = {
          "KV bytes of all jobs together"),
     LF_S("--send-queue-max", send_queue_max, RDZV_LIMIT_SEND_QUEUE_MAX,
          "bytes not yet sent to one connection"),
+    LF_U("--kv-max-held-per-conn", kv_max_held_per_conn, RDZV_KV_MAX_HELD_PER_PEER,
+         "waiting KV_GETs and BARRIERs of one worker connection"),
+    LF_U("--kv-max-held-per-job", kv_max_held_per_job, RDZV_KV_MAX_HELD, "  ... of one job, plus"),
+    LF_U("--kv-held-per-worker", kv_held_per_worker, RDZV_LIMIT_KV_HELD_PER_WORKER,
+         "  ... this many per attached worker connection"),
+    LF_U("--kv-max-held-total", kv_max_held_total, RDZV_LIMIT_KV_MAX_HELD_TOTAL,
+         "  ... of all jobs together"),
 };
 
 #define N_LIMIT_FLAGS (sizeof(limit_flags) / sizeof(limit_flags[0]))

@@ -47,6 +47,37 @@ void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a)
     srv_send(p, &m);
 }
 
+/* A KV_REPLY LIMIT: which limit, from the store that gave it (p's job's). Held-request limits
+ * are counted here; quotas of keys and bytes by srv_kv_limit_event(). */
+static void kv_limit_event(struct peer *p)
+{
+    const struct rdzv_limits *l = &p->srv->limits;
+    enum rdzv_kv_refusal why = RDZV_KV_REFUSED_QUOTA;
+
+    if (p->kvjob != NULL)
+        why = rdzv_kv_last_refusal(p->kvjob->kv, NULL);
+    switch (why) {
+    case RDZV_KV_REFUSED_HELD_PEER:
+        srv_peer_event(p, SRV_EV_KV_HELD_CONN,
+                       "KV request held over the %u waiting requests of one connection",
+                       l->kv_max_held_per_conn);
+        break;
+    case RDZV_KV_REFUSED_HELD:
+        srv_peer_event(p, SRV_EV_KV_HELD_JOB,
+                       "KV request held over the %zu waiting requests of job %s",
+                       rdzv_kv_held(p->kvjob->kv), p->kvjob->job->id);
+        break;
+    case RDZV_KV_REFUSED_POOL_HELD:
+        srv_peer_event(p, SRV_EV_KV_HELD_TOTAL,
+                       "KV request held over the %u waiting requests of all jobs",
+                       l->kv_max_held_total);
+        break;
+    default:
+        srv_kv_limit_event(p);
+        break;
+    }
+}
+
 /* The store's reply callback (ctx = the server): one KV_REPLY. The message is static because
  * it is ~130 KB; replies are never sent from within another reply. */
 void rdzv__sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
@@ -56,7 +87,7 @@ void rdzv__sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_st
 
     (void)ctx;
     if (status == RDZV_KV_LIMIT)
-        srv_kv_limit_event(peer);
+        kv_limit_event(peer);
     m.type = RDZV_MSG_KV_REPLY;
     m.u.kv.req_id = req_id;
     m.u.kv.wait_ms = 0;
@@ -84,6 +115,17 @@ static int kv_call(struct peer *p, struct sjob *sj, const struct rdzv_msg *m)
     }
 }
 
+/* The job's cap on held requests grows with its worker connections (sjob.nworkers, counted at
+ * ATTACH), so that a job of many processes each with a wait or two fits. O(1): set per message
+ * rather than on every ATTACH and close, which happen in server.c. */
+static void kv_held_cap(struct sjob *sj)
+{
+    const struct rdzv_limits *l = &sj->srv->limits;
+
+    rdzv_kv_set_max_held(sj->kv, (size_t)l->kv_max_held_per_job +
+                                     (size_t)l->kv_held_per_worker * sj->nworkers);
+}
+
 /* KV_PUT, KV_GET, BARRIER. A worker of another round than the job's (or of a dropped job)
  * is being replaced: STALE, whatever it asks. */
 void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m)
@@ -99,6 +141,7 @@ void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m)
         rdzv__sjob_kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
         return;
     }
+    kv_held_cap(sj);
     err = kv_call(p, sj, m);
     if (err < 0) {
         srv_send_error(p, RDZV_ERR_PROTOCOL, "%s failed: %s", rdzv_msg_name(m->type),
@@ -118,8 +161,22 @@ static const char *own_job(const struct peer *p)
     return NULL;
 }
 
-/* Observers see every job (they hold the token, as operators do); a connection of a job sees
- * only its own: "" means its job, another job's id is refused. */
+/* Workers run the job's code, which may be anyone's (docs/SECURITY.md: a worker credential may
+ * not see any status): the document names the job's hosts, addresses and node ids. Nothing of
+ * muster's asks from a worker connection (libmuster never sends STATUS_REQ). */
+static int refuse_worker(struct peer *p)
+{
+    if (p->role != RDZV_ROLE_WORKER && p->cred.kind != RDZV_CRED_WORKER)
+        return 0;
+    srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "STATUS_REQ from a worker connection");
+    srv_send_error(p, RDZV_ERR_AUTH,
+                   "workers may not read status; use an observer connection with the job's "
+                   "credential or the server's token (muster status)");
+    return 1;
+}
+
+/* Observers see every job (they hold the token, as operators do); an agent's connection sees
+ * only its own job: "" means its job, another job's id is refused. Workers see none. */
 void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r)
 {
     const char *own = own_job(p), *job_id = r->job_id;
@@ -134,6 +191,8 @@ void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r)
         srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection may only ask about job %s", own);
         return;
     }
+    if (refuse_worker(p))
+        return;
     if (own == NULL && !rdzv_cred_may_status(&p->cred, job_id)) {
         srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
                        "STATUS_REQ for job %s outside the "

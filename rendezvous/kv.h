@@ -4,13 +4,16 @@
  * rdzv_kv_deadline() and calls rdzv_kv_tick() when it fires.
  *
  * Scope: one store per job, holding the keys of one round (rdzv_kv_round()). Requesters are
- * opaque `peer` pointers (the server's connections); a peer may have many requests held. */
+ * opaque `peer` pointers (the server's connections); a peer may have up to max_held_per_peer
+ * requests held. No operation walks every held request: each costs O(log held) or the
+ * requests it answers. */
 #ifndef MUSTER_RDZV_KV_H
 #define MUSTER_RDZV_KV_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvpool.h"
 #include "message.h"
 
 #define RDZV_KV_MAX_KEYS 65536u       /* default key quota per job */
@@ -22,24 +25,36 @@
 
 struct rdzv_kv_store;
 
-/* Memory shared by many stores (the server's jobs): a put that would take `bytes` over
- * max_bytes gets LIMIT, whatever its own job's quota says. Owned by the caller; every store
- * using it must be freed before it. */
-struct rdzv_kv_pool {
-    size_t bytes;     /* key + value + RDZV_KV_KEY_OVERHEAD per key, of every store */
-    size_t max_bytes; /* 0: no limit */
-    uint64_t refused; /* puts refused by this pool (not by a store's own quota) */
-};
+/* Held requests (gets waiting for a key, barrier arrivals) of one job and of one of its
+ * connections. A torch TCPStore client has at most a few waits in flight per process and
+ * libmuster one per worker connection: 64 per connection is far above either, and the job's
+ * RDZV_KV_MAX_HELD (plus what the caller adds per worker, rdzv_kv_set_max_held()) bounds a job
+ * of many connections. Past them, a request that would wait gets LIMIT at once (issue 26: 200,000
+ * held GETs of one job stalled the server for every job). */
+#define RDZV_KV_MAX_HELD 4096u
+#define RDZV_KV_MAX_HELD_PER_PEER 64u
 
 struct rdzv_kv_limits {
     size_t max_keys;           /* 0 = RDZV_KV_MAX_KEYS */
     size_t max_bytes;          /* 0 = RDZV_KV_MAX_BYTES */
     struct rdzv_kv_pool *pool; /* borrowed; NULL: none */
+    size_t max_held;           /* held requests of the store; 0 = RDZV_KV_MAX_HELD */
+    size_t max_held_per_peer;  /* held requests of one peer; 0 = RDZV_KV_MAX_HELD_PER_PEER */
+};
+
+/* Why the store's last LIMIT reply was given (rdzv_kv_last_refusal()). */
+enum rdzv_kv_refusal {
+    RDZV_KV_REFUSED_NONE,
+    RDZV_KV_REFUSED_QUOTA,      /* the store's own key or byte quota */
+    RDZV_KV_REFUSED_POOL_BYTES, /* a pool's max_bytes */
+    RDZV_KV_REFUSED_HELD_PEER,  /* the peer has max_held_per_peer requests held */
+    RDZV_KV_REFUSED_HELD,       /* the store has max_held requests held */
+    RDZV_KV_REFUSED_POOL_HELD,  /* a pool's max_held */
 };
 
 /* One reply for request req_id of peer. value/len only with RDZV_KV_OK for a get (else NULL,
  * 0); value is borrowed for the duration of the call. The callback must not call into the
- * store. */
+ * store, except rdzv_kv_last_refusal() (to tell why a LIMIT). */
 typedef void (*rdzv_kv_reply_cb)(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
                                  const uint8_t *value, uint32_t len);
 
@@ -66,26 +81,41 @@ int rdzv_kv_put(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const cha
                 const uint8_t *value, uint32_t len);
 
 /* Replies OK with the value when key exists, NOT_FOUND when not and wait_ms == 0; otherwise
- * holds the request until a put of key (OK) or now_ms + wait_ms (TIMEOUT). Returns 0 or
- * -ENOMEM (no reply). */
+ * holds the request until a put of key (OK) or now_ms + wait_ms (TIMEOUT), or replies LIMIT
+ * when holding it would go over a held-request limit. Returns 0 or -ENOMEM (no reply). */
 int rdzv_kv_get(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const char *key,
                 uint32_t wait_ms, uint64_t now_ms);
 
 /* Arrives at barrier `name` of `count` participants (the first arrival's count decides; a
  * count of 0 or 1 completes at once). When count arrivals are held, all get OK together; an
  * arrival held past now_ms + wait_ms gets TIMEOUT and stops counting. wait_ms == 0 waits
- * without a deadline. Returns 0 or -ENOMEM (no reply). */
+ * without a deadline. An arrival that would have to wait over a held-request limit gets LIMIT
+ * and does not count. Returns 0 or -ENOMEM (no reply). */
 int rdzv_kv_barrier(struct rdzv_kv_store *kv, void *peer, uint32_t req_id, const char *name,
                     uint32_t count, uint32_t wait_ms, uint64_t now_ms);
 
-/* Drops every request held for peer (its connection closed), without replies. */
+/* Drops every request held for peer (its connection closed), without replies. Costs the
+ * peer's held requests, not the store's. */
 void rdzv_kv_forget(struct rdzv_kv_store *kv, const void *peer);
 
-/* The earliest deadline of a held request (monotonic ms), or -1 for none. */
+/* The earliest deadline of a held request (monotonic ms), or -1 for none. O(1): deadlines are
+ * kept in a heap. */
 int64_t rdzv_kv_deadline(const struct rdzv_kv_store *kv);
 
-/* Answers TIMEOUT to every held request whose deadline is <= now_ms. */
+/* Answers TIMEOUT to every held request whose deadline is <= now_ms, O(log n) each. */
 void rdzv_kv_tick(struct rdzv_kv_store *kv, uint64_t now_ms);
+
+/* Replaces the store's max_held (0: RDZV_KV_MAX_HELD); requests already held stay. */
+void rdzv_kv_set_max_held(struct rdzv_kv_store *kv, size_t max_held);
+
+/* Why the last LIMIT reply was given, and the pool that refused it (*pool, may be NULL; set
+ * to NULL unless a pool did). */
+enum rdzv_kv_refusal rdzv_kv_last_refusal(const struct rdzv_kv_store *kv,
+                                          const struct rdzv_kv_pool **pool);
+
+/* Requests held now, of the store and of one peer. */
+size_t rdzv_kv_held(const struct rdzv_kv_store *kv);
+size_t rdzv_kv_held_of(const struct rdzv_kv_store *kv, const void *peer);
 
 /* Keys held, and their key + value bytes. */
 size_t rdzv_kv_keys(const struct rdzv_kv_store *kv);

@@ -390,6 +390,9 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
         [SRV_EV_HANDSHAKE_TIMEOUT] = "handshake_timeout",
         [SRV_EV_IDLE_TIMEOUT] = "idle_timeout",
         [SRV_EV_FRAME_SIZE] = "frame_size",
+        [SRV_EV_KV_HELD_CONN] = "kv_held_per_conn",
+        [SRV_EV_KV_HELD_JOB] = "kv_held_per_job",
+        [SRV_EV_KV_HELD_TOTAL] = "kv_held_total",
         [SRV_EV_PER_SOURCE] = "connections_per_source",
         [SRV_EV_SEND_QUEUE] = "send_queue",
         [SRV_EV_JOBS] = "jobs",
@@ -922,6 +925,7 @@ static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct
     srv->start_ms = uv_now(loop);
     srv->limits = rdzv_limits_default();
     srv->kv_pool.max_bytes = srv->limits.kv_max_total_bytes;
+    srv->kv_pool.max_held = srv->limits.kv_max_held_total;
     if (rdzv_hslimit_new(RDZV_LIMIT_MAX_CONNECTIONS, &srv->hslimit) < 0) {
         rdzv_tls_free(tls);
         free(srv);
@@ -985,7 +989,11 @@ struct rdzv_limits rdzv_limits_default(void)
                                 .job_workers_slack = RDZV_LIMIT_JOB_WORKERS_SLACK,
                                 .handshakes_per_source = RDZV_LIMIT_HANDSHAKES_PER_SOURCE,
                                 .handshake_rate = RDZV_LIMIT_HANDSHAKE_RATE,
-                                .handshake_burst = RDZV_LIMIT_HANDSHAKE_BURST};
+                                .handshake_burst = RDZV_LIMIT_HANDSHAKE_BURST,
+                                .kv_max_held_per_conn = RDZV_KV_MAX_HELD_PER_PEER,
+                                .kv_max_held_per_job = RDZV_KV_MAX_HELD,
+                                .kv_held_per_worker = RDZV_LIMIT_KV_HELD_PER_WORKER,
+                                .kv_max_held_total = RDZV_LIMIT_KV_MAX_HELD_TOTAL};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -1007,9 +1015,14 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     DEFAULT_IF_0(handshakes_per_source);
     DEFAULT_IF_0(handshake_rate);
     DEFAULT_IF_0(handshake_burst);
+    DEFAULT_IF_0(kv_max_held_per_conn);
+    DEFAULT_IF_0(kv_max_held_per_job);
+    DEFAULT_IF_0(kv_held_per_worker);
+    DEFAULT_IF_0(kv_max_held_total);
 #undef DEFAULT_IF_0
     s->limits = l;
     s->kv_pool.max_bytes = l.kv_max_total_bytes;
+    s->kv_pool.max_held = l.kv_max_held_total;
     hs_configure(s);
 }
 

@@ -46,6 +46,14 @@ struct rdzv_tls_opts;
 #define RDZV_LIMIT_HANDSHAKES_PER_SOURCE 128u
 #define RDZV_LIMIT_HANDSHAKE_RATE 200u   /* per second and source */
 #define RDZV_LIMIT_HANDSHAKE_BURST 2048u /* handshakes a quiet source may start at once */
+/* Held KV requests (KV_GET waiting for a key, BARRIER arrivals; issue 26): per worker
+ * connection RDZV_KV_MAX_HELD_PER_PEER (64: a TCPStore client has a few waits in flight, a
+ * libmuster worker one); per job RDZV_KV_MAX_HELD (4096) plus RDZV_LIMIT_KV_HELD_PER_WORKER for
+ * each of its attached worker connections, so a job of 10,000 processes fits; and for all jobs
+ * together RDZV_LIMIT_KV_MAX_HELD_TOTAL (each costs ~100 bytes of server memory). Over any of
+ * them, the request gets KV_REPLY LIMIT at once. */
+#define RDZV_LIMIT_KV_HELD_PER_WORKER 8u
+#define RDZV_LIMIT_KV_MAX_HELD_TOTAL 1048576u
 
 struct rdzv_limits {
     unsigned max_connections;            /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
@@ -62,6 +70,13 @@ struct rdzv_limits {
     unsigned handshakes_per_source;      /* 0 = RDZV_LIMIT_HANDSHAKES_PER_SOURCE */
     unsigned handshake_rate;             /* per second and source; 0 = RDZV_LIMIT_HANDSHAKE_RATE */
     unsigned handshake_burst;            /* 0 = RDZV_LIMIT_HANDSHAKE_BURST */
+    /* held KV requests: per connection, per job (+ kv_held_per_worker per attached worker
+     * connection) and all jobs together; 0 = RDZV_KV_MAX_HELD_PER_PEER, RDZV_KV_MAX_HELD,
+     * RDZV_LIMIT_KV_HELD_PER_WORKER, RDZV_LIMIT_KV_MAX_HELD_TOTAL */
+    unsigned kv_max_held_per_conn;
+    unsigned kv_max_held_per_job;
+    unsigned kv_held_per_worker;
+    unsigned kv_max_held_total;
 };
 
 /* The defaults above, spelled out. */

@@ -104,6 +104,9 @@ enum srv_event {
     SRV_EV_IDLE_TIMEOUT,      /* silent past idle_ms while in no job */
     SRV_EV_FRAME_SIZE,        /* frame header announcing more than RDZV_MAX_PAYLOAD */
     /* (new limits go here, before SRV_EV_KV_QUOTA, the last of the limit family) */
+    SRV_EV_KV_HELD_CONN,   /* KV_GET/BARRIER that would wait over kv_max_held_per_conn */
+    SRV_EV_KV_HELD_JOB,    /* ... over the job's kv_max_held_per_job + kv_held_per_worker */
+    SRV_EV_KV_HELD_TOTAL,  /* ... over kv_max_held_total (all jobs together) */
     SRV_EV_PER_SOURCE,     /* over max_connections_per_source: accepted and closed at once */
     SRV_EV_SEND_QUEUE,     /* unsent bytes over send_queue_max: the peer stopped reading */
     SRV_EV_JOBS,           /* a JOIN that would create a job over max_jobs */

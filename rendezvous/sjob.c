@@ -60,7 +60,11 @@ struct sjob *rdzv__sjob_find(struct rdzv_server *srv, const char *id)
 
 int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out)
 {
-    struct rdzv_kv_limits kl = {srv->limits.kv_max_keys, srv->limits.kv_max_bytes, &srv->kv_pool};
+    struct rdzv_kv_limits kl = {.max_keys = srv->limits.kv_max_keys,
+                                .max_bytes = srv->limits.kv_max_bytes,
+                                .pool = &srv->kv_pool,
+                                .max_held = srv->limits.kv_max_held_per_job,
+                                .max_held_per_peer = srv->limits.kv_max_held_per_conn};
     struct sjob *sj;
     int err;
 

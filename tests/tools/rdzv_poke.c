@@ -15,6 +15,7 @@
  *   joinas JOB NNODES NODEID         agent: HELLO + JOIN claiming NODEID with a made-up secret
  *   failfinal JOB NNODES             agent: JOIN JOB, then FAILED with the FINAL flag
  *   status JOB|-                     observer: HELLO + STATUS_REQ (- = every job)
+ *   workerstatus JOB                 worker: HELLO + ATTACH JOB + STATUS_REQ of its job
  * Exit code: 0 when it printed OK, 1 for ERROR, 2 for FAIL or usage. */
 #include <errno.h>
 #include <inttypes.h>
@@ -182,6 +183,16 @@ static int act(int argc, char **argv)
         snprintf(msg.u.attach.job_id, sizeof(msg.u.attach.job_id), "%s", argv[3]);
         return put(&msg) < 0 ? fail("send") : answer();
     }
+    if (strcmp(a, "workerstatus") == 0 && argc == 4) {
+        if ((rc = hello(RDZV_ROLE_WORKER)) != 0)
+            return rc;
+        rdzv_msg_init(&msg, RDZV_MSG_ATTACH);
+        snprintf(msg.u.attach.job_id, sizeof(msg.u.attach.job_id), "%s", argv[3]);
+        if (put(&msg) < 0 || get() < 0 || msg.type != RDZV_MSG_ATTACH_OK)
+            return fail("ATTACH refused");
+        rdzv_msg_init(&msg, RDZV_MSG_STATUS_REQ);
+        return put(&msg) < 0 ? fail("send") : answer();
+    }
     if (strcmp(a, "status") == 0 && argc == 4) {
         if ((rc = hello(RDZV_ROLE_OBSERVER)) != 0)
             return rc;
@@ -233,7 +244,8 @@ static int act(int argc, char **argv)
         }
         return put(&msg) < 0 ? fail("send") : answer();
     }
-    return fail("usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|status ...");
+    return fail("usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|status|"
+                "workerstatus ...");
 }
 
 int main(int argc, char **argv)

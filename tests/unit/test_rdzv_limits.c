@@ -930,6 +930,74 @@ static void test_log_escaped(void **state)
     good_finish(fx);
 }
 
+static int held_3_refused(struct fixture *fx)
+{
+    return N(3, KV_REPLY) == 36;
+}
+
+static int held_4_refused(struct fixture *fx)
+{
+    return N(4, KV_REPLY) == 37;
+}
+
+static int status_4_refused(struct fixture *fx)
+{
+    return R(4)->closed;
+}
+
+static void kv_gets(struct raw *r, int n)
+{
+    char key[16];
+
+    for (int k = 0; k < n; k++) {
+        snprintf(key, sizeof(key), "never%d", k);
+        struct rdzv_msg *m = sendq_msg(RDZV_MSG_KV_GET);
+
+        m->u.kv.req_id = (uint32_t)k;
+        m->u.kv.wait_ms = 60000;
+        snprintf(m->u.kv.key, sizeof(m->u.kv.key), "%s", key);
+        send_msg(r, m);
+    }
+}
+
+/* Held KV requests (issue 26): 10x the per-connection cap (4 here) from one worker: 4 held,
+ * 36 LIMIT (kv_held_per_conn); a second worker meets the job's cap (5 + 1 per attached worker:
+ * 7) after 3: 37 LIMIT (kv_held_per_job). Then that worker asks for its own job's status: ERROR
+ * AUTH (item 6), and its close gives its holds back. The good job runs on. */
+static void test_kv_held(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits *l = limits(fx);
+
+    l->kv_max_held_per_conn = 4;
+    l->kv_max_held_per_job = 5;
+    l->kv_held_per_worker = 1;
+    rdzv_server_set_limits(fx->srv, l);
+    good_start(fx);
+    run_until(fx, good_assigned);
+    worker(fx, 3, "good");
+    worker(fx, 4, "good");
+    run_until(fx, attached_3_4);
+    kv_gets(R(3), 40);
+    run_until(fx, held_3_refused);
+    assert_int_equal(HITS(KV_HELD_CONN), 36);
+    kv_gets(R(4), 40);
+    run_until(fx, held_4_refused);
+    assert_int_equal(HITS(KV_HELD_JOB), 37);
+    assert_int_equal(HITS(KV_HELD_CONN), 36);
+    assert_int_equal(rdzv_kv_held(rdzv__sjob_find(fx->srv, "good")->kv), 7);
+    assert_int_equal(fx->srv->kv_pool.held, 7);
+    assert_int_equal(logged(fx, "kv_held_per_conn", NULL), 1);
+    send_msg(R(4), sendq_msg(RDZV_MSG_STATUS_REQ));
+    run_until(fx, status_4_refused);
+    assert_int_equal(R(4)->error.code, RDZV_ERR_AUTH);
+    assert_non_null(strstr(R(4)->error.text, "workers may not read status"));
+    assert_int_equal(N(4, STATUS), 0);
+    assert_int_equal(HITS(AUTH_JOB_SCOPE), 1);
+    assert_int_equal(fx->srv->kv_pool.held, 4);
+    good_finish(fx);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -941,6 +1009,7 @@ int main(void)
         T(test_kv_total),          T(test_flush_timeout),
         T(test_max_jobs),          T(test_per_source),
         T(test_job_workers),       T(test_log_escaped),
+        T(test_kv_held),
     };
 #undef T
 
