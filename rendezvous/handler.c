@@ -98,13 +98,13 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
 }
 
 static void join_error(struct peer *p, struct sjob *sj, int err, const struct rdzv_join *j,
-                       const char *addr)
+                       const char *addr, const char *seen)
 {
     const struct rdzv_job *job = sj->job;
     const struct rdzv_job_node *bad;
     uint64_t node_id = j->node_id;
 
-    if (err == -EPERM && (bad = rdzv_job_excluded(job, j->host, addr)) != NULL) {
+    if (err == -EPERM && (bad = rdzv_job_excluded(job, j->host, addr, seen)) != NULL) {
         srv_send_error(p, RDZV_ERR_EXCLUDED, "node %s (%s) is excluded from job %s: %s", bad->host,
                        bad->addr, job->id, bad->reason);
         char shown[MC_ESCAPE_SIZE(RDZV_HOST_MAX)];
@@ -134,27 +134,30 @@ static int join_valid(struct peer *p, const struct rdzv_join *j)
     return 0;
 }
 
-/* JOIN's addr, or the address the connection came from. */
-static void join_addr(struct peer *p, const struct rdzv_join *j, char *addr, size_t len)
+/* Where the node may be reached (*addr: JOIN's addr, else the address the connection came from)
+ * and where the server saw it (*seen: always the connection's). The claimed addr is only ever
+ * advertised (MASTER_ADDR, the replica link's host): a multi-homed node names its fast
+ * interface there. Anything that decides about a node (the failure ledger, exclusion) uses
+ * *seen, which a client on another machine cannot choose (issue 26). */
+static void join_addr(struct peer *p, const struct rdzv_join *j, char *addr, char *seen, size_t len)
 {
-    snprintf(addr, len, "%s", j->addr);
-    if (addr[0] == '\0')
-        srv_peer_addr(p, addr, len);
+    srv_peer_addr(p, seen, len);
+    snprintf(addr, len, "%s", j->addr[0] != '\0' ? j->addr : seen);
 }
 
 void rdzv__handle_join(struct peer *p, const struct rdzv_join *j)
 {
     enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
-    char addr[RDZV_HOST_MAX + 1];
+    char addr[RDZV_HOST_MAX + 1], seen[RDZV_HOST_MAX + 1];
     struct sjob *sj;
     int err;
 
     if (!join_valid(p, j) || !join_allowed(p, j) || (sj = join_target(p, j)) == NULL)
         return;
-    join_addr(p, j, addr, sizeof(addr));
-    err = rdzv_job_join(sj->job, j, addr, p, uv_now(p->srv->loop), &ev);
+    join_addr(p, j, addr, seen, sizeof(addr));
+    err = rdzv_job_join(sj->job, j, addr, seen, p, uv_now(p->srv->loop), &ev);
     if (err < 0) {
-        join_error(p, sj, err, j, addr);
+        join_error(p, sj, err, j, addr, seen);
         return;
     }
     rdzv__sjob_attach(sj, p);
@@ -225,16 +228,16 @@ static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_re
 
     rdzv_msg_init(&m, RDZV_MSG_REJOIN_OK);
     enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
-    char addr[RDZV_HOST_MAX + 1];
+    char addr[RDZV_HOST_MAX + 1], seen[RDZV_HOST_MAX + 1];
     void *old = NULL;
     int err;
 
-    join_addr(p, &rj->join, addr, sizeof(addr));
-    err = rdzv_job_rejoin(sj->job, rj, addr, p, uv_now(p->srv->loop), &old, &ev);
+    join_addr(p, &rj->join, addr, seen, sizeof(addr));
+    err = rdzv_job_rejoin(sj->job, rj, addr, seen, p, uv_now(p->srv->loop), &old, &ev);
     if (err == -ESTALE) {
         rejoin_stale(p, sj, rj);
     } else if (err < 0) {
-        join_error(p, sj, err, &rj->join, addr);
+        join_error(p, sj, err, &rj->join, addr, seen);
         return;
     } else {
         rdzv__sjob_attach(sj, p);

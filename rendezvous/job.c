@@ -238,7 +238,7 @@ static int in_list(const struct rdzv_job_member *list, size_t n, const void *pee
 }
 
 static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, const char *addr,
-                        void *peer)
+                        const char *seen, void *peer)
 {
     memset(m, 0, sizeof(*m));
     m->node_id = j->node_id;
@@ -248,6 +248,7 @@ static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, co
     m->master_port = j->master_port;
     snprintf(m->host, sizeof(m->host), "%s", j->host);
     snprintf(m->addr, sizeof(m->addr), "%s", addr);
+    snprintf(m->seen, sizeof(m->seen), "%s", seen);
     snprintf(m->resume, sizeof(m->resume), "%s", j->resume);
     m->resume_step = j->resume[0] != '\0' ? j->resume_step : -1;
     m->spare = (j->flags & RDZV_JOIN_SPARE) != 0;
@@ -333,21 +334,21 @@ static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, u
     return 0;
 }
 
-int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
-                  uint64_t now_ms, enum rdzv_job_event *ev)
+int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr,
+                  const char *seen, void *peer, uint64_t now_ms, enum rdzv_job_event *ev)
 {
     struct rdzv_job_member m;
 
     /* first: an excluded node whose agent took long to stop its workers may find the job
      * finished by its replacement; it must still learn why it was left out */
-    if (rdzv_job_excluded(job, j->host, addr) != NULL)
+    if (rdzv_job_excluded(job, j->host, addr, seen) != NULL)
         return -EPERM;
     if (job->state == RDZV_JOB_FINISHED)
         return -ESHUTDOWN;
     if (in_list(job->members, job->n_members, peer, j->node_id) ||
         in_list(job->pending, job->n_pending, peer, j->node_id))
         return -EEXIST;
-    make_member(&m, j, addr, peer);
+    make_member(&m, j, addr, seen, peer);
     /* a spare that already ran in the previous round re-joins as the member it is now */
     if (m.spare && prev_rank(job, m.node_id) < 0)
         return join_spare(job, &m, now_ms, ev);
@@ -549,7 +550,7 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
         job->prev[i].node_id = m->node_id;
         job->prev[i].group_rank = m->group_rank;
         job->prev[i].peer = m->peer;
-        job->prev[i].excluded = rdzv_job_excluded(job, m->host, m->addr) != NULL;
+        job->prev[i].excluded = rdzv_job_excluded(job, m->host, m->addr, m->seen) != NULL;
     }
     job->n_prev = job->n_members;
     job->n_members = 0;
@@ -561,26 +562,30 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
     return RDZV_JOB_EV_RESTART;
 }
 
+/* The seen address first: it is what a JOIN cannot choose (see rdzv_job_node). */
 static struct rdzv_job_node *ledger_find(const struct rdzv_job *job, const char *host,
-                                         const char *addr)
+                                         const char *addr, const char *seen)
 {
-    for (size_t i = 0; i < job->n_nodes; i++)
-        if (strcmp(job->nodes[i].host, host) == 0 && strcmp(job->nodes[i].addr, addr) == 0)
+    for (size_t i = 0; i < job->n_nodes; i++) {
+        const struct rdzv_job_node *n = &job->nodes[i];
+
+        if (strcmp(n->seen, seen) == 0 && strcmp(n->host, host) == 0 && strcmp(n->addr, addr) == 0)
             return &job->nodes[i];
+    }
     return NULL;
 }
 
 const struct rdzv_job_node *rdzv_job_excluded(const struct rdzv_job *job, const char *host,
-                                              const char *addr)
+                                              const char *addr, const char *seen)
 {
-    const struct rdzv_job_node *n = ledger_find(job, host, addr);
+    const struct rdzv_job_node *n = ledger_find(job, host, addr, seen);
 
     return n != NULL && n->excluded ? n : NULL;
 }
 
-static struct rdzv_job_node *ledger_add(struct rdzv_job *job, const char *host, const char *addr)
+static struct rdzv_job_node *ledger_add(struct rdzv_job *job, const struct rdzv_job_member *who)
 {
-    struct rdzv_job_node *n = ledger_find(job, host, addr);
+    struct rdzv_job_node *n = ledger_find(job, who->host, who->addr, who->seen);
 
     if (n != NULL)
         return n;
@@ -597,17 +602,18 @@ static struct rdzv_job_node *ledger_add(struct rdzv_job *job, const char *host, 
     }
     n = &job->nodes[job->n_nodes++];
     memset(n, 0, sizeof(*n));
-    snprintf(n->host, sizeof(n->host), "%s", host);
-    snprintf(n->addr, sizeof(n->addr), "%s", addr);
+    snprintf(n->host, sizeof(n->host), "%s", who->host);
+    snprintf(n->addr, sizeof(n->addr), "%s", who->addr);
+    snprintf(n->seen, sizeof(n->seen), "%s", who->seen);
     return n;
 }
 
-/* Counts failure f against the node (host, addr) that caused it; with --exclude-after N, the
- * N-th failure within the window excludes it. */
-static void note_failure(struct rdzv_job *job, const char *host, const char *addr,
+/* Counts failure f against the member `who` that caused it (NULL: a node this server never
+ * saw); with --exclude-after N, the N-th failure within the window excludes it. */
+static void note_failure(struct rdzv_job *job, const struct rdzv_job_member *who,
                          const struct rdzv_failure *f, uint64_t now_ms)
 {
-    struct rdzv_job_node *n = host[0] != '\0' ? ledger_add(job, host, addr) : NULL;
+    struct rdzv_job_node *n = who != NULL && who->host[0] != '\0' ? ledger_add(job, who) : NULL;
     uint32_t recent = 0;
 
     if (n == NULL)
@@ -624,14 +630,14 @@ static void note_failure(struct rdzv_job *job, const char *host, const char *add
              recent, job->exclude_window_ms / 1000.0, f->text);
 }
 
-/* The first failure of a running round decides: a new round, or the end of the job. The node
- * (host, addr) that caused it is charged with it. */
+/* The first failure of a running round decides: a new round, or the end of the job. The member
+ * `who` (a copy: it may have left members[] already) that caused it is charged with it. */
 static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f,
-                                           const char *host, const char *addr, uint64_t now_ms)
+                                           const struct rdzv_job_member *who, uint64_t now_ms)
 {
     enum rdzv_job_event ev;
 
-    note_failure(job, host, addr, f, now_ms);
+    note_failure(job, who, f, now_ms);
     job->cause = *f;
     if (job->restart_count >= job->max_restarts || (f->flags & RDZV_FAILURE_FINAL)) {
         job->state = RDZV_JOB_FINISHED;
@@ -658,7 +664,7 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
     int i = rdzv_job_find(job, peer);
     int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_failure cause;
-    char host[RDZV_HOST_MAX + 1], addr[RDZV_HOST_MAX + 1];
+    struct rdzv_job_member who;
 
     if (leaving && pi >= 0)
         remove_pending(job, (size_t)pi); /* it never ran: nobody else needs to know */
@@ -678,11 +684,10 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
     cause.round = job->round;
     if (cause.host[0] == '\0')
         snprintf(cause.host, sizeof(cause.host), "%s", job->members[i].host);
-    snprintf(host, sizeof(host), "%s", job->members[i].host); /* remove_member() moves it */
-    snprintf(addr, sizeof(addr), "%s", job->members[i].addr);
+    who = job->members[i]; /* remove_member() moves it */
     if (leaving)
         remove_member(job, (size_t)i);
-    return restart_or_fail(job, &cause, host, addr, now_ms);
+    return restart_or_fail(job, &cause, &who, now_ms);
 }
 
 enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round)
@@ -709,7 +714,7 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_job_member *m;
     struct rdzv_failure f;
-    char host[RDZV_HOST_MAX + 1], addr[RDZV_HOST_MAX + 1];
+    struct rdzv_job_member who;
 
     forget_prev(job, peer);
     if (pi >= 0)
@@ -735,10 +740,9 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     f.time_ms = wall_ms;
     snprintf(f.host, sizeof(f.host), "%s", m->host);
     snprintf(f.text, sizeof(f.text), "lost node %s (%s): %s", m->host, m->addr, reason);
-    snprintf(host, sizeof(host), "%s", m->host); /* remove_member() moves it */
-    snprintf(addr, sizeof(addr), "%s", m->addr);
+    who = *m; /* remove_member() moves it */
     remove_member(job, (size_t)i);
-    return restart_or_fail(job, &f, host, addr, now_ms);
+    return restart_or_fail(job, &f, &who, now_ms);
 }
 
 /* --- server restart: rebuilding a running round from REJOINs ------------------------------ */
@@ -779,7 +783,8 @@ static int rank_taken(const struct rdzv_job *job, uint32_t rank)
 }
 
 /* A member of the rebuilt round comes back with the ranks it runs with. */
-static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr, void *peer)
+static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
+                   const char *seen, void *peer)
 {
     const struct rdzv_assign *a = &rj->assign;
     struct rdzv_job_member *m;
@@ -790,7 +795,7 @@ static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const cha
     if (reserve(job, job->n_members + 1 + job->n_pending) < 0) /* see add_pending() */
         return -ENOMEM;
     m = &job->members[job->n_members++];
-    make_member(m, &rj->join, addr, peer);
+    make_member(m, &rj->join, addr, seen, peer);
     m->group_rank = a->group_rank;
     m->rank_offset = a->rank_offset;
     if (a->group_rank == 0)
@@ -801,7 +806,8 @@ static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const cha
 }
 
 int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
-                    void *peer, uint64_t now_ms, void **old_peer, enum rdzv_job_event *ev)
+                    const char *seen, void *peer, uint64_t now_ms, void **old_peer,
+                    enum rdzv_job_event *ev)
 {
     int i, err;
 
@@ -820,7 +826,7 @@ int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const ch
     } else {
         if (!job->rebuilding)
             return -ESTALE;
-        err = readmit(job, rj, addr, peer);
+        err = readmit(job, rj, addr, seen, peer);
         if (err < 0)
             return err;
         i = (int)job->n_members - 1;
@@ -844,5 +850,5 @@ static enum rdzv_job_event grace_over(struct rdzv_job *job, uint64_t now_ms, uin
              "lost node with group rank %" PRIu32 ": did not reconnect within %.1f s", r,
              job->reconnect_grace_ms / 1000.0);
     job->rebuilding = 0;
-    return restart_or_fail(job, &f, "", "", now_ms); /* a node this server never saw: nobody */
+    return restart_or_fail(job, &f, NULL, now_ms); /* a node this server never saw: nobody */
 }
