@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
 #include "ids.h"
 
 int rdzv_job_validate_join(const struct rdzv_join *j)
@@ -628,6 +629,7 @@ static void note_failure(struct rdzv_job *job, const struct rdzv_job_member *who
     n->excluded = 1;
     snprintf(n->reason, sizeof(n->reason), "caused %u failures within %.0f s (last: %.150s)",
              recent, job->exclude_window_ms / 1000.0, f->text);
+    mc_utf8_sanitize(n->reason); /* %.150s may cut a character: /status must stay valid JSON */
 }
 
 /* The first failure of a running round decides: a new round, or the end of the job. The member
@@ -639,6 +641,7 @@ static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rd
 
     note_failure(job, who, f, now_ms);
     job->cause = *f;
+    mc_utf8_sanitize(job->cause.text); /* built by snprintf from peers' texts: maybe cut short */
     if (job->restart_count >= job->max_restarts || (f->flags & RDZV_FAILURE_FINAL)) {
         job->state = RDZV_JOB_FINISHED;
         return RDZV_JOB_EV_FAILED;

@@ -14,6 +14,8 @@
  *                                    node secret of its own (it cannot know the real one)
  *   joinas JOB NNODES NODEID         agent: HELLO + JOIN claiming NODEID with a made-up secret
  *   failfinal JOB NNODES             agent: JOIN JOB, then FAILED with the FINAL flag
+ *   badhost JOB NNODES               agent: JOIN JOB with a host that is not valid UTF-8
+ *                                    (written into the encoded frame: the codec refuses it)
  *   joinfail JOB MIN:MAX HOST ADDR   agent: JOIN JOB claiming another node's HOST and ADDR (its
  *                                    own node secret), wait for ASSIGN, then FAILED (not final)
  *                                    for that round: a teammate charging a failure to a victim
@@ -79,6 +81,28 @@ static int put(const struct rdzv_msg *m)
 
     if (rdzv_msg_encode(m, buf, sizeof(buf), &len) < 0)
         return -1;
+    while (off < len) {
+        int w = mbedtls_ssl_write(&ssl, buf + off, len - off);
+        if (w <= 0)
+            return -1;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+/* put(), but the first `from` in the encoded frame is replaced by `to` (as long): how a hostile
+ * client sends what muster's own encoder refuses to write. */
+static int put_patched(const struct rdzv_msg *m, const char *from, const char *to)
+{
+    size_t len, n = strlen(from), off = 0;
+
+    if (rdzv_msg_encode(m, buf, sizeof(buf), &len) < 0)
+        return -1;
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(buf + i, from, n) == 0) {
+            memcpy(buf + i, to, n);
+            break;
+        }
     while (off < len) {
         int w = mbedtls_ssl_write(&ssl, buf + off, len - off);
         if (w <= 0)
@@ -288,6 +312,14 @@ static int act(int argc, char **argv)
         printf("SENT FAILED\n");
         return 0;
     }
+    if (strcmp(a, "badhost") == 0 && argc == 5) {
+        if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
+            return rc;
+        msg = (struct rdzv_msg){.type = RDZV_MSG_JOIN};
+        fill_join(&msg.u.join, argv[3], (unsigned)atoi(argv[4]));
+        snprintf(msg.u.join.host, sizeof(msg.u.join.host), "bad-XX-host");
+        return put_patched(&msg, "-XX-", "-\xff\xfe-") < 0 ? fail("send") : answer();
+    }
     if (strcmp(a, "joinfail") == 0 && argc == 7)
         return join_fail(argv[3], argv[4], argv[5], argv[6]);
     if ((strcmp(a, "rejoin") == 0 && argc == 5) || (strcmp(a, "joinas") == 0 && argc == 6)) {
@@ -307,8 +339,8 @@ static int act(int argc, char **argv)
         }
         return put(&msg) < 0 ? fail("send") : answer();
     }
-    return fail(
-        "usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|joinfail|status ...");
+    return fail("usage: rdzv_poke HOST:PORT "
+                "hello|attach|join|rejoin|joinas|failfinal|joinfail|badhost|status ...");
 }
 
 int main(int argc, char **argv)
