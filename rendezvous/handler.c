@@ -41,6 +41,8 @@ void rdzv__handle_hello(struct peer *p, const struct rdzv_hello *h)
                                                      : "an observer");
         return;
     }
+    if (!srv_scope_admit_peer(p))
+        return;
     p->welcomed = 1;
     p->role = h->role;
     srv_peer_arm(p); /* the handshake deadline gives way to the idle one */
@@ -85,6 +87,8 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
     if (sj == NULL) {
         if (rdzv__sjob_new(p->srv, j, &sj) < 0)
             srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
+        else
+            srv_scope_charge_job(sj, p);
         return sj;
     }
     if (rdzv_job_check(sj->job, j) < 0) {

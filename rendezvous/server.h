@@ -46,6 +46,15 @@ struct rdzv_tls_opts;
 #define RDZV_LIMIT_HANDSHAKES_PER_SOURCE 128u
 #define RDZV_LIMIT_HANDSHAKE_RATE 200u   /* per second and source */
 #define RDZV_LIMIT_HANDSHAKE_BURST 2048u /* handshakes a quiet source may start at once */
+/* Per job credential scope (issue 26, rendezvous/scope.h): one team's "teamA-*" credential may
+ * hold at most this many jobs and open connections, so that it cannot take the server-wide
+ * caps from the other teams (4,096 silent JOINs filled max_jobs in 25 s). Jobs: a sixteenth of
+ * max_jobs, far above what one team runs at once (Slurm's MaxJobsPerUser spirit). Connections:
+ * half of max_connections, so one team's single job of up to 8,192 agents still fits; a bigger
+ * one needs --max-connections-per-credential. The server secret and client certificates
+ * (operators) get only the server-wide caps. */
+#define RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL 256u
+#define RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL 8192u
 
 struct rdzv_limits {
     unsigned max_connections;            /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
@@ -62,6 +71,9 @@ struct rdzv_limits {
     unsigned handshakes_per_source;      /* 0 = RDZV_LIMIT_HANDSHAKES_PER_SOURCE */
     unsigned handshake_rate;             /* per second and source; 0 = RDZV_LIMIT_HANDSHAKE_RATE */
     unsigned handshake_burst;            /* 0 = RDZV_LIMIT_HANDSHAKE_BURST */
+    /* per job credential scope (issue 26) */
+    unsigned max_jobs_per_credential;        /* 0 = RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL */
+    unsigned max_connections_per_credential; /* 0 = RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL */
 };
 
 /* The defaults above, spelled out. */

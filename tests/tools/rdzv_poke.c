@@ -20,6 +20,8 @@
  *                                    own node secret), wait for ASSIGN, then FAILED (not final)
  *                                    for that round: a teammate charging a failure to a victim
  *   status JOB|-                     observer: HELLO + STATUS_REQ (- = every job)
+ * MUSTER_POKE_HOLD=S keeps the connection open (silent) S seconds after the answer: a client
+ * that holds a job slot or a connection (its JOINs ask for no heartbeat deadline).
  * MUSTER_POKE_FROM=IP binds the connection's source address first (another "machine" on
  * loopback: 127.0.0.2, ...).
  * Exit code: 0 when it printed OK, 1 for ERROR, 2 for FAIL or usage. */
@@ -368,6 +370,8 @@ int main(int argc, char **argv)
         if (rc != MBEDTLS_ERR_SSL_WANT_READ && rc != MBEDTLS_ERR_SSL_WANT_WRITE)
             return fail("TLS handshake refused");
     rc = act(argc, argv);
+    if (getenv("MUSTER_POKE_HOLD") != NULL)
+        sleep((unsigned)atoi(getenv("MUSTER_POKE_HOLD")));
     mbedtls_ssl_close_notify(&ssl);
     mbedtls_ssl_free(&ssl);
     rdzv_tls_free(tls);
