@@ -117,6 +117,10 @@ static void join_error(struct peer *p, struct sjob *sj, int err, const struct rd
         srv_log(p->srv, "job %s: refused the JOIN of excluded node %s", job->id, shown);
     } else if (err == -ESHUTDOWN)
         srv_send_error(p, RDZV_ERR_CLOSED, "job %s already finished", job->id);
+    else if (err == -ENOSPC)
+        srv_send_error(p, RDZV_ERR_PROTOCOL,
+                       "job %s has %zu nodes waiting already (its max_nodes + %u): no room to wait",
+                       job->id, job->n_pending, RDZV_JOB_PENDING_SLACK);
     else if (err == -EEXIST)
         srv_send_error(p, RDZV_ERR_PROTOCOL,
                        "node %016" PRIx64 " already joined round %" PRIu32 " of job %s", node_id,

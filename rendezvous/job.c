@@ -62,6 +62,7 @@ void rdzv_job_free(struct rdzv_job *job)
         return;
     free(job->members);
     free(job->prev);
+    free(job->prev_slots);
     free(job->by_rank);
     free(job->pending);
     free(job->nodes);
@@ -101,6 +102,45 @@ int rdzv_job_find_pending(const struct rdzv_job *job, const void *peer)
     return -1;
 }
 
+/* prev_slots[]: an open-addressing index of prev[] by node id (issue 26's audit): looking up a
+ * previous member was a walk of prev[] per node, so closing a round and every refill of a
+ * filling round (prev_coming) were quadratic in the node count. 2 * cap_members slots (a power
+ * of two: cap_members is), each 0 or 1 + an index into prev[]; rebuilt when prev[] changes. */
+static size_t prev_slot(const struct rdzv_job *job, uint64_t node_id)
+{
+    return (size_t)((node_id * 0x9e3779b97f4a7c15ull) >> 32) & (2 * job->cap_members - 1);
+}
+
+static void prev_index(struct rdzv_job *job)
+{
+    size_t mask = 2 * job->cap_members - 1;
+
+    if (job->prev_slots == NULL)
+        return;
+    memset(job->prev_slots, 0, 2 * job->cap_members * sizeof(*job->prev_slots));
+    for (size_t i = 0; i < job->n_prev; i++) {
+        size_t s = prev_slot(job, job->prev[i].node_id);
+
+        while (job->prev_slots[s] != 0)
+            s = (s + 1) & mask;
+        job->prev_slots[s] = (uint32_t)i + 1;
+    }
+}
+
+/* Index in prev[] of node_id, or -1. */
+static int64_t prev_find(const struct rdzv_job *job, uint64_t node_id)
+{
+    size_t mask, s;
+
+    if (job->n_prev == 0 || job->prev_slots == NULL)
+        return -1;
+    mask = 2 * job->cap_members - 1;
+    for (s = prev_slot(job, node_id); job->prev_slots[s] != 0; s = (s + 1) & mask)
+        if (job->prev[job->prev_slots[s] - 1].node_id == node_id)
+            return job->prev_slots[s] - 1;
+    return -1;
+}
+
 /* prev[] and by_rank[] grow with members[] so that a restart, which copies members into prev
  * and admits pending joiners into members, needs no allocation. Room for `want` members. */
 static int reserve(struct rdzv_job *job, size_t want)
@@ -124,16 +164,20 @@ static int reserve(struct rdzv_job *job, size_t want)
     if (p == NULL)
         return -ENOMEM;
     job->by_rank = p;
+    p = realloc(job->prev_slots, 2 * cap * sizeof(*job->prev_slots));
+    if (p == NULL)
+        return -ENOMEM;
+    job->prev_slots = p;
     job->cap_members = cap;
+    prev_index(job); /* the slots depend on the capacity */
     return 0;
 }
 
 static int64_t prev_rank(const struct rdzv_job *job, uint64_t node_id)
 {
-    for (size_t i = 0; i < job->n_prev; i++)
-        if (job->prev[i].node_id == node_id)
-            return job->prev[i].group_rank;
-    return -1;
+    int64_t i = prev_find(job, node_id);
+
+    return i >= 0 ? (int64_t)job->prev[i].group_rank : -1;
 }
 
 /* Whether member a would resume from a newer checkpoint than member b (none is oldest). */
@@ -174,8 +218,7 @@ static void newest_to_rank0(struct rdzv_job *job)
 /* A node that asks for a group rank (JOIN.want_rank: --node-rank of torchrun's static recipe)
  * gets it when it fits and is free; nodes of the previous round keep their group rank when it
  * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order.
- * Quadratic in the node count through prev_rank(), which is fine for the few thousand nodes a job
- * has at most. */
+ * Linear in the node count: prev_rank() is a lookup in prev_slots[]. */
 static void close_round(struct rdzv_job *job, uint64_t now_ms)
 {
     size_t n = job->n_members, next = 0;
@@ -335,6 +378,11 @@ static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, u
     return 0;
 }
 
+static int m_spare(const struct rdzv_join *j)
+{
+    return (j->flags & RDZV_JOIN_SPARE) != 0;
+}
+
 int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr,
                   const char *seen, void *peer, uint64_t now_ms, enum rdzv_job_event *ev)
 {
@@ -349,6 +397,11 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
     if (in_list(job->members, job->n_members, peer, j->node_id) ||
         in_list(job->pending, job->n_pending, peer, j->node_id))
         return -EEXIST;
+    /* bounded (issue 26's audit): many more waiting nodes than the job can ever run are no use,
+     * and each costs every later refill a look */
+    if ((job->state != RDZV_JOB_FILLING || m_spare(j)) && prev_rank(job, j->node_id) < 0 &&
+        job->n_pending >= (size_t)job->max_nodes + RDZV_JOB_PENDING_SLACK)
+        return -ENOSPC;
     make_member(&m, j, addr, seen, peer);
     /* a spare that already ran in the previous round re-joins as the member it is now */
     if (m.spare && prev_rank(job, m.node_id) < 0)
@@ -490,9 +543,15 @@ static size_t prev_coming(const struct rdzv_job *job)
 {
     size_t n = 0;
 
+    /* those that may come, less those already in: node ids are unique in both lists, so this is
+     * linear, not a walk of members[] per previous member */
     for (size_t i = 0; i < job->n_prev; i++)
-        n += job->prev[i].peer != NULL && !job->prev[i].excluded &&
-             find_node(job, job->prev[i].node_id) < 0;
+        n += job->prev[i].peer != NULL && !job->prev[i].excluded;
+    for (size_t i = 0; i < job->n_members; i++) {
+        int64_t k = prev_find(job, job->members[i].node_id);
+
+        n -= k >= 0 && job->prev[k].peer != NULL && !job->prev[k].excluded;
+    }
     return n;
 }
 
@@ -554,6 +613,7 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
         job->prev[i].excluded = rdzv_job_excluded(job, m->host, m->addr, m->seen) != NULL;
     }
     job->n_prev = job->n_members;
+    prev_index(job);
     job->n_members = 0;
     job->min_reached = 0;
     job->rebuilding = 0;

@@ -15,6 +15,9 @@
 #include "backoff.h"
 #include "message.h"
 
+/* Nodes that may wait in pending[] (joiners of a running job, spares): max_nodes + this. */
+#define RDZV_JOB_PENDING_SLACK 64u
+
 /* Per-node and per-job bounds; with both, the world size (sum of nproc) fits in a uint32_t. */
 #define RDZV_JOB_MAX_NODES 65535u
 #define RDZV_JOB_MAX_NPROC 65535u
@@ -107,6 +110,7 @@ struct rdzv_job {
     size_t n_members, cap_members;
     struct rdzv_job_prev *prev; /* previous round (empty before the first restart) */
     size_t n_prev;
+    uint32_t *prev_slots; /* prev[] indexed by node id (job.c prev_find), 2 * cap_members */
     struct rdzv_job_member *pending; /* joined while the round ran full, and spares: they enter
                                         a later round (see rdzv_job_join) */
     size_t n_pending, cap_pending;
@@ -174,11 +178,12 @@ int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j);
  * the filling round.
  * Returns 0 and sets *ev to WAITING or ASSIGNED (round full); -ESHUTDOWN when the job finished,
  * -EPERM when the node is excluded (rdzv_job_excluded() says why; checked first), -EEXIST when the
- * peer or node_id is already in the round or pending, -ENOMEM. While the round runs (scale-up), the
- * joiner goes to pending[]: with fewer than max_nodes members a new round starts at once (*ev =
- * RESTART, restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes it waits
- * for a later round (*ev = PENDING). Pending joiners enter a new round (any cause) while there is
- * room next to the previous round's still-connected members, who keep priority. A spare
+ * peer or node_id is already in the round or pending, -ENOSPC when it would wait in pending[]
+ * while max_nodes + RDZV_JOB_PENDING_SLACK nodes wait there already, -ENOMEM. While the round runs
+ * (scale-up), the joiner goes to pending[]: with fewer than max_nodes members a new round starts at
+ * once (*ev = RESTART, restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes
+ * it waits for a later round (*ev = PENDING). Pending joiners enter a new round (any cause) while
+ * there is room next to the previous round's still-connected members, who keep priority. A spare
  * (RDZV_JOIN_SPARE, not a member of the previous round) always waits in pending[]
  * (*ev = PENDING, no scale-up): it enters a filling round only in the place of a node of the
  * previous round that was lost, left or excluded, up to keep_nodes (the world keeps its size).

@@ -1081,6 +1081,61 @@ static void test_restart_budget_survives_leave_and_spares(void **state)
     rdzv_job_free(job);
 }
 
+/* Issue 26's audit: pending[] is bounded (max_nodes + RDZV_JOB_PENDING_SLACK), and a big
+ * job's restart keeps every node's group rank through the prev[] index. */
+static void test_pending_bounded_and_prev_index(void **state)
+{
+    static char many[300];
+    enum rdzv_job_event ev;
+    struct rdzv_job *job = new_job(1, 1);
+    struct rdzv_job *big;
+    struct rdzv_join j = mkjoin(0, 1, 1, 1);
+
+    (void)state;
+    assert_int_equal(rdzv_job_join(job, &j, "a", "a", &many[0], 0, &ev), 0);
+    assert_int_equal(ev, RDZV_JOB_EV_ASSIGNED);
+    j.flags = RDZV_JOIN_SPARE;
+    for (unsigned i = 1; i <= 1 + RDZV_JOB_PENDING_SLACK; i++) {
+        j.node_id = 1000 + i;
+        assert_int_equal(rdzv_job_join(job, &j, "a", "a", &many[i], 0, &ev), 0);
+    }
+    j.node_id = 5000;
+    assert_int_equal(rdzv_job_join(job, &j, "a", "a", &many[200], 0, &ev), -ENOSPC);
+    rdzv_job_free(job);
+
+    /* 200 nodes, then one fails: all 199 others keep their ranks in round 1 */
+    j = mkjoin(0, 200, 200, 1);
+    j.last_call_ms = 0;
+    assert_int_equal(rdzv_job_new(&j, &big), 0);
+    for (unsigned i = 0; i < 200; i++) {
+        j.node_id = 7000 + 13 * (uint64_t)i;
+        assert_int_equal(rdzv_job_join(big, &j, "a", "a", &many[i], 0, &ev), 0);
+    }
+    assert_int_equal(ev, RDZV_JOB_EV_ASSIGNED);
+    uint32_t rank_of[200];
+
+    for (unsigned i = 0; i < 200; i++)
+        rank_of[i] = big->members[i].group_rank;
+    struct rdzv_failure f = {.round = 0, .rank = 0, .exit_code = 1};
+
+    assert_int_equal(rdzv_job_failed(big, &many[0], &f, 0, 10), RDZV_JOB_EV_RESTART);
+    for (unsigned i = 199; i >= 1; i--) { /* the other order: ranks must come from prev[] */
+        j.node_id = 7000 + 13 * (uint64_t)i;
+        assert_int_equal(rdzv_job_join(big, &j, "a", "a", &many[i], 20, &ev), 0);
+    }
+    j.node_id = 7000;
+    assert_int_equal(rdzv_job_join(big, &j, "a", "a", &many[0], 20000, &ev), 0);
+    assert_int_equal(rdzv_job_tick(big, 20000, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(big->state, RDZV_JOB_RUNNING);
+    for (unsigned i = 0; i < 200; i++) {
+        int k = rdzv_job_find(big, &many[i]);
+
+        assert_true(k >= 0);
+        assert_int_equal(big->members[k].group_rank, rank_of[i]);
+    }
+    rdzv_job_free(big);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1121,6 +1176,7 @@ int main(void)
         cmocka_unit_test(test_spare_keeps_size_elastic),
         cmocka_unit_test(test_restart_budget_survives_leave_and_spares),
         cmocka_unit_test(test_spare_across_server_restart),
+        cmocka_unit_test(test_pending_bounded_and_prev_index),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
