@@ -63,6 +63,7 @@ void rdzv_job_free(struct rdzv_job *job)
     free(job->members);
     free(job->prev);
     free(job->prev_slots);
+    free(job->member_slots);
     free(job->by_rank);
     free(job->pending);
     free(job->nodes);
@@ -76,21 +77,87 @@ int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j)
     return 0;
 }
 
+/* member_slots[]: members[] indexed by connection and by node id (issue 26's audit: every
+ * FAILED, DONE, CKPT, PREFLIGHT and REPL_BEGIN looked its sender up with a walk of members[],
+ * and every JOIN walked it twice: quadratic per round). Two open-addressing regions of
+ * 4 * cap_members slots, by peer then by node id, each 0 or 1 + an index into members[]. A slot
+ * may be stale (a member's peer changed or went NULL): lookups check the member it names.
+ * Appends insert; removals, which shift members[], rebuild; so does a new round. */
+static size_t mix(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & mask;
+}
+
+static void slot_put(uint32_t *region, size_t n, uint64_t key, size_t i)
+{
+    size_t s = mix(key, n - 1);
+
+    while (region[s] != 0)
+        s = (s + 1) & (n - 1);
+    region[s] = (uint32_t)i + 1;
+}
+
+static void member_slot_put(struct rdzv_job *job, size_t i)
+{
+    size_t n = 4 * job->cap_members;
+
+    if (job->members[i].peer != NULL)
+        slot_put(job->member_slots, n, (uintptr_t)job->members[i].peer, i);
+    slot_put(job->member_slots + n, n, job->members[i].node_id, i);
+    job->member_slots_used++;
+}
+
+static void members_index(struct rdzv_job *job)
+{
+    if (job->member_slots == NULL)
+        return;
+    memset(job->member_slots, 0, 8 * job->cap_members * sizeof(*job->member_slots));
+    job->member_slots_used = 0;
+    for (size_t i = 0; i < job->n_members; i++)
+        member_slot_put(job, i);
+}
+
+/* members[i] was appended or got a new peer. Stale slots are swept once they are as many as
+ * the members could be (load at most 1/2: probes stay short and always end). */
+static void member_indexed(struct rdzv_job *job, size_t i)
+{
+    if (job->member_slots == NULL)
+        return;
+    if (job->member_slots_used >= 2 * job->cap_members)
+        members_index(job);
+    else
+        member_slot_put(job, i);
+}
+
 int rdzv_job_find(const struct rdzv_job *job, const void *peer)
 {
-    if (peer == NULL)
+    size_t n = 4 * job->cap_members, s;
+
+    if (peer == NULL || job->member_slots == NULL)
         return -1;
-    for (size_t i = 0; i < job->n_members; i++)
-        if (job->members[i].peer == peer)
-            return (int)i;
+    for (s = mix((uintptr_t)peer, n - 1); job->member_slots[s] != 0; s = (s + 1) & (n - 1)) {
+        size_t k = job->member_slots[s] - 1;
+
+        if (k < job->n_members && job->members[k].peer == peer)
+            return (int)k;
+    }
     return -1;
 }
 
 static int find_node(const struct rdzv_job *job, uint64_t node_id)
 {
-    for (size_t i = 0; i < job->n_members; i++)
-        if (job->members[i].node_id == node_id)
-            return (int)i;
+    size_t n = 4 * job->cap_members, s;
+    const uint32_t *by_node;
+
+    if (job->member_slots == NULL)
+        return -1;
+    by_node = job->member_slots + n;
+    for (s = mix(node_id, n - 1); by_node[s] != 0; s = (s + 1) & (n - 1)) {
+        size_t k = by_node[s] - 1;
+
+        if (k < job->n_members && job->members[k].node_id == node_id)
+            return (int)k;
+    }
     return -1;
 }
 
@@ -168,8 +235,13 @@ static int reserve(struct rdzv_job *job, size_t want)
     if (p == NULL)
         return -ENOMEM;
     job->prev_slots = p;
+    p = realloc(job->member_slots, 8 * cap * sizeof(*job->member_slots));
+    if (p == NULL)
+        return -ENOMEM;
+    job->member_slots = p;
     job->cap_members = cap;
     prev_index(job); /* the slots depend on the capacity */
+    members_index(job);
     return 0;
 }
 
@@ -304,6 +376,7 @@ static enum rdzv_job_event add_member(struct rdzv_job *job, const struct rdzv_jo
                                       uint64_t now_ms)
 {
     job->members[job->n_members++] = *m;
+    member_indexed(job, job->n_members - 1);
     if (job->n_members == 1)
         job->first_join_ms = now_ms;
     if (job->n_members >= job->min_nodes && !job->min_reached) {
@@ -394,8 +467,8 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
         return -EPERM;
     if (job->state == RDZV_JOB_FINISHED)
         return -ESHUTDOWN;
-    if (in_list(job->members, job->n_members, peer, j->node_id) ||
-        in_list(job->pending, job->n_pending, peer, j->node_id))
+    if (rdzv_job_find(job, peer) >= 0 || find_node(job, j->node_id) >= 0 ||
+        in_list(job->pending, job->n_pending, peer, j->node_id)) /* pending[] is bounded */
         return -EEXIST;
     /* bounded (issue 26's audit): many more waiting nodes than the job can ever run are no use,
      * and each costs every later refill a look */
@@ -533,6 +606,7 @@ static void remove_member(struct rdzv_job *job, size_t i)
     memmove(&job->members[i], &job->members[i + 1],
             (job->n_members - i - 1) * sizeof(*job->members));
     job->n_members--;
+    members_index(job); /* the indices moved: O(n), like the memmove */
     if (job->n_members < job->min_nodes)
         job->min_reached = 0;
 }
@@ -615,6 +689,7 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
     job->n_prev = job->n_members;
     prev_index(job);
     job->n_members = 0;
+    members_index(job);
     job->min_reached = 0;
     job->rebuilding = 0;
     job->round++;
@@ -859,6 +934,7 @@ static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const cha
         return -ENOMEM;
     m = &job->members[job->n_members++];
     make_member(m, &rj->join, addr, seen, peer);
+    member_indexed(job, job->n_members - 1);
     m->group_rank = a->group_rank;
     m->rank_offset = a->rank_offset;
     if (a->group_rank == 0)
@@ -886,6 +962,7 @@ int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const ch
     if (i >= 0) {
         *old_peer = job->members[i].peer;
         job->members[i].peer = peer;
+        member_indexed(job, (size_t)i);
     } else {
         if (!job->rebuilding)
             return -ESTALE;

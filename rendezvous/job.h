@@ -110,7 +110,9 @@ struct rdzv_job {
     size_t n_members, cap_members;
     struct rdzv_job_prev *prev; /* previous round (empty before the first restart) */
     size_t n_prev;
-    uint32_t *prev_slots; /* prev[] indexed by node id (job.c prev_find), 2 * cap_members */
+    uint32_t *prev_slots;     /* prev[] indexed by node id (job.c prev_find), 2 * cap_members */
+    uint32_t *member_slots;   /* members[] by peer and by node id (job.c), 8 * cap_members */
+    size_t member_slots_used; /* inserts since the last rebuild, stale ones included */
     struct rdzv_job_member *pending; /* joined while the round ran full, and spares: they enter
                                         a later round (see rdzv_job_join) */
     size_t n_pending, cap_pending;
