@@ -267,9 +267,14 @@ static void drop_old_connection(struct peer *p, const struct rdzv_join *j)
     if (sj == NULL)
         return;
     job = sj->job;
-    for (size_t i = 0; i < job->n_members + job->n_pending; i++) {
-        const struct rdzv_job_member *m =
-            i < job->n_members ? &job->members[i] : &job->pending[i - job->n_members];
+    int k = rdzv_job_find_node(job, j->node_id); /* indexed: pending[] alone is walked */
+
+    if (k >= 0 && job->members[k].peer != p && job->members[k].peer != NULL) {
+        srv_peer_close(job->members[k].peer, 0);
+        return;
+    }
+    for (size_t i = 0; i < job->n_pending; i++) {
+        const struct rdzv_job_member *m = &job->pending[i];
 
         if (m->node_id == j->node_id && m->peer != p && m->peer != NULL) {
             srv_peer_close(m->peer, 0);
@@ -345,9 +350,9 @@ void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf)
         srv_send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT before JOIN: no job to record it for");
         return;
     }
-    for (size_t i = 0; i < sj->job->n_members && m == NULL; i++)
-        if (sj->job->members[i].peer == p)
-            m = &sj->job->members[i];
+    int me = rdzv_job_find(sj->job, p);
+
+    m = me >= 0 ? &sj->job->members[me] : NULL;
     if (m == NULL)
         return; /* a new round began meanwhile (the agent is rejoining): not an error, and its
                  * connection must not pay for the race; nothing to file it under */

@@ -144,7 +144,7 @@ int rdzv_job_find(const struct rdzv_job *job, const void *peer)
     return -1;
 }
 
-static int find_node(const struct rdzv_job *job, uint64_t node_id)
+int rdzv_job_find_node(const struct rdzv_job *job, uint64_t node_id)
 {
     size_t n = 4 * job->cap_members, s;
     const uint32_t *by_node;
@@ -467,7 +467,7 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
         return -EPERM;
     if (job->state == RDZV_JOB_FINISHED)
         return -ESHUTDOWN;
-    if (rdzv_job_find(job, peer) >= 0 || find_node(job, j->node_id) >= 0 ||
+    if (rdzv_job_find(job, peer) >= 0 || rdzv_job_find_node(job, j->node_id) >= 0 ||
         in_list(job->pending, job->n_pending, peer, j->node_id)) /* pending[] is bounded */
         return -EEXIST;
     /* bounded (issue 26's audit): many more waiting nodes than the job can ever run are no use,
@@ -958,7 +958,7 @@ int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const ch
         adopt(job, &rj->assign, now_ms);
     if (job->state != RDZV_JOB_RUNNING || rj->assign.round != job->round)
         return -ESTALE;
-    i = find_node(job, rj->join.node_id);
+    i = rdzv_job_find_node(job, rj->join.node_id);
     if (i >= 0) {
         *old_peer = job->members[i].peer;
         job->members[i].peer = peer;

@@ -252,7 +252,10 @@ const struct rdzv_job_node *rdzv_job_excluded(const struct rdzv_job *job, const 
 /* Index of peer in pending[], or -1. */
 int rdzv_job_find_pending(const struct rdzv_job *job, const void *peer);
 
-/* Index of peer in members[], or -1. */
+/* Index of peer in members[], or -1. O(1): members[] is indexed (job.c member_slots). */
 int rdzv_job_find(const struct rdzv_job *job, const void *peer);
+
+/* Index of the member with node_id in members[], or -1. O(1) likewise. */
+int rdzv_job_find_node(const struct rdzv_job *job, uint64_t node_id);
 
 #endif
