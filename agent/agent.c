@@ -717,6 +717,7 @@ static int agent_init(struct agent *a, const struct agent_options *o)
         return rc;
     if (gethostname(a->host, sizeof(a->host) - 1) != 0)
         snprintf(a->host, sizeof(a->host), "localhost");
+    mc_utf8_sanitize(a->host); /* the server refuses a JOIN whose host is not UTF-8 (issue 26) */
     if ((rc = rdzv_node_secret_new(a->node_secret, &a->node_id)) != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */

@@ -95,7 +95,7 @@ static void on_picked(void *data, int rc, const struct agent_ckpt_entry *e)
 
     if (++ft->picks_done != ft->picks_asked || ft->pick_join == NULL)
         return;
-    if (rc == 0) {
+    if (rc == 0 && rdzv_ckpt_name_ok(e->name)) { /* else the JOIN could not carry it */
         snprintf(ft->pick_join->resume, sizeof(ft->pick_join->resume), "%s", e->name);
         ft->pick_join->resume_step = e->step;
         ft->my_resume_step = e->step;

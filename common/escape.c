@@ -4,8 +4,9 @@
 #include <string.h>
 
 /* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 when it is not one. Follows
- * RFC 3629's table: no overlong forms, no surrogates, nothing above U+10FFFF. */
-static size_t utf8_len(const unsigned char *s, size_t n)
+ * RFC 3629's table: no overlong forms, no surrogates, nothing above U+10FFFF. C1 controls are
+ * valid UTF-8 (utf8_len() below is the escaper's stricter view). */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
 {
     unsigned char lo = 0x80, hi = 0xbf;
     size_t len;
@@ -31,10 +32,65 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     for (size_t i = 2; i < len; i++)
         if (s[i] < 0x80 || s[i] > 0xbf)
             return 0;
-    /* C1 controls U+0080-U+009F are encoded c2 80 - c2 9f */
-    if (s[0] == 0xc2 && s[1] <= 0x9f)
-        return 0;
     return len;
+}
+
+/* utf8_seq_len(), and 0 for C1 controls U+0080-U+009F (encoded c2 80 - c2 9f). */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t len = utf8_seq_len(s, n);
+
+    return len == 2 && s[0] == 0xc2 && s[1] <= 0x9f ? 0 : len;
+}
+
+int mc_utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, len;
+
+    while (i < n) {
+        if (u[i] < 0x80) {
+            i++;
+            continue;
+        }
+        if ((len = utf8_seq_len(u + i, n - i)) == 0)
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* Whether s[0..n) is the start of a valid sequence that was cut short: a lead byte, then only
+ * continuation bytes up to the end. */
+static int cut_short(const unsigned char *s, size_t n)
+{
+    size_t want = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2;
+
+    if (s[0] < 0xc2 || s[0] > 0xf4 || n >= want)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return 1;
+}
+
+void mc_utf8_sanitize(char *s)
+{
+    unsigned char *u = (unsigned char *)s;
+    size_t n = strlen(s), i = 0, len;
+
+    while (i < n) {
+        if (u[i] < 0x80) {
+            i++;
+        } else if ((len = utf8_seq_len(u + i, n - i)) > 0) {
+            i += len;
+        } else if (cut_short(u + i, n - i)) {
+            u[i] = '\0'; /* a character cut by a fixed-size copy: drop what is left of it */
+            return;
+        } else {
+            u[i++] = '?';
+        }
+    }
 }
 
 /* How the byte at s is shown: writes up to 4 bytes to piece, returns how many input bytes it

@@ -32,4 +32,15 @@ int mc_escape(const char *in, char *out, size_t outlen);
  * (0 or MC_ESCAPE_QUOTES). */
 int mc_escape_n(const char *in, size_t inlen, char *out, size_t outlen, unsigned flags);
 
+/* Whether the n bytes at s are valid UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
+ * above U+10FFFF, no sequence cut short). Controls are valid here: escaping them is each
+ * output's job. Peers' identifiers (job ids, host names, addresses) must pass this (issue 26):
+ * JSON, Prometheus and HTML consumers refuse a whole document over one invalid byte. */
+int mc_utf8_valid(const char *s, size_t n);
+
+/* Makes the NUL-terminated s valid UTF-8 in place, for free text (failure reasons, error
+ * texts): a sequence cut short at the end (a fixed-size snprintf that stopped mid-character) is
+ * removed, every other byte of an invalid sequence becomes '?'. Valid text is unchanged. */
+void mc_utf8_sanitize(char *s);
+
 #endif

@@ -101,6 +101,11 @@ static const struct limit_flag limit_flags[] = {
          "  ... this many per attached worker connection"),
     LF_U("--kv-max-held-total", kv_max_held_total, RDZV_LIMIT_KV_MAX_HELD_TOTAL,
          "  ... of all jobs together"),
+    /* issue 26: quotas per job credential scope ("id" or "prefix*"; not the operators') */
+    LF_U("--max-jobs-per-credential", max_jobs_per_credential, RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL,
+         "jobs created by one job credential"),
+    LF_U("--max-connections-per-credential", max_connections_per_credential,
+         RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL, "open connections of one job credential"),
 };
 
 #define N_LIMIT_FLAGS (sizeof(limit_flags) / sizeof(limit_flags[0]))
@@ -112,7 +117,7 @@ static void print_help(void)
           "muster_limit_hits_total and logged once per address; see rendezvous/PROTOCOL.md):\n",
           stdout);
     for (size_t i = 0; i < N_LIMIT_FLAGS; i++)
-        printf("  %-29s %s (default %llu)\n", limit_flags[i].name, limit_flags[i].help,
+        printf("  %-33s %s (default %llu)\n", limit_flags[i].name, limit_flags[i].help,
                limit_flags[i].def);
     fputs("Stops on SIGINT or SIGTERM (exit status 0).\n", stdout);
 }

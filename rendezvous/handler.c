@@ -41,6 +41,8 @@ void rdzv__handle_hello(struct peer *p, const struct rdzv_hello *h)
                                                      : "an observer");
         return;
     }
+    if (!srv_scope_admit_peer(p))
+        return;
     p->welcomed = 1;
     p->role = h->role;
     srv_peer_arm(p); /* the handshake deadline gives way to the idle one */
@@ -85,6 +87,8 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
     if (sj == NULL) {
         if (rdzv__sjob_new(p->srv, j, &sj) < 0)
             srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
+        else
+            srv_scope_charge_job(sj, p);
         return sj;
     }
     if (rdzv_job_check(sj->job, j) < 0) {
@@ -98,13 +102,13 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
 }
 
 static void join_error(struct peer *p, struct sjob *sj, int err, const struct rdzv_join *j,
-                       const char *addr)
+                       const char *addr, const char *seen)
 {
     const struct rdzv_job *job = sj->job;
     const struct rdzv_job_node *bad;
     uint64_t node_id = j->node_id;
 
-    if (err == -EPERM && (bad = rdzv_job_excluded(job, j->host, addr)) != NULL) {
+    if (err == -EPERM && (bad = rdzv_job_excluded(job, j->host, addr, seen)) != NULL) {
         srv_send_error(p, RDZV_ERR_EXCLUDED, "node %s (%s) is excluded from job %s: %s", bad->host,
                        bad->addr, job->id, bad->reason);
         char shown[MC_ESCAPE_SIZE(RDZV_HOST_MAX)];
@@ -113,6 +117,10 @@ static void join_error(struct peer *p, struct sjob *sj, int err, const struct rd
         srv_log(p->srv, "job %s: refused the JOIN of excluded node %s", job->id, shown);
     } else if (err == -ESHUTDOWN)
         srv_send_error(p, RDZV_ERR_CLOSED, "job %s already finished", job->id);
+    else if (err == -ENOSPC)
+        srv_send_error(p, RDZV_ERR_PROTOCOL,
+                       "job %s has %zu nodes waiting already (its max_nodes + %u): no room to wait",
+                       job->id, job->n_pending, RDZV_JOB_PENDING_SLACK);
     else if (err == -EEXIST)
         srv_send_error(p, RDZV_ERR_PROTOCOL,
                        "node %016" PRIx64 " already joined round %" PRIu32 " of job %s", node_id,
@@ -134,27 +142,30 @@ static int join_valid(struct peer *p, const struct rdzv_join *j)
     return 0;
 }
 
-/* JOIN's addr, or the address the connection came from. */
-static void join_addr(struct peer *p, const struct rdzv_join *j, char *addr, size_t len)
+/* Where the node may be reached (*addr: JOIN's addr, else the address the connection came from)
+ * and where the server saw it (*seen: always the connection's). The claimed addr is only ever
+ * advertised (MASTER_ADDR, the replica link's host): a multi-homed node names its fast
+ * interface there. Anything that decides about a node (the failure ledger, exclusion) uses
+ * *seen, which a client on another machine cannot choose (issue 26). */
+static void join_addr(struct peer *p, const struct rdzv_join *j, char *addr, char *seen, size_t len)
 {
-    snprintf(addr, len, "%s", j->addr);
-    if (addr[0] == '\0')
-        srv_peer_addr(p, addr, len);
+    srv_peer_addr(p, seen, len);
+    snprintf(addr, len, "%s", j->addr[0] != '\0' ? j->addr : seen);
 }
 
 void rdzv__handle_join(struct peer *p, const struct rdzv_join *j)
 {
     enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
-    char addr[RDZV_HOST_MAX + 1];
+    char addr[RDZV_HOST_MAX + 1], seen[RDZV_HOST_MAX + 1];
     struct sjob *sj;
     int err;
 
     if (!join_valid(p, j) || !join_allowed(p, j) || (sj = join_target(p, j)) == NULL)
         return;
-    join_addr(p, j, addr, sizeof(addr));
-    err = rdzv_job_join(sj->job, j, addr, p, uv_now(p->srv->loop), &ev);
+    join_addr(p, j, addr, seen, sizeof(addr));
+    err = rdzv_job_join(sj->job, j, addr, seen, p, uv_now(p->srv->loop), &ev);
     if (err < 0) {
-        join_error(p, sj, err, j, addr);
+        join_error(p, sj, err, j, addr, seen);
         return;
     }
     rdzv__sjob_attach(sj, p);
@@ -225,16 +236,16 @@ static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_re
 
     rdzv_msg_init(&m, RDZV_MSG_REJOIN_OK);
     enum rdzv_job_event ev = RDZV_JOB_EV_NONE;
-    char addr[RDZV_HOST_MAX + 1];
+    char addr[RDZV_HOST_MAX + 1], seen[RDZV_HOST_MAX + 1];
     void *old = NULL;
     int err;
 
-    join_addr(p, &rj->join, addr, sizeof(addr));
-    err = rdzv_job_rejoin(sj->job, rj, addr, p, uv_now(p->srv->loop), &old, &ev);
+    join_addr(p, &rj->join, addr, seen, sizeof(addr));
+    err = rdzv_job_rejoin(sj->job, rj, addr, seen, p, uv_now(p->srv->loop), &old, &ev);
     if (err == -ESTALE) {
         rejoin_stale(p, sj, rj);
     } else if (err < 0) {
-        join_error(p, sj, err, &rj->join, addr);
+        join_error(p, sj, err, &rj->join, addr, seen);
         return;
     } else {
         rdzv__sjob_attach(sj, p);
@@ -256,9 +267,14 @@ static void drop_old_connection(struct peer *p, const struct rdzv_join *j)
     if (sj == NULL)
         return;
     job = sj->job;
-    for (size_t i = 0; i < job->n_members + job->n_pending; i++) {
-        const struct rdzv_job_member *m =
-            i < job->n_members ? &job->members[i] : &job->pending[i - job->n_members];
+    int k = rdzv_job_find_node(job, j->node_id); /* indexed: pending[] alone is walked */
+
+    if (k >= 0 && job->members[k].peer != p && job->members[k].peer != NULL) {
+        srv_peer_close(job->members[k].peer, 0);
+        return;
+    }
+    for (size_t i = 0; i < job->n_pending; i++) {
+        const struct rdzv_job_member *m = &job->pending[i];
 
         if (m->node_id == j->node_id && m->peer != p && m->peer != NULL) {
             srv_peer_close(m->peer, 0);
@@ -334,9 +350,9 @@ void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf)
         srv_send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT before JOIN: no job to record it for");
         return;
     }
-    for (size_t i = 0; i < sj->job->n_members && m == NULL; i++)
-        if (sj->job->members[i].peer == p)
-            m = &sj->job->members[i];
+    int me = rdzv_job_find(sj->job, p);
+
+    m = me >= 0 ? &sj->job->members[me] : NULL;
     if (m == NULL)
         return; /* a new round began meanwhile (the agent is rejoining): not an error, and its
                  * connection must not pay for the race; nothing to file it under */

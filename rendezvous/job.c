@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
 #include "ids.h"
 
 int rdzv_job_validate_join(const struct rdzv_join *j)
@@ -61,6 +62,8 @@ void rdzv_job_free(struct rdzv_job *job)
         return;
     free(job->members);
     free(job->prev);
+    free(job->prev_slots);
+    free(job->member_slots);
     free(job->by_rank);
     free(job->pending);
     free(job->nodes);
@@ -74,21 +77,87 @@ int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j)
     return 0;
 }
 
+/* member_slots[]: members[] indexed by connection and by node id (issue 26's audit: every
+ * FAILED, DONE, CKPT, PREFLIGHT and REPL_BEGIN looked its sender up with a walk of members[],
+ * and every JOIN walked it twice: quadratic per round). Two open-addressing regions of
+ * 4 * cap_members slots, by peer then by node id, each 0 or 1 + an index into members[]. A slot
+ * may be stale (a member's peer changed or went NULL): lookups check the member it names.
+ * Appends insert; removals, which shift members[], rebuild; so does a new round. */
+static size_t mix(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & mask;
+}
+
+static void slot_put(uint32_t *region, size_t n, uint64_t key, size_t i)
+{
+    size_t s = mix(key, n - 1);
+
+    while (region[s] != 0)
+        s = (s + 1) & (n - 1);
+    region[s] = (uint32_t)i + 1;
+}
+
+static void member_slot_put(struct rdzv_job *job, size_t i)
+{
+    size_t n = 4 * job->cap_members;
+
+    if (job->members[i].peer != NULL)
+        slot_put(job->member_slots, n, (uintptr_t)job->members[i].peer, i);
+    slot_put(job->member_slots + n, n, job->members[i].node_id, i);
+    job->member_slots_used++;
+}
+
+static void members_index(struct rdzv_job *job)
+{
+    if (job->member_slots == NULL)
+        return;
+    memset(job->member_slots, 0, 8 * job->cap_members * sizeof(*job->member_slots));
+    job->member_slots_used = 0;
+    for (size_t i = 0; i < job->n_members; i++)
+        member_slot_put(job, i);
+}
+
+/* members[i] was appended or got a new peer. Stale slots are swept once they are as many as
+ * the members could be (load at most 1/2: probes stay short and always end). */
+static void member_indexed(struct rdzv_job *job, size_t i)
+{
+    if (job->member_slots == NULL)
+        return;
+    if (job->member_slots_used >= 2 * job->cap_members)
+        members_index(job);
+    else
+        member_slot_put(job, i);
+}
+
 int rdzv_job_find(const struct rdzv_job *job, const void *peer)
 {
-    if (peer == NULL)
+    size_t n = 4 * job->cap_members, s;
+
+    if (peer == NULL || job->member_slots == NULL)
         return -1;
-    for (size_t i = 0; i < job->n_members; i++)
-        if (job->members[i].peer == peer)
-            return (int)i;
+    for (s = mix((uintptr_t)peer, n - 1); job->member_slots[s] != 0; s = (s + 1) & (n - 1)) {
+        size_t k = job->member_slots[s] - 1;
+
+        if (k < job->n_members && job->members[k].peer == peer)
+            return (int)k;
+    }
     return -1;
 }
 
-static int find_node(const struct rdzv_job *job, uint64_t node_id)
+int rdzv_job_find_node(const struct rdzv_job *job, uint64_t node_id)
 {
-    for (size_t i = 0; i < job->n_members; i++)
-        if (job->members[i].node_id == node_id)
-            return (int)i;
+    size_t n = 4 * job->cap_members, s;
+    const uint32_t *by_node;
+
+    if (job->member_slots == NULL)
+        return -1;
+    by_node = job->member_slots + n;
+    for (s = mix(node_id, n - 1); by_node[s] != 0; s = (s + 1) & (n - 1)) {
+        size_t k = by_node[s] - 1;
+
+        if (k < job->n_members && job->members[k].node_id == node_id)
+            return (int)k;
+    }
     return -1;
 }
 
@@ -97,6 +166,45 @@ int rdzv_job_find_pending(const struct rdzv_job *job, const void *peer)
     for (size_t i = 0; i < job->n_pending; i++)
         if (job->pending[i].peer == peer)
             return (int)i;
+    return -1;
+}
+
+/* prev_slots[]: an open-addressing index of prev[] by node id (issue 26's audit): looking up a
+ * previous member was a walk of prev[] per node, so closing a round and every refill of a
+ * filling round (prev_coming) were quadratic in the node count. 2 * cap_members slots (a power
+ * of two: cap_members is), each 0 or 1 + an index into prev[]; rebuilt when prev[] changes. */
+static size_t prev_slot(const struct rdzv_job *job, uint64_t node_id)
+{
+    return (size_t)((node_id * 0x9e3779b97f4a7c15ull) >> 32) & (2 * job->cap_members - 1);
+}
+
+static void prev_index(struct rdzv_job *job)
+{
+    size_t mask = 2 * job->cap_members - 1;
+
+    if (job->prev_slots == NULL)
+        return;
+    memset(job->prev_slots, 0, 2 * job->cap_members * sizeof(*job->prev_slots));
+    for (size_t i = 0; i < job->n_prev; i++) {
+        size_t s = prev_slot(job, job->prev[i].node_id);
+
+        while (job->prev_slots[s] != 0)
+            s = (s + 1) & mask;
+        job->prev_slots[s] = (uint32_t)i + 1;
+    }
+}
+
+/* Index in prev[] of node_id, or -1. */
+static int64_t prev_find(const struct rdzv_job *job, uint64_t node_id)
+{
+    size_t mask, s;
+
+    if (job->n_prev == 0 || job->prev_slots == NULL)
+        return -1;
+    mask = 2 * job->cap_members - 1;
+    for (s = prev_slot(job, node_id); job->prev_slots[s] != 0; s = (s + 1) & mask)
+        if (job->prev[job->prev_slots[s] - 1].node_id == node_id)
+            return job->prev_slots[s] - 1;
     return -1;
 }
 
@@ -123,16 +231,25 @@ static int reserve(struct rdzv_job *job, size_t want)
     if (p == NULL)
         return -ENOMEM;
     job->by_rank = p;
+    p = realloc(job->prev_slots, 2 * cap * sizeof(*job->prev_slots));
+    if (p == NULL)
+        return -ENOMEM;
+    job->prev_slots = p;
+    p = realloc(job->member_slots, 8 * cap * sizeof(*job->member_slots));
+    if (p == NULL)
+        return -ENOMEM;
+    job->member_slots = p;
     job->cap_members = cap;
+    prev_index(job); /* the slots depend on the capacity */
+    members_index(job);
     return 0;
 }
 
 static int64_t prev_rank(const struct rdzv_job *job, uint64_t node_id)
 {
-    for (size_t i = 0; i < job->n_prev; i++)
-        if (job->prev[i].node_id == node_id)
-            return job->prev[i].group_rank;
-    return -1;
+    int64_t i = prev_find(job, node_id);
+
+    return i >= 0 ? (int64_t)job->prev[i].group_rank : -1;
 }
 
 /* Whether member a would resume from a newer checkpoint than member b (none is oldest). */
@@ -173,8 +290,7 @@ static void newest_to_rank0(struct rdzv_job *job)
 /* A node that asks for a group rank (JOIN.want_rank: --node-rank of torchrun's static recipe)
  * gets it when it fits and is free; nodes of the previous round keep their group rank when it
  * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order.
- * Quadratic in the node count through prev_rank(), which is fine for the few thousand nodes a job
- * has at most. */
+ * Linear in the node count: prev_rank() is a lookup in prev_slots[]. */
 static void close_round(struct rdzv_job *job, uint64_t now_ms)
 {
     size_t n = job->n_members, next = 0;
@@ -238,7 +354,7 @@ static int in_list(const struct rdzv_job_member *list, size_t n, const void *pee
 }
 
 static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, const char *addr,
-                        void *peer)
+                        const char *seen, void *peer)
 {
     memset(m, 0, sizeof(*m));
     m->node_id = j->node_id;
@@ -248,6 +364,7 @@ static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, co
     m->master_port = j->master_port;
     snprintf(m->host, sizeof(m->host), "%s", j->host);
     snprintf(m->addr, sizeof(m->addr), "%s", addr);
+    snprintf(m->seen, sizeof(m->seen), "%s", seen);
     snprintf(m->resume, sizeof(m->resume), "%s", j->resume);
     m->resume_step = j->resume[0] != '\0' ? j->resume_step : -1;
     m->spare = (j->flags & RDZV_JOIN_SPARE) != 0;
@@ -259,6 +376,7 @@ static enum rdzv_job_event add_member(struct rdzv_job *job, const struct rdzv_jo
                                       uint64_t now_ms)
 {
     job->members[job->n_members++] = *m;
+    member_indexed(job, job->n_members - 1);
     if (job->n_members == 1)
         job->first_join_ms = now_ms;
     if (job->n_members >= job->min_nodes && !job->min_reached) {
@@ -333,21 +451,31 @@ static int join_running(struct rdzv_job *job, const struct rdzv_job_member *m, u
     return 0;
 }
 
-int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
-                  uint64_t now_ms, enum rdzv_job_event *ev)
+static int m_spare(const struct rdzv_join *j)
+{
+    return (j->flags & RDZV_JOIN_SPARE) != 0;
+}
+
+int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr,
+                  const char *seen, void *peer, uint64_t now_ms, enum rdzv_job_event *ev)
 {
     struct rdzv_job_member m;
 
     /* first: an excluded node whose agent took long to stop its workers may find the job
      * finished by its replacement; it must still learn why it was left out */
-    if (rdzv_job_excluded(job, j->host, addr) != NULL)
+    if (rdzv_job_excluded(job, j->host, addr, seen) != NULL)
         return -EPERM;
     if (job->state == RDZV_JOB_FINISHED)
         return -ESHUTDOWN;
-    if (in_list(job->members, job->n_members, peer, j->node_id) ||
-        in_list(job->pending, job->n_pending, peer, j->node_id))
+    if (rdzv_job_find(job, peer) >= 0 || rdzv_job_find_node(job, j->node_id) >= 0 ||
+        in_list(job->pending, job->n_pending, peer, j->node_id)) /* pending[] is bounded */
         return -EEXIST;
-    make_member(&m, j, addr, peer);
+    /* bounded (issue 26's audit): many more waiting nodes than the job can ever run are no use,
+     * and each costs every later refill a look */
+    if ((job->state != RDZV_JOB_FILLING || m_spare(j)) && prev_rank(job, j->node_id) < 0 &&
+        job->n_pending >= (size_t)job->max_nodes + RDZV_JOB_PENDING_SLACK)
+        return -ENOSPC;
+    make_member(&m, j, addr, seen, peer);
     /* a spare that already ran in the previous round re-joins as the member it is now */
     if (m.spare && prev_rank(job, m.node_id) < 0)
         return join_spare(job, &m, now_ms, ev);
@@ -478,6 +606,7 @@ static void remove_member(struct rdzv_job *job, size_t i)
     memmove(&job->members[i], &job->members[i + 1],
             (job->n_members - i - 1) * sizeof(*job->members));
     job->n_members--;
+    members_index(job); /* the indices moved: O(n), like the memmove */
     if (job->n_members < job->min_nodes)
         job->min_reached = 0;
 }
@@ -488,9 +617,15 @@ static size_t prev_coming(const struct rdzv_job *job)
 {
     size_t n = 0;
 
+    /* those that may come, less those already in: node ids are unique in both lists, so this is
+     * linear, not a walk of members[] per previous member */
     for (size_t i = 0; i < job->n_prev; i++)
-        n += job->prev[i].peer != NULL && !job->prev[i].excluded &&
-             find_node(job, job->prev[i].node_id) < 0;
+        n += job->prev[i].peer != NULL && !job->prev[i].excluded;
+    for (size_t i = 0; i < job->n_members; i++) {
+        int64_t k = prev_find(job, job->members[i].node_id);
+
+        n -= k >= 0 && job->prev[k].peer != NULL && !job->prev[k].excluded;
+    }
     return n;
 }
 
@@ -549,10 +684,12 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
         job->prev[i].node_id = m->node_id;
         job->prev[i].group_rank = m->group_rank;
         job->prev[i].peer = m->peer;
-        job->prev[i].excluded = rdzv_job_excluded(job, m->host, m->addr) != NULL;
+        job->prev[i].excluded = rdzv_job_excluded(job, m->host, m->addr, m->seen) != NULL;
     }
     job->n_prev = job->n_members;
+    prev_index(job);
     job->n_members = 0;
+    members_index(job);
     job->min_reached = 0;
     job->rebuilding = 0;
     job->round++;
@@ -561,26 +698,30 @@ static enum rdzv_job_event new_round(struct rdzv_job *job, uint64_t now_ms)
     return RDZV_JOB_EV_RESTART;
 }
 
+/* The seen address first: it is what a JOIN cannot choose (see rdzv_job_node). */
 static struct rdzv_job_node *ledger_find(const struct rdzv_job *job, const char *host,
-                                         const char *addr)
+                                         const char *addr, const char *seen)
 {
-    for (size_t i = 0; i < job->n_nodes; i++)
-        if (strcmp(job->nodes[i].host, host) == 0 && strcmp(job->nodes[i].addr, addr) == 0)
+    for (size_t i = 0; i < job->n_nodes; i++) {
+        const struct rdzv_job_node *n = &job->nodes[i];
+
+        if (strcmp(n->seen, seen) == 0 && strcmp(n->host, host) == 0 && strcmp(n->addr, addr) == 0)
             return &job->nodes[i];
+    }
     return NULL;
 }
 
 const struct rdzv_job_node *rdzv_job_excluded(const struct rdzv_job *job, const char *host,
-                                              const char *addr)
+                                              const char *addr, const char *seen)
 {
-    const struct rdzv_job_node *n = ledger_find(job, host, addr);
+    const struct rdzv_job_node *n = ledger_find(job, host, addr, seen);
 
     return n != NULL && n->excluded ? n : NULL;
 }
 
-static struct rdzv_job_node *ledger_add(struct rdzv_job *job, const char *host, const char *addr)
+static struct rdzv_job_node *ledger_add(struct rdzv_job *job, const struct rdzv_job_member *who)
 {
-    struct rdzv_job_node *n = ledger_find(job, host, addr);
+    struct rdzv_job_node *n = ledger_find(job, who->host, who->addr, who->seen);
 
     if (n != NULL)
         return n;
@@ -597,17 +738,18 @@ static struct rdzv_job_node *ledger_add(struct rdzv_job *job, const char *host, 
     }
     n = &job->nodes[job->n_nodes++];
     memset(n, 0, sizeof(*n));
-    snprintf(n->host, sizeof(n->host), "%s", host);
-    snprintf(n->addr, sizeof(n->addr), "%s", addr);
+    snprintf(n->host, sizeof(n->host), "%s", who->host);
+    snprintf(n->addr, sizeof(n->addr), "%s", who->addr);
+    snprintf(n->seen, sizeof(n->seen), "%s", who->seen);
     return n;
 }
 
-/* Counts failure f against the node (host, addr) that caused it; with --exclude-after N, the
- * N-th failure within the window excludes it. */
-static void note_failure(struct rdzv_job *job, const char *host, const char *addr,
+/* Counts failure f against the member `who` that caused it (NULL: a node this server never
+ * saw); with --exclude-after N, the N-th failure within the window excludes it. */
+static void note_failure(struct rdzv_job *job, const struct rdzv_job_member *who,
                          const struct rdzv_failure *f, uint64_t now_ms)
 {
-    struct rdzv_job_node *n = host[0] != '\0' ? ledger_add(job, host, addr) : NULL;
+    struct rdzv_job_node *n = who != NULL && who->host[0] != '\0' ? ledger_add(job, who) : NULL;
     uint32_t recent = 0;
 
     if (n == NULL)
@@ -622,17 +764,19 @@ static void note_failure(struct rdzv_job *job, const char *host, const char *add
     n->excluded = 1;
     snprintf(n->reason, sizeof(n->reason), "caused %u failures within %.0f s (last: %.150s)",
              recent, job->exclude_window_ms / 1000.0, f->text);
+    mc_utf8_sanitize(n->reason); /* %.150s may cut a character: /status must stay valid JSON */
 }
 
-/* The first failure of a running round decides: a new round, or the end of the job. The node
- * (host, addr) that caused it is charged with it. */
+/* The first failure of a running round decides: a new round, or the end of the job. The member
+ * `who` (a copy: it may have left members[] already) that caused it is charged with it. */
 static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f,
-                                           const char *host, const char *addr, uint64_t now_ms)
+                                           const struct rdzv_job_member *who, uint64_t now_ms)
 {
     enum rdzv_job_event ev;
 
-    note_failure(job, host, addr, f, now_ms);
+    note_failure(job, who, f, now_ms);
     job->cause = *f;
+    mc_utf8_sanitize(job->cause.text); /* built by snprintf from peers' texts: maybe cut short */
     if (job->restart_count >= job->max_restarts || (f->flags & RDZV_FAILURE_FINAL)) {
         job->state = RDZV_JOB_FINISHED;
         return RDZV_JOB_EV_FAILED;
@@ -658,7 +802,7 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
     int i = rdzv_job_find(job, peer);
     int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_failure cause;
-    char host[RDZV_HOST_MAX + 1], addr[RDZV_HOST_MAX + 1];
+    struct rdzv_job_member who;
 
     if (leaving && pi >= 0)
         remove_pending(job, (size_t)pi); /* it never ran: nobody else needs to know */
@@ -678,11 +822,10 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
     cause.round = job->round;
     if (cause.host[0] == '\0')
         snprintf(cause.host, sizeof(cause.host), "%s", job->members[i].host);
-    snprintf(host, sizeof(host), "%s", job->members[i].host); /* remove_member() moves it */
-    snprintf(addr, sizeof(addr), "%s", job->members[i].addr);
+    who = job->members[i]; /* remove_member() moves it */
     if (leaving)
         remove_member(job, (size_t)i);
-    return restart_or_fail(job, &cause, host, addr, now_ms);
+    return restart_or_fail(job, &cause, &who, now_ms);
 }
 
 enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round)
@@ -709,7 +852,7 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     int pi = rdzv_job_find_pending(job, peer);
     struct rdzv_job_member *m;
     struct rdzv_failure f;
-    char host[RDZV_HOST_MAX + 1], addr[RDZV_HOST_MAX + 1];
+    struct rdzv_job_member who;
 
     forget_prev(job, peer);
     if (pi >= 0)
@@ -735,10 +878,9 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     f.time_ms = wall_ms;
     snprintf(f.host, sizeof(f.host), "%s", m->host);
     snprintf(f.text, sizeof(f.text), "lost node %s (%s): %s", m->host, m->addr, reason);
-    snprintf(host, sizeof(host), "%s", m->host); /* remove_member() moves it */
-    snprintf(addr, sizeof(addr), "%s", m->addr);
+    who = *m; /* remove_member() moves it */
     remove_member(job, (size_t)i);
-    return restart_or_fail(job, &f, host, addr, now_ms);
+    return restart_or_fail(job, &f, &who, now_ms);
 }
 
 /* --- server restart: rebuilding a running round from REJOINs ------------------------------ */
@@ -779,7 +921,8 @@ static int rank_taken(const struct rdzv_job *job, uint32_t rank)
 }
 
 /* A member of the rebuilt round comes back with the ranks it runs with. */
-static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr, void *peer)
+static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
+                   const char *seen, void *peer)
 {
     const struct rdzv_assign *a = &rj->assign;
     struct rdzv_job_member *m;
@@ -790,7 +933,8 @@ static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const cha
     if (reserve(job, job->n_members + 1 + job->n_pending) < 0) /* see add_pending() */
         return -ENOMEM;
     m = &job->members[job->n_members++];
-    make_member(m, &rj->join, addr, peer);
+    make_member(m, &rj->join, addr, seen, peer);
+    member_indexed(job, job->n_members - 1);
     m->group_rank = a->group_rank;
     m->rank_offset = a->rank_offset;
     if (a->group_rank == 0)
@@ -801,7 +945,8 @@ static int readmit(struct rdzv_job *job, const struct rdzv_rejoin *rj, const cha
 }
 
 int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
-                    void *peer, uint64_t now_ms, void **old_peer, enum rdzv_job_event *ev)
+                    const char *seen, void *peer, uint64_t now_ms, void **old_peer,
+                    enum rdzv_job_event *ev)
 {
     int i, err;
 
@@ -813,14 +958,15 @@ int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const ch
         adopt(job, &rj->assign, now_ms);
     if (job->state != RDZV_JOB_RUNNING || rj->assign.round != job->round)
         return -ESTALE;
-    i = find_node(job, rj->join.node_id);
+    i = rdzv_job_find_node(job, rj->join.node_id);
     if (i >= 0) {
         *old_peer = job->members[i].peer;
         job->members[i].peer = peer;
+        member_indexed(job, (size_t)i);
     } else {
         if (!job->rebuilding)
             return -ESTALE;
-        err = readmit(job, rj, addr, peer);
+        err = readmit(job, rj, addr, seen, peer);
         if (err < 0)
             return err;
         i = (int)job->n_members - 1;
@@ -844,5 +990,5 @@ static enum rdzv_job_event grace_over(struct rdzv_job *job, uint64_t now_ms, uin
              "lost node with group rank %" PRIu32 ": did not reconnect within %.1f s", r,
              job->reconnect_grace_ms / 1000.0);
     job->rebuilding = 0;
-    return restart_or_fail(job, &f, "", "", now_ms); /* a node this server never saw: nobody */
+    return restart_or_fail(job, &f, NULL, now_ms); /* a node this server never saw: nobody */
 }

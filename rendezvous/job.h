@@ -15,6 +15,9 @@
 #include "backoff.h"
 #include "message.h"
 
+/* Nodes that may wait in pending[] (joiners of a running job, spares): max_nodes + this. */
+#define RDZV_JOB_PENDING_SLACK 64u
+
 /* Per-node and per-job bounds; with both, the world size (sum of nproc) fits in a uint32_t. */
 #define RDZV_JOB_MAX_NODES 65535u
 #define RDZV_JOB_MAX_NPROC 65535u
@@ -46,7 +49,11 @@ struct rdzv_job_member {
     void *peer; /* borrowed, opaque to the job */
     uint32_t nproc, master_port;
     char host[RDZV_HOST_MAX + 1];
+    /* What the node advertises (its JOIN's addr: MASTER_ADDR, replica links on multi-homed
+     * hosts) and where the server saw its connection come from (the TCP peer address, which a
+     * client on another machine cannot choose). Only `seen` identifies it (see rdzv_job_node). */
     char addr[RDZV_HOST_MAX + 1];
+    char seen[RDZV_HOST_MAX + 1];
     uint32_t group_rank, rank_offset; /* valid while RUNNING */
     uint32_t want_rank;               /* from its JOIN: 0, or 1 + the group rank it asks for */
     int done;
@@ -61,12 +68,17 @@ struct rdzv_job_member {
 #define RDZV_JOB_LEDGER_MAX 1024u           /* nodes with failures one job remembers (~1 KB each) */
 #define RDZV_JOB_EXCLUDE_REASON_MAX 300
 
-/* The failures attributed to one node (host + addr, as its JOIN named them: a node that leaves
- * and joins again, even as a new agent process, keeps its count). A failure is the root cause
- * of a restart: the node whose rank failed first, or a lost node. */
+/* The failures attributed to one node. A failure is the root cause of a restart: the node whose
+ * rank failed first, or a lost node. Keyed by the address the server SAW (issue 26): the node
+ * secret is per agent process (an agent restarted on a bad machine gets a new node id), so the
+ * machine is what an exclusion must outlive; and a teammate on another machine that JOINs with
+ * a victim's host and addr only charges its own entry. The claimed host and addr still take
+ * part in the key, so nodes behind one address (agents of one machine with distinct
+ * --local-addr, or a NAT) stay apart; whoever shares that seen address can speak for them. */
 struct rdzv_job_node {
     char host[RDZV_HOST_MAX + 1];
     char addr[RDZV_HOST_MAX + 1];
+    char seen[RDZV_HOST_MAX + 1];
     uint32_t failures;                        /* all of them, for status */
     uint64_t times[RDZV_JOB_EXCLUDE_MAX];     /* ring of the latest failure times, monotonic ms */
     uint32_t next;                            /* next slot of times[] */
@@ -98,6 +110,9 @@ struct rdzv_job {
     size_t n_members, cap_members;
     struct rdzv_job_prev *prev; /* previous round (empty before the first restart) */
     size_t n_prev;
+    uint32_t *prev_slots;     /* prev[] indexed by node id (job.c prev_find), 2 * cap_members */
+    uint32_t *member_slots;   /* members[] by peer and by node id (job.c), 8 * cap_members */
+    size_t member_slots_used; /* inserts since the last rebuild, stale ones included */
     struct rdzv_job_member *pending; /* joined while the round ran full, and spares: they enter
                                         a later round (see rdzv_job_join) */
     size_t n_pending, cap_pending;
@@ -160,22 +175,25 @@ void rdzv_job_free(struct rdzv_job *job);
 /* Returns 0 when a later JOIN agrees with the job's min/max nodes, -EINVAL otherwise. */
 int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j);
 
-/* Adds the node of `j` (borrowed) reached at `addr` (copied) through `peer` to the filling round.
+/* Adds the node of `j` (borrowed) reached at `addr` (copied; what it advertises) whose connection
+ * `peer` came from `seen` (copied; the TCP peer address: the node's identity in the ledger) to
+ * the filling round.
  * Returns 0 and sets *ev to WAITING or ASSIGNED (round full); -ESHUTDOWN when the job finished,
  * -EPERM when the node is excluded (rdzv_job_excluded() says why; checked first), -EEXIST when the
- * peer or node_id is already in the round or pending, -ENOMEM. While the round runs (scale-up), the
- * joiner goes to pending[]: with fewer than max_nodes members a new round starts at once (*ev =
- * RESTART, restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes it waits
- * for a later round (*ev = PENDING). Pending joiners enter a new round (any cause) while there is
- * room next to the previous round's still-connected members, who keep priority. A spare
+ * peer or node_id is already in the round or pending, -ENOSPC when it would wait in pending[]
+ * while max_nodes + RDZV_JOB_PENDING_SLACK nodes wait there already, -ENOMEM. While the round runs
+ * (scale-up), the joiner goes to pending[]: with fewer than max_nodes members a new round starts at
+ * once (*ev = RESTART, restart_count unchanged, cause text "scale-up: <host> joined"); at max_nodes
+ * it waits for a later round (*ev = PENDING). Pending joiners enter a new round (any cause) while
+ * there is room next to the previous round's still-connected members, who keep priority. A spare
  * (RDZV_JOIN_SPARE, not a member of the previous round) always waits in pending[]
  * (*ev = PENDING, no scale-up): it enters a filling round only in the place of a node of the
  * previous round that was lost, left or excluded, up to keep_nodes (the world keeps its size).
  * Places free up when the round opens (an excluded node's at once) and whenever a previous
  * member's connection goes away while the round fills (rdzv_job_lost, LEAVE); then pending
  * joiners and spares are admitted, and *ev may be WAITING or ASSIGNED for the round's members. */
-int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr, void *peer,
-                  uint64_t now_ms, enum rdzv_job_event *ev);
+int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *addr,
+                  const char *seen, void *peer, uint64_t now_ms, enum rdzv_job_event *ev);
 
 /* The deadline (monotonic ms) at which rdzv_job_tick() has something to do, or -1 for none. */
 int64_t rdzv_job_deadline(const struct rdzv_job *job);
@@ -212,7 +230,8 @@ enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t rou
 enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *reason,
                                   uint64_t now_ms, uint64_t wall_ms);
 
-/* REJOIN `rj` (borrowed, running = 1) from `peer` reached at `addr`, on this server.
+/* REJOIN `rj` (borrowed, running = 1) from `peer` reached at `addr`, seen at `seen` (as for
+ * rdzv_job_join), on this server.
  * A job that never saw a JOIN or REJOIN adopts the agent's round (rebuild after a server
  * restart: round, restart_count, ranks from rj->assign; waits for the other members until
  * reconnect_grace_ms, see rdzv_job_deadline()). A job running that round re-attaches the
@@ -222,16 +241,21 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
  * -ESHUTDOWN for a finished job; -ESTALE when the job is in another round or does not know
  * the node (send RESTART to this peer alone); -ENOMEM. */
 int rdzv_job_rejoin(struct rdzv_job *job, const struct rdzv_rejoin *rj, const char *addr,
-                    void *peer, uint64_t now_ms, void **old_peer, enum rdzv_job_event *ev);
+                    const char *seen, void *peer, uint64_t now_ms, void **old_peer,
+                    enum rdzv_job_event *ev);
 
-/* The ledger entry of an excluded node (host, addr), or NULL when it may join. */
+/* The ledger entry of an excluded node (host, addr, seen: see rdzv_job_node), or NULL when it
+ * may join. */
 const struct rdzv_job_node *rdzv_job_excluded(const struct rdzv_job *job, const char *host,
-                                              const char *addr);
+                                              const char *addr, const char *seen);
 
 /* Index of peer in pending[], or -1. */
 int rdzv_job_find_pending(const struct rdzv_job *job, const void *peer);
 
-/* Index of peer in members[], or -1. */
+/* Index of peer in members[], or -1. O(1): members[] is indexed (job.c member_slots). */
 int rdzv_job_find(const struct rdzv_job *job, const void *peer);
+
+/* Index of the member with node_id in members[], or -1. O(1) likewise. */
+int rdzv_job_find_node(const struct rdzv_job *job, uint64_t node_id);
 
 #endif

@@ -5,7 +5,10 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "escape.h"
 
 static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_HELLO] = "HELLO",
@@ -120,7 +123,8 @@ static void put_i64(struct writer *w, int64_t v)
 }
 
 /* `max` is the field's limit; the struct arrays are max + 1 so strnlen() stays inside them. */
-static void put_str(struct writer *w, const char *s, size_t max)
+/* Any bytes but NUL (KV keys, HELLO.token: handed back or ignored, never shown). */
+static void put_raw_str(struct writer *w, const char *s, size_t max)
 {
     size_t n = strnlen(s, max + 1);
 
@@ -131,6 +135,31 @@ static void put_str(struct writer *w, const char *s, size_t max)
     put_u16(w, (uint16_t)n);
     for (size_t i = 0; i < n; i++)
         put_u8(w, (uint8_t)s[i]);
+}
+
+/* Identifiers and names (job ids, hosts, addresses): valid UTF-8 or not sent (issue 26). */
+static void put_str(struct writer *w, const char *s, size_t max)
+{
+    if (!mc_utf8_valid(s, strnlen(s, max + 1))) {
+        w->err = -EINVAL;
+        return;
+    }
+    put_raw_str(w, s, max);
+}
+
+/* Free text (failure and error texts): made valid UTF-8 on the way out, so that a text a
+ * fixed-size snprintf cut mid-character is still a text the other side accepts. */
+static void put_text(struct writer *w, const char *s, size_t max)
+{
+    char copy[RDZV_TEXT_MAX + 1];
+
+    if (max > RDZV_TEXT_MAX || strnlen(s, max + 1) > max) {
+        w->err = -EINVAL;
+        return;
+    }
+    snprintf(copy, sizeof(copy), "%s", s);
+    mc_utf8_sanitize(copy);
+    put_raw_str(w, copy, max);
 }
 
 /* --- reader ------------------------------------------------------------------------------- */
@@ -194,7 +223,7 @@ static int64_t get_i64(struct reader *r)
 
 /* dst has room for max + 1 bytes. A NUL inside the string is rejected: C code downstream would
  * silently truncate it, so two peers could disagree about a job id or a token. */
-static void get_str(struct reader *r, char *dst, size_t max)
+static void get_raw_str(struct reader *r, char *dst, size_t max)
 {
     uint16_t n = get_u16(r);
 
@@ -210,12 +239,31 @@ static void get_str(struct reader *r, char *dst, size_t max)
     r->pos += n;
 }
 
+/* An identifier or name that is not valid UTF-8 is a malformed message (issue 26): it would
+ * reach /metrics labels and /status, whose consumers refuse the whole document over it. */
+static void get_str(struct reader *r, char *dst, size_t max)
+{
+    get_raw_str(r, dst, max);
+    if (!r->err && !mc_utf8_valid(dst, strlen(dst)))
+        r->err = -EPROTO;
+}
+
+/* Free text is made valid instead: an older peer may have cut a character short, and the
+ * text only explains; refusing it would lose the failure it reports. */
+static void get_text(struct reader *r, char *dst, size_t max)
+{
+    get_raw_str(r, dst, max);
+    if (!r->err)
+        mc_utf8_sanitize(dst);
+}
+
 int rdzv_ckpt_name_ok(const char *name)
 {
     size_t n = strnlen(name, RDZV_CKPT_NAME_MAX + 1);
 
+    /* UTF-8 (issue 26): the name is shown in /status; a file name of other bytes is not sent */
     return n <= RDZV_CKPT_NAME_MAX && memchr(name, '/', n) == NULL && strcmp(name, ".") != 0 &&
-           strcmp(name, "..") != 0;
+           strcmp(name, "..") != 0 && mc_utf8_valid(name, n);
 }
 
 /* A checkpoint name is joined to the agent's checkpoint directory: a '/' or ".." from a
@@ -309,6 +357,22 @@ static void io_str(struct io *c, char *s, size_t max)
         get_str(c->r, s, max);
 }
 
+static void io_text(struct io *c, char *s, size_t max)
+{
+    if (c->w != NULL)
+        put_text(c->w, s, max);
+    else
+        get_text(c->r, s, max);
+}
+
+static void io_raw_str(struct io *c, char *s, size_t max)
+{
+    if (c->w != NULL)
+        put_raw_str(c->w, s, max);
+    else
+        get_raw_str(c->r, s, max);
+}
+
 static void io_bytes(struct io *c, uint8_t *b, size_t n)
 {
     if (c->w != NULL)
@@ -341,7 +405,7 @@ static void io_ckpt(struct io *c, struct rdzv_ckpt *k)
     IO_U64(c, k->checksum);
     IO_U64(c, k->time_ms);
     IO_U8(c, k->verified_bad);
-    io_str(c, k->reason, RDZV_TEXT_MAX);
+    io_text(c, k->reason, RDZV_TEXT_MAX);
     /* issue 19's optional tail: only a replica's record has it; "" is sent as no tail */
     if ((c->w != NULL && k->holder[0] == '\0') || (c->r != NULL && c->r->pos == c->r->len))
         return;
@@ -419,7 +483,7 @@ static void io_repl_ack(struct io *c, struct rdzv_repl_ack *a)
     IO_U32(c, a->xfer);
     IO_U64(c, a->offset);
     IO_U8(c, a->status);
-    io_str(c, a->text, RDZV_TEXT_MAX);
+    io_text(c, a->text, RDZV_TEXT_MAX);
     if (c->r != NULL && !c->r->err && a->status > RDZV_REPL_RELAY)
         c->r->err = -EPROTO;
 }
@@ -433,7 +497,7 @@ static void io_failure(struct io *c, struct rdzv_failure *f)
     IO_I32(c, f->signal);
     IO_U64(c, f->time_ms);
     io_str(c, f->host, RDZV_HOST_MAX);
-    io_str(c, f->text, RDZV_TEXT_MAX);
+    io_text(c, f->text, RDZV_TEXT_MAX);
     IO_U32(c, f->flags);
 }
 
@@ -540,7 +604,7 @@ static void io_kv(struct io *c, struct rdzv_kv *kv)
     IO_U32(c, kv->wait_ms);
     IO_U32(c, kv->count);
     IO_U8(c, kv->status);
-    io_str(c, kv->key, RDZV_KEY_MAX);
+    io_raw_str(c, kv->key, RDZV_KEY_MAX);
     io_blob(c, kv->value, &kv->value_len, RDZV_VALUE_MAX);
 }
 
@@ -570,12 +634,12 @@ static void io_pf_level(struct io *c, uint8_t *level)
 static void io_pf_gpu(struct io *c, struct rdzv_pf_gpu *g)
 {
     IO_U32(c, g->index);
-    io_str(c, g->uuid, RDZV_PF_UUID_MAX);
-    io_str(c, g->model, RDZV_PF_MODEL_MAX);
+    io_text(c, g->uuid, RDZV_PF_UUID_MAX);
+    io_text(c, g->model, RDZV_PF_MODEL_MAX);
     IO_U32(c, g->gemm_gflops);
     IO_U32(c, g->hbm_mbps);
     io_pf_level(c, &g->level);
-    io_str(c, g->note, RDZV_PF_NOTE_MAX);
+    io_text(c, g->note, RDZV_PF_NOTE_MAX);
 }
 
 /* The GPU count is checked before any GPU is read: at most RDZV_PF_GPUS_MAX. */
@@ -588,7 +652,7 @@ static void io_preflight(struct io *c, struct rdzv_preflight *pf)
     IO_U32(c, pf->p2p_min_mbps);
     IO_U32(c, pf->p2p_median_mbps);
     io_pf_level(c, &pf->p2p_level);
-    io_str(c, pf->p2p_note, RDZV_PF_NOTE_MAX);
+    io_text(c, pf->p2p_note, RDZV_PF_NOTE_MAX);
     IO_U32(c, pf->count);
     if (pf->count > RDZV_PF_GPUS_MAX) {
         if (c->w != NULL)
@@ -661,11 +725,11 @@ static void io_payload(struct io *c, struct rdzv_msg *m)
     case RDZV_MSG_HELLO:
         IO_U32(c, m->u.hello.version);
         IO_U8(c, m->u.hello.role);
-        io_str(c, m->u.hello.token, RDZV_TOKEN_MAX);
+        io_raw_str(c, m->u.hello.token, RDZV_TOKEN_MAX);
         break;
     case RDZV_MSG_ERROR:
         IO_U32(c, m->u.error.code);
-        io_str(c, m->u.error.text, RDZV_TEXT_MAX);
+        io_text(c, m->u.error.text, RDZV_TEXT_MAX);
         break;
     case RDZV_MSG_JOIN:
         io_join(c, &m->u.join);

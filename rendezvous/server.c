@@ -31,6 +31,7 @@ void srv_handle_closed(struct rdzv_server *srv)
         return;
     rdzv_tls_free(srv->tls); /* every connection is closed by now */
     rdzv_hslimit_free(srv->hslimit);
+    srv_scopes_free(&srv->scopes); /* empty by now: every peer and job let go */
     free(srv);
     if (cb != NULL)
         cb(data);
@@ -150,6 +151,9 @@ static void peer_release(struct peer *p)
     if (p->next != NULL)
         p->next->prev = p->prev;
     srv->n_peers--;
+    if (p->scope != NULL)
+        p->scope->connections--;
+    srv_scope_put(&srv->scopes, p->scope);
     free(p->local_addr);
     free(p);
     srv_handle_closed(srv);
@@ -401,6 +405,8 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
         [SRV_EV_KV_QUOTA] = "kv_quota",
         [SRV_EV_HS_RATE] = "handshake_rate",
         [SRV_EV_HS_IN_FLIGHT] = "handshakes_in_flight",
+        [SRV_EV_CRED_JOBS] = "jobs_per_credential",
+        [SRV_EV_CRED_CONNECTIONS] = "connections_per_credential",
         [SRV_EV_AUTH_TOKEN] = "token",
         [SRV_EV_AUTH_JOB_SCOPE] = "job_scope",
         [SRV_EV_AUTH_TLS] = "tls_handshake",
@@ -541,14 +547,36 @@ static int allowed(uint8_t role, uint8_t type)
     }
 }
 
-/* max_jobs: a JOIN or REJOIN that would create a job while max_jobs exist is refused here,
- * before its handler, with a text saying so. Returns 1 when it may go on. */
+/* max_jobs_per_credential (issue 26): checked before the server-wide cap, so that a team at
+ * its own quota learns that, not that the server is full. Returns 1 when it may go on. */
+static int admit_scope_job(struct peer *p)
+{
+    const struct srv_scope *s = p->scope;
+    unsigned max = p->srv->limits.max_jobs_per_credential;
+
+    if (s == NULL || s->jobs < max)
+        return 1;
+    srv_peer_event(p, SRV_EV_CRED_JOBS, "JOIN for a new job while credential job:%s holds %u jobs",
+                   s->scope, s->jobs);
+    srv_send_error(p, RDZV_ERR_PROTOCOL,
+                   "credential job:%s holds %u jobs, its limit (muster server "
+                   "--max-jobs-per-credential); try again when one of them has finished",
+                   s->scope, s->jobs);
+    return 0;
+}
+
+/* max_jobs: a JOIN or REJOIN that would create a job while max_jobs exist (or its credential's
+ * scope holds max_jobs_per_credential) is refused here, before its handler, with a text saying
+ * so. Returns 1 when it may go on. */
 static int admit_job(struct peer *p, const char *job_id)
 {
     struct rdzv_server *srv = p->srv;
 
-    if (p->job != NULL || srv->n_jobs < srv->limits.max_jobs ||
-        rdzv__sjob_find(srv, job_id) != NULL)
+    if (p->job != NULL || rdzv__sjob_find(srv, job_id) != NULL)
+        return 1;
+    if (!admit_scope_job(p))
+        return 0;
+    if (srv->n_jobs < srv->limits.max_jobs)
         return 1;
     srv_peer_event(p, SRV_EV_JOBS, "JOIN for a new job while %u jobs exist (limit %u)", srv->n_jobs,
                    srv->limits.max_jobs);
@@ -974,6 +1002,47 @@ int rdzv_server_new(uv_loop_t *loop, const char *host, unsigned port, const char
     return rdzv_server_new_tls(loop, host, port, &o, out);
 }
 
+/* --- quotas per job credential scope (issue 26, scope.h) ----------------------------------- */
+
+/* At HELLO: a job credential's connection is charged to its scope, or refused over
+ * max_connections_per_credential (then answered and closed). Returns 1 when it may go on. */
+int srv_scope_admit_peer(struct peer *p)
+{
+    struct rdzv_server *srv = p->srv;
+    struct srv_scope *s;
+
+    if (p->cred.kind != RDZV_CRED_JOB || p->scope != NULL)
+        return 1; /* operators, observers and workers: only the server-wide caps */
+    if (srv_scope_get(&srv->scopes, p->cred.scope, &s) < 0) {
+        srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
+        return 0;
+    }
+    if (s->connections >= srv->limits.max_connections_per_credential) {
+        srv_peer_event(p, SRV_EV_CRED_CONNECTIONS,
+                       "HELLO while credential job:%s holds %u connections", s->scope,
+                       s->connections);
+        srv_send_error(p, RDZV_ERR_PROTOCOL,
+                       "credential job:%s holds %u connections, its limit (muster server "
+                       "--max-connections-per-credential)",
+                       s->scope, s->connections);
+        srv_scope_put(&srv->scopes, s);
+        return 0;
+    }
+    s->connections++;
+    p->scope = s;
+    return 1;
+}
+
+/* A job created by p is charged to p's scope until the job is freed (sjob.c). */
+void srv_scope_charge_job(struct sjob *sj, struct peer *p)
+{
+    if (p->scope == NULL || sj->scope != NULL)
+        return;
+    sj->scope = p->scope;
+    sj->scope->refs++;
+    sj->scope->jobs++;
+}
+
 struct rdzv_limits rdzv_limits_default(void)
 {
     return (struct rdzv_limits){.max_connections = RDZV_LIMIT_MAX_CONNECTIONS,
@@ -993,7 +1062,10 @@ struct rdzv_limits rdzv_limits_default(void)
                                 .kv_max_held_per_conn = RDZV_KV_MAX_HELD_PER_PEER,
                                 .kv_max_held_per_job = RDZV_KV_MAX_HELD,
                                 .kv_held_per_worker = RDZV_LIMIT_KV_HELD_PER_WORKER,
-                                .kv_max_held_total = RDZV_LIMIT_KV_MAX_HELD_TOTAL};
+                                .kv_max_held_total = RDZV_LIMIT_KV_MAX_HELD_TOTAL,
+                                .max_jobs_per_credential = RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL,
+                                .max_connections_per_credential =
+                                    RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -1019,6 +1091,8 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     DEFAULT_IF_0(kv_max_held_per_job);
     DEFAULT_IF_0(kv_held_per_worker);
     DEFAULT_IF_0(kv_max_held_total);
+    DEFAULT_IF_0(max_jobs_per_credential);
+    DEFAULT_IF_0(max_connections_per_credential);
 #undef DEFAULT_IF_0
     s->limits = l;
     s->kv_pool.max_bytes = l.kv_max_total_bytes;

@@ -54,6 +54,15 @@ struct rdzv_tls_opts;
  * them, the request gets KV_REPLY LIMIT at once. */
 #define RDZV_LIMIT_KV_HELD_PER_WORKER 8u
 #define RDZV_LIMIT_KV_MAX_HELD_TOTAL 1048576u
+/* Per job credential scope (issue 26, rendezvous/scope.h): one team's "teamA-*" credential may
+ * hold at most this many jobs and open connections, so that it cannot take the server-wide
+ * caps from the other teams (4,096 silent JOINs filled max_jobs in 25 s). Jobs: a sixteenth of
+ * max_jobs, far above what one team runs at once (Slurm's MaxJobsPerUser spirit). Connections:
+ * half of max_connections, so one team's single job of up to 8,192 agents still fits; a bigger
+ * one needs --max-connections-per-credential. The server secret and client certificates
+ * (operators) get only the server-wide caps. */
+#define RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL 256u
+#define RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL 8192u
 
 struct rdzv_limits {
     unsigned max_connections;            /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
@@ -77,6 +86,9 @@ struct rdzv_limits {
     unsigned kv_max_held_per_job;
     unsigned kv_held_per_worker;
     unsigned kv_max_held_total;
+    /* per job credential scope (issue 26) */
+    unsigned max_jobs_per_credential;        /* 0 = RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL */
+    unsigned max_connections_per_credential; /* 0 = RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL */
 };
 
 /* The defaults above, spelled out. */

@@ -17,6 +17,7 @@
 #include "job.h"
 #include "kv.h"
 #include "message.h"
+#include "scope.h"
 #include "server.h"
 
 struct sjob;
@@ -50,6 +51,8 @@ struct peer {
     int hs_counted;      /* in srv->hslimit's handshakes in flight, under hs_addr */
     uint8_t hs_addr[16]; /* its source address, as source_key() makes it */
     char *local_addr;    /* in-process channel: the address it stands for; else NULL */
+    struct srv_scope *scope; /* job credential: its scope, charged one connection from HELLO
+                              * until this peer is freed (scope.h); NULL otherwise */
 };
 
 /* One checkpoint replica being relayed (handler_repl.c). */
@@ -83,6 +86,8 @@ struct sjob {
     int waiting_due;                           /* a count change is not yet broadcast */
     struct srv_repl repl[RDZV_REPL_MAX_XFERS]; /* checkpoint replicas in flight (issue 19) */
     unsigned n_repl;
+    struct srv_scope *scope; /* the scope of the job credential that created it, charged one job
+                              * until it is freed (scope.h); NULL: created by an operator */
 };
 
 /* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
@@ -104,22 +109,25 @@ enum srv_event {
     SRV_EV_IDLE_TIMEOUT,      /* silent past idle_ms while in no job */
     SRV_EV_FRAME_SIZE,        /* frame header announcing more than RDZV_MAX_PAYLOAD */
     /* (new limits go here, before SRV_EV_KV_QUOTA, the last of the limit family) */
-    SRV_EV_KV_HELD_CONN,   /* KV_GET/BARRIER that would wait over kv_max_held_per_conn */
-    SRV_EV_KV_HELD_JOB,    /* ... over the job's kv_max_held_per_job + kv_held_per_worker */
-    SRV_EV_KV_HELD_TOTAL,  /* ... over kv_max_held_total (all jobs together) */
-    SRV_EV_PER_SOURCE,     /* over max_connections_per_source: accepted and closed at once */
-    SRV_EV_SEND_QUEUE,     /* unsent bytes over send_queue_max: the peer stopped reading */
-    SRV_EV_JOBS,           /* a JOIN that would create a job over max_jobs */
-    SRV_EV_JOB_WORKERS,    /* an ATTACH over the job's worker connections */
-    SRV_EV_KV_TOTAL,       /* KV_PUT over kv_max_total_bytes (all jobs together) */
-    SRV_EV_HS_RATE,        /* a new connection over its address's handshake_rate */
-    SRV_EV_HS_IN_FLIGHT,   /* a new connection over handshakes_per_source in flight */
-    SRV_EV_KV_QUOTA,       /* KV_PUT over the job's key or byte quota */
-    SRV_EV_AUTH_TOKEN,     /* HELLO with a wrong or missing token */
-    SRV_EV_AUTH_JOB_SCOPE, /* a message naming another job than the connection's */
-    SRV_EV_AUTH_TLS,       /* TLS handshake failed (wrong PSK, plaintext, other CA...) */
-    SRV_EV_AUTH_NODE,      /* JOIN/REJOIN whose node secret does not open its node id */
-    SRV_EV_PROTOCOL,       /* malformed frame or message out of order */
+    SRV_EV_KV_HELD_CONN,  /* KV_GET/BARRIER that would wait over kv_max_held_per_conn */
+    SRV_EV_KV_HELD_JOB,   /* ... over the job's kv_max_held_per_job + kv_held_per_worker */
+    SRV_EV_KV_HELD_TOTAL, /* ... over kv_max_held_total (all jobs together) */
+    SRV_EV_PER_SOURCE,   /* over max_connections_per_source: accepted and closed at once */
+    SRV_EV_SEND_QUEUE,   /* unsent bytes over send_queue_max: the peer stopped reading */
+    SRV_EV_JOBS,         /* a JOIN that would create a job over max_jobs */
+    SRV_EV_JOB_WORKERS,  /* an ATTACH over the job's worker connections */
+    SRV_EV_KV_TOTAL,     /* KV_PUT over kv_max_total_bytes (all jobs together) */
+    SRV_EV_HS_RATE,      /* a new connection over its address's handshake_rate */
+    SRV_EV_HS_IN_FLIGHT, /* a new connection over handshakes_per_source in flight */
+    /* issue 26: per job credential scope (scope.h) */
+    SRV_EV_CRED_JOBS,        /* a JOIN that would create a job over max_jobs_per_credential */
+    SRV_EV_CRED_CONNECTIONS, /* a HELLO over max_connections_per_credential */
+    SRV_EV_KV_QUOTA,         /* KV_PUT over the job's key or byte quota */
+    SRV_EV_AUTH_TOKEN,       /* HELLO with a wrong or missing token */
+    SRV_EV_AUTH_JOB_SCOPE,   /* a message naming another job than the connection's */
+    SRV_EV_AUTH_TLS,         /* TLS handshake failed (wrong PSK, plaintext, other CA...) */
+    SRV_EV_AUTH_NODE,        /* JOIN/REJOIN whose node secret does not open its node id */
+    SRV_EV_PROTOCOL,         /* malformed frame or message out of order */
     SRV_EV_COUNT_
 };
 
@@ -179,6 +187,7 @@ struct rdzv_server {
     struct srv_source *sources[SRV_SOURCE_BUCKETS];
     struct rdzv_hslimit *hslimit; /* TLS handshakes per source address (hslimit.h) */
     uint32_t repl_next_id;        /* the last replica transfer id handed out */
+    struct srv_scopes scopes;     /* job credential scopes holding jobs or connections */
 };
 
 /* server.c */
@@ -197,6 +206,8 @@ void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void srv_event_metric(enum srv_event ev, const char **family, const char **label);
 void srv_log(struct rdzv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int srv_scope_admit_peer(struct peer *p);
+void srv_scope_charge_job(struct sjob *sj, struct peer *p);
 int rdzv_server_resolve(uv_loop_t *loop, const char *host, unsigned port,
                         struct sockaddr_storage *ss);
 int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connection_cb cb,

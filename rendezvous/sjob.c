@@ -19,6 +19,9 @@ static void sjob_closed_cb(uv_handle_t *handle)
     rdzv_ckptlog_free(sj->ckpts);
     rdzv_pfrec_clear(&sj->pfrec);
     rdzv_job_free(sj->job);
+    if (sj->scope != NULL)
+        sj->scope->jobs--;
+    srv_scope_put(&srv->scopes, sj->scope);
     free(sj);
     srv_handle_closed(srv);
 }

@@ -113,9 +113,11 @@ static json_t *failures_json(const struct rdzv_job *job)
     for (size_t i = 0; a != NULL && i < job->n_nodes; i++) {
         const struct rdzv_job_node *n = &job->nodes[i];
 
-        json_array_append_new(a, json_pack("{s:s, s:s, s:I, s:b, s:s?}", "host", n->host, "addr",
-                                           n->addr, "failures", (json_int_t)n->failures, "excluded",
-                                           n->excluded, "reason", n->excluded ? n->reason : NULL));
+        /* seen: the address the server saw, which the ledger is keyed by (issue 26) */
+        json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:I, s:b, s:s?}", "host", n->host,
+                                           "addr", n->addr, "seen", n->seen, "failures",
+                                           (json_int_t)n->failures, "excluded", n->excluded,
+                                           "reason", n->excluded ? n->reason : NULL));
     }
     return a;
 }

@@ -14,11 +14,21 @@
  *                                    node secret of its own (it cannot know the real one)
  *   joinas JOB NNODES NODEID         agent: HELLO + JOIN claiming NODEID with a made-up secret
  *   failfinal JOB NNODES             agent: JOIN JOB, then FAILED with the FINAL flag
+ *   badhost JOB NNODES               agent: JOIN JOB with a host that is not valid UTF-8
+ *                                    (written into the encoded frame: the codec refuses it)
+ *   joinfail JOB MIN:MAX HOST ADDR   agent: JOIN JOB claiming another node's HOST and ADDR (its
+ *                                    own node secret), wait for ASSIGN, then FAILED (not final)
+ *                                    for that round: a teammate charging a failure to a victim
  *   status JOB|-                     observer: HELLO + STATUS_REQ (- = every job)
  *   workerstatus JOB                 worker: HELLO + ATTACH JOB + STATUS_REQ of its job
+ * MUSTER_POKE_HOLD=S keeps the connection open (silent) S seconds after the answer: a client
+ * that holds a job slot or a connection (its JOINs ask for no heartbeat deadline).
+ * MUSTER_POKE_FROM=IP binds the connection's source address first (another "machine" on
+ * loopback: 127.0.0.2, ...).
  * Exit code: 0 when it printed OK, 1 for ERROR, 2 for FAIL or usage. */
 #include <errno.h>
 #include <inttypes.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +93,28 @@ static int put(const struct rdzv_msg *m)
     return 0;
 }
 
+/* put(), but the first `from` in the encoded frame is replaced by `to` (as long): how a hostile
+ * client sends what muster's own encoder refuses to write. */
+static int put_patched(const struct rdzv_msg *m, const char *from, const char *to)
+{
+    size_t len, n = strlen(from), off = 0;
+
+    if (rdzv_msg_encode(m, buf, sizeof(buf), &len) < 0)
+        return -1;
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(buf + i, from, n) == 0) {
+            memcpy(buf + i, to, n);
+            break;
+        }
+    while (off < len) {
+        int w = mbedtls_ssl_write(&ssl, buf + off, len - off);
+        if (w <= 0)
+            return -1;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
 /* The next message into msg; -1 when the connection ended. */
 static int get(void)
 {
@@ -107,6 +139,19 @@ static int answer(void)
     return 0;
 }
 
+/* MUSTER_POKE_FROM: the source address the server will see (IPv4 only, enough for loopback). */
+static int bind_from(int fd, int family)
+{
+    const char *from = getenv("MUSTER_POKE_FROM");
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+
+    if (from == NULL || *from == '\0')
+        return 0;
+    if (family != AF_INET || inet_pton(AF_INET, from, &sin.sin_addr) != 1)
+        return -1;
+    return bind(fd, (struct sockaddr *)&sin, sizeof(sin));
+}
+
 static int connect_to(const char *endpoint)
 {
     char host[256], *colon;
@@ -121,6 +166,10 @@ static int connect_to(const char *endpoint)
     if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
         return -1;
     fd = socket(ai->ai_family, SOCK_STREAM, 0);
+    if (fd >= 0 && bind_from(fd, ai->ai_family) != 0) {
+        close(fd);
+        fd = -1;
+    }
     if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
         close(fd);
         fd = -1;
@@ -146,6 +195,17 @@ static int hello(uint8_t role)
     return 0;
 }
 
+/* What came instead of the answer a case waited for. */
+static int answer_was(uint8_t type)
+{
+    if (type == RDZV_MSG_ERROR) {
+        printf("ERROR %" PRIu32 " %s\n", msg.u.error.code, msg.u.error.text);
+        return 1;
+    }
+    printf("UNEXPECTED %s\n", rdzv_msg_name(type));
+    return 2;
+}
+
 static void fill_join(struct rdzv_join *j, const char *job, unsigned nnodes)
 {
     memset(j, 0, sizeof(*j));
@@ -157,6 +217,44 @@ static void fill_join(struct rdzv_join *j, const char *job, unsigned nnodes)
     snprintf(j->host, sizeof(j->host), "poke");
     j->resume_step = -1;
     (void)rdzv_node_secret_new(j->node_secret, &j->node_id);
+}
+
+/* joinfail: JOIN as HOST/ADDR, read until ASSIGN (WAITING meanwhile), FAILED for its round. */
+static int join_fail(const char *job, const char *nnodes, const char *host, const char *addr)
+{
+    unsigned lo = 0, hi = 0;
+    int rc;
+
+    if (sscanf(nnodes, "%u:%u", &lo, &hi) != 2)
+        return fail("joinfail: NNODES is MIN:MAX");
+    if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
+        return rc;
+    msg = (struct rdzv_msg){.type = RDZV_MSG_JOIN};
+    fill_join(&msg.u.join, job, hi);
+    msg.u.join.min_nodes = lo;
+    snprintf(msg.u.join.host, sizeof(msg.u.join.host), "%s", host);
+    snprintf(msg.u.join.addr, sizeof(msg.u.join.addr), "%s", addr);
+    if (put(&msg) < 0)
+        return fail("send");
+    do
+        if (get() < 0)
+            return fail("connection closed before ASSIGN");
+    while (msg.type == RDZV_MSG_WAITING);
+    if (msg.type != RDZV_MSG_ASSIGN)
+        return answer_was(msg.type);
+    uint32_t round = msg.u.assign.round;
+
+    msg = (struct rdzv_msg){.type = RDZV_MSG_FAILED};
+    msg.u.failed.round = round;
+    msg.u.failed.rank = msg.u.failed.local_rank = 0;
+    msg.u.failed.exit_code = 1;
+    snprintf(msg.u.failed.host, sizeof(msg.u.failed.host), "%s", host);
+    snprintf(msg.u.failed.text, sizeof(msg.u.failed.text), "forged failure as %s", host);
+    if (put(&msg) < 0)
+        return fail("send");
+    sleep(1); /* FAILED has no reply: give the server time to act on it */
+    printf("SENT FAILED\n");
+    return 0;
 }
 
 /* Long (~70 lines): one short case per hostile action the tests ask for, as one table a
@@ -227,6 +325,16 @@ static int act(int argc, char **argv)
         printf("SENT FAILED\n");
         return 0;
     }
+    if (strcmp(a, "badhost") == 0 && argc == 5) {
+        if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
+            return rc;
+        msg = (struct rdzv_msg){.type = RDZV_MSG_JOIN};
+        fill_join(&msg.u.join, argv[3], (unsigned)atoi(argv[4]));
+        snprintf(msg.u.join.host, sizeof(msg.u.join.host), "bad-XX-host");
+        return put_patched(&msg, "-XX-", "-\xff\xfe-") < 0 ? fail("send") : answer();
+    }
+    if (strcmp(a, "joinfail") == 0 && argc == 7)
+        return join_fail(argv[3], argv[4], argv[5], argv[6]);
     if ((strcmp(a, "rejoin") == 0 && argc == 5) || (strcmp(a, "joinas") == 0 && argc == 6)) {
         int re = strcmp(a, "rejoin") == 0;
         if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
@@ -244,8 +352,8 @@ static int act(int argc, char **argv)
         }
         return put(&msg) < 0 ? fail("send") : answer();
     }
-    return fail("usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|status|"
-                "workerstatus ...");
+    return fail("usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|joinfail|"
+                "badhost|status|workerstatus ...");
 }
 
 int main(int argc, char **argv)
@@ -273,6 +381,8 @@ int main(int argc, char **argv)
         if (rc != MBEDTLS_ERR_SSL_WANT_READ && rc != MBEDTLS_ERR_SSL_WANT_WRITE)
             return fail("TLS handshake refused");
     rc = act(argc, argv);
+    if (getenv("MUSTER_POKE_HOLD") != NULL)
+        sleep((unsigned)atoi(getenv("MUSTER_POKE_HOLD")));
     mbedtls_ssl_close_notify(&ssl);
     mbedtls_ssl_free(&ssl);
     rdzv_tls_free(tls);

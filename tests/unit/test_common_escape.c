@@ -120,6 +120,43 @@ static void test_all_bytes(void **state)
     }
 }
 
+/* Issue 26: the validator peers' identifiers must pass, and the fixer for free text. */
+static void test_utf8_valid(void **state)
+{
+    (void)state;
+    assert_true(mc_utf8_valid("", 0));
+    assert_true(mc_utf8_valid("plain\n\x1b", 7)); /* controls are each output's business */
+    assert_true(mc_utf8_valid("\xc2\x9b", 2));    /* C1 is valid UTF-8 */
+    assert_true(mc_utf8_valid("\xf0\x9f\x98\x80", 4));
+    assert_false(mc_utf8_valid("\xff", 1));
+    assert_false(mc_utf8_valid("\xc0\xaf", 2));         /* overlong */
+    assert_false(mc_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+    assert_false(mc_utf8_valid("\xf4\x90\x80\x80", 4)); /* above U+10FFFF */
+    assert_false(mc_utf8_valid("\xe2\x82", 2));         /* cut short */
+    assert_false(mc_utf8_valid("a\x80", 2));            /* stray continuation */
+}
+
+static void test_utf8_sanitize(void **state)
+{
+    char s[64];
+
+    (void)state;
+    strcpy(s, "ok \xc3\xa9");
+    mc_utf8_sanitize(s);
+    assert_string_equal(s, "ok \xc3\xa9");
+    strcpy(s, "a\xff"
+              "b\xc0\xaf"
+              "c");
+    mc_utf8_sanitize(s);
+    assert_string_equal(s, "a?b??c");
+    strcpy(s, "cut \xf0\x9f\x98");
+    mc_utf8_sanitize(s);
+    assert_string_equal(s, "cut ");
+    strcpy(s, "\xe2\x82x"); /* not at the end: not a cut, just bad */
+    mc_utf8_sanitize(s);
+    assert_string_equal(s, "??x");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -130,6 +167,8 @@ int main(void)
         cmocka_unit_test(test_embedded_nul),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_all_bytes),
+        cmocka_unit_test(test_utf8_valid),
+        cmocka_unit_test(test_utf8_sanitize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,7 +45,7 @@ static enum rdzv_job_event join(struct rdzv_job *job, unsigned node, unsigned np
     char addr[32];
 
     snprintf(addr, sizeof(addr), "10.0.0.%u", node);
-    assert_int_equal(rdzv_job_join(job, &j, addr, &peers[node], now, &ev), 0);
+    assert_int_equal(rdzv_job_join(job, &j, addr, addr, &peers[node], now, &ev), 0);
     return ev;
 }
 
@@ -168,21 +168,21 @@ static void test_join_errors(void **state)
 
     (void)state;
     join(job, 0, 1, 0);
-    assert_int_equal(rdzv_job_join(job, &j, "", &peers[0], 0, &ev), -EEXIST);
-    assert_int_equal(rdzv_job_join(job, &j, "", &peers[5], 0, &ev), -EEXIST); /* node_id */
+    assert_int_equal(rdzv_job_join(job, &j, "", "", &peers[0], 0, &ev), -EEXIST);
+    assert_int_equal(rdzv_job_join(job, &j, "", "", &peers[5], 0, &ev), -EEXIST); /* node_id */
     join(job, 1, 1, 0);
     j = mkjoin(2, 1, 2, 1);
     /* the round runs full (max 2): a third node waits for a later round */
-    assert_int_equal(rdzv_job_join(job, &j, "", &peers[2], 0, &ev), 0);
+    assert_int_equal(rdzv_job_join(job, &j, "", "", &peers[2], 0, &ev), 0);
     assert_int_equal(ev, RDZV_JOB_EV_PENDING);
     assert_int_equal(job->n_pending, 1);
-    assert_int_equal(rdzv_job_join(job, &j, "", &peers[2], 0, &ev), -EEXIST);
+    assert_int_equal(rdzv_job_join(job, &j, "", "", &peers[2], 0, &ev), -EEXIST);
     assert_int_equal(rdzv_job_done(job, &peers[0], 0), RDZV_JOB_EV_NONE);
     assert_int_equal(rdzv_job_done(job, &peers[0], 0), RDZV_JOB_EV_NONE); /* twice: once */
     assert_int_equal(rdzv_job_done(job, &peers[1], 1), RDZV_JOB_EV_NONE); /* stale round */
     assert_int_equal(rdzv_job_done(job, &peers[1], 0), RDZV_JOB_EV_DONE);
     assert_int_equal(job->state, RDZV_JOB_FINISHED);
-    assert_int_equal(rdzv_job_join(job, &j, "", &peers[2], 0, &ev), -ESHUTDOWN);
+    assert_int_equal(rdzv_job_join(job, &j, "", "", &peers[2], 0, &ev), -ESHUTDOWN);
     rdzv_job_free(job);
 }
 
@@ -453,7 +453,8 @@ static void test_rejoin_rebuild(void **state)
 
     (void)state;
     assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", &peers[0], 100, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", "10.0.0.0", &peers[0], 100, &old, &ev),
+                     0);
     assert_null(old);
     assert_int_equal(ev, RDZV_JOB_EV_NONE);
     assert_int_equal(job->state, RDZV_JOB_RUNNING);
@@ -463,12 +464,13 @@ static void test_rejoin_rebuild(void **state)
     assert_int_equal(rdzv_job_deadline(job), 600);
     assert_int_equal(rdzv_job_done(job, &peers[0], 7), RDZV_JOB_EV_NONE); /* rank 0 missing */
     rj = mkrejoin(1, 6, 0, 2);                                            /* an older round */
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[1], 100, &old, &ev), -ESTALE);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", "", &peers[1], 100, &old, &ev), -ESTALE);
     rj = mkrejoin(1, 7, 1, 2); /* rank taken */
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[1], 100, &old, &ev), -ESTALE);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", "", &peers[1], 100, &old, &ev), -ESTALE);
     rj = mkrejoin(1, 7, 0, 2);
     rj.done = 1;
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.1", &peers[1], 100, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.1", "10.0.0.1", &peers[1], 100, &old, &ev),
+                     0);
     assert_int_equal(ev, RDZV_JOB_EV_DONE); /* node 0 was done already, node 1 just said so */
     rdzv_job_free(job);
 }
@@ -484,10 +486,10 @@ static void test_rejoin_reattach_and_grace(void **state)
 
     (void)state;
     assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[0], 0, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", "", &peers[0], 0, &old, &ev), 0);
     rj = mkrejoin(1, 0, 1, 3);
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[1], 0, &old, &ev), 0);
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[5], 10, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", "", &peers[1], 0, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", "", &peers[5], 10, &old, &ev), 0);
     assert_ptr_equal(old, &peers[1]);
     assert_int_equal(rdzv_job_find(job, &peers[5]), 1);
     assert_int_equal(rdzv_job_tick(job, 499, 0), RDZV_JOB_EV_NONE);
@@ -498,7 +500,7 @@ static void test_rejoin_reattach_and_grace(void **state)
     assert_int_equal(job->round, 1);
     assert_int_equal(job->n_prev, 2);
     rj = mkrejoin(2, 0, 2, 3); /* too late: the job moved on */
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "", &peers[2], 600, &old, &ev), -ESTALE);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "", "", &peers[2], 600, &old, &ev), -ESTALE);
     rdzv_job_free(job);
 }
 
@@ -511,7 +513,7 @@ static enum rdzv_job_event join_resume(struct rdzv_job *job, unsigned node, cons
 
     snprintf(j.resume, sizeof(j.resume), "%s", name);
     j.resume_step = step;
-    assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", &peers[node], now, &ev), 0);
+    assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", "10.0.0.1", &peers[node], now, &ev), 0);
     return ev;
 }
 
@@ -618,11 +620,11 @@ static void test_resume_rejoin_keeps_round(void **state)
     strcpy(rj.assign.resume, "step-50");
     rj.assign.resume_step = 50;
     assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", &peers[0], 0, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", "10.0.0.0", &peers[0], 0, &old, &ev), 0);
     rj = mkrejoin(1, 3, 0, 2);
     strcpy(rj.assign.resume, "step-50");
     rj.assign.resume_step = 50;
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.1", &peers[1], 0, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.1", "10.0.0.1", &peers[1], 0, &old, &ev), 0);
     assert_false(job->rebuilding);
     assert_all_resume(job, "step-50", 50);
     rdzv_job_free(job);
@@ -711,7 +713,7 @@ static void test_exclude_after(void **state)
     /* node 2 fails: charged once */
     f = failure(job->round);
     assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 0, t), RDZV_JOB_EV_RESTART);
-    assert_null(rdzv_job_excluded(job, "node2", "10.0.0.2"));
+    assert_null(rdzv_job_excluded(job, "node2", "10.0.0.2", "10.0.0.2"));
     /* it leaves and joins again: its count stays */
     assert_int_equal(rdzv_job_failed(job, &peers[2], &f, 1, t), RDZV_JOB_EV_NONE);
     join(job, 0, 1, t);
@@ -720,7 +722,7 @@ static void test_exclude_after(void **state)
     /* a lost node is a failure of that node too: the second one excludes it */
     t += 50;
     assert_int_equal(rdzv_job_lost(job, &peers[2], "connection closed", t, 0), RDZV_JOB_EV_RESTART);
-    bad = rdzv_job_excluded(job, "node2", "10.0.0.2");
+    bad = rdzv_job_excluded(job, "node2", "10.0.0.2", "10.0.0.2");
     assert_non_null(bad);
     assert_int_equal(bad->failures, 2);
     assert_non_null(strstr(bad->reason, "caused 2 failures within 10 s"));
@@ -728,10 +730,21 @@ static void test_exclude_after(void **state)
     {
         struct rdzv_join j2 = mkjoin(2, 2, 3, 1);
 
-        assert_int_equal(rdzv_job_join(job, &j2, "10.0.0.2", &peers[2], t, &ev), -EPERM);
+        assert_int_equal(rdzv_job_join(job, &j2, "10.0.0.2", "10.0.0.2", &peers[2], t, &ev),
+                         -EPERM);
     }
     /* the same host name at another address is another node */
-    assert_null(rdzv_job_excluded(job, "node2", "10.0.0.9"));
+    assert_null(rdzv_job_excluded(job, "node2", "10.0.0.9", "10.0.0.9"));
+    /* issue 26: a JOIN that claims node2's host and addr from another machine is another node,
+     * and node2 restarted as a new agent process (new node id) on its machine is still out */
+    assert_null(rdzv_job_excluded(job, "node2", "10.0.0.2", "10.0.0.66"));
+    {
+        struct rdzv_join j3 = mkjoin(2, 2, 3, 1);
+
+        j3.node_id = 0x5eed;
+        assert_int_equal(rdzv_job_join(job, &j3, "10.0.0.2", "10.0.0.2", &peers[2], t, &ev),
+                         -EPERM);
+    }
     /* the others go on: min 2 */
     join(job, 0, 1, t);
     assert_int_equal(join(job, 1, 1, t), RDZV_JOB_EV_WAITING);
@@ -762,7 +775,7 @@ static void test_exclude_window(void **state)
         assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, t), RDZV_JOB_EV_RESTART);
         t += 1500;
     }
-    assert_null(rdzv_job_excluded(job, "node0", "10.0.0.0"));
+    assert_null(rdzv_job_excluded(job, "node0", "10.0.0.0", "10.0.0.0"));
     assert_int_equal(job->nodes[0].failures, 4);
     rdzv_job_free(job);
 }
@@ -777,7 +790,7 @@ static enum rdzv_job_event join_spare(struct rdzv_job *job, unsigned node, uint6
 
     j.flags = RDZV_JOIN_SPARE;
     snprintf(addr, sizeof(addr), "10.0.0.%u", node);
-    assert_int_equal(rdzv_job_join(job, &j, addr, &peers[node], now, &ev), 0);
+    assert_int_equal(rdzv_job_join(job, &j, addr, addr, &peers[node], now, &ev), 0);
     return ev;
 }
 
@@ -876,10 +889,10 @@ static void test_spare_replaces_excluded(void **state)
     join(job, 1, 1, 0);
     join_spare(job, 5, 0);
     assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 50), RDZV_JOB_EV_RESTART);
-    assert_non_null(rdzv_job_excluded(job, "node1", "10.0.0.1"));
+    assert_non_null(rdzv_job_excluded(job, "node1", "10.0.0.1", "10.0.0.1"));
     assert_int_equal(job->n_prev, 2); /* RESTART reaches the excluded node too */
     assert_int_equal(job->n_members, 1);
-    assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", &peers[1], 60, &ev), -EPERM);
+    assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", "10.0.0.1", &peers[1], 60, &ev), -EPERM);
     assert_int_equal(join(job, 0, 1, 70), RDZV_JOB_EV_ASSIGNED);
     rdzv_job_assign(job, (size_t)rdzv_job_find(job, &peers[5]), &a);
     assert_int_equal(a.group_rank, 1);
@@ -1018,7 +1031,8 @@ static void test_spare_across_server_restart(void **state)
     assert_int_equal(rdzv_job_new(&rj.join, &job), 0);
     assert_int_equal(join_spare(job, 5, 0), RDZV_JOB_EV_PENDING);
     rj = mkrejoin(0, 3, 0, 2);
-    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", &peers[0], 10, &old, &ev), 0);
+    assert_int_equal(rdzv_job_rejoin(job, &rj, "10.0.0.0", "10.0.0.0", &peers[0], 10, &old, &ev),
+                     0);
     assert_int_equal(job->state, RDZV_JOB_RUNNING);
     assert_true(job->rebuilding);
     assert_int_equal(job->n_pending, 1);
@@ -1051,7 +1065,7 @@ static void test_restart_budget_survives_leave_and_spares(void **state)
         struct rdzv_join j = mkjoin(1, 2, 2, 1);
         enum rdzv_job_event ev;
 
-        assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", &peers[7], 30, &ev), 0);
+        assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", "10.0.0.1", &peers[7], 30, &ev), 0);
     }
     assert_int_equal(join(job, 0, 1, 40), RDZV_JOB_EV_ASSIGNED);
     assert_int_equal(job->restart_count, 1);
@@ -1065,6 +1079,61 @@ static void test_restart_budget_survives_leave_and_spares(void **state)
     assert_int_equal(rdzv_job_failed(job, &peers[5], &f, 0, 80), RDZV_JOB_EV_FAILED);
     assert_int_equal(job->restart_count, 2);
     rdzv_job_free(job);
+}
+
+/* Issue 26's audit: pending[] is bounded (max_nodes + RDZV_JOB_PENDING_SLACK), and a big
+ * job's restart keeps every node's group rank through the prev[] index. */
+static void test_pending_bounded_and_prev_index(void **state)
+{
+    static char many[300];
+    enum rdzv_job_event ev;
+    struct rdzv_job *job = new_job(1, 1);
+    struct rdzv_job *big;
+    struct rdzv_join j = mkjoin(0, 1, 1, 1);
+
+    (void)state;
+    assert_int_equal(rdzv_job_join(job, &j, "a", "a", &many[0], 0, &ev), 0);
+    assert_int_equal(ev, RDZV_JOB_EV_ASSIGNED);
+    j.flags = RDZV_JOIN_SPARE;
+    for (unsigned i = 1; i <= 1 + RDZV_JOB_PENDING_SLACK; i++) {
+        j.node_id = 1000 + i;
+        assert_int_equal(rdzv_job_join(job, &j, "a", "a", &many[i], 0, &ev), 0);
+    }
+    j.node_id = 5000;
+    assert_int_equal(rdzv_job_join(job, &j, "a", "a", &many[200], 0, &ev), -ENOSPC);
+    rdzv_job_free(job);
+
+    /* 200 nodes, then one fails: all 199 others keep their ranks in round 1 */
+    j = mkjoin(0, 200, 200, 1);
+    j.last_call_ms = 0;
+    assert_int_equal(rdzv_job_new(&j, &big), 0);
+    for (unsigned i = 0; i < 200; i++) {
+        j.node_id = 7000 + 13 * (uint64_t)i;
+        assert_int_equal(rdzv_job_join(big, &j, "a", "a", &many[i], 0, &ev), 0);
+    }
+    assert_int_equal(ev, RDZV_JOB_EV_ASSIGNED);
+    uint32_t rank_of[200];
+
+    for (unsigned i = 0; i < 200; i++)
+        rank_of[i] = big->members[i].group_rank;
+    struct rdzv_failure f = {.round = 0, .rank = 0, .exit_code = 1};
+
+    assert_int_equal(rdzv_job_failed(big, &many[0], &f, 0, 10), RDZV_JOB_EV_RESTART);
+    for (unsigned i = 199; i >= 1; i--) { /* the other order: ranks must come from prev[] */
+        j.node_id = 7000 + 13 * (uint64_t)i;
+        assert_int_equal(rdzv_job_join(big, &j, "a", "a", &many[i], 20, &ev), 0);
+    }
+    j.node_id = 7000;
+    assert_int_equal(rdzv_job_join(big, &j, "a", "a", &many[0], 20000, &ev), 0);
+    assert_int_equal(rdzv_job_tick(big, 20000, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(big->state, RDZV_JOB_RUNNING);
+    for (unsigned i = 0; i < 200; i++) {
+        int k = rdzv_job_find(big, &many[i]);
+
+        assert_true(k >= 0);
+        assert_int_equal(big->members[k].group_rank, rank_of[i]);
+    }
+    rdzv_job_free(big);
 }
 
 int main(void)
@@ -1107,6 +1176,7 @@ int main(void)
         cmocka_unit_test(test_spare_keeps_size_elastic),
         cmocka_unit_test(test_restart_budget_survives_leave_and_spares),
         cmocka_unit_test(test_spare_across_server_restart),
+        cmocka_unit_test(test_pending_bounded_and_prev_index),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -105,6 +105,70 @@ static void test_preflight_limits(void **state)
         -EPROTO);
 }
 
+/* Patches the first occurrence of the n bytes `from` in buf[0..len) with `to` (same length). */
+static void patch(size_t len, const char *from, const char *to)
+{
+    size_t n = strlen(from);
+
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(buf + i, from, n) == 0) {
+            memcpy(buf + i, to, n);
+            return;
+        }
+    fail_msg("%s not in the frame", from);
+}
+
+/* Issue 26: identifiers (job id, host, addr) that are not valid UTF-8 are refused both ways;
+ * free text is made valid (a character cut short at the end dropped, other bad bytes '?'). */
+static void test_utf8(void **state)
+{
+    static struct rdzv_msg m, out;
+    size_t len;
+
+    (void)state;
+    rdzv_msg_init(&m, RDZV_MSG_JOIN);
+    strcpy(m.u.join.job_id, "j");
+    strcpy(m.u.join.host, "bad\xffhost");
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    strcpy(m.u.join.host, "h\xc3\xa9te-Xhost"); /* valid: "héte" */
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_JOIN, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out), 0);
+    assert_string_equal(out.u.join.host, m.u.join.host);
+    patch(len, "Xhost", "\xc0\xafost"); /* an overlong '/' */
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_JOIN, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out),
+        -EPROTO);
+    strcpy(m.u.join.host, "h");
+    strcpy(m.u.join.addr, "10.0.0.1");
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    patch(len, "10.0.0.1", "10.0.\xed\xa0\x80"); /* a surrogate */
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_JOIN, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out),
+        -EPROTO);
+
+    rdzv_msg_init(&m, RDZV_MSG_FAILED);
+    fill_failure(&m.u.failed);
+    strcpy(m.u.failed.text, "caf\xc3\xa9 \xff done \xe2\x82"); /* a bad byte, a cut euro */
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_FAILED, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out), 0);
+    assert_string_equal(out.u.failed.text, "caf\xc3\xa9 ? done ");
+    /* an older sender's raw text is made valid on receipt too */
+    strcpy(m.u.failed.text, "abcXdef");
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    patch(len, "cXd",
+          "c\x80"
+          "d");
+    assert_int_equal(
+        rdzv_msg_decode(RDZV_MSG_FAILED, buf + RDZV_HEADER_SIZE, len - RDZV_HEADER_SIZE, &out), 0);
+    assert_string_equal(out.u.failed.text, "abc?def");
+    strcpy(m.u.failed.host, "n\xfe");
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    assert_false(rdzv_ckpt_name_ok("step-\xff.pt"));
+    assert_true(rdzv_ckpt_name_ok("step-\xc3\xa9.pt"));
+}
+
 /* One filled example of every type. Long: one case per message type (example3() has the
  * rest). */
 static void example(uint8_t type, struct rdzv_msg *m)
@@ -672,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_blob_limits),
         cmocka_unit_test(test_ckpt_names),
         cmocka_unit_test(test_preflight_limits),
+        cmocka_unit_test(test_utf8),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
