@@ -106,6 +106,10 @@ static const struct limit_flag limit_flags[] = {
          "jobs created by one job credential"),
     LF_U("--max-connections-per-credential", max_connections_per_credential,
          RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL, "open connections of one job credential"),
+    LF_S("--kv-max-bytes-per-credential", kv_max_bytes_per_credential,
+         RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL, "KV bytes of one job credential's jobs"),
+    LF_U("--kv-max-held-per-credential", kv_max_held_per_credential,
+         RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL, "  ... and their waiting KV requests"),
 };
 
 #define N_LIMIT_FLAGS (sizeof(limit_flags) / sizeof(limit_flags[0]))

@@ -85,10 +85,8 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
     if (sj == NULL)
         sj = rdzv__sjob_find(p->srv, j->job_id);
     if (sj == NULL) {
-        if (rdzv__sjob_new(p->srv, j, &sj) < 0)
+        if (rdzv__sjob_new(p->srv, j, p->scope, &sj) < 0)
             srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
-        else
-            srv_scope_charge_job(sj, p);
         return sj;
     }
     if (rdzv_job_check(sj->job, j) < 0) {

@@ -53,9 +53,19 @@ static void kv_limit_event(struct peer *p)
 {
     const struct rdzv_limits *l = &p->srv->limits;
     enum rdzv_kv_refusal why = RDZV_KV_REFUSED_QUOTA;
+    const struct rdzv_kv_pool *pool = NULL;
 
     if (p->kvjob != NULL)
-        why = rdzv_kv_last_refusal(p->kvjob->kv, NULL);
+        why = rdzv_kv_last_refusal(p->kvjob->kv, &pool);
+    /* a team's own pool (scope.h) refused: its share, not the server's, is full */
+    if ((why == RDZV_KV_REFUSED_POOL_HELD || why == RDZV_KV_REFUSED_POOL_BYTES) &&
+        p->kvjob->scope != NULL && pool == &p->kvjob->scope->kv) {
+        srv_peer_event(p, SRV_EV_CRED_KV,
+                       "KV request over the %s of credential job:%s (%zu bytes, %zu held)",
+                       why == RDZV_KV_REFUSED_POOL_HELD ? "waiting requests" : "KV bytes",
+                       p->kvjob->scope->scope, pool->max_bytes, pool->max_held);
+        return;
+    }
     switch (why) {
     case RDZV_KV_REFUSED_HELD_PEER:
         srv_peer_event(p, SRV_EV_KV_HELD_CONN,

@@ -407,6 +407,7 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
         [SRV_EV_HS_IN_FLIGHT] = "handshakes_in_flight",
         [SRV_EV_CRED_JOBS] = "jobs_per_credential",
         [SRV_EV_CRED_CONNECTIONS] = "connections_per_credential",
+        [SRV_EV_CRED_KV] = "kv_per_credential",
         [SRV_EV_AUTH_TOKEN] = "token",
         [SRV_EV_AUTH_JOB_SCOPE] = "job_scope",
         [SRV_EV_AUTH_TLS] = "tls_handshake",
@@ -1030,42 +1031,49 @@ int srv_scope_admit_peer(struct peer *p)
     }
     s->connections++;
     p->scope = s;
+    /* its jobs' KV stores charge this pool first, then the server's (kvpool.h) */
+    s->kv.parent = &srv->kv_pool;
+    s->kv.max_bytes = srv->limits.kv_max_bytes_per_credential;
+    s->kv.max_held = srv->limits.kv_max_held_per_credential;
     return 1;
 }
 
-/* A job created by p is charged to p's scope until the job is freed (sjob.c). */
-void srv_scope_charge_job(struct sjob *sj, struct peer *p)
+/* A job created with scope s (its creator's, or NULL) is charged to it until the job is freed
+ * (sjob.c): a job slot, and its KV store draws on the scope's pool. */
+void srv_scope_charge_job(struct sjob *sj, struct srv_scope *s)
 {
-    if (p->scope == NULL || sj->scope != NULL)
+    if (s == NULL || sj->scope != NULL)
         return;
-    sj->scope = p->scope;
+    sj->scope = s;
     sj->scope->refs++;
     sj->scope->jobs++;
 }
 
 struct rdzv_limits rdzv_limits_default(void)
 {
-    return (struct rdzv_limits){.max_connections = RDZV_LIMIT_MAX_CONNECTIONS,
-                                .max_connections_per_source = RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE,
-                                .handshake_ms = RDZV_LIMIT_HANDSHAKE_MS,
-                                .idle_ms = RDZV_LIMIT_IDLE_MS,
-                                .kv_max_keys = RDZV_KV_MAX_KEYS,
-                                .kv_max_bytes = RDZV_KV_MAX_BYTES,
-                                .kv_max_total_bytes = RDZV_LIMIT_KV_MAX_TOTAL_BYTES,
-                                .max_jobs = RDZV_LIMIT_MAX_JOBS,
-                                .send_queue_max = RDZV_LIMIT_SEND_QUEUE_MAX,
-                                .job_workers_per_proc = RDZV_LIMIT_JOB_WORKERS_PER_PROC,
-                                .job_workers_slack = RDZV_LIMIT_JOB_WORKERS_SLACK,
-                                .handshakes_per_source = RDZV_LIMIT_HANDSHAKES_PER_SOURCE,
-                                .handshake_rate = RDZV_LIMIT_HANDSHAKE_RATE,
-                                .handshake_burst = RDZV_LIMIT_HANDSHAKE_BURST,
-                                .kv_max_held_per_conn = RDZV_KV_MAX_HELD_PER_PEER,
-                                .kv_max_held_per_job = RDZV_KV_MAX_HELD,
-                                .kv_held_per_worker = RDZV_LIMIT_KV_HELD_PER_WORKER,
-                                .kv_max_held_total = RDZV_LIMIT_KV_MAX_HELD_TOTAL,
-                                .max_jobs_per_credential = RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL,
-                                .max_connections_per_credential =
-                                    RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL};
+    return (struct rdzv_limits){
+        .max_connections = RDZV_LIMIT_MAX_CONNECTIONS,
+        .max_connections_per_source = RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE,
+        .handshake_ms = RDZV_LIMIT_HANDSHAKE_MS,
+        .idle_ms = RDZV_LIMIT_IDLE_MS,
+        .kv_max_keys = RDZV_KV_MAX_KEYS,
+        .kv_max_bytes = RDZV_KV_MAX_BYTES,
+        .kv_max_total_bytes = RDZV_LIMIT_KV_MAX_TOTAL_BYTES,
+        .max_jobs = RDZV_LIMIT_MAX_JOBS,
+        .send_queue_max = RDZV_LIMIT_SEND_QUEUE_MAX,
+        .job_workers_per_proc = RDZV_LIMIT_JOB_WORKERS_PER_PROC,
+        .job_workers_slack = RDZV_LIMIT_JOB_WORKERS_SLACK,
+        .handshakes_per_source = RDZV_LIMIT_HANDSHAKES_PER_SOURCE,
+        .handshake_rate = RDZV_LIMIT_HANDSHAKE_RATE,
+        .handshake_burst = RDZV_LIMIT_HANDSHAKE_BURST,
+        .kv_max_held_per_conn = RDZV_KV_MAX_HELD_PER_PEER,
+        .kv_max_held_per_job = RDZV_KV_MAX_HELD,
+        .kv_held_per_worker = RDZV_LIMIT_KV_HELD_PER_WORKER,
+        .kv_max_held_total = RDZV_LIMIT_KV_MAX_HELD_TOTAL,
+        .max_jobs_per_credential = RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL,
+        .max_connections_per_credential = RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL,
+        .kv_max_bytes_per_credential = RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL,
+        .kv_max_held_per_credential = RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -1093,6 +1101,8 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     DEFAULT_IF_0(kv_max_held_total);
     DEFAULT_IF_0(max_jobs_per_credential);
     DEFAULT_IF_0(max_connections_per_credential);
+    DEFAULT_IF_0(kv_max_bytes_per_credential);
+    DEFAULT_IF_0(kv_max_held_per_credential);
 #undef DEFAULT_IF_0
     s->limits = l;
     s->kv_pool.max_bytes = l.kv_max_total_bytes;

@@ -63,6 +63,11 @@ struct rdzv_tls_opts;
  * (operators) get only the server-wide caps. */
 #define RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL 256u
 #define RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL 8192u
+/* KV bytes and held KV requests of all the jobs of one job credential scope together: half of
+ * the server-wide ones, so one team's jobs cannot fill the KV memory every job shares; eight
+ * jobs at their own byte quota (64 MiB) still fit. */
+#define RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL ((size_t)512 << 20)
+#define RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL 524288u
 
 struct rdzv_limits {
     unsigned max_connections;            /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
@@ -89,6 +94,8 @@ struct rdzv_limits {
     /* per job credential scope (issue 26) */
     unsigned max_jobs_per_credential;        /* 0 = RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL */
     unsigned max_connections_per_credential; /* 0 = RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL */
+    size_t kv_max_bytes_per_credential;      /* 0 = RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL */
+    unsigned kv_max_held_per_credential;     /* 0 = RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL */
 };
 
 /* The defaults above, spelled out. */

@@ -112,16 +112,17 @@ enum srv_event {
     SRV_EV_KV_HELD_CONN,  /* KV_GET/BARRIER that would wait over kv_max_held_per_conn */
     SRV_EV_KV_HELD_JOB,   /* ... over the job's kv_max_held_per_job + kv_held_per_worker */
     SRV_EV_KV_HELD_TOTAL, /* ... over kv_max_held_total (all jobs together) */
-    SRV_EV_PER_SOURCE,   /* over max_connections_per_source: accepted and closed at once */
-    SRV_EV_SEND_QUEUE,   /* unsent bytes over send_queue_max: the peer stopped reading */
-    SRV_EV_JOBS,         /* a JOIN that would create a job over max_jobs */
-    SRV_EV_JOB_WORKERS,  /* an ATTACH over the job's worker connections */
-    SRV_EV_KV_TOTAL,     /* KV_PUT over kv_max_total_bytes (all jobs together) */
-    SRV_EV_HS_RATE,      /* a new connection over its address's handshake_rate */
-    SRV_EV_HS_IN_FLIGHT, /* a new connection over handshakes_per_source in flight */
+    SRV_EV_PER_SOURCE,    /* over max_connections_per_source: accepted and closed at once */
+    SRV_EV_SEND_QUEUE,    /* unsent bytes over send_queue_max: the peer stopped reading */
+    SRV_EV_JOBS,          /* a JOIN that would create a job over max_jobs */
+    SRV_EV_JOB_WORKERS,   /* an ATTACH over the job's worker connections */
+    SRV_EV_KV_TOTAL,      /* KV_PUT over kv_max_total_bytes (all jobs together) */
+    SRV_EV_HS_RATE,       /* a new connection over its address's handshake_rate */
+    SRV_EV_HS_IN_FLIGHT,  /* a new connection over handshakes_per_source in flight */
     /* issue 26: per job credential scope (scope.h) */
     SRV_EV_CRED_JOBS,        /* a JOIN that would create a job over max_jobs_per_credential */
     SRV_EV_CRED_CONNECTIONS, /* a HELLO over max_connections_per_credential */
+    SRV_EV_CRED_KV,          /* KV bytes or held requests over the credential's share */
     SRV_EV_KV_QUOTA,         /* KV_PUT over the job's key or byte quota */
     SRV_EV_AUTH_TOKEN,       /* HELLO with a wrong or missing token */
     SRV_EV_AUTH_JOB_SCOPE,   /* a message naming another job than the connection's */
@@ -207,7 +208,7 @@ void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
 void srv_event_metric(enum srv_event ev, const char **family, const char **label);
 void srv_log(struct rdzv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int srv_scope_admit_peer(struct peer *p);
-void srv_scope_charge_job(struct sjob *sj, struct peer *p);
+void srv_scope_charge_job(struct sjob *sj, struct srv_scope *s);
 int rdzv_server_resolve(uv_loop_t *loop, const char *host, unsigned port,
                         struct sockaddr_storage *ss);
 int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connection_cb cb,
@@ -215,7 +216,8 @@ int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connec
 
 /* sjob.c */
 struct sjob *rdzv__sjob_find(struct rdzv_server *srv, const char *id);
-int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out);
+int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct srv_scope *scope,
+                   struct sjob **out);
 void rdzv__sjob_drop(struct sjob *sj);
 void rdzv__sjob_apply(struct sjob *sj, enum rdzv_job_event ev);
 void rdzv__sjob_arm(struct sjob *sj);

@@ -61,11 +61,14 @@ struct sjob *rdzv__sjob_find(struct rdzv_server *srv, const char *id)
     return NULL;
 }
 
-int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sjob **out)
+/* scope: the creating credential's (scope.h), NULL for operators: the job is charged to it
+ * and its KV store draws on the scope's pool, which draws on the server's. */
+int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct srv_scope *scope,
+                   struct sjob **out)
 {
     struct rdzv_kv_limits kl = {.max_keys = srv->limits.kv_max_keys,
                                 .max_bytes = srv->limits.kv_max_bytes,
-                                .pool = &srv->kv_pool,
+                                .pool = scope != NULL ? &scope->kv : &srv->kv_pool,
                                 .max_held = srv->limits.kv_max_held_per_job,
                                 .max_held_per_peer = srv->limits.kv_max_held_per_conn};
     struct sjob *sj;
@@ -93,6 +96,7 @@ int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sj
     if (srv->jobs != NULL)
         srv->jobs->prev = sj;
     srv->jobs = sj;
+    srv_scope_charge_job(sj, scope); /* before any KV charge can reach its pool */
     *out = sj;
     return 0;
 }
