@@ -86,7 +86,9 @@ void launcher_usertoken_hint(const struct launcher_usertoken *u, int hosting, ch
     if (hosting)
         snprintf(buf, len,
                  "the nodes' tokens differ (this node uses %s): share the home "
-                 "directory, or give every node --token-file FILE or MUSTER_TOKEN",
+                 "directory, or give every node --token-file FILE or MUSTER_TOKEN; the refused "
+                 "node has stopped, this one waits for nodes until the join timeout "
+                 "(--rdzv-conf join_timeout; Ctrl-C stops it)",
                  u->path);
     else
         snprintf(buf, len,
