@@ -266,7 +266,7 @@ static const char main_help[] =
     "  -V, --version    print muster's, the protocol's and the libraries' versions\n"
     "\n"
     "Examples:\n"
-    "  muster run --standalone --nproc-per-node 4 train.py --epochs 3\n"
+    "  muster run --standalone --nproc-per-node 4 examples/pytorch/train_ddp.py --steps 100\n"
     "  muster server --listen 0.0.0.0:29400 --token-file server.token     # on one host\n"
     "  muster token --token-file server.token --job job42 --out job42.token  # operator\n"
     "  muster run --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:29400 --rdzv-id job42 \\\n"
