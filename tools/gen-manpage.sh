@@ -50,6 +50,22 @@ tmp="$out.tmp"
     echo ".B muster"
     echo "\\-\\-help | \\-V | \\-\\-version"
     echo ".SH DESCRIPTION"
+    cat <<'EOT'
+.B muster
+starts and supervises the worker processes of a distributed PyTorch (or any) training job, one
+command per node, with torchrun's flags and worker environment. A rendezvous (embedded with
+.BR \-\-standalone ,
+hosted by one node's agent, or a shared
+.B muster server
+for many jobs) assigns the ranks; a pre\-flight checks GPUs, links and NCCL before the first
+step; a failed worker, node or hang restarts the job from the last good checkpoint; several
+hard\-capped workers can share one GPU. Every connection is TLS (a pre\-shared token, job\-scoped
+credentials or certificates).
+.PP
+The commands and their options follow, each as its
+.B \-\-help
+prints it.
+EOT
     help_block
     echo ".SH COMMANDS"
     main=$("$bin" --help)
@@ -61,6 +77,81 @@ tmp="$out.tmp"
         echo ".SS \"muster $cmd\""
         help_block "$cmd"
     done
+    cat <<'EOT'
+.SH EXIT STATUS
+.B muster run
+passes a worker's own exit code through (128 + the signal for a worker killed by one). Its own:
+.TP
+.B 0
+done
+.TP
+.B 1
+.BR "muster plan" " / " \-\-auto\-batch ":"
+the probe run failed or wrote no usable file
+.TP
+.B 2
+bad command line, environment or input; nothing was started
+.TP
+.B 3
+the rendezvous failed: server unreachable, refused or timed out
+.TP
+.B 4
+a pre\-flight check failed (the report names node, GPU and link)
+.TP
+.B 5
+.BR "muster preflight" ":"
+no GPU, or no muster\-preflight to run
+.TP
+.B 70
+muster itself could not go on (an internal error)
+.TP
+.B 75
+pre\-empted (the pre\-emption signal): requeue the job
+.SH ENVIRONMENT
+.TP
+.B PYTHON_EXEC
+the interpreter the workers run (default: python3 on PATH, resolved once when muster starts)
+.TP
+.B MUSTER_TOKEN
+the credential (server token, job, worker or observer credential); never printed
+.TP
+.BI PET_ NAME
+any option, as torchrun reads it (PET_NPROC_PER_NODE=4)
+.TP
+.B TMPDIR
+where private log directories go when there is no \-\-log\-dir
+.TP
+.BR MUSTER_LOG " (" quiet ", " info ", " debug )
+the log level of muster's own lines, as \-\-quiet / \-\-verbose set it
+.PP
+The variables muster sets for each worker are listed under
+.B muster run
+above;
+.B \-\-dry\-run
+prints them.
+.SH FILES
+.TP
+.I ~/.muster/token
+the per\-user token of a multi\-node job given no \-\-token\-file (0600; a shared home lets
+every node use it)
+.TP
+.I $TMPDIR/muster\-RUN_ID\-XXXXXX/
+a run's private directory without \-\-log\-dir (error files), removed at exit; what a
+.B kill \-9
+leaves is removed by the next run
+.TP
+.I DIR/RUN_ID/attempt_N/LOCAL_RANK/
+with \-\-log\-dir DIR: each worker's stdout.log, stderr.log and error.json, kept
+.SH EXAMPLES
+.nf
+muster run \-\-standalone \-\-nproc\-per\-node 4 train.py
+muster run \-\-dry\-run \-\-standalone \-\-nproc\-per\-node 2 train.py
+muster server \-\-listen 0.0.0.0:29400 \-\-token\-file server.token \-\-http 9400
+muster token \-\-token\-file server.token \-\-job 'vision\-*' \-\-out vision.token
+muster run \-\-nnodes 2 \-\-nproc\-per\-node 8 \-\-rdzv\-endpoint node0:29400 \e
+    \-\-rdzv\-id job42 \-\-token\-file vision.token \-\-max\-restarts 3 train.py
+.fi
+EOT
     echo ".SH VERSION"
     echo ".nf"
     "$bin" --version | esc
