@@ -46,6 +46,17 @@ struct rdzv_tls_opts;
 #define RDZV_LIMIT_HANDSHAKES_PER_SOURCE 128u
 #define RDZV_LIMIT_HANDSHAKE_RATE 200u   /* per second and source */
 #define RDZV_LIMIT_HANDSHAKE_BURST 2048u /* handshakes a quiet source may start at once */
+/* Pre-authentication budget (issue 26). Connections accepted whose HELLO is not yet accepted
+ * share a pool of PREAUTH_MAX places, a quarter of max_connections: the rest is kept for
+ * authenticated agents and workers, which unauthenticated ones can never squeeze out. When the
+ * pool is full, a new connection evicts the oldest idle unauthenticated one (no bytes since it
+ * was last looked at), so that silent connections cannot hold the place a real client needs for
+ * the milliseconds of its handshake. A connection that sends no byte within FIRST_BYTE_MS is
+ * closed (a real client sends its ClientHello at once). */
+#define RDZV_LIMIT_PREAUTH_MAX 4096u
+#define RDZV_LIMIT_FIRST_BYTE_MS 2000u
+/* HTTP connections open at once; a new one over it evicts the oldest still reading its head. */
+#define RDZV_LIMIT_HTTP_MAX_CONNECTIONS 256u
 
 struct rdzv_limits {
     unsigned max_connections;            /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
@@ -62,10 +73,26 @@ struct rdzv_limits {
     unsigned handshakes_per_source;      /* 0 = RDZV_LIMIT_HANDSHAKES_PER_SOURCE */
     unsigned handshake_rate;             /* per second and source; 0 = RDZV_LIMIT_HANDSHAKE_RATE */
     unsigned handshake_burst;            /* 0 = RDZV_LIMIT_HANDSHAKE_BURST */
+    unsigned preauth_max;                /* 0 = RDZV_LIMIT_PREAUTH_MAX (at most max_connections) */
+    unsigned first_byte_ms;              /* 0 = RDZV_LIMIT_FIRST_BYTE_MS */
+    unsigned http_max_connections;       /* 0 = RDZV_LIMIT_HTTP_MAX_CONNECTIONS */
 };
 
 /* The defaults above, spelled out. */
 struct rdzv_limits rdzv_limits_default(void);
+
+/* Fits the connection limits of l (zero fields: the defaults) into nofile descriptors: when
+ * max_connections + http_max_connections + RDZV_FD_MARGIN do not fit, both are lowered (HTTP
+ * to an eighth of what is left at most, the protocol gets the rest, the pre-authentication
+ * pool a quarter of that) and a one-line explanation is written to why (may be NULL). Returns
+ * 1 when l was lowered, 0 when it fits, -EMFILE when not even RDZV_FD_MARGIN + 64 fit. */
+#define RDZV_FD_MARGIN 64u /* listeners, the loop, log and token files, the thread pool */
+int rdzv_limits_fit_fds(struct rdzv_limits *l, unsigned long nofile, char *why, size_t len);
+
+/* /status and / (they show hosts and addresses) over HTTP: public when on, else only with
+ * "Authorization: Bearer <observer credential>" (`muster token --read-only`) or the server's
+ * secret. Off by default. */
+void rdzv_server_set_http_public_status(struct rdzv_server *s, int on);
 
 /* One line of the server's log (no newline), e.g. a refused peer and why. Never holds a token
  * or other secret. */
@@ -118,9 +145,12 @@ unsigned rdzv_server_port(const struct rdzv_server *s);
 /* Starts the read-only HTTP port of the server on host:port (port 0 = ephemeral; host as for
  * rdzv_server_new()): GET/HEAD of /metrics (Prometheus text format 0.0.4), /status (the JSON
  * document of PROTOCOL.md "STATUS") and / (a small HTML page). HTTP/1.0, one request per
- * connection, request head at most 8 KiB, 5 s idle timeout. Sets *bound_port (may be NULL) to
- * the port bound. Returns 0, UV_EALREADY when already listening, or a negative errno from
- * resolving, binding or listening (then nothing stays open). The port closes with the server. */
+ * connection, request head at most 8 KiB, 5 s idle timeout, at most http_max_connections open
+ * (the oldest idle one goes for a new one), documents rebuilt at most every RDZV_HTTP_CACHE_MS;
+ * /status and / need an observer credential (rdzv_server_set_http_public_status). Sets *bound_port
+ * (may be NULL) to the port bound. Returns 0, UV_EALREADY when already listening, or a negative
+ * errno from resolving, binding or listening (then nothing stays open). The port closes with the
+ * server. */
 int rdzv_server_http_listen(struct rdzv_server *s, const char *host, unsigned port,
                             unsigned *bound_port);
 

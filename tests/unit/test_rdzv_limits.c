@@ -483,24 +483,65 @@ static int over_limit_closed(struct fixture *fx)
     return R(7)->closed && HITS(CONNECTIONS) == 1;
 }
 
+static int one_pre(struct fixture *fx)
+{
+    return fx->srv->n_pre == 1;
+}
+
 static int all_connected(struct fixture *fx)
 {
     return fx->srv->n_peers == 6;
 }
 
-/* Over max_connections (6 here): the next connection is closed at once; the rest serve on. */
+static int all_welcomed(struct fixture *fx)
+{
+    return N(2, WELCOME) + N(3, WELCOME) + N(4, WELCOME) + N(5, WELCOME) == 4;
+}
+
+/* Over max_connections (6 here) with every place authenticated: the next connection is closed
+ * at once; the rest serve on. */
 static void test_max_connections(void **state)
 {
     struct fixture *fx = *state;
 
     good_start(fx);
     run_until(fx, good_assigned);
-    for (int i = 2; i < 6; i++)
-        raw_connect(fx, i, 1);
-    run_until(fx, all_connected);
+    for (int i = 2; i < 6; i++) {
+        raw_connect(fx, i, 0);
+        hello(R(i), RDZV_ROLE_OBSERVER, TOKEN);
+    }
+    run_until(fx, all_welcomed);
     raw_connect(fx, 7, 1);
     run_until(fx, over_limit_closed);
     assert_int_equal(logged(fx, "connections", "6 connections open already", NULL), 1);
+    good_finish(fx);
+}
+
+static int one_evicted(struct fixture *fx)
+{
+    return HITS(PREAUTH_EVICT) == 1 && R(2)->closed;
+}
+
+/* Over max_connections (6 here) with four places held by silent connections (issue 26): the
+ * next connection evicts the oldest silent one instead of being refused; the authenticated
+ * ones are never touched. */
+static void test_preauth_evict(void **state)
+{
+    struct fixture *fx = *state;
+
+    good_start(fx);
+    run_until(fx, good_assigned);
+    raw_connect(fx, 2, 1);
+    run_until(fx, one_pre); /* so that 2 is the oldest */
+    for (int i = 3; i < 6; i++)
+        raw_connect(fx, i, 1);
+    run_until(fx, all_connected);
+    raw_connect(fx, 7, 1);
+    run_until(fx, one_evicted);
+    assert_false(R(3)->closed || R(4)->closed || R(5)->closed);
+    assert_int_equal(HITS(CONNECTIONS), 0);
+    assert_int_equal(fx->srv->n_pre, 4);
+    assert_int_equal(logged(fx, "preauth_evicted", "oldest idle", NULL), 1);
     good_finish(fx);
 }
 
@@ -834,7 +875,7 @@ static int flood_refused(struct fixture *fx)
 
 /* max_connections_per_source (3 here, of 16): a flood from 127.0.0.1 gets three connections
  * (the good job's two among them), the rest are closed at once, while a client from
- * 127.0.0.2 still gets in. */
+ * 127.0.1.2 (another /24: the limit counts per /24 since issue 26) still gets in. */
 static void test_per_source(void **state)
 {
     struct fixture *fx = *state;
@@ -847,7 +888,7 @@ static void test_per_source(void **state)
     run_until(fx, good_assigned);
     for (int i = 2; i < 6; i++)
         raw_connect_from(fx, i, 1, "127.0.0.1");
-    raw_connect_from(fx, 6, 0, "127.0.0.2");
+    raw_connect_from(fx, 6, 0, "127.0.1.2");
     hello(R(6), RDZV_ROLE_OBSERVER, TOKEN);
     run_until(fx, flood_refused);
     assert_false(R(2)->closed);
@@ -941,6 +982,7 @@ int main(void)
         T(test_kv_total),          T(test_flush_timeout),
         T(test_max_jobs),          T(test_per_source),
         T(test_job_workers),       T(test_log_escaped),
+        T(test_preauth_evict),
     };
 #undef T
 
