@@ -274,12 +274,12 @@ static int pre_evict(struct rdzv_server *srv, struct srv_source *src, int global
     if (global)
         srv_peer_event(v, SRV_EV_PREAUTH_EVICT,
                        "evicted: the oldest idle of %u unauthenticated connections (no "
-                       "byte for %u ms), for a new one",
+                       "byte, or none for %u ms), for a new one",
                        srv->n_pre, PRE_IDLE_MS);
     else
         srv_peer_event(v, SRV_EV_PREAUTH_SRC_EVICT,
                        "evicted: the oldest idle of %u TLS handshakes in flight from its "
-                       "network (no byte for %u ms), for a new one",
+                       "network (no byte, or none for %u ms), for a new one",
                        srv->limits.handshakes_per_source, PRE_IDLE_MS);
     srv_peer_close(v, 0); /* unlinks it and (peer_release) ends its handshake count */
     hs_end(v);            /* now: the new connection's rdzv_hslimit_begin is retried at once */
