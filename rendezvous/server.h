@@ -49,9 +49,9 @@ struct rdzv_tls_opts;
 /* Pre-authentication budget (issue 26). Connections accepted whose HELLO is not yet accepted
  * share a pool of PREAUTH_MAX places, a quarter of max_connections: the rest is kept for
  * authenticated agents and workers, which unauthenticated ones can never squeeze out. When the
- * pool is full, a new connection evicts the oldest idle unauthenticated one (no bytes since it
- * was last looked at), so that silent connections cannot hold the place a real client needs for
- * the milliseconds of its handshake. A connection that sends no byte within FIRST_BYTE_MS is
+ * pool is full, a new connection evicts the oldest idle unauthenticated one (not a byte since
+ * accept, or none for 500 ms), so that silent connections cannot hold the place a real client needs
+ * for the milliseconds of its handshake. A connection that sends no byte within FIRST_BYTE_MS is
  * closed (a real client sends its ClientHello at once). */
 #define RDZV_LIMIT_PREAUTH_MAX 4096u
 #define RDZV_LIMIT_FIRST_BYTE_MS 2000u
