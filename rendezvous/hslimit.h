@@ -1,4 +1,5 @@
-/* Per-source limits on TLS handshakes (issue 11): how many handshakes one source address may
+/* Per-source limits on TLS handshakes (issue 11): how many handshakes one source (since issue
+ * 26 the server passes its /24 or /64 group, rdzv_hslimit_group, as the address) may
  * have in flight, and how many new ones it may start per second (a token bucket). The server
  * asks before it does any TLS work for a new connection, so that a flood of ClientHellos from
  * one address costs a bounded share of the server's CPU whatever its rate.

@@ -18,9 +18,10 @@ struct rdzv_tls_opts;
  * can create and the KV memory it can fill, so that one token holder cannot take the server
  * from the others. */
 #define RDZV_LIMIT_MAX_CONNECTIONS 16384u /* open protocol connections; more are closed at once */
-/* Open connections from one source address. A quarter of the connection limit: one address
- * cannot take the server, and the benchmarks' 1,024 real agents plus 2,000 idle connections
- * on loopback still fit (bench/loadgen spreads its 10,000 over many 127.x addresses). */
+/* Open connections from one source network (a /24 or /64 since issue 26: hslimit.h
+ * rdzv_hslimit_group). A quarter of the connection limit: one network cannot take the server, and
+ * the benchmarks' 1,024 real agents plus 2,000 idle connections on loopback still fit
+ * (bench/loadgen spreads its 10,000 over many 127.x addresses). */
 #define RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE 4096u
 #define RDZV_LIMIT_HANDSHAKE_MS 5000u /* from accept until HELLO is accepted */
 #define RDZV_LIMIT_IDLE_MS 30000u     /* silence of a connection that is in no job */
@@ -38,10 +39,12 @@ struct rdzv_tls_opts;
  * for restarts and for tools, the slack for a job that has not filled yet. */
 #define RDZV_LIMIT_JOB_WORKERS_PER_PROC 4u
 #define RDZV_LIMIT_JOB_WORKERS_SLACK 64u
-/* TLS handshakes per source address (issue 11): before a peer proves anything, each
- * ClientHello costs the server a key generation (in the thread pool, conn.c). At most this many
- * in flight from one address (accepted, no message yet), and at most RATE new ones a second
- * with a bucket of BURST; over either, the connection is closed before any TLS work. Generous
+/* TLS handshakes per source network (issue 11; a /24 or /64 since issue 26): before a peer
+ * proves anything, each ClientHello costs the server a key generation (in the thread pool,
+ * conn.c). At most this many in flight from one network (accepted, no message yet), and at most
+ * RATE new ones a second with a bucket of BURST; over the rate, the connection is closed before
+ * any TLS work; over the count, the network's oldest idle connection is evicted for it (closed
+ * before any TLS work only when none is idle: see PREAUTH_MAX below). Generous
  * enough for a node's agent and workers, and for bench/rdzv_bench.sh's 1,024 loopback agents. */
 #define RDZV_LIMIT_HANDSHAKES_PER_SOURCE 128u
 #define RDZV_LIMIT_HANDSHAKE_RATE 200u   /* per second and source */

@@ -120,7 +120,7 @@ enum srv_event {
     SRV_EV_JOB_WORKERS,    /* an ATTACH over the job's worker connections */
     SRV_EV_KV_TOTAL,       /* KV_PUT over kv_max_total_bytes (all jobs together) */
     SRV_EV_HS_RATE,        /* a new connection over its address's handshake_rate */
-    SRV_EV_HS_IN_FLIGHT,   /* a new connection over handshakes_per_source in flight */
+    SRV_EV_HS_IN_FLIGHT,   /* over handshakes_per_source in flight, none of them idle */
     SRV_EV_KV_QUOTA,       /* KV_PUT over the job's key or byte quota */
     SRV_EV_AUTH_TOKEN,     /* HELLO with a wrong or missing token */
     SRV_EV_AUTH_JOB_SCOPE, /* a message naming another job than the connection's */
