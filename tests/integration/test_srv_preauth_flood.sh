@@ -77,7 +77,7 @@ job() {
 }
 
 flood 130 128 127.100.0.2
-wait_for 5 counted preauth_evicted ||
+wait_for 20 counted preauth_evicted ||
     { head -50 "$T/http.body" >&2; fail "no preauth_evicted counted after 16,640 silent connections"; }
 job many 5
 unflood
