@@ -2,7 +2,7 @@
  *
  *   flood -e HOST:PORT [-s SRC_ADDR] [-n CONNS] [-t SECONDS] [-c x25519|p521|mix]
  *
- * Keeps CONNS (default 200) TCP connections churning from SRC_ADDR (default 127.0.0.2): each
+ * Keeps CONNS (default 200) TCP connections churning from SRC_ADDR (default 127.0.1.2): each
  * connects, sends a TLS 1.2 ClientHello made by mbedTLS with no credential of the server
  * (ECDHE-PSK suites; curve X25519 only, secp521r1 only, or alternating: -c mix, the default),
  * and hangs up at the server's first bytes or its close, then starts again at once. So every
@@ -167,7 +167,7 @@ static void slot_event(int ep, struct slot *s, uint32_t events)
 
 static int parse_args(int argc, char **argv, int *n, int *secs, int *mode)
 {
-    const char *e = NULL, *from = "127.0.0.2";
+    const char *e = NULL, *from = "127.0.1.2";
     char host[64];
     int opt, port;
 

@@ -40,7 +40,7 @@
  *   idle open=N welcomed=N (now handshaked/welcomed) opened=N cut=N failed=N
  *
  * Against a loopback endpoint (127.x.y.z) each group of LG_PER_SOURCE connections binds its own
- * source address (127.1.a.b): the server bounds connections and handshakes per source address
+ * source address (127.a.b.1, one /24 each): the server bounds connections and handshakes per /24
  * (PROTOCOL.md "Limits"), and thousands of agents from one address would measure those limits,
  * not the rendezvous. Real agents come from as many hosts.
  *
@@ -104,7 +104,8 @@ static int bind_source(struct ag *a)
     unsigned g = (unsigned)a->idx / LG_PER_SOURCE;
     char ip[32];
 
-    snprintf(ip, sizeof(ip), "127.1.%u.%u", (g / 250) % 250, g % 250 + 1);
+    /* one /24 per group: the server's per-source limits count per /24 since issue 26 */
+    snprintf(ip, sizeof(ip), "127.%u.%u.1", 1 + (g / 250) % 250, g % 250);
     uv_ip4_addr(ip, 0, &src);
     return uv_tcp_bind(&a->conn.tcp, (const struct sockaddr *)&src, 0);
 }

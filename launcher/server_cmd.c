@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -49,9 +50,12 @@ static const char server_help[] =
     "                       that signs the agents' certificates (a token is then optional)\n"
     "  --require-forward-secrecy  refuse plain-PSK handshakes (agents with\n"
     "                       forward_secrecy=0): every session gets an ECDHE key exchange\n"
-    "  --handshakes-per-source N  TLS handshakes in flight from one address (default 128)\n"
-    "  --handshake-rate N   new TLS handshakes a second from one address (default 200), with\n"
-    "  --handshake-burst N  that many at once from a quiet address (default 2048); connections\n"
+    "  --http-public-status serve /status and / (hosts, addresses) over HTTP to anyone; without\n"
+    "                       it they need 'Authorization: Bearer <muster token --read-only>'\n"
+    "  --handshakes-per-source N  TLS handshakes in flight from one /24 (IPv4) or /64 (IPv6)\n"
+    "                       (default 128; a new one over it evicts that network's oldest idle)\n"
+    "  --handshake-rate N   new TLS handshakes a second from one /24 or /64 (default 200),\n"
+    "  --handshake-burst N  that many at once from a quiet one (default 2048); connections\n"
     "                       over these are closed before any TLS work (a ClientHello flood)\n"
     "  -q, --quiet          no informational lines (listening, connections), only warnings and\n"
     "                       errors; -v, --verbose: debug lines too\n";
@@ -79,7 +83,7 @@ static const struct limit_flag limit_flags[] = {
     LF_U("--max-connections", max_connections, RDZV_LIMIT_MAX_CONNECTIONS,
          "open protocol connections"),
     LF_U("--max-connections-per-source", max_connections_per_source,
-         RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE, "open connections from one address"),
+         RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE, "open connections from one /24 or /64"),
     LF_U("--handshake-timeout-ms", handshake_ms, RDZV_LIMIT_HANDSHAKE_MS,
          "from connect until HELLO is accepted"),
     LF_U("--idle-timeout-ms", idle_ms, RDZV_LIMIT_IDLE_MS, "silence of a connection in no job"),
@@ -110,6 +114,13 @@ static const struct limit_flag limit_flags[] = {
          RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL, "KV bytes of one job credential's jobs"),
     LF_U("--kv-max-held-per-credential", kv_max_held_per_credential,
          RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL, "  ... and their waiting KV requests"),
+    /* issue 26: the pre-authentication budget and the HTTP port */
+    LF_U("--max-preauth", preauth_max, RDZV_LIMIT_PREAUTH_MAX,
+         "unauthenticated connections (oldest idle evicted)"),
+    LF_U("--first-byte-timeout-ms", first_byte_ms, RDZV_LIMIT_FIRST_BYTE_MS,
+         "from connect until the first byte"),
+    LF_U("--http-max-connections", http_max_connections, RDZV_LIMIT_HTTP_MAX_CONNECTIONS,
+         "HTTP connections (oldest idle evicted)"),
 };
 
 #define N_LIMIT_FLAGS (sizeof(limit_flags) / sizeof(limit_flags[0]))
@@ -186,6 +197,7 @@ struct server_args {
     const char *lim[N_LIMIT_FLAGS]; /* limit_flags' values as given; NULL: the default */
     struct rdzv_limits limits;      /* them parsed (0 fields: the defaults) */
     int require_fs;                 /* --require-forward-secrecy */
+    int http_public_status;         /* --http-public-status */
 };
 
 static int hs_flag(const char *name, const char *v, unsigned *out);
@@ -206,6 +218,10 @@ static int parse_args(int argc, char **argv, struct server_args *a)
             continue;
         if (strcmp(o, "--require-forward-secrecy") == 0) {
             a->require_fs = 1;
+            continue;
+        }
+        if (strcmp(o, "--http-public-status") == 0) {
+            a->http_public_status = 1;
             continue;
         }
         if (strcmp(o, "--listen") == 0)
@@ -277,16 +293,38 @@ static int hs_flag(const char *name, const char *v, unsigned *out)
     return 0;
 }
 
+/* Raises RLIMIT_NOFILE's soft limit to the hard one (issue 26: at the 4,096 default, silent
+ * HTTP connections took every descriptor and stopped every join). Returns the soft limit now. */
+static unsigned long raise_nofile(void)
+{
+    struct rlimit r;
+
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0)
+        return 1024;
+    if (r.rlim_cur < r.rlim_max) {
+        rlim_t want = r.rlim_max;
+
+        r.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &r) != 0)
+            (void)getrlimit(RLIMIT_NOFILE, &r);
+    }
+    return r.rlim_cur == RLIM_INFINITY ? (unsigned long)-1 : (unsigned long)r.rlim_cur;
+}
+
 /* The handshake limits of the flags on the server (0 fields: the defaults). Other limit flags
  * can set their fields in the same struct before the one rdzv_server_set_limits call. */
 static void set_limits(struct rdzv_server *srv, const struct server_args *a)
 {
     struct rdzv_limits l = a->limits;
+    char why[256];
 
     l.handshakes_per_source = a->hs_limits[0];
     l.handshake_rate = a->hs_limits[1];
     l.handshake_burst = a->hs_limits[2];
+    if (rdzv_limits_fit_fds(&l, raise_nofile(), why, sizeof(why)) != 0)
+        mc_warn("%s (raise the hard limit: ulimit -Hn, LimitNOFILE=)", why);
     rdzv_server_set_limits(srv, &l);
+    rdzv_server_set_http_public_status(srv, a->http_public_status);
 }
 
 /* A new random token in a new file, readable by its owner only (O_EXCL: never overwrite). */

@@ -216,6 +216,10 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     (void)buf;
     if (nread == 0 || !conn->reading)
         return;
+    if (nread > 0) {
+        conn->raw_in += (uint64_t)nread;
+        conn->raw_in_ms = uv_now(stream->loop);
+    }
     if (conn->tls != NULL) {
         tls_read(conn, nread);
         return;

@@ -61,6 +61,10 @@ struct rdzv_conn {
      * local_cred is what the server side grants it (NULL on the client side). */
     int local;
     struct rdzv_cred *local_cred;
+    /* Socket bytes read, TLS records included, and the uv_now of the last: the server's
+     * pre-authentication pool tells a handshake in progress from a silent or stalled connection
+     * by them (bytes_in stays 0 until the handshake is over). */
+    uint64_t raw_in, raw_in_ms;
 };
 
 /* Initialises conn and its TCP handle on loop. Borrows the callbacks and data. Returns 0 or a

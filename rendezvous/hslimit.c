@@ -192,3 +192,23 @@ unsigned rdzv_hslimit_in_flight(const struct rdzv_hslimit *l, const uint8_t addr
 
     return e->used ? e->in_flight : 0;
 }
+
+void rdzv_hslimit_group(const uint8_t addr[16], uint8_t group[16])
+{
+    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    int v4 = memcmp(addr, v4mapped, sizeof(v4mapped)) == 0;
+
+    memmove(group, addr, 16);
+    memset(group + (v4 ? 15 : 8), 0, v4 ? 1 : 8);
+}
+
+void rdzv_hslimit_refund(struct rdzv_hslimit *l, const uint8_t addr[16])
+{
+    struct entry *e = slot(l, addr);
+
+    if (!e->used || l->rate == 0)
+        return;
+    e->tokens += MILLI;
+    if (e->tokens > bucket_cap(l))
+        e->tokens = bucket_cap(l);
+}

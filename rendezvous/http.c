@@ -1,6 +1,10 @@
 /* HTTP/1.0 port of the rendezvous server: /metrics, /status and /. One request per connection;
  * the response is written whole and the connection closed. Read-only by design: nothing here
- * can change a job, so the port needs no token. */
+ * can change a job. /metrics is public (counts only, no host or address); /status and / show
+ * hosts and addresses, so they need an observer credential unless the operator made them
+ * public (issue 26). HTTP has no TLS here: the credential crosses the network in clear, which
+ * is why the port binds loopback unless told otherwise and why only a read-only credential
+ * belongs in it. */
 #include "http.h"
 
 #include <ctype.h>
@@ -8,10 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "cred.h"
 #include "server.h"
 #include "server_priv.h"
 #include "status.h"
+#include "tls.h"
 
 /* --- parser ---------------------------------------------------------------------------------- */
 
@@ -70,11 +77,51 @@ int rdzv_http_parse(const char *buf, size_t len, struct rdzv_http_req *req)
     return 0;
 }
 
+int rdzv_http_header(const char *buf, size_t len, const char *name, char *out, size_t outlen)
+{
+    const char *end = head_end(buf, len), *p = buf;
+    size_t n = strlen(name);
+
+    if (end == NULL || outlen == 0)
+        return -ENOENT;
+    while ((p = memchr(p, '\n', (size_t)(end - p))) != NULL && ++p < end) {
+        const char *v = p + n + 1, *e = v;
+
+        if ((size_t)(end - p) <= n || strncasecmp(p, name, n) != 0 || p[n] != ':')
+            continue;
+        while (v < end && (*v == ' ' || *v == '\t'))
+            v++;
+        for (e = v; e < end && *e != '\r' && *e != '\n';)
+            e++;
+        while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if ((size_t)(e - v) >= outlen)
+            return -EMSGSIZE;
+        memcpy(out, v, (size_t)(e - v));
+        out[e - v] = '\0';
+        return 0;
+    }
+    return -ENOENT;
+}
+
 /* --- connections ---------------------------------------------------------------------------- */
+/* A rendered document, served to every request for up to RDZV_HTTP_CACHE_MS: building /status
+ * walks every job and node on the loop (0.1 s at 4,096 jobs), and requests are unauthenticated
+ * (/metrics) or cheap to repeat, so their rate must not set the loop's load (issue 26). */
+struct http_doc {
+    char *body;
+    size_t len;
+    uint64_t built_ms;
+};
+
+enum { DOC_METRICS, DOC_STATUS, DOC_HTML, DOC_COUNT_ };
+
 struct rdzv_http {
     uv_tcp_t listener;
     struct rdzv_server *srv;
-    struct http_conn *conns;
+    struct http_conn *conns, *tail; /* newest first; tail: the oldest */
+    unsigned n;                     /* connections not closing (http_max_connections) */
+    struct http_doc docs[DOC_COUNT_];
     int closing;
     /* The listener and each connection hold one reference; freed at 0. The listener's close
      * callback used to free this while connections closed in the same loop turn still had to
@@ -92,6 +139,7 @@ struct http_conn {
     struct http_conn *prev, *next;
     unsigned open; /* tcp and idle */
     int done;      /* a response was queued: ignore further input */
+    int closed;    /* conn_close() ran: no longer in h->n */
     char *response;
     size_t len;
     char head[RDZV_HTTP_HEAD_MAX];
@@ -102,8 +150,11 @@ static void http_unref(struct rdzv_http *h)
 {
     struct rdzv_server *srv = h->srv;
 
-    if (--h->refs == 0)
+    if (--h->refs == 0) {
+        for (int i = 0; i < DOC_COUNT_; i++)
+            free(h->docs[i].body);
         free(h);
+    }
     srv_handle_closed(srv); /* may free srv: the last thing done */
 }
 
@@ -120,6 +171,8 @@ static void conn_release(uv_handle_t *handle)
         h->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
+    else
+        h->tail = c->prev;
     free(c->response);
     free(c);
     http_unref(h); /* one count per connection */
@@ -127,6 +180,9 @@ static void conn_release(uv_handle_t *handle)
 
 static void conn_close(struct http_conn *c)
 {
+    if (!c->closed)
+        c->http->n--;
+    c->closed = 1;
     if (!uv_is_closing((uv_handle_t *)&c->tcp))
         uv_close((uv_handle_t *)&c->tcp, conn_release);
     if (!uv_is_closing((uv_handle_t *)&c->idle))
@@ -294,6 +350,17 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
            srv->limits.max_connections);
     metric(f, "muster_http_requests_total", "counter", "HTTP requests served.",
            (double)srv->stats.http_requests_total);
+    /* issue 26: the pre-authentication pool and the HTTP port's connections */
+    metric(f, "muster_preauth_connections", "gauge",
+           "Protocol connections not yet authenticated (accepted, HELLO not accepted).",
+           srv->n_pre);
+    metric(f, "muster_preauth_connections_limit", "gauge",
+           "Unauthenticated connections allowed at once (the oldest idle goes for a new one).",
+           srv->limits.preauth_max);
+    metric(f, "muster_http_connections", "gauge", "Open HTTP connections.",
+           srv->http != NULL ? srv->http->n : 0);
+    metric(f, "muster_http_connections_limit", "gauge", "HTTP connections allowed at once.",
+           srv->limits.http_max_connections);
     event_family(f, srv, "muster_limit_hits_total", "limit",
                  "Connections or requests refused by a resource limit.");
     event_family(f, srv, "muster_auth_failures_total", "reason",
@@ -387,37 +454,117 @@ static char *status_text(struct rdzv_server *srv, size_t *len)
 }
 
 /* --- requests ------------------------------------------------------------------------------- */
-static void serve(struct http_conn *c, const struct rdzv_http_req *req)
+
+/* Document which of h, rebuilt when older than RDZV_HTTP_CACHE_MS. Borrowed; NULL when it
+ * cannot be built (out of memory). */
+static const struct http_doc *doc_get(struct rdzv_http *h, int which)
 {
-    struct rdzv_server *srv = c->http->srv;
-    int head = strcmp(req->method, "HEAD") == 0;
-    const char *ctype;
-    char *body = NULL;
+    struct http_doc *d = &h->docs[which];
+    uint64_t now = uv_now(h->srv->loop);
+    char *body;
     size_t len = 0;
 
+    if (d->body != NULL && now - d->built_ms < RDZV_HTTP_CACHE_MS)
+        return d;
+    body = which == DOC_METRICS  ? metrics_text(h->srv, &len)
+           : which == DOC_STATUS ? status_text(h->srv, &len)
+                                 : html_page(h->srv, &len);
+    if (body == NULL)
+        return d->body != NULL ? d : NULL; /* the older one rather than none */
+    free(d->body);
+    d->body = body;
+    d->len = len;
+    d->built_ms = now;
+    return d;
+}
+
+/* Whether the request's "Authorization: Bearer CRED" is the server's observer credential, or
+ * its secret itself: 1 yes, 0 no. Keys are compared in constant time. */
+static int observer_ok(struct rdzv_server *srv, const char *head, size_t hlen)
+{
+    const unsigned char *master = rdzv_tls_master(srv->tls);
+    char value[RDZV_CRED_TEXT_MAX + 32], err[128];
+    unsigned char m[RDZV_KEY_LEN];
+    struct rdzv_cred given = {0}, obs = {0};
+    int ok = 0;
+
+    if (master == NULL || rdzv_http_header(head, hlen, "Authorization", value, sizeof(value)) < 0 ||
+        strncasecmp(value, "Bearer ", 7) != 0 ||
+        rdzv_cred_parse(value + 7, &given, err, sizeof(err)) < 0)
+        return 0;
+    if (given.kind == RDZV_CRED_OBSERVER &&
+        rdzv_cred_derive(master, RDZV_CRED_OBSERVER, NULL, &obs) == 0)
+        ok = rdzv_cred_equal(given.key, obs.key, RDZV_KEY_LEN);
+    else if (given.kind == RDZV_CRED_SERVER && srv->has_token) {
+        rdzv_cred_master(value + 7, m);
+        ok = rdzv_cred_equal(m, master, RDZV_KEY_LEN);
+    }
+    rdzv_cred_wipe(&given);
+    rdzv_cred_wipe(&obs);
+    memset(m, 0, sizeof(m));
+    memset(value, 0, sizeof(value));
+    return ok;
+}
+
+/* /status and / without a credential: 401 with the way to get one, or 403 on a server that has
+ * no secret (certificate mode without a token: no observer credential exists). Returns 1 when
+ * the request may be served. */
+static int status_allowed(struct http_conn *c, const char *head, size_t hlen, int head_only)
+{
+    struct rdzv_server *srv = c->http->srv;
+    char addr[INET6_ADDRSTRLEN];
+    static const char hint401[] =
+        "401 Unauthorized: send 'Authorization: Bearer <observer credential>' (muster token "
+        "--read-only) or start the server with --http-public-status\n";
+    static const char hint403[] =
+        "403 Forbidden: this server has no token, so no observer credential exists; start it "
+        "with --http-public-status to serve /status\n";
+
+    if (srv->http_public_status || (srv->has_token && observer_ok(srv, head, hlen)))
+        return 1;
+    srv_tcp_addr(&c->tcp, addr, sizeof(addr));
+    srv_event(srv, SRV_EV_HTTP_STATUS_AUTH, addr, "HTTP /status without an observer credential");
+    if (srv->has_token)
+        respond(c, 401, "Unauthorized", "text/plain; charset=utf-8", hint401, sizeof(hint401) - 1,
+                head_only);
+    else
+        respond(c, 403, "Forbidden", "text/plain; charset=utf-8", hint403, sizeof(hint403) - 1,
+                head_only);
+    return 0;
+}
+
+static void serve(struct http_conn *c, const struct rdzv_http_req *req, const char *head,
+                  size_t hlen)
+{
+    struct rdzv_server *srv = c->http->srv;
+    int only = strcmp(req->method, "HEAD") == 0, which;
+    const struct http_doc *d;
+    const char *ctype;
+
     srv->stats.http_requests_total++;
-    if (!head && strcmp(req->method, "GET") != 0) {
+    if (!only && strcmp(req->method, "GET") != 0) {
         respond_text(c, 405, "Method Not Allowed", 0);
         return;
     }
     if (strcmp(req->path, "/metrics") == 0) {
-        body = metrics_text(srv, &len);
+        which = DOC_METRICS;
         ctype = "text/plain; version=0.0.4; charset=utf-8";
     } else if (strcmp(req->path, "/status") == 0) {
-        body = status_text(srv, &len);
+        which = DOC_STATUS;
         ctype = "application/json";
     } else if (strcmp(req->path, "/") == 0) {
-        body = html_page(srv, &len);
+        which = DOC_HTML; /* its tables show hosts and addresses, like /status */
         ctype = "text/html; charset=utf-8";
     } else {
-        respond_text(c, 404, "Not Found", head);
+        respond_text(c, 404, "Not Found", only);
         return;
     }
-    if (body == NULL)
-        respond_text(c, 500, "Internal Server Error", head);
+    if (which != DOC_METRICS && !status_allowed(c, head, hlen, only))
+        return;
+    if ((d = doc_get(c->http, which)) == NULL)
+        respond_text(c, 500, "Internal Server Error", only);
     else
-        respond(c, 200, "OK", ctype, body, len, head);
-    free(body);
+        respond(c, 200, "OK", ctype, d->body, d->len, only);
 }
 
 static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -441,13 +588,16 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
+    size_t hlen;
+
     c->len += (size_t)nread;
     err = rdzv_http_parse(c->head, c->len, &req);
     if (err == -EAGAIN && c->len < sizeof(c->head))
         return;
+    hlen = c->len;
     c->len = 0; /* c->head is reused for nothing else; respond() builds its own buffer */
     if (err == 0)
-        serve(c, &req);
+        serve(c, &req, c->head, hlen);
     else if (err == -EMSGSIZE || err == -EAGAIN)
         respond_text(c, 431, "Request Header Fields Too Large", 0);
     else
@@ -459,12 +609,36 @@ static void idle_cb(uv_timer_t *t)
     conn_close(t->data); /* slowloris: a head that never completes */
 }
 
+/* Over http_max_connections: the oldest connection still reading its head goes (a silent or
+ * slow one: a real client sends its request at once), so that silent connections cost nothing
+ * beyond the cap and cannot keep the port from answering. Returns 0, or -ENOENT when every one
+ * is writing its response already (then the new one is refused). */
+static int evict_oldest(struct rdzv_http *h)
+{
+    char addr[INET6_ADDRSTRLEN];
+
+    for (struct http_conn *c = h->tail; c != NULL; c = c->prev) {
+        if (c->done || c->closed)
+            continue;
+        srv_tcp_addr(&c->tcp, addr, sizeof(addr));
+        srv_event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr,
+                  "HTTP connection evicted: the oldest idle of %u, for a new one", h->n);
+        conn_close(c);
+        return 0;
+    }
+    return -ENOENT;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct rdzv_http *h = listener->data;
     struct http_conn *c;
+    int full;
 
-    if (status < 0 || h->closing || (c = calloc(1, sizeof(*c))) == NULL)
+    if (status < 0 || h->closing)
+        return;
+    full = h->n >= h->srv->limits.http_max_connections && evict_oldest(h) < 0;
+    if ((c = calloc(1, sizeof(*c))) == NULL)
         return;
     uv_tcp_init(h->srv->loop, &c->tcp); /* neither can fail on unix */
     uv_timer_init(h->srv->loop, &c->idle);
@@ -476,8 +650,17 @@ static void on_connection(uv_stream_t *listener, int status)
     c->next = h->conns;
     if (h->conns != NULL)
         h->conns->prev = c;
+    else
+        h->tail = c;
     h->conns = c;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0 ||
+    h->n++;
+    if (full && uv_accept(listener, (uv_stream_t *)&c->tcp) == 0) {
+        char addr[INET6_ADDRSTRLEN];
+
+        srv_tcp_addr(&c->tcp, addr, sizeof(addr));
+        srv_event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr, "%u HTTP connections answering", h->n);
+    }
+    if (full || uv_accept(listener, (uv_stream_t *)&c->tcp) < 0 ||
         uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) < 0) {
         conn_close(c);
         return;

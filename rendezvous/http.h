@@ -7,6 +7,7 @@
 
 #define RDZV_HTTP_HEAD_MAX 8192 /* request line + headers */
 #define RDZV_HTTP_IDLE_MS 5000  /* a connection that sends no complete head is closed */
+#define RDZV_HTTP_CACHE_MS 250  /* /metrics, /status and / are rebuilt at most this often */
 #define RDZV_HTTP_METHOD_MAX 15
 #define RDZV_HTTP_PATH_MAX 1023
 
@@ -20,5 +21,10 @@ struct rdzv_http_req {
  * fills *req; -EAGAIN when more bytes are needed; -EMSGSIZE when no complete head fits in
  * RDZV_HTTP_HEAD_MAX bytes; -EINVAL for a malformed head (answer 400). */
 int rdzv_http_parse(const char *buf, size_t len, struct rdzv_http_req *req);
+
+/* The value of header name (case-insensitive, without surrounding blanks) of the complete head
+ * in buf[0..len) into out. Returns 0, -ENOENT (no such header or no complete head) or -EMSGSIZE
+ * (the value does not fit outlen bytes with its NUL). */
+int rdzv_http_header(const char *buf, size_t len, const char *name, char *out, size_t outlen);
 
 #endif

@@ -44,8 +44,9 @@ static void listener_closed_cb(uv_handle_t *handle)
 
 /* --- connections per source address ------------------------------------------------------ */
 
-/* The source address of tcp as 16 bytes (IPv4 v4-mapped, so both listeners' forms agree).
- * Returns 0 or a negative errno. */
+/* The source group of tcp as 16 bytes (IPv4 v4-mapped, so both listeners' forms agree): its
+ * /24 or /64 (rdzv_hslimit_group: issue 26, one attacker rarely has one address only). Returns
+ * 0 or a negative errno. */
 static int source_key(const uv_tcp_t *tcp, uint8_t key[16])
 {
     struct sockaddr_storage ss;
@@ -62,6 +63,7 @@ static int source_key(const uv_tcp_t *tcp, uint8_t key[16])
     } else {
         return UV_EAFNOSUPPORT;
     }
+    rdzv_hslimit_group(key, key);
     return 0;
 }
 
@@ -131,6 +133,158 @@ static void hs_end(struct peer *p)
         return;
     p->hs_counted = 0;
     rdzv_hslimit_end(p->srv->hslimit, p->hs_addr);
+    if (p->conn.raw_in == 0) /* not a byte: no TLS work was done, the token is not spent */
+        rdzv_hslimit_refund(p->srv->hslimit, p->hs_addr);
+}
+
+/* --- the pre-authentication pool (issue 26) --------------------------------------------------
+ * Every TCP connection from accept until its HELLO is accepted is on two lists: the server's
+ * (srv->pre_head, at most limits.preauth_max long) and its source group's (at most
+ * handshakes_per_source, hslimit.c). A new connection over either bound evicts an idle one of
+ * that list instead of being refused. Refusing the new one (what the per-source
+ * handshakes_in_flight limit did) let 128 silent connections from an address, or 16,384 from 130
+ * addresses, lock every real agent out for as long as the flood was held open. Now:
+ *  - idle is "waiting for the client": not a byte since accept, or none for PRE_IDLE_MS (a real
+ *    client answers each TLS flight within a round trip). A silent connection is the first to
+ *    go, whatever else the pool holds; a slowloris holds a place for PRE_IDLE_MS at most;
+ *  - a real client sends its ClientHello at once and is done in milliseconds: never idle;
+ *  - when no connection of the list is idle, the list is real TLS work in progress (a
+ *    ClientHello flood): then the new connection is refused as before, so that the TLS work of a
+ *    group stays bounded (handshakes_per_source at once, handshake_rate a second);
+ *  - authenticated connections are on no list: the pool is a fraction of max_connections, so
+ *    unauthenticated connections can never take the places of agents and workers.
+ * The lists are in accept order; a look that finds a busy connection moves it to the tail, so a
+ * flood of evictions looks at each connection about once (O(1) amortised). */
+#define PRE_IDLE_MS 500
+
+static void pre_link(struct peer *p)
+{
+    struct rdzv_server *srv = p->srv;
+    struct srv_source *src = p->source;
+
+    p->in_pre = 1;
+    p->pre_prev = srv->pre_tail;
+    p->pre_next = NULL;
+    if (srv->pre_tail != NULL)
+        srv->pre_tail->pre_next = p;
+    else
+        srv->pre_head = p;
+    srv->pre_tail = p;
+    srv->n_pre++;
+    p->spre_prev = src->pre_tail;
+    p->spre_next = NULL;
+    if (src->pre_tail != NULL)
+        src->pre_tail->spre_next = p;
+    else
+        src->pre_head = p;
+    src->pre_tail = p;
+}
+
+static void pre_unlink_global(struct peer *p)
+{
+    struct rdzv_server *srv = p->srv;
+
+    if (p->pre_prev != NULL)
+        p->pre_prev->pre_next = p->pre_next;
+    else
+        srv->pre_head = p->pre_next;
+    if (p->pre_next != NULL)
+        p->pre_next->pre_prev = p->pre_prev;
+    else
+        srv->pre_tail = p->pre_prev;
+    p->pre_prev = p->pre_next = NULL;
+}
+
+static void pre_unlink_source(struct peer *p)
+{
+    struct srv_source *src = p->source;
+
+    if (p->spre_prev != NULL)
+        p->spre_prev->spre_next = p->spre_next;
+    else
+        src->pre_head = p->spre_next;
+    if (p->spre_next != NULL)
+        p->spre_next->spre_prev = p->spre_prev;
+    else
+        src->pre_tail = p->spre_prev;
+    p->spre_prev = p->spre_next = NULL;
+}
+
+/* p is authenticated or going: out of both lists. */
+static void pre_unlink(struct peer *p)
+{
+    if (!p->in_pre)
+        return;
+    p->in_pre = 0;
+    p->srv->n_pre--;
+    pre_unlink_global(p);
+    pre_unlink_source(p);
+}
+
+/* Moves p to the tail of one list (the server's when global, else its source's): it made
+ * progress, so it is the newest as far as idleness goes. */
+static void pre_requeue(struct peer *p, int global)
+{
+    if (global) {
+        pre_unlink_global(p);
+        p->pre_prev = p->srv->pre_tail;
+        if (p->srv->pre_tail != NULL)
+            p->srv->pre_tail->pre_next = p;
+        else
+            p->srv->pre_head = p;
+        p->srv->pre_tail = p;
+        return;
+    }
+    pre_unlink_source(p);
+    p->spre_prev = p->source->pre_tail;
+    if (p->source->pre_tail != NULL)
+        p->source->pre_tail->spre_next = p;
+    else
+        p->source->pre_head = p;
+    p->source->pre_tail = p;
+}
+
+static int pre_idle(const struct peer *p, uint64_t now)
+{
+    return p->conn.raw_in == 0 || now - p->conn.raw_in_ms >= PRE_IDLE_MS;
+}
+
+/* The oldest idle connection of the server's list (global) or of src's; NULL when none is. */
+static struct peer *pre_victim(struct rdzv_server *srv, struct srv_source *src, int global)
+{
+    unsigned looks = global ? srv->n_pre : srv->limits.handshakes_per_source + 1;
+    uint64_t now = uv_now(srv->loop);
+
+    for (unsigned i = 0; i < looks; i++) {
+        struct peer *v = global ? srv->pre_head : src->pre_head;
+
+        if (v == NULL || pre_idle(v, now))
+            return v;
+        pre_requeue(v, global);
+    }
+    return NULL;
+}
+
+/* Evicts the victim of one list for a new connection; 0, or -ENOENT when none is idle. */
+static int pre_evict(struct rdzv_server *srv, struct srv_source *src, int global)
+{
+    struct peer *v = pre_victim(srv, src, global);
+
+    if (v == NULL)
+        return -ENOENT;
+    if (global)
+        srv_peer_event(v, SRV_EV_PREAUTH_EVICT,
+                       "evicted: the oldest idle of %u unauthenticated connections (no "
+                       "byte, or none for %u ms), for a new one",
+                       srv->n_pre, PRE_IDLE_MS);
+    else
+        srv_peer_event(v, SRV_EV_PREAUTH_SRC_EVICT,
+                       "evicted: the oldest idle of %u TLS handshakes in flight from its "
+                       "network (no byte, or none for %u ms), for a new one",
+                       srv->limits.handshakes_per_source, PRE_IDLE_MS);
+    srv_peer_close(v, 0); /* unlinks it and (peer_release) ends its handshake count */
+    hs_end(v);            /* now: the new connection's rdzv_hslimit_begin is retried at once */
+    return 0;
 }
 
 /* A peer owns two handles (the TCP connection and the heartbeat timer): freed after both. */
@@ -140,6 +294,8 @@ static void peer_release(struct peer *p)
 
     if (--p->open > 0)
         return;
+    if (p->closing)
+        srv->n_closing--;
     source_remove(p);
     hs_end(p);
     srv->stats.bytes_received_total += p->conn.bytes_in;
@@ -231,6 +387,8 @@ static void peer_lose(struct peer *p, int flush, const char *reason)
     if (p->closing)
         return;
     p->closing = 1;
+    p->srv->n_closing++;
+    pre_unlink(p);
     if (p->job != NULL && !p->srv->closing)
         rdzv__sjob_detach(p->job, p, reason);
     if (p->kvjob != NULL && p->kvjob->kv != NULL)
@@ -266,6 +424,11 @@ static uint64_t peer_deadline(const struct peer *p, enum srv_event *why)
     if (p->send_err != 0) { /* now (1: 0 would mean none) */
         *why = SRV_EV_SEND_QUEUE;
         return 1;
+    }
+    if (!p->welcomed && p->local_addr == NULL && p->conn.raw_in == 0 &&
+        l->first_byte_ms < l->handshake_ms) {
+        *why = SRV_EV_FIRST_BYTE; /* bytes since: the timer moves on to the handshake's */
+        return p->accepted_ms + l->first_byte_ms;
     }
     if (!p->welcomed) {
         *why = SRV_EV_HANDSHAKE_TIMEOUT;
@@ -318,6 +481,10 @@ static void timer_cb(uv_timer_t *t)
         srv_peer_event(p, why, "no HELLO accepted within %u ms of connecting",
                        p->srv->limits.handshake_ms);
         srv_peer_close(p, 0);
+    } else if (why == SRV_EV_FIRST_BYTE) {
+        srv_peer_event(p, why, "not a byte within %u ms of connecting",
+                       p->srv->limits.first_byte_ms);
+        srv_peer_close(p, 0);
     } else if (why == SRV_EV_IDLE_TIMEOUT) {
         srv_peer_event(p, why, "silent for %u ms while in no job", p->srv->limits.idle_ms);
         srv_peer_close(p, 0);
@@ -358,7 +525,7 @@ void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j)
 
 /* The address the connection came from, without port; IPv6 without brackets, and an IPv4
  * client of a dual-stack listener ("::ffff:10.0.0.1") as plain IPv4 so peers can use it. */
-static void tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len)
+void srv_tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len)
 {
     struct sockaddr_storage ss;
     int n = sizeof(ss);
@@ -383,7 +550,7 @@ void srv_peer_addr(struct peer *p, char *buf, size_t len)
     if (p->local_addr != NULL)
         snprintf(buf, len, "%s", p->local_addr);
     else
-        tcp_addr(&p->conn.tcp, buf, len);
+        srv_tcp_addr(&p->conn.tcp, buf, len);
 }
 
 /* --- refusals: counted, logged once per peer address --------------------------------------- */
@@ -397,6 +564,11 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
         [SRV_EV_KV_HELD_CONN] = "kv_held_per_conn",
         [SRV_EV_KV_HELD_JOB] = "kv_held_per_job",
         [SRV_EV_KV_HELD_TOTAL] = "kv_held_total",
+        [SRV_EV_PREAUTH_EVICT] = "preauth_evicted",
+        [SRV_EV_PREAUTH_SRC_EVICT] = "preauth_source_evicted",
+        [SRV_EV_FIRST_BYTE] = "first_byte_timeout",
+        [SRV_EV_HTTP_CONNECTIONS] = "http_connections",
+        [SRV_EV_HTTP_STATUS_AUTH] = "http_status_unauthorized",
         [SRV_EV_PER_SOURCE] = "connections_per_source",
         [SRV_EV_SEND_QUEUE] = "send_queue",
         [SRV_EV_JOBS] = "jobs",
@@ -660,6 +832,8 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
             srv_send_error(p, RDZV_ERR_PROTOCOL, "HELLO sent twice");
         } else {
             rdzv__handle_hello(p, &m->u.hello);
+            if (p->welcomed)
+                pre_unlink(p); /* authenticated: out of the pre-authentication budget */
         }
         return;
     }
@@ -741,8 +915,9 @@ static void refuse(struct rdzv_server *srv, uv_stream_t *listener)
     tcp->data = srv;
     srv->handles++;
     if (uv_accept(listener, (uv_stream_t *)tcp) == 0) {
-        tcp_addr(tcp, addr, sizeof(addr));
-        srv_event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already", srv->n_peers);
+        srv_tcp_addr(tcp, addr, sizeof(addr));
+        srv_event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already",
+                  srv->n_peers - srv->n_closing);
     }
     uv_close((uv_handle_t *)tcp, refused_closed_cb);
 }
@@ -775,6 +950,10 @@ static int admit_handshake(struct peer *p)
     int err = source_key(&p->conn.tcp, p->hs_addr);
 
     if (err == 0)
+        err = rdzv_hslimit_begin(srv->hslimit, p->hs_addr, uv_now(srv->loop));
+    /* A full group evicts its oldest idle connection rather than refusing the new one (see the
+     * pre-authentication pool above): the group may be an agent's own NAT or login node. */
+    if (err == -EBUSY && pre_evict(srv, p->source, 0) == 0)
         err = rdzv_hslimit_begin(srv->hslimit, p->hs_addr, uv_now(srv->loop));
     if (err == 0) {
         p->hs_counted = 1;
@@ -818,6 +997,37 @@ static struct peer *new_peer(struct rdzv_server *srv)
     return p;
 }
 
+/* Connections that count against max_connections: not those already closing. */
+static unsigned live_peers(const struct rdzv_server *srv)
+{
+    return srv->n_peers - srv->n_closing;
+}
+
+/* Room for p (admitted, not yet in the pool) in the pre-authentication pool and under
+ * max_connections, evicting the oldest idle unauthenticated connection where needed. Returns 1
+ * when p may go on (else it was closed). */
+static int admit_preauth(struct peer *p)
+{
+    struct rdzv_server *srv = p->srv;
+    char addr[INET6_ADDRSTRLEN];
+
+    int full = srv->n_pre >= srv->limits.preauth_max;
+
+    if (full && pre_evict(srv, NULL, 1) == 0)
+        full = 0;
+    if (!full && (live_peers(srv) <= srv->limits.max_connections || pre_evict(srv, NULL, 1) == 0))
+        return 1;
+    srv_peer_addr(p, addr, sizeof(addr));
+    if (full)
+        srv_event(srv, SRV_EV_CONNECTIONS, addr,
+                  "%u unauthenticated connections, every one of them handshaking", srv->n_pre);
+    else
+        srv_event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already",
+                  live_peers(srv) - 1);
+    srv_peer_close(p, 0);
+    return 0;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct rdzv_server *srv = listener->data;
@@ -825,7 +1035,8 @@ static void on_connection(uv_stream_t *listener, int status)
 
     if (status < 0 || srv->closing)
         return; /* e.g. EMFILE: the client retries; the listener stays up */
-    if (srv->n_peers >= srv->limits.max_connections) {
+    /* every place authenticated: nothing to evict, refused before any allocation */
+    if (live_peers(srv) >= srv->limits.max_connections && srv->n_pre == 0) {
         refuse(srv, listener);
         return;
     }
@@ -835,8 +1046,9 @@ static void on_connection(uv_stream_t *listener, int status)
         srv_peer_close(p, 0);
         return;
     }
-    if (!admit_source(p) || !admit_handshake(p))
+    if (!admit_source(p) || !admit_handshake(p) || !admit_preauth(p))
         return;
+    pre_link(p);
     /* Every connection is TLS: the server has no plaintext path. */
     if (rdzv_conn_start_tls(&p->conn, srv->tls, 1) < 0) {
         srv_peer_close(p, 0);
@@ -1073,7 +1285,10 @@ struct rdzv_limits rdzv_limits_default(void)
         .max_jobs_per_credential = RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL,
         .max_connections_per_credential = RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL,
         .kv_max_bytes_per_credential = RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL,
-        .kv_max_held_per_credential = RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL};
+        .kv_max_held_per_credential = RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL,
+        .preauth_max = RDZV_LIMIT_PREAUTH_MAX,
+        .first_byte_ms = RDZV_LIMIT_FIRST_BYTE_MS,
+        .http_max_connections = RDZV_LIMIT_HTTP_MAX_CONNECTIONS};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -1103,11 +1318,48 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     DEFAULT_IF_0(max_connections_per_credential);
     DEFAULT_IF_0(kv_max_bytes_per_credential);
     DEFAULT_IF_0(kv_max_held_per_credential);
+    DEFAULT_IF_0(preauth_max);
+    DEFAULT_IF_0(first_byte_ms);
+    DEFAULT_IF_0(http_max_connections);
 #undef DEFAULT_IF_0
+    /* the pool is what unauthenticated connections may take; the rest stays the agents' */
+    if (l.preauth_max > l.max_connections)
+        l.preauth_max = l.max_connections;
     s->limits = l;
     s->kv_pool.max_bytes = l.kv_max_total_bytes;
     s->kv_pool.max_held = l.kv_max_held_total;
     hs_configure(s);
+}
+
+int rdzv_limits_fit_fds(struct rdzv_limits *l, unsigned long nofile, char *why, size_t len)
+{
+    struct rdzv_limits d = rdzv_limits_default();
+    unsigned long conns = l->max_connections ? l->max_connections : d.max_connections;
+    unsigned long http = l->http_max_connections ? l->http_max_connections : d.http_max_connections;
+    unsigned long pre = l->preauth_max ? l->preauth_max : d.preauth_max, avail;
+
+    if (nofile >= conns + http + RDZV_FD_MARGIN)
+        return 0;
+    if (nofile < RDZV_FD_MARGIN + 64)
+        return -EMFILE;
+    avail = nofile - RDZV_FD_MARGIN;
+    http = http < avail / 8 ? http : avail / 8;
+    conns = conns < avail - http ? conns : avail - http;
+    pre = pre < conns / 4 ? pre : conns / 4;
+    if (why != NULL)
+        snprintf(why, len,
+                 "%lu file descriptors (RLIMIT_NOFILE): lowered --max-connections to %lu, "
+                 "--max-preauth to %lu and --http-max-connections to %lu",
+                 nofile, conns, pre, http);
+    l->max_connections = (unsigned)conns;
+    l->http_max_connections = (unsigned)http;
+    l->preauth_max = (unsigned)pre;
+    return 1;
+}
+
+void rdzv_server_set_http_public_status(struct rdzv_server *s, int on)
+{
+    s->http_public_status = on;
 }
 
 void rdzv_server_set_auth_hint(struct rdzv_server *s, const char *hint)

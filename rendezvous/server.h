@@ -18,9 +18,10 @@ struct rdzv_tls_opts;
  * can create and the KV memory it can fill, so that one token holder cannot take the server
  * from the others. */
 #define RDZV_LIMIT_MAX_CONNECTIONS 16384u /* open protocol connections; more are closed at once */
-/* Open connections from one source address. A quarter of the connection limit: one address
- * cannot take the server, and the benchmarks' 1,024 real agents plus 2,000 idle connections
- * on loopback still fit (bench/loadgen spreads its 10,000 over many 127.x addresses). */
+/* Open connections from one source network (a /24 or /64 since issue 26: hslimit.h
+ * rdzv_hslimit_group). A quarter of the connection limit: one network cannot take the server, and
+ * the benchmarks' 1,024 real agents plus 2,000 idle connections on loopback still fit
+ * (bench/loadgen spreads its 10,000 over many 127.x addresses). */
 #define RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE 4096u
 #define RDZV_LIMIT_HANDSHAKE_MS 5000u /* from accept until HELLO is accepted */
 #define RDZV_LIMIT_IDLE_MS 30000u     /* silence of a connection that is in no job */
@@ -38,10 +39,12 @@ struct rdzv_tls_opts;
  * for restarts and for tools, the slack for a job that has not filled yet. */
 #define RDZV_LIMIT_JOB_WORKERS_PER_PROC 4u
 #define RDZV_LIMIT_JOB_WORKERS_SLACK 64u
-/* TLS handshakes per source address (issue 11): before a peer proves anything, each
- * ClientHello costs the server a key generation (in the thread pool, conn.c). At most this many
- * in flight from one address (accepted, no message yet), and at most RATE new ones a second
- * with a bucket of BURST; over either, the connection is closed before any TLS work. Generous
+/* TLS handshakes per source network (issue 11; a /24 or /64 since issue 26): before a peer
+ * proves anything, each ClientHello costs the server a key generation (in the thread pool,
+ * conn.c). At most this many in flight from one network (accepted, no message yet), and at most
+ * RATE new ones a second with a bucket of BURST; over the rate, the connection is closed before
+ * any TLS work; over the count, the network's oldest idle connection is evicted for it (closed
+ * before any TLS work only when none is idle: see PREAUTH_MAX below). Generous
  * enough for a node's agent and workers, and for bench/rdzv_bench.sh's 1,024 loopback agents. */
 #define RDZV_LIMIT_HANDSHAKES_PER_SOURCE 128u
 #define RDZV_LIMIT_HANDSHAKE_RATE 200u   /* per second and source */
@@ -68,6 +71,17 @@ struct rdzv_tls_opts;
  * jobs at their own byte quota (64 MiB) still fit. */
 #define RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL ((size_t)512 << 20)
 #define RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL 524288u
+/* Pre-authentication budget (issue 26). Connections accepted whose HELLO is not yet accepted
+ * share a pool of PREAUTH_MAX places, a quarter of max_connections: the rest is kept for
+ * authenticated agents and workers, which unauthenticated ones can never squeeze out. When the
+ * pool is full, a new connection evicts the oldest idle unauthenticated one (not a byte since
+ * accept, or none for 500 ms), so that silent connections cannot hold the place a real client needs
+ * for the milliseconds of its handshake. A connection that sends no byte within FIRST_BYTE_MS is
+ * closed (a real client sends its ClientHello at once). */
+#define RDZV_LIMIT_PREAUTH_MAX 4096u
+#define RDZV_LIMIT_FIRST_BYTE_MS 2000u
+/* HTTP connections open at once; a new one over it evicts the oldest still reading its head. */
+#define RDZV_LIMIT_HTTP_MAX_CONNECTIONS 256u
 
 struct rdzv_limits {
     unsigned max_connections;            /* 0 = RDZV_LIMIT_MAX_CONNECTIONS */
@@ -96,10 +110,26 @@ struct rdzv_limits {
     unsigned max_connections_per_credential; /* 0 = RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL */
     size_t kv_max_bytes_per_credential;      /* 0 = RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL */
     unsigned kv_max_held_per_credential;     /* 0 = RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL */
+    unsigned preauth_max;          /* 0 = RDZV_LIMIT_PREAUTH_MAX (at most max_connections) */
+    unsigned first_byte_ms;        /* 0 = RDZV_LIMIT_FIRST_BYTE_MS */
+    unsigned http_max_connections; /* 0 = RDZV_LIMIT_HTTP_MAX_CONNECTIONS */
 };
 
 /* The defaults above, spelled out. */
 struct rdzv_limits rdzv_limits_default(void);
+
+/* Fits the connection limits of l (zero fields: the defaults) into nofile descriptors: when
+ * max_connections + http_max_connections + RDZV_FD_MARGIN do not fit, both are lowered (HTTP
+ * to an eighth of what is left at most, the protocol gets the rest, the pre-authentication
+ * pool a quarter of that) and a one-line explanation is written to why (may be NULL). Returns
+ * 1 when l was lowered, 0 when it fits, -EMFILE when not even RDZV_FD_MARGIN + 64 fit. */
+#define RDZV_FD_MARGIN 64u /* listeners, the loop, log and token files, the thread pool */
+int rdzv_limits_fit_fds(struct rdzv_limits *l, unsigned long nofile, char *why, size_t len);
+
+/* /status and / (they show hosts and addresses) over HTTP: public when on, else only with
+ * "Authorization: Bearer <observer credential>" (`muster token --read-only`) or the server's
+ * secret. Off by default. */
+void rdzv_server_set_http_public_status(struct rdzv_server *s, int on);
 
 /* One line of the server's log (no newline), e.g. a refused peer and why. Never holds a token
  * or other secret. */
@@ -152,9 +182,12 @@ unsigned rdzv_server_port(const struct rdzv_server *s);
 /* Starts the read-only HTTP port of the server on host:port (port 0 = ephemeral; host as for
  * rdzv_server_new()): GET/HEAD of /metrics (Prometheus text format 0.0.4), /status (the JSON
  * document of PROTOCOL.md "STATUS") and / (a small HTML page). HTTP/1.0, one request per
- * connection, request head at most 8 KiB, 5 s idle timeout. Sets *bound_port (may be NULL) to
- * the port bound. Returns 0, UV_EALREADY when already listening, or a negative errno from
- * resolving, binding or listening (then nothing stays open). The port closes with the server. */
+ * connection, request head at most 8 KiB, 5 s idle timeout, at most http_max_connections open
+ * (the oldest idle one goes for a new one), documents rebuilt at most every RDZV_HTTP_CACHE_MS;
+ * /status and / need an observer credential (rdzv_server_set_http_public_status). Sets *bound_port
+ * (may be NULL) to the port bound. Returns 0, UV_EALREADY when already listening, or a negative
+ * errno from resolving, binding or listening (then nothing stays open). The port closes with the
+ * server. */
 int rdzv_server_http_listen(struct rdzv_server *s, const char *host, unsigned port,
                             unsigned *bound_port);
 

@@ -53,6 +53,10 @@ struct peer {
     char *local_addr;    /* in-process channel: the address it stands for; else NULL */
     struct srv_scope *scope; /* job credential: its scope, charged one connection from HELLO
                               * until this peer is freed (scope.h); NULL otherwise */
+    /* pre-authentication pool (issue 26): linked from accept until HELLO is accepted */
+    int in_pre;
+    struct peer *pre_prev, *pre_next;   /* srv->pre_head: oldest first */
+    struct peer *spre_prev, *spre_next; /* source->pre_head: the same, of its source only */
 };
 
 /* One checkpoint replica being relayed (handler_repl.c). */
@@ -108,6 +112,12 @@ enum srv_event {
     SRV_EV_HANDSHAKE_TIMEOUT, /* no accepted HELLO within handshake_ms (slowloris, stuck TLS) */
     SRV_EV_IDLE_TIMEOUT,      /* silent past idle_ms while in no job */
     SRV_EV_FRAME_SIZE,        /* frame header announcing more than RDZV_MAX_PAYLOAD */
+    /* issue 26: pre-authentication budget and the HTTP port */
+    SRV_EV_PREAUTH_EVICT,     /* unauthenticated, evicted: the pre-auth pool or max_connections */
+    SRV_EV_PREAUTH_SRC_EVICT, /* unauthenticated, evicted for a newer one of its /24 or /64 */
+    SRV_EV_FIRST_BYTE,        /* no byte within first_byte_ms of connecting */
+    SRV_EV_HTTP_CONNECTIONS,  /* HTTP connection evicted (or refused) over http_max_connections */
+    SRV_EV_HTTP_STATUS_AUTH,  /* HTTP /status or / without a valid observer credential */
     /* (new limits go here, before SRV_EV_KV_QUOTA, the last of the limit family) */
     SRV_EV_KV_HELD_CONN,  /* KV_GET/BARRIER that would wait over kv_max_held_per_conn */
     SRV_EV_KV_HELD_JOB,   /* ... over the job's kv_max_held_per_job + kv_held_per_worker */
@@ -118,7 +128,7 @@ enum srv_event {
     SRV_EV_JOB_WORKERS,   /* an ATTACH over the job's worker connections */
     SRV_EV_KV_TOTAL,      /* KV_PUT over kv_max_total_bytes (all jobs together) */
     SRV_EV_HS_RATE,       /* a new connection over its address's handshake_rate */
-    SRV_EV_HS_IN_FLIGHT,  /* a new connection over handshakes_per_source in flight */
+    SRV_EV_HS_IN_FLIGHT,  /* over handshakes_per_source in flight, none of them idle */
     /* issue 26: per job credential scope (scope.h) */
     SRV_EV_CRED_JOBS,        /* a JOIN that would create a job over max_jobs_per_credential */
     SRV_EV_CRED_CONNECTIONS, /* a HELLO over max_connections_per_credential */
@@ -138,8 +148,9 @@ enum srv_event {
 
 struct srv_source {
     struct srv_source *next;
-    uint8_t addr[16];
+    uint8_t addr[16]; /* the group: rdzv_hslimit_group() */
     unsigned n;
+    struct peer *pre_head, *pre_tail; /* its unauthenticated connections, oldest first */
 };
 
 /* A peer address is logged once per event kind; the table forgets the oldest address when
@@ -189,6 +200,11 @@ struct rdzv_server {
     struct rdzv_hslimit *hslimit; /* TLS handshakes per source address (hslimit.h) */
     uint32_t repl_next_id;        /* the last replica transfer id handed out */
     struct srv_scopes scopes;     /* job credential scopes holding jobs or connections */
+    /* issue 26: the pre-authentication pool (peer.in_pre), oldest first */
+    struct peer *pre_head, *pre_tail;
+    unsigned n_pre;
+    unsigned n_closing; /* peers closing, not yet released: no longer count as live */
+    int http_public_status;
 };
 
 /* server.c */
@@ -251,5 +267,8 @@ void rdzv__sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_st
 
 /* http.c */
 void rdzv__http_close(struct rdzv_http *h);
+
+/* server.c (issue 26): the address of tcp's peer for log lines ("" when gone) */
+void srv_tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len);
 
 #endif

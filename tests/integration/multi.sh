@@ -25,7 +25,7 @@ free_port() {
 }
 
 # start_server [VAR=VALUE...] [-- EXTRA_ARGS...]: starts `muster server --listen
-# ${SERVER_HOST:-127.0.0.1}:${SERVER_PORT:-0} --http ${SERVER_HOST}:0` and waits (10 s) for its
+# ${SERVER_HOST:-127.0.0.1}:${SERVER_PORT:-0} --http ${SERVER_HOST}:0 --http-public-status` and waits (10 s) for its
 # "server listening on" line. Sets SPID, SPORT (the real port), SHTTP (HOST:PORT of the HTTP
 # listener, empty if none was printed), SERR (its stderr file). SERVER_TAG names the files
 # (default "server"; use another tag for a second start).
@@ -37,7 +37,10 @@ start_server() {
     done
     [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
     local host=${SERVER_HOST:-127.0.0.1} port=${SERVER_PORT:-0} tag=${SERVER_TAG:-server}
-    local http=(--http "$host:0")
+    # /status over HTTP needs an observer credential since issue 26; the tests that read it
+    # get it public (SERVER_HTTP_PRIVATE=1: not, for the tests of that check)
+    local http=(--http "$host:0" --http-public-status)
+    [ "${SERVER_HTTP_PRIVATE:-0}" = 1 ] && http=(--http "$host:0")
     [ "${SERVER_NO_HTTP:-0}" = 1 ] && http=()
     SERR=$T/$tag.err
     OUTF=$T/$tag.out ERRF=$SERR mrun_bg ${assigns[@]+"${assigns[@]}"} -- \

@@ -1,4 +1,4 @@
-/* A ClientHello flood against a real server on loopback (issue 11 §2): clients from 127.0.0.2
+/* A ClientHello flood against a real server on loopback (issue 11 §2): clients from 127.0.1.2
  * without any credential connect, send a ClientHello (X25519 or secp521r1 only, made by
  * mbedTLS at setup) and hang up, over and over, while two agents from 127.0.0.1 go through
  * HELLO / JOIN / ASSIGN and /metrics answers. Checks what is counted (the per-source handshake
@@ -34,7 +34,8 @@
 
 struct fixture;
 
-/* One unauthenticated client: connect from 127.0.0.2, ClientHello, hang up at the first byte
+/* One unauthenticated client: connect from 127.0.1.2 (another /24 than the agents: limits
+ * count per /24 since issue 26), ClientHello, hang up at the first byte
  * back (or the close), again until the flood stops. */
 struct flooder {
     struct fixture *fx;
@@ -204,7 +205,7 @@ static void flood_connect(struct flooder *f)
     struct sockaddr_in dst, src;
 
     assert_int_equal(uv_ip4_addr("127.0.0.1", (int)f->fx->port, &dst), 0);
-    assert_int_equal(uv_ip4_addr("127.0.0.2", 0, &src), 0);
+    assert_int_equal(uv_ip4_addr("127.0.1.2", 0, &src), 0);
     assert_int_equal(uv_tcp_init(&f->fx->loop, &f->tcp), 0);
     f->tcp.data = f;
     f->connect.data = f;
@@ -442,7 +443,7 @@ static void test_flood(void **state)
     assert_non_null(strstr(fx->http.resp, "muster_limit_hits_total{limit=\"handshake_rate\"}"));
     assert_non_null(
         strstr(fx->http.resp, "muster_limit_hits_total{limit=\"handshakes_in_flight\"}"));
-    print_message("flood: %u connections from 127.0.0.2; refused over the rate %llu, over the "
+    print_message("flood: %u connections from 127.0.1.2; refused over the rate %llu, over the "
                   "handshakes in flight %llu; failed handshakes %llu\n",
                   fx->cycles, (unsigned long long)HITS(HS_RATE),
                   (unsigned long long)HITS(HS_IN_FLIGHT), (unsigned long long)HITS(AUTH_TLS));

@@ -116,6 +116,70 @@ static void test_bounded(void **state)
     assert_true(rdzv_hslimit_sources(l) <= 2);
 }
 
+/* Limits count per /24 (IPv4, v4-mapped) and /64 (IPv6): issue 26. */
+static void test_group(void **state)
+{
+    uint8_t a[16], b[16], g[16], h[16];
+    struct rdzv_hslimit *l = *state;
+
+    addr(a, 0x010203); /* 10.1.2.3 */
+    addr(b, 0x0102fe); /* 10.1.2.254: same /24 */
+    rdzv_hslimit_group(a, g);
+    rdzv_hslimit_group(b, h);
+    assert_memory_equal(g, h, 16);
+    assert_int_equal(g[15], 0);
+    assert_int_equal(g[14], 2);
+    assert_int_equal(g[10], 0xff); /* still v4-mapped */
+    addr(b, 0x010303);             /* 10.1.3.3: another /24 */
+    rdzv_hslimit_group(b, h);
+    assert_memory_not_equal(g, h, 16);
+    /* IPv6: 2001:db8:0:1::5 and 2001:db8:0:1:ffff::9 share a /64; 2001:db8:0:2::5 does not */
+    memset(a, 0, 16);
+    a[0] = 0x20, a[1] = 0x01, a[2] = 0x0d, a[3] = 0xb8, a[7] = 1, a[15] = 5;
+    memcpy(b, a, 16);
+    b[8] = b[9] = 0xff, b[15] = 9;
+    rdzv_hslimit_group(a, g);
+    rdzv_hslimit_group(b, h);
+    assert_memory_equal(g, h, 16);
+    for (int i = 8; i < 16; i++)
+        assert_int_equal(g[i], 0);
+    b[7] = 2;
+    rdzv_hslimit_group(b, h);
+    assert_memory_not_equal(g, h, 16);
+    rdzv_hslimit_group(a, a); /* in place */
+    assert_memory_equal(a, g, 16);
+    /* grouped keys share one budget */
+    addr(a, 0x010203);
+    addr(b, 0x010204);
+    rdzv_hslimit_group(a, a);
+    rdzv_hslimit_group(b, b);
+    rdzv_hslimit_configure(l, 2, 0, 0);
+    assert_int_equal(rdzv_hslimit_begin(l, a, 0), 0);
+    assert_int_equal(rdzv_hslimit_begin(l, b, 0), 0);
+    assert_int_equal(rdzv_hslimit_begin(l, a, 0), -EBUSY);
+}
+
+/* A connection that closed without a byte gives its token back (issue 26): silent floods do
+ * not empty the bucket of their /24. */
+static void test_refund(void **state)
+{
+    struct rdzv_hslimit *l = *state;
+    uint8_t a[16];
+
+    addr(a, 1);
+    rdzv_hslimit_configure(l, 0, 10, 2);
+    assert_int_equal(rdzv_hslimit_begin(l, a, 0), 0);
+    assert_int_equal(rdzv_hslimit_begin(l, a, 0), 0);
+    assert_int_equal(rdzv_hslimit_begin(l, a, 0), -EAGAIN);
+    rdzv_hslimit_end(l, a);
+    rdzv_hslimit_refund(l, a);
+    rdzv_hslimit_refund(l, a);
+    rdzv_hslimit_refund(l, a); /* never over the burst */
+    assert_int_equal(rdzv_hslimit_begin(l, a, 0), 0);
+    assert_int_equal(rdzv_hslimit_begin(l, a, 0), 0);
+    assert_int_equal(rdzv_hslimit_begin(l, a, 0), -EAGAIN);
+}
+
 static void test_no_limits(void **state)
 {
     struct rdzv_hslimit *l = *state;
@@ -135,6 +199,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refund, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

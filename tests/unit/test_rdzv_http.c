@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <uv.h>
 
 #include "harness.h"
 
+#include "cred.h"
 #include "http.h"
 #include "server.h"
 #include "server_priv.h"
@@ -157,8 +159,31 @@ static void test_get_metrics(void **state)
     assert_non_null(strstr(r, "\nmuster_heartbeat_lateness_seconds 0\n"));
     assert_non_null(strstr(r, "# TYPE muster_restarts_total counter\n"));
     assert_non_null(strstr(r, "\nmuster_http_requests_total 1\n"));
+    /* within RDZV_HTTP_CACHE_MS: the same snapshot (issue 26: a request rate cannot make the
+     * loop rebuild the document for each) */
     r = http(fx, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert_non_null(strstr(r, "\nmuster_http_requests_total 2\n"));
+    assert_non_null(strstr(r, "\nmuster_http_requests_total 1\n"));
+    usleep((RDZV_HTTP_CACHE_MS + 50) * 1000);
+    r = http(fx, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_non_null(strstr(r, "\nmuster_http_requests_total 3\n"));
+    assert_non_null(strstr(r, "\nmuster_preauth_connections_limit 4096\n"));
+    assert_non_null(strstr(r, "\nmuster_http_connections_limit 256\n"));
+}
+
+static void test_header(void **state)
+{
+    const char *h =
+        "GET / HTTP/1.0\r\nHost: a\r\nauthorization:  Bearer xyz \r\n\r\nX-After: 1\r\n";
+    char v[16];
+
+    (void)state;
+    assert_int_equal(rdzv_http_header(h, strlen(h), "Authorization", v, sizeof(v)), 0);
+    assert_string_equal(v, "Bearer xyz");
+    assert_int_equal(rdzv_http_header(h, strlen(h), "Host", v, sizeof(v)), 0);
+    assert_string_equal(v, "a");
+    assert_int_equal(rdzv_http_header(h, strlen(h), "X-After", v, sizeof(v)), -ENOENT);
+    assert_int_equal(rdzv_http_header(h, strlen(h), "Authorization", v, 5), -EMSGSIZE);
+    assert_int_equal(rdzv_http_header(h, 20, "Host", v, sizeof(v)), -ENOENT); /* incomplete */
 }
 
 /* Refusals are counted by kind, every series present from the start. */
@@ -193,6 +218,7 @@ static void test_other_paths(void **state)
     struct fixture *fx = *state;
     const char *r;
 
+    rdzv_server_set_http_public_status(fx->srv, 1);
     r = http(fx, "GET /status HTTP/1.0\r\n\r\n");
     assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
     assert_non_null(strstr(r, "application/json"));
@@ -205,6 +231,43 @@ static void test_other_paths(void **state)
     assert_true(strncmp(http(fx, "POST /metrics HTTP/1.0\r\n\r\n"), "HTTP/1.0 405", 12) == 0);
     assert_true(strncmp(http(fx, "GET /nope HTTP/1.0\r\n\r\n"), "HTTP/1.0 404", 12) == 0);
     assert_true(strncmp(http(fx, "hello\r\n\r\n"), "HTTP/1.0 400", 12) == 0);
+}
+
+/* /status and / show hosts and addresses: only with the observer credential (or the server's
+ * secret) in "Authorization: Bearer", unless made public (issue 26). */
+static void test_status_auth(void **state)
+{
+    struct fixture *fx = *state;
+    unsigned char master[RDZV_KEY_LEN];
+    struct rdzv_cred obs, job;
+    char text[RDZV_CRED_TEXT_MAX + 1], req[512];
+    const char *r;
+
+    r = http(fx, "GET /status HTTP/1.0\r\n\r\n");
+    assert_true(strncmp(r, "HTTP/1.0 401 Unauthorized\r\n", 27) == 0);
+    assert_non_null(strstr(r, "muster token --read-only"));
+    assert_null(strstr(r, "\"jobs\""));
+    assert_true(strncmp(http(fx, "GET / HTTP/1.0\r\n\r\n"), "HTTP/1.0 401", 12) == 0);
+    assert_true(strncmp(http(fx, "GET /metrics HTTP/1.0\r\n\r\n"), "HTTP/1.0 200", 12) == 0);
+    rdzv_cred_master("http-test-token", master);
+    assert_int_equal(rdzv_cred_derive(master, RDZV_CRED_OBSERVER, NULL, &obs), 0);
+    assert_int_equal(rdzv_cred_format(&obs, text, sizeof(text)), 0);
+    snprintf(req, sizeof(req), "GET /status HTTP/1.0\r\nAuthorization: Bearer %s\r\n\r\n", text);
+    r = http(fx, req);
+    assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
+    assert_non_null(strstr(r, "\"jobs\":[]"));
+    r = http(fx, "GET /status HTTP/1.0\r\nAuthorization: Bearer http-test-token\r\n\r\n");
+    assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
+    /* a job credential is not an observer's; a wrong secret neither */
+    assert_int_equal(rdzv_cred_derive(master, RDZV_CRED_JOB, "j", &job), 0);
+    assert_int_equal(rdzv_cred_format(&job, text, sizeof(text)), 0);
+    snprintf(req, sizeof(req), "GET /status HTTP/1.0\r\nAuthorization: Bearer %s\r\n\r\n", text);
+    assert_true(strncmp(http(fx, req), "HTTP/1.0 401", 12) == 0);
+    r = http(fx, "GET /status HTTP/1.0\r\nAuthorization: Bearer other-token\r\n\r\n");
+    assert_true(strncmp(r, "HTTP/1.0 401", 12) == 0);
+    assert_true(fx->srv->stats.events[SRV_EV_HTTP_STATUS_AUTH] == 4);
+    rdzv_server_set_http_public_status(fx->srv, 1);
+    assert_true(strncmp(http(fx, "GET /status HTTP/1.0\r\n\r\n"), "HTTP/1.0 200", 12) == 0);
 }
 
 static void open_connect_cb(uv_connect_t *req, int status)
@@ -246,10 +309,44 @@ static void test_close_with_open_connection(void **state)
     assert_true(c[0].closed && c[1].closed); /* the server closed them */
 }
 
+/* Over http_max_connections the oldest idle connection goes for the new one: silent
+ * connections cannot keep the port from answering (issue 26). */
+static void test_connection_cap(void **state)
+{
+    struct fixture *fx = *state;
+    static struct client c[8];
+    struct rdzv_limits l = {.http_max_connections = 4};
+    struct sockaddr_in sin;
+    const char *r;
+
+    rdzv_server_set_limits(fx->srv, &l);
+    memset(c, 0, sizeof(c));
+    assert_int_equal(uv_ip4_addr("127.0.0.1", (int)fx->http_port, &sin), 0);
+    for (int i = 0; i < 8; i++) {
+        c[i].tcp.data = c[i].connect.data = &c[i];
+        assert_int_equal(uv_tcp_init(&fx->loop, &c[i].tcp), 0);
+        assert_int_equal(
+            uv_tcp_connect(&c[i].connect, &c[i].tcp, (struct sockaddr *)&sin, open_connect_cb), 0);
+    }
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->stats.events[SRV_EV_HTTP_CONNECTIONS] >= 4);
+    HARNESS_RUN_UNTIL(&fx->h, c[0].closed && c[3].closed); /* the oldest went */
+    r = http(fx, "GET /metrics HTTP/1.0\r\n\r\n");
+    assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
+    assert_non_null(strstr(r, "\nmuster_limit_hits_total{limit=\"http_connections\"} 5\n"));
+    assert_false(c[7].closed); /* the newest silent one is still open */
+    for (int i = 0; i < 8; i++)
+        if (!c[i].closed)
+            uv_close((uv_handle_t *)&c[i].tcp, closed_cb);
+    HARNESS_RUN_UNTIL(&fx->h, c[7].closed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_header),
+        cmocka_unit_test_setup_teardown(test_status_auth, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_refusals, setup, teardown),

@@ -483,24 +483,70 @@ static int over_limit_closed(struct fixture *fx)
     return R(7)->closed && HITS(CONNECTIONS) == 1;
 }
 
+static int four_welcomed(struct fixture *fx)
+{
+    return N(4, WELCOME) == 1;
+}
+
+static int one_pre(struct fixture *fx)
+{
+    return fx->srv->n_pre == 1;
+}
+
 static int all_connected(struct fixture *fx)
 {
     return fx->srv->n_peers == 6;
 }
 
-/* Over max_connections (6 here): the next connection is closed at once; the rest serve on. */
+static int all_welcomed(struct fixture *fx)
+{
+    return N(2, WELCOME) + N(3, WELCOME) + N(4, WELCOME) + N(5, WELCOME) == 4;
+}
+
+/* Over max_connections (6 here) with every place authenticated: the next connection is closed
+ * at once; the rest serve on. */
 static void test_max_connections(void **state)
 {
     struct fixture *fx = *state;
 
     good_start(fx);
     run_until(fx, good_assigned);
-    for (int i = 2; i < 6; i++)
-        raw_connect(fx, i, 1);
-    run_until(fx, all_connected);
+    for (int i = 2; i < 6; i++) {
+        raw_connect(fx, i, 0);
+        hello(R(i), RDZV_ROLE_OBSERVER, TOKEN);
+    }
+    run_until(fx, all_welcomed);
     raw_connect(fx, 7, 1);
     run_until(fx, over_limit_closed);
     assert_int_equal(logged(fx, "connections", "6 connections open already", NULL), 1);
+    good_finish(fx);
+}
+
+static int one_evicted(struct fixture *fx)
+{
+    return HITS(PREAUTH_EVICT) == 1 && R(2)->closed;
+}
+
+/* Over max_connections (6 here) with four places held by silent connections (issue 26): the
+ * next connection evicts the oldest silent one instead of being refused; the authenticated
+ * ones are never touched. */
+static void test_preauth_evict(void **state)
+{
+    struct fixture *fx = *state;
+
+    good_start(fx);
+    run_until(fx, good_assigned);
+    raw_connect(fx, 2, 1);
+    run_until(fx, one_pre); /* so that 2 is the oldest */
+    for (int i = 3; i < 6; i++)
+        raw_connect(fx, i, 1);
+    run_until(fx, all_connected);
+    raw_connect(fx, 7, 1);
+    run_until(fx, one_evicted);
+    assert_false(R(3)->closed || R(4)->closed || R(5)->closed);
+    assert_int_equal(HITS(CONNECTIONS), 0);
+    assert_int_equal(fx->srv->n_pre, 4);
+    assert_int_equal(logged(fx, "preauth_evicted", "oldest idle", NULL), 1);
     good_finish(fx);
 }
 
@@ -832,9 +878,67 @@ static int flood_refused(struct fixture *fx)
     return R(3)->closed && R(4)->closed && R(5)->closed && N(6, WELCOME) == 1;
 }
 
+static int src_evicted(struct fixture *fx)
+{
+    return HITS(PREAUTH_SRC_EVICT) == 1 && R(2)->closed;
+}
+
+static int two_pre(struct fixture *fx)
+{
+    return fx->srv->n_pre == 2;
+}
+
+/* handshakes_per_source (2 here) counts per /24, and a new connection over it evicts the
+ * oldest idle one of that /24 instead of being refused (issue 26: 128 silent connections from
+ * a NAT refused every agent behind it); other /24s are not touched. */
+static void test_preauth_source_evict(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_limits *l = limits(fx);
+
+    l->handshakes_per_source = 2;
+    rdzv_server_set_limits(fx->srv, l);
+    good_start(fx);
+    run_until(fx, good_assigned);
+    raw_connect_from(fx, 2, 1, "127.0.2.5");
+    run_until(fx, one_pre); /* so that 2 is the oldest */
+    raw_connect_from(fx, 3, 1, "127.0.2.6");
+    run_until(fx, two_pre);
+    raw_connect_from(fx, 5, 1, "127.0.3.5"); /* another /24: its own budget */
+    raw_connect_from(fx, 4, 0, "127.0.2.7"); /* same /24 as 2 and 3: the third */
+    hello(R(4), RDZV_ROLE_OBSERVER, TOKEN);
+    run_until(fx, src_evicted);
+    run_until(fx, four_welcomed);
+    assert_false(R(3)->closed || R(5)->closed);
+    assert_int_equal(HITS(HS_IN_FLIGHT), 0);
+    assert_int_equal(logged(fx, "127.0.2.5", "preauth_source_evicted", NULL), 1);
+    good_finish(fx);
+}
+
+/* Descriptors: limits that do not fit RLIMIT_NOFILE are lowered, and said so. */
+static void test_fit_fds(void **state)
+{
+    struct rdzv_limits l = {0};
+    char why[256] = "";
+
+    (void)state;
+    assert_int_equal(rdzv_limits_fit_fds(&l, 1 << 20, why, sizeof(why)), 0);
+    assert_int_equal(l.max_connections, 0); /* untouched: the defaults fit */
+    assert_int_equal(rdzv_limits_fit_fds(&l, 4096, why, sizeof(why)), 1);
+    assert_int_equal(l.http_max_connections, 256); /* (4096 - 64) / 8 = 504: 256 stays */
+    assert_int_equal(l.max_connections, 4096 - 64 - 256);
+    assert_int_equal(l.preauth_max, (4096 - 64 - 256) / 4);
+    assert_non_null(strstr(why, "4096 file descriptors"));
+    l = (struct rdzv_limits){0};
+    assert_int_equal(rdzv_limits_fit_fds(&l, 1024, why, sizeof(why)), 1);
+    assert_int_equal(l.http_max_connections, (1024 - 64) / 8);
+    assert_int_equal(l.max_connections, 1024 - 64 - (1024 - 64) / 8);
+    assert_int_equal(rdzv_limits_fit_fds(&l, 100, NULL, 0), -EMFILE);
+}
+
 /* max_connections_per_source (3 here, of 16): a flood from 127.0.0.1 gets three connections
  * (the good job's two among them), the rest are closed at once, while a client from
- * 127.0.0.2 still gets in. */
+ * 127.0.1.2 (another /24: the limit counts per /24 since issue 26) still gets in. */
 static void test_per_source(void **state)
 {
     struct fixture *fx = *state;
@@ -847,7 +951,7 @@ static void test_per_source(void **state)
     run_until(fx, good_assigned);
     for (int i = 2; i < 6; i++)
         raw_connect_from(fx, i, 1, "127.0.0.1");
-    raw_connect_from(fx, 6, 0, "127.0.0.2");
+    raw_connect_from(fx, 6, 0, "127.0.1.2");
     hello(R(6), RDZV_ROLE_OBSERVER, TOKEN);
     run_until(fx, flood_refused);
     assert_false(R(2)->closed);
@@ -1002,14 +1106,24 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_bad_token),         T(test_plaintext_and_truncated),
-        T(test_other_job),         T(test_max_connections),
-        T(test_handshake_timeout), T(test_idle_timeout),
-        T(test_kv_quota),          T(test_send_queue),
-        T(test_kv_total),          T(test_flush_timeout),
-        T(test_max_jobs),          T(test_per_source),
-        T(test_job_workers),       T(test_log_escaped),
+        T(test_bad_token),
+        T(test_plaintext_and_truncated),
+        T(test_other_job),
+        T(test_max_connections),
+        T(test_handshake_timeout),
+        T(test_idle_timeout),
+        T(test_kv_quota),
+        T(test_send_queue),
+        T(test_kv_total),
+        T(test_flush_timeout),
+        T(test_max_jobs),
+        T(test_per_source),
+        T(test_job_workers),
+        T(test_log_escaped),
         T(test_kv_held),
+        T(test_preauth_evict),
+        T(test_preauth_source_evict),
+        cmocka_unit_test(test_fit_fds),
     };
 #undef T
 
