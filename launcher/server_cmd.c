@@ -42,9 +42,10 @@ static const char server_help[] =
     "  --listen HOST:PORT   protocol address (port 0: any free port; default port 29400)\n"
     "  --http [HOST:]PORT   read-only HTTP: /metrics (Prometheus), /status (JSON), / (HTML);\n"
     "                       without HOST it binds loopback (it has no authentication)\n"
-    "  --token-file FILE    the shared token every agent and worker must know; when FILE does\n"
-    "                       not exist, a new random token is written to it (mode 0600). The\n"
-    "                       file must not be readable by others. MUSTER_TOKEN works too\n"
+    "  --token-file FILE    the server's secret; when FILE does not exist, a new random one\n"
+    "                       is written to it (mode 0600). The file must not be readable by\n"
+    "                       others. Nodes get job credentials minted from it (muster token\n"
+    "                       --job ID), not the secret itself. MUSTER_TOKEN works too\n"
     "  --tls-cert/--tls-key/--tls-ca FILE\n"
     "                       certificate mode: this server's certificate and key, and the CA\n"
     "                       that signs the agents' certificates (a token is then optional)\n"
@@ -347,8 +348,9 @@ static int get_token(const struct server_args *a, char *token, size_t len)
             mc_error("cannot write a new token to %s: %s", a->token_file, strerror(-rc));
             return -EINVAL;
         }
-        mc_info("wrote a new token to %s: give every agent --token-file %s "
-                "(copy it with its 0600 mode)",
+        mc_info("wrote a new server secret to %s (0600; keep it on this host): mint one "
+                "credential per job or team with `muster token --token-file %s --job ID` and "
+                "give the nodes that (docs/SECURITY.md)",
                 a->token_file, a->token_file);
     } else if (a->token_file != NULL) {
         if (launcher_read_token_file(a->token_file, token, len, err, sizeof(err)) != 0) {

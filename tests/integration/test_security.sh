@@ -31,7 +31,7 @@ SERVER_NO_HTTP=1 start_server -u MUSTER_TOKEN -- --token-file "$TF"
 [ "$(stat -c %a "$TF")" = 600 ] || fail "token file mode is $(stat -c %a "$TF"), not 600"
 TOKEN=$(cat "$TF")
 [ "${#TOKEN}" -ge 32 ] || fail "token too short: ${#TOKEN} characters"
-grep -q "wrote a new token to $TF" "$SERR" || fail "the server did not say it wrote $TF"
+grep -q "wrote a new server secret to $TF (0600; keep it on this host): mint one credential per job" "$SERR" || fail "the server did not say it wrote $TF and what to hand the nodes"
 grep -qF "$TOKEN" "$SERR" && fail "the server printed the token"
 
 # 3. agents with --token-file run a 2-node job; status needs the token

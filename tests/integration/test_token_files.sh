@@ -71,7 +71,7 @@ TOKEN=k8s-token-$$-$RANDOM$RANDOM
 ln -s "$TS" "$K/..data"
 ln -s ..data/token "$K/token"
 SERVER_NO_HTTP=1 start_server -u MUSTER_TOKEN -- --token-file "$K/token"
-grep -q "wrote a new token" "$SERR" && fail "the server did not read the symlinked token"
+grep -q "wrote a new server secret" "$SERR" && fail "the server did not read the symlinked token"
 JOB=k8s-$$
 mkdir -p "$T/w"
 agent k -u MUSTER_TOKEN -- --nnodes 1 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$SPORT \
