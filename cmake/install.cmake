@@ -3,16 +3,19 @@
 # runtime (the muster package), lib (libmuster0), dev (libmuster-dev); see packaging.cmake.
 include(CMakePackageConfigHelpers)
 
-# muster.pc finds its prefix from its own place (${pcfiledir}), so it stays right under
-# `cmake --install --prefix P`, DESTDIR and a .deb alike. That needs a relative libdir.
-if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
-  message(FATAL_ERROR "muster.pc: CMAKE_INSTALL_LIBDIR must be relative to the prefix")
+# muster.pc is written at install time with that install's prefix (cmake/muster_pc.cmake says
+# why), so it is right under `cmake --install --prefix P`, DESTDIR and in the .deb alike.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  message(FATAL_ERROR "muster.pc: CMAKE_INSTALL_LIBDIR and CMAKE_INSTALL_INCLUDEDIR must be "
+                      "relative to the prefix")
 endif()
-file(RELATIVE_PATH MUSTER_PC_RELPREFIX "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
-string(REGEX REPLACE "/$" "" MUSTER_PC_RELPREFIX "${MUSTER_PC_RELPREFIX}")
-configure_file(${CMAKE_CURRENT_LIST_DIR}/muster.pc.in ${PROJECT_BINARY_DIR}/muster.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/muster.pc
-  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+install(CODE "
+  set(MUSTER_PC_TEMPLATE \"${CMAKE_CURRENT_LIST_DIR}/muster.pc.in\")
+  set(MUSTER_PC_WORKDIR \"${PROJECT_BINARY_DIR}/muster-pc\")
+  set(MUSTER_PC_LIBDIR \"${CMAKE_INSTALL_LIBDIR}\")
+  set(MUSTER_PC_INCLUDEDIR \"${CMAKE_INSTALL_INCLUDEDIR}\")
+  set(MUSTER_PC_VERSION \"${PROJECT_VERSION}\")
+  include(\"${CMAKE_CURRENT_LIST_DIR}/muster_pc.cmake\")" COMPONENT dev)
 
 # find_package(Muster): muster::muster (shared) and muster::muster_static
 set(MUSTER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Muster)
