@@ -2,7 +2,8 @@
  * console with a prefix ("[rankN]: " by default) at the start of every visible update. An update
  * ends at '\n' or '\r' ('\r': progress bars such as tqdm's redraw their line in place, so each
  * redraw is passed on at once and gets its own prefix). Each update is written with one writev()
- * so that different workers' lines never interleave mid-line.
+ * (or queued whole on the console fd's one sink, sink.h, once agent_output_console_start ran) so
+ * that different workers' lines never interleave mid-line.
  *
  * Partial lines: text without a terminator is held for at most AGENT_OUTPUT_HOLD_MS (it is
  * usually the rest of a line cut by a pipe read or a stdio buffer) and then shown as it is; the
