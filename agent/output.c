@@ -459,6 +459,9 @@ static void filter_line(struct agent_output *o, const char *text, size_t len)
         {.iov_base = "\n", .iov_len = 1},
     };
 
+    /* written directly, not through a sink: only the lines that match --duplicate-std*-filters
+     * (a few per step, not the bulk) and to a file, never to a console; a writer thread per
+     * filter file would double the threads for little */
     if (o->filter_fd < 0)
         return;
     for (const char *const *f = o->filters; *f != NULL; f++) {
