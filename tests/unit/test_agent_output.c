@@ -20,6 +20,7 @@
 #include "sink.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #define PIPE_SIZE (1024 * 1024)
@@ -546,7 +547,7 @@ static uint64_t mono_ms(void)
  * the console stalls. Everything read lands in buf (never asserts: it is not the test thread). */
 struct reader {
     int fd;
-    volatile int reading, stop;
+    atomic_int reading, stop;
     char *buf;
     size_t len, cap;
     pthread_t t;
@@ -569,6 +570,15 @@ static void *reader_main(void *arg)
             usleep(1000); /* EAGAIN: the read end is non-blocking */
     }
     return NULL;
+}
+
+/* The writer stuck in write() gets EPIPE and is done with the fd once its queue is empty:
+ * only then may teardown close the write end. */
+static void close_reader(struct fx *fx)
+{
+    close(fx->pipe[0]);
+    fx->pipe[0] = -1;
+    assert_int_equal(agent_sink_drain_all(5000) > 0, 1); /* the dropped bytes stay counted */
 }
 
 static void on_resume(struct agent_output *o, void *data)
@@ -686,7 +696,7 @@ static void test_never_read_bounded(void **state)
     assert_int_equal(resumed, 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&loop), 0);
-    /* teardown closes the read end: the writer stuck in write() gets EPIPE and ends */
+    close_reader(fx);
 }
 
 /* The sink itself: refuses (and counts) beyond its hard limit, never blocks the caller, and
@@ -709,7 +719,8 @@ static void test_sink_hard_limit(void **state)
     assert_true(agent_sink_over(s));
     assert_true(agent_sink_queued(s) <= (size_t)BUDGET * AGENT_SINK_HARD_FACTOR);
     assert_true(refused >= 1000 - (BUDGET * AGENT_SINK_HARD_FACTOR + 2 * SMALL_PIPE) / 4096);
-    agent_sink_close(s); /* ends with EPIPE once teardown closes the read end */
+    agent_sink_close(s);
+    close_reader(fx);
 }
 
 int main(void)
