@@ -69,7 +69,6 @@ static void drain_pipe(struct agent_worker *w, int i)
 {
     uv_os_fd_t fd;
     ssize_t n;
-
     size_t total = 0;
 
     if (!w->pipe_open[i] || uv_fileno((uv_handle_t *)&w->pipe[i], &fd) != 0)
