@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -152,6 +153,7 @@ int agent_sink_new(int fd, int owns_fd, size_t budget, uv_async_t *wake, struct 
 {
     struct agent_sink *s = calloc(1, sizeof(*s));
     pthread_attr_t attr;
+    sigset_t all, old;
     pthread_t t;
     int rc;
 
@@ -165,6 +167,10 @@ int agent_sink_new(int fd, int owns_fd, size_t budget, uv_async_t *wake, struct 
     /* the default stack size: a smaller one fails with EINVAL once the static TLS of the
      * libraries linked in does not fit (seen with 128 KiB) */
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* the writer inherits a full signal mask: SIGTERM, SIGCHLD... go to the loop's thread, never
+     * to one blocked in write() (under TSan such a signal waits until the write returns) */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_mutex_lock(&mu);
     rc = pthread_create(&t, &attr, writer_main, s);
     if (rc == 0) {
@@ -174,6 +180,7 @@ int agent_sink_new(int fd, int owns_fd, size_t budget, uv_async_t *wake, struct 
         sinks = s;
     }
     pthread_mutex_unlock(&mu);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         pthread_cond_destroy(&s->cv);
