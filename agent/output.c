@@ -733,8 +733,16 @@ uint64_t agent_output_console_stop(unsigned timeout_ms)
 
     if (con.wake == NULL)
         return 0;
-    mc_log_set_writer(NULL); /* from here on: direct and bounded (common/log.c) */
     lost = agent_sink_drain_all(timeout_ms);
+    if (lost > 0) {
+        /* queued like the rest, with a short wait of its own: written directly, it could wait
+         * MC_LOG_WRITE_WAIT_MS more on a stalled stderr, past the exit's bound */
+        mc_warn("%llu bytes of output were not written: the console or a log file did not "
+                "take them within %.1f s",
+                (unsigned long long)lost, timeout_ms / 1000.0);
+        agent_sink_drain_all(AGENT_OUTPUT_LAST_LINE_MS);
+    }
+    mc_log_set_writer(NULL); /* from here on: direct and bounded (common/log.c) */
     for (int fd = 0; fd < CONSOLE_FDS; fd++) {
         if (con.sink[fd] == NULL)
             continue;
@@ -746,9 +754,5 @@ uint64_t agent_output_console_stop(unsigned timeout_ms)
     agent_sink_forget_wake(con.wake); /* a log file still open must not wake a closed handle */
     uv_close((uv_handle_t *)con.wake, free_wake);
     con.wake = NULL;
-    if (lost > 0)
-        mc_warn("%llu bytes of output were not written: the console or a log file did not "
-                "take them within %.1f s",
-                (unsigned long long)lost, timeout_ms / 1000.0);
     return lost;
 }

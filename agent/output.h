@@ -29,6 +29,7 @@
 /* Bytes queued per destination (console fd, log file) before the workers that write there are
  * no longer read (sink.h): the console's backpressure, Slurm stepd's way */
 #define AGENT_OUTPUT_BUDGET (4u << 20)
+#define AGENT_OUTPUT_LAST_LINE_MS 100 /* what the exit's "bytes not written" line may add */
 
 struct agent_sink;
 struct agent_output;
@@ -109,9 +110,9 @@ int agent_output_console_start(uv_loop_t *loop, size_t budget);
 void agent_output_console_write(int fd, const char *buf, size_t len);
 
 /* At exit, after every output is closed: waits at most timeout_ms for the queues to be
- * written, says in one line how many bytes were not, and closes the wake handle (run the loop
- * once more to finish the close). Log lines go directly (bounded) from here on. Returns the
- * bytes not written. */
+ * written, says in one line how many bytes were not (AGENT_OUTPUT_LAST_LINE_MS more), closes the
+ * wake handle (run the loop once more to finish the close). Log lines go directly (bounded) from
+ * here on. Returns the bytes not written. */
 uint64_t agent_output_console_stop(unsigned timeout_ms);
 
 /* Writes a pending partial line to the console, ending it with a newline. */

@@ -6,7 +6,7 @@
 # lost.
 #   (a) --standalone, --shutdown-timeout 2: SIGTERM makes muster exit 143 within 3 s
 #       (the timeout + 1 s), saying how many bytes it could not write; its memory stays bounded
-#       (the console's budget, not the 100 MB);
+#       (the console's budget, not the 100 MB); (a2) the same with stderr on that FIFO too;
 #   (b) a server and two agents, one of them with the stalled console: its heartbeats stay on
 #       time (/status heartbeat_gap_max_ms <= interval 1000 ms + 1000 ms margin on this loaded
 #       2-core VM), no node is lost while its worker is blocked on its output, and SIGTERM ends
@@ -68,6 +68,20 @@ note "(a) SIGTERM -> exit with a stalled console: ${EXIT_MS} ms, exit code $RC"
 [ "$EXIT_MS" -le 3000 ] || fail "(a) exit ${EXIT_MS} ms after SIGTERM (limit 3000: timeout 2 s + 1 s)"
 grep -q "bytes of output were not written" "$T/a.err" ||
     { cat "$T/a.err" >&2; fail "(a) muster did not say what it could not write"; }
+exec {FIFO_FD}>&-
+
+# (a2) stderr on the stalled FIFO as well (muster ... 2>&1 | a stalled reader): muster's own
+# lines must not hold it up either
+stalled_fifo a2.fifo
+OUTF=$T/a2.fifo ERRF=$T/a2.fifo mrun_bg -- run --standalone --nproc-per-node 1 \
+    --shutdown-timeout 2 --no-python "$T/flood.sh"
+apid=$MPID
+sleep 2
+kill -0 "$apid" 2>/dev/null || fail "(a2) muster exited early"
+sigterm_exit "$apid" "(a2)"
+note "(a2) SIGTERM -> exit with stdout and stderr stalled: ${EXIT_MS} ms, exit code $RC"
+[ "$RC" = 143 ] || fail "(a2) exit code $RC, expected 143 (SIGTERM)"
+[ "$EXIT_MS" -le 3000 ] || fail "(a2) exit ${EXIT_MS} ms after SIGTERM (limit 3000)"
 exec {FIFO_FD}>&-
 
 # (b) two agents, one with a stalled console; the job must not lose it
