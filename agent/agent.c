@@ -23,6 +23,7 @@
 #include "escape.h"
 #include "failure.h"
 #include "log.h"
+#include "output.h"
 #include "path.h"
 #include "port.h"
 #include "proctree.h"
@@ -100,8 +101,19 @@ static void print_job_failed(struct agent *a)
     const struct rdzv_failure *f = &a->job_failed.cause;
     int ours =
         a->have_local_failure && f->rank == a->local_failure.rank && strcmp(f->host, a->host) == 0;
-    agent_failure_print_summary(stderr, a->o->run_id, a->job_failed.restarts, f,
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+
+    /* into memory, then behind the workers' last lines: stderr's stdio would block the loop
+     * on a stalled console, and could overtake lines still queued */
+    if (mem == NULL)
+        return;
+    agent_failure_print_summary(mem, a->o->run_id, a->job_failed.restarts, f,
                                 ours ? a->local_error_file : NULL);
+    if (fclose(mem) == 0)
+        agent_output_console_write(STDERR_FILENO, text, len);
+    free(text);
 }
 
 /* Closes every handle: the loop ends once they are closed. */
@@ -646,6 +658,8 @@ static void on_signal(uv_signal_t *h, int signum)
                 sigabbrev_np(signum), a->o->restart.shutdown_timeout_ms / 1000.0);
     else
         mc_info("received SIG%s again: killing the workers now", sigabbrev_np(signum));
+    if (a->stop_signal == 0)
+        a->stop_at_ms = uv_now(&a->loop);
     transition(a, &ev);
 }
 
@@ -721,6 +735,9 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     if ((rc = rdzv_node_secret_new(a->node_secret, &a->node_id)) != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
+    /* before anything logs: a console nobody reads must never stop the loop (issue 26) */
+    if ((rc = agent_output_console_start(&a->loop, AGENT_OUTPUT_BUDGET)) != 0)
+        mc_warn("console output is written directly: %s", uv_strerror(rc));
     agent_progress_init(&a->loop, &a->progress, o->run_id);
     for (int i = 0; i < NSIGHANDLES; i++) {
         int signum = handle_signum(&o->restart, i), dup = 0;
@@ -732,6 +749,21 @@ static int agent_init(struct agent *a, const struct agent_options *o)
             uv_signal_start(&a->sig[i], on_signal, signum);
     }
     return 0;
+}
+
+/* How long the console may take at exit: what is left of --shutdown-timeout since the
+ * signal (SIGTERM means "gone within the grace"), at least AGENT_FLUSH_MIN_MS; the whole
+ * timeout when the job ended by itself. Then muster exits whoever still waits. */
+static unsigned flush_ms(struct agent *a)
+{
+    uint64_t grace = a->o->restart.shutdown_timeout_ms, now, used;
+
+    if (a->stop_signal == 0)
+        return (unsigned)grace;
+    uv_update_time(&a->loop);
+    now = uv_now(&a->loop);
+    used = now > a->stop_at_ms ? now - a->stop_at_ms : 0;
+    return used + AGENT_FLUSH_MIN_MS < grace ? (unsigned)(grace - used) : AGENT_FLUSH_MIN_MS;
 }
 
 int agent_run(const struct agent_options *o)
@@ -752,6 +784,8 @@ int agent_run(const struct agent_options *o)
     else
         join(&a); /* the machine starts in JOINING */
     uv_run(&a.loop, UV_RUN_DEFAULT);
+    agent_output_console_stop(flush_ms(&a));
+    uv_run(&a.loop, UV_RUN_DEFAULT); /* the console's wake handle closes */
     agent_proctree_stop();
     if (a.port_fd >= 0)
         close(a.port_fd);

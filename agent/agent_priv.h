@@ -39,6 +39,10 @@ struct agent;
  * done (agent.c report_done). */
 #define AGENT_DONE_DRAIN_MS 120000
 
+/* The least time the console gets at exit to take the last lines, even when the signal's
+ * --shutdown-timeout is used up (agent.c flush_ms) */
+#define AGENT_FLUSH_MIN_MS 200
+
 /* agent_ft.c's part: the watchers are set up once (ckpt_on / hang_on say which exist). */
 struct agent_ft {
     struct agent_hang hang;
@@ -93,7 +97,8 @@ struct agent {
     struct rdzv_job_failed job_failed; /* valid when have_job_failed */
     int have_job_failed;
     int exit_code;
-    int stop_signal; /* the signal that is stopping muster, 0 when none */
+    int stop_signal;     /* the signal that is stopping muster, 0 when none */
+    uint64_t stop_at_ms; /* uv_now when stop_signal came */
     struct agent_logdir logdir;
     struct agent_progress progress;
     struct agent_ft ft;

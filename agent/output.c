@@ -4,10 +4,13 @@
 #include "log.h"
 #include "path.h"
 #include "safefile.h"
+#include "sink.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,13 @@ static struct {
     int refs;
     struct agent_output *held_head, *held_tail; /* partial lines by deadline (FIFO) */
     struct agent_dedup *dedup;
+    /* agent_output_console_start: every console fd and log file behind a sink (sink.h), and
+     * the wake the sinks' writers send when a queue drained */
+    struct agent_sink *sink[CONSOLE_FDS];
+    uv_async_t *wake;
+    size_t budget;
+    pthread_t loop_thread;
+    struct agent_output *paused; /* outputs whose reader waits for a drain (list) */
 } con;
 
 int agent_output_open_log(const char *dir, const char *name, int *fd)
@@ -94,6 +104,20 @@ int agent_write_all(int fd, const char *buf, size_t len)
     return writev_all(fd, &iov, 1);
 }
 
+/* To the console: through fd's sink once the console is started, so that the loop never waits
+ * for the reader; directly before (tests, tools without a loop). A piece refused at the sink's
+ * hard limit is counted there and is not an error of the console. */
+static int console_writev(int fd, struct iovec *iov, int cnt)
+{
+    struct agent_sink *s = fd >= 0 && fd < CONSOLE_FDS ? con.sink[fd] : NULL;
+    int rc;
+
+    if (s == NULL)
+        return writev_all(fd, iov, cnt);
+    rc = agent_sink_writev(s, iov, cnt);
+    return rc == -ENOBUFS ? 0 : rc;
+}
+
 /* Before writer (NULL: the dedup queue) writes to fd: a line another output left open there
  * (a shown partial line, a '\r' redraw) is ended first, so that the two never share a line. */
 static void claim_console(int fd, struct agent_output *writer)
@@ -103,7 +127,7 @@ static void claim_console(int fd, struct agent_output *writer)
     if (fd < 0 || fd >= CONSOLE_FDS || (prev = con.owner[fd]) == NULL || prev == writer)
         return;
     con.owner[fd] = NULL;
-    agent_write_all(fd, "\n", 1);
+    console_writev(fd, &(struct iovec){.iov_base = "\n", .iov_len = 1}, 1);
     prev->cut = 1; /* a lone terminator from prev next would only add an empty line */
     prev->open = 0;
 }
@@ -204,7 +228,7 @@ static void dedup_emit(void *arg, int fd, const int *ranks, size_t n, const char
     iov[1] = (struct iovec){.iov_base = (void *)text, .iov_len = len};
     iov[2] = (struct iovec){.iov_base = "\n", .iov_len = 1};
     claim_console(fd, NULL);
-    writev_all(fd, iov, 3); /* a vanished console loses the line, like any other */
+    console_writev(fd, iov, 3); /* a vanished console loses the line, like any other */
 }
 
 static void free_timer(uv_handle_t *h)
@@ -223,6 +247,9 @@ static void attach(struct agent_output *o, uv_loop_t *loop, unsigned dedup_ms)
         con.loop = loop;
         con.timer_due = 0;
     }
+    if (con.wake != NULL && con.sink[o->console_fd] == NULL &&
+        agent_sink_new(o->console_fd, 0, con.budget, con.wake, &con.sink[o->console_fd]) != 0)
+        mc_warn("console fd %d is written directly: no writer thread", o->console_fd);
     if (dedup_ms > 0 && con.dedup == NULL)
         agent_dedup_new(dedup_ms, dedup_emit, NULL, &con.dedup); /* -ENOMEM: no --dedup */
     con.refs++;
@@ -278,6 +305,10 @@ void agent_output_configure(struct agent_output *o, uv_loop_t *loop,
         }
         dedup_ms = cfg->dedup_ms;
     }
+    /* a log file on a slow or stalled disk must not hold up the loop either */
+    if (loop != NULL && con.wake != NULL && o->file_fd >= 0 &&
+        agent_sink_new(o->file_fd, 1, con.budget, con.wake, &o->file_sink) != 0)
+        o->file_sink = NULL; /* written directly, as without a loop */
     if (loop != NULL)
         attach(o, loop, dedup_ms);
 }
@@ -409,8 +440,8 @@ static void console_write(struct agent_output *o, const char *text, size_t len, 
     if (term != 0)
         iov[cnt++] = (struct iovec){.iov_base = term == '\r' ? "\r" : "\n", .iov_len = 1};
     o->cut = 0;
-    rc = writev_all(o->console_fd, iov, cnt);
-    if (rc == -EPIPE) {
+    rc = console_writev(o->console_fd, iov, cnt);
+    if (rc != 0) { /* EPIPE: the reader is gone; EIO: a terminal hung up */
         set_owner(o, 0);
         o->console_fd = -1;
         o->open = 0;
@@ -428,6 +459,9 @@ static void filter_line(struct agent_output *o, const char *text, size_t len)
         {.iov_base = "\n", .iov_len = 1},
     };
 
+    /* written directly, not through a sink: only the lines that match --duplicate-std*-filters
+     * (a few per step, not the bulk) and to a file, never to a console; a writer thread per
+     * filter file would double the threads for little */
     if (o->filter_fd < 0)
         return;
     for (const char *const *f = o->filters; *f != NULL; f++) {
@@ -515,20 +549,90 @@ static void feed_lines(struct agent_output *o, const char *data, size_t n)
         hold_add(o);
 }
 
-void agent_output_feed(struct agent_output *o, const char *data, size_t n)
+/* Raw bytes to the log file: through its sink when there is one. Bytes refused at the sink's
+ * hard limit are counted there; any other error ends file output. */
+static void file_write(struct agent_output *o, const char *data, size_t n)
 {
-    if (o->file_fd >= 0 && agent_write_all(o->file_fd, data, n) != 0) {
-        mc_warn("cannot write a worker log file: %s; file output stops", strerror(errno));
+    struct iovec iov = {.iov_base = (void *)data, .iov_len = n};
+    int rc;
+
+    if (o->file_fd < 0)
+        return;
+    rc = o->file_sink != NULL ? agent_sink_writev(o->file_sink, &iov, 1)
+                              : agent_write_all(o->file_fd, data, n);
+    if (rc == 0 || rc == -ENOBUFS)
+        return;
+    mc_warn("cannot write a worker log file: %s; file output stops", strerror(-rc));
+    if (o->file_sink != NULL)
+        agent_sink_close(o->file_sink); /* closes the fd */
+    else
         close(o->file_fd);
-        o->file_fd = -1;
-    }
-    if ((o->console_fd < 0 && o->filter_fd < 0) || n == 0)
+    o->file_sink = NULL;
+    o->file_fd = -1;
+}
+
+/* Whether a destination of o has its budget's worth queued (and then the sink wakes us). */
+static int over_budget(struct agent_output *o)
+{
+    struct agent_sink *c =
+        o->console_fd >= 0 && o->console_fd < CONSOLE_FDS ? con.sink[o->console_fd] : NULL;
+    int over = c != NULL && agent_sink_over(c);
+
+    return (o->file_sink != NULL && agent_sink_over(o->file_sink)) || over;
+}
+
+static void pause_remove(struct agent_output *o)
+{
+    if (!o->paused)
         return;
-    if (o->line == NULL && (o->line = malloc(AGENT_OUTPUT_LINE_MAX)) == NULL) {
-        console_write(o, data, n, 0); /* no memory: pass it on unsplit */
-        return;
+    if (o->pause_prev != NULL)
+        o->pause_prev->pause_next = o->pause_next;
+    else
+        con.paused = o->pause_next;
+    if (o->pause_next != NULL)
+        o->pause_next->pause_prev = o->pause_prev;
+    o->pause_prev = o->pause_next = NULL;
+    o->paused = 0;
+}
+
+/* A sink's queue drained (or its writer stopped): every paused output whose destinations all
+ * have room again resumes. One wake may stand for several drains (uv_async coalesces). */
+static void on_wake(uv_async_t *h)
+{
+    (void)h;
+    for (struct agent_output *o = con.paused, *next; o != NULL; o = next) {
+        next = o->pause_next;
+        if (over_budget(o))
+            continue; /* re-armed by agent_sink_over */
+        pause_remove(o);
+        o->resume_cb(o, o->resume_data);
     }
-    feed_lines(o, data, n);
+}
+
+void agent_output_on_resume(struct agent_output *o, agent_output_resume_cb cb, void *data)
+{
+    o->resume_cb = cb;
+    o->resume_data = data;
+}
+
+int agent_output_feed(struct agent_output *o, const char *data, size_t n)
+{
+    file_write(o, data, n);
+    if ((o->console_fd >= 0 || o->filter_fd >= 0) && n > 0) {
+        if (o->line == NULL && (o->line = malloc(AGENT_OUTPUT_LINE_MAX)) == NULL)
+            console_write(o, data, n, 0); /* no memory: pass it on unsplit */
+        else
+            feed_lines(o, data, n);
+    }
+    if (o->resume_cb == NULL || con.wake == NULL || o->paused || !over_budget(o))
+        return o->paused;
+    o->paused = 1;
+    o->pause_next = con.paused;
+    o->pause_prev = NULL;
+    if (con.paused != NULL)
+        con.paused->pause_prev = o;
+    con.paused = o;
+    return 1;
 }
 
 void agent_output_flush(struct agent_output *o)
@@ -554,12 +658,101 @@ void agent_output_close(struct agent_output *o)
     if (o->console_fd >= 0 && o->console_fd < CONSOLE_FDS && con.owner[o->console_fd] == o)
         claim_console(o->console_fd, NULL);
     detach(o);
-    if (o->file_fd >= 0)
+    pause_remove(o);
+    if (o->file_sink != NULL)
+        agent_sink_close(o->file_sink); /* its writer drains what is queued, then closes */
+    else if (o->file_fd >= 0)
         close(o->file_fd);
+    o->file_sink = NULL;
     if (o->filter_fd >= 0)
         close(o->filter_fd);
     o->file_fd = o->filter_fd = -1;
     o->console_fd = -1;
     free(o->line);
     o->line = NULL;
+}
+
+/* ---- the console's sinks ------------------------------------------------------------- */
+
+static void log_to_sink(const char *line, size_t len)
+{
+    struct iovec iov = {.iov_base = (void *)line, .iov_len = len};
+
+    /* a line of a worker left open is ended first; the owners are the loop thread's, and
+     * other threads (uv_queue_work jobs) log too */
+    if (pthread_equal(pthread_self(), con.loop_thread))
+        claim_console(STDERR_FILENO, NULL);
+    console_writev(STDERR_FILENO, &iov, 1);
+}
+
+static void free_wake(uv_handle_t *h)
+{
+    free(h);
+}
+
+int agent_output_console_start(uv_loop_t *loop, size_t budget)
+{
+    int rc;
+
+    if (con.wake != NULL)
+        return -EALREADY;
+    if ((con.wake = malloc(sizeof(*con.wake))) == NULL)
+        return -ENOMEM;
+    if ((rc = uv_async_init(loop, con.wake, on_wake)) != 0) {
+        free(con.wake);
+        con.wake = NULL;
+        return rc;
+    }
+    uv_unref((uv_handle_t *)con.wake); /* the loop ends when the agent is done, not when we are */
+    con.budget = budget;
+    con.loop_thread = pthread_self();
+    for (int fd = STDOUT_FILENO; fd <= STDERR_FILENO; fd++) {
+        if (fcntl(fd, F_GETFD) < 0)
+            continue; /* closed: writes fail with EBADF as they did */
+        if ((rc = agent_sink_new(fd, 0, budget, con.wake, &con.sink[fd])) != 0)
+            mc_warn("console fd %d is written directly: %s", fd, strerror(-rc));
+    }
+    /* muster's own lines join the workers' in one queue: in order with them, and a stalled
+     * stderr no longer stops the loop in mc_log's write() */
+    if (con.sink[STDERR_FILENO] != NULL)
+        mc_log_set_writer(log_to_sink);
+    return 0;
+}
+
+void agent_output_console_write(int fd, const char *buf, size_t len)
+{
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+
+    claim_console(fd, NULL);
+    console_writev(fd, &iov, 1);
+}
+
+uint64_t agent_output_console_stop(unsigned timeout_ms)
+{
+    uint64_t lost;
+
+    if (con.wake == NULL)
+        return 0;
+    lost = agent_sink_drain_all(timeout_ms);
+    if (lost > 0) {
+        /* queued like the rest, with a short wait of its own: written directly, it could wait
+         * MC_LOG_WRITE_WAIT_MS more on a stalled stderr, past the exit's bound */
+        mc_warn("%llu bytes of output were not written: the console or a log file did not "
+                "take them within %.1f s",
+                (unsigned long long)lost, timeout_ms / 1000.0);
+        agent_sink_drain_all(AGENT_OUTPUT_LAST_LINE_MS);
+    }
+    mc_log_set_writer(NULL); /* from here on: direct and bounded (common/log.c) */
+    for (int fd = 0; fd < CONSOLE_FDS; fd++) {
+        if (con.sink[fd] == NULL)
+            continue;
+        agent_sink_close(con.sink[fd]); /* one stuck in write() stays so until exit */
+        con.sink[fd] = NULL;
+    }
+    while (con.paused != NULL)
+        pause_remove(con.paused);
+    agent_sink_forget_wake(con.wake); /* a log file still open must not wake a closed handle */
+    uv_close((uv_handle_t *)con.wake, free_wake);
+    con.wake = NULL;
+    return lost;
 }

@@ -2,7 +2,8 @@
  * console with a prefix ("[rankN]: " by default) at the start of every visible update. An update
  * ends at '\n' or '\r' ('\r': progress bars such as tqdm's redraw their line in place, so each
  * redraw is passed on at once and gets its own prefix). Each update is written with one writev()
- * so that different workers' lines never interleave mid-line.
+ * (or queued whole on the console fd's one sink, sink.h, once agent_output_console_start ran) so
+ * that different workers' lines never interleave mid-line.
  *
  * Partial lines: text without a terminator is held for at most AGENT_OUTPUT_HOLD_MS (it is
  * usually the rest of a line cut by a pipe read or a stdio buffer) and then shown as it is; the
@@ -25,6 +26,16 @@
 #define AGENT_OUTPUT_LINE_MAX (64 * 1024) /* longer lines are split, each part prefixed */
 #define AGENT_OUTPUT_HOLD_MS 100          /* the longest a partial line is held back */
 #define AGENT_OUTPUT_PREFIX_MAX 128       /* longer expanded templates are cut */
+/* Bytes queued per destination (console fd, log file) before the workers that write there are
+ * no longer read (sink.h): the console's backpressure, Slurm stepd's way */
+#define AGENT_OUTPUT_BUDGET (4u << 20)
+#define AGENT_OUTPUT_LAST_LINE_MS 100 /* what the exit's "bytes not written" line may add */
+
+struct agent_sink;
+struct agent_output;
+
+/* A paused output's destinations have room again: read its source again. */
+typedef void (*agent_output_resume_cb)(struct agent_output *o, void *data);
 
 /* How an attempt's worker streams are shown; borrowed, the strings must outlive the outputs. */
 struct agent_output_cfg {
@@ -51,6 +62,11 @@ struct agent_output {
     int cut;        /* our open line was ended by another worker's output */
     int swallow_nl; /* the last part of a split line was written: drop a leading newline */
     int attached;   /* counted in the agent-wide console state (timer, dedup) */
+    struct agent_sink *file_sink; /* NULL: file_fd written directly; else the sink owns it */
+    int paused;                   /* over budget: the caller stopped reading, resume_cb comes */
+    struct agent_output *pause_prev, *pause_next;
+    agent_output_resume_cb resume_cb;
+    void *resume_data;
     int dedup, dedup_fd;
     uint64_t dedup_seq;                         /* agent_dedup_add's cookie */
     uint64_t hold_until;                        /* ms; 0: nothing held */
@@ -74,8 +90,30 @@ void agent_output_init(struct agent_output *o, int console_fd, int file_fd, int 
 void agent_output_configure(struct agent_output *o, uv_loop_t *loop,
                             const struct agent_output_cfg *cfg, int local_rank, int stream);
 
-/* Passes n bytes on: to the file at once, to the console update by update. */
-void agent_output_feed(struct agent_output *o, const char *data, size_t n);
+/* Passes n bytes on: to the file at once, to the console update by update; never waits for
+ * either once the console is started. Returns 1 when o is paused: a destination holds its
+ * budget, so the caller stops reading o's source until resume_cb (agent_output_on_resume) is
+ * called from the loop; else 0. Without resume_cb or a started console it always returns 0. */
+int agent_output_feed(struct agent_output *o, const char *data, size_t n);
+
+/* Sets the callback for agent_output_feed's pauses; data is borrowed. */
+void agent_output_on_resume(struct agent_output *o, agent_output_resume_cb cb, void *data);
+
+/* Puts fds 1 and 2, and every console fd and log file of an output configured with a loop from
+ * now on, behind a writer thread with a queue of budget bytes (sink.h); routes muster's own log
+ * lines (common/log.h) through fd 2's queue, in order with the workers' stderr. Borrows loop.
+ * Returns 0 or a negative errno (-EALREADY when started); without it everything is written
+ * directly (tests, tools). */
+int agent_output_console_start(uv_loop_t *loop, size_t budget);
+
+/* muster's own text for the console (a failure summary), queued behind the workers' lines. */
+void agent_output_console_write(int fd, const char *buf, size_t len);
+
+/* At exit, after every output is closed: waits at most timeout_ms for the queues to be
+ * written, says in one line how many bytes were not (AGENT_OUTPUT_LAST_LINE_MS more), closes the
+ * wake handle (run the loop once more to finish the close). Log lines go directly (bounded) from
+ * here on. Returns the bytes not written. */
+uint64_t agent_output_console_stop(unsigned timeout_ms);
 
 /* Writes a pending partial line to the console, ending it with a newline. */
 void agent_output_flush(struct agent_output *o);

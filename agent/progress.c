@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "output.h"
 
 #define PROGRESS_LOG_EVERY_MS 10000
 
@@ -21,15 +22,19 @@ static void draw(struct agent_progress *p)
                  (long long)(left > 0 ? (left + 999) / 1000 : 0));
     }
     if (p->tty) {
-        fprintf(stderr, "\r\033[Kmuster: rendezvous %s: %u/%u nodes%s", p->job, w->joined,
-                w->max_nodes, last);
+        char line[512];
+        int n = snprintf(line, sizeof(line), "\r\033[Kmuster: rendezvous %s: %u/%u nodes%s", p->job,
+                         w->joined, w->max_nodes, last);
+        /* through stderr's queue (output.h): a terminal that stopped reading (^S, a stalled
+         * ssh) must not stop the loop in stdio's write */
+        agent_output_console_write(STDERR_FILENO, line,
+                                   n < (int)sizeof(line) ? (size_t)n : sizeof(line) - 1);
         p->drawn = 1;
     } else if (w->joined != p->printed_joined || now - p->printed_at >= PROGRESS_LOG_EVERY_MS) {
         mc_info("rendezvous %s: %u/%u nodes%s", p->job, w->joined, w->max_nodes, last);
         p->printed_at = now;
         p->printed_joined = w->joined;
     }
-    fflush(stderr);
 }
 
 static void tick(uv_timer_t *t)
@@ -65,7 +70,7 @@ void agent_progress_stop(struct agent_progress *p)
     p->active = 0;
     uv_timer_stop(&p->timer);
     if (p->drawn)
-        fputc('\n', stderr);
+        agent_output_console_write(STDERR_FILENO, "\n", 1);
     p->drawn = 0;
     p->printed_joined = UINT32_MAX;
 }

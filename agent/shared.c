@@ -20,6 +20,7 @@
 #include "log.h"
 #include "logdir.h"
 #include "mps.h"
+#include "output.h"
 #include "path.h"
 #include "port.h"
 #include "proctree.h"
@@ -55,7 +56,8 @@ struct shared {
     unsigned ntasks, running;
     uv_signal_t sig[NSTOP];
     int stop_signal;
-    int failed_code; /* the first task that failed finally; 0 none */
+    uint64_t stop_at_ms; /* uv_now when stop_signal came */
+    int failed_code;     /* the first task that failed finally; 0 none */
     int finished;
     struct agent_logdir logdir;
     struct agent_mps mps;
@@ -318,6 +320,7 @@ static void on_signal(uv_signal_t *h, int signum)
 
     if (!again) {
         s->stop_signal = signum;
+        s->stop_at_ms = uv_now(&s->loop);
         agent_log("received SIG%s: stopping the tasks (up to %.0f s; a second signal kills them "
                   "at once)",
                   sigabbrev_np(signum), s->o->shutdown_timeout_ms / 1000.0);
@@ -411,12 +414,28 @@ static int init(struct shared *s, const struct agent_shared_options *o)
                                          .rng = ((uint64_t)getpid() << 20) ^ (i + 1)};
     }
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill muster (workers reset it) */
+    /* a console nobody reads must never stop the loop (issue 26; output.h) */
+    if ((rc = agent_output_console_start(&s->loop, AGENT_OUTPUT_BUDGET)) != 0)
+        agent_log("warning: console output is written directly: %s", uv_strerror(rc));
     for (int i = 0; i < NSTOP; i++) {
         uv_signal_init(&s->loop, &s->sig[i]);
         s->sig[i].data = s;
         uv_signal_start(&s->sig[i], on_signal, stop_signals[i]);
     }
     return 0;
+}
+
+/* The console's time at exit, as agent.c's: what the signal left of --shutdown-timeout. */
+static unsigned flush_ms(struct shared *s)
+{
+    uint64_t grace = s->o->shutdown_timeout_ms, now, used;
+
+    if (s->stop_signal == 0)
+        return (unsigned)grace;
+    uv_update_time(&s->loop);
+    now = uv_now(&s->loop);
+    used = now > s->stop_at_ms ? now - s->stop_at_ms : 0;
+    return used + AGENT_FLUSH_MIN_MS < grace ? (unsigned)(grace - used) : AGENT_FLUSH_MIN_MS;
 }
 
 int agent_shared_run(const struct agent_shared_options *o)
@@ -437,6 +456,8 @@ int agent_shared_run(const struct agent_shared_options *o)
     for (unsigned i = 0; code == 0 && i < s.ntasks && !s.finished; i++)
         start_task(&s.tasks[i]);
     uv_run(&s.loop, UV_RUN_DEFAULT);
+    agent_output_console_stop(flush_ms(&s));
+    uv_run(&s.loop, UV_RUN_DEFAULT); /* the console's wake handle closes */
     if ((rc = uv_loop_close(&s.loop)) != 0)
         agent_log("internal error: handles left open at exit: %s", uv_strerror(rc));
     agent_mps_stop(&s.mps); /* every path ends here: done, failed, signalled, not started */

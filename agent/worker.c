@@ -21,6 +21,11 @@ void agent_group_handle_closed_(struct agent_group *g);
  * every pipe. */
 static char read_buf[64 * 1024];
 
+/* What drain_pipe reads at most after the worker exited: the pipe's worth (64 KiB by default,
+ * F_SETPIPE_SZ may raise it) and some; grandchildren still writing fast must not keep the loop
+ * here, nor fill the sinks past their hard limit. */
+#define DRAIN_MAX (1024 * 1024)
+
 static void on_handle_closed(uv_handle_t *h)
 {
     struct agent_worker *w = h->data;
@@ -48,9 +53,12 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     struct agent_worker *w = s->data;
     int i = s == (uv_stream_t *)&w->pipe[1];
 
-    if (nread > 0)
-        agent_output_feed(&w->out[i], buf->base, (size_t)nread);
-    else if (nread < 0)
+    if (nread > 0) {
+        /* the console or the log file holds its budget: the worker waits in its own write()
+         * until they drain (resume_reading), never the agent */
+        if (agent_output_feed(&w->out[i], buf->base, (size_t)nread))
+            uv_read_stop(s);
+    } else if (nread < 0)
         close_pipe(w, i); /* EOF or error: the worker closed its end */
 }
 
@@ -61,12 +69,17 @@ static void drain_pipe(struct agent_worker *w, int i)
 {
     uv_os_fd_t fd;
     ssize_t n;
+    size_t total = 0;
 
     if (!w->pipe_open[i] || uv_fileno((uv_handle_t *)&w->pipe[i], &fd) != 0)
         return;
-    while ((n = read(fd, read_buf, sizeof(read_buf))) > 0 || (n < 0 && errno == EINTR))
-        if (n > 0)
+    /* over budget or not: what the exited worker left is bounded by DRAIN_MAX */
+    while (total < DRAIN_MAX &&
+           ((n = read(fd, read_buf, sizeof(read_buf))) > 0 || (n < 0 && errno == EINTR)))
+        if (n > 0) {
             agent_output_feed(&w->out[i], read_buf, (size_t)n);
+            total += (size_t)n;
+        }
     close_pipe(w, i);
 }
 
@@ -88,6 +101,15 @@ int agent_worker_reap(struct agent_worker *w)
     drain_pipe(w, 0);
     drain_pipe(w, 1);
     return 1;
+}
+
+static void resume_reading(struct agent_output *o, void *data)
+{
+    struct agent_worker *w = data;
+    int i = o == &w->out[1];
+
+    if (w->pipe_open[i] && uv_read_start((uv_stream_t *)&w->pipe[i], alloc_cb, read_cb) != 0)
+        close_pipe(w, i); /* cannot happen on an open pipe; if it did, the worker gets EPIPE */
 }
 
 /* Decides where stream i goes. Sets *child_fd to what the child gets as fd 1+i and, when
@@ -121,6 +143,7 @@ static int setup_stream(uv_loop_t *loop, struct agent_worker *w, const struct ag
     }
     agent_output_init(&w->out[i], s->console[i], s->file[i], w->rank);
     agent_output_configure(&w->out[i], loop, s->output, w->local_rank, i);
+    agent_output_on_resume(&w->out[i], resume_reading, w);
     *child_fd = fds[1];
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +9,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-static int level = -1; /* -1: not yet read from MUSTER_LOG */
+static int level = -1;          /* -1: not yet read from MUSTER_LOG */
+static mc_log_writer_fn writer; /* NULL: write_bounded */
 
 static const char *const prefix[] = {
     [MC_LOG_ERROR] = "muster: error: ",
@@ -66,6 +68,32 @@ int mc_log_enabled(enum mc_log_level l)
     return (int)l <= (int)mc_log_level();
 }
 
+void mc_log_set_writer(mc_log_writer_fn fn)
+{
+    writer = fn;
+}
+
+/* stderr may be a pipe or terminal nobody reads (issue 26): wait at most MC_LOG_WRITE_WAIT_MS
+ * for room before each write, then give the line up. A blocking fd with POLLOUT takes a line
+ * under PIPE_BUF without waiting (a free pipe page), so the bound holds for log lines. */
+static void write_bounded(const char *buf, size_t n)
+{
+    for (size_t off = 0; off < n;) {
+        struct pollfd p = {.fd = STDERR_FILENO, .events = POLLOUT};
+        int r = poll(&p, 1, MC_LOG_WRITE_WAIT_MS);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || (p.revents & (POLLERR | POLLNVAL)))
+            break;
+        ssize_t w = write(STDERR_FILENO, buf + off, n - off);
+        if (w < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+}
+
 void mc_log(enum mc_log_level l, const char *fmt, ...)
 {
     char buf[4096];
@@ -83,13 +111,9 @@ void mc_log(enum mc_log_level l, const char *fmt, ...)
     if (k > 0)
         n += (size_t)k < cap - n ? (size_t)k : cap - n - 1; /* cut, never overflow */
     buf[n++] = '\n';
-    for (size_t off = 0; off < n;) {
-        ssize_t w = write(STDERR_FILENO, buf + off, n - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        off += (size_t)w;
-    }
+    if (writer != NULL)
+        writer(buf, n);
+    else
+        write_bounded(buf, n);
     errno = saved;
 }

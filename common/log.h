@@ -7,12 +7,24 @@
  *
  * The level comes from mc_log_set_level (the launcher's --quiet / --verbose) or, before that,
  * from MUSTER_LOG=error|warn|info|debug in the environment (read once, on first use). Each line
- * goes out in one write(2), so lines of several processes sharing a terminal do not interleave.
+ * goes out in one write(2), so lines of several processes sharing a terminal do not interleave;
+ * a stderr that takes nothing for MC_LOG_WRITE_WAIT_MS loses the line instead of blocking the
+ * caller (a stalled terminal must not stop an event loop). The agent installs a writer that
+ * queues the lines behind its workers' stderr instead (mc_log_set_writer).
  * Text is printed as given: escape untrusted parts first (escape.h). */
 #ifndef MUSTER_COMMON_LOG_H
 #define MUSTER_COMMON_LOG_H
 
+#include <stddef.h>
+
 enum mc_log_level { MC_LOG_ERROR = 0, MC_LOG_WARN, MC_LOG_INFO, MC_LOG_DEBUG };
+
+#define MC_LOG_WRITE_WAIT_MS 1000 /* the longest a line waits for room on stderr */
+
+/* Takes one complete line (with its newline) instead of write(2); called from any thread that
+ * logs, so it must be thread safe and must not block. NULL restores the direct write. */
+typedef void (*mc_log_writer_fn)(const char *line, size_t len);
+void mc_log_set_writer(mc_log_writer_fn fn);
 
 void mc_log_set_level(enum mc_log_level level);
 enum mc_log_level mc_log_level(void);

@@ -17,6 +17,11 @@
 #include <cmocka.h>
 
 #include "output.h"
+#include "sink.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 
 #define PIPE_SIZE (1024 * 1024)
 #define RANK 3
@@ -526,6 +531,198 @@ static void test_close_zeroed_struct(void **state)
     agent_output_close(NULL);
 }
 
+/* ---- the asynchronous, bounded console (sink.h, agent_output_console_start) --------- */
+
+#define BUDGET (64 * 1024)
+#define SMALL_PIPE 4096
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The console's reader, a thread that reads only while `reading` is set: the test decides when
+ * the console stalls. Everything read lands in buf (never asserts: it is not the test thread). */
+struct reader {
+    int fd;
+    atomic_int reading, stop;
+    char *buf;
+    size_t len, cap;
+    pthread_t t;
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *r = arg;
+    while (!r->stop) {
+        if (!r->reading || r->len == r->cap) {
+            usleep(1000);
+            continue;
+        }
+        ssize_t n = read(r->fd, r->buf + r->len, r->cap - r->len);
+        if (n > 0)
+            r->len += (size_t)n;
+        else if (n == 0)
+            break;
+        else
+            usleep(1000); /* EAGAIN: the read end is non-blocking */
+    }
+    return NULL;
+}
+
+/* The writer stuck in write() gets EPIPE and is done with the fd once its queue is empty:
+ * only then may teardown close the write end. */
+static void close_reader(struct fx *fx)
+{
+    close(fx->pipe[0]);
+    fx->pipe[0] = -1;
+    assert_int_equal(agent_sink_drain_all(5000) > 0, 1); /* the dropped bytes stay counted */
+}
+
+static void on_resume(struct agent_output *o, void *data)
+{
+    (void)o;
+    (*(int *)data)++;
+}
+
+/* Feeds numbered lines until the output pauses; returns the next number. Fails the test when
+ * far more than the budget goes in without a pause (the backpressure would be missing). */
+static unsigned feed_until_paused(struct fx *fx, unsigned next)
+{
+    char line[32];
+    size_t fed = 0;
+    for (;;) {
+        int n = snprintf(line, sizeof(line), "%08u\n", next++);
+        fed += (size_t)n;
+        if (agent_output_feed(&fx->o, line, (size_t)n))
+            return next;
+        assert_true(fed < 2 * BUDGET + 3 * SMALL_PIPE + 64 * 1024);
+    }
+}
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    *(int *)t->data = 1;
+}
+
+/* Runs loop until *counter reaches want; a 5 s watchdog timer fails the test (and keeps the
+ * loop alive: the console's wake handle alone does not). */
+static void run_until(uv_loop_t *loop, const int *counter, int want)
+{
+    uv_timer_t wd;
+    int fired = 0;
+
+    uv_timer_init(loop, &wd);
+    wd.data = &fired;
+    uv_timer_start(&wd, watchdog_cb, 5000, 0);
+    while (*counter < want && !fired)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&wd, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    assert_false(fired);
+}
+
+/* Over budget the output pauses (the caller stops reading the worker), it resumes only once
+ * the reader drained the queue, and every line arrives once and in order. */
+static void test_backpressure_order_nothing_lost(void **state)
+{
+    struct fx *fx = *state;
+    struct reader r = {.fd = fx->pipe[0], .cap = 8 * 1024 * 1024};
+    uv_loop_t loop;
+    int resumed = 0;
+    unsigned next = 0;
+
+    assert_true(fcntl(fx->pipe[1], F_SETPIPE_SZ, SMALL_PIPE) >= SMALL_PIPE);
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(agent_output_console_start(&loop, BUDGET), 0);
+    agent_output_configure(&fx->o, &loop, NULL, 0, 0);
+    agent_output_on_resume(&fx->o, on_resume, &resumed);
+    assert_non_null(r.buf = fx->want = malloc(r.cap));
+    assert_int_equal(pthread_create(&r.t, NULL, reader_main, &r), 0);
+    for (int round = 0; round < 3; round++) {
+        r.reading = 0;
+        next = feed_until_paused(fx, next);
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(20000);
+        uv_run(&loop, UV_RUN_NOWAIT);
+        assert_int_equal(resumed, round); /* nobody reads: no resume */
+        r.reading = 1;
+        run_until(&loop, &resumed, round + 1);
+    }
+    agent_output_close(&fx->o);
+    assert_int_equal(agent_output_console_stop(5000), 0); /* all of it written */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    close(fx->pipe[1]);
+    fx->pipe[1] = -1;
+    pthread_join(r.t, NULL); /* EOF */
+    size_t want_len = next * (strlen(PFX) + 9);
+    assert_int_equal(r.len, want_len);
+    char line[64];
+    for (unsigned i = 0; i < next; i++) {
+        snprintf(line, sizeof(line), PFX "%08u\n", i);
+        assert_memory_equal(r.buf + i * (strlen(PFX) + 9), line, strlen(line));
+    }
+}
+
+/* A console that never reads: the output pauses at the budget, the exit waits no longer than
+ * its timeout and reports what was left; the agent's memory holds at most the hard limit. */
+static void test_never_read_bounded(void **state)
+{
+    struct fx *fx = *state;
+    uv_loop_t loop;
+    int resumed = 0;
+
+    assert_true(fcntl(fx->pipe[1], F_SETPIPE_SZ, SMALL_PIPE) >= SMALL_PIPE);
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(agent_output_console_start(&loop, BUDGET), 0);
+    agent_output_configure(&fx->o, &loop, NULL, 0, 0);
+    agent_output_on_resume(&fx->o, on_resume, &resumed);
+    feed_until_paused(fx, 0);
+    /* a caller that ignores the pause (drain_pipe after an exit) is cut at the hard limit */
+    char chunk[1000];
+    memset(chunk, 'z', sizeof(chunk) - 1);
+    chunk[sizeof(chunk) - 1] = '\n';
+    for (int i = 0; i < 10 * BUDGET * AGENT_SINK_HARD_FACTOR / (int)sizeof(chunk); i++)
+        agent_output_feed(&fx->o, chunk, sizeof(chunk));
+    agent_output_close(&fx->o);
+    uint64_t t0 = mono_ms();
+    uint64_t lost = agent_output_console_stop(300);
+    uint64_t took = mono_ms() - t0;
+    assert_true(took >= 250 && took < 1500);
+    assert_true(lost >= 9 * BUDGET * AGENT_SINK_HARD_FACTOR); /* the refused part, counted */
+    assert_int_equal(resumed, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    close_reader(fx);
+}
+
+/* The sink itself: refuses (and counts) beyond its hard limit, never blocks the caller, and
+ * says "over" from the budget on. */
+static void test_sink_hard_limit(void **state)
+{
+    struct fx *fx = *state;
+    struct agent_sink *s;
+    char block[4096];
+    struct iovec iov = {.iov_base = block, .iov_len = sizeof(block)};
+    int refused = 0;
+
+    memset(block, 'q', sizeof(block));
+    assert_true(fcntl(fx->pipe[1], F_SETPIPE_SZ, SMALL_PIPE) >= SMALL_PIPE);
+    assert_int_equal(agent_sink_new(fx->pipe[1], 0, BUDGET, NULL, &s), 0);
+    uint64_t t0 = mono_ms();
+    for (int i = 0; i < 1000; i++)
+        refused += agent_sink_writev(s, &iov, 1) == -ENOBUFS;
+    assert_true(mono_ms() - t0 < 1000);
+    assert_true(agent_sink_over(s));
+    assert_true(agent_sink_queued(s) <= (size_t)BUDGET * AGENT_SINK_HARD_FACTOR);
+    assert_true(refused >= 1000 - (BUDGET * AGENT_SINK_HARD_FACTOR + 2 * SMALL_PIPE) / 4096);
+    agent_sink_close(s);
+    close_reader(fx);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -554,7 +751,11 @@ int main(void)
         T(test_template_and_no_prefix_cfg),
         T(test_split_filters),
         T(test_filter_file),
+        T(test_backpressure_order_nothing_lost),
+        T(test_never_read_bounded),
+        T(test_sink_hard_limit),
     };
+    signal(SIGPIPE, SIG_IGN); /* the sinks' writers see EPIPE when a test closes its reader */
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

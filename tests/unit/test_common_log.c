@@ -7,7 +7,9 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -148,6 +150,56 @@ static void test_errno_kept(void **state)
     captured(c);
 }
 
+static char hooked[256];
+static size_t hooked_len;
+
+static void hook(const char *line, size_t len)
+{
+    hooked_len = len < sizeof(hooked) ? len : sizeof(hooked) - 1;
+    memcpy(hooked, line, hooked_len);
+    hooked[hooked_len] = '\0';
+}
+
+/* The agent's writer takes whole lines instead of stderr; NULL gives them back to stderr. */
+static void test_writer_hook(void **state)
+{
+    struct capture *c = *state;
+
+    mc_log_set_writer(hook);
+    mc_warn("via %s", "hook");
+    mc_log_set_writer(NULL);
+    assert_string_equal(hooked, "muster: warning: via hook\n");
+    assert_string_equal(captured(c), "");
+    mc_info("direct");
+    assert_string_equal(captured(c), "muster: direct\n");
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A stderr nobody reads (issue 26): a line waits at most MC_LOG_WRITE_WAIT_MS, then is given
+ * up; the caller (an event loop) goes on. */
+static void test_stalled_stderr_bounded(void **state)
+{
+    struct capture *c = *state;
+    char fill[4096];
+    int fl = fcntl(c->pipe[1], F_GETFL);
+
+    memset(fill, 'f', sizeof(fill));
+    fcntl(c->pipe[1], F_SETFL, fl | O_NONBLOCK);
+    while (write(c->pipe[1], fill, sizeof(fill)) > 0)
+        ; /* the pipe is full */
+    fcntl(c->pipe[1], F_SETFL, fl);
+    uint64_t t0 = now_ms();
+    mc_error("nobody reads this");
+    uint64_t took = now_ms() - t0;
+    assert_true(took >= MC_LOG_WRITE_WAIT_MS - 100 && took < MC_LOG_WRITE_WAIT_MS + 1000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -157,6 +209,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errno_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_stderr_bounded, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
