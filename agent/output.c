@@ -417,6 +417,19 @@ int agent_output_split_filters(const char *list, char ***out)
 
 /* ---- lines ---------------------------------------------------------------------------- */
 
+/* PyTorch 2.x prefixes its own log lines with "[rank0]:" (c10d's logger: "[rank0]:[W1202 ...]
+ * ProcessGroupNCCL.cpp ..."): with muster's "[rank0]: " in front they read "[rank0]: [rank0]:"
+ * (issue 27). A line that already starts with our prefix (less its trailing space) is shown
+ * as it is. */
+static int already_prefixed(const struct agent_output *o, const char *text, size_t len)
+{
+    size_t n = o->prefix_len;
+
+    if (n < 2 || o->prefix[n - 1] != ' ' || o->prefix[n - 2] != ':')
+        return 0;
+    return len >= n - 1 && memcmp(text, o->prefix, n - 1) == 0;
+}
+
 /* Writes text (the part of the line not shown yet) and term ('\n', '\r', or 0 for a partial
  * line) to the console, with the prefix unless it continues our own open line. */
 static void console_write(struct agent_output *o, const char *text, size_t len, char term)
@@ -433,7 +446,7 @@ static void console_write(struct agent_output *o, const char *text, size_t len, 
     if (!o->open && len == 0 && term == '\r')
         return; /* a redraw that starts with '\r': nothing to show yet */
     claim_console(o->console_fd, o);
-    if (!o->open && o->prefix_len > 0)
+    if (!o->open && o->prefix_len > 0 && !already_prefixed(o, text, len))
         iov[cnt++] = (struct iovec){.iov_base = o->prefix, .iov_len = o->prefix_len};
     if (len > 0)
         iov[cnt++] = (struct iovec){.iov_base = (void *)text, .iov_len = len};

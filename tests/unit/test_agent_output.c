@@ -180,6 +180,21 @@ static void test_prefix_has_rank(void **state)
     assert_string_equal(console(fx), "[rank12]: x\n");
 }
 
+/* PyTorch 2.x's own "[rank3]:" prefix is not doubled (issue 27); another rank's, or text that
+ * merely contains it, keeps ours. */
+static void test_torch_prefix_not_doubled(void **state)
+{
+    struct fx *fx = *state;
+    agent_output_close(&fx->o);
+    agent_output_init(&fx->o, fx->pipe[1], -1, 3);
+    feed(fx, "[rank3]:[W1202 05:00:00.000 ProcessGroupNCCL.cpp:1] Warning\n");
+    assert_string_equal(console(fx),
+                        "[rank3]:[W1202 05:00:00.000 ProcessGroupNCCL.cpp:1] Warning\n");
+    feed(fx, "[rank30]: x\n[rank1]:y\nsee [rank3]:\n");
+    assert_string_equal(console(fx),
+                        "[rank3]: [rank30]: x\n[rank3]: [rank1]:y\n[rank3]: see [rank3]:\n");
+}
+
 /* '\r' ends an update too (progress bars): each redraw goes out at once with the prefix. */
 static void test_carriage_return_updates(void **state)
 {
@@ -733,6 +748,7 @@ int main(void)
         T(test_pending_then_several_lines),
         T(test_flush_adds_newline),
         T(test_prefix_has_rank),
+        T(test_torch_prefix_not_doubled),
         T(test_long_line_in_pieces),
         T(test_long_line_in_one_piece),
         T(test_long_partial_line_flushed),
