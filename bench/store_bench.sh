@@ -77,4 +77,7 @@ fi
     echo "| launcher start -> first step, attempt 0 | $m_first | $t_first |"
     echo "| worker start -> first step (slowest rank) | $m_init | $t_init |"
     echo "| failure -> first step of attempt 1 | $m_restart | $t_restart |"
+    for k in muster torchrun; do
+        [ -f "$W/$k.all" ] && echo "# raw $k ns (first init restart per run): $(tr '\n' ';' < "$W/$k.all")"
+    done
 } > "$OUTF"
