@@ -11,8 +11,11 @@
 # (b) rank 0 exits right after init while rank 1 uses the store for 3 s;
 # (c) a restart: attempt 1 sees none of attempt 0's keys, on a fresh and on a fixed MASTER_PORT;
 # (d) TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: TORCHELASTIC_USE_AGENT_STORE=False, and it works;
-# (e) a hostile client (garbage, a 2^63 length, 50 idle connections) does not stop the job.
+# (e) a hostile client (garbage, a 2^63 length, 50 idle connections) does not stop the job;
+# (f) two agents (1 and 2 workers, agent-hosted rendezvous): the other node's worker is a client
+#     of group rank 0's agent store, and a restart empties it there too.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/multi.sh"
 
 have_torch || skip "$TORCH_PY cannot import torch.distributed (install python3-torch)"
 W="$MUSTER_SRC/tests/integration/store_worker.py"
@@ -59,6 +62,18 @@ expect_rc "(e) a hostile client" 0
 [ "$(grep -c '^\[rank[01]\]: Done rank' "$T/out")" = 2 ] || { show_output; fail "(e) a rank did not say Done"; }
 grep -q 'agent store on port [0-9]*: closed a connection from .*: a key over the key bound' "$T/err" || { show_output; fail "(e) the 2^63 length was not refused"; }
 grep -q 'agent store on port [0-9]* closed connections: .*unknown query' "$T/err" || { show_output; fail "(e) no count of the refused connections"; }
+
+P=$(free_port)
+for i in 1 2; do
+    agent a$i PYTHON_EXEC="$TORCH_PY" -- --nnodes 2 --nproc-per-node $i --rdzv-backend c10d \
+        --rdzv-endpoint 127.0.0.1:$P --rdzv-id store-$$ --rdzv-conf join_timeout=60 \
+        --max-restarts 1 "$W" restart
+done
+agents_exit 150 0 a1 a2
+cat "$T"/a1.out "$T"/a2.out > "$T/f.out"
+[ "$(grep -c 'USE_AGENT_STORE=True attempt 1' "$T/f.out")" = 3 ] || { show_all; fail "(f) not 3 workers in attempt 1 with the agent store"; }
+grep -q "^\[rank0\]: attempt 1 sees attempt 0's keys: \[False, False, False\]" "$T/f.out" || { show_all; fail "(f) attempt 1 saw attempt 0's keys"; }
+[ "$(grep -c '^\[rank[0-2]\]: Done rank' "$T/f.out")" = 3 ] || { show_all; fail "(f) a rank did not say Done"; }
 
 assert_no_marked_left "end of test" 10
 exit 0
