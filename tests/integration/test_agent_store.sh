@@ -20,7 +20,7 @@
 have_torch || skip "$TORCH_PY cannot import torch.distributed (install python3-torch)"
 W="$MUSTER_SRC/tests/integration/store_worker.py"
 # 1.1-1.6 s a run on the 2-core VM beside other work (2 x 50 runs measured 2026-12-02: 57 s
-# and 79 s): 50 runs and the 6 other jobs fit in ~2 min
+# and 79 s): 50 runs and the 8 other jobs took 65 s (quiet) to 107 s (loaded)
 RUNS=${STORE_RUNS:-50}
 
 aborts=0 failed=0 t0=$(date +%s)
