@@ -635,6 +635,34 @@ static void test_reopen_same_port(void **state)
     close(fd);
 }
 
+/* MASTER_ADDR as a name, or an address a NAT forwards (not this machine's): the wildcard. */
+static void test_bind_fallback(void **state)
+{
+    struct fx *f = *state;
+    static const char *const hosts[] = {"localhost", "192.0.2.1", ""};
+
+    for (int i = 0; i < 3; i++) {
+        agent_store_close(f->s, NULL, NULL);
+        assert_int_equal(agent_store_new(&f->loop, hosts[i], 0, NULL, &f->s), 0);
+        int fd = client(f); /* on 127.0.0.1 */
+        q_set(f, fd, "/k", hosts[i]);
+        q_key(f, fd, Q_GET, "/k");
+        expect_vec(f, fd, hosts[i]);
+        close(fd);
+    }
+}
+
+/* A port another program listens on: an error, nothing left open. */
+static void test_port_in_use(void **state)
+{
+    struct fx *f = *state;
+    struct agent_store *s2 = NULL;
+
+    assert_int_equal(agent_store_new(&f->loop, "127.0.0.1", agent_store_port(f->s), NULL, &s2),
+                     UV_EADDRINUSE);
+    assert_null(s2);
+}
+
 #define BOTH(t)                                                                                    \
     cmocka_unit_test_setup_teardown(t, setup_v1, teardown),                                        \
         cmocka_unit_test_setup_teardown(t, setup_v2, teardown)
@@ -658,6 +686,8 @@ int main(void)
         ONLY(test_garbage_first_bytes, setup_v1),
         ONLY(test_v2_bad_validate, setup_v2),
         BOTH(test_reopen_same_port),
+        ONLY(test_bind_fallback, setup_v1),
+        ONLY(test_port_in_use, setup_v1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
