@@ -35,12 +35,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "log.h"
+#include "store_kv.h"
 
 #define VALIDATE_MAGIC 0x3C85F7CEu
 #define READ_CHUNK (64u << 10)
@@ -109,14 +108,6 @@ static const char *const reason_text[R_COUNT] = {
     [R_NOMEM] = "out of memory",
 };
 
-struct entry {
-    struct entry *next;
-    uint64_t hash;
-    size_t klen, vlen;
-    unsigned char *val;
-    unsigned char key[];
-};
-
 struct conn;
 
 /* A WAIT held until its keys exist; keys is the request's key list as it came. */
@@ -147,9 +138,7 @@ struct agent_store {
     struct agent_store_limits lim;
     struct agent_store_stats st;
     unsigned port;
-    uint64_t seed; /* of the hash: a client cannot aim its keys at one bucket */
-    struct entry **buckets;
-    size_t nbuckets;
+    struct store_kv kv;
     struct conn *conns;
     struct waiter *waiters;
     unsigned pending; /* handles not yet closed */
@@ -179,107 +168,12 @@ void agent_store_limits_default(struct agent_store_limits *l)
                                      .waits_max = AGENT_STORE_WAITS_MAX};
 }
 
-/* ---- keys and values ------------------------------------------------------------------ */
-
-static uint64_t khash(const struct agent_store *s, const void *k, size_t n)
-{
-    return XXH3_64bits_withSeed(k, n, s->seed);
-}
-
-static struct entry **kv_slot(struct agent_store *s, const void *k, size_t n, uint64_t h)
-{
-    struct entry **e = &s->buckets[h & (s->nbuckets - 1)];
-    while (*e != NULL && !((*e)->hash == h && (*e)->klen == n && memcmp((*e)->key, k, n) == 0))
-        e = &(*e)->next;
-    return e;
-}
-
-static struct entry *kv_get(struct agent_store *s, const void *k, size_t n)
-{
-    return *kv_slot(s, k, n, khash(s, k, n));
-}
-
-static int kv_grow(struct agent_store *s)
-{
-    size_t nb = s->nbuckets * 2;
-    struct entry **b = calloc(nb, sizeof(*b));
-    if (b == NULL)
-        return -R_NOMEM;
-    for (size_t i = 0; i < s->nbuckets; i++)
-        for (struct entry *e = s->buckets[i], *next; e != NULL; e = next) {
-            next = e->next;
-            e->next = b[e->hash & (nb - 1)];
-            b[e->hash & (nb - 1)] = e;
-        }
-    free(s->buckets);
-    s->buckets = b;
-    s->nbuckets = nb;
-    return 0;
-}
-
-/* Stores key = head + tail (tail: APPEND's old value goes first). 0 or -reason. */
+/* store_kv_put, its error as the reason the connection closes */
 static int kv_put(struct agent_store *s, const void *k, size_t kn, const void *v, size_t vn,
                   int append)
 {
-    uint64_t h = khash(s, k, kn);
-    struct entry **slot = kv_slot(s, k, kn, h), *e = *slot;
-    size_t old = e ? e->vlen : 0, keep = append ? old : 0;
-    unsigned char *val;
-
-    if (keep + vn > s->lim.value_max)
-        return -R_VALUE;
-    if (s->st.bytes - old + keep + vn + (e ? 0 : kn) > s->lim.total_max)
-        return -R_TOTAL;
-    if ((val = malloc(keep + vn + 1)) == NULL)
-        return -R_NOMEM;
-    if (keep)
-        memcpy(val, e->val, keep);
-    memcpy(val + keep, v, vn);
-    if (e == NULL) {
-        if ((e = malloc(sizeof(*e) + kn)) == NULL) {
-            free(val);
-            return -R_NOMEM;
-        }
-        *e = (struct entry){.hash = h, .klen = kn};
-        memcpy(e->key, k, kn);
-        *slot = e;
-        s->st.keys++;
-        s->st.bytes += kn;
-    } else {
-        free(e->val);
-    }
-    s->st.bytes += keep + vn - old;
-    e->val = val;
-    e->vlen = keep + vn;
-    return s->st.keys > s->nbuckets ? kv_grow(s) : 0;
-}
-
-static int kv_del(struct agent_store *s, const void *k, size_t n)
-{
-    struct entry **slot = kv_slot(s, k, n, khash(s, k, n)), *e = *slot;
-    if (e == NULL)
-        return 0;
-    *slot = e->next;
-    s->st.keys--;
-    s->st.bytes -= e->klen + e->vlen;
-    free(e->val);
-    free(e);
-    return 1;
-}
-
-static void kv_clear(struct agent_store *s)
-{
-    for (size_t i = 0; i < s->nbuckets; i++)
-        for (struct entry *e = s->buckets[i], *next; e != NULL; e = next) {
-            next = e->next;
-            free(e->val);
-            free(e);
-        }
-    free(s->buckets);
-    s->buckets = NULL;
-    s->nbuckets = 0;
-    s->st.keys = 0;
-    s->st.bytes = 0;
+    int rc = store_kv_put(&s->kv, k, kn, v, vn, append);
+    return rc == 0 ? 0 : rc == -EFBIG ? -R_VALUE : rc == -ENOSPC ? -R_TOTAL : -R_NOMEM;
 }
 
 /* ---- reading requests ------------------------------------------------------------------ */
@@ -357,7 +251,7 @@ static int all_exist(struct agent_store *s, const unsigned char *base, size_t of
     size_t kn;
     for (uint64_t i = 0; i < n; i++) {
         key_at(base, &off, &k, &kn);
-        if (kv_get(s, k, kn) == NULL)
+        if (store_kv_get(&s->kv, k, kn) == NULL)
             return 0;
     }
     return 1;
@@ -370,7 +264,7 @@ static void store_finish(struct agent_store *s)
     void (*done)(void *) = s->done;
     void *data = s->done_data;
 
-    kv_clear(s);
+    store_kv_clear(&s->kv);
     free(s);
     if (done != NULL)
         done(data);
@@ -577,13 +471,13 @@ static int h_compare_set(struct conn *c, struct rd *r)
     struct agent_store *s = c->s;
     const unsigned char *k, *x, *d;
     size_t kn, xn, dn;
-    struct entry *e;
+    struct store_entry *e;
     int rc;
 
     if ((rc = RD_KEY(s, r, &k, &kn)) != 1 || (rc = RD_VALUE(s, r, &x, &xn)) != 1 ||
         (rc = RD_VALUE(s, r, &d, &dn)) != 1)
         return rc;
-    e = kv_get(s, k, kn);
+    e = store_kv_get(&s->kv, k, kn);
     if (e == NULL && xn > 0) {
         reply_vec(c, x, xn); /* absent and something expected: nothing stored */
         return 1;
@@ -603,18 +497,18 @@ static int h_get(struct conn *c, struct rd *r)
 {
     const unsigned char *k;
     size_t kn;
-    struct entry *e;
+    struct store_entry *e;
     int rc = RD_KEY(c->s, r, &k, &kn);
 
     if (rc != 1)
         return rc;
-    e = kv_get(c->s, k, kn);
+    e = store_kv_get(&c->s->kv, k, kn);
     reply_vec(c, e ? e->val : NULL, e ? e->vlen : 0);
     return 1;
 }
 
 /* The value as PyTorch's std::stoll reads it: blanks, a sign, digits; -1 when not a number. */
-static int parse_i64(const struct entry *e, int64_t *v)
+static int parse_i64(const struct store_entry *e, int64_t *v)
 {
     char buf[32], *end;
 
@@ -633,13 +527,13 @@ static int h_add(struct conn *c, struct rd *r)
     const unsigned char *k;
     size_t kn;
     int64_t delta, v = 0;
-    struct entry *e;
+    struct store_entry *e;
     char text[32];
     int rc;
 
     if ((rc = RD_KEY(s, r, &k, &kn)) != 1 || !rd_raw(r, &delta, sizeof(delta)))
         return rc == 1 ? 0 : rc;
-    if ((e = kv_get(s, k, kn)) != NULL && parse_i64(e, &v) != 0)
+    if ((e = store_kv_get(&s->kv, k, kn)) != NULL && parse_i64(e, &v) != 0)
         return -R_BAD_ADD;
     v = (int64_t)((uint64_t)v + (uint64_t)delta); /* wraps as the client's int64 would */
     snprintf(text, sizeof(text), "%lld", (long long)v);
@@ -698,7 +592,7 @@ static int h_delete(struct conn *c, struct rd *r)
 
     if (rc != 1)
         return rc;
-    reply_i64(c, kv_del(c->s, k, kn));
+    reply_i64(c, store_kv_del(&c->s->kv, k, kn));
     return 1;
 }
 
@@ -718,7 +612,7 @@ static int h_multi_get(struct conn *c, struct rd *r)
             const unsigned char *k;
             size_t kn;
             key_at(r->p, &off, &k, &kn);
-            struct entry *e = kv_get(s, k, kn);
+            struct store_entry *e = store_kv_get(&s->kv, k, kn);
             uint64_t len = e ? e->vlen : 0;
             if (pass == 0) {
                 total += sizeof(len) + len;
@@ -784,7 +678,7 @@ static int h_simple(struct conn *c, struct rd *r, enum op op)
 
     switch (op) {
     case OP_GETNUMKEYS:
-        reply_i64(c, (int64_t)c->s->st.keys);
+        reply_i64(c, (int64_t)c->s->kv.keys);
         return 1;
     case OP_CANCEL_WAIT:
         drop_waits(c);
@@ -1061,9 +955,7 @@ int agent_store_new(uv_loop_t *loop, const char *host, unsigned port,
         s->lim = *lim;
     else
         agent_store_limits_default(&s->lim);
-    s->nbuckets = 64;
-    if (getrandom(&s->seed, sizeof(s->seed), 0) != sizeof(s->seed) ||
-        (s->buckets = calloc(s->nbuckets, sizeof(*s->buckets))) == NULL) {
+    if (store_kv_init(&s->kv, s->lim.value_max, s->lim.total_max) != 0) {
         free(s);
         return UV_ENOMEM;
     }
@@ -1084,8 +976,10 @@ unsigned agent_store_port(const struct agent_store *s)
     return s->port;
 }
 
-const struct agent_store_stats *agent_store_stats(const struct agent_store *s)
+const struct agent_store_stats *agent_store_stats(struct agent_store *s)
 {
+    s->st.keys = s->kv.keys;
+    s->st.bytes = s->kv.bytes;
     return &s->st;
 }
 
@@ -1112,6 +1006,6 @@ void agent_store_close(struct agent_store *s, void (*done)(void *data), void *da
     s->done_data = data;
     while (s->conns != NULL)
         drop(s->conns, R_NONE);
-    kv_clear(s);
+    store_kv_clear(&s->kv);
     uv_close((uv_handle_t *)&s->listener, on_listener_closed); /* the fd is closed now */
 }

@@ -64,8 +64,9 @@ int agent_store_new(uv_loop_t *loop, const char *host, unsigned port,
 /* The port it listens on. */
 unsigned agent_store_port(const struct agent_store *s);
 
-/* Borrowed view of the counters, valid until the close callback. */
-const struct agent_store_stats *agent_store_stats(const struct agent_store *s);
+/* Borrowed view of the counters (keys and bytes as of this call), valid until the close
+ * callback. */
+const struct agent_store_stats *agent_store_stats(struct agent_store *s);
 
 /* Drops every key, held WAIT and connection, stops listening (the port is free again when
  * this returns: a store for the next attempt may bind it at once), logs one line of what was
