@@ -12,7 +12,10 @@
  *
  * No authentication, as torchrun's: whoever reaches MASTER_ADDR:MASTER_PORT can read and
  * write the workers' keys (docs/SECURITY.md). Every resource a client can use is bounded; a
- * client over a bound is disconnected, counted, and the first of each kind is logged. */
+ * client over a bound is disconnected, counted, and the first of each kind is logged.
+ *
+ * The process must ignore SIGPIPE (agent.c does): libuv writes without MSG_NOSIGNAL, and a
+ * reply to a client that left would otherwise kill the agent. */
 #ifndef MUSTER_AGENT_STORE_H
 #define MUSTER_AGENT_STORE_H
 
