@@ -35,7 +35,7 @@ WORKER=$SRC/tests/integration/store_worker.py
 
 # one_run KIND N: one job, its stamps in $W/KIND.N.out; prints "first init restart" in ns
 one_run() {
-    local kind=$1 n=$2 out=$W/$1.$2.out t0
+    local kind=$1 out=$W/$1.$2.out t0
     t0=$(date +%s%N)
     if [ "$kind" = muster ]; then
         STORE_BENCH_FAIL=1 PYTHON_EXEC=$PYTHON timeout 120 "$MUSTER_BIN" run --standalone \
@@ -78,6 +78,8 @@ fi
     echo "| worker start -> first step (slowest rank) | $m_init | $t_init |"
     echo "| failure -> first step of attempt 1 | $m_restart | $t_restart |"
     for k in muster torchrun; do
-        [ -f "$W/$k.all" ] && echo "# raw $k ns (first init restart per run): $(tr '\n' ';' < "$W/$k.all")"
+        if [ -f "$W/$k.all" ]; then
+            echo "# raw $k ns (first init restart per run): $(tr '\n' ';' < "$W/$k.all")"
+        fi
     done
 } > "$OUTF"
