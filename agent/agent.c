@@ -128,6 +128,7 @@ static void finish_now(struct agent *a)
     a->client = NULL;
     rdzv_server_close(a->server, NULL, NULL);
     a->server = NULL;
+    agent_store_stop_(a);
     for (int i = 0; i < NSIGHANDLES; i++)
         uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
     agent_progress_close(&a->progress, close_handle_cb);
@@ -219,10 +220,13 @@ static const struct agent_group_cbs group_cbs;
 
 static void start_workers(struct agent *a)
 {
-    int rc = agent_group_new(&a->loop, (int)a->o->work.nproc, &group_cbs, a, &a->group);
-    int failed = 0;
+    int rc, failed = 0;
 
-    if (rc != 0) {
+    if (agent_store_start_(a) != 0) {
+        fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL); /* said */
+        return;
+    }
+    if ((rc = agent_group_new(&a->loop, (int)a->o->work.nproc, &group_cbs, a, &a->group)) != 0) {
         mc_error("%s", strerror(-rc));
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL);
         return;
@@ -527,6 +531,9 @@ static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
 
     if (!accepts(a, AGENT_EV_RESTART))
         return;
+    /* the next attempt's workers must not meet this one's keys: on a fixed MASTER_PORT they
+     * could reach this store before the next attempt replaces it */
+    agent_store_stop_(a);
     agent_failure_describe(&r->cause, how, sizeof(how));
     if (r->cause.rank >= 0)
         mc_info("restarting workers (restart %u/%u): rank %d %s", r->restart_count, max,

@@ -28,6 +28,7 @@
 #include "progress.h"
 #include "replica.h"
 #include "server.h"
+#include "store.h"
 
 /* INT, TERM, HUP, QUIT, one more for a --preempt-signal outside that list (SIGUSR1 for
  * sbatch --signal), and up to 32 more from --signals-to-handle */
@@ -88,6 +89,10 @@ struct agent {
     uv_signal_t sig[AGENT_NSIGHANDLES];
     int port_fd;
     unsigned port;
+    /* group rank 0's TCPStore of this attempt (issue 27), NULL elsewhere and between
+     * attempts; use_agent_store is this attempt's TORCHELASTIC_USE_AGENT_STORE */
+    struct agent_store *store;
+    int use_agent_store;
     struct rdzv_assign as;
     /* the first local failure of this attempt (FAILED sent), valid when have_local_failure */
     int have_local_failure;
@@ -133,6 +138,14 @@ void agent_spawn_failure_(struct agent *a, int i, int err, struct rdzv_failure *
  * stdout, bit 2 stderr) send to files; shown = console output wanted. Also used by shared.c. */
 void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,
                            unsigned char tee, unsigned char shown, struct agent_worker_spec *spec);
+
+/* attempt.c: before an attempt's workers start, drops the previous attempt's store (its keys
+ * and connections: 2.x clients use no attempt prefix, pytorch#135712) and, on group rank 0,
+ * opens this attempt's on MASTER_ADDR:MASTER_PORT; sets a->use_agent_store. 0, or a negative
+ * errno (logged) when the store the other nodes' workers expect cannot be opened. _stop_
+ * closes it (a restart was decided, or the agent finishes); both accept no store. */
+int agent_store_start_(struct agent *a);
+void agent_store_stop_(struct agent *a);
 
 /* agent_ft.c: watchers set up at start (0 or a negative errno, logged); hang_cb is called
  * for a worker silent past --hang-timeout (struct agent_hang's data is a). Before each JOIN,

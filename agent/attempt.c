@@ -82,6 +82,43 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->resume_from = a->ft.resume_from;
     w->virtual_local_rank = o->work.virtual_local_rank;
     w->signals_to_handle = o->work.signals_to_handle;
+    w->agent_store = a->use_agent_store;
+}
+
+/* ---- the agent's TCPStore (issue 27) ------------------------------------------------- */
+
+void agent_store_stop_(struct agent *a)
+{
+    agent_store_close(a->store, NULL, NULL);
+    a->store = NULL;
+}
+
+int agent_store_start_(struct agent *a)
+{
+    const struct rdzv_assign *as = &a->as;
+    int rc;
+
+    agent_store_stop_(a); /* a store outliving its attempt hands out stale keys */
+    a->use_agent_store = agent_env_agent_store_wanted(environ);
+    if (!a->use_agent_store || as->group_rank != 0)
+        return 0;
+    rc = agent_store_new(&a->loop, as->master_addr, as->master_port, NULL, &a->store);
+    if (rc == 0) {
+        mc_debug("agent store listening on %s:%u", as->master_addr, as->master_port);
+        return 0;
+    }
+    if (as->group_world_size > 1) {
+        /* the other nodes' workers are clients of a store no one would host */
+        mc_error("cannot serve the TCPStore on %s:%u: %s", as->master_addr, as->master_port,
+                 uv_strerror(rc));
+        return rc;
+    }
+    /* one node: its workers alone decide, so worker rank 0 can host it as before */
+    mc_warn("cannot serve the TCPStore on %s:%u: %s; worker rank 0 hosts it "
+            "(TORCHELASTIC_USE_AGENT_STORE=False)",
+            as->master_addr, as->master_port, uv_strerror(rc));
+    a->use_agent_store = 0;
+    return 0;
 }
 
 void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,

@@ -100,6 +100,12 @@ static const char *parent_get(char *const *parent, const char *key)
     return NULL;
 }
 
+int agent_env_agent_store_wanted(char *const *parent)
+{
+    const char *v = parent_get(parent, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
+    return v == NULL || strcmp(v, "1") != 0; /* torchrun compares with "1" exactly */
+}
+
 /* --virtual-local-rank: the worker sees its one GPU as device 0. Entry local_rank of the
  * agent's list, as written (torchrun strips blanks around it), else GPU local_rank. */
 static int set_virtual_gpu(struct agent_env *env, const struct agent_worker_info *w,
@@ -143,8 +149,9 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
     rc |= agent_env_setf(env, "TORCHELASTIC_RESTART_COUNT", "%u", w->restart_count);
     rc |= agent_env_setf(env, "TORCHELASTIC_MAX_RESTARTS", "%u", w->max_restarts);
     rc |= agent_env_set(env, "TORCHELASTIC_RUN_ID", w->run_id);
-    /* False: muster serves no TCPStore, so rank 0's init_process_group must create it. */
-    rc |= agent_env_set(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
+    /* True: every worker is a client of the agent's store, so rank 0 leaving first takes it
+     * from no one (issue 27); False: rank 0's init_process_group creates it */
+    rc |= agent_env_set(env, "TORCHELASTIC_USE_AGENT_STORE", w->agent_store ? "True" : "False");
     rc |= agent_env_set(env, "TORCHELASTIC_ERROR_FILE", w->error_file);
     rc |= agent_env_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
     /* torch < 2.2 reads only the old name (and defaults it off); newer torch reads both */

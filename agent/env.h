@@ -36,7 +36,15 @@ struct agent_worker_info {
     /* --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES = entry local_rank of the
      * agent's CUDA_VISIBLE_DEVICES (or local_rank itself when it is unset), as torchrun */
     int virtual_local_rank;
+    /* TORCHELASTIC_USE_AGENT_STORE=True: group rank 0's agent serves the TCPStore on
+     * MASTER_PORT (agent/store.h) and every worker is a client; 0: worker rank 0 hosts it (the
+     * shared-GPU mode, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) */
+    int agent_store;
 };
+
+/* Whether the job uses the agent's TCPStore: 1 unless the agent's environment `parent` has
+ * TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, torchrun's switch back to rank 0 hosting it. */
+int agent_env_agent_store_wanted(char *const *parent);
 
 void agent_env_init(struct agent_env *env);
 void agent_env_free(struct agent_env *env);

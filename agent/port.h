@@ -1,6 +1,7 @@
 /* MASTER_PORT reservation: a TCP port this node verified free, kept bound (SO_REUSEADDR, not
  * listening) while the workers run so that no other program's bind(0) or connect() can take
- * it; rank 0's TCPStore still binds it (SO_REUSEADDR on both sides, only it listens). */
+ * it; the TCPStore (group rank 0's agent's, agent/store.h, or worker rank 0's) still binds it
+ * (SO_REUSEADDR on both sides, only it listens). */
 #ifndef MUSTER_AGENT_PORT_H
 #define MUSTER_AGENT_PORT_H
 

@@ -133,6 +133,7 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
         .checkpoint_dir = cfg->checkpoint_dir,
         .virtual_local_rank = cfg->virtual_local_rank,
         .signals_to_handle = cfg->signals_to_handle,
+        .agent_store = agent_env_agent_store_wanted(environ),
         /* as the real run sets them, with what is known only at run time in <...> */
         .round = 1,
         .token = "<hidden>",

@@ -40,7 +40,7 @@ for r in 0 1 2; do
     expect_eq "worker $r command" "command: $PY -u train.py --lr 1" "$(grep '^command: ' "$T/b$r")"
     for kv in RANK=$r LOCAL_RANK=$r GROUP_RANK=0 ROLE_RANK=$r ROLE_NAME=default LOCAL_WORLD_SIZE=3 \
               WORLD_SIZE=3 GROUP_WORLD_SIZE=1 ROLE_WORLD_SIZE=3 TORCHELASTIC_RESTART_COUNT=0 \
-              TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=$run_id TORCHELASTIC_USE_AGENT_STORE=False \
+              TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=$run_id TORCHELASTIC_USE_AGENT_STORE=True \
               TORCH_NCCL_ASYNC_ERROR_HANDLING=1 OMP_NUM_THREADS=1 MUSTER_JOB_ID=$run_id; do
         grep -qxF "$kv" "$T/b$r" || { cat "$T/b$r" >&2; fail "[worker $r] lacks the line $kv"; }
     done

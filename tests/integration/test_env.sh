@@ -26,7 +26,7 @@ for r in 0 1 2 3; do
     expect_eq "rank $r ROLE_WORLD_SIZE" 4 "$(envval "$f" ROLE_WORLD_SIZE)"
     expect_eq "rank $r TORCHELASTIC_RESTART_COUNT" 0 "$(envval "$f" TORCHELASTIC_RESTART_COUNT)"
     expect_eq "rank $r TORCHELASTIC_MAX_RESTARTS" 0 "$(envval "$f" TORCHELASTIC_MAX_RESTARTS)"
-    expect_eq "rank $r TORCHELASTIC_USE_AGENT_STORE" False "$(envval "$f" TORCHELASTIC_USE_AGENT_STORE)"
+    expect_eq "rank $r TORCHELASTIC_USE_AGENT_STORE" True "$(envval "$f" TORCHELASTIC_USE_AGENT_STORE)"
     expect_eq "rank $r TORCH_NCCL_ASYNC_ERROR_HANDLING" 1 "$(envval "$f" TORCH_NCCL_ASYNC_ERROR_HANDLING)"
     expect_eq "rank $r OMP_NUM_THREADS (unset outside, nproc 4)" 1 "$(envval "$f" OMP_NUM_THREADS)"
     expect_eq "rank $r inherited agent variable" inherited-value-42 "$(envval "$f" MUSTER_IT_INHERITED)"

@@ -382,11 +382,32 @@ static void test_endpoint_and_ft_variables(void **state)
     assert_var(&fx->env, "MUSTER_CHECKPOINT_DIR", "/ck");
 }
 
+/* issue 27: True when the agent serves the store; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (and
+ * only "1", as torchrun compares) turns it off */
+static void test_agent_store(void **state)
+{
+    struct fx *fx = *state;
+    char *none[] = {"PATH=/usr/bin", NULL};
+    char *off[] = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", NULL};
+    char *zero[] = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0", NULL};
+    char *yes[] = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=true", NULL};
+
+    assert_true(agent_env_agent_store_wanted(none));
+    assert_true(agent_env_agent_store_wanted(NULL));
+    assert_false(agent_env_agent_store_wanted(off));
+    assert_true(agent_env_agent_store_wanted(zero));
+    assert_true(agent_env_agent_store_wanted(yes));
+    fx->w.agent_store = 1;
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, none), 0);
+    assert_var(&fx->env, "TORCHELASTIC_USE_AGENT_STORE", "True");
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_worker_env_all_variables),
+        T(test_agent_store),
         T(test_nccl_async_old_name),
         T(test_virtual_local_rank),
         T(test_worker_env_null_parent_and_empty_error_file),
