@@ -64,6 +64,7 @@ struct agent_worker_opts {
     const char *signals_to_handle; /* NULL or exported as TORCHELASTIC_SIGNALS_TO_HANDLE */
     int virtual_local_rank;        /* --virtual-local-rank (env.h) */
     const struct agent_numa *numa; /* --numa-binding: per local rank CPUs and memory; or NULL */
+    int torch_version; /* the workers' PyTorch, 100 * major + minor; 0 unknown (torchver.h) */
 };
 
 /* Restarts, shutdown and the signals that stop the job. */

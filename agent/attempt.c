@@ -83,6 +83,7 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->virtual_local_rank = o->work.virtual_local_rank;
     w->signals_to_handle = o->work.signals_to_handle;
     w->agent_store = a->use_agent_store;
+    w->torch_version = o->work.torch_version;
 }
 
 /* ---- the agent's TCPStore (issue 27) ------------------------------------------------- */

@@ -154,8 +154,11 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
     rc |= agent_env_set(env, "TORCHELASTIC_USE_AGENT_STORE", w->agent_store ? "True" : "False");
     rc |= agent_env_set(env, "TORCHELASTIC_ERROR_FILE", w->error_file);
     rc |= agent_env_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
-    /* torch < 2.2 reads only the old name (and defaults it off); newer torch reads both */
-    if (parent_get(parent, "NCCL_ASYNC_ERROR_HANDLING") == NULL)
+    /* torch < 2.2 reads only the old name (and defaults it off); 2.2+ reads the new one and
+     * warns in every process when the old one is set (issue 27: twice per worker), so the old
+     * name goes only where the workers' PyTorch is older or unknown (launcher/torchver.h) */
+    if (parent_get(parent, "NCCL_ASYNC_ERROR_HANDLING") == NULL &&
+        (w->torch_version == 0 || w->torch_version < 202))
         rc |= agent_env_set(env, "NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
     if (parent_get(parent, "OMP_NUM_THREADS") == NULL && w->local_world_size > 1)
         rc |= agent_env_set(env, "OMP_NUM_THREADS", "1");

@@ -40,6 +40,7 @@ struct agent_worker_info {
      * MASTER_PORT (agent/store.h) and every worker is a client; 0: worker rank 0 hosts it (the
      * shared-GPU mode, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) */
     int agent_store;
+    int torch_version; /* 100 * major + minor of the workers' PyTorch; 0 unknown */
 };
 
 /* Whether the job uses the agent's TCPStore: 1 unless the agent's environment `parent` has

@@ -471,7 +471,8 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
                                          .role = cfg->role,
                                          .signals_to_handle = cfg->signals_to_handle,
                                          .virtual_local_rank = cfg->virtual_local_rank,
-                                         .numa = numa->nbind > 0 ? numa : NULL};
+                                         .numa = numa->nbind > 0 ? numa : NULL,
+                                         .torch_version = cfg->torch_version};
     o->restart = (struct agent_restart_opts){.max_restarts = (unsigned)cfg->max_restarts,
                                              .backoff_min_ms = cfg->backoff_min_ms,
                                              .backoff_max_ms = cfg->backoff_max_ms,

@@ -108,7 +108,7 @@ n=$(sed -n 's/^muster_auth_failures_total{reason="job_scope"} \([0-9]*\)$/\1/p' 
 [ "${n:-0}" -ge 14 ] || fail "muster_auth_failures_total{reason=\"job_scope\"} = '${n:-}', expected >= 14"
 n=$(sed -n 's/^muster_auth_failures_total{reason="node_secret"} \([0-9]*\)$/\1/p' "$T/http.body")
 [ "${n:-0}" -ge 2 ] || fail "node_secret refusals counted '${n:-}', expected >= 2"
-lines=$(grep -c "credential" "$SERR")
+lines=$(grep -c "refused .*: job_scope: " "$SERR")
 [ "$lines" = 1 ] || { cat "$SERR" >&2; fail "expected one log line for the scope refusals, got $lines"; }
 stop_server
 assert_no_marked_left "after the jobs" 5

@@ -182,6 +182,17 @@ static void test_nccl_async_old_name(void **state)
     assert_var(&fx->env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
     assert_int_equal(agent_env_merge(&fx->env, old2, &fx->merged), 0);
     assert_var(&fx->merged, "NCCL_ASYNC_ERROR_HANDLING", "2");
+    /* issue 27: a PyTorch known to read the new name (2.2+) does not get the old one, whose
+     * deprecation warning it prints in every process; 1.13 and an unknown version do */
+    agent_env_free(&fx->env);
+    fx->w.torch_version = 211;
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, NULL), 0);
+    assert_null(agent_env_get(&fx->env, "NCCL_ASYNC_ERROR_HANDLING"));
+    assert_var(&fx->env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+    agent_env_free(&fx->env);
+    fx->w.torch_version = 113;
+    assert_int_equal(agent_env_for_worker(&fx->env, &fx->w, NULL), 0);
+    assert_var(&fx->env, "NCCL_ASYNC_ERROR_HANDLING", "1");
 }
 
 /* --virtual-local-rank: LOCAL_RANK 0 and the worker's own entry of the agent's list (blanks
