@@ -134,6 +134,7 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
         .virtual_local_rank = cfg->virtual_local_rank,
         .signals_to_handle = cfg->signals_to_handle,
         .agent_store = agent_env_agent_store_wanted(environ),
+        .torch_version = cfg->torch_version,
         /* as the real run sets them, with what is known only at run time in <...> */
         .round = 1,
         .token = "<hidden>",
@@ -210,6 +211,9 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
            cfg->rdzv_id, backends[cfg->backend], endpoint_text(cfg, ep, sizeof(ep)), cfg->min_nodes,
            cfg->max_nodes, cfg->nproc_per_node, world, cfg->max_restarts);
     print_backoff(cfg);
+    if (cfg->torch_version > 0)
+        printf("# the workers' PyTorch: %d.%d (found beside %s)\n", cfg->torch_version / 100,
+               cfg->torch_version % 100, cfg->python_exec);
     if (cfg->max_nodes > 1)
         printf("# ranks assume group rank %d and %d workers on every node; the rendezvous "
                "decides\n",

@@ -10,24 +10,42 @@
 #include <string.h>
 #include <unistd.h>
 
-int launcher_torchver_parse(const char *text, size_t len, int *major, int *minor)
+/* The value of the line `__version__ = '...'` (at a line start: 2.x's version.py names it in
+ * `__all__ = ['__version__', ...]` first), after its opening quote; NULL when there is none. */
+static const char *version_value(const char *text, size_t len)
 {
     static const char key[] = "__version__";
-    const char *p = memmem(text, len, key, sizeof(key) - 1), *end = text + len;
+    const char *p = text, *end = text + len;
+
+    while ((p = memmem(p, (size_t)(end - p), key, sizeof(key) - 1)) != NULL) {
+        const char *q = p + sizeof(key) - 1;
+        int at_line_start = p == text || p[-1] == '\n';
+
+        p = q;
+        if (!at_line_start)
+            continue;
+        while (q < end && (*q == ' ' || *q == '\t'))
+            q++;
+        if (q >= end || *q != '=')
+            continue;
+        for (q++; q < end && (*q == ' ' || *q == '\t'); q++)
+            ;
+        if (q < end && (*q == '\'' || *q == '"'))
+            return q + 1;
+    }
+    return NULL;
+}
+
+int launcher_torchver_parse(const char *text, size_t len, int *major, int *minor)
+{
+    const char *p = version_value(text, len), *end = text + len;
     char *stop;
     long ma, mi;
 
-    if (p == NULL)
-        return -EINVAL;
-    for (p += sizeof(key) - 1; p < end && (*p == ' ' || *p == '=' || *p == '\t'); p++)
-        ;
-    if (p >= end || (*p != '\'' && *p != '"'))
-        return -EINVAL;
-    p++;
-    if (p >= end || *p < '0' || *p > '9')
+    if (p == NULL || p >= end || *p < '0' || *p > '9')
         return -EINVAL;
     ma = strtol(p, &stop, 10); /* the text ends in a quote or newline: strtol stops there */
-    if (stop >= end || *stop != '.' || stop[1] < '0' || stop[1] > '9')
+    if (stop >= end || *stop != '.' || stop + 1 >= end || stop[1] < '0' || stop[1] > '9')
         return -EINVAL;
     mi = strtol(stop + 1, &stop, 10);
     if (ma < 0 || ma > 99 || mi < 0 || mi > 99)

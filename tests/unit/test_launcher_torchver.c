@@ -21,6 +21,11 @@ static void test_parse(void **state)
     } t[] = {
         {"__version__ = '1.13.0a0'\ndebug = False\n", 0, 1, 13},
         {"from typing import Optional\n__version__ = '2.11.0+cu130'\n", 0, 2, 11},
+        /* 2.11's own file (seen on the H200 host): named in __all__ before it is set */
+        {"from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', "
+         "'git_version', 'hip', 'xpu']\n__version__ = '2.11.0+cu130'\ndebug = False\n",
+         0, 2, 11},
+        {"x__version__ = '2.1'\n", -EINVAL, 0, 0},
         {"__version__ = \"2.2.1\"\n", 0, 2, 2},
         {"__version__='3.0'", 0, 3, 0},
         {"__version__ = 'abc'\n", -EINVAL, 0, 0},
