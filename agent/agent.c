@@ -111,6 +111,11 @@ static void print_job_failed(struct agent *a)
         return;
     agent_failure_print_summary(mem, a->o->run_id, a->job_failed.restarts, f,
                                 ours ? a->local_error_file : NULL);
+    if (agent_output_missing_module() != NULL) /* the wrong interpreter, most likely */
+        fprintf(mem,
+                "muster:   hint       : the workers printed \"No module named '%s'\": %s does "
+                "not have it; set PYTHON_EXEC to the Python that does\n",
+                agent_output_missing_module(), a->o->work.argv[0]);
     if (fclose(mem) == 0)
         agent_output_console_write(STDERR_FILENO, text, len);
     free(text);

@@ -39,6 +39,7 @@ static struct {
     size_t budget;
     pthread_t loop_thread;
     struct agent_output *paused; /* outputs whose reader waits for a drain (list) */
+    char missing_module[64];     /* a worker printed "No module named 'X'" (first X) */
 } con;
 
 int agent_output_open_log(const char *dir, const char *name, int *fd)
@@ -490,10 +491,34 @@ static void filter_line(struct agent_output *o, const char *text, size_t len)
 
 /* A complete update (the whole line, text[0..len), of which o->shown bytes are on the console
  * already) ended by term. */
+/* "ModuleNotFoundError: No module named 'torch'": the workers' Python is not the one with the
+ * packages; the failure summary says so (issue 27: every rank printed it, with no hint). */
+static void note_missing_module(const char *text, size_t len)
+{
+    static const char key[] = "ModuleNotFoundError: No module named '";
+    const char *p = con.missing_module[0] ? NULL : memmem(text, len, key, sizeof(key) - 1);
+    const char *q, *end = text + len;
+
+    if (p == NULL)
+        return;
+    p += sizeof(key) - 1;
+    if ((q = memchr(p, '\'', (size_t)(end - p))) == NULL || q == p ||
+        (size_t)(q - p) >= sizeof(con.missing_module))
+        return;
+    memcpy(con.missing_module, p, (size_t)(q - p));
+    con.missing_module[q - p] = '\0';
+}
+
+const char *agent_output_missing_module(void)
+{
+    return con.missing_module[0] ? con.missing_module : NULL;
+}
+
 static void line_done(struct agent_output *o, const char *text, size_t len, char term)
 {
     hold_remove(o);
     filter_line(o, text, len);
+    note_missing_module(text, len);
     if (o->console_fd >= 0) {
         int queued = 0;
         if (o->dedup && term == '\n' && o->shown == 0 && !o->open && !o->cut &&

@@ -137,4 +137,8 @@ int agent_output_split_filters(const char *list, char ***out);
  * negative errno (e.g. -EPIPE when the console went away). */
 int agent_write_all(int fd, const char *buf, size_t len);
 
+/* The module of the first "ModuleNotFoundError: No module named 'X'" a worker printed since
+ * the process started, or NULL: the failure summary's hint (issue 27). */
+const char *agent_output_missing_module(void);
+
 #endif

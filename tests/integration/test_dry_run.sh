@@ -75,6 +75,13 @@ IT_TIMEOUT=20 mrun -u PYTHON_EXEC PATH="$T/nopy" -- run --standalone train.py
 expect_rc "no python3 on PATH" 2
 grep -q "python 'python3' not found on PATH (set PYTHON_EXEC" "$T/err" || { show_output; fail "no hint when python3 is not on PATH"; }
 
+# a worker that cannot import a module: the summary names the interpreter and PYTHON_EXEC
+echo 'import no_such_module_for_muster_test' > nomod.py
+IT_TIMEOUT=60 mrun -u PYTHON_EXEC -- run --standalone --nproc-per-node 2 nomod.py
+expect_rc "a worker without its module" 1
+grep -q "hint       : the workers printed \"No module named 'no_such_module_for_muster_test'\": $PY does not have it; set PYTHON_EXEC" "$T/err" ||
+    { show_output; fail "no hint naming the interpreter and PYTHON_EXEC"; }
+
 # --no-python
 IT_TIMEOUT=20 mrun -- run --dry-run --standalone --nproc-per-node 2 --no-python ./prog.sh a 'b'
 expect_rc "--dry-run --no-python" 0
