@@ -227,8 +227,9 @@ static void start_workers(struct agent *a)
 {
     int rc, failed = 0;
 
-    if (agent_store_start_(a) != 0) {
-        fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL); /* said */
+    if ((rc = agent_store_start_(a)) != 0) {
+        /* a busy --master-port is the operator's to fix, like a bad flag (said) */
+        fire(a, AGENT_EV_FATAL, rc == UV_EADDRINUSE ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL);
         return;
     }
     if ((rc = agent_group_new(&a->loop, (int)a->o->work.nproc, &group_cbs, a, &a->group)) != 0) {

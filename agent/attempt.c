@@ -108,6 +108,14 @@ int agent_store_start_(struct agent *a)
         mc_debug("agent store listening on %s:%u", as->master_addr, as->master_port);
         return 0;
     }
+    if (rc == UV_EADDRINUSE) {
+        /* worker rank 0 could not bind it either: a 28-line traceback from every rank's
+         * init_process_group (issue 27), where one line says it all */
+        mc_error("MASTER_PORT %u is in use on this node (%s): the job's TCPStore listens "
+                 "there; pick another --master-port, or leave it out for a free one",
+                 as->master_port, as->master_addr);
+        return rc;
+    }
     if (as->group_world_size > 1) {
         /* the other nodes' workers are clients of a store no one would host */
         mc_error("cannot serve the TCPStore on %s:%u: %s", as->master_addr, as->master_port,

@@ -82,6 +82,21 @@ expect_rc "a worker without its module" 1
 grep -q "hint       : the workers printed \"No module named 'no_such_module_for_muster_test'\": $PY does not have it; set PYTHON_EXEC" "$T/err" ||
     { show_output; fail "no hint naming the interpreter and PYTHON_EXEC"; }
 
+# a --master-port some other process holds: one line and exit 2, not a traceback per rank
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True); time.sleep(30)' > "$T/busy.port" &
+BUSY=$!
+IT_BG_PIDS="${IT_BG_PIDS:-} $BUSY"
+wait_for 10 test -s "$T/busy.port" || fail "no busy port"
+IT_TIMEOUT=30 mrun -- run --standalone --nproc-per-node 2 --master-port "$(cat "$T/busy.port")" \
+    --no-python ./prog.sh
+expect_rc "a busy --master-port" 2
+grep -q "error: MASTER_PORT $(cat "$T/busy.port") is in use on this node" "$T/err" ||
+    { show_output; fail "no clear line for a busy --master-port"; }
+[ -e "$T/STARTED" ] && fail "a worker started although MASTER_PORT was taken"
+kill "$BUSY" 2>/dev/null
+
 # --no-python
 IT_TIMEOUT=20 mrun -- run --dry-run --standalone --nproc-per-node 2 --no-python ./prog.sh a 'b'
 expect_rc "--dry-run --no-python" 0
