@@ -148,7 +148,7 @@ void agent_ft_flush_(struct agent *a, int clean, void (*done)(struct agent *a))
 static void ckpt_log(void *data, const char *line)
 {
     (void)data;
-    mc_info("%s", line);
+    agent_log("%s", line); /* "error: "/"warning: " keep their level: --quiet shows them */
 }
 
 static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const char *why)
@@ -221,7 +221,7 @@ static void on_ckpt_pruned(void *data, const struct agent_ckpt_entry *e)
 static void repl_log(void *data, const char *line)
 {
     (void)data;
-    mc_info("%s", line);
+    agent_log("%s", line); /* "error: "/"warning: " keep their level: --quiet shows them */
 }
 
 static const struct agent_replica_cbs repl_cbs = {

@@ -79,6 +79,12 @@ IT_TIMEOUT=20 mrun -- run --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --mas
 expect_rc "--master-port 65535 in the static recipe" 2
 grep -q "node rank 0 hosts muster's rendezvous on MASTER_PORT + 1" "$T/err" ||
     { show_output; fail "the MASTER_PORT + 1 refusal does not say why"; }
+# --quiet keeps errors: the one line that explains a refused --checkpoint-dir (issue 28)
+mkdir -m 0777 "$T/ww"
+IT_TIMEOUT=20 mrun -- run --quiet --standalone --checkpoint-dir "$T/ww" --no-python /bin/true
+expect_rc "--quiet with a world-writable --checkpoint-dir" 2
+grep -q "error: refusing --checkpoint-dir $T/ww: writable by others" "$T/err" ||
+    { show_output; fail "--quiet dropped the line that says why"; }
 # `muster` alone (issue 27): the commands on stderr, exit 2, not the 260 lines of --help on stdout
 IT_TIMEOUT=20 mrun --
 expect_rc "muster with no command" 2
