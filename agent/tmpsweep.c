@@ -79,6 +79,8 @@ static int prune_reports(int tfd, struct report *r, size_t n)
 {
     int removed = 0;
 
+    if (n <= AGENT_TMPSWEEP_KEEP_REPORTS)
+        return 0; /* (and qsort must not get NULL, even for 0 entries) */
     qsort(r, n, sizeof(*r), newest_first);
     for (size_t i = AGENT_TMPSWEEP_KEEP_REPORTS; i < n; i++)
         removed += mc_rm_at(tfd, r[i].name, 0, NULL, 0) == 0;
