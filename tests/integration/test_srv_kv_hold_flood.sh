@@ -96,9 +96,13 @@ grep -q "lost node\|no heartbeat" "$T/b0.err" "$T/b1.err" && { show_all; fail "B
 if [ -n "${RDZV_POKE:-}" ] && [ -x "$RDZV_POKE" ]; then
     out=$(MUSTER_TOKEN=$AW timeout 30 "$RDZV_POKE" "$EP" workerstatus $A 2>&1 | head -1)
     case "$out" in "ERROR 3"*workers\ may\ not*) ;; *) fail "A's worker read A's status: $out" ;; esac
-    http_get "$SHTTP" /metrics
-    n=$(sed -n 's/^muster_auth_failures_total{reason="job_scope"} \([0-9]*\)$/\1/p' "$T/http.body")
-    [ "${n:-0}" -ge 1 ] || fail "the worker's STATUS_REQ was not counted in job_scope"
+    # /metrics is a snapshot at most 250 ms old: poll until the refusal shows
+    scope_counted() {
+        http_get "$SHTTP" /metrics
+        n=$(sed -n 's/^muster_auth_failures_total{reason="job_scope"} \([0-9]*\)$/\1/p' "$T/http.body")
+        [ "${n:-0}" -ge 1 ]
+    }
+    wait_for 10 scope_counted || fail "the worker's STATUS_REQ was not counted in job_scope"
 fi
 
 : > "$T/wb/release"
