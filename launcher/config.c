@@ -24,6 +24,7 @@
 #include "ids.h"
 #include "log.h"
 #include "output.h"
+#include "proc.h"
 #include "secret.h"
 #include "slurm.h"
 #include "token.h"
@@ -1055,41 +1056,28 @@ static int is_executable(const char *path)
 static int resolve_python(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
-    const char *path = getenv("PATH"), *dir, *end;
-    char cand[PATH_MAX], *found;
+    char found[PATH_MAX], *copy;
     int given = getenv("PYTHON_EXEC") != NULL && getenv("PYTHON_EXEC")[0] != '\0';
 
     if (cfg->no_python)
         return 0;
     if (strchr(cfg->python_exec, '/') != NULL) {
-        if (is_executable(cfg->python_exec)) {
-            cfg->torch_version = launcher_torchver_find(cfg->python_exec, getenv("HOME"));
-            return 0;
-        }
-        return launcher__cfg_fail(p, "PYTHON_EXEC '%s' is not an executable file",
-                                  cfg->python_exec);
+        if (!is_executable(cfg->python_exec))
+            return launcher__cfg_fail(p, "PYTHON_EXEC '%s' is not an executable file",
+                                      cfg->python_exec);
+    } else {
+        /* no PATH at all: the system directories, as execvp(3) would */
+        if (mc_proc_find(cfg->python_exec, getenv("PATH") == NULL, found, sizeof(found)) != 0)
+            return launcher__cfg_fail(
+                p, "%s '%s' not found on PATH%s", given ? "PYTHON_EXEC" : "python",
+                cfg->python_exec, given ? "" : " (set PYTHON_EXEC to the Python that has torch)");
+        if ((copy = strdup(found)) == NULL)
+            return -ENOMEM;
+        free(cfg->python_exec);
+        cfg->python_exec = copy;
     }
-    for (dir = path != NULL ? path : "/usr/local/bin:/usr/bin:/bin"; *dir != '\0'; dir = end) {
-        size_t n;
-
-        end = strchr(dir, ':') != NULL ? strchr(dir, ':') : dir + strlen(dir);
-        n = (size_t)(end - dir);
-        if (*end == ':')
-            end++;
-        if (snprintf(cand, sizeof(cand), "%.*s/%s", (int)n, n ? dir : ".", cfg->python_exec) <
-                (int)sizeof(cand) &&
-            is_executable(cand)) {
-            if ((found = strdup(cand)) == NULL)
-                return -ENOMEM;
-            free(cfg->python_exec);
-            cfg->python_exec = found;
-            cfg->torch_version = launcher_torchver_find(found, getenv("HOME"));
-            return 0;
-        }
-    }
-    return launcher__cfg_fail(p, "%s '%s' not found on PATH%s", given ? "PYTHON_EXEC" : "python",
-                              cfg->python_exec,
-                              given ? "" : " (set PYTHON_EXEC to the Python that has torch)");
+    cfg->torch_version = launcher_torchver_find(cfg->python_exec, getenv("HOME"));
+    return 0;
 }
 
 /* --spare: a hot spare waits in a shared rendezvous server for a node of a multi-node job to
