@@ -68,13 +68,16 @@ void harness_loop_close(uv_loop_t *loop)
 void harness_arm_(struct harness *h)
 {
     h->fired = 0;
+    uv_update_time(h->loop); /* the test may have spent a while outside the loop */
     uv_timer_start(&h->watchdog, watchdog_cb, h->timeout_ms, 0);
 }
 
 void harness_done_(struct harness *h, int ok, const char *cond, const char *file, int line)
 {
     uv_timer_stop(&h->watchdog);
-    if (ok && !h->fired)
+    /* A condition met is met, even where the watchdog came due in the same iteration: a
+     * machine that stalled the test for the watchdog's length runs both timers at once. */
+    if (ok)
         return;
     fprintf(stderr, "%s:%d: waited for %s: %s\n", file, line, cond,
             h->fired ? "the watchdog fired first" : "false");
@@ -86,6 +89,7 @@ void harness_done_(struct harness *h, int ok, const char *cond, const char *file
 void harness_run_for(struct harness *h, uint64_t ms)
 {
     h->later_fired = 0;
+    uv_update_time(h->loop);
     uv_timer_start(&h->later, later_cb, ms, 0);
     HARNESS_RUN_UNTIL(h, h->later_fired);
 }

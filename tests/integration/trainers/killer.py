@@ -249,6 +249,10 @@ class Progress:
         return self.step
 
 
+def past_late(prog, a):
+    return a.total > 0 and prog.last() >= a.late * a.total
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--style", required=True, choices=sorted(STYLES))
@@ -317,7 +321,7 @@ def main():
         want_over = overwrites < a.overwrite_min and rng.random() < 0.6
         left = a.max_kills - kills
         step = prog.last()
-        late = a.total > 0 and step >= a.late * a.total
+        late = a.total > 0 and step >= a.late * a.total  # also re-checked while waiting
         # behind on mid-write kills past half the quota: only those now, or the job may finish
         # (it ran out of steps) before enough writes were hit
         midwrite = need_mid > 0 and (rng.random() < a.p_mid or left <= need_mid + 3
@@ -342,10 +346,12 @@ def main():
                 if not all(alive(p) for p in ws.values()):
                     break
                 ev = watch.poll()
+                if skip > 0 and not late and past_late(prog, a):
+                    late, skip, skipping = True, 0, False  # as random kills: take the next write
                 if ev and want_over and ev[1] not in watch.complete_seen:
                     ev = None  # a new name: not a rewrite in place
                 if ev and ev[0] == "writing" and not skipping:
-                    if skip == 0:
+                    if skip <= 0:
                         what = ev[1]
                         break
                     skipping = True  # let this one complete
@@ -364,9 +370,14 @@ def main():
             else:
                 time.sleep(in_ms / 1000.0)
         else:
+            polls = 0
             while time.monotonic() - t_start < delay:
                 if not all(alive(p) for p in ws.values()):
                     break
+                polls += 1
+                if not late and polls % 10 == 0 and past_late(prog, a):
+                    late = True  # the attempt ran past the mark while we waited: kill now,
+                    break        # or a fast machine finishes the job before the kills are done
                 time.sleep(0.005)
             if not all(alive(p) for p in ws.values()):
                 log(f"attempt {attempt}: a worker exited by itself before the kill")
