@@ -19,10 +19,6 @@ struct launcher_std_spec {
     int map_val[64];
 };
 
-/* --replicate-bandwidth when not given, MB/s: about 80 % of a 1 Gb/s link, a tenth of 10 Gb/s;
- * replication competes with the job's own traffic only this much (issue 19) */
-#define LAUNCHER_REPLICATE_MBPS_DEFAULT 100.0
-
 struct launcher_config {
     /* nodes and rendezvous */
     int min_nodes, max_nodes; /* --nnodes N or MIN:MAX */

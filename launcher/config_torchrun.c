@@ -240,8 +240,6 @@ out:
 
 /* ---- --signals-to-handle ------------------------------------------------------------------ */
 
-#define DEFAULT_SIGNALS "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-
 /* Signals muster cannot stop on: KILL/STOP cannot be caught, CHLD is how muster learns that a
  * worker exited, PIPE is ignored so that a closed console cannot stop the job, and the fault
  * signals (SEGV, BUS, FPE, ILL) are the kernel's, not a request to stop. */
@@ -254,7 +252,7 @@ static int signal_refused(int sig)
 static int parse_signals(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
-    const char *v = cfg->signals_to_handle ? cfg->signals_to_handle : DEFAULT_SIGNALS;
+    const char *v = cfg->signals_to_handle; /* options.def's default when not given */
     const char *src = p->src[O_SIGNALS_TO_HANDLE];
 
     if (src == NULL)
@@ -289,10 +287,7 @@ static int parse_signals(struct parse *p)
         cfg->handle_signals[cfg->nhandle_signals++] = sig;
         s += len + (s[len] == ',');
     }
-    if (cfg->signals_to_handle == NULL &&
-        (cfg->signals_to_handle = strdup(DEFAULT_SIGNALS)) == NULL)
-        return -ENOMEM; /* torchrun exports the default too */
-    return 0;
+    return 0; /* torchrun exports the default too */
 }
 
 /* ---- --logs-specs, --numa-binding, --virtual-local-rank ------------------------------------ */

@@ -560,6 +560,10 @@ int launcher_run(int argc, char **argv)
     int rc;
 
     launcher_secret_protect_process(); /* the agent holds the job's token (and MUSTER_TOKEN) */
+    if (argc == 1 && strcmp(argv[0], "--help-markdown") == 0) { /* the README's table */
+        launcher_print_run_markdown();
+        return 0;
+    }
     if (launcher_config_parse(argc, argv, &cfg, err, sizeof(err)) != 0) {
         mc_error("%s", err);
         launcher_config_free(&cfg);

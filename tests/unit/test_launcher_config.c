@@ -555,7 +555,7 @@ static void test_replicate_flags(void **state)
 
     assert_ok(fx, parse(fx, "@S", NULL));
     assert_int_equal(fx->cfg.replicate_checkpoints, 0);
-    assert_true(fx->cfg.replicate_mbps == LAUNCHER_REPLICATE_MBPS_DEFAULT);
+    assert_true(fx->cfg.replicate_mbps == 100.0); /* options.def's default */
     assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-checkpoints", "2",
                         "--replicate_bandwidth", "12.5", "@S", NULL));
     assert_int_equal(fx->cfg.replicate_checkpoints, 2);
