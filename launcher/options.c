@@ -233,6 +233,61 @@ void launcher__opt_free_strings(struct launcher_config *cfg)
     }
 }
 
+/* ---- --dry-run ---------------------------------------------------------------------------- */
+
+/* A row's field as --dry-run shows it; 0 when there is nothing to show (a NULL string). */
+static int format_field(const struct launcher_option *o, const struct launcher_config *cfg,
+                        char *buf, size_t len)
+{
+    const void *field = (const char *)cfg + o->dest;
+
+    switch (o->parse) {
+    case OPT_P_FLAG:
+    case OPT_P_FLAG_NONZERO:
+    case OPT_P_INT:
+        snprintf(buf, len, "%d", *(const int *)field);
+        return 1;
+    case OPT_P_MS:
+        snprintf(buf, len, "%g", *(const unsigned *)field / 1000.0);
+        return 1;
+    case OPT_P_DOUBLE:
+        snprintf(buf, len, "%g", *(const double *)field);
+        return 1;
+    case OPT_P_STRING:
+        if (*(char *const *)field == NULL)
+            return 0;
+        snprintf(buf, len, "%s", *(char *const *)field);
+        return 1;
+    case OPT_P_CUSTOM:
+        break;
+    }
+    return 0;
+}
+
+void launcher__opt_print_changed(const struct launcher_config *cfg, FILE *f)
+{
+    static struct launcher_config def; /* the rows' defaults, parsed as a value would be */
+    char err[LAUNCHER_ERR_MAX], cur[512], was[512];
+    struct parse scratch = {.cfg = &def, .err = err, .errlen = sizeof(err)};
+    int header = 0;
+
+    memset(&def, 0, sizeof(def));
+    for (int i = 0; i < O_COUNT_; i++) {
+        if (OPTS[i].parse == OPT_P_CUSTOM || i == O_DRY_RUN)
+            continue;
+        if (OPTS[i].def != NULL && parse_row(&scratch, i, OPTS[i].def) != 0)
+            continue; /* not reached: test_launcher_config's test_option_table parses each */
+        int has = format_field(&OPTS[i], cfg, cur, sizeof(cur));
+        int had = format_field(&OPTS[i], &def, was, sizeof(was));
+        if (!has || (had && strcmp(cur, was) == 0))
+            continue;
+        if (!header++)
+            fputs("# options not at their defaults (launcher/options.def):\n", f);
+        fprintf(f, "#   --%s=%s\n", OPTS[i].name, cur);
+    }
+    launcher__opt_free_strings(&def);
+}
+
 /* ---- --help ------------------------------------------------------------------------------ */
 
 struct opt_section_text {

@@ -10,6 +10,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
+struct launcher_config; /* config.h */
+struct parse;           /* config_priv.h */
+
 /* OPT_OPTIONAL: a flag that may carry "=VALUE" (--mps, --mps=auto); alone it holds "1" */
 enum opt_kind { OPT_FLAG, OPT_VALUE, OPT_OPTIONAL };
 
@@ -64,8 +67,6 @@ enum opt_id {
 
 extern const struct launcher_option launcher__options[O_COUNT_];
 
-struct parse; /* config_priv.h */
-
 /* argv[*i] is an option: looks it up (exact name, either spelling, unique prefix, torchrun's
  * meaning first; short names) and stores its value in p->val, moving *i past a separate value.
  * Returns the option's id, or -EINVAL with the reason in p->err. */
@@ -81,9 +82,12 @@ const char *launcher__opt_value(const struct parse *p, int id);
  * Returns 0, -EINVAL (reason in p->err) or -ENOMEM. */
 int launcher__opt_parse_table(struct parse *p);
 
-/* Frees the OPT_P_STRING fields of cfg (config.h). */
-struct launcher_config;
+/* Frees the OPT_P_STRING fields of cfg. */
 void launcher__opt_free_strings(struct launcher_config *cfg);
+
+/* --dry-run's list of the table's options whose value is not their default, as "#   --NAME=V"
+ * lines (options with a grammar of their own are shown by run.c). */
+void launcher__opt_print_changed(const struct launcher_config *cfg, FILE *f);
 
 /* --help's option sections (everything between the introduction and "Environment:"). */
 void launcher__opt_print_help(FILE *f);

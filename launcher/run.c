@@ -15,6 +15,7 @@
 #include "help.h"
 #include "log.h"
 #include "numa.h"
+#include "options.h"
 #include "plan_cmd.h"
 #include "port.h"
 #include "secret.h"
@@ -220,6 +221,7 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
                group_rank, cfg->nproc_per_node);
     printf("preflight=%s\n", cfg->preflight ? "on" : "off");
     print_checkpoints(cfg);
+    launcher__opt_print_changed(cfg, stdout);
     printf("# MASTER_PORT is reserved again when the job starts\n");
     if ((fd = numa_plan(cfg, &numa, stdout)) != 0)
         return fd;
@@ -289,6 +291,7 @@ static int dry_run_shared(const struct launcher_config *cfg, char **argv)
                            : "off",
            cfg->max_restarts);
     print_backoff(cfg);
+    launcher__opt_print_changed(cfg, stdout);
     if (cfg->auto_batch)
         printf("# --auto-batch: a probe run at batch %d plans MUSTER_BATCH_SIZE at start\n",
                LAUNCHER_AUTO_BATCH_PROBE);

@@ -17,6 +17,7 @@
 #include "harness.h"
 #include "config.h"
 #include "gpus.h"
+#include "options.h"
 
 #define MAX_ARGS 32
 
@@ -210,6 +211,41 @@ static void assert_uuid4(const char *s)
     }
     assert_int_equal(s[14], '4');
     assert_non_null(strchr("89ab", s[19]));
+}
+
+/* ---- the option table (options.def) ------------------------------------------------------- */
+
+/* Every row is complete and consistent: a name and help, PET_<NAME> spelled from the name, a
+ * value name exactly for options with a value, an error phrase for the generic parsers, unique
+ * names, and a default that parses when given as the value. */
+static void test_option_table(void **state)
+{
+    struct fx *fx = *state;
+
+    for (int i = 0; i < O_COUNT_; i++) {
+        const struct launcher_option *o = &launcher__options[i];
+        char pet[64] = "PET_";
+
+        assert_non_null(o->name);
+        assert_true(o->help != NULL && o->help[0] != '\0');
+        assert_int_equal(o->kind == OPT_FLAG, o->arg == NULL);
+        if (o->parse != OPT_P_CUSTOM && o->parse != OPT_P_FLAG && o->parse != OPT_P_FLAG_NONZERO &&
+            o->parse != OPT_P_STRING)
+            assert_non_null(o->must);
+        for (size_t k = 0; o->name[k]; k++)
+            pet[4 + k] = o->name[k] == '-' ? '_' : (char)(o->name[k] - 'a' + 'A');
+        if (o->pet != NULL)
+            assert_string_equal(o->pet, pet);
+        for (int j = 0; j < i; j++) {
+            assert_string_not_equal(o->name, launcher__options[j].name);
+            assert_true(o->short_name == 0 || o->short_name != launcher__options[j].short_name);
+        }
+        if (o->def != NULL && o->kind == OPT_VALUE) {
+            char name[80];
+            snprintf(name, sizeof(name), "--%s", o->name);
+            assert_ok(fx, parse(fx, name, o->def, "@S", NULL));
+        }
+    }
 }
 
 /* ---- defaults, spellings ------------------------------------------------------------------ */
@@ -1204,6 +1240,7 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
+        T(test_option_table),
         T(test_defaults),
         T(test_dash_and_underscore_spellings),
         T(test_static_recipe),
