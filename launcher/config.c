@@ -451,7 +451,7 @@ static int parse_numbers(struct parse *p)
             "--exclude-after must be N[:WINDOW] (1 <= N <= 32 failures of one node, "
             "WINDOW seconds, default 3600), not '%s'",
             v);
-    if ((v = p->val[O_MONITOR_INTERVAL]) != NULL) {
+    if ((v = launcher__opt_value(p, O_MONITOR_INTERVAL)) != NULL) {
         unsigned ms;
         if (launcher__cfg_parse_seconds_ms(v, &ms) != 0)
             return launcher__cfg_fail(p, "--monitor-interval must be a number of seconds, not '%s'",
@@ -818,22 +818,13 @@ static int validate(struct parse *p)
     return 0;
 }
 
-/* Defaults that are no option's (--rdzv-conf keys, values derived later); the options' own
- * are their rows' .def (options.def). */
+/* Defaults that are no option's: --rdzv-conf's keys and the host decision; the options' own are
+ * their rows' .def (options.def). */
 static void set_defaults(struct launcher_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->min_nodes = cfg->max_nodes = 1;
-    cfg->nproc_per_node = 1;
-    cfg->join_timeout_ms = 600000;
-    cfg->last_call_timeout_ms = 30000;
-    cfg->close_timeout_ms = 30000;
-    cfg->heartbeat_timeout_ms = 3000;
-    cfg->keep_alive_interval_ms = 1000;
-    cfg->reconnect_grace_ms = 60000;
-    cfg->monitor_interval = 0.1;
+    launcher__cfg_rdzv_conf_defaults(cfg);
     cfg->rdzv_is_host = -1;
-    cfg->rdzv_read_timeout_ms = 60000;
 }
 
 /* Each option's own value (the table's rows, then the grammars of config*.c). */

@@ -27,6 +27,8 @@ int launcher__cfg_parse_seconds_ms(const char *s, unsigned *ms);
 /* "TERM", "SIGUSR1", "usr1" or a number. 0 or -EINVAL. */
 int launcher__cfg_parse_signal(const char *v, int *sig);
 
+/* config_torchrun.c: the defaults of --rdzv-conf's keys given in seconds. */
+void launcher__cfg_rdzv_conf_defaults(struct launcher_config *cfg);
 /* config_torchrun.c: --rdzv-conf's keys (torchrun's and muster's). After parse_rdzv. Returns 0,
  * -EINVAL (reason in p->err) or -ENOMEM. */
 int launcher__cfg_parse_rdzv_conf(struct parse *p);

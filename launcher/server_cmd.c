@@ -72,14 +72,12 @@ struct limit_flag {
     unsigned long long def;
 };
 
-#define LF_U(name, field, def, help)                                                               \
+#define LF(name, field, is_size, def, help)                                                        \
     {                                                                                              \
-        name, offsetof(struct rdzv_limits, field), 0, help, def                                    \
+        name, offsetof(struct rdzv_limits, field), is_size, help, def                              \
     }
-#define LF_S(name, field, def, help)                                                               \
-    {                                                                                              \
-        name, offsetof(struct rdzv_limits, field), 1, help, def                                    \
-    }
+#define LF_U(name, field, def, help) LF(name, field, 0, def, help)
+#define LF_S(name, field, def, help) LF(name, field, 1, def, help)
 
 static const struct limit_flag limit_flags[] = {
     LF_U("--max-connections", max_connections, RDZV_LIMIT_MAX_CONNECTIONS,

@@ -39,7 +39,7 @@ sed -n '/^<!-- BEGIN muster run --help-markdown -->$/,/^<!-- END muster run --he
 [ -s "$T/readme" ] || fail "README.md has no table between the muster run --help-markdown markers"
 if ! diff -u "$T/readme" <(sed -e :a -e '/^\n*$/{$d;N;ba' -e '}' "$T/md") >"$T/diff"; then
     head -40 "$T/diff" >&2
-    fail "README.md's option table is stale: replace it with 'muster run --help-markdown'"
+    fail "README.md's option table is stale: sh tools/gen-readme-options.sh $MUSTER_BIN"
 fi
 for n in $names; do
     grep -qE -- "^\| \`(-[a-z], )?--$n[ \`[]" "$T/md" || fail "--help-markdown has no row for --$n"
