@@ -4,6 +4,8 @@
 # compares the table with all three: each row's name (and short name) in `muster run --help`
 # and in muster(1), no option in --help that the table lacks, and the README's table between
 # its markers exactly what `muster run --help-markdown` prints now (regenerate it when not).
+# Likewise `muster server`'s limit flags (launcher/server_limits.def): each in `muster server
+# --help` and in docs/SECURITY.md's table of limits.
 . "$(dirname "$0")/lib.sh"
 
 def="$MUSTER_SRC/launcher/options.def"
@@ -43,5 +45,13 @@ if ! diff -u "$T/readme" <(sed -e :a -e '/^\n*$/{$d;N;ba' -e '}' "$T/md") >"$T/d
 fi
 for n in $names; do
     grep -qE -- "^\| \`(-[a-z], )?--$n[ \`[]" "$T/md" || fail "--help-markdown has no row for --$n"
+done
+
+"$MUSTER_BIN" server --help >"$T/srv" || fail "muster server --help failed"
+limits=$(sed -n 's/^LIMIT("\(--[a-z-]*\)".*/\1/p' "$MUSTER_SRC/launcher/server_limits.def")
+[ "$(wc -w <<<"$limits")" -gt 10 ] || fail "cannot read launcher/server_limits.def"
+for f in $limits; do
+    grep -qE -- "^  $f +.*\(default [0-9]+\)$" "$T/srv" || fail "muster server --help does not list $f"
+    grep -qF -- "\`$f\`" "$MUSTER_SRC/docs/SECURITY.md" || fail "docs/SECURITY.md does not list $f"
 done
 exit 0
