@@ -656,7 +656,7 @@ static int is_executable(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* The interpreter, resolved once as execvp(3) would find it (issue 27): every worker then runs
+/* The interpreter, resolved once as execvp(3) would find it: every worker then runs
  * the same file, --dry-run shows which, and a missing one is one line here instead of 127 from
  * every worker. torchrun runs its own sys.executable; muster has none, so PATH decides. */
 static int resolve_python(struct parse *p)

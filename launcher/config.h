@@ -118,7 +118,7 @@ struct launcher_config {
     int preflight_skipped;      /* auto chose off on a node with GPUs (more workers than GPUs) */
     double preflight_min_busbw; /* GB/s, 0 = no floor */
     int preflight_allow_mixed;
-    double preflight_min_tflops;   /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
+    double preflight_min_tflops;   /* bf16 GEMM floor per GPU, 0 = none */
     double preflight_min_hbm_gbps; /* HBM copy floor per GPU (read+write GB/s), 0 = none */
     int preflight_allow_slow;      /* slow GPUs warn instead of failing */
     unsigned preflight_timeout_ms;

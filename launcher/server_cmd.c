@@ -249,8 +249,9 @@ static int hs_flag(const char *name, const char *v, unsigned *out)
     return 0;
 }
 
-/* Raises RLIMIT_NOFILE's soft limit to the hard one (issue 26: at the 4,096 default, silent
- * HTTP connections took every descriptor and stopped every join). Returns the soft limit now. */
+/* Raises RLIMIT_NOFILE's soft limit to the hard one (at the 4,096 default, silent
+ * HTTP connections took every descriptor and stopped every join; docs/SECURITY.md "Limits and
+ * quotas of a shared server"). Returns the soft limit now. */
 static unsigned long raise_nofile(void)
 {
     struct rlimit r;
@@ -384,7 +385,7 @@ out:
  * queue written by a thread of its own (agent/sink.h), as the agent's do: a stderr nobody reads
  * (a stopped terminal, a full pipe to a log shipper) must not hold the loop, where each line
  * used to wait up to MC_LOG_WRITE_WAIT_MS for room: 1,000 refused addresses were minutes of a
- * server answering nobody (issue 26). Beyond the queue's hard limit lines are dropped and
+ * server answering nobody. Beyond the queue's hard limit lines are dropped and
  * counted; at exit what is left gets SERVER_LOG_DRAIN_MS. */
 #define SERVER_LOG_BUDGET ((size_t)1 << 20)
 #define SERVER_LOG_DRAIN_MS 1000
