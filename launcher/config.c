@@ -495,7 +495,7 @@ static int parse_ckpt_marker(struct parse *p)
             strlen(v) > 255)
             return launcher__cfg_fail(
                 p, "--checkpoint-marker must be a file name (no '/'), not '%s'", v);
-        if ((cfg->checkpoint_marker = strdup(v)) == NULL)
+        if ((cfg->ckpt.marker = strdup(v)) == NULL)
             return -ENOMEM;
     }
     return 0;
@@ -524,9 +524,10 @@ static int parse_fault_tolerance(struct parse *p)
             return launcher__cfg_fail(p, "--checkpoint-dir must not be empty");
         if (stat(v, &st) == 0 && !S_ISDIR(st.st_mode))
             return launcher__cfg_fail(p, "--checkpoint-dir %s exists and is not a directory", v);
-        if ((cfg->checkpoint_dir = strdup(v)) == NULL)
+        if ((cfg->ckpt.dir = strdup(v)) == NULL)
             return -ENOMEM;
     }
+    cfg->ckpt.resume_args = (const char *const *)cfg->resume_args; /* all pushed by now */
     return parse_ckpt_marker(p);
 }
 
@@ -732,7 +733,7 @@ static int validate_checkpoints(struct parse *p)
 {
     const struct launcher_config *cfg = p->cfg;
 
-    if (cfg->checkpoint_dir != NULL)
+    if (cfg->ckpt.dir != NULL)
         return 0;
     if (cfg->nresume_args > 0)
         return launcher__cfg_fail(p, "--resume-arg needs --checkpoint-dir (it is added only when "
@@ -741,7 +742,7 @@ static int validate_checkpoints(struct parse *p)
         return launcher__cfg_fail(p, "%s needs --checkpoint-dir",
                                   p->val[O_CHECKPOINT_SETTLE] ? "--checkpoint-settle"
                                                               : "--checkpoint-marker");
-    if (cfg->replicate_checkpoints > 0)
+    if (cfg->ckpt.replicate > 0)
         return launcher__cfg_fail(p, "--replicate-checkpoints needs --checkpoint-dir");
     return 0;
 }
@@ -762,10 +763,10 @@ static int validate_shared(struct parse *p)
         return launcher__cfg_fail(
             p, "--nproc-per-gpu runs independent workers on one node; with several "
                "nodes start one 'muster run --nproc-per-gpu' per node");
-    if (cfg->checkpoint_dir != NULL || cfg->hang_timeout_ms != 0)
+    if (cfg->ckpt.dir != NULL || cfg->ckpt.hang_timeout_ms != 0)
         return launcher__cfg_fail(p,
                                   "%s is not supported with --nproc-per-gpu (independent workers)",
-                                  cfg->checkpoint_dir ? "--checkpoint-dir" : "--hang-timeout");
+                                  cfg->ckpt.dir ? "--checkpoint-dir" : "--hang-timeout");
     if (strcmp(pf, "on") == 0 || strcmp(pf, "1") == 0)
         return launcher__cfg_fail(p,
                                   "--preflight on checks links between the ranks of one job; "
@@ -928,8 +929,8 @@ void launcher_config_free(struct launcher_config *cfg)
     free(cfg->rdzv_id);
     launcher__opt_free_strings(cfg);
     free(cfg->python_exec);
-    free(cfg->checkpoint_dir);
-    free(cfg->checkpoint_marker);
+    free((char *)cfg->ckpt.dir); /* the agent's options borrow it: const there */
+    free((char *)cfg->ckpt.marker);
     for (int i = 0; i < cfg->nresume_args; i++)
         free(cfg->resume_args[i]);
     free(cfg->resume_args);

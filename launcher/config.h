@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "agent.h"
+
 #define LAUNCHER_ERR_MAX 512
 
 enum launcher_backend { LAUNCHER_BACKEND_MUSTER, LAUNCHER_BACKEND_C10D, LAUNCHER_BACKEND_STATIC };
@@ -91,15 +93,11 @@ struct launcher_config {
     int virtual_local_rank;        /* LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES each */
     char notes[1024];              /* warnings and notes for stderr, one per line */
     /* fault tolerance */
-    char *checkpoint_dir;      /* --checkpoint-dir: MUSTER_CHECKPOINT_DIR, watched */
-    int keep_checkpoints;      /* 0 = keep all */
-    unsigned hang_timeout_ms;  /* 0 = no hang detection */
-    int replicate_checkpoints; /* --replicate-checkpoints R: copies on other nodes; 0 = off */
-    double replicate_mbps;     /* --replicate-bandwidth MB/s; 0 = no cap */
-    int replicate_port;        /* --replicate-port: the direct link's port; 0 = an ephemeral one */
-    unsigned checkpoint_settle_ms; /* --checkpoint-settle; 0 = the default */
-    char *checkpoint_marker;       /* --checkpoint-marker NAME, or NULL */
-    char **resume_args;            /* --resume-arg TEMPLATEs in order, NULL-terminated, or NULL */
+    /* The agent's own struct (agent.h), filled in place by the parser and handed over as is:
+     * dir, keep, hang_timeout_ms, replicate, replicate_mbps, replicate_port, settle_ms (0: the
+     * default), marker, and resume_args (below's, once parsed). dir and marker are strdup'd. */
+    struct agent_ckpt_opts ckpt;
+    char **resume_args; /* --resume-arg TEMPLATEs in order, NULL-terminated, or NULL; owned */
     int nresume_args;
     int preempt_signal; /* 0 = none given; SIGTERM by default under Slurm */
     int slurm;          /* SLURM_* supplied defaults: inside an allocation */

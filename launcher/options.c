@@ -186,6 +186,11 @@ static int parse_row(struct parse *p, int id, const char *v)
             return 1;
         *(int *)dest = (int)n;
         return 0;
+    case OPT_P_UINT:
+        if (launcher__cfg_parse_int(v, (long)o->lo, (long)o->hi, &n) != 0 || n < 0)
+            return 1;
+        *(unsigned *)dest = (unsigned)n;
+        return 0;
     case OPT_P_MS:
         if (launcher__cfg_parse_seconds_ms(v, &ms) != 0 || ms < o->lo || ms > o->hi)
             return 1;
@@ -246,6 +251,9 @@ static int format_field(const struct launcher_option *o, const struct launcher_c
     case OPT_P_FLAG_NONZERO:
     case OPT_P_INT:
         snprintf(buf, len, "%d", *(const int *)field);
+        return 1;
+    case OPT_P_UINT:
+        snprintf(buf, len, "%u", *(const unsigned *)field);
         return 1;
     case OPT_P_MS:
         snprintf(buf, len, "%g", *(const unsigned *)field / 1000.0);

@@ -22,6 +22,7 @@ enum opt_parse {
     OPT_P_FLAG,         /* int: 1/true or 0/false, else "SRC must be 0 or 1" */
     OPT_P_FLAG_NONZERO, /* int: anything but "0" is on */
     OPT_P_INT,          /* int within [lo, hi], base 10 */
+    OPT_P_UINT,         /* the same into an unsigned field */
     OPT_P_MS,           /* unsigned: seconds as a decimal, in ms within [lo, hi] */
     OPT_P_DOUBLE,       /* double within (lo, hi] */
     OPT_P_STRING,       /* char *, strdup'd (freed by launcher_config_free) */

@@ -131,7 +131,7 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
         .master_port = port,
         .max_restarts = (unsigned)cfg->max_restarts,
         .run_id = cfg->rdzv_id,
-        .checkpoint_dir = cfg->checkpoint_dir,
+        .checkpoint_dir = cfg->ckpt.dir,
         .virtual_local_rank = cfg->virtual_local_rank,
         .signals_to_handle = cfg->signals_to_handle,
         .agent_store = agent_env_agent_store_wanted(environ),
@@ -150,7 +150,7 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
                  cfg->log_dir ? cfg->log_dir : "<private temporary directory>", cfg->rdzv_id, i);
     w.error_file = error_file;
     w.endpoint = endpoint_text(cfg, endpoint, sizeof(endpoint));
-    if (cfg->hang_timeout_ms > 0) {
+    if (cfg->ckpt.hang_timeout_ms > 0) {
         snprintf(heartbeat, sizeof(heartbeat), "<heartbeat directory>/heartbeat_0_%d", i);
         w.heartbeat_file = heartbeat;
     }
@@ -175,13 +175,12 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
 /* --checkpoint-dir and how entries count as complete; --resume-arg's additions. */
 static void print_checkpoints(const struct launcher_config *cfg)
 {
-    if (cfg->checkpoint_dir == NULL)
+    if (cfg->ckpt.dir == NULL)
         return;
-    printf("checkpoint_dir=%s\ncheckpoint_settle=%.2f s\n", cfg->checkpoint_dir,
-           (cfg->checkpoint_settle_ms ? cfg->checkpoint_settle_ms : AGENT_CKPTWATCH_SETTLE_MS) /
-               1000.0);
-    if (cfg->checkpoint_marker != NULL)
-        printf("checkpoint_marker=%s\n", cfg->checkpoint_marker);
+    printf("checkpoint_dir=%s\ncheckpoint_settle=%.2f s\n", cfg->ckpt.dir,
+           (cfg->ckpt.settle_ms ? cfg->ckpt.settle_ms : AGENT_CKPTWATCH_SETTLE_MS) / 1000.0);
+    if (cfg->ckpt.marker != NULL)
+        printf("checkpoint_marker=%s\n", cfg->ckpt.marker);
     if (cfg->nresume_args == 0)
         return;
     printf("resume_args=");
@@ -491,15 +490,7 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
                                              .handle_signals = cfg->handle_signals,
                                              .nhandle_signals = (unsigned)cfg->nhandle_signals};
     output_opts(cfg, flags, &o->out);
-    o->ckpt = (struct agent_ckpt_opts){.dir = cfg->checkpoint_dir,
-                                       .keep = (unsigned)cfg->keep_checkpoints,
-                                       .hang_timeout_ms = cfg->hang_timeout_ms,
-                                       .replicate = (unsigned)cfg->replicate_checkpoints,
-                                       .replicate_mbps = cfg->replicate_mbps,
-                                       .replicate_port = (unsigned)cfg->replicate_port,
-                                       .settle_ms = cfg->checkpoint_settle_ms,
-                                       .marker = cfg->checkpoint_marker,
-                                       .resume_args = (const char *const *)cfg->resume_args};
+    o->ckpt = cfg->ckpt; /* parsed in place (options.def) */
     preflight_opts(cfg, node_argv, &o->pf);
 }
 

@@ -590,22 +590,22 @@ static void test_replicate_flags(void **state)
     struct fx *fx = *state;
 
     assert_ok(fx, parse(fx, "@S", NULL));
-    assert_int_equal(fx->cfg.replicate_checkpoints, 0);
-    assert_true(fx->cfg.replicate_mbps == 100.0); /* options.def's default */
+    assert_int_equal(fx->cfg.ckpt.replicate, 0);
+    assert_true(fx->cfg.ckpt.replicate_mbps == 100.0); /* options.def's default */
     assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-checkpoints", "2",
                         "--replicate_bandwidth", "12.5", "@S", NULL));
-    assert_int_equal(fx->cfg.replicate_checkpoints, 2);
-    assert_true(fx->cfg.replicate_mbps == 12.5);
+    assert_int_equal(fx->cfg.ckpt.replicate, 2);
+    assert_true(fx->cfg.ckpt.replicate_mbps == 12.5);
     assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-bandwidth", "0", "@S", NULL));
-    assert_true(fx->cfg.replicate_mbps == 0);
+    assert_true(fx->cfg.ckpt.replicate_mbps == 0);
     assert_einval(fx, parse(fx, "--replicate-checkpoints", "1", "@S", NULL));
     assert_non_null(strstr(fx->err, "--checkpoint-dir"));
     assert_einval(
         fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-checkpoints", "9", "@S", NULL));
     assert_einval(fx, parse(fx, "--replicate-bandwidth", "-1", "@S", NULL));
-    assert_int_equal(fx->cfg.replicate_port, 0); /* an ephemeral port unless given */
+    assert_int_equal(fx->cfg.ckpt.replicate_port, 0); /* an ephemeral port unless given */
     assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-port", "29555", "@S", NULL));
-    assert_int_equal(fx->cfg.replicate_port, 29555);
+    assert_int_equal(fx->cfg.ckpt.replicate_port, 29555);
     assert_einval(fx, parse(fx, "--replicate-port", "65536", "@S", NULL));
     assert_non_null(strstr(fx->err, "--replicate-port"));
     assert_einval(fx, parse(fx, "--replicate-port", "http", "@S", NULL));
