@@ -947,7 +947,7 @@ void launcher_config_free(struct launcher_config *cfg)
     for (int i = 0; i < cfg->ngpu_ids; i++)
         free(cfg->gpu_ids[i]);
     free(cfg->gpu_ids);
-    free(cfg->preflight_max_bytes);
+    free((char *)cfg->pf.max_bytes);
     launcher_secret_free(cfg->token); /* zeroes it */
     memset(cfg, 0, sizeof(*cfg));
 }

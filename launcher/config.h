@@ -111,16 +111,12 @@ struct launcher_config {
     int mps;                 /* 0 off, 1 on, 2 auto */
     int auto_batch;
     /* pre-flight */
-    int preflight;              /* 1 when the checks run (auto already decided) */
-    int preflight_only;         /* set by `muster preflight`: no workers */
-    int preflight_skipped;      /* auto chose off on a node with GPUs (more workers than GPUs) */
-    double preflight_min_busbw; /* GB/s, 0 = no floor */
-    int preflight_allow_mixed;
-    double preflight_min_tflops;   /* bf16 GEMM floor per GPU, 0 = none */
-    double preflight_min_hbm_gbps; /* HBM copy floor per GPU (read+write GB/s), 0 = none */
-    int preflight_allow_slow;      /* slow GPUs warn instead of failing */
-    unsigned preflight_timeout_ms;
-    char *preflight_max_bytes; /* as given, checked; NULL = muster-preflight's default */
+    /* pre-flight: the agent's own struct (agent.h), filled in place by the parser: on (auto
+     * already decided), only (set by `muster preflight`: no workers), the floors, timeout_ms and
+     * max_bytes (as given, checked, strdup'd; NULL = muster-preflight's default). run.c adds
+     * need_gpus and node_argv. */
+    struct agent_preflight_opts pf;
+    int preflight_skipped; /* auto chose off on a node with GPUs (more workers than GPUs) */
 };
 
 /* Parses `muster run` arguments (argv[0] is the first option, not the program name) with env

@@ -107,12 +107,12 @@ static int parse_preflight(struct parse *p)
          * GPUs (8 CPU workers on a 2-GPU node are no GPU job), not --nproc-per-node cpu */
         int gpu_job =
             cfg->gpus_visible > 0 && cfg->nproc_per_gpu == 0 && strcmp(cfg->nproc_spec, "cpu") != 0;
-        cfg->preflight = gpu_job && cfg->nproc_per_node <= cfg->gpus_visible;
-        cfg->preflight_skipped = gpu_job && !cfg->preflight;
+        cfg->pf.on = gpu_job && cfg->nproc_per_node <= cfg->gpus_visible;
+        cfg->preflight_skipped = gpu_job && !cfg->pf.on;
     } else if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
-        cfg->preflight = 1;
+        cfg->pf.on = 1;
     else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
-        cfg->preflight = 0;
+        cfg->pf.on = 0;
     else
         return launcher__cfg_fail(p, "--preflight must be auto, on or off, not '%s'", v);
     if ((v = p->val[O_PREFLIGHT_MAX_BYTES]) != NULL) {
@@ -121,7 +121,7 @@ static int parse_preflight(struct parse *p)
                                       "--preflight-max-bytes must be a size from 4KiB to 64GiB, "
                                       "not '%s'",
                                       v);
-        if ((cfg->preflight_max_bytes = strdup(v)) == NULL)
+        if ((cfg->pf.max_bytes = strdup(v)) == NULL)
             return -ENOMEM;
     }
     return 0;

@@ -218,7 +218,7 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
         printf("# ranks assume group rank %d and %d workers on every node; the rendezvous "
                "decides\n",
                group_rank, cfg->nproc_per_node);
-    printf("preflight=%s\n", cfg->preflight ? "on" : "off");
+    printf("preflight=%s\n", cfg->pf.on ? "on" : "off");
     print_checkpoints(cfg);
     launcher__opt_print_changed(cfg, stdout);
     printf("# MASTER_PORT is reserved again when the job starts\n");
@@ -443,19 +443,9 @@ static void preflight_opts(const struct launcher_config *cfg, const char *const 
 {
     int n = cfg->nproc_per_node;
 
-    *pf = (struct agent_preflight_opts){
-        .on = cfg->preflight,
-        .only = cfg->preflight_only,
-        .need_gpus = cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0 ? (unsigned)n : 0,
-        .timeout_ms = cfg->preflight_timeout_ms,
-        .min_busbw = cfg->preflight_min_busbw,
-        .allow_mixed = cfg->preflight_allow_mixed,
-        .max_bytes = cfg->preflight_max_bytes,
-        .min_tflops = cfg->preflight_min_tflops,
-        .min_hbm_gbps = cfg->preflight_min_hbm_gbps,
-        .allow_slow = cfg->preflight_allow_slow,
-        .node_argv = node_argv,
-    };
+    *pf = cfg->pf; /* parsed in place (options.def) */
+    pf->need_gpus = cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0 ? (unsigned)n : 0;
+    pf->node_argv = node_argv;
     if (cfg->preflight_skipped)
         mc_info("pre-flight skipped: %d workers but %d GPUs, so not one GPU per worker "
                 "(--preflight on checks anyway)",

@@ -750,7 +750,7 @@ static void test_option_prefixes(void **state)
     /* an exact name wins over the longer ones it starts (--tee vs nothing, --preflight vs
      * --preflight-timeout...) */
     assert_ok(fx, parse(fx, "--preflight", "off", "@S", NULL));
-    assert_int_equal(fx->cfg.preflight, 0);
+    assert_int_equal(fx->cfg.pf.on, 0);
     assert_ok(fx, parse(fx, "--stand", "@S", NULL));
     assert_int_equal(fx->cfg.standalone, 1);
     /* a flag's prefix takes no value, like the flag */
