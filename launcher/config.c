@@ -425,10 +425,10 @@ static int parse_exclude(const char *v, struct launcher_config *cfg)
     num[n] = '\0';
     if (launcher__cfg_parse_int(num, 1, 32, &k) != 0)
         return -EINVAL;
-    cfg->exclude_after = (uint32_t)k;
-    cfg->exclude_window_ms = 0;
-    if (colon && (launcher__cfg_parse_seconds_ms(colon + 1, &cfg->exclude_window_ms) != 0 ||
-                  cfg->exclude_window_ms == 0))
+    cfg->restart.exclude_after = (uint32_t)k;
+    cfg->restart.exclude_window_ms = 0;
+    if (colon && (launcher__cfg_parse_seconds_ms(colon + 1, &cfg->restart.exclude_window_ms) != 0 ||
+                  cfg->restart.exclude_window_ms == 0))
         return -EINVAL;
     return 0;
 }
@@ -439,7 +439,7 @@ static int parse_numbers(struct parse *p)
     const char *v;
 
     if ((v = p->val[O_RESTART_BACKOFF]) != NULL &&
-        mc_backoff_parse(v, &cfg->backoff_min_ms, &cfg->backoff_max_ms) != 0)
+        mc_backoff_parse(v, &cfg->restart.backoff_min_ms, &cfg->restart.backoff_max_ms) != 0)
         return launcher__cfg_fail(
             p,
             "--restart-backoff must be MIN[:MAX] seconds (0 <= MIN <= MAX <= 3600, "
@@ -507,11 +507,12 @@ static int parse_fault_tolerance(struct parse *p)
     const char *v;
 
     if (cfg->slurm && p->val[O_PREEMPT_SIGNAL] == NULL)
-        cfg->preempt_signal = SIGTERM; /* Slurm's pre-emption and scancel --signal default */
+        cfg->restart.preempt_signal =
+            SIGTERM; /* Slurm's pre-emption and scancel --signal default */
     if ((v = p->val[O_PREEMPT_SIGNAL]) != NULL) {
-        if (launcher__cfg_parse_signal(v, &cfg->preempt_signal) != 0 ||
-            cfg->preempt_signal == SIGKILL || cfg->preempt_signal == SIGSTOP ||
-            cfg->preempt_signal == SIGCHLD)
+        if (launcher__cfg_parse_signal(v, &cfg->restart.preempt_signal) != 0 ||
+            cfg->restart.preempt_signal == SIGKILL || cfg->restart.preempt_signal == SIGSTOP ||
+            cfg->restart.preempt_signal == SIGCHLD)
             return launcher__cfg_fail(
                 p,
                 "--preempt-signal must name a signal muster can catch (TERM, USR1, "
@@ -781,7 +782,7 @@ static int validate_spare(struct parse *p)
     const struct launcher_config *cfg = p->cfg;
     const char *why = NULL;
 
-    if (!cfg->spare)
+    if (!cfg->restart.spare)
         return 0;
     if (cfg->standalone)
         why = "--standalone runs one node alone, with nothing to replace";

@@ -36,17 +36,13 @@ struct launcher_config {
     unsigned join_timeout_ms, last_call_timeout_ms, close_timeout_ms;
     unsigned heartbeat_timeout_ms, keep_alive_interval_ms;
     unsigned reconnect_grace_ms; /* how long agents wait for a restarted server */
-    /* supervision */
-    int max_restarts;
-    /* --restart-backoff MIN[:MAX] (common/backoff.h), ms; 0 = restart at once */
-    uint32_t backoff_min_ms, backoff_max_ms;
-    /* --exclude-after N[:WINDOW]: sent in JOIN; 0 = never exclude; window 0 = the server's 1 h */
-    uint32_t exclude_after;
-    unsigned exclude_window_ms;
-    int spare; /* --spare: JOIN as a hot spare (RDZV_JOIN_SPARE), waiting to replace a node */
-    double monitor_interval;      /* accepted and ignored: muster is event-driven */
-    unsigned shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace, default 30 s */
-    char *role;                   /* default "default" */
+    /* supervision: the agent's own struct (agent.h), filled in place by the parser: max_restarts,
+     * --restart-backoff's backoff_min_ms/backoff_max_ms (0: at once), --exclude-after's
+     * exclude_after/exclude_window_ms, spare, shutdown_timeout_ms, preempt_signal (0: none;
+     * SIGTERM under Slurm) and handle_signals (pointing at the array below). */
+    struct agent_restart_opts restart;
+    double monitor_interval; /* accepted and ignored: muster is event-driven */
+    char *role;              /* default "default" */
     /* static backend */
     int static_recipe; /* torchrun's static recipe across nodes: node rank 0 hosts
                           the rendezvous on MASTER_ADDR:MASTER_PORT+1 */
@@ -99,8 +95,7 @@ struct launcher_config {
     struct agent_ckpt_opts ckpt;
     char **resume_args; /* --resume-arg TEMPLATEs in order, NULL-terminated, or NULL; owned */
     int nresume_args;
-    int preempt_signal; /* 0 = none given; SIGTERM by default under Slurm */
-    int slurm;          /* SLURM_* supplied defaults: inside an allocation */
+    int slurm; /* SLURM_* supplied defaults: inside an allocation */
     /* GPUs (config_gpu.c) */
     int gpus_visible;  /* NVIDIA GPUs this node's workers would see */
     int nproc_per_gpu; /* --nproc-per-gpu K: shared-GPU mode when > 0 */

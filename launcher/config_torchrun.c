@@ -295,6 +295,8 @@ static int parse_signals(struct parse *p)
         cfg->handle_signals[cfg->nhandle_signals++] = sig;
         s += len + (s[len] == ',');
     }
+    cfg->restart.handle_signals = cfg->handle_signals;
+    cfg->restart.nhandle_signals = (unsigned)cfg->nhandle_signals;
     return 0; /* torchrun exports the default too */
 }
 

@@ -104,14 +104,15 @@ static const char *endpoint_text(const struct launcher_config *cfg, char *buf, s
 /* --restart-backoff, only when set (the plan of a run without it is unchanged) */
 static void print_backoff(const struct launcher_config *cfg)
 {
-    if (cfg->backoff_min_ms > 0)
+    if (cfg->restart.backoff_min_ms > 0)
         printf("restart_backoff=%.3g:%.3g (seconds, doubling, +-20 %% jitter)\n",
-               cfg->backoff_min_ms / 1000.0, cfg->backoff_max_ms / 1000.0);
-    if (cfg->exclude_after > 0)
+               cfg->restart.backoff_min_ms / 1000.0, cfg->restart.backoff_max_ms / 1000.0);
+    if (cfg->restart.exclude_after > 0)
         printf("exclude_after=%u:%.0f (failures of one node : window in seconds)\n",
-               (unsigned)cfg->exclude_after,
-               (cfg->exclude_window_ms ? cfg->exclude_window_ms : 3600000u) / 1000.0);
-    if (cfg->spare)
+               (unsigned)cfg->restart.exclude_after,
+               (cfg->restart.exclude_window_ms ? cfg->restart.exclude_window_ms : 3600000u) /
+                   1000.0);
+    if (cfg->restart.spare)
         printf("spare=1 (waits to replace a lost or excluded node)\n");
 }
 
@@ -129,7 +130,7 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
         .role = cfg->role,
         .master_addr = cfg->local_addr ? cfg->local_addr : cfg->master_addr,
         .master_port = port,
-        .max_restarts = (unsigned)cfg->max_restarts,
+        .max_restarts = cfg->restart.max_restarts,
         .run_id = cfg->rdzv_id,
         .checkpoint_dir = cfg->ckpt.dir,
         .virtual_local_rank = cfg->virtual_local_rank,
@@ -207,9 +208,9 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
     if (port == 0 && agent_port_reserve(&fd, &port) == 0)
         close(fd); /* a port that is free now, to show a realistic plan */
     printf("run_id=%s\nrdzv_backend=%s\nrdzv_endpoint=%s\nnnodes=%d:%d\nnproc_per_node=%d\n"
-           "world_size=%d\nmax_restarts=%d\n",
+           "world_size=%d\nmax_restarts=%u\n",
            cfg->rdzv_id, backends[cfg->backend], endpoint_text(cfg, ep, sizeof(ep)), cfg->min_nodes,
-           cfg->max_nodes, cfg->nproc_per_node, world, cfg->max_restarts);
+           cfg->max_nodes, cfg->nproc_per_node, world, cfg->restart.max_restarts);
     print_backoff(cfg);
     if (cfg->torch_version > 0)
         printf("# the workers' PyTorch: %d.%d (found beside %s)\n", cfg->torch_version / 100,
@@ -260,10 +261,10 @@ static void shared_options(const struct launcher_config *cfg, char **argv,
     o->mem_fraction = cfg->gpu_mem_fraction;
     o->gpu_mem_bytes = (uint64_t)cfg->gpu_mem_bytes;
     o->mps = cfg->mps == 1 ? AGENT_MPS_ON : cfg->mps == 2 ? AGENT_MPS_AUTO : AGENT_MPS_OFF;
-    o->max_restarts = (unsigned)cfg->max_restarts;
-    o->backoff_min_ms = cfg->backoff_min_ms;
-    o->backoff_max_ms = cfg->backoff_max_ms;
-    o->shutdown_timeout_ms = cfg->shutdown_timeout_ms;
+    o->max_restarts = cfg->restart.max_restarts;
+    o->backoff_min_ms = cfg->restart.backoff_min_ms;
+    o->backoff_max_ms = cfg->restart.backoff_max_ms;
+    o->shutdown_timeout_ms = cfg->restart.shutdown_timeout_ms;
     o->log_dir = cfg->log_dir;
     o->redirect = flags;
     o->tee = flags + n;
@@ -282,13 +283,13 @@ static int dry_run_shared(const struct launcher_config *cfg, char **argv)
         return AGENT_EXIT_INTERNAL;
     shared_options(cfg, argv, flags, &o);
     printf("run_id=%s\nmode=shared-gpu\ngpus=%d\nnproc_per_gpu=%d\nworkers=%d\n"
-           "gpu_mem_fraction=%.4f\nmps=%s\nmax_restarts=%d (per worker)\n",
+           "gpu_mem_fraction=%.4f\nmps=%s\nmax_restarts=%u (per worker)\n",
            cfg->rdzv_id, cfg->ngpu_ids, cfg->nproc_per_gpu, cfg->nproc_per_node,
            cfg->gpu_mem_fraction,
            cfg->mps == 1   ? "on"
            : cfg->mps == 2 ? "auto"
                            : "off",
-           cfg->max_restarts);
+           cfg->restart.max_restarts);
     print_backoff(cfg);
     launcher__opt_print_changed(cfg, stdout);
     if (cfg->auto_batch)
@@ -469,16 +470,7 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
                                          .virtual_local_rank = cfg->virtual_local_rank,
                                          .numa = numa->nbind > 0 ? numa : NULL,
                                          .torch_version = cfg->torch_version};
-    o->restart = (struct agent_restart_opts){.max_restarts = (unsigned)cfg->max_restarts,
-                                             .backoff_min_ms = cfg->backoff_min_ms,
-                                             .backoff_max_ms = cfg->backoff_max_ms,
-                                             .exclude_after = cfg->exclude_after,
-                                             .exclude_window_ms = cfg->exclude_window_ms,
-                                             .spare = cfg->spare,
-                                             .shutdown_timeout_ms = cfg->shutdown_timeout_ms,
-                                             .preempt_signal = cfg->preempt_signal,
-                                             .handle_signals = cfg->handle_signals,
-                                             .nhandle_signals = (unsigned)cfg->nhandle_signals};
+    o->restart = cfg->restart; /* parsed in place (options.def) */
     output_opts(cfg, flags, &o->out);
     o->ckpt = cfg->ckpt; /* parsed in place (options.def) */
     preflight_opts(cfg, node_argv, &o->pf);

@@ -269,9 +269,9 @@ static void test_defaults(void **state)
     assert_int_equal(c->close_timeout_ms, 30000);
     assert_int_equal(c->heartbeat_timeout_ms, 3000);
     assert_int_equal(c->keep_alive_interval_ms, 1000);
-    assert_int_equal(c->max_restarts, 0);
+    assert_int_equal(c->restart.max_restarts, 0);
     assert_true(c->monitor_interval > 0.0999 && c->monitor_interval < 0.1001);
-    assert_int_equal(c->shutdown_timeout_ms, 30000);
+    assert_int_equal(c->restart.shutdown_timeout_ms, 30000);
     assert_string_equal(c->role, "default");
     assert_int_equal(c->node_rank, 0);
     assert_string_equal(c->master_addr, "127.0.0.1");
@@ -311,7 +311,7 @@ static void test_dash_and_underscore_spellings(void **state)
                         "--rdzv-endpoint", "h1:1234", "--node-rank", "2", "--log-dir", "/l1", "@S",
                         NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 4);
-    assert_int_equal(fx->cfg.max_restarts, 3);
+    assert_int_equal(fx->cfg.restart.max_restarts, 3);
     assert_string_equal(fx->cfg.rdzv_id, "j1");
     assert_string_equal(fx->cfg.rdzv_host, "h1");
     assert_int_equal(fx->cfg.node_rank, 2);
@@ -322,7 +322,7 @@ static void test_dash_and_underscore_spellings(void **state)
                         NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 5);
     assert_string_equal(fx->cfg.nproc_spec, "5");
-    assert_int_equal(fx->cfg.max_restarts, 6);
+    assert_int_equal(fx->cfg.restart.max_restarts, 6);
     assert_string_equal(fx->cfg.rdzv_id, "j2");
     assert_string_equal(fx->cfg.rdzv_endpoint, "h2:99");
     assert_string_equal(fx->cfg.rdzv_host, "h2");
@@ -348,7 +348,7 @@ static void test_equals_values(void **state)
     assert_int_equal(c->rdzv_port, 29500);
     assert_string_equal(c->role, "trainer");
     assert_true(c->monitor_interval > 0.4999 && c->monitor_interval < 0.5001);
-    assert_int_equal(c->shutdown_timeout_ms, 2500);
+    assert_int_equal(c->restart.shutdown_timeout_ms, 2500);
     assert_string_equal(c->master_addr, "10.1.2.3");
     assert_int_equal(c->master_port, 1234);
     assert_string_equal(c->local_addr, "10.9.9.9");
@@ -498,7 +498,7 @@ static void test_pet_env_fallback(void **state)
     setenv("PET_LOCAL_RANKS_FILTER", "1", 1);
     assert_ok(fx, parse(fx, "@S", NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 3);
-    assert_int_equal(fx->cfg.max_restarts, 5);
+    assert_int_equal(fx->cfg.restart.max_restarts, 5);
     assert_string_equal(fx->cfg.rdzv_host, "envhost");
     assert_int_equal(fx->cfg.rdzv_port, 4321);
     assert_int_equal(fx->cfg.min_nodes, 1);
@@ -520,7 +520,7 @@ static void test_command_line_beats_pet(void **state)
     assert_ok(fx, parse(fx, "--nproc_per_node", "2", "--max-restarts=1", "--role", "cli",
                         "--nnodes", "1", "@S", NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 2);
-    assert_int_equal(fx->cfg.max_restarts, 1);
+    assert_int_equal(fx->cfg.restart.max_restarts, 1);
     assert_string_equal(fx->cfg.role, "cli");
     assert_int_equal(fx->cfg.max_nodes, 1);
 }
@@ -575,12 +575,12 @@ static void test_shutdown_timeout_sources(void **state)
     struct fx *fx = *state;
     setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7", 1);
     assert_ok(fx, parse(fx, "@S", NULL));
-    assert_int_equal(fx->cfg.shutdown_timeout_ms, 7000);
+    assert_int_equal(fx->cfg.restart.shutdown_timeout_ms, 7000);
     setenv("PET_SHUTDOWN_TIMEOUT", "4", 1);
     assert_ok(fx, parse(fx, "@S", NULL));
-    assert_int_equal(fx->cfg.shutdown_timeout_ms, 4000);
+    assert_int_equal(fx->cfg.restart.shutdown_timeout_ms, 4000);
     assert_ok(fx, parse(fx, "--shutdown-timeout", "0.25", "@S", NULL));
-    assert_int_equal(fx->cfg.shutdown_timeout_ms, 250);
+    assert_int_equal(fx->cfg.restart.shutdown_timeout_ms, 250);
     refuse(fx, "--shutdown-timeout", "-1", "--shutdown-timeout", "abc", NULL);
 }
 
@@ -729,7 +729,7 @@ static void test_option_prefixes(void **state)
 
     assert_ok(fx, parse(fx, "--nnode", "1", "--nproc=3", "--max_rest", "2", "@S", NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 3);
-    assert_int_equal(fx->cfg.max_restarts, 2);
+    assert_int_equal(fx->cfg.restart.max_restarts, 2);
     assert_ok(fx, parse(fx, "--nproc_per", "2", "--rdzv-i", "pj", "@S", NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 2);
     assert_string_equal(fx->cfg.rdzv_id, "pj");
@@ -886,7 +886,8 @@ static void test_rdzv_conf_overflow(void **state)
     assert_einval(fx, rc);
     rc = parse(fx, "--shutdown-timeout", "5000000", "@S", NULL);
     if (rc == 0)
-        print_error("--shutdown-timeout 5000000 accepted as %u ms\n", fx->cfg.shutdown_timeout_ms);
+        print_error("--shutdown-timeout 5000000 accepted as %u ms\n",
+                    fx->cfg.restart.shutdown_timeout_ms);
     assert_einval(fx, rc);
 }
 
