@@ -25,6 +25,8 @@ for n in $names; do
     grep -qE -- "(^|[ ,])--$n([ =[]|$)" "$T/help" || fail "muster run --help does not list --$n"
     grep -qE -- "(^|[ ,])--$n([ =[]|$)" "$T/man" || fail "the man page does not list --$n"
 done
+wide=$(awk 'length($0) > 100' "$T/help")
+[ -z "$wide" ] || fail "muster run --help has lines over 100 columns: $wide"
 for c in $shorts; do
     grep -qE -- "^  -$c, --" "$T/help" || fail "muster run --help does not list -$c"
 done

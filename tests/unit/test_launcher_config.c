@@ -228,6 +228,9 @@ static void test_option_table(void **state)
 
         assert_non_null(o->name);
         assert_true(o->help != NULL && o->help[0] != '\0');
+        for (const char *l = o->help; *l != '\0';
+             l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0))
+            assert_true(strcspn(l, "\n") <= 70); /* --help's column 30 to 100 */
         assert_int_equal(o->kind == OPT_FLAG, o->arg == NULL);
         if (o->parse != OPT_P_CUSTOM && o->parse != OPT_P_FLAG && o->parse != OPT_P_FLAG_NONZERO &&
             o->parse != OPT_P_STRING)
