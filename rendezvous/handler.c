@@ -7,7 +7,8 @@
 
 #include "escape.h"
 #include "ids.h"
-#include "server_priv.h"
+#include "handler.h"
+#include "sjob.h"
 
 /* HELLO.token is no longer compared (protocol 3): the TLS handshake proved a credential, and
  * that credential (cred.h) decides which roles and jobs this connection may use. */

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_priv.h"
+#include "handler.h"
+#include "sjob.h"
 #include "status.h"
 
 void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a)
@@ -47,69 +48,6 @@ void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a)
     srv_send(p, &m);
 }
 
-/* A KV_REPLY LIMIT: which limit, from the store that gave it (p's job's). Held-request limits
- * are counted here; quotas of keys and bytes by srv_kv_limit_event(). */
-static void kv_limit_event(struct peer *p)
-{
-    const struct rdzv_limits *l = &p->srv->limits;
-    enum rdzv_kv_refusal why = RDZV_KV_REFUSED_QUOTA;
-    const struct rdzv_kv_pool *pool = NULL;
-
-    if (p->kvjob != NULL)
-        why = rdzv_kv_last_refusal(p->kvjob->kv, &pool);
-    /* a team's own pool (scope.h) refused: its share, not the server's, is full */
-    if ((why == RDZV_KV_REFUSED_POOL_HELD || why == RDZV_KV_REFUSED_POOL_BYTES) &&
-        p->kvjob->scope != NULL && pool == &p->kvjob->scope->kv) {
-        srv_peer_event(p, SRV_EV_CRED_KV,
-                       "KV request over the %s of credential job:%s (%zu bytes, %zu held)",
-                       why == RDZV_KV_REFUSED_POOL_HELD ? "waiting requests" : "KV bytes",
-                       p->kvjob->scope->scope, pool->max_bytes, pool->max_held);
-        return;
-    }
-    switch (why) {
-    case RDZV_KV_REFUSED_HELD_PEER:
-        srv_peer_event(p, SRV_EV_KV_HELD_CONN,
-                       "KV request held over the %u waiting requests of one connection",
-                       l->kv_max_held_per_conn);
-        break;
-    case RDZV_KV_REFUSED_HELD:
-        srv_peer_event(p, SRV_EV_KV_HELD_JOB,
-                       "KV request held over the %zu waiting requests of job %s",
-                       rdzv_kv_held(p->kvjob->kv), p->kvjob->job->id);
-        break;
-    case RDZV_KV_REFUSED_POOL_HELD:
-        srv_peer_event(p, SRV_EV_KV_HELD_TOTAL,
-                       "KV request held over the %u waiting requests of all jobs",
-                       l->kv_max_held_total);
-        break;
-    default:
-        srv_kv_limit_event(p);
-        break;
-    }
-}
-
-/* The store's reply callback (ctx = the server): one KV_REPLY. The message is static because
- * it is ~130 KB; replies are never sent from within another reply. */
-void rdzv__sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
-                         const uint8_t *value, uint32_t len)
-{
-    static struct rdzv_msg m;
-
-    (void)ctx;
-    if (status == RDZV_KV_LIMIT)
-        kv_limit_event(peer);
-    m.type = RDZV_MSG_KV_REPLY;
-    m.u.kv.req_id = req_id;
-    m.u.kv.wait_ms = 0;
-    m.u.kv.count = 0;
-    m.u.kv.status = (uint8_t)status;
-    m.u.kv.key[0] = '\0';
-    m.u.kv.value_len = len;
-    if (len > 0)
-        memcpy(m.u.kv.value, value, len);
-    srv_send(peer, &m);
-}
-
 static int kv_call(struct peer *p, struct sjob *sj, const struct rdzv_msg *m)
 {
     const struct rdzv_kv *kv = &m->u.kv;
@@ -148,7 +86,7 @@ void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m)
         return;
     }
     if (sj == NULL || p->kv_round != rdzv_kv_round(sj->kv) || p->kv_round != sj->job->round) {
-        rdzv__sjob_kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
+        srv_kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
         return;
     }
     kv_held_cap(sj);

@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server_priv.h"
+#include "handler.h"
+#include "sjob.h"
 
 static void send_abort(struct peer *p, uint32_t xfer, uint64_t offset, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

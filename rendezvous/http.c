@@ -16,7 +16,7 @@
 
 #include "cred.h"
 #include "server.h"
-#include "server_priv.h"
+#include "service.h"
 #include "status.h"
 #include "tls.h"
 

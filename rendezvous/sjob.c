@@ -7,7 +7,7 @@
 
 #include <mbedtls/platform_util.h>
 
-#include "server_priv.h"
+#include "sjob.h"
 #include "tls.h"
 
 static void sjob_closed_cb(uv_handle_t *handle)
@@ -81,7 +81,7 @@ int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sr
         return -ENOMEM;
     err = rdzv_job_new(j, &sj->job);
     if (err == 0)
-        err = rdzv_kv_new(&kl, 0, rdzv__sjob_kv_reply, srv, &sj->kv);
+        err = rdzv_kv_new(&kl, 0, srv_kv_reply, srv, &sj->kv);
     if (err < 0) {
         rdzv_job_free(sj->job);
         free(sj);
@@ -104,7 +104,7 @@ int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sr
 /* --- job events -> messages ------------------------------------------------------------------ */
 static void broadcast_waiting(struct sjob *sj);
 
-/* SJOB_WAITING_EVERY_MS, longer for large jobs (server_priv.h). */
+/* SJOB_WAITING_EVERY_MS, longer for large jobs (service.h). */
 static uint64_t sjob_waiting_every_ms(const struct sjob *sj)
 {
     uint64_t every = (uint64_t)sj->job->n_members * 1000u / SJOB_WAITING_PER_S;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cred.h"
-#include "server_priv.h"
+#include "service.h"
 
 static const char *job_state(const struct rdzv_job *job)
 {
