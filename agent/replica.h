@@ -1,5 +1,6 @@
-/* Checkpoint replicas (issue 19, --replicate-checkpoints R): the node of group rank 0 streams
- * each checkpoint it recorded to the agents of R other nodes: REPL_BEGIN through the rendezvous
+/* Checkpoint replicas (docs/FAULT_TOLERANCE.md "Checkpoint replicas (`--replicate-checkpoints
+ * R`)"): the node of group rank 0 streams each checkpoint it recorded to the agents of R
+ * other nodes: REPL_BEGIN through the rendezvous
  * server, which authorises it, then REPL_DATA chunks and REPL_ACKs on a direct TLS link between
  * the two agents (replica_link.h), or relayed by the server when that link cannot be set up
  * (rendezvous/PROTOCOL.md); the end (REPL_ACK done or abort) always goes through the server,

@@ -145,7 +145,7 @@ static int join_valid(struct peer *p, const struct rdzv_join *j)
  * and where the server saw it (*seen: always the connection's). The claimed addr is only ever
  * advertised (MASTER_ADDR, the replica link's host): a multi-homed node names its fast
  * interface there. Anything that decides about a node (the failure ledger, exclusion) uses
- * *seen, which a client on another machine cannot choose (issue 26). */
+ * *seen, which a client on another machine cannot choose. */
 static void join_addr(struct peer *p, const struct rdzv_join *j, char *addr, char *seen, size_t len)
 {
     srv_peer_addr(p, seen, len);
@@ -333,7 +333,7 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
     rdzv_ckptlog_add_from(sj->ckpts, ck, host);
 }
 
-/* PREFLIGHT (issue 15): bookkeeping for STATUS and /metrics only, like CKPT. Filed under the
+/* PREFLIGHT: bookkeeping for STATUS and /metrics only, like CKPT. Filed under the
  * member of the job that this connection is (its JOIN's host and node id): a PREFLIGHT names
  * no job and no host, so an agent can neither write into another job nor speak for another
  * node. */

@@ -1,4 +1,5 @@
-/* Checkpoint replicas (issue 19): the server relays a copy of a checkpoint from the agent of
+/* Checkpoint replicas (docs/FAULT_TOLERANCE.md "Checkpoint replicas (`--replicate-checkpoints
+ * R`)"): the server relays a copy of a checkpoint from the agent of
  * group rank 0 to another agent of the same job, chunk by chunk, without reading or keeping
  * the data. Each transfer lives in its job's small table (struct srv_repl); the table enforces
  * what a hostile agent could abuse: only members of the running round start one, only the

@@ -2,7 +2,7 @@
  * the response is written whole and the connection closed. Read-only by design: nothing here
  * can change a job. /metrics is public (counts only, no host or address); /status and / show
  * hosts and addresses, so they need an observer credential unless the operator made them
- * public (issue 26). HTTP has no TLS here: the credential crosses the network in clear, which
+ * public. HTTP has no TLS here: the credential crosses the network in clear, which
  * is why the port binds loopback unless told otherwise and why only a read-only credential
  * belongs in it. */
 #include "http.h"
@@ -107,7 +107,7 @@ int rdzv_http_header(const char *buf, size_t len, const char *name, char *out, s
 /* --- connections ---------------------------------------------------------------------------- */
 /* A rendered document, served to every request for up to RDZV_HTTP_CACHE_MS: building /status
  * walks every job and node on the loop (0.1 s at 4,096 jobs), and requests are unauthenticated
- * (/metrics) or cheap to repeat, so their rate must not set the loop's load (issue 26). */
+ * (/metrics) or cheap to repeat, so their rate must not set the loop's load. */
 struct http_doc {
     char *body;
     size_t len;
@@ -292,7 +292,7 @@ static void sum_up(struct rdzv_server *srv, struct totals *t)
     }
 }
 
-/* The pre-flight's per-GPU figures (issue 15) as their agents reported them, every job. */
+/* The pre-flight's per-GPU figures as their agents reported them, every job. */
 static void preflight_families(FILE *f, struct rdzv_server *srv)
 {
     static const struct {
@@ -350,7 +350,7 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
            srv->limits.max_connections);
     metric(f, "muster_http_requests_total", "counter", "HTTP requests served.",
            (double)srv->stats.http_requests_total);
-    /* issue 26: the pre-authentication pool and the HTTP port's connections */
+    /* the pre-authentication pool and the HTTP port's connections */
     metric(f, "muster_preauth_connections", "gauge",
            "Protocol connections not yet authenticated (accepted, HELLO not accepted).",
            srv->n_pre);

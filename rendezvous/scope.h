@@ -1,7 +1,8 @@
-/* Quotas per credential scope (issue 26): one team's job credential ("teamA-*" or one job id)
- * must not take every job slot or connection of a shared server. Each scope that holds
- * something has one struct srv_scope in the server's table, keyed by the scope string, with
- * what it holds and a reference count; it is freed when the last holder lets go.
+/* Quotas per credential scope (docs/SECURITY.md "Limits and quotas of a shared server"): one team's
+ * job credential ("teamA-*" or one job id) must not take every job slot or connection of a shared
+ * server. Each scope that holds something has one struct srv_scope in the server's table, keyed by
+ * the scope string, with what it holds and a reference count; it is freed when the last holder lets
+ * go.
  *
  * Only job credentials have a scope. The server secret and client certificates are the
  * operators': they get only the server-wide caps (rdzv_limits), as do observers and workers
@@ -27,7 +28,7 @@ struct srv_scope {
     unsigned connections; /* open connections that said HELLO with it */
     unsigned refs;        /* holders: the above, and whoever else takes one; freed at 0 */
     /* Per-scope KV bytes and held requests: to be chained to the server's pool
-     * (srv->kv_pool) by the KV work (issue 26 follow-up). Zeroed (no limit) and unused here. */
+     * (srv->kv_pool) by the KV work. Zeroed (no limit) and unused here. */
     struct rdzv_kv_pool kv;
 };
 

@@ -30,7 +30,7 @@ static void listener_closed_cb(uv_handle_t *handle)
     srv_handle_closed(handle->data);
 }
 
-/* --- TLS handshakes per source address (hslimit.h, issue 11) --------------------------------- */
+/* --- TLS handshakes per source address (hslimit.h) --------------------------------- */
 static void hs_configure(struct rdzv_server *srv)
 {
     rdzv_hslimit_configure(srv->hslimit, srv->limits.handshakes_per_source,
@@ -89,7 +89,7 @@ static int allowed(uint8_t role, uint8_t type)
     }
 }
 
-/* max_jobs_per_credential (issue 26): checked before the server-wide cap, so that a team at
+/* max_jobs_per_credential: checked before the server-wide cap, so that a team at
  * its own quota learns that, not that the server is full. Returns 1 when it may go on. */
 static int admit_scope_job(struct peer *p)
 {

@@ -39,7 +39,7 @@ void srv_handle_closed(struct rdzv_server *srv)
 /* --- connections per source address ------------------------------------------------------ */
 
 /* The source group of tcp as 16 bytes (IPv4 v4-mapped, so both listeners' forms agree): its
- * /24 or /64 (rdzv_hslimit_group: issue 26, one attacker rarely has one address only). Returns
+ * /24 or /64 (rdzv_hslimit_group: one attacker rarely has one address only). Returns
  * 0 or a negative errno. */
 int srv_source_key(const uv_tcp_t *tcp, uint8_t key[16])
 {
@@ -124,7 +124,7 @@ void srv_hs_end(struct peer *p)
         rdzv_hslimit_refund(p->srv->hslimit, p->hs_addr);
 }
 
-/* --- the pre-authentication pool (issue 26) --------------------------------------------------
+/* --- the pre-authentication pool (docs/SECURITY.md "Limits and quotas of a shared server") --
  * Every TCP connection from accept until its HELLO is accepted is on two lists: the server's
  * (srv->pre_head, at most limits.preauth_max long) and its source group's (at most
  * handshakes_per_source, hslimit.c). A new connection over either bound evicts an idle one of
@@ -778,7 +778,7 @@ int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connec
     return 0;
 }
 
-/* --- quotas per job credential scope (issue 26, scope.h) ----------------------------------- */
+/* --- quotas per job credential scope (scope.h) ----------------------------------- */
 
 /* At HELLO: a job credential's connection is charged to its scope, or refused over
  * max_connections_per_credential (then answered and closed). Returns 1 when it may go on. */

@@ -56,7 +56,7 @@ struct peer {
     char *local_addr;    /* in-process channel: the address it stands for; else NULL */
     struct srv_scope *scope; /* job credential: its scope, charged one connection from HELLO
                               * until this peer is freed (scope.h); NULL otherwise */
-    /* pre-authentication pool (issue 26): linked from accept until HELLO is accepted */
+    /* pre-authentication pool: linked from accept until HELLO is accepted */
     int in_pre;
     struct peer *pre_prev, *pre_next;   /* srv->pre_head: oldest first */
     struct peer *spre_prev, *spre_next; /* source->pre_head: the same, of its source only */
@@ -91,7 +91,7 @@ struct sjob {
      * million), measured by bench/rdzv_bench.sh. */
     uint64_t waiting_sent_at;                  /* uv_now() of the last WAITING broadcast */
     int waiting_due;                           /* a count change is not yet broadcast */
-    struct srv_repl repl[RDZV_REPL_MAX_XFERS]; /* checkpoint replicas in flight (issue 19) */
+    struct srv_repl repl[RDZV_REPL_MAX_XFERS]; /* checkpoint replicas in flight */
     unsigned n_repl;
     struct srv_scope *scope; /* the scope of the job credential that created it, charged one job
                               * until it is freed (scope.h); NULL: created by an operator */
@@ -100,7 +100,7 @@ struct sjob {
 /* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
  * members (sjob.c sjob_waiting_every_ms), so that progress costs at most ~SJOB_WAITING_PER_S
  * messages a second, up to SJOB_WAITING_MAX_MS between broadcasts. At 250 ms, the broadcasts
- * of a 10,000-node round were ~100,000 TLS records: more than the joins themselves (issue 14). */
+ * of a 10,000-node round were ~100,000 TLS records: more than the joins themselves. */
 #define SJOB_WAITING_EVERY_MS 250
 #define SJOB_WAITING_PER_S 4096
 #define SJOB_WAITING_MAX_MS 5000
@@ -115,7 +115,7 @@ enum srv_event {
     SRV_EV_HANDSHAKE_TIMEOUT, /* no accepted HELLO within handshake_ms (slowloris, stuck TLS) */
     SRV_EV_IDLE_TIMEOUT,      /* silent past idle_ms while in no job */
     SRV_EV_FRAME_SIZE,        /* frame header announcing more than RDZV_MAX_PAYLOAD */
-    /* issue 26: pre-authentication budget and the HTTP port */
+    /* pre-authentication budget and the HTTP port */
     SRV_EV_PREAUTH_EVICT,     /* unauthenticated, evicted: the pre-auth pool or max_connections */
     SRV_EV_PREAUTH_SRC_EVICT, /* unauthenticated, evicted for a newer one of its /24 or /64 */
     SRV_EV_FIRST_BYTE,        /* no byte within first_byte_ms of connecting */
@@ -132,7 +132,7 @@ enum srv_event {
     SRV_EV_KV_TOTAL,      /* KV_PUT over kv_max_total_bytes (all jobs together) */
     SRV_EV_HS_RATE,       /* a new connection over its address's handshake_rate */
     SRV_EV_HS_IN_FLIGHT,  /* over handshakes_per_source in flight, none of them idle */
-    /* issue 26: per job credential scope (scope.h) */
+    /* per job credential scope (scope.h) */
     SRV_EV_CRED_JOBS,        /* a JOIN that would create a job over max_jobs_per_credential */
     SRV_EV_CRED_CONNECTIONS, /* a HELLO over max_connections_per_credential */
     SRV_EV_CRED_KV,          /* KV bytes or held requests over the credential's share */
@@ -203,7 +203,7 @@ struct rdzv_server {
     struct rdzv_hslimit *hslimit; /* TLS handshakes per source address (hslimit.h) */
     uint32_t repl_next_id;        /* the last replica transfer id handed out */
     struct srv_scopes scopes;     /* job credential scopes holding jobs or connections */
-    /* issue 26: the pre-authentication pool (peer.in_pre), oldest first */
+    /* the pre-authentication pool (peer.in_pre), oldest first */
     struct peer *pre_head, *pre_tail;
     unsigned n_pre;
     unsigned n_closing; /* peers closing, not yet released: no longer count as live */
