@@ -155,7 +155,7 @@ static void http_unref(struct rdzv_http *h)
             free(h->docs[i].body);
         free(h);
     }
-    srv_handle_closed(srv); /* may free srv: the last thing done */
+    rdzv__handle_closed(srv); /* may free srv: the last thing done */
 }
 
 static void conn_release(uv_handle_t *handle)
@@ -256,7 +256,7 @@ static void event_family(FILE *f, const struct rdzv_server *srv, const char *nam
     for (int ev = 0; ev < SRV_EV_COUNT_; ev++) {
         const char *family, *label;
 
-        srv_event_metric(ev, &family, &label);
+        rdzv__event_metric(ev, &family, &label);
         if (strcmp(family, name) == 0)
             fprintf(f, "%s{%s=\"%s\"} %llu\n", name, label_name, label,
                     (unsigned long long)srv->stats.events[ev]);
@@ -522,8 +522,8 @@ static int status_allowed(struct http_conn *c, const char *head, size_t hlen, in
 
     if (srv->http_public_status || (srv->has_token && observer_ok(srv, head, hlen)))
         return 1;
-    srv_tcp_addr(&c->tcp, addr, sizeof(addr));
-    srv_event(srv, SRV_EV_HTTP_STATUS_AUTH, addr, "HTTP /status without an observer credential");
+    rdzv__tcp_addr(&c->tcp, addr, sizeof(addr));
+    rdzv__event(srv, SRV_EV_HTTP_STATUS_AUTH, addr, "HTTP /status without an observer credential");
     if (srv->has_token)
         respond(c, 401, "Unauthorized", "text/plain; charset=utf-8", hint401, sizeof(hint401) - 1,
                 head_only);
@@ -620,9 +620,9 @@ static int evict_oldest(struct rdzv_http *h)
     for (struct http_conn *c = h->tail; c != NULL; c = c->prev) {
         if (c->done || c->closed)
             continue;
-        srv_tcp_addr(&c->tcp, addr, sizeof(addr));
-        srv_event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr,
-                  "HTTP connection evicted: the oldest idle of %u, for a new one", h->n);
+        rdzv__tcp_addr(&c->tcp, addr, sizeof(addr));
+        rdzv__event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr,
+                    "HTTP connection evicted: the oldest idle of %u, for a new one", h->n);
         conn_close(c);
         return 0;
     }
@@ -657,8 +657,8 @@ static void on_connection(uv_stream_t *listener, int status)
     if (full && uv_accept(listener, (uv_stream_t *)&c->tcp) == 0) {
         char addr[INET6_ADDRSTRLEN];
 
-        srv_tcp_addr(&c->tcp, addr, sizeof(addr));
-        srv_event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr, "%u HTTP connections answering", h->n);
+        rdzv__tcp_addr(&c->tcp, addr, sizeof(addr));
+        rdzv__event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr, "%u HTTP connections answering", h->n);
     }
     if (full || uv_accept(listener, (uv_stream_t *)&c->tcp) < 0 ||
         uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) < 0) {

@@ -27,7 +27,7 @@
 
 static void listener_closed_cb(uv_handle_t *handle)
 {
-    srv_handle_closed(handle->data);
+    rdzv__handle_closed(handle->data);
 }
 
 /* --- TLS handshakes per source address (hslimit.h) --------------------------------- */
@@ -38,24 +38,24 @@ static void hs_configure(struct rdzv_server *srv)
 }
 
 /* Evicts the victim of one list for a new connection; 0, or -ENOENT when none is idle. */
-static int pre_evict(struct rdzv_server *srv, struct srv_source *src, int global)
+static int pre_evict(struct rdzv_server *srv, struct rdzv__source *src, int global)
 {
-    struct peer *v = srv_pre_victim(srv, src, global);
+    struct peer *v = rdzv__pre_victim(srv, src, global);
 
     if (v == NULL)
         return -ENOENT;
     if (global)
-        srv_peer_event(v, SRV_EV_PREAUTH_EVICT,
-                       "evicted: the oldest idle of %u unauthenticated connections (no "
-                       "byte, or none for %u ms), for a new one",
-                       srv->n_pre, PRE_IDLE_MS);
+        rdzv__peer_event(v, SRV_EV_PREAUTH_EVICT,
+                         "evicted: the oldest idle of %u unauthenticated connections (no "
+                         "byte, or none for %u ms), for a new one",
+                         srv->n_pre, PRE_IDLE_MS);
     else
-        srv_peer_event(v, SRV_EV_PREAUTH_SRC_EVICT,
-                       "evicted: the oldest idle of %u TLS handshakes in flight from its "
-                       "network (no byte, or none for %u ms), for a new one",
-                       srv->limits.handshakes_per_source, PRE_IDLE_MS);
-    srv_peer_close(v, 0); /* unlinks it and (peer_release) ends its handshake count */
-    srv_hs_end(v);        /* now: the new connection's rdzv_hslimit_begin is retried at once */
+        rdzv__peer_event(v, SRV_EV_PREAUTH_SRC_EVICT,
+                         "evicted: the oldest idle of %u TLS handshakes in flight from its "
+                         "network (no byte, or none for %u ms), for a new one",
+                         srv->limits.handshakes_per_source, PRE_IDLE_MS);
+    rdzv__peer_close(v, 0); /* unlinks it and (peer_release) ends its handshake count */
+    rdzv__hs_end(v);        /* now: the new connection's rdzv_hslimit_begin is retried at once */
     return 0;
 }
 
@@ -93,17 +93,17 @@ static int allowed(uint8_t role, uint8_t type)
  * its own quota learns that, not that the server is full. Returns 1 when it may go on. */
 static int admit_scope_job(struct peer *p)
 {
-    const struct srv_scope *s = p->scope;
+    const struct rdzv__scope *s = p->scope;
     unsigned max = p->srv->limits.max_jobs_per_credential;
 
     if (s == NULL || s->jobs < max)
         return 1;
-    srv_peer_event(p, SRV_EV_CRED_JOBS, "JOIN for a new job while credential job:%s holds %u jobs",
-                   s->scope, s->jobs);
-    srv_send_error(p, RDZV_ERR_PROTOCOL,
-                   "credential job:%s holds %u jobs, its limit (muster server "
-                   "--max-jobs-per-credential); try again when one of them has finished",
-                   s->scope, s->jobs);
+    rdzv__peer_event(p, SRV_EV_CRED_JOBS,
+                     "JOIN for a new job while credential job:%s holds %u jobs", s->scope, s->jobs);
+    rdzv__send_error(p, RDZV_ERR_PROTOCOL,
+                     "credential job:%s holds %u jobs, its limit (muster server "
+                     "--max-jobs-per-credential); try again when one of them has finished",
+                     s->scope, s->jobs);
     return 0;
 }
 
@@ -120,12 +120,12 @@ static int admit_job(struct peer *p, const char *job_id)
         return 0;
     if (srv->n_jobs < srv->limits.max_jobs)
         return 1;
-    srv_peer_event(p, SRV_EV_JOBS, "JOIN for a new job while %u jobs exist (limit %u)", srv->n_jobs,
-                   srv->limits.max_jobs);
-    srv_send_error(p, RDZV_ERR_PROTOCOL,
-                   "server full: it holds %u jobs, its limit "
-                   "(muster server --max-jobs); try again when a job has finished",
-                   srv->n_jobs);
+    rdzv__peer_event(p, SRV_EV_JOBS, "JOIN for a new job while %u jobs exist (limit %u)",
+                     srv->n_jobs, srv->limits.max_jobs);
+    rdzv__send_error(p, RDZV_ERR_PROTOCOL,
+                     "server full: it holds %u jobs, its limit "
+                     "(muster server --max-jobs); try again when a job has finished",
+                     srv->n_jobs);
     return 0;
 }
 
@@ -183,36 +183,36 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     uint64_t now;
 
     if (p->send_err != 0)
-        return; /* going at once (srv_send): no more work for it */
+        return; /* going at once (rdzv__send): no more work for it */
     now = uv_now(p->srv->loop);
     if (p->job != NULL && p->hb_timeout_ms > 0 && now - p->last_seen_ms > p->gap_max_ms)
         p->gap_max_ms = now - p->last_seen_ms;
     p->last_seen_ms = now;
-    srv_hs_end(p); /* a message: the TLS handshake is over */
+    rdzv__hs_end(p); /* a message: the TLS handshake is over */
     if (!p->welcomed && m->type != RDZV_MSG_HELLO) {
-        srv_peer_event(p, SRV_EV_PROTOCOL, "%s before HELLO", rdzv_msg_name(m->type));
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "expected HELLO first, got %s",
-                       rdzv_msg_name(m->type));
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "%s before HELLO", rdzv_msg_name(m->type));
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "expected HELLO first, got %s",
+                         rdzv_msg_name(m->type));
         return;
     }
     if (m->type == RDZV_MSG_HELLO) {
         if (p->welcomed) {
-            srv_peer_event(p, SRV_EV_PROTOCOL, "HELLO sent twice");
-            srv_send_error(p, RDZV_ERR_PROTOCOL, "HELLO sent twice");
+            rdzv__peer_event(p, SRV_EV_PROTOCOL, "HELLO sent twice");
+            rdzv__send_error(p, RDZV_ERR_PROTOCOL, "HELLO sent twice");
         } else {
             rdzv__handle_hello(p, &m->u.hello);
             if (p->welcomed)
-                srv_pre_unlink(p); /* authenticated: out of the pre-authentication budget */
+                rdzv__pre_unlink(p); /* authenticated: out of the pre-authentication budget */
         }
         return;
     }
     if (!allowed(p->role, m->type)) {
-        srv_peer_event(p, SRV_EV_PROTOCOL, "%s from a client of role %u", rdzv_msg_name(m->type),
-                       p->role);
-        srv_send_error(p, RDZV_ERR_PROTOCOL,
-                       "%s is not a message for this server from a "
-                       "client of role %u",
-                       rdzv_msg_name(m->type), p->role);
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "%s from a client of role %u", rdzv_msg_name(m->type),
+                         p->role);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL,
+                         "%s is not a message for this server from a "
+                         "client of role %u",
+                         rdzv_msg_name(m->type), p->role);
         return;
     }
     dispatch(p, m);
@@ -228,37 +228,37 @@ static void error_cb(struct rdzv_conn *conn, int err)
     if (!rdzv_conn_handshake_done(conn)) {
         const char *why = rdzv_conn_tls_error(conn);
 
-        srv_peer_event(p, SRV_EV_AUTH_TLS, "TLS handshake failed: %s%s%s",
-                       why[0] != '\0'  ? why
-                       : err == UV_EOF ? "closed before the handshake finished"
-                                       : uv_strerror(err),
-                       p->srv->auth_hint[0] != '\0' ? "; " : "", p->srv->auth_hint);
-        srv_peer_close(p, 0);
+        rdzv__peer_event(p, SRV_EV_AUTH_TLS, "TLS handshake failed: %s%s%s",
+                         why[0] != '\0'  ? why
+                         : err == UV_EOF ? "closed before the handshake finished"
+                                         : uv_strerror(err),
+                         p->srv->auth_hint[0] != '\0' ? "; " : "", p->srv->auth_hint);
+        rdzv__peer_close(p, 0);
         return;
     }
     if (err == -EMSGSIZE) {
-        srv_peer_event(p, SRV_EV_FRAME_SIZE, "frame header announces over %d bytes",
-                       RDZV_MAX_PAYLOAD);
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "frame payload over %d bytes", RDZV_MAX_PAYLOAD);
+        rdzv__peer_event(p, SRV_EV_FRAME_SIZE, "frame header announces over %d bytes",
+                         RDZV_MAX_PAYLOAD);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "frame payload over %d bytes", RDZV_MAX_PAYLOAD);
         return;
     }
     if (err == -EPROTONOSUPPORT || err == -ENOTSUP || err == -EPROTO)
-        srv_peer_event(p, SRV_EV_PROTOCOL, "%s",
-                       err == -EPROTONOSUPPORT ? "frame version"
-                       : err == -ENOTSUP       ? "unknown message type"
-                       : conn->type == 0       ? "bad frame magic"
-                                               : "malformed payload");
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "%s",
+                         err == -EPROTONOSUPPORT ? "frame version"
+                         : err == -ENOTSUP       ? "unknown message type"
+                         : conn->type == 0       ? "bad frame magic"
+                                                 : "malformed payload");
     if (err == -EPROTONOSUPPORT)
-        srv_send_error(p, RDZV_ERR_VERSION, "frame version not supported (server speaks %d)",
-                       RDZV_PROTO_VERSION);
+        rdzv__send_error(p, RDZV_ERR_VERSION, "frame version not supported (server speaks %d)",
+                         RDZV_PROTO_VERSION);
     else if (err == -ENOTSUP)
-        srv_send_error(p, RDZV_ERR_UNKNOWN_TYPE, "unknown message type %u", conn->type);
+        rdzv__send_error(p, RDZV_ERR_UNKNOWN_TYPE, "unknown message type %u", conn->type);
     else if (err == -EPROTO && conn->type == 0)
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "bad frame header (magic)");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "bad frame header (magic)");
     else if (err == -EPROTO)
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "malformed %s payload", rdzv_msg_name(conn->type));
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "malformed %s payload", rdzv_msg_name(conn->type));
     else
-        srv_peer_close(p, 0); /* EOF or a socket error: nobody to tell */
+        rdzv__peer_close(p, 0); /* EOF or a socket error: nobody to tell */
 }
 
 /* --- listener ------------------------------------------------------------------------------- */
@@ -267,7 +267,7 @@ static void refused_closed_cb(uv_handle_t *handle)
     struct rdzv_server *srv = handle->data;
 
     free(handle);
-    srv_handle_closed(srv);
+    rdzv__handle_closed(srv);
 }
 
 /* Over max_connections: the connection is accepted (or it would sit in the backlog and be
@@ -284,9 +284,9 @@ static void refuse(struct rdzv_server *srv, uv_stream_t *listener)
     tcp->data = srv;
     srv->handles++;
     if (uv_accept(listener, (uv_stream_t *)tcp) == 0) {
-        srv_tcp_addr(tcp, addr, sizeof(addr));
-        srv_event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already",
-                  srv->n_peers - srv->n_closing);
+        rdzv__tcp_addr(tcp, addr, sizeof(addr));
+        rdzv__event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already",
+                    srv->n_peers - srv->n_closing);
     }
     uv_close((uv_handle_t *)tcp, refused_closed_cb);
 }
@@ -297,15 +297,15 @@ static void refuse(struct rdzv_server *srv, uv_stream_t *listener)
 static int admit_source(struct peer *p)
 {
     char addr[INET6_ADDRSTRLEN];
-    int err = srv_source_add(p);
+    int err = rdzv__source_add(p);
 
     if (err == -EUSERS) {
-        srv_peer_addr(p, addr, sizeof(addr));
-        srv_event(p->srv, SRV_EV_PER_SOURCE, addr, "%u connections open from this address",
-                  p->srv->limits.max_connections_per_source);
+        rdzv__peer_addr(p, addr, sizeof(addr));
+        rdzv__event(p->srv, SRV_EV_PER_SOURCE, addr, "%u connections open from this address",
+                    p->srv->limits.max_connections_per_source);
     }
     if (err < 0)
-        srv_peer_close(p, 0);
+        rdzv__peer_close(p, 0);
     return err == 0;
 }
 
@@ -316,7 +316,7 @@ static int admit_handshake(struct peer *p)
 {
     struct rdzv_server *srv = p->srv;
     char addr[INET6_ADDRSTRLEN];
-    int err = srv_source_key(&p->conn.tcp, p->hs_addr);
+    int err = rdzv__source_key(&p->conn.tcp, p->hs_addr);
 
     if (err == 0)
         err = rdzv_hslimit_begin(srv->hslimit, p->hs_addr, uv_now(srv->loop));
@@ -328,14 +328,14 @@ static int admit_handshake(struct peer *p)
         p->hs_counted = 1;
         return 1;
     }
-    srv_peer_addr(p, addr, sizeof(addr));
+    rdzv__peer_addr(p, addr, sizeof(addr));
     if (err == -EAGAIN)
-        srv_event(srv, SRV_EV_HS_RATE, addr, "over %u new TLS handshakes a second",
-                  srv->limits.handshake_rate);
+        rdzv__event(srv, SRV_EV_HS_RATE, addr, "over %u new TLS handshakes a second",
+                    srv->limits.handshake_rate);
     else if (err == -EBUSY || err == -ENOMEM) /* -ENOMEM: the table is full of busy sources */
-        srv_event(srv, SRV_EV_HS_IN_FLIGHT, addr, "%u TLS handshakes in flight from this address",
-                  srv->limits.handshakes_per_source);
-    srv_peer_close(p, 0);
+        rdzv__event(srv, SRV_EV_HS_IN_FLIGHT, addr, "%u TLS handshakes in flight from this address",
+                    srv->limits.handshakes_per_source);
+    rdzv__peer_close(p, 0);
     return 0;
 }
 
@@ -386,14 +386,14 @@ static int admit_preauth(struct peer *p)
         full = 0;
     if (!full && (live_peers(srv) <= srv->limits.max_connections || pre_evict(srv, NULL, 1) == 0))
         return 1;
-    srv_peer_addr(p, addr, sizeof(addr));
+    rdzv__peer_addr(p, addr, sizeof(addr));
     if (full)
-        srv_event(srv, SRV_EV_CONNECTIONS, addr,
-                  "%u unauthenticated connections, every one of them handshaking", srv->n_pre);
+        rdzv__event(srv, SRV_EV_CONNECTIONS, addr,
+                    "%u unauthenticated connections, every one of them handshaking", srv->n_pre);
     else
-        srv_event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already",
-                  live_peers(srv) - 1);
-    srv_peer_close(p, 0);
+        rdzv__event(srv, SRV_EV_CONNECTIONS, addr, "%u connections open already",
+                    live_peers(srv) - 1);
+    rdzv__peer_close(p, 0);
     return 0;
 }
 
@@ -412,18 +412,18 @@ static void on_connection(uv_stream_t *listener, int status)
     if ((p = new_peer(srv)) == NULL)
         return;
     if (uv_accept(listener, (uv_stream_t *)&p->conn.tcp) < 0) {
-        srv_peer_close(p, 0);
+        rdzv__peer_close(p, 0);
         return;
     }
     if (!admit_source(p) || !admit_handshake(p) || !admit_preauth(p))
         return;
-    srv_pre_link(p);
+    rdzv__pre_link(p);
     /* Every connection is TLS: the server has no plaintext path. */
     if (rdzv_conn_start_tls(&p->conn, srv->tls, 1) < 0) {
-        srv_peer_close(p, 0);
+        rdzv__peer_close(p, 0);
         return;
     }
-    srv_peer_arm(p);
+    rdzv__peer_arm(p);
 }
 
 int rdzv_server_connect_local(struct rdzv_server *srv, const char *addr, uv_os_sock_t *fd)
@@ -457,10 +457,10 @@ int rdzv_server_connect_local(struct rdzv_server *srv, const char *addr, uv_os_s
     rdzv_cred_wipe(&cred);
     if (err < 0) {
         close(fds[1]);
-        srv_peer_close(p, 0);
+        rdzv__peer_close(p, 0);
         return err;
     }
-    srv_peer_arm(p);
+    rdzv__peer_arm(p);
     *fd = fds[1];
     return 0;
 }
@@ -666,7 +666,7 @@ void rdzv_server_close(struct rdzv_server *s, void (*close_cb)(void *data), void
     }
     for (struct peer *p = s->peers; p != NULL; p = p->next) {
         p->job = NULL;
-        srv_peer_close_now(p);
+        rdzv__peer_close_now(p);
     }
     if (s->http != NULL)
         rdzv__http_close(s->http);

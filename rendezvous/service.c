@@ -20,7 +20,7 @@
 #include "tls.h"
 
 /* --- handles and lifetime ------------------------------------------------------------------- */
-void srv_handle_closed(struct rdzv_server *srv)
+void rdzv__handle_closed(struct rdzv_server *srv)
 {
     void (*cb)(void *data) = srv->close_cb;
     void *data = srv->close_data;
@@ -30,7 +30,7 @@ void srv_handle_closed(struct rdzv_server *srv)
         return;
     rdzv_tls_free(srv->tls); /* every connection is closed by now */
     rdzv_hslimit_free(srv->hslimit);
-    srv_scopes_free(&srv->scopes); /* empty by now: every peer and job let go */
+    rdzv__scopes_free(&srv->scopes); /* empty by now: every peer and job let go */
     free(srv);
     if (cb != NULL)
         cb(data);
@@ -41,7 +41,7 @@ void srv_handle_closed(struct rdzv_server *srv)
 /* The source group of tcp as 16 bytes (IPv4 v4-mapped, so both listeners' forms agree): its
  * /24 or /64 (rdzv_hslimit_group: one attacker rarely has one address only). Returns
  * 0 or a negative errno. */
-int srv_source_key(const uv_tcp_t *tcp, uint8_t key[16])
+int rdzv__source_key(const uv_tcp_t *tcp, uint8_t key[16])
 {
     struct sockaddr_storage ss;
     int n = sizeof(ss), err = uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &n);
@@ -61,10 +61,10 @@ int srv_source_key(const uv_tcp_t *tcp, uint8_t key[16])
     return 0;
 }
 
-static struct srv_source **source_slot(struct rdzv_server *srv, const uint8_t key[16])
+static struct rdzv__source **source_slot(struct rdzv_server *srv, const uint8_t key[16])
 {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    struct srv_source **pp;
+    struct rdzv__source **pp;
 
     for (int i = 0; i < 16; i++)
         h = (h ^ key[i]) * 1099511628211ULL;
@@ -77,12 +77,12 @@ static struct srv_source **source_slot(struct rdzv_server *srv, const uint8_t ke
 /* Counts p against its source address. Returns 0, -EUSERS when the address has
  * max_connections_per_source open already (then p is not counted), or another negative errno
  * (no address, no memory: not counted either, the caller closes it too). */
-int srv_source_add(struct peer *p)
+int rdzv__source_add(struct peer *p)
 {
     struct rdzv_server *srv = p->srv;
-    struct srv_source **pp, *src;
+    struct rdzv__source **pp, *src;
     uint8_t key[16];
-    int err = srv_source_key(&p->conn.tcp, key);
+    int err = rdzv__source_key(&p->conn.tcp, key);
 
     if (err < 0)
         return err;
@@ -104,7 +104,7 @@ int srv_source_add(struct peer *p)
 
 static void source_remove(struct peer *p)
 {
-    struct srv_source *src = p->source, **pp;
+    struct rdzv__source *src = p->source, **pp;
 
     if (src == NULL || --src->n > 0)
         return;
@@ -114,7 +114,7 @@ static void source_remove(struct peer *p)
 }
 
 /* p's handshake is over (its first message) or p is going: no longer in flight. */
-void srv_hs_end(struct peer *p)
+void rdzv__hs_end(struct peer *p)
 {
     if (!p->hs_counted)
         return;
@@ -144,10 +144,10 @@ void srv_hs_end(struct peer *p)
  * flood of evictions looks at each connection about once (O(1) amortised). */
 #define PRE_IDLE_MS 500
 
-void srv_pre_link(struct peer *p)
+void rdzv__pre_link(struct peer *p)
 {
     struct rdzv_server *srv = p->srv;
-    struct srv_source *src = p->source;
+    struct rdzv__source *src = p->source;
 
     p->in_pre = 1;
     p->pre_prev = srv->pre_tail;
@@ -184,7 +184,7 @@ static void pre_unlink_global(struct peer *p)
 
 static void pre_unlink_source(struct peer *p)
 {
-    struct srv_source *src = p->source;
+    struct rdzv__source *src = p->source;
 
     if (p->spre_prev != NULL)
         p->spre_prev->spre_next = p->spre_next;
@@ -198,7 +198,7 @@ static void pre_unlink_source(struct peer *p)
 }
 
 /* p is authenticated or going: out of both lists. */
-void srv_pre_unlink(struct peer *p)
+void rdzv__pre_unlink(struct peer *p)
 {
     if (!p->in_pre)
         return;
@@ -237,7 +237,7 @@ static int pre_idle(const struct peer *p, uint64_t now)
 }
 
 /* The oldest idle connection of the server's list (global) or of src's; NULL when none is. */
-struct peer *srv_pre_victim(struct rdzv_server *srv, struct srv_source *src, int global)
+struct peer *rdzv__pre_victim(struct rdzv_server *srv, struct rdzv__source *src, int global)
 {
     unsigned looks = global ? srv->n_pre : srv->limits.handshakes_per_source + 1;
     uint64_t now = uv_now(srv->loop);
@@ -262,7 +262,7 @@ static void peer_release(struct peer *p)
     if (p->closing)
         srv->n_closing--;
     source_remove(p);
-    srv_hs_end(p);
+    rdzv__hs_end(p);
     srv->stats.bytes_received_total += p->conn.bytes_in;
     srv->stats.bytes_sent_total += p->conn.bytes_out;
     if (p->prev != NULL)
@@ -274,10 +274,10 @@ static void peer_release(struct peer *p)
     srv->n_peers--;
     if (p->scope != NULL)
         p->scope->connections--;
-    srv_scope_put(&srv->scopes, p->scope);
+    rdzv__scope_put(&srv->scopes, p->scope);
     free(p->local_addr);
     free(p);
-    srv_handle_closed(srv);
+    rdzv__handle_closed(srv);
 }
 
 static void timer_closed_cb(uv_handle_t *handle);
@@ -302,9 +302,9 @@ static void timer_closed_cb(uv_handle_t *handle)
  * reply it asks for would stay in this process's memory (a client asking for a 60 KiB value
  * over and over without reading grew the server without bound); out of memory or a broken TLS
  * context, nothing more can reach it. The close is not done here but from the peer's timer at
- * once: srv_send runs inside job broadcasts and KV store callbacks, which must not see a member
+ * once: rdzv__send runs inside job broadcasts and KV store callbacks, which must not see a member
  * leave or the store change under them. Later sends and messages of that peer are dropped. */
-void srv_send(struct peer *p, const struct rdzv_msg *m)
+void rdzv__send(struct peer *p, const struct rdzv_msg *m)
 {
     int err;
 
@@ -314,11 +314,11 @@ void srv_send(struct peer *p, const struct rdzv_msg *m)
     if (err == 0 || err == -EINVAL) /* -EINVAL: this server built a bad message; not the peer's */
         return;
     p->send_err = err;
-    srv_peer_arm(p);
+    rdzv__peer_arm(p);
 }
 
 /* Sends ERROR and closes after it was flushed: the protocol says the sender of ERROR closes. */
-void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
+void rdzv__send_error(struct peer *p, uint32_t code, const char *fmt, ...)
 {
     struct rdzv_msg m;
 
@@ -329,8 +329,8 @@ void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(m.u.error.text, sizeof(m.u.error.text), fmt, ap);
     va_end(ap);
-    srv_send(p, &m);
-    srv_peer_close(p, 1);
+    rdzv__send(p, &m);
+    rdzv__peer_close(p, 1);
 }
 
 /* --- closing and liveness ------------------------------------------------------------------- */
@@ -353,7 +353,7 @@ static void peer_lose(struct peer *p, int flush, const char *reason)
         return;
     p->closing = 1;
     p->srv->n_closing++;
-    srv_pre_unlink(p);
+    rdzv__pre_unlink(p);
     if (p->job != NULL && !p->srv->closing)
         p->srv->member_lost(p->job, p, reason); /* the job layer decides what follows */
     if (p->kvjob != NULL && p->kvjob->kv != NULL)
@@ -369,15 +369,15 @@ static void peer_lose(struct peer *p, int flush, const char *reason)
     rdzv_conn_close(&p->conn, flush, peer_closed_cb);
 }
 
-void srv_peer_close(struct peer *p, int flush)
+void rdzv__peer_close(struct peer *p, int flush)
 {
     peer_lose(p, flush, "connection closed");
 }
 
 /* The server closes: p goes without a flush, even one already under way. */
-void srv_peer_close_now(struct peer *p)
+void rdzv__peer_close_now(struct peer *p)
 {
-    srv_peer_close(p, 0);
+    rdzv__peer_close(p, 0);
     rdzv_conn_close(&p->conn, 0, peer_closed_cb); /* hurry a flushing close */
 }
 
@@ -388,8 +388,8 @@ void srv_peer_close_now(struct peer *p)
  *  - in a job otherwise (old agents, attached workers): none. A worker keeps its connection for
  *    the whole run and may be silent for hours between barriers; its job's end drops it.
  *  - in no job (observers, not yet joined, job gone): last message + idle_ms;
- *  - a send failed (srv_send): now, whatever the state. */
-static uint64_t peer_deadline(const struct peer *p, enum srv_event *why)
+ *  - a send failed (rdzv__send): now, whatever the state. */
+static uint64_t peer_deadline(const struct peer *p, enum rdzv__event *why)
 {
     const struct rdzv_limits *l = &p->srv->limits;
 
@@ -415,14 +415,14 @@ static uint64_t peer_deadline(const struct peer *p, enum srv_event *why)
     return p->last_seen_ms + l->idle_ms;
 }
 
-/* srv_send failed earlier: the peer goes now (an agent in a job is a lost node). */
+/* rdzv__send failed earlier: the peer goes now (an agent in a job is a lost node). */
 static void peer_send_failed(struct peer *p)
 {
     char reason[96];
 
     if (p->send_err == -ENOBUFS) {
-        srv_peer_event(p, SRV_EV_SEND_QUEUE, "over %zu bytes of replies unread",
-                       p->srv->limits.send_queue_max);
+        rdzv__peer_event(p, SRV_EV_SEND_QUEUE, "over %zu bytes of replies unread",
+                         p->srv->limits.send_queue_max);
         snprintf(reason, sizeof(reason), "it stopped reading (over %zu bytes unsent)",
                  p->srv->limits.send_queue_max);
     } else {
@@ -437,7 +437,7 @@ static void timer_cb(uv_timer_t *t)
 {
     struct peer *p = t->data;
     uint64_t now = uv_now(p->srv->loop);
-    enum srv_event why;
+    enum rdzv__event why;
     uint64_t deadline = peer_deadline(p, &why);
     char reason[64];
 
@@ -450,16 +450,16 @@ static void timer_cb(uv_timer_t *t)
     if (why == SRV_EV_SEND_QUEUE) {
         peer_send_failed(p);
     } else if (why == SRV_EV_HANDSHAKE_TIMEOUT) {
-        srv_peer_event(p, why, "no HELLO accepted within %u ms of connecting",
-                       p->srv->limits.handshake_ms);
-        srv_peer_close(p, 0);
+        rdzv__peer_event(p, why, "no HELLO accepted within %u ms of connecting",
+                         p->srv->limits.handshake_ms);
+        rdzv__peer_close(p, 0);
     } else if (why == SRV_EV_FIRST_BYTE) {
-        srv_peer_event(p, why, "not a byte within %u ms of connecting",
-                       p->srv->limits.first_byte_ms);
-        srv_peer_close(p, 0);
+        rdzv__peer_event(p, why, "not a byte within %u ms of connecting",
+                         p->srv->limits.first_byte_ms);
+        rdzv__peer_close(p, 0);
     } else if (why == SRV_EV_IDLE_TIMEOUT) {
-        srv_peer_event(p, why, "silent for %u ms while in no job", p->srv->limits.idle_ms);
-        srv_peer_close(p, 0);
+        rdzv__peer_event(p, why, "silent for %u ms while in no job", p->srv->limits.idle_ms);
+        rdzv__peer_close(p, 0);
     } else {
         snprintf(reason, sizeof(reason), "no heartbeat for %.1f s", p->hb_timeout_ms / 1000.0);
         peer_lose(p, 0, reason);
@@ -467,9 +467,9 @@ static void timer_cb(uv_timer_t *t)
 }
 
 /* (Re)arms the timer for the state p is in now; called on every change of state. */
-void srv_peer_arm(struct peer *p)
+void rdzv__peer_arm(struct peer *p)
 {
-    enum srv_event why;
+    enum rdzv__event why;
     uint64_t deadline, now;
 
     if (p->closing)
@@ -484,7 +484,7 @@ void srv_peer_arm(struct peer *p)
 
 /* Old agents send keep_alive_ms = 0 and no heartbeats: for them only a closed connection
  * counts, or every job longer than 3 s would be torn down. */
-void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j)
+void rdzv__peer_heartbeat_start(struct peer *p, const struct rdzv_join *j)
 {
     if (j->keep_alive_ms > 0) {
         p->hb_timeout_ms =
@@ -492,12 +492,12 @@ void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j)
         p->keep_alive_ms = j->keep_alive_ms;
     }
     p->gap_max_ms = 0;
-    srv_peer_arm(p);
+    rdzv__peer_arm(p);
 }
 
 /* The address the connection came from, without port; IPv6 without brackets, and an IPv4
  * client of a dual-stack listener ("::ffff:10.0.0.1") as plain IPv4 so peers can use it. */
-void srv_tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len)
+void rdzv__tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len)
 {
     struct sockaddr_storage ss;
     int n = sizeof(ss);
@@ -517,16 +517,16 @@ void srv_tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len)
     }
 }
 
-void srv_peer_addr(struct peer *p, char *buf, size_t len)
+void rdzv__peer_addr(struct peer *p, char *buf, size_t len)
 {
     if (p->local_addr != NULL)
         snprintf(buf, len, "%s", p->local_addr);
     else
-        srv_tcp_addr(&p->conn.tcp, buf, len);
+        rdzv__tcp_addr(&p->conn.tcp, buf, len);
 }
 
 /* --- refusals: counted, logged once per peer address --------------------------------------- */
-void srv_event_metric(enum srv_event ev, const char **family, const char **label)
+void rdzv__event_metric(enum rdzv__event ev, const char **family, const char **label)
 {
     static const char *const labels[SRV_EV_COUNT_] = {
         [SRV_EV_CONNECTIONS] = "connections",
@@ -571,7 +571,7 @@ void srv_event_metric(enum srv_event ev, const char **family, const char **label
 /* Lines carry what peers chose (host names, job ids, failure texts): the whole line is escaped
  * (common/escape.h), so a newline in a job id cannot forge a log line nor ESC sequences reach
  * the operator's terminal. The server's own words have no control bytes or backslashes. */
-void srv_log(struct rdzv_server *srv, const char *fmt, ...)
+void rdzv__log(struct rdzv_server *srv, const char *fmt, ...)
 {
     char line[1024], safe[MC_ESCAPE_SIZE(sizeof(line))];
     va_list ap;
@@ -587,9 +587,9 @@ void srv_log(struct rdzv_server *srv, const char *fmt, ...)
 }
 
 /* Whether ev from addr is to be logged: the first time per address and kind only. */
-static int log_first(struct rdzv_server *srv, enum srv_event ev, const char *addr)
+static int log_first(struct rdzv_server *srv, enum rdzv__event ev, const char *addr)
 {
-    struct srv_logged *e = NULL;
+    struct rdzv__logged *e = NULL;
 
     for (unsigned i = 0; i < SRV_LOG_PEERS && e == NULL; i++)
         if (strcmp(srv->logged[i].addr, addr) == 0)
@@ -606,8 +606,8 @@ static int log_first(struct rdzv_server *srv, enum srv_event ev, const char *add
     return 1;
 }
 
-static void event_va(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt,
-                     va_list ap)
+static void event_va(struct rdzv_server *srv, enum rdzv__event ev, const char *addr,
+                     const char *fmt, va_list ap)
 {
     const char *family, *label;
     char text[640];
@@ -620,12 +620,13 @@ static void event_va(struct rdzv_server *srv, enum srv_event ev, const char *add
         return;
     }
     vsnprintf(text, sizeof(text), fmt, ap);
-    srv_event_metric(ev, &family, &label);
-    srv_log(srv, "refused %s: %s: %s (counted in %s; not logged again for this address)", addr,
-            label, text, family);
+    rdzv__event_metric(ev, &family, &label);
+    rdzv__log(srv, "refused %s: %s: %s (counted in %s; not logged again for this address)", addr,
+              label, text, family);
 }
 
-void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt, ...)
+void rdzv__event(struct rdzv_server *srv, enum rdzv__event ev, const char *addr, const char *fmt,
+                 ...)
 {
     va_list ap;
 
@@ -634,29 +635,29 @@ void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, con
     va_end(ap);
 }
 
-/* A KV_REPLY LIMIT (srv_kv_reply): over the job's own quota, or over the server's total when
+/* A KV_REPLY LIMIT (rdzv__kv_reply): over the job's own quota, or over the server's total when
  * the shared pool refused it just now. */
-void srv_kv_limit_event(struct peer *p)
+void rdzv__kv_limit_event(struct peer *p)
 {
     struct rdzv_server *srv = p->srv;
 
     if (srv->kv_pool.refused != srv->kv_pool_refused) {
         srv->kv_pool_refused = srv->kv_pool.refused;
-        srv_peer_event(p, SRV_EV_KV_TOTAL,
-                       "KV_PUT over the %zu bytes of KV data the server "
-                       "holds for all jobs",
-                       srv->limits.kv_max_total_bytes);
+        rdzv__peer_event(p, SRV_EV_KV_TOTAL,
+                         "KV_PUT over the %zu bytes of KV data the server "
+                         "holds for all jobs",
+                         srv->limits.kv_max_total_bytes);
         return;
     }
-    srv_peer_event(p, SRV_EV_KV_QUOTA, "KV_PUT over the job's quota of keys or bytes");
+    rdzv__peer_event(p, SRV_EV_KV_QUOTA, "KV_PUT over the job's quota of keys or bytes");
 }
 
-void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
+void rdzv__peer_event(struct peer *p, enum rdzv__event ev, const char *fmt, ...)
 {
     char addr[INET6_ADDRSTRLEN];
     va_list ap;
 
-    srv_peer_addr(p, addr, sizeof(addr));
+    rdzv__peer_addr(p, addr, sizeof(addr));
     va_start(ap, fmt);
     event_va(p->srv, ev, addr, fmt, ap);
     va_end(ap);
@@ -665,7 +666,7 @@ void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
 /* --- KV replies ------------------------------------------------------------------------- */
 
 /* A KV_REPLY LIMIT: which limit, from the store that gave it (p's job's). Held-request limits
- * are counted here; quotas of keys and bytes by srv_kv_limit_event(). */
+ * are counted here; quotas of keys and bytes by rdzv__kv_limit_event(). */
 static void kv_limit_event(struct peer *p)
 {
     const struct rdzv_limits *l = &p->srv->limits;
@@ -677,38 +678,38 @@ static void kv_limit_event(struct peer *p)
     /* a team's own pool (scope.h) refused: its share, not the server's, is full */
     if ((why == RDZV_KV_REFUSED_POOL_HELD || why == RDZV_KV_REFUSED_POOL_BYTES) &&
         p->kvjob->scope != NULL && pool == &p->kvjob->scope->kv) {
-        srv_peer_event(p, SRV_EV_CRED_KV,
-                       "KV request over the %s of credential job:%s (%zu bytes, %zu held)",
-                       why == RDZV_KV_REFUSED_POOL_HELD ? "waiting requests" : "KV bytes",
-                       p->kvjob->scope->scope, pool->max_bytes, pool->max_held);
+        rdzv__peer_event(p, SRV_EV_CRED_KV,
+                         "KV request over the %s of credential job:%s (%zu bytes, %zu held)",
+                         why == RDZV_KV_REFUSED_POOL_HELD ? "waiting requests" : "KV bytes",
+                         p->kvjob->scope->scope, pool->max_bytes, pool->max_held);
         return;
     }
     switch (why) {
     case RDZV_KV_REFUSED_HELD_PEER:
-        srv_peer_event(p, SRV_EV_KV_HELD_CONN,
-                       "KV request held over the %u waiting requests of one connection",
-                       l->kv_max_held_per_conn);
+        rdzv__peer_event(p, SRV_EV_KV_HELD_CONN,
+                         "KV request held over the %u waiting requests of one connection",
+                         l->kv_max_held_per_conn);
         break;
     case RDZV_KV_REFUSED_HELD:
-        srv_peer_event(p, SRV_EV_KV_HELD_JOB,
-                       "KV request held over the %zu waiting requests of job %s",
-                       rdzv_kv_held(p->kvjob->kv), p->kvjob->job->id);
+        rdzv__peer_event(p, SRV_EV_KV_HELD_JOB,
+                         "KV request held over the %zu waiting requests of job %s",
+                         rdzv_kv_held(p->kvjob->kv), p->kvjob->job->id);
         break;
     case RDZV_KV_REFUSED_POOL_HELD:
-        srv_peer_event(p, SRV_EV_KV_HELD_TOTAL,
-                       "KV request held over the %u waiting requests of all jobs",
-                       l->kv_max_held_total);
+        rdzv__peer_event(p, SRV_EV_KV_HELD_TOTAL,
+                         "KV request held over the %u waiting requests of all jobs",
+                         l->kv_max_held_total);
         break;
     default:
-        srv_kv_limit_event(p);
+        rdzv__kv_limit_event(p);
         break;
     }
 }
 
 /* The store's reply callback (ctx = the server): one KV_REPLY. The message is static because
  * it is ~130 KB; replies are never sent from within another reply. */
-void srv_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
-                  const uint8_t *value, uint32_t len)
+void rdzv__kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
+                    const uint8_t *value, uint32_t len)
 {
     static struct rdzv_msg m;
 
@@ -724,7 +725,7 @@ void srv_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status st
     m.u.kv.value_len = len;
     if (len > 0)
         memcpy(m.u.kv.value, value, len);
-    srv_send(peer, &m);
+    rdzv__send(peer, &m);
 }
 
 /* Numeric addresses directly; names (e.g. "localhost") through a synchronous getaddrinfo, which
@@ -782,26 +783,26 @@ int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connec
 
 /* At HELLO: a job credential's connection is charged to its scope, or refused over
  * max_connections_per_credential (then answered and closed). Returns 1 when it may go on. */
-int srv_scope_admit_peer(struct peer *p)
+int rdzv__scope_admit_peer(struct peer *p)
 {
     struct rdzv_server *srv = p->srv;
-    struct srv_scope *s;
+    struct rdzv__scope *s;
 
     if (p->cred.kind != RDZV_CRED_JOB || p->scope != NULL)
         return 1; /* operators, observers and workers: only the server-wide caps */
-    if (srv_scope_get(&srv->scopes, p->cred.scope, &s) < 0) {
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
+    if (rdzv__scope_get(&srv->scopes, p->cred.scope, &s) < 0) {
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
         return 0;
     }
     if (s->connections >= srv->limits.max_connections_per_credential) {
-        srv_peer_event(p, SRV_EV_CRED_CONNECTIONS,
-                       "HELLO while credential job:%s holds %u connections", s->scope,
-                       s->connections);
-        srv_send_error(p, RDZV_ERR_PROTOCOL,
-                       "credential job:%s holds %u connections, its limit (muster server "
-                       "--max-connections-per-credential)",
-                       s->scope, s->connections);
-        srv_scope_put(&srv->scopes, s);
+        rdzv__peer_event(p, SRV_EV_CRED_CONNECTIONS,
+                         "HELLO while credential job:%s holds %u connections", s->scope,
+                         s->connections);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL,
+                         "credential job:%s holds %u connections, its limit (muster server "
+                         "--max-connections-per-credential)",
+                         s->scope, s->connections);
+        rdzv__scope_put(&srv->scopes, s);
         return 0;
     }
     s->connections++;
@@ -815,7 +816,7 @@ int srv_scope_admit_peer(struct peer *p)
 
 /* A job created with scope s (its creator's, or NULL) is charged to it until the job is freed
  * (sjob.c): a job slot, and its KV store draws on the scope's pool. */
-void srv_scope_charge_job(struct sjob *sj, struct srv_scope *s)
+void rdzv__scope_charge_job(struct sjob *sj, struct rdzv__scope *s)
 {
     if (s == NULL || sj->scope != NULL)
         return;

@@ -25,7 +25,7 @@
 
 struct sjob;
 struct rdzv_http;
-struct srv_source;
+struct rdzv__source;
 struct rdzv_hslimit;
 
 /* One accepted connection: an agent, a worker (KV) or an observer (STATUS). */
@@ -49,13 +49,13 @@ struct peer {
     uint32_t keep_alive_ms; /* the agent's heartbeat interval, for the lateness metric */
     uint64_t gap_max_ms;    /* agent in a job: longest silence between two of its messages since
                              * its JOIN (/status heartbeat_gap_max_ms: a stalled agent loop) */
-    struct srv_source *source; /* its address's connection count; NULL if never counted */
+    struct rdzv__source *source; /* its address's connection count; NULL if never counted */
     int send_err;        /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
     int hs_counted;      /* in srv->hslimit's handshakes in flight, under hs_addr */
     uint8_t hs_addr[16]; /* its source address, as source_key() makes it */
     char *local_addr;    /* in-process channel: the address it stands for; else NULL */
-    struct srv_scope *scope; /* job credential: its scope, charged one connection from HELLO
-                              * until this peer is freed (scope.h); NULL otherwise */
+    struct rdzv__scope *scope; /* job credential: its scope, charged one connection from HELLO
+                                * until this peer is freed (scope.h); NULL otherwise */
     /* pre-authentication pool: linked from accept until HELLO is accepted */
     int in_pre;
     struct peer *pre_prev, *pre_next;   /* srv->pre_head: oldest first */
@@ -63,7 +63,7 @@ struct peer {
 };
 
 /* One checkpoint replica being relayed (handler_repl.c). */
-struct srv_repl {
+struct rdzv__repl {
     uint32_t id;             /* the server's id: the receiver's messages carry it */
     uint32_t src_xfer;       /* the sender's id: the sender's messages carry it */
     struct peer *src, *dst;  /* both agents of this job; forgotten when either goes */
@@ -89,12 +89,12 @@ struct sjob {
     /* WAITING broadcasts are coalesced: one per sjob_waiting_every_ms at most. Sending one per
      * JOIN to every member made a round of N agents cost N^2 messages (10,000 agents: 50
      * million), measured by bench/rdzv_bench.sh. */
-    uint64_t waiting_sent_at;                  /* uv_now() of the last WAITING broadcast */
-    int waiting_due;                           /* a count change is not yet broadcast */
-    struct srv_repl repl[RDZV_REPL_MAX_XFERS]; /* checkpoint replicas in flight */
+    uint64_t waiting_sent_at;                    /* uv_now() of the last WAITING broadcast */
+    int waiting_due;                             /* a count change is not yet broadcast */
+    struct rdzv__repl repl[RDZV_REPL_MAX_XFERS]; /* checkpoint replicas in flight */
     unsigned n_repl;
-    struct srv_scope *scope; /* the scope of the job credential that created it, charged one job
-                              * until it is freed (scope.h); NULL: created by an operator */
+    struct rdzv__scope *scope; /* the scope of the job credential that created it, charged one job
+                                * until it is freed (scope.h); NULL: created by an operator */
 };
 
 /* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
@@ -109,8 +109,8 @@ struct sjob {
 #define RDZV_LISTEN_BACKLOG 65535
 
 /* Everything the server refuses is one of these: counted, and logged once per peer address.
- * srv_event_metric() names the metric family and label of each. */
-enum srv_event {
+ * rdzv__event_metric() names the metric family and label of each. */
+enum rdzv__event {
     SRV_EV_CONNECTIONS,       /* over max_connections: accepted and closed at once */
     SRV_EV_HANDSHAKE_TIMEOUT, /* no accepted HELLO within handshake_ms (slowloris, stuck TLS) */
     SRV_EV_IDLE_TIMEOUT,      /* silent past idle_ms while in no job */
@@ -149,8 +149,8 @@ enum srv_event {
  * SRV_SOURCE_BUCKETS chains; an entry goes when its last connection closes. */
 #define SRV_SOURCE_BUCKETS 4096
 
-struct srv_source {
-    struct srv_source *next;
+struct rdzv__source {
+    struct rdzv__source *next;
     uint8_t addr[16]; /* the group: rdzv_hslimit_group() */
     unsigned n;
     struct peer *pre_head, *pre_tail; /* its unauthenticated connections, oldest first */
@@ -160,16 +160,16 @@ struct srv_source {
  * full, so a flood from many addresses costs at most one line per new address and kind. */
 #define SRV_LOG_PEERS 256
 
-struct srv_logged {
+struct rdzv__logged {
     char addr[INET6_ADDRSTRLEN];
-    uint32_t events; /* bit per enum srv_event already logged for addr */
+    uint32_t events; /* bit per enum rdzv__event already logged for addr */
 };
 
 struct rdzv_server_stats {
     uint64_t rounds_total, restarts_total, lost_nodes_total;
     uint64_t bytes_received_total, bytes_sent_total; /* of closed connections; + live ones */
     uint64_t http_requests_total;
-    uint64_t events[SRV_EV_COUNT_]; /* refusals by enum srv_event */
+    uint64_t events[SRV_EV_COUNT_]; /* refusals by enum rdzv__event */
     uint64_t log_suppressed;        /* event lines not logged: address already logged */
 };
 
@@ -195,14 +195,14 @@ struct rdzv_server {
     rdzv_server_log_cb log_cb; /* NULL: stderr */
     void *log_data;
     char auth_hint[384]; /* rdzv_server_set_auth_hint() */
-    struct srv_logged logged[SRV_LOG_PEERS];
+    struct rdzv__logged logged[SRV_LOG_PEERS];
     unsigned logged_next;        /* next slot to reuse */
     struct rdzv_kv_pool kv_pool; /* every job's KV bytes: limits.kv_max_total_bytes */
     uint64_t kv_pool_refused;    /* kv_pool.refused already counted as SRV_EV_KV_TOTAL */
-    struct srv_source *sources[SRV_SOURCE_BUCKETS];
+    struct rdzv__source *sources[SRV_SOURCE_BUCKETS];
     struct rdzv_hslimit *hslimit; /* TLS handshakes per source address (hslimit.h) */
     uint32_t repl_next_id;        /* the last replica transfer id handed out */
-    struct srv_scopes scopes;     /* job credential scopes holding jobs or connections */
+    struct rdzv__scopes scopes;   /* job credential scopes holding jobs or connections */
     /* the pre-authentication pool (peer.in_pre), oldest first */
     struct peer *pre_head, *pre_tail;
     unsigned n_pre;
@@ -214,42 +214,42 @@ struct rdzv_server {
 };
 
 /* service.c */
-void srv_handle_closed(struct rdzv_server *srv);
-void srv_send(struct peer *p, const struct rdzv_msg *m);
-void srv_send_error(struct peer *p, uint32_t code, const char *fmt, ...)
+void rdzv__handle_closed(struct rdzv_server *srv);
+void rdzv__send(struct peer *p, const struct rdzv_msg *m);
+void rdzv__send_error(struct peer *p, uint32_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void srv_peer_close(struct peer *p, int flush);
-void srv_peer_close_now(struct peer *p); /* the server closes: no flush, even one under way */
-void srv_peer_addr(struct peer *p, char *buf, size_t len);
-void srv_peer_heartbeat_start(struct peer *p, const struct rdzv_join *j);
-void srv_peer_arm(struct peer *p);
-void srv_kv_limit_event(struct peer *p);
+void rdzv__peer_close(struct peer *p, int flush);
+void rdzv__peer_close_now(struct peer *p); /* the server closes: no flush, even one under way */
+void rdzv__peer_addr(struct peer *p, char *buf, size_t len);
+void rdzv__peer_heartbeat_start(struct peer *p, const struct rdzv_join *j);
+void rdzv__peer_arm(struct peer *p);
+void rdzv__kv_limit_event(struct peer *p);
 /* the KV stores' reply callback (kv.h; ctx: the server, peer: the asking struct peer) */
-void srv_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
-                  const uint8_t *value, uint32_t len);
-void srv_event(struct rdzv_server *srv, enum srv_event ev, const char *addr, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-void srv_peer_event(struct peer *p, enum srv_event ev, const char *fmt, ...)
+void rdzv__kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
+                    const uint8_t *value, uint32_t len);
+void rdzv__event(struct rdzv_server *srv, enum rdzv__event ev, const char *addr, const char *fmt,
+                 ...) __attribute__((format(printf, 4, 5)));
+void rdzv__peer_event(struct peer *p, enum rdzv__event ev, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void srv_event_metric(enum srv_event ev, const char **family, const char **label);
-void srv_log(struct rdzv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int srv_scope_admit_peer(struct peer *p);
-void srv_scope_charge_job(struct sjob *sj, struct srv_scope *s);
+void rdzv__event_metric(enum rdzv__event ev, const char **family, const char **label);
+void rdzv__log(struct rdzv_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int rdzv__scope_admit_peer(struct peer *p);
+void rdzv__scope_charge_job(struct sjob *sj, struct rdzv__scope *s);
 int rdzv_server_resolve(uv_loop_t *loop, const char *host, unsigned port,
                         struct sockaddr_storage *ss);
 int rdzv_server_listen_tcp(uv_tcp_t *tcp, struct sockaddr_storage *ss, uv_connection_cb cb,
                            unsigned *bound);
 /* the address of tcp's peer for log lines ("" when gone) */
-void srv_tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len);
+void rdzv__tcp_addr(const uv_tcp_t *tcp, char *buf, size_t len);
 
 /* service.c: per source address and the pre-authentication pool, for the dispatcher's
  * admission (server.c). A connection idle PRE_IDLE_MS (or silent since accept) may be evicted. */
 #define PRE_IDLE_MS 500
-int srv_source_key(const uv_tcp_t *tcp, uint8_t key[16]);
-int srv_source_add(struct peer *p);
-void srv_hs_end(struct peer *p);
-void srv_pre_link(struct peer *p);
-void srv_pre_unlink(struct peer *p);
-struct peer *srv_pre_victim(struct rdzv_server *srv, struct srv_source *src, int global);
+int rdzv__source_key(const uv_tcp_t *tcp, uint8_t key[16]);
+int rdzv__source_add(struct peer *p);
+void rdzv__hs_end(struct peer *p);
+void rdzv__pre_link(struct peer *p);
+void rdzv__pre_unlink(struct peer *p);
+struct peer *rdzv__pre_victim(struct rdzv_server *srv, struct rdzv__source *src, int global);
 
 #endif

@@ -8,7 +8,7 @@
 
 /* sjob.c */
 struct sjob *rdzv__sjob_find(struct rdzv_server *srv, const char *id);
-int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct srv_scope *scope,
+int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct rdzv__scope *scope,
                    struct sjob **out);
 void rdzv__sjob_drop(struct sjob *sj);
 void rdzv__sjob_apply(struct sjob *sj, enum rdzv_job_event ev);
