@@ -133,11 +133,11 @@ static void finish_now(struct agent *a)
     a->client = NULL;
     rdzv_server_close(a->server, NULL, NULL);
     a->server = NULL;
-    agent_store_stop_(a);
+    agent__store_stop(a);
     for (int i = 0; i < NSIGHANDLES; i++)
         uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
     agent_progress_close(&a->progress, close_handle_cb);
-    agent_ft_close_(a);
+    agent__ft_close(a);
     if (a->group != NULL) {
         agent_group_close(a->group, after_group_closed, a); /* kills what is left */
         a->group = NULL;
@@ -151,7 +151,7 @@ static void finish(struct agent *a)
     if (a->finish_asked)
         return;
     a->finish_asked = 1;
-    agent_ft_flush_(a, !a->attempt_unclean, finish_now);
+    agent__ft_flush(a, !a->attempt_unclean, finish_now);
 }
 
 static void join_send(struct agent *a);
@@ -199,7 +199,7 @@ static void join(struct agent *a)
     memcpy(j.node_secret, a->node_secret, sizeof(j.node_secret));
     a->join_msg = j;
     a->join_state = a->state;
-    agent_ft_pick_resume_(a, &a->join_msg, join_picked);
+    agent__ft_pick_resume(a, &a->join_msg, join_picked);
 }
 
 static void join_send(struct agent *a)
@@ -227,7 +227,7 @@ static void start_workers(struct agent *a)
 {
     int rc, failed = 0;
 
-    if ((rc = agent_store_start_(a)) != 0) {
+    if ((rc = agent__store_start(a)) != 0) {
         /* a busy --master-port is the operator's to fix, like a bad flag (said) */
         fire(a, AGENT_EV_FATAL, rc == UV_EADDRINUSE ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL);
         return;
@@ -239,11 +239,11 @@ static void start_workers(struct agent *a)
     }
     a->have_local_failure = 0;
     a->attempt_unclean = 0;
-    agent_ft_prepare_(a);
+    agent__ft_prepare(a);
     for (unsigned i = 0; i < a->o->work.nproc; i++) {
-        if ((rc = agent_spawn_one_(a, (int)i)) != 0) {
+        if ((rc = agent__spawn_one(a, (int)i)) != 0) {
             struct rdzv_failure f;
-            agent_spawn_failure_(a, (int)i, rc, &f);
+            agent__spawn_failure(a, (int)i, rc, &f);
             a->local_failure = f;
             a->local_failure_pid = 0;
             fire(a, AGENT_EV_WORKER_FAILED, 0);
@@ -263,7 +263,7 @@ static void start_preflight(struct agent *a)
 
     a->pf.ran = 1;
     a->have_local_failure = 0;
-    if ((rc = agent_preflight_start_(a, preflight_done)) != 0) {
+    if ((rc = agent__preflight_start(a, preflight_done)) != 0) {
         mc_error("%s", strerror(-rc));
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL);
     }
@@ -331,12 +331,12 @@ static void report_done_recorded(struct agent *a)
 static void report_done(struct agent *a)
 {
     a->done_state = a->state;
-    agent_ft_flush_(a, 1, report_done_recorded); /* every worker exited 0 */
+    agent__ft_flush(a, 1, report_done_recorded); /* every worker exited 0 */
 }
 
 static void report_pf_failure(struct agent *a)
 {
-    agent_preflight_failure_(a, &a->local_failure);
+    agent__preflight_failure(a, &a->local_failure);
     if (a->pf.joined) {
         /* a joining node leaves: not a final failure of the job that ran fine without it */
         a->local_failure.flags &= ~RDZV_FAILURE_FINAL;
@@ -422,13 +422,13 @@ static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
 {
     struct agent *a = g->data;
 
-    agent_ft_worker_exited_(a, w->local_rank);
+    agent__ft_worker_exited(a, w->local_rank);
     if (w->exit_status == 0 && w->term_signal == 0)
         return;
     a->attempt_unclean = 1; /* a checkpoint it wrote in place may be cut */
     if (!accepts(a, AGENT_EV_WORKER_FAILED))
         return; /* already stopping: a worker dying of our SIGTERM is no new failure */
-    agent_fill_failure_(a, w, &a->local_failure);
+    agent__fill_failure(a, w, &a->local_failure);
     a->local_failure_pid = w->pid;
     fire(a, AGENT_EV_WORKER_FAILED, 0);
 }
@@ -440,7 +440,7 @@ static void on_all_exited(struct agent_group *g)
 
     agent_group_close(g, after_group_closed, a);
     a->group = NULL;
-    agent_ft_sync_(a, !a->attempt_unclean); /* a final checkpoint may have landed just now */
+    agent__ft_sync(a, !a->attempt_unclean); /* a final checkpoint may have landed just now */
     if (a->port_fd >= 0) {
         close(a->port_fd);
         a->port_fd = -1;
@@ -473,7 +473,7 @@ static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
     if (!w->alive || !accepts(a, AGENT_EV_WORKER_FAILED))
         return;
     agent_worker_kill(w, SIGKILL);
-    agent_fill_failure_(a, w, f);
+    agent__fill_failure(a, w, f);
     f->exit_code = -1;
     f->time_ms = (uint64_t)time(NULL) * 1000;
     snprintf(f->text, sizeof(f->text), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
@@ -539,7 +539,7 @@ static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
         return;
     /* the next attempt's workers must not meet this one's keys: on a fixed MASTER_PORT they
      * could reach this store before the next attempt replaces it */
-    agent_store_stop_(a);
+    agent__store_stop(a);
     agent_failure_describe(&r->cause, how, sizeof(how));
     if (r->cause.rank >= 0)
         mc_info("restarting workers (restart %u/%u): rank %d %s", r->restart_count, max,
@@ -591,7 +591,7 @@ static void on_disconnected(struct rdzv_client *c, const char *why)
 
     mc_escape(why, shown, sizeof(shown));
     mc_info("rendezvous server lost (%s); reconnecting, workers keep running", shown);
-    agent_ft_disconnected_(rdzv_client_data(c)); /* replicas in flight died with it */
+    agent__ft_disconnected(rdzv_client_data(c)); /* replicas in flight died with it */
 }
 
 /* The first connection failed: the node hosting the rendezvous may not have started yet. One
@@ -623,7 +623,7 @@ static void on_reconnected(struct rdzv_client *c)
 
 static void on_repl(struct rdzv_client *c, const struct rdzv_msg *m)
 {
-    agent_ft_repl_msg_(rdzv_client_data(c), m);
+    agent__ft_repl_msg(rdzv_client_data(c), m);
 }
 
 static const struct rdzv_client_cbs client_cbs = {
@@ -789,7 +789,7 @@ int agent_run(const struct agent_options *o)
         return AGENT_EXIT_INTERNAL;
     }
     agent_proctree_start(1); /* before any worker: the job's cgroup and its reaper */
-    if ((rc = agent_prepare_logdir_(&a)) != 0 || (rc = agent_ft_start_(&a, on_hang)) != 0)
+    if ((rc = agent__prepare_logdir(&a)) != 0 || (rc = agent__ft_start(&a, on_hang)) != 0)
         /* a directory refused for safety is the operator's to fix, like a bad flag */
         fire(&a, AGENT_EV_FATAL, agent_path_refused(rc) ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL);
     else if (start_rendezvous(&a) != 0)

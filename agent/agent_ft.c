@@ -1,6 +1,6 @@
 /* The agent's fault tolerance: the checkpoint registry (resume point, records reported to the
  * server) and hang detection, owned in struct agent_ft. Calls nothing in agent.c: a hang goes
- * up through the callback agent_ft_start_() was given. */
+ * up through the callback agent__ft_start() was given. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,7 +44,7 @@ static void log_resume(const struct agent *a)
                 (long long)ft->my_resume_step, (long long)as->resume_step);
 }
 
-void agent_ft_prepare_(struct agent *a)
+void agent__ft_prepare(struct agent *a)
 {
     struct agent_ft *ft = &a->ft;
     const struct rdzv_assign *as = &a->as;
@@ -61,19 +61,19 @@ void agent_ft_prepare_(struct agent *a)
         agent_hang_start(&ft->hang, as->restart_count);
 }
 
-void agent_ft_worker_exited_(struct agent *a, int local_rank)
+void agent__ft_worker_exited(struct agent *a, int local_rank)
 {
     if (a->ft.hang_on)
         agent_hang_disarm(&a->ft.hang, local_rank);
 }
 
-void agent_ft_sync_(struct agent *a, int clean)
+void agent__ft_sync(struct agent *a, int clean)
 {
     if (a->ft.ckpt_on)
         agent_ckptwatch_flush(&a->ft.ckpt, clean, NULL, NULL);
 }
 
-void agent_ft_close_(struct agent *a)
+void agent__ft_close(struct agent *a)
 {
     if (a->ft.repl_on)
         agent_replica_close(&a->ft.repl);
@@ -107,7 +107,7 @@ static void on_picked(void *data, int rc, const struct agent_ckpt_entry *e)
 /* This node's candidate for where the next round resumes: only the one of the node that gets
  * group rank 0 is used. Workers are stopped here; the flush inside the pick records what
  * landed last. */
-void agent_ft_pick_resume_(struct agent *a, struct rdzv_join *j, void (*done)(struct agent *a))
+void agent__ft_pick_resume(struct agent *a, struct rdzv_join *j, void (*done)(struct agent *a))
 {
     struct agent_ft *ft = &a->ft;
 
@@ -135,7 +135,7 @@ static void on_flushed(void *data)
     }
 }
 
-void agent_ft_flush_(struct agent *a, int clean, void (*done)(struct agent *a))
+void agent__ft_flush(struct agent *a, int clean, void (*done)(struct agent *a))
 {
     if (!a->ft.ckpt_on) {
         done(a);
@@ -230,7 +230,7 @@ static const struct agent_replica_cbs repl_cbs = {
     .log = repl_log,
 };
 
-void agent_ft_repl_msg_(struct agent *a, const struct rdzv_msg *m)
+void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m)
 {
     struct rdzv_msg ack;
 
@@ -248,7 +248,7 @@ void agent_ft_repl_msg_(struct agent *a, const struct rdzv_msg *m)
     rdzv_client_send_repl(a->client, &ack);
 }
 
-void agent_ft_disconnected_(struct agent *a)
+void agent__ft_disconnected(struct agent *a)
 {
     if (a->ft.repl_on)
         agent_replica_reset(&a->ft.repl);
@@ -293,7 +293,7 @@ static int heartbeat_dir(struct agent *a, char *dir, size_t len)
     return rc;
 }
 
-int agent_ft_start_(struct agent *a, agent_hang_cb hang_cb)
+int agent__ft_start(struct agent *a, agent_hang_cb hang_cb)
 {
     const struct agent_options *o = a->o;
     struct agent_ft *ft = &a->ft;

@@ -125,18 +125,18 @@ void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* attempt.c: the log directory (0 or a negative errno, logged), and worker i's start (0 or a
  * negative errno: -ENOENT / -EACCES when the program cannot be executed) */
-int agent_prepare_logdir_(struct agent *a);
-int agent_spawn_one_(struct agent *a, int i);
+int agent__prepare_logdir(struct agent *a);
+int agent__spawn_one(struct agent *a, int i);
 /* The failure record of worker w of this attempt, with the text of its error file; sets
  * a->local_error_file to that file, or "" when it has none. */
-void agent_fill_failure_(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f);
+void agent__fill_failure(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f);
 /* The failure record of local rank i whose program could not be executed (spawn error err):
  * like a worker exiting with the shell's code, 127 or 126. */
-void agent_spawn_failure_(struct agent *a, int i, int err, struct rdzv_failure *f);
+void agent__spawn_failure(struct agent *a, int i, int err, struct rdzv_failure *f);
 /* The console (1/2 or -1) and log-file fds (opened in dir, or -1) of one worker's stdout and
  * stderr: all_to_files (--log-dir) keeps every stream, else only what redirect/tee (bit 1
  * stdout, bit 2 stderr) send to files; shown = console output wanted. Also used by shared.c. */
-void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,
+void agent__worker_streams(const char *dir, int all_to_files, unsigned char redirect,
                            unsigned char tee, unsigned char shown, struct agent_worker_spec *spec);
 
 /* attempt.c: before an attempt's workers start, drops the previous attempt's store (its keys
@@ -144,8 +144,8 @@ void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redi
  * opens this attempt's on MASTER_ADDR:MASTER_PORT; sets a->use_agent_store. 0, or a negative
  * errno (logged) when the store the other nodes' workers expect cannot be opened. _stop_
  * closes it (a restart was decided, or the agent finishes); both accept no store. */
-int agent_store_start_(struct agent *a);
-void agent_store_stop_(struct agent *a);
+int agent__store_start(struct agent *a);
+void agent__store_stop(struct agent *a);
 
 /* agent_ft.c: watchers set up at start (0 or a negative errno, logged); hang_cb is called
  * for a worker silent past --hang-timeout (struct agent_hang's data is a). Before each JOIN,
@@ -154,25 +154,25 @@ void agent_store_stop_(struct agent *a);
  * attempt, MUSTER_RESUME_FROM and heartbeats; when a worker exits, its heartbeat is disarmed;
  * when all exited, a flush of the checkpoint directory (clean: every worker exited 0);
  * _flush_ calls done(a) once what landed is recorded; at the end, close. */
-int agent_ft_start_(struct agent *a, agent_hang_cb hang_cb);
-void agent_ft_pick_resume_(struct agent *a, struct rdzv_join *j, void (*done)(struct agent *a));
-void agent_ft_flush_(struct agent *a, int clean, void (*done)(struct agent *a));
-void agent_ft_prepare_(struct agent *a);
-void agent_ft_worker_exited_(struct agent *a, int local_rank);
-void agent_ft_sync_(struct agent *a, int clean);
-void agent_ft_close_(struct agent *a);
+int agent__ft_start(struct agent *a, agent_hang_cb hang_cb);
+void agent__ft_pick_resume(struct agent *a, struct rdzv_join *j, void (*done)(struct agent *a));
+void agent__ft_flush(struct agent *a, int clean, void (*done)(struct agent *a));
+void agent__ft_prepare(struct agent *a);
+void agent__ft_worker_exited(struct agent *a, int local_rank);
+void agent__ft_sync(struct agent *a, int clean);
+void agent__ft_close(struct agent *a);
 /* A REPL_* message from the server (issue 19); the connection broke (transfers are gone). */
-void agent_ft_repl_msg_(struct agent *a, const struct rdzv_msg *m);
-void agent_ft_disconnected_(struct agent *a);
+void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m);
+void agent__ft_disconnected(struct agent *a);
 
 /* preflight.c: starts `node_argv --need-gpus=...` for this round in a->group (NULL before).
  * When it has ended (or could not start) the group is closed and freed, a->pf.code is its
  * exit code, and done_cb(a) runs; its reason file is removed after done_cb returns. Returns 0,
  * or a negative errno when no group could be made (done_cb is then not called). */
-int agent_preflight_start_(struct agent *a, void (*done_cb)(struct agent *a));
+int agent__preflight_start(struct agent *a, void (*done_cb)(struct agent *a));
 /* The final failure record of a failed pre-flight: its reason, or its exit code. */
-void agent_preflight_failure_(struct agent *a, struct rdzv_failure *f);
+void agent__preflight_failure(struct agent *a, struct rdzv_failure *f);
 /* preflight.c: the node process's results file as a PREFLIGHT message (exposed for tests). */
-int agent_preflight_results_(const char *path, uint32_t round, struct rdzv_preflight *pf);
+int agent__preflight_results(const char *path, uint32_t round, struct rdzv_preflight *pf);
 
 #endif

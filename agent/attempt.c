@@ -30,7 +30,7 @@ static int wants_files(const struct agent_output_opts *o, unsigned nproc)
     return 0;
 }
 
-int agent_prepare_logdir_(struct agent *a)
+int agent__prepare_logdir(struct agent *a)
 {
     const struct agent_output_opts *o = &a->o->out;
     char err[PATH_MAX + 128];
@@ -88,18 +88,18 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
 
 /* ---- the agent's TCPStore (issue 27) ------------------------------------------------- */
 
-void agent_store_stop_(struct agent *a)
+void agent__store_stop(struct agent *a)
 {
     agent_store_close(a->store, NULL, NULL);
     a->store = NULL;
 }
 
-int agent_store_start_(struct agent *a)
+int agent__store_start(struct agent *a)
 {
     const struct rdzv_assign *as = &a->as;
     int rc;
 
-    agent_store_stop_(a); /* a store outliving its attempt hands out stale keys */
+    agent__store_stop(a); /* a store outliving its attempt hands out stale keys */
     a->use_agent_store = agent_env_agent_store_wanted(environ);
     if (!a->use_agent_store || as->group_rank != 0)
         return 0;
@@ -130,7 +130,7 @@ int agent_store_start_(struct agent *a)
     return 0;
 }
 
-void agent_worker_streams_(const char *dir, int all_to_files, unsigned char redirect,
+void agent__worker_streams(const char *dir, int all_to_files, unsigned char redirect,
                            unsigned char tee, unsigned char shown, struct agent_worker_spec *spec)
 {
     for (int s = 0; s < 2; s++) {
@@ -223,7 +223,7 @@ static void free_resume_argv(const struct agent *a, char **argv)
 }
 
 /* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
-int agent_spawn_one_(struct agent *a, int i)
+int agent__spawn_one(struct agent *a, int i)
 {
     const struct agent_options *o = a->o;
     const struct agent_numa *numa = o->work.numa;
@@ -246,7 +246,7 @@ int agent_spawn_one_(struct agent *a, int i)
         goto out;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
-    agent_worker_streams_(dir, o->out.log_dir != NULL, o->out.redirect[i], o->out.tee[i],
+    agent__worker_streams(dir, o->out.log_dir != NULL, o->out.redirect[i], o->out.tee[i],
                           o->out.shown[i], &spec);
     output_cfg(o, dir, filter_paths, &out_cfg);
     spec.output = &out_cfg;
@@ -277,7 +277,7 @@ out:
 
 /* ---- failure records ---------------------------------------------------------------- */
 
-void agent_fill_failure_(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f)
+void agent__fill_failure(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f)
 {
     char dir[PATH_MAX];
 
@@ -296,7 +296,7 @@ void agent_fill_failure_(struct agent *a, const struct agent_worker *w, struct r
         a->local_error_file[0] = '\0';
 }
 
-void agent_spawn_failure_(struct agent *a, int i, int err, struct rdzv_failure *f)
+void agent__spawn_failure(struct agent *a, int i, int err, struct rdzv_failure *f)
 {
     struct agent_worker w = {.local_rank = i,
                              .rank = (int)a->as.rank_offset + i,
@@ -305,7 +305,7 @@ void agent_spawn_failure_(struct agent *a, int i, int err, struct rdzv_failure *
 
     gettimeofday(&tv, NULL);
     w.exit_time_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-    agent_fill_failure_(a, &w, f);
+    agent__fill_failure(a, &w, f);
     snprintf(f->text, sizeof(f->text), "cannot execute '%s': %s", a->o->work.argv[0],
              strerror(-err));
 }

@@ -14,7 +14,7 @@
 #include "ckptwatch_priv.h"
 #include "path.h"
 
-void agent_ckptwatch__line(struct agent_ckptwatch_lines *l, const char *fmt, ...)
+void agent__ckptwatch_line(struct agent_ckptwatch_lines *l, const char *fmt, ...)
 {
     char line[1024];
     va_list ap;
@@ -41,7 +41,7 @@ void agent_ckptwatch__line(struct agent_ckptwatch_lines *l, const char *fmt, ...
     l->text[l->len] = '\0';
 }
 
-struct agent_ckptwatch_job *agent_ckptwatch__job_new(struct agent_ckptwatch *w,
+struct agent_ckptwatch_job *agent__ckptwatch_job_new(struct agent_ckptwatch *w,
                                                      enum agent_ckptwatch_job_kind kind)
 {
     struct agent_ckptwatch_job *j = calloc(1, sizeof(*j));
@@ -58,7 +58,7 @@ struct agent_ckptwatch_job *agent_ckptwatch__job_new(struct agent_ckptwatch *w,
     return j;
 }
 
-void agent_ckptwatch__job_free(struct agent_ckptwatch_job *j)
+void agent__ckptwatch_job_free(struct agent_ckptwatch_job *j)
 {
     if (j == NULL)
         return;
@@ -166,11 +166,11 @@ static void prune_work(struct agent_ckptwatch_job *j)
     for (size_t i = 0; i < j->nnames; i++) {
         int rc = remove_in(j->w->dir, j->names[i]);
         if (rc != 0 && rc != -ENOENT)
-            agent_ckptwatch__line(&j->lines, "checkpoint %s not pruned: %s", j->names[i],
+            agent__ckptwatch_line(&j->lines, "checkpoint %s not pruned: %s", j->names[i],
                                   strerror(-rc));
         rc = remove_in(j->w->gooddir, j->names[i]);
         if (rc != 0 && rc != -ENOENT)
-            agent_ckptwatch__line(&j->lines, "last good copy of %s not removed: %s", j->names[i],
+            agent__ckptwatch_line(&j->lines, "last good copy of %s not removed: %s", j->names[i],
                                   strerror(-rc));
     }
 }
@@ -248,7 +248,7 @@ static int try_copy(struct agent_ckptwatch_job *j, const struct agent_ckpt_entry
     char path[PATH_MAX];
 
     if (agent_ckpt_entry_verify(c, j->w->gooddir, why, sizeof(why)) != 0) {
-        agent_ckptwatch__line(&j->lines, "last good copy of %s skipped: %s", c->name, why);
+        agent__ckptwatch_line(&j->lines, "last good copy of %s skipped: %s", c->name, why);
         return 0;
     }
     if (in_place(j, c, place, sizeof(place))) {
@@ -257,11 +257,11 @@ static int try_copy(struct agent_ckptwatch_job *j, const struct agent_ckpt_entry
     }
     in_place_why(j, c->name, place, sizeof(place));
     if (agent_ckpt_restore_copy(j->w->dir, j->w->gooddir, c, why, sizeof(why)) != 0) {
-        agent_ckptwatch__line(&j->lines, "checkpoint %s not restored from its last good copy: %s",
+        agent__ckptwatch_line(&j->lines, "checkpoint %s not restored from its last good copy: %s",
                               c->name, why);
         return 0;
     }
-    agent_ckptwatch__line(&j->lines,
+    agent__ckptwatch_line(&j->lines,
                           "checkpoint %s restored from its last good copy (step %lld, %" PRIu64
                           " bytes, xxh3 %016" PRIx64 "): the file in place: %s",
                           c->name, (long long)c->step, c->size, c->checksum, place);
@@ -292,11 +292,11 @@ static void restore_others(struct agent_ckptwatch_job *j)
             agent_ckpt_entry_verify(c, j->w->gooddir, why, sizeof(why)) != 0)
             continue;
         if (agent_ckpt_restore_copy(j->w->dir, j->w->gooddir, c, why, sizeof(why)) != 0) {
-            agent_ckptwatch__line(
+            agent__ckptwatch_line(
                 &j->lines, "checkpoint %s not restored from its last good copy: %s", c->name, why);
             continue;
         }
-        agent_ckptwatch__line(&j->lines,
+        agent__ckptwatch_line(&j->lines,
                               "checkpoint %s restored from its last good copy (step %lld, %" PRIu64
                               " bytes, xxh3 %016" PRIx64 "): the file in place: %s",
                               c->name, (long long)c->step, c->size, c->checksum, place);
@@ -331,7 +331,7 @@ static void pick_work(struct agent_ckptwatch_job *j)
             j->rc = 0;
             break;
         }
-        agent_ckptwatch__line(&j->lines, "checkpoint %s skipped: %s", c[i].e->name, why);
+        agent__ckptwatch_line(&j->lines, "checkpoint %s skipped: %s", c[i].e->name, why);
         add_bad(j, c[i].e, why);
     }
     free(c);
@@ -379,11 +379,11 @@ static void after_cb(uv_work_t *req, int status)
 
     (void)status; /* never cancelled: uv_cancel is not used */
     w->running = NULL;
-    agent_ckptwatch__job_done(w, j);
-    agent_ckptwatch__job_free(j);
+    agent__ckptwatch_job_done(w, j);
+    agent__ckptwatch_job_free(j);
     kick(w);
     if (w->running == NULL && w->head == NULL)
-        agent_ckptwatch__idle(w);
+        agent__ckptwatch_idle(w);
 }
 
 static void kick(struct agent_ckptwatch *w)
@@ -410,7 +410,7 @@ static void kick(struct agent_ckptwatch *w)
     }
 }
 
-void agent_ckptwatch__enqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+void agent__ckptwatch_enqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
     struct agent_ckptwatch_job **p = &w->head;
 
@@ -421,7 +421,7 @@ void agent_ckptwatch__enqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_
     kick(w);
 }
 
-void agent_ckptwatch__unqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+void agent__ckptwatch_unqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
     for (struct agent_ckptwatch_job **p = &w->head; *p != NULL; p = &(*p)->next) {
         if (*p == j) {

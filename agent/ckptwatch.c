@@ -59,7 +59,7 @@ static size_t index_of(const struct agent_ckpt_registry *reg, const char *name)
 static struct agent_ckptwatch_job *new_job(struct agent_ckptwatch *w,
                                            enum agent_ckptwatch_job_kind kind)
 {
-    struct agent_ckptwatch_job *j = agent_ckptwatch__job_new(w, kind);
+    struct agent_ckptwatch_job *j = agent__ckptwatch_job_new(w, kind);
 
     if (j == NULL)
         logf_(w, "error: out of memory for a checkpoint job");
@@ -167,12 +167,12 @@ static void supersede(struct agent_ckptwatch *w, const char *name)
         if (j->origin != CKW_FROM_EVENT || s < 0 || s >= step)
             continue;
         logf_(w, "checkpoint %s superseded by %s before it was hashed", j->x.name, name);
-        agent_ckptwatch__unqueue(w, j);
+        agent__ckptwatch_unqueue(w, j);
         if ((p = pend_find(w, j->x.name)) != NULL) { /* kept, for what the next flush knows */
             p->job = NULL;
             p->due_ms = UINT64_MAX; /* until a new event, or that flush */
         }
-        agent_ckptwatch__job_free(j);
+        agent__ckptwatch_job_free(j);
     }
 }
 
@@ -195,7 +195,7 @@ static struct agent_ckptwatch_job *exam(struct agent_ckptwatch *w, const char *n
     j->x.cancel = &j->cancel;
     if (origin == CKW_FROM_EVENT)
         supersede(w, name);
-    agent_ckptwatch__enqueue(w, j);
+    agent__ckptwatch_enqueue(w, j);
     return j;
 }
 
@@ -308,7 +308,7 @@ static struct agent_ckptwatch_job *save(struct agent_ckptwatch *w)
     if (snapshot(&j->snap, &w->reg) != 0 || snapshot(&j->snap_good, &w->good) != 0)
         logf_(w, "error: out of memory saving %s", w->registry_path);
     if (fresh)
-        agent_ckptwatch__enqueue(w, j);
+        agent__ckptwatch_enqueue(w, j);
     return j; /* notify is the loop's alone: adding to it while the save runs is safe */
 }
 
@@ -342,7 +342,7 @@ static void prune(struct agent_ckptwatch *w, const char *verified)
         agent_ckpt_registry_remove(&w->good, e.name);
         logf_(w, "checkpoint %s pruned (keeping %u, newest verified %s)", e.name, keep, verified);
     }
-    agent_ckptwatch__enqueue(w, j);
+    agent__ckptwatch_enqueue(w, j);
 }
 
 /* A name written again in place, or one that has no step (it will be): keep its last good
@@ -365,7 +365,7 @@ static void keep_copy(struct agent_ckptwatch *w, const struct agent_ckpt_entry *
     if ((j = new_job(w, CKW_COPY)) == NULL)
         return;
     j->e = *e;
-    agent_ckptwatch__enqueue(w, j);
+    agent__ckptwatch_enqueue(w, j);
 }
 
 /* Whether a prune decided to remove name and has not yet: not to be recorded again. */
@@ -540,7 +540,7 @@ static void scan_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
             b->done = j->done;
             b->cb_data = j->cb_data;
             b->origin = CKW_FROM_FLUSH;
-            agent_ckptwatch__enqueue(w, b);
+            agent__ckptwatch_enqueue(w, b);
         }
     }
     arm(w);
@@ -557,7 +557,7 @@ static void scan(struct agent_ckptwatch *w, enum agent_ckptwatch_origin origin, 
     j->clean = clean;
     j->done = done;
     j->cb_data = data;
-    agent_ckptwatch__enqueue(w, j);
+    agent__ckptwatch_enqueue(w, j);
 }
 
 static void rescan(struct agent_ckptwatch *w)
@@ -619,7 +619,7 @@ static void pick_enqueue(void *data);
 static void drop_waiter(struct agent_ckptwatch_job *j)
 {
     if (j->done == pick_enqueue) {
-        agent_ckptwatch__job_free(j->cb_data);
+        agent__ckptwatch_job_free(j->cb_data);
         j->done = NULL;
     }
 }
@@ -639,11 +639,11 @@ static int barrier_again(struct agent_ckptwatch *w, struct agent_ckptwatch_job *
     b->cb_data = j->cb_data;
     b->origin = j->origin;
     j->done = NULL;
-    agent_ckptwatch__enqueue(w, b);
+    agent__ckptwatch_enqueue(w, b);
     return 1;
 }
 
-void agent_ckptwatch__job_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+void agent__ckptwatch_job_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
     if (j->kind == CKW_SAVE && j->rc != 0)
         logf_(w, "cannot save %s: %s", w->registry_path, strerror(-j->rc));
@@ -818,7 +818,7 @@ void agent_ckptwatch_flush(struct agent_ckptwatch *w, int clean, agent_ckptwatch
         return;
     b->done = done;
     b->cb_data = data;
-    agent_ckptwatch__enqueue(w, b);
+    agent__ckptwatch_enqueue(w, b);
 }
 
 int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e)
@@ -843,12 +843,12 @@ static void pick_enqueue(void *data)
     struct agent_ckptwatch *w = j->w;
 
     if (!w->open) {
-        agent_ckptwatch__job_free(j);
+        agent__ckptwatch_job_free(j);
         return;
     }
     if (snapshot(&j->snap, &w->reg) != 0 || snapshot(&j->snap_good, &w->good) != 0)
         logf_(w, "error: out of memory picking a checkpoint");
-    agent_ckptwatch__enqueue(w, j);
+    agent__ckptwatch_enqueue(w, j);
 }
 
 void agent_ckptwatch_pick(struct agent_ckptwatch *w, agent_ckptwatch_pick_cb cb, void *data)
@@ -868,12 +868,12 @@ void agent_ckptwatch_pick(struct agent_ckptwatch *w, agent_ckptwatch_pick_cb cb,
     /* through a barrier all the same: the callback never runs inside this call */
     struct agent_ckptwatch_job *b = new_job(w, CKW_BARRIER);
     if (b == NULL) {
-        agent_ckptwatch__job_free(j);
+        agent__ckptwatch_job_free(j);
         return;
     }
     b->done = pick_enqueue;
     b->cb_data = j;
-    agent_ckptwatch__enqueue(w, b);
+    agent__ckptwatch_enqueue(w, b);
 }
 
 static void finish_close(struct agent_ckptwatch *w)
@@ -898,7 +898,7 @@ static void on_handle_closed(void *data)
         finish_close(w);
 }
 
-void agent_ckptwatch__idle(struct agent_ckptwatch *w)
+void agent__ckptwatch_idle(struct agent_ckptwatch *w)
 {
     if (!w->open && w->handles == 0 && w->close_cb != NULL)
         finish_close(w);
@@ -917,9 +917,9 @@ void agent_ckptwatch_close(struct agent_ckptwatch *w, void (*close_cb)(void *dat
         next = j->next;
         if (j->kind == CKW_SAVE || j->kind == CKW_PRUNE)
             continue; /* the registry on disk must match what was decided */
-        agent_ckptwatch__unqueue(w, j);
+        agent__ckptwatch_unqueue(w, j);
         drop_waiter(j);
-        agent_ckptwatch__job_free(j);
+        agent__ckptwatch_job_free(j);
     }
     uv_close((uv_handle_t *)&w->timer, timer_closed);
     agent_ckptnotify_close(&w->notify, on_handle_closed);

@@ -77,25 +77,25 @@ struct agent_ckptwatch_job {
 
 /* ckptjob.c: a new job of kind (zeroed; NULL when out of memory); freeing one frees all it
  * holds. */
-struct agent_ckptwatch_job *agent_ckptwatch__job_new(struct agent_ckptwatch *w,
+struct agent_ckptwatch_job *agent__ckptwatch_job_new(struct agent_ckptwatch *w,
                                                      enum agent_ckptwatch_job_kind kind);
-void agent_ckptwatch__job_free(struct agent_ckptwatch_job *j);
+void agent__ckptwatch_job_free(struct agent_ckptwatch_job *j);
 
 /* Appends j and starts the next job if none runs. */
-void agent_ckptwatch__enqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j);
+void agent__ckptwatch_enqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j);
 
 /* Unlinks j, which has not started, from the queue (j is not freed). */
-void agent_ckptwatch__unqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j);
+void agent__ckptwatch_unqueue(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j);
 
 /* ckptwatch.c: a job's result, on the loop; j is freed after. Not called once closing, but
  * for SAVE/PRUNE logging. */
-void agent_ckptwatch__job_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j);
+void agent__ckptwatch_job_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j);
 
 /* ckptwatch.c: the job that ran last finished and none is left: a close may complete. */
-void agent_ckptwatch__idle(struct agent_ckptwatch *w);
+void agent__ckptwatch_idle(struct agent_ckptwatch *w);
 
 /* Appends one formatted line to l (dropped when out of memory). */
-void agent_ckptwatch__line(struct agent_ckptwatch_lines *l, const char *fmt, ...)
+void agent__ckptwatch_line(struct agent_ckptwatch_lines *l, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 #endif

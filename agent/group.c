@@ -85,7 +85,7 @@ static void free_group(struct agent_group *g)
         cb(data);
 }
 
-void agent_group_handle_closed_(struct agent_group *g)
+void agent__group_handle_closed(struct agent_group *g)
 {
     if (--g->open_handles == 0 && g->closing)
         free_group(g);
@@ -93,7 +93,7 @@ void agent_group_handle_closed_(struct agent_group *g)
 
 static void on_closed(uv_handle_t *h)
 {
-    agent_group_handle_closed_(h->data);
+    agent__group_handle_closed(h->data);
 }
 
 static void kill_timer_cb(uv_timer_t *t)

@@ -112,7 +112,7 @@ static uint8_t level_of(json_t *o)
 /* The node process's results file ({"ok", "joined", "p2p": {...}, "gpus": [...]}, node.c) as a
  * PREFLIGHT message; strings are cut to the protocol's sizes, GPUs past RDZV_PF_GPUS_MAX left
  * out. Returns 0, or -ENOENT when there is no usable file. */
-int agent_preflight_results_(const char *path, uint32_t round, struct rdzv_preflight *pf)
+int agent__preflight_results(const char *path, uint32_t round, struct rdzv_preflight *pf)
 {
     json_t *o = path[0] ? json_load_file(path, 0, NULL) : NULL, *p2p, *g;
     size_t i;
@@ -156,14 +156,14 @@ static void send_results(struct agent *a)
     static struct rdzv_preflight pf; /* ~30 KB: not on the stack */
     int rc;
 
-    if (agent_preflight_results_(a->pf.results, a->as.round, &pf) != 0 || a->client == NULL)
+    if (agent__preflight_results(a->pf.results, a->as.round, &pf) != 0 || a->client == NULL)
         return;
     if ((rc = rdzv_client_report_preflight(a->client, &pf)) != 0)
         mc_info("pre-flight: results not sent to the server (%s); they are in the report only",
                 strerror(-rc));
 }
 
-void agent_preflight_failure_(struct agent *a, struct rdzv_failure *f)
+void agent__preflight_failure(struct agent *a, struct rdzv_failure *f)
 {
     char reason[RDZV_TEXT_MAX + 1] = "";
     FILE *f_in = NULL;
@@ -192,7 +192,7 @@ void agent_preflight_failure_(struct agent *a, struct rdzv_failure *f)
 }
 
 /* The node process is gone: agent.c decides what follows (done_cb), then the reason file,
- * read by agent_preflight_failure_() meanwhile, goes. */
+ * read by agent__preflight_failure() meanwhile, goes. */
 static void on_pf_done(struct agent_group *g)
 {
     struct agent *a = g->data;
@@ -343,7 +343,7 @@ static int spawn_node_process(struct agent *a)
     return rc;
 }
 
-int agent_preflight_start_(struct agent *a, void (*done_cb)(struct agent *a))
+int agent__preflight_start(struct agent *a, void (*done_cb)(struct agent *a))
 {
     const struct rdzv_assign *as = &a->as;
     int rc = agent_group_new(&a->loop, 1, &pf_cbs, a, &a->group);

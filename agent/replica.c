@@ -117,7 +117,7 @@ static void send_done(struct agent_replica *r)
     r->fd = -1;
     agent_replica_src_close(&r->src);
     memset(r->link_key, 0, sizeof(r->link_key));
-    agent_replica_link_unserve(r); /* no handshake succeeds until the next checkpoint */
+    agent_replica_link_unserve(&r->net); /* no handshake succeeds until the next checkpoint */
     uv_timer_stop(&r->retry);
     drained(r);
     uv_timer_stop(&r->pace);
@@ -358,7 +358,7 @@ static void begin_copies(struct agent_replica *r, const struct agent_ckpt_entry 
     if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
         port = -EIO;
     else
-        port = agent_replica_link_serve(r, key);
+        port = agent_replica_link_serve(&r->net, key);
     if (port < 0 && !r->link_warned) {
         logf_(r, "checkpoint replicas go through the rendezvous server: no direct link (%s)",
               strerror(-port));
@@ -696,7 +696,8 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     }
     if (in->direct) {
         in->link_id = b->link;
-        if ((rc = agent_replica_link_connect(r, in, b)) != 0)
+        rc = agent_replica_link_connect(&r->net, b->host, b->port, b->key, b->link, in, &in->link);
+        if (rc != 0)
             ask_relay(r, in, rc < -4095 || rc > 0 ? strerror(-rc) : uv_strerror(rc));
     }
 }
@@ -790,7 +791,7 @@ static void on_data(struct agent_replica *r, const struct rdzv_repl_data *d)
         on_chunk(r, in, d);
 }
 
-/* --- the direct link's side (replica_link.h) -------------------------------------------------- */
+/* --- what the direct links tell (replica_link.h's callbacks) ---------------------------------- */
 
 static void send_link_progress(struct agent_replica *r, struct agent_replica_in *in)
 {
@@ -804,14 +805,27 @@ static void send_link_progress(struct agent_replica *r, struct agent_replica_in 
         ask_relay(r, in, "the link failed");
 }
 
-int agent_replica__link_named(struct agent_replica *r, struct agent_replica_link *l, uint32_t xfer)
+/* An accepted link is the sender's, bound to an out; a link this agent dialed carries an in. */
+static struct agent_replica_out *link_out(const struct agent_replica_link *l)
 {
+    return l->dialed ? NULL : l->owner;
+}
+
+static struct agent_replica_in *link_in(const struct agent_replica_link *l)
+{
+    return l->dialed ? l->owner : NULL;
+}
+
+static int link_named(void *data, struct agent_replica_link *l, uint32_t xfer)
+{
+    struct agent_replica *r = data;
+
     for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++) {
         struct agent_replica_out *o = &r->out[i];
 
         if (o->active && o->direct && o->link == NULL && o->xfer == xfer) {
             o->link = l;
-            l->out = o;
+            l->owner = o;
             pump(r);
             return 0;
         }
@@ -819,11 +833,11 @@ int agent_replica__link_named(struct agent_replica *r, struct agent_replica_link
     return -1;
 }
 
-void agent_replica__link_msg(struct agent_replica *r, struct agent_replica_link *l,
-                             const struct rdzv_msg *m)
+static void link_msg(void *data, struct agent_replica_link *l, const struct rdzv_msg *m)
 {
-    struct agent_replica_out *o = l->out;
-    struct agent_replica_in *in = l->in;
+    struct agent_replica *r = data;
+    struct agent_replica_out *o = link_out(l);
+    struct agent_replica_in *in = link_in(l);
 
     if (o != NULL && m->type == RDZV_MSG_REPL_ACK && m->u.repl_ack.xfer == o->xfer &&
         m->u.repl_ack.status == RDZV_REPL_PROGRESS && m->u.repl_ack.offset <= o->sent) {
@@ -840,20 +854,25 @@ void agent_replica__link_msg(struct agent_replica *r, struct agent_replica_link 
     }
 }
 
-void agent_replica__link_failed(struct agent_replica *r, struct agent_replica_link *l,
-                                const char *why)
+static void link_failed(void *data, struct agent_replica_link *l, const char *why)
 {
-    if (l->out != NULL) {
-        l->out->link = NULL; /* the receiver sees it too, and asks for the relay */
-        l->out = NULL;
-    } else if (l->in != NULL) {
-        struct agent_replica_in *in = l->in;
+    struct agent_replica_out *o = link_out(l);
+    struct agent_replica_in *in = link_in(l);
 
+    l->owner = NULL;
+    if (o != NULL) {
+        o->link = NULL; /* the receiver sees it too, and asks for the relay */
+    } else if (in != NULL) {
         in->link = NULL;
-        l->in = NULL;
-        ask_relay(r, in, why);
+        ask_relay(data, in, why);
     }
 }
+
+static const struct agent_replica_link_cbs link_cbs = {
+    .named = link_named,
+    .msg = link_msg,
+    .failed = link_failed,
+};
 
 void agent_replica_on_msg(struct agent_replica *r, const struct rdzv_msg *m)
 {
@@ -985,8 +1004,7 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     r->loop = loop;
     uv_timer_init(loop, &r->pace);
     r->pace.data = r;
-    uv_timer_init(loop, &r->tick);
-    r->tick.data = r;
+    agent_replica_net_init(loop, &r->net, &link_cbs, r);
     uv_timer_init(loop, &r->retry);
     r->retry.data = r;
     uv_timer_init(loop, &r->drain);
@@ -998,8 +1016,7 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
 
 void agent_replica_bind(struct agent_replica *r, const char *addr, unsigned port)
 {
-    snprintf(r->bind_addr, sizeof(r->bind_addr), "%s", addr != NULL ? addr : "");
-    r->bind_port = port;
+    agent_replica_net_bind(&r->net, addr, port);
 }
 
 void agent_replica_reset(struct agent_replica *r)
@@ -1028,9 +1045,8 @@ void agent_replica_close(struct agent_replica *r)
     free(r->msg);
     r->msg = NULL;
     r->open = 0;
-    agent_replica_link_shutdown(r);
+    agent_replica_net_close(&r->net);
     uv_close((uv_handle_t *)&r->pace, NULL);
-    uv_close((uv_handle_t *)&r->tick, NULL);
     uv_close((uv_handle_t *)&r->retry, NULL);
     uv_close((uv_handle_t *)&r->drain, NULL);
 }

@@ -1,5 +1,6 @@
-/* Checkpoint replicas (issue 19, --replicate-checkpoints R): the node of group rank 0 streams
- * each checkpoint it recorded to the agents of R other nodes: REPL_BEGIN through the rendezvous
+/* Checkpoint replicas (docs/FAULT_TOLERANCE.md "Checkpoint replicas (`--replicate-checkpoints
+ * R`)"): the node of group rank 0 streams each checkpoint it recorded to the agents of R
+ * other nodes: REPL_BEGIN through the rendezvous
  * server, which authorises it, then REPL_DATA chunks and REPL_ACKs on a direct TLS link between
  * the two agents (replica_link.h), or relayed by the server when that link cannot be set up
  * (rendezvous/PROTOCOL.md); the end (REPL_ACK done or abort) always goes through the server,
@@ -26,6 +27,7 @@
 #include "ckptwatch.h"
 #include "message.h"
 #include "replica_dir.h"
+#include "replica_link.h"
 
 #define AGENT_REPLICA_MAX_COPIES 8 /* --replicate-checkpoints at most */
 #define AGENT_REPLICA_MAX_IN 4     /* copies a node receives at once */
@@ -36,9 +38,6 @@
 /* Attempts at one copy: a copy that fails is started again after 1 s, then 4 s, unless a newer
  * checkpoint supersedes it. */
 #define AGENT_REPLICA_TRIES 3
-
-struct agent_replica_link; /* replica_link.h */
-struct rdzv_tls;
 
 /* The agent's side: how messages reach the server and what a verified replica becomes. */
 struct agent_replica_cbs {
@@ -85,18 +84,10 @@ struct agent_replica {
     uv_loop_t *loop;
     uv_timer_t pace; /* --replicate-bandwidth: the next chunk's earliest time */
     int open;
-    /* the direct link (replica_link.h) */
-    uv_tcp_t listener;
-    int listening;
-    uint16_t port;                    /* the listener's, 0 until it listens */
-    struct rdzv_tls *serve_tls;       /* the key of the checkpoint being sent */
-    struct agent_replica_link *links; /* every link not yet freed */
-    uv_timer_t tick;                  /* link set-up deadlines */
-    int link_warned;                  /* said once that no link could be served */
-    char host[64];                    /* this host's name as temporary file names carry it */
-    char bind_addr[64];               /* the direct link listens there ("" every address) */
-    unsigned bind_port;               /* --replicate-port; 0: ephemeral */
-    struct agent_ckptwatch *watch;    /* borrowed: the directory and the registry */
+    struct agent_replica_net net;  /* the direct links (replica_link.h), below this engine */
+    int link_warned;               /* said once that no link could be served */
+    char host[64];                 /* this host's name as temporary file names carry it */
+    struct agent_ckptwatch *watch; /* borrowed: the directory and the registry */
     unsigned copies;
     double bytes_per_ms; /* 0: no cap */
     struct agent_replica_cbs cbs;

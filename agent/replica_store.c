@@ -128,7 +128,7 @@ static int finish_dir(struct agent_replica_store *s, struct stat *st, char *why,
     if ((rc = agent_replica_sink_finish(&s->sink, why, whylen)) != 0)
         return rc;
     /* a directory of that name that is not this copy stays, even an empty one (rename(2)
-     * replaces an empty directory: issue 26) */
+     * replaces an empty directory) */
     if (fchmod(s->sink.dirfd, s->mode) != 0 || rename_noreplace(s->tmp, s->path) != 0) {
         rc = -errno;
         snprintf(why, whylen, "%s",

@@ -227,7 +227,7 @@ static int task_streams(struct task *t, struct agent_worker_spec *spec, char *er
         return rc;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
-    agent_worker_streams_(dir, o->log_dir != NULL, o->redirect[i], o->tee[i], o->shown[i], spec);
+    agent__worker_streams(dir, o->log_dir != NULL, o->redirect[i], o->tee[i], o->shown[i], spec);
     return 0;
 }
 

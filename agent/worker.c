@@ -15,7 +15,7 @@
 #include "spawn.h"
 #include "clock.h"
 
-void agent_group_handle_closed_(struct agent_group *g);
+void agent__group_handle_closed(struct agent_group *g);
 
 /* One loop thread, and read_cb consumes the bytes before returning: a single buffer serves
  * every pipe. */
@@ -29,7 +29,7 @@ static char read_buf[64 * 1024];
 static void on_handle_closed(uv_handle_t *h)
 {
     struct agent_worker *w = h->data;
-    agent_group_handle_closed_(w->group);
+    agent__group_handle_closed(w->group);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)

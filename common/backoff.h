@@ -1,4 +1,4 @@
-/* Restart backoff (--restart-backoff MIN[:MAX], issue 16): the delay before restart n of a run of
+/* Restart backoff (--restart-backoff MIN[:MAX]): the delay before restart n of a run of
  * quick failures is min(MAX, MIN * 2^n), then ±20 % jitter, so nodes or tasks that crash
  * together do not all come back in the same millisecond. A round (or task run) that lasted at
  * least mc_backoff_healthy_ms() was healthy: the next failure starts the sequence again at MIN.

@@ -10,7 +10,7 @@
 #include "message.h"
 
 #define RDZV_CKPTLOG_MAX 64
-#define RDZV_CKPTLOG_REPLICAS 8 /* replica holders kept per record (issue 19) */
+#define RDZV_CKPTLOG_REPLICAS 8 /* replica holders kept per record */
 
 struct rdzv_ckptlog_rec {
     struct rdzv_ckpt ck;

@@ -69,7 +69,7 @@ struct rdzv_client_cbs {
      * attempt. Runs at every failed attempt. */
     void (*server_wait_cb)(struct rdzv_client *c, int err, uint64_t waited_ms);
     /* Optional (NULL allowed: replicas are refused). A checkpoint replica message relayed by
-     * the server (issue 19): REPL_BEGIN, REPL_DATA or REPL_ACK; m is borrowed for the call. */
+     * the server: REPL_BEGIN, REPL_DATA or REPL_ACK; m is borrowed for the call. */
     void (*repl_cb)(struct rdzv_client *c, const struct rdzv_msg *m);
 };
 
@@ -122,7 +122,7 @@ int rdzv_client_report_done(struct rdzv_client *c, uint32_t round);
  * FAILED/DONE reports. The server refuses CKPT (ERROR PROTOCOL) before this agent's JOIN. */
 int rdzv_client_report_ckpt(struct rdzv_client *c, const struct rdzv_ckpt *ck);
 
-/* Reports this node's pre-flight results (PREFLIGHT, issue 15; the agent sends one when its
+/* Reports this node's pre-flight results (PREFLIGHT; the agent sends one when its
  * pre-flight node process has ended). Borrows pf. No reply. For STATUS and /metrics only, so
  * never queued: UV_ENOTCONN while the connection is away (the results are then not shown),
  * UV_EINVAL for more than RDZV_PF_GPUS_MAX GPUs or an over-long string. The server refuses it

@@ -359,13 +359,13 @@ static void tls_fail(struct rdzv_conn *conn, int ret)
  * Debian's mbedTLS 2.28 gives every context two record buffers of ~16.7 KiB (it is built
  * without MBEDTLS_SSL_VARIABLE_BUFFER_LENGTH), calloc touches all of them, and a rendezvous
  * record is rarely over a few hundred bytes: 10,000 connections held ~330 MB of buffers that
- * were almost all zeros (issue 14). So once the handshake is over (calloc and the handshake
+ * were almost all zeros. So once the handshake is over (calloc and the handshake
  * touched them) and after any larger record, while both buffers hold nothing in flight, the whole
  * pages inside them go back to the kernel (MADV_DONTNEED: they read as zeros when touched
  * again). The first TRIM_KEEP bytes stay: the record sequence counters (in_ctr, out_ctr) and
  * headers live there. Loop thread only, never during a handshake step. */
 #define TRIM_KEEP 256
-/* A connection carrying bulk (checkpoint replicas, issue 19: 60 KiB chunks back to back) would
+/* A connection carrying bulk (checkpoint replicas: 60 KiB chunks back to back) would
  * otherwise trim after every read, and each madvise interrupts every CPU the process ran on to
  * flush its TLB; so at most one trim per connection this often. A connection that went quiet
  * holds its pages until the next read (a heartbeat) after the interval. */
@@ -507,7 +507,7 @@ static void tls_pump(struct rdzv_conn *conn)
 /* --- server handshake steps off the loop ------------------------------------------------------
  * Before a peer has proved anything, its ClientHello costs the server an ECDHE key generation
  * (and a signature in certificate mode): ~1.2 ms with X25519. Done on the loop, ~500 hellos a
- * second from anyone stopped heartbeats, rounds and /metrics (issue 11). So a server conn runs
+ * second from anyone stopped heartbeats, rounds and /metrics. So a server conn runs
  * each handshake step in libuv's thread pool: the loop appends the ciphertext to hs_in, stops
  * reading and queues the step; the step runs mbedtls_ssl_handshake until it wants more, its
  * records collected in hs_out; back on the loop, step_done writes them, then reads again,

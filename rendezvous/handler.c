@@ -7,7 +7,8 @@
 
 #include "escape.h"
 #include "ids.h"
-#include "server_priv.h"
+#include "handler.h"
+#include "sjob.h"
 
 /* HELLO.token is no longer compared (protocol 3): the TLS handshake proved a credential, and
  * that credential (cred.h) decides which roles and jobs this connection may use. */
@@ -18,35 +19,35 @@ void rdzv__handle_hello(struct peer *p, const struct rdzv_hello *h)
     rdzv_msg_init(&m, RDZV_MSG_WELCOME);
 
     if (h->version != RDZV_PROTO_VERSION) {
-        srv_send_error(p, RDZV_ERR_VERSION,
-                       "protocol version %" PRIu32 " not supported (server speaks %d)", h->version,
-                       RDZV_PROTO_VERSION);
+        rdzv__send_error(p, RDZV_ERR_VERSION,
+                         "protocol version %" PRIu32 " not supported (server speaks %d)",
+                         h->version, RDZV_PROTO_VERSION);
         return;
     }
     if (rdzv_conn_cred(&p->conn, &p->cred) < 0) {
-        srv_peer_event(p, SRV_EV_AUTH_TOKEN, "HELLO without a proven credential");
-        srv_send_error(p, RDZV_ERR_AUTH, "authentication failed: no credential");
+        rdzv__peer_event(p, SRV_EV_AUTH_TOKEN, "HELLO without a proven credential");
+        rdzv__send_error(p, RDZV_ERR_AUTH, "authentication failed: no credential");
         return;
     }
     if (h->role < RDZV_ROLE_AGENT || h->role > RDZV_ROLE_OBSERVER) {
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "unknown role %u", h->role);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "unknown role %u", h->role);
         return;
     }
     if (!rdzv_cred_may_role(&p->cred, h->role)) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "HELLO role %u with a %s credential", h->role,
-                       p->cred.kind == RDZV_CRED_WORKER ? "worker" : "read-only");
-        srv_send_error(p, RDZV_ERR_AUTH, "this credential may not act as %s",
-                       h->role == RDZV_ROLE_AGENT    ? "an agent"
-                       : h->role == RDZV_ROLE_WORKER ? "a worker"
-                                                     : "an observer");
+        rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "HELLO role %u with a %s credential", h->role,
+                         p->cred.kind == RDZV_CRED_WORKER ? "worker" : "read-only");
+        rdzv__send_error(p, RDZV_ERR_AUTH, "this credential may not act as %s",
+                         h->role == RDZV_ROLE_AGENT    ? "an agent"
+                         : h->role == RDZV_ROLE_WORKER ? "a worker"
+                                                       : "an observer");
         return;
     }
-    if (!srv_scope_admit_peer(p))
+    if (!rdzv__scope_admit_peer(p))
         return;
     p->welcomed = 1;
     p->role = h->role;
-    srv_peer_arm(p); /* the handshake deadline gives way to the idle one */
-    srv_send(p, &m);
+    rdzv__peer_arm(p); /* the handshake deadline gives way to the idle one */
+    rdzv__send(p, &m);
 }
 
 /* The credential must cover the job, and the node must prove its id with its secret (cred.h):
@@ -54,18 +55,18 @@ void rdzv__handle_hello(struct peer *p, const struct rdzv_hello *h)
 static int join_allowed(struct peer *p, const struct rdzv_join *j)
 {
     if (!rdzv_cred_may_join(&p->cred, j->job_id)) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "JOIN for job %s outside the credential's scope",
-                       j->job_id);
-        srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", j->job_id);
+        rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "JOIN for job %s outside the credential's scope",
+                         j->job_id);
+        rdzv__send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", j->job_id);
         return 0;
     }
     if (!rdzv_node_secret_ok(j->node_secret, j->node_id)) {
-        srv_peer_event(p, SRV_EV_AUTH_NODE,
-                       "JOIN for node %016" PRIx64 " of job %s without its "
-                       "node secret",
-                       j->node_id, j->job_id);
-        srv_send_error(p, RDZV_ERR_AUTH, "node %016" PRIx64 ": the node secret does not match",
-                       j->node_id);
+        rdzv__peer_event(p, SRV_EV_AUTH_NODE,
+                         "JOIN for node %016" PRIx64 " of job %s without its "
+                         "node secret",
+                         j->node_id, j->job_id);
+        rdzv__send_error(p, RDZV_ERR_AUTH, "node %016" PRIx64 ": the node secret does not match",
+                         j->node_id);
         return 0;
     }
     return 1;
@@ -77,20 +78,21 @@ static struct sjob *join_target(struct peer *p, const struct rdzv_join *j)
     struct sjob *sj = p->job;
 
     if (sj != NULL && strcmp(sj->job->id, j->job_id) != 0) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "JOIN for job %s on a connection of job %s",
-                       j->job_id, sj->job->id);
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection already joined job %s", sj->job->id);
+        rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "JOIN for job %s on a connection of job %s",
+                         j->job_id, sj->job->id);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "this connection already joined job %s",
+                         sj->job->id);
         return NULL;
     }
     if (sj == NULL)
         sj = rdzv__sjob_find(p->srv, j->job_id);
     if (sj == NULL) {
         if (rdzv__sjob_new(p->srv, j, p->scope, &sj) < 0)
-            srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
+            rdzv__send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
         return sj;
     }
     if (rdzv_job_check(sj->job, j) < 0) {
-        srv_send_error(
+        rdzv__send_error(
             p, RDZV_ERR_MISMATCH,
             "job %s has nnodes %" PRIu32 ":%" PRIu32 ", this node asked for %" PRIu32 ":%" PRIu32,
             sj->job->id, sj->job->min_nodes, sj->job->max_nodes, j->min_nodes, j->max_nodes);
@@ -107,24 +109,25 @@ static void join_error(struct peer *p, struct sjob *sj, int err, const struct rd
     uint64_t node_id = j->node_id;
 
     if (err == -EPERM && (bad = rdzv_job_excluded(job, j->host, addr, seen)) != NULL) {
-        srv_send_error(p, RDZV_ERR_EXCLUDED, "node %s (%s) is excluded from job %s: %s", bad->host,
-                       bad->addr, job->id, bad->reason);
+        rdzv__send_error(p, RDZV_ERR_EXCLUDED, "node %s (%s) is excluded from job %s: %s",
+                         bad->host, bad->addr, job->id, bad->reason);
         char shown[MC_ESCAPE_SIZE(RDZV_HOST_MAX)];
 
         mc_escape(bad->host, shown, sizeof(shown)); /* the agent's words */
-        srv_log(p->srv, "job %s: refused the JOIN of excluded node %s", job->id, shown);
+        rdzv__log(p->srv, "job %s: refused the JOIN of excluded node %s", job->id, shown);
     } else if (err == -ESHUTDOWN)
-        srv_send_error(p, RDZV_ERR_CLOSED, "job %s already finished", job->id);
+        rdzv__send_error(p, RDZV_ERR_CLOSED, "job %s already finished", job->id);
     else if (err == -ENOSPC)
-        srv_send_error(p, RDZV_ERR_PROTOCOL,
-                       "job %s has %zu nodes waiting already (its max_nodes + %u): no room to wait",
-                       job->id, job->n_pending, RDZV_JOB_PENDING_SLACK);
+        rdzv__send_error(
+            p, RDZV_ERR_PROTOCOL,
+            "job %s has %zu nodes waiting already (its max_nodes + %u): no room to wait", job->id,
+            job->n_pending, RDZV_JOB_PENDING_SLACK);
     else if (err == -EEXIST)
-        srv_send_error(p, RDZV_ERR_PROTOCOL,
-                       "node %016" PRIx64 " already joined round %" PRIu32 " of job %s", node_id,
-                       job->round, job->id);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL,
+                         "node %016" PRIx64 " already joined round %" PRIu32 " of job %s", node_id,
+                         job->round, job->id);
     else
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "join failed: %s", strerror(-err));
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "join failed: %s", strerror(-err));
     if (sj->npeers == 0)
         rdzv__sjob_drop(sj); /* e.g. created for this very JOIN */
 }
@@ -133,10 +136,10 @@ static int join_valid(struct peer *p, const struct rdzv_join *j)
 {
     if (rdzv_job_validate_join(j) == 0)
         return 1;
-    srv_send_error(p, RDZV_ERR_PROTOCOL,
-                   "invalid JOIN: need a job id of %s, 1 <= min_nodes <= max_nodes <= %u, "
-                   "1 <= nproc <= %u, port <= 65535",
-                   MC_ID_CHARSET_TEXT, RDZV_JOB_MAX_NODES, RDZV_JOB_MAX_NPROC);
+    rdzv__send_error(p, RDZV_ERR_PROTOCOL,
+                     "invalid JOIN: need a job id of %s, 1 <= min_nodes <= max_nodes <= %u, "
+                     "1 <= nproc <= %u, port <= 65535",
+                     MC_ID_CHARSET_TEXT, RDZV_JOB_MAX_NODES, RDZV_JOB_MAX_NPROC);
     return 0;
 }
 
@@ -144,10 +147,10 @@ static int join_valid(struct peer *p, const struct rdzv_join *j)
  * and where the server saw it (*seen: always the connection's). The claimed addr is only ever
  * advertised (MASTER_ADDR, the replica link's host): a multi-homed node names its fast
  * interface there. Anything that decides about a node (the failure ledger, exclusion) uses
- * *seen, which a client on another machine cannot choose (issue 26). */
+ * *seen, which a client on another machine cannot choose. */
 static void join_addr(struct peer *p, const struct rdzv_join *j, char *addr, char *seen, size_t len)
 {
-    srv_peer_addr(p, seen, len);
+    rdzv__peer_addr(p, seen, len);
     snprintf(addr, len, "%s", j->addr[0] != '\0' ? j->addr : seen);
 }
 
@@ -167,7 +170,7 @@ void rdzv__handle_join(struct peer *p, const struct rdzv_join *j)
         return;
     }
     rdzv__sjob_attach(sj, p);
-    srv_peer_heartbeat_start(p, j);
+    rdzv__peer_heartbeat_start(p, j);
     rdzv__sjob_apply(sj, ev);
 }
 
@@ -193,7 +196,7 @@ void rdzv__handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb)
     rdzv_msg_init(&m, RDZV_MSG_HEARTBEAT);
 
     m.u.heartbeat = *hb;
-    srv_send(p, &m);
+    rdzv__send(p, &m);
 }
 
 /* The server moved on while the agent was away: it must stop its workers and JOIN again. */
@@ -212,7 +215,7 @@ static void rejoin_stale(struct peer *p, struct sjob *sj, const struct rdzv_rejo
     snprintf(c->text, sizeof(c->text), "round %" PRIu32 " ended while the node was away",
              rj->assign.round);
     rdzv__sjob_attach(sj, p); /* its JOIN comes on this connection */
-    srv_send(p, &m);
+    rdzv__send(p, &m);
 }
 
 /* The connection a reconnecting agent replaces is forgotten without counting a loss. */
@@ -225,7 +228,7 @@ static void rejoin_replace(struct sjob *sj, struct peer *p, struct peer *old)
         old->job = NULL;
         sj->npeers--;
     }
-    srv_peer_close(old, 0);
+    rdzv__peer_close(old, 0);
 }
 
 static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_rejoin *rj)
@@ -249,9 +252,9 @@ static void rejoin_running(struct peer *p, struct sjob *sj, const struct rdzv_re
         rdzv__sjob_attach(sj, p);
         rejoin_replace(sj, p, old);
         m.u.rejoin_ok.round = sj->job->round;
-        srv_send(p, &m);
+        rdzv__send(p, &m);
     }
-    srv_peer_heartbeat_start(p, &rj->join);
+    rdzv__peer_heartbeat_start(p, &rj->join);
     rdzv__sjob_apply(sj, ev);
 }
 
@@ -268,14 +271,14 @@ static void drop_old_connection(struct peer *p, const struct rdzv_join *j)
     int k = rdzv_job_find_node(job, j->node_id); /* indexed: pending[] alone is walked */
 
     if (k >= 0 && job->members[k].peer != p && job->members[k].peer != NULL) {
-        srv_peer_close(job->members[k].peer, 0);
+        rdzv__peer_close(job->members[k].peer, 0);
         return;
     }
     for (size_t i = 0; i < job->n_pending; i++) {
         const struct rdzv_job_member *m = &job->pending[i];
 
         if (m->node_id == j->node_id && m->peer != p && m->peer != NULL) {
-            srv_peer_close(m->peer, 0);
+            rdzv__peer_close(m->peer, 0);
             return;
         }
     }
@@ -305,11 +308,11 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
     struct sjob *sj = p->job;
 
     if (sj == NULL) {
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "CKPT before JOIN: no job to record it for");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "CKPT before JOIN: no job to record it for");
         return;
     }
     if (ck->name[0] == '\0') {
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "CKPT without a checkpoint name");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "CKPT without a checkpoint name");
         return;
     }
     if (sj->ckpts == NULL && rdzv_ckptlog_new(&sj->ckpts) < 0)
@@ -332,7 +335,7 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
     rdzv_ckptlog_add_from(sj->ckpts, ck, host);
 }
 
-/* PREFLIGHT (issue 15): bookkeeping for STATUS and /metrics only, like CKPT. Filed under the
+/* PREFLIGHT: bookkeeping for STATUS and /metrics only, like CKPT. Filed under the
  * member of the job that this connection is (its JOIN's host and node id): a PREFLIGHT names
  * no job and no host, so an agent can neither write into another job nor speak for another
  * node. */
@@ -344,8 +347,8 @@ void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf)
     int rc;
 
     if (sj == NULL) {
-        srv_peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT before JOIN");
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT before JOIN: no job to record it for");
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT before JOIN");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT before JOIN: no job to record it for");
         return;
     }
     int me = rdzv_job_find(sj->job, p);
@@ -355,13 +358,13 @@ void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf)
         return; /* a new round began meanwhile (the agent is rejoining): not an error, and its
                  * connection must not pay for the race; nothing to file it under */
     if ((bad = rdzv_pfrec_check(pf)) != NULL) {
-        srv_peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT refused: %s", bad);
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT refused: %s", bad);
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT refused: %s", bad);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "PREFLIGHT refused: %s", bad);
         return;
     }
     rc = rdzv_pfrec_put(&sj->pfrec, m->node_id, m->host, mc_wall_ms(), pf);
     if (rc == -ENOSPC)
-        srv_peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT not recorded: %u nodes recorded already",
-                       RDZV_PFREC_MAX);
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "PREFLIGHT not recorded: %u nodes recorded already",
+                         RDZV_PFREC_MAX);
     /* -ENOMEM: the record only feeds STATUS, the job runs on without it */
 }

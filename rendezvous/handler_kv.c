@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_priv.h"
+#include "handler.h"
+#include "sjob.h"
 #include "status.h"
 
 void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a)
@@ -17,25 +18,25 @@ void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a)
     struct sjob *sj = rdzv__sjob_find(p->srv, a->job_id);
 
     if (!p->attached && !rdzv_cred_may_attach(&p->cred, a->job_id)) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
-                       "ATTACH to job %s outside the credential's "
-                       "scope",
-                       a->job_id);
-        srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", a->job_id);
+        rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
+                         "ATTACH to job %s outside the credential's "
+                         "scope",
+                         a->job_id);
+        rdzv__send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", a->job_id);
         return;
     }
     if (p->attached) {
         if (p->kvjob != NULL && strcmp(p->kvjob->job->id, a->job_id) != 0)
-            srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "ATTACH to job %s on a connection of job %s",
-                           a->job_id, p->kvjob->job->id);
+            rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "ATTACH to job %s on a connection of job %s",
+                             a->job_id, p->kvjob->job->id);
         else
-            srv_peer_event(p, SRV_EV_PROTOCOL, "ATTACH sent twice");
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection is already attached");
+            rdzv__peer_event(p, SRV_EV_PROTOCOL, "ATTACH sent twice");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "this connection is already attached");
         return;
     }
     if (sj == NULL || sj->job->state == RDZV_JOB_FINISHED) {
-        srv_send_error(p, RDZV_ERR_CLOSED, "job %s is %s", a->job_id,
-                       sj == NULL ? "unknown" : "finished");
+        rdzv__send_error(p, RDZV_ERR_CLOSED, "job %s is %s", a->job_id,
+                         sj == NULL ? "unknown" : "finished");
         return;
     }
     if (!rdzv__sjob_worker_admit(sj, p)) /* the job's cap on worker connections */
@@ -43,71 +44,8 @@ void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a)
     p->kvjob = sj;
     p->attached = 1;
     p->kv_round = a->round;
-    srv_peer_arm(p); /* in a job now: no idle deadline */
-    srv_send(p, &m);
-}
-
-/* A KV_REPLY LIMIT: which limit, from the store that gave it (p's job's). Held-request limits
- * are counted here; quotas of keys and bytes by srv_kv_limit_event(). */
-static void kv_limit_event(struct peer *p)
-{
-    const struct rdzv_limits *l = &p->srv->limits;
-    enum rdzv_kv_refusal why = RDZV_KV_REFUSED_QUOTA;
-    const struct rdzv_kv_pool *pool = NULL;
-
-    if (p->kvjob != NULL)
-        why = rdzv_kv_last_refusal(p->kvjob->kv, &pool);
-    /* a team's own pool (scope.h) refused: its share, not the server's, is full */
-    if ((why == RDZV_KV_REFUSED_POOL_HELD || why == RDZV_KV_REFUSED_POOL_BYTES) &&
-        p->kvjob->scope != NULL && pool == &p->kvjob->scope->kv) {
-        srv_peer_event(p, SRV_EV_CRED_KV,
-                       "KV request over the %s of credential job:%s (%zu bytes, %zu held)",
-                       why == RDZV_KV_REFUSED_POOL_HELD ? "waiting requests" : "KV bytes",
-                       p->kvjob->scope->scope, pool->max_bytes, pool->max_held);
-        return;
-    }
-    switch (why) {
-    case RDZV_KV_REFUSED_HELD_PEER:
-        srv_peer_event(p, SRV_EV_KV_HELD_CONN,
-                       "KV request held over the %u waiting requests of one connection",
-                       l->kv_max_held_per_conn);
-        break;
-    case RDZV_KV_REFUSED_HELD:
-        srv_peer_event(p, SRV_EV_KV_HELD_JOB,
-                       "KV request held over the %zu waiting requests of job %s",
-                       rdzv_kv_held(p->kvjob->kv), p->kvjob->job->id);
-        break;
-    case RDZV_KV_REFUSED_POOL_HELD:
-        srv_peer_event(p, SRV_EV_KV_HELD_TOTAL,
-                       "KV request held over the %u waiting requests of all jobs",
-                       l->kv_max_held_total);
-        break;
-    default:
-        srv_kv_limit_event(p);
-        break;
-    }
-}
-
-/* The store's reply callback (ctx = the server): one KV_REPLY. The message is static because
- * it is ~130 KB; replies are never sent from within another reply. */
-void rdzv__sjob_kv_reply(void *ctx, void *peer, uint32_t req_id, enum rdzv_kv_status status,
-                         const uint8_t *value, uint32_t len)
-{
-    static struct rdzv_msg m;
-
-    (void)ctx;
-    if (status == RDZV_KV_LIMIT)
-        kv_limit_event(peer);
-    m.type = RDZV_MSG_KV_REPLY;
-    m.u.kv.req_id = req_id;
-    m.u.kv.wait_ms = 0;
-    m.u.kv.count = 0;
-    m.u.kv.status = (uint8_t)status;
-    m.u.kv.key[0] = '\0';
-    m.u.kv.value_len = len;
-    if (len > 0)
-        memcpy(m.u.kv.value, value, len);
-    srv_send(peer, &m);
+    rdzv__peer_arm(p); /* in a job now: no idle deadline */
+    rdzv__send(p, &m);
 }
 
 static int kv_call(struct peer *p, struct sjob *sj, const struct rdzv_msg *m)
@@ -144,18 +82,18 @@ void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m)
     int err;
 
     if (!p->attached) {
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "%s before ATTACH", rdzv_msg_name(m->type));
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "%s before ATTACH", rdzv_msg_name(m->type));
         return;
     }
     if (sj == NULL || p->kv_round != rdzv_kv_round(sj->kv) || p->kv_round != sj->job->round) {
-        rdzv__sjob_kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
+        rdzv__kv_reply(p->srv, p, m->u.kv.req_id, RDZV_KV_STALE, NULL, 0);
         return;
     }
     kv_held_cap(sj);
     err = kv_call(p, sj, m);
     if (err < 0) {
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "%s failed: %s", rdzv_msg_name(m->type),
-                       strerror(-err));
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "%s failed: %s", rdzv_msg_name(m->type),
+                         strerror(-err));
         return;
     }
     rdzv__sjob_arm(sj);
@@ -178,10 +116,10 @@ static int refuse_worker(struct peer *p)
 {
     if (p->role != RDZV_ROLE_WORKER && p->cred.kind != RDZV_CRED_WORKER)
         return 0;
-    srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "STATUS_REQ from a worker connection");
-    srv_send_error(p, RDZV_ERR_AUTH,
-                   "workers may not read status; use an observer connection with the job's "
-                   "credential or the server's token (muster status)");
+    rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "STATUS_REQ from a worker connection");
+    rdzv__send_error(p, RDZV_ERR_AUTH,
+                     "workers may not read status; use an observer connection with the job's "
+                     "credential or the server's token (muster status)");
     return 1;
 }
 
@@ -194,21 +132,21 @@ void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r)
     size_t len = 0;
 
     if (own != NULL && job_id[0] != '\0' && strcmp(own, job_id) != 0) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
-                       "STATUS_REQ for job %s on a connection of "
-                       "job %s",
-                       job_id, own);
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "this connection may only ask about job %s", own);
+        rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
+                         "STATUS_REQ for job %s on a connection of "
+                         "job %s",
+                         job_id, own);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "this connection may only ask about job %s", own);
         return;
     }
     if (refuse_worker(p))
         return;
     if (own == NULL && !rdzv_cred_may_status(&p->cred, job_id)) {
-        srv_peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
-                       "STATUS_REQ for job %s outside the "
-                       "credential's scope",
-                       job_id);
-        srv_send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", job_id);
+        rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
+                         "STATUS_REQ for job %s outside the "
+                         "credential's scope",
+                         job_id);
+        rdzv__send_error(p, RDZV_ERR_AUTH, "this credential does not admit job %s", job_id);
         return;
     }
     if (own != NULL)
@@ -217,16 +155,16 @@ void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r)
         job_id = p->cred.scope; /* every job of the scope, and no other */
     m = malloc(sizeof(*m));
     if (m == NULL) {
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "server out of memory");
         return;
     }
     m->type = RDZV_MSG_STATUS;
     if (rdzv_status_json(p->srv, job_id, m->u.status.json, sizeof(m->u.status.json), &len) < 0) {
         free(m);
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "status document failed");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "status document failed");
         return;
     }
     m->u.status.len = (uint32_t)len;
-    srv_send(p, m);
+    rdzv__send(p, m);
     free(m);
 }

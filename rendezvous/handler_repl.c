@@ -1,6 +1,7 @@
-/* Checkpoint replicas (issue 19): the server relays a copy of a checkpoint from the agent of
+/* Checkpoint replicas (docs/FAULT_TOLERANCE.md "Checkpoint replicas (`--replicate-checkpoints
+ * R`)"): the server relays a copy of a checkpoint from the agent of
  * group rank 0 to another agent of the same job, chunk by chunk, without reading or keeping
- * the data. Each transfer lives in its job's small table (struct srv_repl); the table enforces
+ * the data. Each transfer lives in its job's small table (struct rdzv__repl); the table enforces
  * what a hostile agent could abuse: only members of the running round start one, only the
  * agent that started it sends its chunks, each chunk follows the previous one, and no more than
  * RDZV_REPL_WINDOW bytes are relayed ahead of the receiver's acknowledgement, so the server
@@ -12,7 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server_priv.h"
+#include "handler.h"
+#include "sjob.h"
 
 static void send_abort(struct peer *p, uint32_t xfer, uint64_t offset, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -29,23 +31,23 @@ static void send_abort(struct peer *p, uint32_t xfer, uint64_t offset, const cha
     va_start(ap, fmt);
     vsnprintf(m.u.repl_ack.text, sizeof(m.u.repl_ack.text), fmt, ap);
     va_end(ap);
-    srv_send(p, &m);
+    rdzv__send(p, &m);
 }
 
-static void drop(struct sjob *sj, struct srv_repl *r)
+static void drop(struct sjob *sj, struct rdzv__repl *r)
 {
     *r = sj->repl[--sj->n_repl];
 }
 
 /* Ends transfer r for both sides (each gets an ABORT with its own id), then forgets it. */
-static void abort_both(struct sjob *sj, struct srv_repl *r, const char *why)
+static void abort_both(struct sjob *sj, struct rdzv__repl *r, const char *why)
 {
     send_abort(r->src, r->src_xfer, r->acked, "%s", why);
     send_abort(r->dst, r->id, r->acked, "%s", why);
     drop(sj, r);
 }
 
-static struct srv_repl *by_src(struct sjob *sj, const struct peer *p, uint32_t xfer)
+static struct rdzv__repl *by_src(struct sjob *sj, const struct peer *p, uint32_t xfer)
 {
     for (unsigned i = 0; i < sj->n_repl; i++)
         if (sj->repl[i].src == p && sj->repl[i].src_xfer == xfer)
@@ -53,7 +55,7 @@ static struct srv_repl *by_src(struct sjob *sj, const struct peer *p, uint32_t x
     return NULL;
 }
 
-static struct srv_repl *by_dst(struct sjob *sj, const struct peer *p, uint32_t xfer)
+static struct rdzv__repl *by_dst(struct sjob *sj, const struct peer *p, uint32_t xfer)
 {
     for (unsigned i = 0; i < sj->n_repl; i++)
         if (sj->repl[i].dst == p && sj->repl[i].id == xfer)
@@ -99,12 +101,12 @@ void rdzv__handle_repl_begin(struct peer *p, const struct rdzv_repl_begin *b)
 {
     struct sjob *sj = p->job;
     struct peer *dst = NULL;
-    struct srv_repl *r;
+    struct rdzv__repl *r;
     struct rdzv_msg m;
     const char *why;
 
     if (sj == NULL) {
-        srv_send_error(p, RDZV_ERR_PROTOCOL, "REPL_BEGIN before JOIN: no job to replicate in");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "REPL_BEGIN before JOIN: no job to replicate in");
         return;
     }
     if ((why = begin_refused(sj, p, b, &dst)) != NULL) {
@@ -128,7 +130,7 @@ void rdzv__handle_repl_begin(struct peer *p, const struct rdzv_repl_begin *b)
     /* the receiver connects to the address the sender's JOIN gave, never to one it names now */
     snprintf(m.u.repl_begin.host, sizeof(m.u.repl_begin.host), "%s",
              sj->job->members[rdzv_job_find(sj->job, p)].addr);
-    srv_send(dst, &m);
+    rdzv__send(dst, &m);
 }
 
 /* The chunk goes on only when it is the next one, inside the size and inside the window. */
@@ -136,7 +138,7 @@ void rdzv__handle_repl_data(struct peer *p, const struct rdzv_msg *m)
 {
     const struct rdzv_repl_data *d = &m->u.repl_data;
     struct sjob *sj = p->job;
-    struct srv_repl *r = sj != NULL ? by_src(sj, p, d->xfer) : NULL;
+    struct rdzv__repl *r = sj != NULL ? by_src(sj, p, d->xfer) : NULL;
     char why[160];
 
     if (r == NULL) {
@@ -162,7 +164,7 @@ void rdzv__handle_repl_data(struct peer *p, const struct rdzv_msg *m)
     }
     r->relayed += d->len;
     ((struct rdzv_msg *)m)->u.repl_data.xfer = r->id; /* m is the server's decoded copy */
-    srv_send(r->dst, m);
+    rdzv__send(r->dst, m);
 }
 
 /* From the receiver: progress, done, abort or a request for the relay (its direct link failed),
@@ -172,7 +174,7 @@ void rdzv__handle_repl_data(struct peer *p, const struct rdzv_msg *m)
 void rdzv__handle_repl_ack(struct peer *p, const struct rdzv_repl_ack *a)
 {
     struct sjob *sj = p->job;
-    struct srv_repl *r;
+    struct rdzv__repl *r;
     struct rdzv_msg m;
 
     if (sj == NULL)
@@ -194,12 +196,12 @@ void rdzv__handle_repl_ack(struct peer *p, const struct rdzv_repl_ack *a)
             r->acked = a->offset;
         }
         m.u.repl_ack.xfer = r->src_xfer;
-        srv_send(r->src, &m);
+        rdzv__send(r->src, &m);
         if (a->status == RDZV_REPL_DONE || a->status == RDZV_REPL_ABORT)
             drop(sj, r);
     } else if ((r = by_src(sj, p, a->xfer)) != NULL && a->status == RDZV_REPL_ABORT) {
         m.u.repl_ack.xfer = r->id;
-        srv_send(r->dst, &m);
+        rdzv__send(r->dst, &m);
         drop(sj, r);
     }
     /* anything else is stale (the transfer ended while it travelled): ignored */
@@ -208,7 +210,7 @@ void rdzv__handle_repl_ack(struct peer *p, const struct rdzv_repl_ack *a)
 void rdzv__repl_forget(struct sjob *sj, struct peer *p)
 {
     for (unsigned i = sj->n_repl; i-- > 0;) {
-        struct srv_repl *r = &sj->repl[i];
+        struct rdzv__repl *r = &sj->repl[i];
 
         if (r->src == p)
             send_abort(r->dst, r->id, r->acked, "the sending node went away");

@@ -1,5 +1,5 @@
-/* Per-source limits on TLS handshakes (issue 11): how many handshakes one source (since issue
- * 26 the server passes its /24 or /64 group, rdzv_hslimit_group, as the address) may
+/* Per-source limits on TLS handshakes: how many handshakes one source (the server
+ * passes its /24 or /64 group, rdzv_hslimit_group, as the address) may
  * have in flight, and how many new ones it may start per second (a token bucket). The server
  * asks before it does any TLS work for a new connection, so that a flood of ClientHellos from
  * one address costs a bounded share of the server's CPU whatever its rate.
@@ -38,7 +38,7 @@ int rdzv_hslimit_begin(struct rdzv_hslimit *l, const uint8_t addr[16], uint64_t 
 /* The handshake from addr that rdzv_hslimit_begin admitted finished, failed or was closed. */
 void rdzv_hslimit_end(struct rdzv_hslimit *l, const uint8_t addr[16]);
 
-/* The group a source address counts against (issue 26): its /24 for IPv4 (v4-mapped), its
+/* The group a source address counts against: its /24 for IPv4 (v4-mapped), its
  * /64 for IPv6. One machine or one user rarely holds a single address (a login node's users,
  * an IPv6 host's privacy addresses, a flood binding 127.0.0.x one by one), and a /24 or /64 is
  * what one site usually gets; keyed on the exact address, 130 addresses were enough to fill

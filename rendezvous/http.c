@@ -2,7 +2,7 @@
  * the response is written whole and the connection closed. Read-only by design: nothing here
  * can change a job. /metrics is public (counts only, no host or address); /status and / show
  * hosts and addresses, so they need an observer credential unless the operator made them
- * public (issue 26). HTTP has no TLS here: the credential crosses the network in clear, which
+ * public. HTTP has no TLS here: the credential crosses the network in clear, which
  * is why the port binds loopback unless told otherwise and why only a read-only credential
  * belongs in it. */
 #include "http.h"
@@ -16,7 +16,7 @@
 
 #include "cred.h"
 #include "server.h"
-#include "server_priv.h"
+#include "service.h"
 #include "status.h"
 #include "tls.h"
 
@@ -107,7 +107,7 @@ int rdzv_http_header(const char *buf, size_t len, const char *name, char *out, s
 /* --- connections ---------------------------------------------------------------------------- */
 /* A rendered document, served to every request for up to RDZV_HTTP_CACHE_MS: building /status
  * walks every job and node on the loop (0.1 s at 4,096 jobs), and requests are unauthenticated
- * (/metrics) or cheap to repeat, so their rate must not set the loop's load (issue 26). */
+ * (/metrics) or cheap to repeat, so their rate must not set the loop's load. */
 struct http_doc {
     char *body;
     size_t len;
@@ -155,7 +155,7 @@ static void http_unref(struct rdzv_http *h)
             free(h->docs[i].body);
         free(h);
     }
-    srv_handle_closed(srv); /* may free srv: the last thing done */
+    rdzv__handle_closed(srv); /* may free srv: the last thing done */
 }
 
 static void conn_release(uv_handle_t *handle)
@@ -256,7 +256,7 @@ static void event_family(FILE *f, const struct rdzv_server *srv, const char *nam
     for (int ev = 0; ev < SRV_EV_COUNT_; ev++) {
         const char *family, *label;
 
-        srv_event_metric(ev, &family, &label);
+        rdzv__event_metric(ev, &family, &label);
         if (strcmp(family, name) == 0)
             fprintf(f, "%s{%s=\"%s\"} %llu\n", name, label_name, label,
                     (unsigned long long)srv->stats.events[ev]);
@@ -292,7 +292,7 @@ static void sum_up(struct rdzv_server *srv, struct totals *t)
     }
 }
 
-/* The pre-flight's per-GPU figures (issue 15) as their agents reported them, every job. */
+/* The pre-flight's per-GPU figures as their agents reported them, every job. */
 static void preflight_families(FILE *f, struct rdzv_server *srv)
 {
     static const struct {
@@ -350,7 +350,7 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
            srv->limits.max_connections);
     metric(f, "muster_http_requests_total", "counter", "HTTP requests served.",
            (double)srv->stats.http_requests_total);
-    /* issue 26: the pre-authentication pool and the HTTP port's connections */
+    /* the pre-authentication pool and the HTTP port's connections */
     metric(f, "muster_preauth_connections", "gauge",
            "Protocol connections not yet authenticated (accepted, HELLO not accepted).",
            srv->n_pre);
@@ -522,8 +522,8 @@ static int status_allowed(struct http_conn *c, const char *head, size_t hlen, in
 
     if (srv->http_public_status || (srv->has_token && observer_ok(srv, head, hlen)))
         return 1;
-    srv_tcp_addr(&c->tcp, addr, sizeof(addr));
-    srv_event(srv, SRV_EV_HTTP_STATUS_AUTH, addr, "HTTP /status without an observer credential");
+    rdzv__tcp_addr(&c->tcp, addr, sizeof(addr));
+    rdzv__event(srv, SRV_EV_HTTP_STATUS_AUTH, addr, "HTTP /status without an observer credential");
     if (srv->has_token)
         respond(c, 401, "Unauthorized", "text/plain; charset=utf-8", hint401, sizeof(hint401) - 1,
                 head_only);
@@ -620,9 +620,9 @@ static int evict_oldest(struct rdzv_http *h)
     for (struct http_conn *c = h->tail; c != NULL; c = c->prev) {
         if (c->done || c->closed)
             continue;
-        srv_tcp_addr(&c->tcp, addr, sizeof(addr));
-        srv_event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr,
-                  "HTTP connection evicted: the oldest idle of %u, for a new one", h->n);
+        rdzv__tcp_addr(&c->tcp, addr, sizeof(addr));
+        rdzv__event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr,
+                    "HTTP connection evicted: the oldest idle of %u, for a new one", h->n);
         conn_close(c);
         return 0;
     }
@@ -657,8 +657,8 @@ static void on_connection(uv_stream_t *listener, int status)
     if (full && uv_accept(listener, (uv_stream_t *)&c->tcp) == 0) {
         char addr[INET6_ADDRSTRLEN];
 
-        srv_tcp_addr(&c->tcp, addr, sizeof(addr));
-        srv_event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr, "%u HTTP connections answering", h->n);
+        rdzv__tcp_addr(&c->tcp, addr, sizeof(addr));
+        rdzv__event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr, "%u HTTP connections answering", h->n);
     }
     if (full || uv_accept(listener, (uv_stream_t *)&c->tcp) < 0 ||
         uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) < 0) {

@@ -27,4 +27,8 @@ int rdzv_http_parse(const char *buf, size_t len, struct rdzv_http_req *req);
  * (the value does not fit outlen bytes with its NUL). */
 int rdzv_http_header(const char *buf, size_t len, const char *name, char *out, size_t outlen);
 
+/* For the dispatcher (server.c) as the server closes: every HTTP connection and the port. */
+struct rdzv_http;
+void rdzv__http_close(struct rdzv_http *h);
+
 #endif

@@ -77,7 +77,7 @@ int rdzv_job_check(const struct rdzv_job *job, const struct rdzv_join *j)
     return 0;
 }
 
-/* member_slots[]: members[] indexed by connection and by node id (issue 26's audit: every
+/* member_slots[]: members[] indexed by connection and by node id (every
  * FAILED, DONE, CKPT, PREFLIGHT and REPL_BEGIN looked its sender up with a walk of members[],
  * and every JOIN walked it twice: quadratic per round). Two open-addressing regions of
  * 4 * cap_members slots, by peer then by node id, each 0 or 1 + an index into members[]. A slot
@@ -169,7 +169,7 @@ int rdzv_job_find_pending(const struct rdzv_job *job, const void *peer)
     return -1;
 }
 
-/* prev_slots[]: an open-addressing index of prev[] by node id (issue 26's audit): looking up a
+/* prev_slots[]: an open-addressing index of prev[] by node id: looking up a
  * previous member was a walk of prev[] per node, so closing a round and every refill of a
  * filling round (prev_coming) were quadratic in the node count. 2 * cap_members slots (a power
  * of two: cap_members is), each 0 or 1 + an index into prev[]; rebuilt when prev[] changes. */
@@ -260,7 +260,7 @@ static int resumes_newer(const struct rdzv_job_member *a, const struct rdzv_job_
     return b->resume[0] == '\0' || a->resume_step > b->resume_step;
 }
 
-/* Group rank 0 goes where the newest verified checkpoint is (issue 19): every JOIN names the
+/* Group rank 0 goes where the newest verified checkpoint is: every JOIN names the
  * newest checkpoint that verifies on that node, and the round resumes from rank 0's. Without a
  * shared file system, the previous rank 0 may be gone with its checkpoints while a replica
  * (--replicate-checkpoints) survives elsewhere. Only a strictly newer one moves rank 0 away
@@ -470,7 +470,7 @@ int rdzv_job_join(struct rdzv_job *job, const struct rdzv_join *j, const char *a
     if (rdzv_job_find(job, peer) >= 0 || rdzv_job_find_node(job, j->node_id) >= 0 ||
         in_list(job->pending, job->n_pending, peer, j->node_id)) /* pending[] is bounded */
         return -EEXIST;
-    /* bounded (issue 26's audit): many more waiting nodes than the job can ever run are no use,
+    /* bounded: many more waiting nodes than the job can ever run are no use,
      * and each costs every later refill a look */
     if ((job->state != RDZV_JOB_FILLING || m_spare(j)) && prev_rank(job, j->node_id) < 0 &&
         job->n_pending >= (size_t)job->max_nodes + RDZV_JOB_PENDING_SLACK)
@@ -647,7 +647,7 @@ static int admit_pending(struct rdzv_job *job, uint64_t now_ms, size_t *admitted
             i++; /* a node that grows the job may still fit */
             continue;
         }
-        /* Hook for a pre-flight of nodes that join a running job (issue 16, worktree pf): a
+        /* Hook for a pre-flight of nodes that join a running job: a
          * spare or joiner is admitted here, before its ASSIGN; a check would hold it back here
          * and admit it once it passed. */
         (void)add_member(job, &job->pending[i], now_ms);

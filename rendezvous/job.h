@@ -62,14 +62,14 @@ struct rdzv_job_member {
     int spare; /* its JOIN said RDZV_JOIN_SPARE; matters while it waits in pending[] */
 };
 
-/* Bad-node exclusion (issue 16): --exclude-after N[:WINDOW] of the first JOIN. */
+/* Bad-node exclusion: --exclude-after N[:WINDOW] of the first JOIN. */
 #define RDZV_JOB_EXCLUDE_MAX 32u            /* N at most */
 #define RDZV_JOB_EXCLUDE_WINDOW_MS 3600000u /* WINDOW when the JOIN gives 0 */
 #define RDZV_JOB_LEDGER_MAX 1024u           /* nodes with failures one job remembers (~1 KB each) */
 #define RDZV_JOB_EXCLUDE_REASON_MAX 300
 
 /* The failures attributed to one node. A failure is the root cause of a restart: the node whose
- * rank failed first, or a lost node. Keyed by the address the server SAW (issue 26): the node
+ * rank failed first, or a lost node. Keyed by the address the server SAW: the node
  * secret is per agent process (an agent restarted on a bad machine gets a new node id), so the
  * machine is what an exclusion must outlive; and a teammate on another machine that JOINs with
  * a victim's host and addr only charges its own entry. The claimed host and addr still take
@@ -142,7 +142,7 @@ struct rdzv_job {
     uint64_t grace_deadline_ms;
     uint32_t reconnect_grace_ms;
 
-    /* --restart-backoff of the first JOIN (issue 16), applied per job by the server: after a
+    /* --restart-backoff of the first JOIN, applied per job by the server: after a
      * failure the next round may not close (ASSIGN) before hold_until_ms, however fast the
      * nodes re-join. backoff.n counts quick failures in a row; a round that ran
      * mc_backoff_healthy_ms() resets it. Scale-up rounds are not held. */

@@ -1,6 +1,6 @@
 /* Key-value store of one job: see kv.h. Keys live in a chained hash table that doubles when it
  * gets full. A held request (a get waiting for its key, a barrier arrival) is on three indexes,
- * so that nothing walks all of them (issue 26: every KV message walked a list of 200,000): the
+ * so that nothing walks all of them (every KV message walked a list of 200,000): the
  * list of its wait point (the waiters of one key, or the arrivals at one barrier, found by a hash
  * table), the list of its peer (a hash table of peers, for rdzv_kv_forget() and the per-peer
  * cap) and, with a deadline, a binary min-heap of deadlines. */

@@ -29,7 +29,7 @@ struct rdzv_kv_store;
  * connections. A torch TCPStore client has at most a few waits in flight per process and
  * libmuster one per worker connection: 64 per connection is far above either, and the job's
  * RDZV_KV_MAX_HELD (plus what the caller adds per worker, rdzv_kv_set_max_held()) bounds a job
- * of many connections. Past them, a request that would wait gets LIMIT at once (issue 26: 200,000
+ * of many connections. Past them, a request that would wait gets LIMIT at once (200,000
  * held GETs of one job stalled the server for every job). */
 #define RDZV_KV_MAX_HELD 4096u
 #define RDZV_KV_MAX_HELD_PER_PEER 64u

@@ -137,7 +137,7 @@ static void put_raw_str(struct writer *w, const char *s, size_t max)
         put_u8(w, (uint8_t)s[i]);
 }
 
-/* Identifiers and names (job ids, hosts, addresses): valid UTF-8 or not sent (issue 26). */
+/* Identifiers and names (job ids, hosts, addresses): valid UTF-8 or not sent. */
 static void put_str(struct writer *w, const char *s, size_t max)
 {
     if (!mc_utf8_valid(s, strnlen(s, max + 1))) {
@@ -239,7 +239,7 @@ static void get_raw_str(struct reader *r, char *dst, size_t max)
     r->pos += n;
 }
 
-/* An identifier or name that is not valid UTF-8 is a malformed message (issue 26): it would
+/* An identifier or name that is not valid UTF-8 is a malformed message: it would
  * reach /metrics labels and /status, whose consumers refuse the whole document over it. */
 static void get_str(struct reader *r, char *dst, size_t max)
 {
@@ -261,7 +261,7 @@ int rdzv_ckpt_name_ok(const char *name)
 {
     size_t n = strnlen(name, RDZV_CKPT_NAME_MAX + 1);
 
-    /* UTF-8 (issue 26): the name is shown in /status; a file name of other bytes is not sent */
+    /* UTF-8: the name is shown in /status; a file name of other bytes is not sent */
     return n <= RDZV_CKPT_NAME_MAX && memchr(name, '/', n) == NULL && strcmp(name, ".") != 0 &&
            strcmp(name, "..") != 0 && mc_utf8_valid(name, n);
 }
@@ -306,7 +306,7 @@ static void put_blob(struct writer *w, const uint8_t *b, uint32_t n, size_t max)
     }
     put_u32(w, n);
     /* one copy, not put_u8 per byte: a 60 KiB replica chunk byte by byte was 16 % of the
-     * server's time relaying a checkpoint (issue 19) */
+     * server's time relaying a checkpoint */
     if (w->pos <= w->cap && w->cap - w->pos >= n && n > 0)
         memcpy(w->buf + w->pos, b, n);
     w->pos += n;
@@ -406,7 +406,7 @@ static void io_ckpt(struct io *c, struct rdzv_ckpt *k)
     IO_U64(c, k->time_ms);
     IO_U8(c, k->verified_bad);
     io_text(c, k->reason, RDZV_TEXT_MAX);
-    /* issue 19's optional tail: only a replica's record has it; "" is sent as no tail */
+    /* the replicas' optional tail: only a replica's record has it; "" is sent as no tail */
     if ((c->w != NULL && k->holder[0] == '\0') || (c->r != NULL && c->r->pos == c->r->len))
         return;
     io_str(c, k->holder, RDZV_HOST_MAX);
@@ -506,7 +506,7 @@ static uint32_t join_tail_first(const struct rdzv_join *j)
     return j->backoff_min_ms | j->backoff_max_ms | j->exclude_after | j->exclude_window_ms;
 }
 
-/* JOIN's optional tail (issue 16): written only when a field is set and read only when present,
+/* JOIN's optional tail: written only when a field is set and read only when present,
  * so a JOIN that does not use it keeps the layout that servers built before it accept. Two
  * parts: the backoff and exclusion fields, then `flags` (hot spares), written only when non-zero
  * and always behind the first part (which may then be zeros). Canonical: a part of zeros at the
@@ -531,7 +531,7 @@ static void io_join_tail(struct io *c, struct rdzv_join *j)
         c->r->err = -EPROTO;
 }
 
-/* RESTART's optional tail (issue 16): the server's backoff delay; absent = 0. */
+/* RESTART's optional tail: the server's backoff delay; absent = 0. */
 static void io_restart_tail(struct io *c, struct rdzv_restart *r)
 {
     if ((c->w != NULL && r->delay_ms == 0) || (c->r != NULL && c->r->pos == c->r->len))

@@ -34,7 +34,7 @@ enum rdzv_msg_type {
     RDZV_MSG_JOB_DONE = 10,   /* S->agent every node of the round is done */
     RDZV_MSG_JOB_FAILED = 11, /* S->agent restarts exhausted: root cause */
     RDZV_MSG_LEAVE = 12,      /* agent->S leaving (signal); S treats it like a failure */
-    /* --- issue 3: liveness, server restart, worker KV store, status ------------------ */
+    /* --- liveness, server restart, worker KV store, status ------------------ */
     RDZV_MSG_HEARTBEAT = 13,  /* agent->S every keep_alive_interval; S echoes it back */
     RDZV_MSG_REJOIN = 14,     /* agent->S after a reconnect: "I am in round R with these ranks" */
     RDZV_MSG_REJOIN_OK = 15,  /* S->agent the server (re)adopted the agent's round */
@@ -46,11 +46,11 @@ enum rdzv_msg_type {
     RDZV_MSG_BARRIER = 21,    /* worker->S req_id, name, count, wait_ms */
     RDZV_MSG_STATUS_REQ = 22, /* observer->S job id ("" = all jobs) */
     RDZV_MSG_STATUS = 23,     /* S->observer JSON text (the same document as HTTP /status) */
-    /* --- issue 5: checkpoints ------------------------------------------------------------ */
+    /* --- checkpoints ------------------------------------------------------------ */
     RDZV_MSG_CKPT = 24, /* agent->S a checkpoint recorded or found bad; no reply */
-    /* --- issue 15: pre-flight results ---------------------------------------------------- */
+    /* --- pre-flight results ---------------------------------------------------- */
     RDZV_MSG_PREFLIGHT = 25, /* agent->S this node's pre-flight, per GPU; no reply */
-    /* --- issue 19: checkpoint replicas, relayed by the server between agents of one job ---- */
+    /* --- checkpoint replicas, relayed by the server between agents of one job ---- */
     RDZV_MSG_REPL_BEGIN = 26, /* agent->S->agent a copy of a checkpoint starts: name, size, sum */
     RDZV_MSG_REPL_DATA = 27,  /* agent->S->agent the next chunk of a copy */
     RDZV_MSG_REPL_ACK = 28,   /* agent->S->agent bytes received, copy verified, or aborted */
@@ -93,11 +93,11 @@ struct rdzv_join {
     uint32_t max_restarts;
     uint32_t last_call_ms, join_timeout_ms;
     uint64_t node_id; /* random per agent; keeps the group rank across rounds */
-    /* issue 3 (appended to JOIN before any release; PROTOCOL.md documents the layout): */
+    /* liveness (appended to JOIN before any release; PROTOCOL.md documents the layout): */
     uint32_t keep_alive_ms;        /* the agent sends HEARTBEAT this often */
     uint32_t heartbeat_timeout_ms; /* silent this long = lost node (server side) */
     uint32_t reconnect_grace_ms;   /* how long a member may be away after a server restart */
-    /* issue 5 (appended before any release): the checkpoint THIS node would resume from, its
+    /* checkpoints (appended before any release): the checkpoint THIS node would resume from, its
      * newest verified one. Only group rank 0's choice is used (see ASSIGN). A name relative to
      * the checkpoint directory: no '/', not "." or ".."; "" = none. */
     char resume[RDZV_CKPT_NAME_MAX + 1];
@@ -109,7 +109,7 @@ struct rdzv_join {
      * recipe), honoured when it fits the round and is free; 0: any (so a zeroed JOIN asks for
      * nothing) */
     uint32_t want_rank;
-    /* issue 16, an optional tail of JOIN (and, since hot spares, at the end of REJOIN): sent only
+    /* an optional tail of JOIN (and, since hot spares, at the end of REJOIN): sent only
      * when one of them is non-zero and read only when present, so agents and servers built before
      * it keep talking to these as long as the feature is not used. --restart-backoff MIN and MAX in
      * ms (0: restart at once). */
@@ -117,7 +117,7 @@ struct rdzv_join {
     /* --exclude-after N[:WINDOW]: a node that caused N failures within exclude_window_ms
      * (0: one hour) is refused from then on; 0: never. Fixed by the job's first JOIN. */
     uint32_t exclude_after, exclude_window_ms;
-    /* hot spares (issue 16), the tail's second part: RDZV_JOIN_* bits, sent only when non-zero.
+    /* hot spares, the tail's second part: RDZV_JOIN_* bits, sent only when non-zero.
      * REJOIN carries the whole tail at its end (a rebuilt job keeps these settings). */
     uint32_t flags;
 };
@@ -140,7 +140,7 @@ struct rdzv_assign {
     uint32_t restart_count;
     char master_addr[RDZV_HOST_MAX + 1];
     uint32_t master_port;
-    /* issue 5: where every node resumes, copied from the JOIN of the node with group rank 0
+    /* where every node resumes, copied from the JOIN of the node with group rank 0
      * (the only one that can verify checkpoints: they are written there). "" = from scratch. */
     char resume[RDZV_CKPT_NAME_MAX + 1];
     int64_t resume_step; /* -1 when none or not known */
@@ -168,7 +168,7 @@ struct rdzv_failure {
 struct rdzv_restart {
     uint32_t restart_count; /* the count the next round will carry */
     struct rdzv_failure cause;
-    /* issue 16, an optional tail (sent only when non-zero, 0 when absent): the server holds
+    /* an optional tail (sent only when non-zero, 0 when absent): the server holds
      * the next round's ASSIGN for this long (--restart-backoff); for the agent's message */
     uint32_t delay_ms;
 };
@@ -240,17 +240,17 @@ struct rdzv_ckpt {
     char name[RDZV_CKPT_NAME_MAX + 1]; /* relative to the checkpoint directory; no '/' */
     int64_t step;                      /* parsed from the name; -1 when it has none */
     uint64_t size;                     /* bytes (a directory: the sum of its files) */
-    uint64_t checksum;                 /* xxHash64 of the content */
+    uint64_t checksum;                 /* XXH3-64 of the content (agent/ckpt_hash.c) */
     uint64_t time_ms;                  /* wall clock when recorded/found bad; display only */
     uint8_t verified_bad;
     char reason[RDZV_TEXT_MAX + 1]; /* why it is bad; "" when verified_bad = 0 */
-    /* issue 19, an optional tail (sent only when not ""): the host name of the node that
+    /* an optional tail (sent only when not ""): the host name of the node that
      * holds this checkpoint as a verified replica (--replicate-checkpoints); "" = the record
      * of the node that wrote it */
     char holder[RDZV_HOST_MAX + 1];
 };
 
-/* Checkpoint replicas (issue 19). The agent of group rank 0 copies a checkpoint it recorded to
+/* Checkpoint replicas. The agent of group rank 0 copies a checkpoint it recorded to
  * other nodes' agents through the server: REPL_BEGIN, then REPL_DATA chunks in order; the
  * receiver answers REPL_ACK with the bytes it holds. The sender keeps at most
  * RDZV_REPL_WINDOW bytes unacknowledged, and the server refuses a chunk past it, so the server
@@ -314,7 +314,7 @@ struct rdzv_repl_ack {
     char text[RDZV_TEXT_MAX + 1]; /* why, for ABORT; "" otherwise */
 };
 
-/* PREFLIGHT (issue 15): one node's pre-flight results, sent by its agent when the node process
+/* PREFLIGHT: one node's pre-flight results, sent by its agent when the node process
  * has ended (round 0, or a node that joined a running job). The server files them under the
  * member that sent them (its JOIN's host and node id), never under a host the message names. */
 #define RDZV_PF_GPUS_MAX 64  /* GPUs of one node */
@@ -379,7 +379,7 @@ struct rdzv_msg {
 /* Zeroes the part of msg that a message of this type uses (the header and its member of the
  * union) and sets the type. The union is ~64 KiB for KV values: zeroing all of it for every
  * message (`= {.type = ...}`, or a memset) cost a 64 KiB memset per message and 64 KiB of
- * stack pages per frame holding one (issue 14). Unknown types: the header only. */
+ * stack pages per frame holding one. Unknown types: the header only. */
 void rdzv_msg_init(struct rdzv_msg *msg, unsigned type);
 /* How many bytes of the union a message of this type uses (0 for none or unknown). */
 size_t rdzv_msg_body_size(unsigned type);

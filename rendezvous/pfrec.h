@@ -1,4 +1,4 @@
-/* The pre-flight results of a job's nodes (issue 15), as their agents sent them (PREFLIGHT):
+/* The pre-flight results of a job's nodes, as their agents sent them (PREFLIGHT):
  * kept for /status, STATUS and /metrics only; the round logic never looks at them. One record
  * per node (by node id: a node checked again, e.g. after it left and joined, replaces its own),
  * at most RDZV_PFREC_MAX nodes a job. */

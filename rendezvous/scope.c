@@ -16,17 +16,17 @@ static unsigned bucket(const char *scope)
     return h & (SRV_SCOPE_BUCKETS - 1);
 }
 
-struct srv_scope *srv_scope_find(const struct srv_scopes *t, const char *scope)
+struct rdzv__scope *rdzv__scope_find(const struct rdzv__scopes *t, const char *scope)
 {
-    for (struct srv_scope *s = t->buckets[bucket(scope)]; s != NULL; s = s->next)
+    for (struct rdzv__scope *s = t->buckets[bucket(scope)]; s != NULL; s = s->next)
         if (strcmp(s->scope, scope) == 0)
             return s;
     return NULL;
 }
 
-int srv_scope_get(struct srv_scopes *t, const char *scope, struct srv_scope **out)
+int rdzv__scope_get(struct rdzv__scopes *t, const char *scope, struct rdzv__scope **out)
 {
-    struct srv_scope *s = srv_scope_find(t, scope);
+    struct rdzv__scope *s = rdzv__scope_find(t, scope);
     unsigned b;
 
     if (s == NULL) {
@@ -45,9 +45,9 @@ int srv_scope_get(struct srv_scopes *t, const char *scope, struct srv_scope **ou
     return 0;
 }
 
-void srv_scope_put(struct srv_scopes *t, struct srv_scope *s)
+void rdzv__scope_put(struct rdzv__scopes *t, struct rdzv__scope *s)
 {
-    struct srv_scope **pp;
+    struct rdzv__scope **pp;
 
     if (s == NULL || --s->refs > 0)
         return;
@@ -60,11 +60,11 @@ void srv_scope_put(struct srv_scopes *t, struct srv_scope *s)
     free(s);
 }
 
-void srv_scopes_free(struct srv_scopes *t)
+void rdzv__scopes_free(struct rdzv__scopes *t)
 {
     for (unsigned b = 0; b < SRV_SCOPE_BUCKETS; b++)
         while (t->buckets[b] != NULL) {
-            struct srv_scope *s = t->buckets[b];
+            struct rdzv__scope *s = t->buckets[b];
 
             t->buckets[b] = s->next;
             free(s);

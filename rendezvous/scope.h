@@ -1,7 +1,8 @@
-/* Quotas per credential scope (issue 26): one team's job credential ("teamA-*" or one job id)
- * must not take every job slot or connection of a shared server. Each scope that holds
- * something has one struct srv_scope in the server's table, keyed by the scope string, with
- * what it holds and a reference count; it is freed when the last holder lets go.
+/* Quotas per credential scope (docs/SECURITY.md "Limits and quotas of a shared server"): one team's
+ * job credential ("teamA-*" or one job id) must not take every job slot or connection of a shared
+ * server. Each scope that holds something has one struct rdzv__scope in the server's table, keyed
+ * by the scope string, with what it holds and a reference count; it is freed when the last holder
+ * lets go.
  *
  * Only job credentials have a scope. The server secret and client certificates are the
  * operators': they get only the server-wide caps (rdzv_limits), as do observers and workers
@@ -20,33 +21,33 @@
 /* Buckets of the table: a power of two. More scopes than this only make chains longer. */
 #define SRV_SCOPE_BUCKETS 1024u
 
-struct srv_scope {
-    struct srv_scope *next; /* in its bucket's chain */
+struct rdzv__scope {
+    struct rdzv__scope *next; /* in its bucket's chain */
     char scope[RDZV_ID_MAX + 1];
     unsigned jobs;        /* jobs created by this scope's credential and not yet freed */
     unsigned connections; /* open connections that said HELLO with it */
     unsigned refs;        /* holders: the above, and whoever else takes one; freed at 0 */
     /* Per-scope KV bytes and held requests: to be chained to the server's pool
-     * (srv->kv_pool) by the KV work (issue 26 follow-up). Zeroed (no limit) and unused here. */
+     * (srv->kv_pool) by the KV work. Zeroed (no limit) and unused here. */
     struct rdzv_kv_pool kv;
 };
 
-struct srv_scopes {
-    struct srv_scope *buckets[SRV_SCOPE_BUCKETS];
+struct rdzv__scopes {
+    struct rdzv__scope *buckets[SRV_SCOPE_BUCKETS];
     unsigned n; /* scopes in the table */
 };
 
 /* The scope entry for `scope` (copied), created with zero counters if absent, with one more
  * reference taken. Returns 0 and sets *out, -EINVAL for a scope over RDZV_ID_MAX, or -ENOMEM. */
-int srv_scope_get(struct srv_scopes *t, const char *scope, struct srv_scope **out);
+int rdzv__scope_get(struct rdzv__scopes *t, const char *scope, struct rdzv__scope **out);
 
 /* Lets go of one reference to s (NULL: nothing); frees the entry when it was the last. */
-void srv_scope_put(struct srv_scopes *t, struct srv_scope *s);
+void rdzv__scope_put(struct rdzv__scopes *t, struct rdzv__scope *s);
 
 /* The entry for `scope`, or NULL; takes no reference. */
-struct srv_scope *srv_scope_find(const struct srv_scopes *t, const char *scope);
+struct rdzv__scope *rdzv__scope_find(const struct rdzv__scopes *t, const char *scope);
 
 /* Frees every entry (the server is going away; nobody holds them any more). */
-void srv_scopes_free(struct srv_scopes *t);
+void rdzv__scopes_free(struct rdzv__scopes *t);
 
 #endif

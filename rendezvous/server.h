@@ -18,7 +18,7 @@ struct rdzv_tls_opts;
  * can create and the KV memory it can fill, so that one token holder cannot take the server
  * from the others. */
 #define RDZV_LIMIT_MAX_CONNECTIONS 16384u /* open protocol connections; more are closed at once */
-/* Open connections from one source network (a /24 or /64 since issue 26: hslimit.h
+/* Open connections from one source network (a /24 or /64: hslimit.h
  * rdzv_hslimit_group). A quarter of the connection limit: one network cannot take the server, and
  * the benchmarks' 1,024 real agents plus 2,000 idle connections on loopback still fit
  * (bench/loadgen spreads its 10,000 over many 127.x addresses). */
@@ -39,7 +39,7 @@ struct rdzv_tls_opts;
  * for restarts and for tools, the slack for a job that has not filled yet. */
 #define RDZV_LIMIT_JOB_WORKERS_PER_PROC 4u
 #define RDZV_LIMIT_JOB_WORKERS_SLACK 64u
-/* TLS handshakes per source network (issue 11; a /24 or /64 since issue 26): before a peer
+/* TLS handshakes per source network (a /24 or /64): before a peer
  * proves anything, each ClientHello costs the server a key generation (in the thread pool,
  * conn.c). At most this many in flight from one network (accepted, no message yet), and at most
  * RATE new ones a second with a bucket of BURST; over the rate, the connection is closed before
@@ -49,7 +49,7 @@ struct rdzv_tls_opts;
 #define RDZV_LIMIT_HANDSHAKES_PER_SOURCE 128u
 #define RDZV_LIMIT_HANDSHAKE_RATE 200u   /* per second and source */
 #define RDZV_LIMIT_HANDSHAKE_BURST 2048u /* handshakes a quiet source may start at once */
-/* Held KV requests (KV_GET waiting for a key, BARRIER arrivals; issue 26): per worker
+/* Held KV requests (KV_GET waiting for a key, BARRIER arrivals): per worker
  * connection RDZV_KV_MAX_HELD_PER_PEER (64: a TCPStore client has a few waits in flight, a
  * libmuster worker one); per job RDZV_KV_MAX_HELD (4096) plus RDZV_LIMIT_KV_HELD_PER_WORKER for
  * each of its attached worker connections, so a job of 10,000 processes fits; and for all jobs
@@ -57,7 +57,7 @@ struct rdzv_tls_opts;
  * them, the request gets KV_REPLY LIMIT at once. */
 #define RDZV_LIMIT_KV_HELD_PER_WORKER 8u
 #define RDZV_LIMIT_KV_MAX_HELD_TOTAL 1048576u
-/* Per job credential scope (issue 26, rendezvous/scope.h): one team's "teamA-*" credential may
+/* Per job credential scope (rendezvous/scope.h): one team's "teamA-*" credential may
  * hold at most this many jobs and open connections, so that it cannot take the server-wide
  * caps from the other teams (4,096 silent JOINs filled max_jobs in 25 s). Jobs: a sixteenth of
  * max_jobs, far above what one team runs at once (Slurm's MaxJobsPerUser spirit). Connections:
@@ -71,7 +71,7 @@ struct rdzv_tls_opts;
  * jobs at their own byte quota (64 MiB) still fit. */
 #define RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL ((size_t)512 << 20)
 #define RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL 524288u
-/* Pre-authentication budget (issue 26). Connections accepted whose HELLO is not yet accepted
+/* Pre-authentication budget. Connections accepted whose HELLO is not yet accepted
  * share a pool of PREAUTH_MAX places, a quarter of max_connections: the rest is kept for
  * authenticated agents and workers, which unauthenticated ones can never squeeze out. When the
  * pool is full, a new connection evicts the oldest idle unauthenticated one (not a byte since
@@ -105,7 +105,7 @@ struct rdzv_limits {
     unsigned kv_max_held_per_job;
     unsigned kv_held_per_worker;
     unsigned kv_max_held_total;
-    /* per job credential scope (issue 26) */
+    /* per job credential scope */
     unsigned max_jobs_per_credential;        /* 0 = RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL */
     unsigned max_connections_per_credential; /* 0 = RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL */
     size_t kv_max_bytes_per_credential;      /* 0 = RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL */
@@ -168,7 +168,7 @@ void rdzv_server_set_auth_hint(struct rdzv_server *s, const char *hint);
 int rdzv_server_new_tls(uv_loop_t *loop, const char *host, unsigned port,
                         const struct rdzv_tls_opts *opts, struct rdzv_server **out);
 
-/* An in-process channel to this server for the agent that hosts it (issue 14): one end of a
+/* An in-process channel to this server for the agent that hosts it: one end of a
  * socketpair becomes a connection with the authority of the server's own key (as a client
  * proving it over TLS would have), the other end is returned in *fd for rdzv_client_new_local.
  * No TLS and no handshake: both ends live in this process. addr (copied; NULL: "127.0.0.1") is

@@ -7,7 +7,7 @@
 
 #include <mbedtls/platform_util.h>
 
-#include "server_priv.h"
+#include "sjob.h"
 #include "tls.h"
 
 static void sjob_closed_cb(uv_handle_t *handle)
@@ -21,9 +21,9 @@ static void sjob_closed_cb(uv_handle_t *handle)
     rdzv_job_free(sj->job);
     if (sj->scope != NULL)
         sj->scope->jobs--;
-    srv_scope_put(&srv->scopes, sj->scope);
+    rdzv__scope_put(&srv->scopes, sj->scope);
     free(sj);
-    srv_handle_closed(srv);
+    rdzv__handle_closed(srv);
 }
 
 /* Unlinks at once, so that a JOIN arriving meanwhile creates a fresh job; frees on close.
@@ -45,7 +45,7 @@ void rdzv__sjob_drop(struct sjob *sj)
     for (struct peer *p = srv->peers; p != NULL; p = p->next) {
         if (p->kvjob == sj) {
             p->kvjob = NULL;
-            srv_peer_arm(p); /* in no job now: the idle deadline applies */
+            rdzv__peer_arm(p); /* in no job now: the idle deadline applies */
         }
     }
     if (!srv->closing)
@@ -63,7 +63,7 @@ struct sjob *rdzv__sjob_find(struct rdzv_server *srv, const char *id)
 
 /* scope: the creating credential's (scope.h), NULL for operators: the job is charged to it
  * and its KV store draws on the scope's pool, which draws on the server's. */
-int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct srv_scope *scope,
+int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct rdzv__scope *scope,
                    struct sjob **out)
 {
     struct rdzv_kv_limits kl = {.max_keys = srv->limits.kv_max_keys,
@@ -81,7 +81,7 @@ int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sr
         return -ENOMEM;
     err = rdzv_job_new(j, &sj->job);
     if (err == 0)
-        err = rdzv_kv_new(&kl, 0, rdzv__sjob_kv_reply, srv, &sj->kv);
+        err = rdzv_kv_new(&kl, 0, rdzv__kv_reply, srv, &sj->kv);
     if (err < 0) {
         rdzv_job_free(sj->job);
         free(sj);
@@ -96,7 +96,7 @@ int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sr
     if (srv->jobs != NULL)
         srv->jobs->prev = sj;
     srv->jobs = sj;
-    srv_scope_charge_job(sj, scope); /* before any KV charge can reach its pool */
+    rdzv__scope_charge_job(sj, scope); /* before any KV charge can reach its pool */
     *out = sj;
     return 0;
 }
@@ -104,7 +104,7 @@ int rdzv__sjob_new(struct rdzv_server *srv, const struct rdzv_join *j, struct sr
 /* --- job events -> messages ------------------------------------------------------------------ */
 static void broadcast_waiting(struct sjob *sj);
 
-/* SJOB_WAITING_EVERY_MS, longer for large jobs (server_priv.h). */
+/* SJOB_WAITING_EVERY_MS, longer for large jobs (service.h). */
 static uint64_t sjob_waiting_every_ms(const struct sjob *sj)
 {
     uint64_t every = (uint64_t)sj->job->n_members * 1000u / SJOB_WAITING_PER_S;
@@ -155,7 +155,7 @@ void rdzv__sjob_arm(struct sjob *sj)
 static void send_list(const struct rdzv_job_member *list, size_t n, const struct rdzv_msg *m)
 {
     for (size_t i = 0; i < n; i++)
-        srv_send(list[i].peer, m);
+        rdzv__send(list[i].peer, m);
 }
 
 static void send_members(struct sjob *sj, const struct rdzv_msg *m)
@@ -190,7 +190,7 @@ static void send_assign(struct sjob *sj)
     for (size_t i = 0; i < sj->job->n_members; i++) {
         rdzv_job_assign(sj->job, i, &m.u.assign);
         memcpy(m.u.assign.worker_key, key, sizeof(key));
-        srv_send(sj->job->members[i].peer, &m);
+        rdzv__send(sj->job->members[i].peer, &m);
     }
     mbedtls_platform_zeroize(key, sizeof(key));
     mbedtls_platform_zeroize(m.u.assign.worker_key, sizeof(key));
@@ -225,7 +225,7 @@ static void send_waiting(struct sjob *sj)
     if (sj->job->n_members == 0)
         return;
     rdzv_job_waiting(sj->job, now, &m.u.waiting);
-    srv_send(sj->job->members[sj->job->n_members - 1].peer, &m);
+    rdzv__send(sj->job->members[sj->job->n_members - 1].peer, &m);
 }
 
 /* RESTART to the previous round; the new round may already hold admitted pending joiners
@@ -240,7 +240,7 @@ static void send_restart(struct sjob *sj)
     m.u.restart.cause = sj->job->cause;
     m.u.restart.delay_ms = sj->job->restart_delay_ms;
     for (size_t i = 0; i < sj->job->n_prev; i++)
-        srv_send(sj->job->prev[i].peer, &m);
+        rdzv__send(sj->job->prev[i].peer, &m);
     if (sj->job->state == RDZV_JOB_RUNNING)
         send_assign(sj);
     else if (sj->job->n_members > 0)
@@ -276,12 +276,12 @@ static void sjob_timeout(struct sjob *sj)
 
     rdzv_job_timeout_text(sj->job, text, sizeof(text));
     for (struct peer *p = srv->peers, *next; p != NULL; p = next) {
-        next = p->next; /* srv_peer_close() unlinks only from its close callback, but be safe */
+        next = p->next; /* rdzv__peer_close() unlinks only from its close callback, but be safe */
         if (p->job != sj)
             continue;
         p->job = NULL;
         sj->npeers--;
-        srv_send_error(p, RDZV_ERR_TIMEOUT, "%s", text);
+        rdzv__send_error(p, RDZV_ERR_TIMEOUT, "%s", text);
     }
     rdzv__sjob_drop(sj);
 }
@@ -379,12 +379,12 @@ int rdzv__sjob_worker_admit(struct sjob *sj, struct peer *p)
         sj->nworkers++;
         return 1;
     }
-    srv_peer_event(p, SRV_EV_JOB_WORKERS, "ATTACH over the %u worker connections of job %s", cap,
-                   sj->job->id);
-    srv_send_error(p, RDZV_ERR_PROTOCOL,
-                   "job %s has %u worker connections already, its limit "
-                   "(muster server --job-workers-per-proc, --job-workers-slack)",
-                   sj->job->id, sj->nworkers);
+    rdzv__peer_event(p, SRV_EV_JOB_WORKERS, "ATTACH over the %u worker connections of job %s", cap,
+                     sj->job->id);
+    rdzv__send_error(p, RDZV_ERR_PROTOCOL,
+                     "job %s has %u worker connections already, its limit "
+                     "(muster server --job-workers-per-proc, --job-workers-slack)",
+                     sj->job->id, sj->nworkers);
     return 0;
 }
 

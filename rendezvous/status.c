@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cred.h"
-#include "server_priv.h"
+#include "service.h"
 
 static const char *job_state(const struct rdzv_job *job)
 {
@@ -54,7 +54,7 @@ static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job)
 
     for (size_t i = 0; a != NULL && i < job->n_members; i++)
         json_array_append_new(a, node_json(srv, job, &job->members[i], NULL));
-    /* pending joiners: spares (issue 16) apart from nodes waiting to grow the job */
+    /* pending joiners: spares apart from nodes waiting to grow the job */
     for (size_t i = 0; a != NULL && i < job->n_pending; i++)
         json_array_append_new(
             a, node_json(srv, job, &job->pending[i], job->pending[i].spare ? "spare" : "waiting"));
@@ -79,7 +79,7 @@ static json_t *ckpt_json(const struct rdzv_ckptlog_rec *rec)
     for (unsigned i = 0; reps != NULL && i < rec->n_replicas; i++)
         json_array_append_new(reps, json_string(rec->replicas[i]));
     snprintf(sum, sizeof(sum), "%016" PRIx64, ck->checksum);
-    /* host: the node that recorded it; replicas (issue 19): hosts holding a verified copy */
+    /* host: the node that recorded it; replicas: hosts holding a verified copy */
     return json_pack("{s:s, s:I, s:I, s:s, s:I, s:s, s:s, s:s, s:o*}", "name", ck->name, "step",
                      (json_int_t)ck->step, "size", (json_int_t)ck->size, "checksum", sum, "time_ms",
                      (json_int_t)ck->time_ms, "state", ck->verified_bad ? "bad" : "recorded",
@@ -105,7 +105,7 @@ static size_t count_excluded(const struct rdzv_job *job)
     return n;
 }
 
-/* The failure ledger (issue 16): every node charged with a failure, excluded or not. */
+/* The failure ledger: every node charged with a failure, excluded or not. */
 static json_t *failures_json(const struct rdzv_job *job)
 {
     json_t *a = json_array();
@@ -113,7 +113,7 @@ static json_t *failures_json(const struct rdzv_job *job)
     for (size_t i = 0; a != NULL && i < job->n_nodes; i++) {
         const struct rdzv_job_node *n = &job->nodes[i];
 
-        /* seen: the address the server saw, which the ledger is keyed by (issue 26) */
+        /* seen: the address the server saw, which the ledger is keyed by */
         json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:I, s:b, s:s?}", "host", n->host,
                                            "addr", n->addr, "seen", n->seen, "failures",
                                            (json_int_t)n->failures, "excluded", n->excluded,

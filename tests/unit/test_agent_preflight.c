@@ -61,7 +61,7 @@ static void test_results_to_message(void **state)
                "H200\",\"gemm_tflops\":790.1,\"hbm_gbps\":4270.3,\"level\":\"ok\",\"note\":\"\"},"
                "{\"index\":1,\"uuid\":\"GPU-1\",\"model\":\"NVIDIA H200\",\"gemm_tflops\":0,"
                "\"hbm_gbps\":0,\"level\":\"failure\",\"note\":\"muster-preflight exited 1\"}]}");
-    assert_int_equal(agent_preflight_results_(path, 3, &pf), 0);
+    assert_int_equal(agent__preflight_results(path, 3, &pf), 0);
     assert_int_equal(pf.round, 3);
     assert_int_equal(pf.ok, 1);
     assert_int_equal(pf.joined, 1);
@@ -104,7 +104,7 @@ static void test_results_cut_to_the_protocol(void **state)
     sprintf(text + n, "]}");
     write_text(text);
     free(text);
-    assert_int_equal(agent_preflight_results_(path, 0, &pf), 0);
+    assert_int_equal(agent__preflight_results(path, 0, &pf), 0);
     assert_int_equal(pf.ok, 0);
     assert_int_equal(pf.count, RDZV_PF_GPUS_MAX);
     assert_int_equal(strlen(pf.gpus[5].note), RDZV_PF_NOTE_MAX);
@@ -128,7 +128,7 @@ static void test_results_printable(void **state)
     write_text(
         "{\"ok\":true,\"p2p\":{\"note\":\"node \\u001b[2Jx: caf\\u00e9\"},\"gpus\":[{\"index\":0,"
         "\"uuid\":\"GPU-\\t0\",\"model\":\"H200\\u007f\",\"note\":\"a\\nb\"}]}");
-    assert_int_equal(agent_preflight_results_(path, 0, &pf), 0);
+    assert_int_equal(agent__preflight_results(path, 0, &pf), 0);
     assert_string_equal(pf.p2p_note, "node ?[2Jx: caf??");
     assert_string_equal(pf.gpus[0].uuid, "GPU-?0");
     assert_string_equal(pf.gpus[0].model, "H200?");
@@ -142,11 +142,11 @@ static void test_no_results(void **state)
 {
     (void)state;
     write_text(""); /* the node process died before writing */
-    assert_int_equal(agent_preflight_results_(path, 0, &pf), -ENOENT);
+    assert_int_equal(agent__preflight_results(path, 0, &pf), -ENOENT);
     write_text("[1, 2]");
-    assert_int_equal(agent_preflight_results_(path, 0, &pf), -ENOENT);
-    assert_int_equal(agent_preflight_results_("", 0, &pf), -ENOENT);
-    assert_int_equal(agent_preflight_results_("/nonexistent/muster", 0, &pf), -ENOENT);
+    assert_int_equal(agent__preflight_results(path, 0, &pf), -ENOENT);
+    assert_int_equal(agent__preflight_results("", 0, &pf), -ENOENT);
+    assert_int_equal(agent__preflight_results("/nonexistent/muster", 0, &pf), -ENOENT);
 }
 
 int main(void)

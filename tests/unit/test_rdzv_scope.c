@@ -12,37 +12,37 @@
 
 #include "scope.h"
 
-static struct srv_scopes table;
+static struct rdzv__scopes table;
 
 static int teardown(void **state)
 {
     (void)state;
-    srv_scopes_free(&table);
+    rdzv__scopes_free(&table);
     assert_int_equal(table.n, 0);
     return 0;
 }
 
 static void test_refcount(void **state)
 {
-    struct srv_scope *a = NULL, *a2 = NULL, *b = NULL;
+    struct rdzv__scope *a = NULL, *a2 = NULL, *b = NULL;
 
     (void)state;
-    assert_null(srv_scope_find(&table, "teamA-*"));
-    assert_int_equal(srv_scope_get(&table, "teamA-*", &a), 0);
-    assert_int_equal(srv_scope_get(&table, "teamA-*", &a2), 0);
+    assert_null(rdzv__scope_find(&table, "teamA-*"));
+    assert_int_equal(rdzv__scope_get(&table, "teamA-*", &a), 0);
+    assert_int_equal(rdzv__scope_get(&table, "teamA-*", &a2), 0);
     assert_ptr_equal(a, a2);
     assert_int_equal(a->refs, 2);
     assert_int_equal(a->jobs + a->connections, 0);
-    assert_int_equal(srv_scope_get(&table, "teamA-x", &b), 0); /* another scope, not a prefix */
+    assert_int_equal(rdzv__scope_get(&table, "teamA-x", &b), 0); /* another scope, not a prefix */
     assert_ptr_not_equal(a, b);
     assert_int_equal(table.n, 2);
-    srv_scope_put(&table, a);
-    assert_ptr_equal(srv_scope_find(&table, "teamA-*"), a2);
-    srv_scope_put(&table, a2); /* the last one: freed */
-    assert_null(srv_scope_find(&table, "teamA-*"));
+    rdzv__scope_put(&table, a);
+    assert_ptr_equal(rdzv__scope_find(&table, "teamA-*"), a2);
+    rdzv__scope_put(&table, a2); /* the last one: freed */
+    assert_null(rdzv__scope_find(&table, "teamA-*"));
     assert_int_equal(table.n, 1);
-    srv_scope_put(&table, NULL);
-    srv_scope_put(&table, b);
+    rdzv__scope_put(&table, NULL);
+    rdzv__scope_put(&table, b);
     assert_int_equal(table.n, 0);
 }
 
@@ -50,20 +50,20 @@ static void test_refcount(void **state)
 static void test_many(void **state)
 {
     enum { N = 3 * SRV_SCOPE_BUCKETS };
-    static struct srv_scope *s[N];
+    static struct rdzv__scope *s[N];
     char name[32];
 
     (void)state;
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof(name), "team-%d-*", i);
-        assert_int_equal(srv_scope_get(&table, name, &s[i]), 0);
+        assert_int_equal(rdzv__scope_get(&table, name, &s[i]), 0);
     }
     assert_int_equal(table.n, N);
     for (int i = 0; i < N; i += 2)
-        srv_scope_put(&table, s[i]);
+        rdzv__scope_put(&table, s[i]);
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof(name), "team-%d-*", i);
-        assert_ptr_equal(srv_scope_find(&table, name), i % 2 ? s[i] : NULL);
+        assert_ptr_equal(rdzv__scope_find(&table, name), i % 2 ? s[i] : NULL);
     }
     assert_int_equal(table.n, N / 2);
 }
@@ -71,15 +71,15 @@ static void test_many(void **state)
 static void test_too_long(void **state)
 {
     char name[RDZV_ID_MAX + 2];
-    struct srv_scope *s = NULL;
+    struct rdzv__scope *s = NULL;
 
     (void)state;
     memset(name, 'a', sizeof(name) - 1);
     name[sizeof(name) - 1] = '\0';
-    assert_int_equal(srv_scope_get(&table, name, &s), -EINVAL);
+    assert_int_equal(rdzv__scope_get(&table, name, &s), -EINVAL);
     assert_null(s);
     name[RDZV_ID_MAX] = '\0';
-    assert_int_equal(srv_scope_get(&table, name, &s), 0);
+    assert_int_equal(rdzv__scope_get(&table, name, &s), 0);
 }
 
 int main(void)

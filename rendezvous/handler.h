@@ -1,0 +1,29 @@
+/* The message handlers of the rendezvous server, one per message type, called by the
+ * dispatcher (server.c) once it checked the sender's role and job; they use sjob.h and
+ * service.h below them (docs/ARCHITECTURE.md "Adding a message type"). */
+#ifndef MUSTER_RDZV_HANDLER_H
+#define MUSTER_RDZV_HANDLER_H
+
+#include "service.h"
+
+/* handler.c: agent messages */
+void rdzv__handle_hello(struct peer *p, const struct rdzv_hello *h);
+void rdzv__handle_join(struct peer *p, const struct rdzv_join *j);
+void rdzv__handle_failed(struct peer *p, const struct rdzv_failure *f, int leaving);
+void rdzv__handle_done(struct peer *p, uint32_t round);
+void rdzv__handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb);
+void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj);
+void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck);
+void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf);
+
+/* handler_repl.c: checkpoint replicas relayed between agents of one job */
+void rdzv__handle_repl_begin(struct peer *p, const struct rdzv_repl_begin *b);
+void rdzv__handle_repl_data(struct peer *p, const struct rdzv_msg *m);
+void rdzv__handle_repl_ack(struct peer *p, const struct rdzv_repl_ack *a);
+
+/* handler_kv.c: worker and observer messages */
+void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a);
+void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m);
+void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r);
+
+#endif
