@@ -46,9 +46,7 @@
  *
  * RLIMIT_NOFILE is raised as far as the hard limit allows.
  * Exit 0 on success, 1 on a protocol error, a bad assignment or the timeout (default 60 s).
- * Build (rdzv_bench.sh does this): cc -O2 -I rendezvous -o loadgen bench/loadgen.c
- *   build/rendezvous/libmuster_rdzv.a -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash */
-#define _GNU_SOURCE
+ * Built by CMake as build/bench/loadgen (bench/CMakeLists.txt). */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
