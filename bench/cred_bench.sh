@@ -17,10 +17,10 @@ RUNS=${RUNS:-21}
 W=$(mktemp -d "${TMPDIR:-/tmp}/muster-credbench.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 
-${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -o "$W/credcost" "$SRC/bench/credcost.c" \
-    "$SRC/rendezvous/cred.c" -lmbedcrypto || exit 1
+CREDCOST=$(dirname "$AFTER")/bench/credcost
+[ -x "$CREDCOST" ] || { echo "no $CREDCOST (cmake --build $(dirname "$AFTER") --target credcost)" >&2; exit 1; }
 echo "== (1) per peer"
-"$W/credcost"
+"$CREDCOST"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 launch_ms() {

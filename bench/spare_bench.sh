@@ -38,8 +38,7 @@ export MUSTER_TOKEN
 bench_init spare_bench
 SUMMARY=""
 summ() { SUMMARY="$SUMMARY$*"$'\n'; log "$*"; }
-${CC:-cc} -O2 -Wall -o "$W/stamp" "$SRC/bench/stamp.c" || exit 1
-STAMP=$W/stamp
+STAMP=$(bench_tool stamp) || exit 1
 now() { "$STAMP" now; }
 
 T=$W

@@ -6,7 +6,7 @@
 # flag, read B's status. Each is refused with an ERROR (code 3 AUTH), the refusals are counted
 # and logged once per address and kind, and B finishes with its own exit code. A teammate
 # holding B's credential cannot act for one of B's nodes without that node's secret either.
-# The real binary, a real server, and tests/tools/rdzv_poke as the hostile client.
+# The real binary, a real server, and tests/peers/rdzv_poke as the hostile client.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
