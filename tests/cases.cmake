@@ -38,6 +38,9 @@ endfunction()
 # One case: NAME FILE LABELS TIMEOUT [LINK...] (the fields of its line).
 function(muster__case suite name file labels timeout)
   set(path ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${file})
+  if(MUSTER_SANITIZE)
+    set(name san.${name}) # tools/test.sh runs both builds in one ctest: unique, telling names
+  endif()
   string(REPLACE "," ";" labels "${labels}")
   foreach(l IN LISTS labels)
     if(NOT l IN_LIST MUSTER_CASE_LABELS)
@@ -70,6 +73,17 @@ function(muster__case suite name file labels timeout)
   endif()
   if(NOT suite STREQUAL "unit")
     set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
+  endif()
+  # ci: the cases tools/test.sh runs from this build: under the sanitizers every unit program and
+  # every integration case but the san-skip ones; in the plain build the rest, and the unit
+  # programs again (each integration case runs once, every unit program in both builds)
+  set(sanitized FALSE)
+  if(suite STREQUAL "integration" AND NOT "san-skip" IN_LIST labels)
+    set(sanitized TRUE)
+  endif()
+  if(suite STREQUAL "unit" OR (MUSTER_SANITIZE AND sanitized) OR
+     (NOT MUSTER_SANITIZE AND NOT sanitized))
+    list(APPEND labels ci)
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${suite};${labels}" TIMEOUT ${timeout})
   if("heavy" IN_LIST labels)

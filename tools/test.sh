@@ -1,0 +1,31 @@
+#!/bin/sh
+# Builds muster twice and runs every test case of tests/cases.list once (README "Set-up: two
+# commands"; .ci/run runs exactly the README's line):
+#
+#   sh tools/test.sh [CTEST_ARGS...]        e.g. sh tools/test.sh -R 'integration\.ft_'
+#
+# 1. build/, the plain build (-DMUSTER_WERROR=ON), and build-asan/, the same with AddressSanitizer
+#    + UndefinedBehaviorSanitizer (-DMUSTER_SANITIZE=ON: any report fails the muster process under
+#    test, and with it the test);
+# 2. one ctest over both trees (build-suite/ lists them), so that one scheduler and one lock
+#    (muster_cpu_heavy, label heavy) cover all the cases at once: the cases labelled ci in their
+#    tree (tests/cases.cmake) — every integration case once, under the sanitizers unless it is
+#    san-skip (packaging, the long PyTorch checkpoint runs, chaos, the connection floods: why in
+#    .ci/run), every unit program in both builds, Slurm, the GPU scripts and the style check in
+#    the plain one. Tests of build-asan/ are named san.<name>.
+# TEST_JOBS (default 2) is ctest's -j. The per-test times of the last run are in
+# build-suite/Testing/Temporary/CTestCostData.txt (ctest also uses them to start the longest
+# first next time).
+set -eu
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+cmake -S . -B build -DMUSTER_WERROR=ON
+cmake --build build -j2
+cmake -S . -B build-asan -DMUSTER_SANITIZE=ON -DMUSTER_WERROR=ON
+cmake --build build-asan -j2
+
+mkdir -p build-suite
+printf 'subdirs("%s/build")\nsubdirs("%s/build-asan")\n' "$root" "$root" \
+    > build-suite/CTestTestfile.cmake
+exec ctest --test-dir build-suite -L '^ci$' --output-on-failure -j"${TEST_JOBS:-2}" "$@"
