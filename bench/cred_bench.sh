@@ -1,5 +1,6 @@
 #!/bin/bash
-# What the scoped credentials of issue 11 cost, on this machine, in one run:
+# What the scoped credentials cost, on this machine, in one run (docs/SECURITY.md "Who holds
+# what, and what each credential can do"):
 #   (1) per peer on the server: a PSK identity's key (HMAC-SHA256, per handshake) and a node
 #       secret's check (SHA-256, per JOIN) — bench/credcost.c;
 #   (2) `muster run --standalone --nproc-per-node 8 --no-python /bin/true`, wall time, median of

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Handshake flood benchmark (issue 11 §2; not a test: it prints figures, docs/BENCHMARKS.md).
+# Handshake flood benchmark (not a test: it prints figures, docs/BENCHMARKS.md).
 #
 #   bench/flood_bench.sh [BUILD_DIR]      (default BUILD_DIR: build; MUSTER_BIN overrides)
 #
@@ -7,13 +7,13 @@
 #   (1) RUNS new 2-node rendezvous (two `muster run --nnodes 2 --token-file ... /bin/true`
 #       started together, wall time until both exited 0) without pressure;
 #   (2) the same while tests/peers/flood keeps FLOOD_CONNS (200) unauthenticated connections churning
-#       ClientHellos (X25519 and secp521r1-only, alternating) from FLOOD_SRC (127.0.1.2: another /24 than the agents, issue 26);
+#       ClientHellos (X25519 and secp521r1-only, alternating) from FLOOD_SRC (127.0.1.2: another /24 than the agents);
 #       goal: every rendezvous <= 2 s;
 #   (3) the server's CPU per flood hello over FLOOD_SECS (5) of flood alone: once with the
 #       default per-source limits (most hellos refused at accept), once with the limits lifted
 #       (SERVER_ARGS_NOLIMIT: every hello gets a ServerHello and, for X25519, a key).
 # SERVER_ARGS adds flags to the server of (1) and (2). A server without the flags of (3)
-# (before issue 11) is measured with NOLIMIT=0.
+# (an older build) is measured with NOLIMIT=0.
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${1:-$SRC/build}

@@ -102,7 +102,7 @@ static int bind_source(struct ag *a)
     unsigned g = (unsigned)a->idx / LG_PER_SOURCE;
     char ip[32];
 
-    /* one /24 per group: the server's per-source limits count per /24 since issue 26 */
+    /* one /24 per group: the server's per-source limits count per /24 */
     snprintf(ip, sizeof(ip), "127.%u.%u.1", 1 + (g / 250) % 250, g % 250);
     uv_ip4_addr(ip, 0, &src);
     return uv_tcp_bind(&a->conn.tcp, (const struct sockaddr *)&src, 0);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendezvous scaling (issue 14): simulated TLS agents (build/bench/loadgen, from bench/loadgen.c)
+# Rendezvous scaling: simulated TLS agents (build/bench/loadgen, from bench/loadgen.c)
 # against one `muster server`
 # on this machine, from 100 to 10,000 agents; a fresh server per run.
 #

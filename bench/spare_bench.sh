@@ -1,5 +1,5 @@
 #!/bin/bash
-# Hot spares (issue 16): time from the loss of a node to every worker of the job running again,
+# Hot spares: time from the loss of a node to every worker of the job running again,
 # on network-namespace hosts, with a spare waiting and without one.
 #
 #   bench/spare_bench.sh            (root + iproute2; prints a summary on stdout)

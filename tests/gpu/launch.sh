@@ -1,5 +1,5 @@
 #!/bin/bash
-# Launch, restart and agent memory (issue 14: launch <= 10 ms median, agent peak RSS <= 3 MB,
+# Launch, restart and agent memory (launch <= 10 ms median, agent peak RSS <= 3 MB,
 # beside torchrun in one run) on the GPU host, CPU only, one command from a clean tree:
 #
 #   tests/gpu/launch.sh BUILD_DIR OUT_DIR
@@ -14,7 +14,7 @@
 # is a benchmark goal). Results: OUT_DIR/summary.txt and OUT_DIR/bench.txt.
 . "$(dirname "$0")/lib.sh"
 gpu_init "$@" /tmp/muster-gpu-launch
-log "# muster launch bench (issue 14) $(date -u +%FT%TZ) on $(hostname)"
+log "# muster launch bench $(date -u +%FT%TZ) on $(hostname)"
 log "$(nproc) cores, $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"); load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 [ -x "$B/bench/stamp" ] || { log "FAIL no $B/bench/stamp (cmake --build $B --target stamp)"; exit 1; }

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendezvous scaling with TLS on (issue 14) on the GPU host, CPU only, one command from a clean
+# Rendezvous scaling with TLS on, on the GPU host, CPU only, one command from a clean
 # tree:
 #
 #   tests/gpu/scale.sh BUILD_DIR OUT_DIR
@@ -14,7 +14,7 @@
 # PROCS=8 loadgen processes so that the server keeps cores. The environment passes SIZES,
 # MODES, ECDHE_MAX, PROCS, JOBS_RUN, TIMEOUT through.
 # Checks: the binaries need none of those libraries; the file-descriptor limit allows 10,000
-# agents; every run completed; for 10,000 agents in one job, the targets (issue 14): first
+# agents; every run completed; for 10,000 agents in one job, the targets: first
 # connect -> last ASSIGN <= 5 s and server peak RSS <= 200 MB, in each mode run.
 # Results: OUT_DIR/summary.txt and OUT_DIR/table.txt. Exit 0 when every check passed.
 set -u
@@ -31,7 +31,7 @@ log() { echo "$*" | tee -a "$OUT/summary.txt"; }
 pass() { log "PASS $*"; }
 fail() { log "FAIL $*"; FAILS=$((FAILS + 1)); }
 
-log "# muster rendezvous scale (issue 14) $(date -u +%FT%TZ) on $(hostname)"
+log "# muster rendezvous scale $(date -u +%FT%TZ) on $(hostname)"
 log "$(nproc) cores, $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(awk '/MemTotal/ {printf "MemTotal %.1f GiB", $2 / 1048576}' /proc/meminfo)"
 log "ulimit -n soft $(ulimit -n) hard $(ulimit -Hn); fs.nr_open $(cat /proc/sys/fs/nr_open 2>/dev/null); somaxconn $(cat /proc/sys/net/core/somaxconn 2>/dev/null); ip_local_port_range $(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null | tr '\t' ' ')"
 for bin in muster bench/loadgen; do

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Shared-GPU mode on one GPU (issue 7), one command from a clean tree:
+# Shared-GPU mode on one GPU, one command from a clean tree:
 #
 #   tests/gpu/shared.sh BUILD_DIR OUT_DIR
 #

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The chaos run (issue 5): a deterministic PyTorch DDP job (examples/pytorch/train_ckpt.py, gloo,
+# The chaos run: a deterministic PyTorch DDP job (examples/pytorch/train_ckpt.py, gloo,
 # CPU, fixed seeds and data order) on 3 network-namespace hosts, hit by a seeded random schedule
 # of faults; it must finish with weights bit-identical to a fault-free run's. Shared by
 # tests/integration/test_chaos.sh (about 10 faults) and bench/chaos.sh (100 faults).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The chaos run, short schedule (issue 5): 3 network-namespace hosts + a server host, the real
+# The chaos run, short schedule: 3 network-namespace hosts + a server host, the real
 # PyTorch client (examples/pytorch/train_ckpt.py, gloo, deterministic), about 10 seeded random
 # faults (worker kill -9, agent kill -9 + restart, worker SIGSTOP, newest checkpoint corrupted,
 # server kill -9 + restart, link cut). The job must finish with weights bit-identical to a

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A server whose stderr nobody reads (issue 26: "nothing blocks an event loop"): its log lines
+# A server whose stderr nobody reads ("nothing blocks an event loop"): its log lines
 # go through a bounded queue written by a thread, so 1,500 refused addresses (one line each,
 # ~250 KB into a 64 KB FIFO that is never read) do not hold the loop. Before, each line waited up
 # to 1 s for room: the server answered nobody for minutes. A job still joins and finishes with

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Trust between jobs on one shared `muster server` (issue 11, docs/SECURITY.md's table): a tenant
+# Trust between jobs on one shared `muster server` (docs/SECURITY.md's table): a tenant
 # holding a valid credential of job A — A's job credential, or the worker credential that A's
 # workers get — attacks job B while B runs: attach to B's KV store, join B, squat a job id
 # outside its scope, rejoin as one of B's nodes (node id read from /status), fail B with the FINAL

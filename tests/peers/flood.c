@@ -1,4 +1,4 @@
-/* Unauthenticated ClientHello flood on a rendezvous server (issue 11 §2).
+/* Unauthenticated ClientHello flood on a rendezvous server.
  *
  *   flood -e HOST:PORT [-s SRC_ADDR] [-n CONNS] [-t SECONDS] [-c x25519|p521|mix]
  *

@@ -1,4 +1,4 @@
-/* rdzv_kvflood: a hostile worker for the integration tests (issue 26). With the credential in
+/* rdzv_kvflood: a hostile worker for the integration tests. With the credential in
  * MUSTER_TOKEN (a job's worker credential), it opens CONNS worker connections attached to JOB
  * and sends N KV_GETs, round robin over them, each for a key nobody puts and waiting WAIT_MS:
  * every one the server agrees to hold stays held. Replies are read as they come (the server
