@@ -4,9 +4,9 @@
 #                               fails the configure when a file of SUITE has no line, or a line
 #                               names a file that is not there
 #
-# A line's labels become ctest LABELS (with the suite's name); `heavy` also takes the lock
-# muster_cpu_heavy, so that no two heavy cases, nor a heavy and a timing-sensitive one, share the
-# two cores. Everything a case needs beyond its line comes from its suite, the same for all.
+# A line's labels become ctest LABELS (with the suite's name); `torch` and `heavy` also claim
+# CPU slots and `heavy` the lock muster_cpu_heavy (tests/cases.list says how). Everything a case
+# needs beyond its line comes from its suite, the same for all.
 set(MUSTER_CASES_LIST ${CMAKE_CURRENT_LIST_DIR}/cases.list)
 set(MUSTER_CASE_LABELS light torch netns slurm gpu heavy san-skip)
 set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
@@ -86,8 +86,12 @@ function(muster__case suite name file labels timeout)
     list(APPEND labels ci)
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${suite};${labels}" TIMEOUT ${timeout})
+  # the two cores as two slots (tests/resources.json): a torch case takes one, a heavy case both
+  # and the lock, which also holds where ctest runs without the slots
   if("heavy" IN_LIST labels)
-    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK muster_cpu_heavy)
+    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK muster_cpu_heavy RESOURCE_GROUPS cpus:2)
+  elseif("torch" IN_LIST labels)
+    set_tests_properties(${name} PROPERTIES RESOURCE_GROUPS cpus:1)
   endif()
 endfunction()
 

@@ -7,8 +7,9 @@
 # 1. build/, the plain build (-DMUSTER_WERROR=ON), and build-asan/, the same with AddressSanitizer
 #    + UndefinedBehaviorSanitizer (-DMUSTER_SANITIZE=ON: any report fails the muster process under
 #    test, and with it the test);
-# 2. one ctest over both trees (build-suite/ lists them), so that one scheduler and one lock
-#    (muster_cpu_heavy, label heavy) cover all the cases at once: the cases labelled ci in their
+# 2. one ctest over both trees (build-suite/ lists them), so that one scheduler and one set of
+#    CPU slots (tests/resources.json: a torch case takes one of two, a heavy case both and the
+#    lock muster_cpu_heavy) cover all the cases at once: the cases labelled ci in their
 #    tree (tests/cases.cmake) — every integration case once, under the sanitizers unless it is
 #    san-skip (packaging, the long PyTorch checkpoint runs, chaos, the connection floods: why in
 #    .ci/run), every unit program in both builds, Slurm, the GPU scripts and the style check in
@@ -28,4 +29,5 @@ cmake --build build-asan -j2
 mkdir -p build-suite
 printf 'subdirs("%s/build")\nsubdirs("%s/build-asan")\n' "$root" "$root" \
     > build-suite/CTestTestfile.cmake
-exec ctest --test-dir build-suite -L '^ci$' --output-on-failure -j"${TEST_JOBS:-2}" "$@"
+exec ctest --test-dir build-suite -L '^ci$' --resource-spec-file "$root/tests/resources.json" \
+    --output-on-failure -j"${TEST_JOBS:-2}" "$@"
