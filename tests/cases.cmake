@@ -86,6 +86,11 @@ function(muster__case suite name file labels timeout)
     list(APPEND labels ci)
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${suite};${labels}" TIMEOUT ${timeout})
+  if(MUSTER_SANITIZE)
+    # tools/test.sh builds this tree as the fixture's setup, beside the plain tree's first cases
+    # (without that setup, as in a ctest of this tree alone, the requirement is void)
+    set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED muster_san_built)
+  endif()
   # the two cores as two slots (tests/resources.json): a torch case takes one, a heavy case both
   # and the lock, which also holds where ctest runs without the slots
   if("heavy" IN_LIST labels)
