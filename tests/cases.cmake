@@ -85,7 +85,10 @@ function(muster__case suite name file labels timeout)
      (NOT MUSTER_SANITIZE AND NOT sanitized))
     list(APPEND labels ci)
   endif()
-  set_tests_properties(${name} PROPERTIES LABELS "${suite};${labels}" TIMEOUT ${timeout})
+  # COST: without the times of a previous run (CTestCostData.txt), ctest starts the cases with
+  # the longest timeouts first, so that a long case does not start last
+  set_tests_properties(${name} PROPERTIES LABELS "${suite};${labels}" TIMEOUT ${timeout}
+                                          COST ${timeout})
   if(MUSTER_SANITIZE)
     # tools/test.sh builds this tree as the fixture's setup, beside the plain tree's first cases
     # (without that setup, as in a ctest of this tree alone, the requirement is void)
