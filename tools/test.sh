@@ -31,7 +31,8 @@ mkdir -p build-suite
 cat > build-suite/CTestTestfile.cmake <<EOT
 # written by tools/test.sh
 add_test(san.build nice -n 19 cmake --build "$root/build-asan" -j2)
-set_tests_properties(san.build PROPERTIES FIXTURES_SETUP muster_san_built LABELS ci TIMEOUT 1800)
+set_tests_properties(san.build PROPERTIES FIXTURES_SETUP muster_san_built LABELS ci TIMEOUT 1800
+                     COST 100000)
 subdirs("$root/build")
 subdirs("$root/build-asan")
 EOT
