@@ -99,7 +99,7 @@ struct agent_output_opts {
     const char *const *dup_filters[2]; /* --duplicate-std{out,err}-filters; NULL: none */
 };
 
-/* Fault tolerance (issue 5): the checkpoint registry and hang detection. */
+/* Fault tolerance (docs/FAULT_TOLERANCE.md): the checkpoint registry and hang detection. */
 struct agent_ckpt_opts {
     const char *dir;          /* NULL: no checkpoint registry */
     unsigned keep;            /* 0 = keep all */
@@ -114,7 +114,7 @@ struct agent_ckpt_opts {
     const char *const *resume_args;
 };
 
-/* Pre-flight (issue 6): checks before the first attempt's workers start. */
+/* Pre-flight (docs/PREFLIGHT.md): checks before the first attempt's workers start. */
 struct agent_preflight_opts {
     int on;             /* 1: run the checks */
     int only;           /* `muster preflight`: no workers, exit after the checks */
@@ -123,7 +123,7 @@ struct agent_preflight_opts {
     double min_busbw; /* GB/s, 0 = no floor */
     int allow_mixed;
     const char *max_bytes; /* NULL: muster-preflight's default */
-    double min_tflops;     /* per-GPU bf16 GEMM floor, 0 = none (issue 15) */
+    double min_tflops;     /* per-GPU bf16 GEMM floor, 0 = none */
     double min_hbm_gbps;   /* per-GPU HBM copy floor, 0 = none */
     int allow_slow;        /* slow GPUs warn instead of failing */
     /* The node program and its first arguments, NULL-terminated: the launcher sets

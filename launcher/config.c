@@ -31,86 +31,6 @@
 #include "torchver.h"
 #include "usertoken.h"
 
-struct opt {
-    const char *name; /* dash spelling, without "--" */
-    char short_name;  /* 0 = none */
-    enum opt_kind kind;
-    const char *pet; /* PET_<NAME>, NULL = no environment override */
-};
-
-static const struct opt opts[O_COUNT_] = {
-    [O_NNODES] = {"nnodes", 0, OPT_VALUE, "PET_NNODES"},
-    [O_NPROC] = {"nproc-per-node", 0, OPT_VALUE, "PET_NPROC_PER_NODE"},
-    [O_RDZV_BACKEND] = {"rdzv-backend", 0, OPT_VALUE, "PET_RDZV_BACKEND"},
-    [O_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, OPT_VALUE, "PET_RDZV_ENDPOINT"},
-    [O_RDZV_ID] = {"rdzv-id", 0, OPT_VALUE, "PET_RDZV_ID"},
-    [O_RDZV_CONF] = {"rdzv-conf", 0, OPT_VALUE, "PET_RDZV_CONF"},
-    [O_STANDALONE] = {"standalone", 0, OPT_FLAG, "PET_STANDALONE"},
-    [O_MAX_RESTARTS] = {"max-restarts", 0, OPT_VALUE, "PET_MAX_RESTARTS"},
-    [O_MONITOR_INTERVAL] = {"monitor-interval", 0, OPT_VALUE, "PET_MONITOR_INTERVAL"},
-    [O_START_METHOD] = {"start-method", 0, OPT_VALUE, "PET_START_METHOD"},
-    [O_EVENT_LOG_HANDLER] = {"event-log-handler", 0, OPT_VALUE, "PET_EVENT_LOG_HANDLER"},
-    [O_ROLE] = {"role", 0, OPT_VALUE, "PET_ROLE"},
-    [O_MODULE] = {"module", 'm', OPT_FLAG, "PET_MODULE"},
-    [O_NO_PYTHON] = {"no-python", 0, OPT_FLAG, "PET_NO_PYTHON"},
-    [O_RUN_PATH] = {"run-path", 0, OPT_FLAG, "PET_RUN_PATH"},
-    [O_LOG_DIR] = {"log-dir", 0, OPT_VALUE, "PET_LOG_DIR"},
-    [O_REDIRECTS] = {"redirects", 'r', OPT_VALUE, "PET_REDIRECTS"},
-    [O_TEE] = {"tee", 't', OPT_VALUE, "PET_TEE"},
-    [O_LOCAL_RANKS_FILTER] = {"local-ranks-filter", 0, OPT_VALUE, "PET_LOCAL_RANKS_FILTER"},
-    [O_DUP_STDOUT_FILTERS] = {"duplicate-stdout-filters", 0, OPT_VALUE,
-                              "PET_DUPLICATE_STDOUT_FILTERS"},
-    [O_DUP_STDERR_FILTERS] = {"duplicate-stderr-filters", 0, OPT_VALUE,
-                              "PET_DUPLICATE_STDERR_FILTERS"},
-    [O_NO_PREFIX] = {"no-prefix", 0, OPT_FLAG, "PET_NO_PREFIX"},
-    [O_DEDUP] = {"dedup", 0, OPT_OPTIONAL, "PET_DEDUP"},
-    [O_NODE_RANK] = {"node-rank", 0, OPT_VALUE, "PET_NODE_RANK"},
-    [O_MASTER_ADDR] = {"master-addr", 0, OPT_VALUE, "PET_MASTER_ADDR"},
-    [O_MASTER_PORT] = {"master-port", 0, OPT_VALUE, "PET_MASTER_PORT"},
-    [O_LOCAL_ADDR] = {"local-addr", 0, OPT_VALUE, "PET_LOCAL_ADDR"},
-    [O_SHUTDOWN_TIMEOUT] = {"shutdown-timeout", 0, OPT_VALUE, "PET_SHUTDOWN_TIMEOUT"},
-    [O_SIGNALS_TO_HANDLE] = {"signals-to-handle", 0, OPT_VALUE, "PET_SIGNALS_TO_HANDLE"},
-    [O_DRY_RUN] = {"dry-run", 0, OPT_FLAG, NULL},
-    [O_HELP] = {"help", 'h', OPT_FLAG, NULL},
-    [O_CHECKPOINT_DIR] = {"checkpoint-dir", 0, OPT_VALUE, "PET_CHECKPOINT_DIR"},
-    [O_KEEP_CHECKPOINTS] = {"keep-checkpoints", 0, OPT_VALUE, "PET_KEEP_CHECKPOINTS"},
-    [O_HANG_TIMEOUT] = {"hang-timeout", 0, OPT_VALUE, "PET_HANG_TIMEOUT"},
-    [O_RESTART_BACKOFF] = {"restart-backoff", 0, OPT_VALUE, "PET_RESTART_BACKOFF"},
-    [O_EXCLUDE_AFTER] = {"exclude-after", 0, OPT_VALUE, "PET_EXCLUDE_AFTER"},
-    [O_SPARE] = {"spare", 0, OPT_FLAG, "PET_SPARE"},
-    [O_PREEMPT_SIGNAL] = {"preempt-signal", 0, OPT_VALUE, "PET_PREEMPT_SIGNAL"},
-    [O_TOKEN_FILE] = {"token-file", 0, OPT_VALUE, "PET_TOKEN_FILE"},
-    [O_TLS_CERT] = {"tls-cert", 0, OPT_VALUE, "PET_TLS_CERT"},
-    [O_TLS_KEY] = {"tls-key", 0, OPT_VALUE, "PET_TLS_KEY"},
-    [O_TLS_CA] = {"tls-ca", 0, OPT_VALUE, "PET_TLS_CA"},
-    [O_NPROC_PER_GPU] = {"nproc-per-gpu", 0, OPT_VALUE, "PET_NPROC_PER_GPU"},
-    [O_GPU_MEM_FRACTION] = {"gpu-mem-fraction", 0, OPT_VALUE, "PET_GPU_MEM_FRACTION"},
-    [O_GPU_MEM] = {"gpu-mem", 0, OPT_VALUE, "PET_GPU_MEM"},
-    [O_MPS] = {"mps", 0, OPT_OPTIONAL, "PET_MPS"},
-    [O_AUTO_BATCH] = {"auto-batch", 0, OPT_FLAG, "PET_AUTO_BATCH"},
-    [O_PREFLIGHT] = {"preflight", 0, OPT_VALUE, "PET_PREFLIGHT"},
-    [O_PREFLIGHT_MIN_BUSBW] = {"preflight-min-busbw", 0, OPT_VALUE, "PET_PREFLIGHT_MIN_BUSBW"},
-    [O_PREFLIGHT_ALLOW_MIXED] = {"preflight-allow-mixed", 0, OPT_FLAG, "PET_PREFLIGHT_ALLOW_MIXED"},
-    [O_PREFLIGHT_TIMEOUT] = {"preflight-timeout", 0, OPT_VALUE, "PET_PREFLIGHT_TIMEOUT"},
-    [O_PREFLIGHT_MAX_BYTES] = {"preflight-max-bytes", 0, OPT_VALUE, "PET_PREFLIGHT_MAX_BYTES"},
-    [O_PREFLIGHT_MIN_TFLOPS] = {"preflight-min-tflops", 0, OPT_VALUE, "PET_PREFLIGHT_MIN_TFLOPS"},
-    [O_PREFLIGHT_MIN_HBM_GBPS] = {"preflight-min-hbm-gbps", 0, OPT_VALUE,
-                                  "PET_PREFLIGHT_MIN_HBM_GBPS"},
-    [O_PREFLIGHT_ALLOW_SLOW] = {"preflight-allow-slow", 0, OPT_FLAG, "PET_PREFLIGHT_ALLOW_SLOW"},
-    [O_LOGS_SPECS] = {"logs-specs", 0, OPT_VALUE, NULL}, /* torchrun reads no PET_ for these two */
-    [O_NUMA_BINDING] = {"numa-binding", 0, OPT_VALUE, NULL},
-    [O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, OPT_FLAG, "PET_VIRTUAL_LOCAL_RANK"},
-    [O_QUIET] = {"quiet", 'q', OPT_FLAG, NULL},
-    [O_VERBOSE] = {"verbose", 'v', OPT_FLAG, NULL},
-    [O_REPLICATE_CHECKPOINTS] = {"replicate-checkpoints", 0, OPT_VALUE,
-                                 "PET_REPLICATE_CHECKPOINTS"},
-    [O_REPLICATE_BANDWIDTH] = {"replicate-bandwidth", 0, OPT_VALUE, "PET_REPLICATE_BANDWIDTH"},
-    [O_REPLICATE_PORT] = {"replicate-port", 0, OPT_VALUE, "PET_REPLICATE_PORT"},
-    [O_CHECKPOINT_SETTLE] = {"checkpoint-settle", 0, OPT_VALUE, "PET_CHECKPOINT_SETTLE"},
-    [O_CHECKPOINT_MARKER] = {"checkpoint-marker", 0, OPT_VALUE, "PET_CHECKPOINT_MARKER"},
-    [O_RESUME_ARG] = {"resume-arg", 0, OPT_VALUE, NULL},
-};
-
 int launcher__cfg_fail(struct parse *p, const char *fmt, ...)
 {
     va_list ap;
@@ -140,173 +60,6 @@ int launcher__cfg_parse_seconds_ms(const char *s, unsigned *ms)
         return -EINVAL;
     *ms = (unsigned)(v * 1000.0 + 0.5); /* v >= 0: rounds like llround, without libm */
     return 0;
-}
-
-/* torchrun's long options. Where a prefix is shared with one of muster's own, torchrun's
- * meaning wins, so that a torchrun command line keeps it: --nproc=2 is --nproc-per-node, as in
- * torchrun, although muster also has --nproc-per-gpu. */
-static const char *const torchrun_longs[] = {"nnodes",
-                                             "nproc-per-node",
-                                             "rdzv-backend",
-                                             "rdzv-endpoint",
-                                             "rdzv-id",
-                                             "rdzv-conf",
-                                             "standalone",
-                                             "max-restarts",
-                                             "monitor-interval",
-                                             "start-method",
-                                             "event-log-handler",
-                                             "role",
-                                             "module",
-                                             "no-python",
-                                             "run-path",
-                                             "log-dir",
-                                             "redirects",
-                                             "tee",
-                                             "local-ranks-filter",
-                                             "node-rank",
-                                             "master-addr",
-                                             "master-port",
-                                             "local-addr",
-                                             "logs-specs",
-                                             "numa-binding",
-                                             "signals-to-handle",
-                                             "shutdown-timeout",
-                                             "virtual-local-rank",
-                                             "duplicate-stdout-filters",
-                                             "duplicate-stderr-filters",
-                                             "help",
-                                             NULL};
-
-static int is_torchrun_long(const char *name)
-{
-    for (int i = 0; torchrun_longs[i] != NULL; i++)
-        if (strcmp(torchrun_longs[i], name) == 0)
-            return 1;
-    return 0;
-}
-
-/* argparse's allow_abbrev, which torchrun keeps: an exact name wins, else a prefix that one
- * option alone starts with names it (both spellings: '_' is '-'); a prefix several share is an
- * error listing them, unless exactly one of them is torchrun's (above). Returns the option,
- * or NULL with the reason in p->err. */
-static const struct opt *lookup_long(struct parse *p, const char *arg, size_t len, int *id)
-{
-    char norm[64], list[LAUNCHER_ERR_MAX] = "";
-    int n = 0, ntr = 0, hit = -1, tr = -1;
-
-    if (len == 0 || len >= sizeof(norm))
-        goto unknown;
-    for (size_t i = 0; i < len; i++)
-        norm[i] = arg[2 + i] == '_' ? '-' : arg[2 + i];
-    norm[len] = '\0';
-    for (int i = 0; i < O_COUNT_; i++) {
-        if (opts[i].name != NULL && strcmp(opts[i].name, norm) == 0) {
-            *id = i;
-            return &opts[i];
-        }
-    }
-    for (int i = 0; i < O_COUNT_; i++) {
-        if (opts[i].name == NULL || strncmp(opts[i].name, norm, len) != 0)
-            continue;
-        n++, hit = i;
-        if (is_torchrun_long(opts[i].name))
-            ntr++, tr = i;
-        size_t used = strlen(list);
-        snprintf(list + used, sizeof(list) - used, "%s--%s", used ? ", " : "", opts[i].name);
-    }
-    if (n == 1 || ntr == 1) {
-        *id = n == 1 ? hit : tr;
-        return &opts[*id];
-    }
-    if (n > 1) {
-        launcher__cfg_fail(p, "ambiguous option: --%.*s could match %s", (int)len, arg + 2, list);
-        return NULL;
-    }
-unknown:
-    launcher__cfg_fail(p, "unknown option '%s' (see 'muster run --help')", arg);
-    return NULL;
-}
-
-static const struct opt *lookup_short(char c, int *id)
-{
-    for (int i = 0; i < O_COUNT_; i++) {
-        if (opts[i].short_name == c) {
-            *id = i;
-            return &opts[i];
-        }
-    }
-    return NULL;
-}
-
-/* --resume-arg may be given many times: each value is one more argument, in order. */
-static int push_resume_arg(struct parse *p, const char *v)
-{
-    struct launcher_config *cfg = p->cfg;
-    char **list = realloc(cfg->resume_args, ((size_t)cfg->nresume_args + 2) * sizeof(*list));
-
-    if (list == NULL)
-        return -ENOMEM;
-    cfg->resume_args = list;
-    if ((list[cfg->nresume_args] = strdup(v)) == NULL)
-        return -ENOMEM;
-    list[++cfg->nresume_args] = NULL;
-    return 0;
-}
-
-/* Consumes one option at argv[*i]. Returns 0 or -EINVAL. */
-static int take_option(struct parse *p, int argc, char **argv, int *i)
-{
-    const char *a = argv[*i], *inline_val = NULL;
-    const struct opt *o;
-    int id = -1;
-
-    if (a[1] == '-') {
-        const char *name = a + 2, *eq = strchr(name, '=');
-        size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        if ((o = lookup_long(p, a, len, &id)) == NULL)
-            return -EINVAL;
-        if (eq)
-            inline_val = eq + 1;
-    } else {
-        o = lookup_short(a[1], &id);
-        if (o != NULL && a[2] != '\0') {
-            if (o->kind == OPT_FLAG)
-                o = NULL; /* no bundling of short flags */
-            else
-                inline_val = a + 2; /* -r3, like argparse */
-        }
-    }
-    if (o == NULL)
-        return launcher__cfg_fail(p, "unknown option '%s' (see 'muster run --help')", a);
-    if (o->kind == OPT_OPTIONAL) {
-        p->val[id] = inline_val != NULL ? inline_val : "1";
-    } else if (o->kind == OPT_FLAG) {
-        if (inline_val != NULL)
-            return launcher__cfg_fail(p, "option '--%s' takes no value", o->name);
-        p->val[id] = "1";
-    } else if (inline_val != NULL) {
-        p->val[id] = inline_val;
-    } else {
-        if (*i + 1 >= argc)
-            return launcher__cfg_fail(p, "option '%s' needs a value", a);
-        p->val[id] = argv[++*i];
-    }
-    p->src[id] = a;
-    return id == O_RESUME_ARG ? push_resume_arg(p, p->val[id]) : 0;
-}
-
-static void env_fallbacks(struct parse *p)
-{
-    for (int i = 0; i < O_COUNT_; i++) {
-        if (p->val[i] != NULL || opts[i].pet == NULL)
-            continue;
-        const char *v = getenv(opts[i].pet);
-        if (v != NULL && *v != '\0') {
-            p->val[i] = v;
-            p->src[i] = opts[i].pet;
-        }
-    }
 }
 
 /* Inside a Slurm allocation, flags that are absent (command line and PET_*) default from
@@ -351,27 +104,9 @@ static int slurm_fallbacks(struct parse *p)
     return 0;
 }
 
-static int flag_on(struct parse *p, int id, int *out)
-{
-    const char *v = p->val[id];
-    if (v == NULL) {
-        *out = 0;
-        return 0;
-    }
-    if (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0) {
-        *out = 1;
-        return 0;
-    }
-    if (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0) {
-        *out = 0;
-        return 0;
-    }
-    return launcher__cfg_fail(p, "%s must be 0 or 1, not '%s'", p->src[id], v);
-}
-
 static int parse_nnodes(struct parse *p)
 {
-    const char *v = p->val[O_NNODES] ? p->val[O_NNODES] : "1";
+    const char *v = launcher__opt_value(p, O_NNODES);
     const char *colon = strchr(v, ':');
     long lo, hi;
     char buf[32];
@@ -401,7 +136,7 @@ bad:
 
 static int parse_nproc(struct parse *p)
 {
-    const char *v = p->val[O_NPROC] ? p->val[O_NPROC] : "1";
+    const char *v = launcher__opt_value(p, O_NPROC);
     struct launcher_config *cfg = p->cfg;
     long n;
 
@@ -527,8 +262,6 @@ static int parse_output(struct parse *p)
         if (v != NULL && (rc = agent_output_split_filters(v, &cfg->dup_filters[s])) != 0)
             return rc;
     }
-    if ((rc = flag_on(p, O_NO_PREFIX, &cfg->no_prefix)) != 0)
-        return rc;
     if (tmpl != NULL && *tmpl != '\0' && (cfg->prefix_template = strdup(tmpl)) == NULL)
         return -ENOMEM;
     if (d == NULL || strcmp(d, "0") == 0)
@@ -604,12 +337,8 @@ static int parse_rdzv(struct parse *p)
     const char *id = p->val[O_RDZV_ID];
     int rc;
 
-    if ((rc = parse_backend(p)) != 0 || (rc = flag_on(p, O_STANDALONE, &cfg->standalone)) != 0)
+    if ((rc = parse_backend(p)) != 0)
         return rc;
-    if (cfg->standalone && cfg->max_nodes > 1)
-        return launcher__cfg_fail(
-            p, "--standalone runs a single node; it cannot be combined with --nnodes %d",
-            cfg->max_nodes);
     if (cfg->standalone) {
         /* Like torchrun: --standalone overrides endpoint and id. Unlike torchrun the
          * embedded server never uses a fixed port, so two standalone jobs cannot collide. */
@@ -628,18 +357,6 @@ static int parse_rdzv(struct parse *p)
             return -ENOMEM;
         return split_endpoint(p, cfg->rdzv_endpoint, 29400);
     }
-    if (cfg->max_nodes > 1 && cfg->backend == LAUNCHER_BACKEND_C10D)
-        return launcher__cfg_fail(
-            p,
-            "the c10d backend (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT, "
-            "as in torchrun",
-            cfg->min_nodes, cfg->max_nodes);
-    if (cfg->max_nodes > 1 && cfg->min_nodes != cfg->max_nodes)
-        return launcher__cfg_fail(
-            p,
-            "without --rdzv-endpoint (torchrun's static recipe) --nnodes must be a "
-            "fixed N, not %d:%d",
-            cfg->min_nodes, cfg->max_nodes);
     return 0;
 }
 
@@ -657,6 +374,12 @@ static char *static_id(const char *addr, unsigned port)
     return strdup(id);
 }
 
+/* No rendezvous endpoint across nodes: torchrun's static recipe (below). */
+static int static_recipe(const struct launcher_config *cfg)
+{
+    return cfg->rdzv_host == NULL && cfg->max_nodes > 1 && !cfg->standalone;
+}
+
 /* torchrun's static recipe (--nnodes N --node-rank R --master-addr A --master-port P, no
  * --rdzv-endpoint): node rank 0 hosts the rendezvous on A:P+1 (P stays the workers'
  * MASTER_PORT, where rank 0's TCPStore listens), every node asks for group rank R, and the job
@@ -668,18 +391,8 @@ static int parse_static_recipe(struct parse *p)
     const char *id = p->val[O_RDZV_ID];
     char ep[300];
 
-    if (cfg->rdzv_host != NULL || cfg->max_nodes <= 1 || cfg->standalone)
+    if (!static_recipe(cfg))
         return 0;
-    if (port >= 65535)
-        return launcher__cfg_fail(p,
-                                  "--master-port %u leaves no port for the rendezvous: in "
-                                  "torchrun's static recipe node rank 0 hosts muster's "
-                                  "rendezvous on MASTER_PORT + 1 (pick a port below 65535, or "
-                                  "give --rdzv-endpoint)",
-                                  port);
-    if (cfg->node_rank >= cfg->max_nodes)
-        return launcher__cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
-                                  cfg->max_nodes);
     cfg->backend = LAUNCHER_BACKEND_STATIC;
     cfg->static_recipe = 1;
     cfg->master_port = (int)port;
@@ -712,10 +425,10 @@ static int parse_exclude(const char *v, struct launcher_config *cfg)
     num[n] = '\0';
     if (launcher__cfg_parse_int(num, 1, 32, &k) != 0)
         return -EINVAL;
-    cfg->exclude_after = (uint32_t)k;
-    cfg->exclude_window_ms = 0;
-    if (colon && (launcher__cfg_parse_seconds_ms(colon + 1, &cfg->exclude_window_ms) != 0 ||
-                  cfg->exclude_window_ms == 0))
+    cfg->restart.exclude_after = (uint32_t)k;
+    cfg->restart.exclude_window_ms = 0;
+    if (colon && (launcher__cfg_parse_seconds_ms(colon + 1, &cfg->restart.exclude_window_ms) != 0 ||
+                  cfg->restart.exclude_window_ms == 0))
         return -EINVAL;
     return 0;
 }
@@ -724,15 +437,9 @@ static int parse_numbers(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     const char *v;
-    long n;
 
-    if ((v = p->val[O_MAX_RESTARTS]) != NULL) {
-        if (launcher__cfg_parse_int(v, 0, 1000000, &n) != 0)
-            return launcher__cfg_fail(p, "--max-restarts must be a number >= 0, not '%s'", v);
-        cfg->max_restarts = (int)n;
-    }
     if ((v = p->val[O_RESTART_BACKOFF]) != NULL &&
-        mc_backoff_parse(v, &cfg->backoff_min_ms, &cfg->backoff_max_ms) != 0)
+        mc_backoff_parse(v, &cfg->restart.backoff_min_ms, &cfg->restart.backoff_max_ms) != 0)
         return launcher__cfg_fail(
             p,
             "--restart-backoff must be MIN[:MAX] seconds (0 <= MIN <= MAX <= 3600, "
@@ -744,27 +451,12 @@ static int parse_numbers(struct parse *p)
             "--exclude-after must be N[:WINDOW] (1 <= N <= 32 failures of one node, "
             "WINDOW seconds, default 3600), not '%s'",
             v);
-    if ((v = p->val[O_MONITOR_INTERVAL]) != NULL) {
+    if ((v = launcher__opt_value(p, O_MONITOR_INTERVAL)) != NULL) {
         unsigned ms;
         if (launcher__cfg_parse_seconds_ms(v, &ms) != 0)
             return launcher__cfg_fail(p, "--monitor-interval must be a number of seconds, not '%s'",
                                       v);
         cfg->monitor_interval = ms / 1000.0;
-    }
-    v = p->val[O_SHUTDOWN_TIMEOUT] ? p->val[O_SHUTDOWN_TIMEOUT]
-                                   : getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
-    if (v != NULL && launcher__cfg_parse_seconds_ms(v, &cfg->shutdown_timeout_ms) != 0)
-        return launcher__cfg_fail(p, "--shutdown-timeout must be a number of seconds, not '%s'", v);
-    if ((v = p->val[O_NODE_RANK]) != NULL) {
-        if (launcher__cfg_parse_int(v, 0, 65535, &n) != 0)
-            return launcher__cfg_fail(p, "--node-rank must be a number >= 0, not '%s'", v);
-        cfg->node_rank = (int)n;
-    }
-    if ((v = p->val[O_MASTER_PORT]) != NULL) {
-        if (launcher__cfg_parse_int(v, 1, 65535, &n) != 0)
-            return launcher__cfg_fail(p, "--master-port must be a port number 1-65535, not '%s'",
-                                      v);
-        cfg->master_port = (int)n;
     }
     if ((v = p->val[O_START_METHOD]) != NULL && strcmp(v, "spawn") && strcmp(v, "fork") &&
         strcmp(v, "forkserver"))
@@ -792,67 +484,20 @@ int launcher__cfg_parse_signal(const char *v, int *sig)
     return -EINVAL;
 }
 
-/* --replicate-checkpoints R, --replicate-bandwidth MBPS and --replicate-port PORT (issue 19). */
-static int parse_replicate(struct parse *p)
-{
-    struct launcher_config *cfg = p->cfg;
-    const char *v;
-    char *end;
-    long n;
-
-    if ((v = p->val[O_REPLICATE_CHECKPOINTS]) != NULL) {
-        if (launcher__cfg_parse_int(v, 0, 8, &n) != 0)
-            return launcher__cfg_fail(
-                p, "--replicate-checkpoints must be a number of copies from 0 to 8, not '%s'", v);
-        cfg->replicate_checkpoints = (int)n;
-        if (n > 0 && cfg->checkpoint_dir == NULL)
-            return launcher__cfg_fail(p, "--replicate-checkpoints needs --checkpoint-dir");
-    }
-    if ((v = p->val[O_REPLICATE_BANDWIDTH]) != NULL) {
-        errno = 0;
-        cfg->replicate_mbps = strtod(v, &end);
-        if (errno || end == v || *end != '\0' || !(cfg->replicate_mbps >= 0) ||
-            cfg->replicate_mbps > 1e6)
-            return launcher__cfg_fail(
-                p, "--replicate-bandwidth must be MB/s >= 0 (0: no cap), not '%s'", v);
-    }
-    if ((v = p->val[O_REPLICATE_PORT]) != NULL) {
-        if (launcher__cfg_parse_int(v, 0, 65535, &n) != 0)
-            return launcher__cfg_fail(
-                p, "--replicate-port must be a TCP port from 1 to 65535 (0: any), not '%s'", v);
-        cfg->replicate_port = (int)n;
-    }
-    return 0;
-}
-
-/* --checkpoint-settle SEC, --checkpoint-marker NAME and --resume-arg TEMPLATE (issue 25). */
-static int parse_ckpt_detection(struct parse *p)
+/* --checkpoint-marker NAME: a file name inside each directory checkpoint. */
+static int parse_ckpt_marker(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     const char *v;
 
-    if ((v = p->val[O_CHECKPOINT_SETTLE]) != NULL &&
-        (launcher__cfg_parse_seconds_ms(v, &cfg->checkpoint_settle_ms) != 0 ||
-         cfg->checkpoint_settle_ms < 50 || cfg->checkpoint_settle_ms > 3600000))
-        return launcher__cfg_fail(
-            p, "--checkpoint-settle must be a number of seconds from 0.05 to 3600, not '%s'", v);
     if ((v = p->val[O_CHECKPOINT_MARKER]) != NULL) {
         if (*v == '\0' || strchr(v, '/') != NULL || strcmp(v, ".") == 0 || strcmp(v, "..") == 0 ||
             strlen(v) > 255)
             return launcher__cfg_fail(
                 p, "--checkpoint-marker must be a file name (no '/'), not '%s'", v);
-        if ((cfg->checkpoint_marker = strdup(v)) == NULL)
+        if ((cfg->ckpt.marker = strdup(v)) == NULL)
             return -ENOMEM;
     }
-    if (cfg->checkpoint_dir != NULL)
-        return 0;
-    if (cfg->nresume_args > 0)
-        return launcher__cfg_fail(p, "--resume-arg needs --checkpoint-dir (it is added only when "
-                                     "muster resumes from a checkpoint it recorded there)");
-    if (p->val[O_CHECKPOINT_SETTLE] != NULL || p->val[O_CHECKPOINT_MARKER] != NULL)
-        return launcher__cfg_fail(p, "%s needs --checkpoint-dir",
-                                  p->val[O_CHECKPOINT_SETTLE] ? "--checkpoint-settle"
-                                                              : "--checkpoint-marker");
     return 0;
 }
 
@@ -860,27 +505,14 @@ static int parse_fault_tolerance(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     const char *v;
-    long n;
-    int rc;
 
-    if ((v = p->val[O_KEEP_CHECKPOINTS]) != NULL) {
-        if (launcher__cfg_parse_int(v, 0, 1000000, &n) != 0)
-            return launcher__cfg_fail(
-                p, "--keep-checkpoints must be a number >= 0 (0 keeps all), not '%s'", v);
-        cfg->keep_checkpoints = (int)n;
-    }
-    if ((v = p->val[O_HANG_TIMEOUT]) != NULL) {
-        if (launcher__cfg_parse_seconds_ms(v, &cfg->hang_timeout_ms) != 0 ||
-            cfg->hang_timeout_ms == 0)
-            return launcher__cfg_fail(p, "--hang-timeout must be a number of seconds > 0, not '%s'",
-                                      v);
-    }
     if (cfg->slurm && p->val[O_PREEMPT_SIGNAL] == NULL)
-        cfg->preempt_signal = SIGTERM; /* Slurm's pre-emption and scancel --signal default */
+        cfg->restart.preempt_signal =
+            SIGTERM; /* Slurm's pre-emption and scancel --signal default */
     if ((v = p->val[O_PREEMPT_SIGNAL]) != NULL) {
-        if (launcher__cfg_parse_signal(v, &cfg->preempt_signal) != 0 ||
-            cfg->preempt_signal == SIGKILL || cfg->preempt_signal == SIGSTOP ||
-            cfg->preempt_signal == SIGCHLD)
+        if (launcher__cfg_parse_signal(v, &cfg->restart.preempt_signal) != 0 ||
+            cfg->restart.preempt_signal == SIGKILL || cfg->restart.preempt_signal == SIGSTOP ||
+            cfg->restart.preempt_signal == SIGCHLD)
             return launcher__cfg_fail(
                 p,
                 "--preempt-signal must name a signal muster can catch (TERM, USR1, "
@@ -893,12 +525,11 @@ static int parse_fault_tolerance(struct parse *p)
             return launcher__cfg_fail(p, "--checkpoint-dir must not be empty");
         if (stat(v, &st) == 0 && !S_ISDIR(st.st_mode))
             return launcher__cfg_fail(p, "--checkpoint-dir %s exists and is not a directory", v);
-        if ((cfg->checkpoint_dir = strdup(v)) == NULL)
+        if ((cfg->ckpt.dir = strdup(v)) == NULL)
             return -ENOMEM;
     }
-    if ((rc = parse_ckpt_detection(p)) != 0)
-        return rc;
-    return parse_replicate(p);
+    cfg->ckpt.resume_args = (const char *const *)cfg->resume_args; /* all pushed by now */
+    return parse_ckpt_marker(p);
 }
 
 static int parse_tls_files(struct parse *p)
@@ -912,9 +543,6 @@ static int parse_tls_files(struct parse *p)
         given += p->val[ids[i]] != NULL;
     if (given == 0)
         return 0;
-    if (given != 3)
-        return launcher__cfg_fail(
-            p, "certificate mode needs all of --tls-cert, --tls-key and --tls-ca");
     for (int i = 0; i < 3; i++) {
         if (access(p->val[ids[i]], R_OK) != 0)
             return launcher__cfg_fail(p, "%s %s: %s", p->src[ids[i]], p->val[ids[i]],
@@ -985,36 +613,18 @@ static int parse_security(struct parse *p)
     return 0;
 }
 
-static int dup_opt(struct parse *p, int id, const char *def, char **out)
-{
-    const char *v = p->val[id] ? p->val[id] : def;
-    if (v == NULL)
-        return 0;
-    *out = strdup(v);
-    return *out ? 0 : -ENOMEM;
-}
-
-static int parse_strings(struct parse *p)
+/* PYTHON_EXEC and MUSTER_TOKEN, the two variables that are no option's PET_<NAME>. */
+static int parse_environment(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     const char *py = getenv("PYTHON_EXEC");
     const char *tok = getenv("MUSTER_TOKEN");
-    int rc = 0;
 
-    rc = rc ? rc : dup_opt(p, O_ROLE, "default", &cfg->role);
-    rc = rc ? rc : dup_opt(p, O_MASTER_ADDR, "127.0.0.1", &cfg->master_addr);
-    rc = rc ? rc : dup_opt(p, O_LOCAL_ADDR, NULL, &cfg->local_addr);
-    rc = rc ? rc : dup_opt(p, O_LOG_DIR, NULL, &cfg->log_dir);
-    rc = rc ? rc : dup_opt(p, O_SIGNALS_TO_HANDLE, NULL, &cfg->signals_to_handle);
-    if (rc == 0 && (cfg->python_exec = strdup(py && *py ? py : "python3")) == NULL)
-        rc = -ENOMEM;
-    if (rc == 0 && tok && *tok && launcher_secret_strdup(tok, &cfg->token) != 0)
-        rc = -ENOMEM;
-    if (rc == 0 && cfg->role[0] == '\0')
-        rc = launcher__cfg_fail(p, "--role must not be empty");
-    if (rc == 0 && cfg->log_dir != NULL && cfg->log_dir[0] == '\0')
-        rc = launcher__cfg_fail(p, "--log-dir must not be empty");
-    return rc;
+    if ((cfg->python_exec = strdup(py && *py ? py : "python3")) == NULL)
+        return -ENOMEM;
+    if (tok && *tok && launcher_secret_strdup(tok, &cfg->token) != 0)
+        return -ENOMEM;
+    return 0;
 }
 
 /* The script must exist for `python3 SCRIPT` (torchrun would only fail inside every worker). */
@@ -1023,8 +633,6 @@ static int check_script(struct parse *p)
     struct launcher_config *cfg = p->cfg;
     struct stat st;
 
-    if (cfg->module && cfg->no_python)
-        return launcher__cfg_fail(p, "-m/--module and --no-python cannot be used together");
     if (cfg->script == NULL)
         return launcher__cfg_fail(
             p, "no training script given (usage: muster run [options] SCRIPT [ARGS...])");
@@ -1050,7 +658,7 @@ static int is_executable(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* The interpreter, resolved once as execvp(3) would find it (issue 27): every worker then runs
+/* The interpreter, resolved once as execvp(3) would find it: every worker then runs
  * the same file, --dry-run shows which, and a missing one is one line here instead of 127 from
  * every worker. torchrun runs its own sys.executable; muster has none, so PATH decides. */
 static int resolve_python(struct parse *p)
@@ -1080,19 +688,105 @@ static int resolve_python(struct parse *p)
     return 0;
 }
 
+/* ---- validate(): the rules between options --------------------------------------------- */
+
+/* The rendezvous: --standalone, the endpoint a backend or an elastic size needs, and the
+ * static recipe's MASTER_PORT + 1 and --node-rank. */
+static int validate_rdzv(struct parse *p)
+{
+    const struct launcher_config *cfg = p->cfg;
+    unsigned port = cfg->master_port > 0 ? (unsigned)cfg->master_port : 29500;
+
+    if (cfg->standalone && cfg->max_nodes > 1)
+        return launcher__cfg_fail(
+            p, "--standalone runs a single node; it cannot be combined with --nnodes %d",
+            cfg->max_nodes);
+    if (cfg->standalone || cfg->rdzv_host != NULL)
+        return 0;
+    if (cfg->max_nodes > 1 && cfg->backend == LAUNCHER_BACKEND_C10D)
+        return launcher__cfg_fail(
+            p,
+            "the c10d backend (--nnodes %d:%d) needs --rdzv-endpoint HOST:PORT, "
+            "as in torchrun",
+            cfg->min_nodes, cfg->max_nodes);
+    if (cfg->max_nodes > 1 && cfg->min_nodes != cfg->max_nodes)
+        return launcher__cfg_fail(
+            p,
+            "without --rdzv-endpoint (torchrun's static recipe) --nnodes must be a "
+            "fixed N, not %d:%d",
+            cfg->min_nodes, cfg->max_nodes);
+    if (static_recipe(cfg) && port >= 65535)
+        return launcher__cfg_fail(p,
+                                  "--master-port %u leaves no port for the rendezvous: in "
+                                  "torchrun's static recipe node rank 0 hosts muster's "
+                                  "rendezvous on MASTER_PORT + 1 (pick a port below 65535, or "
+                                  "give --rdzv-endpoint)",
+                                  port);
+    if ((static_recipe(cfg) || cfg->backend == LAUNCHER_BACKEND_STATIC) &&
+        cfg->node_rank >= cfg->max_nodes)
+        return launcher__cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
+                                  cfg->max_nodes);
+    return 0;
+}
+
+/* What only a --checkpoint-dir gives a meaning to. */
+static int validate_checkpoints(struct parse *p)
+{
+    const struct launcher_config *cfg = p->cfg;
+
+    if (cfg->ckpt.dir != NULL)
+        return 0;
+    if (cfg->nresume_args > 0)
+        return launcher__cfg_fail(p, "--resume-arg needs --checkpoint-dir (it is added only when "
+                                     "muster resumes from a checkpoint it recorded there)");
+    if (p->val[O_CHECKPOINT_SETTLE] != NULL || p->val[O_CHECKPOINT_MARKER] != NULL)
+        return launcher__cfg_fail(p, "%s needs --checkpoint-dir",
+                                  p->val[O_CHECKPOINT_SETTLE] ? "--checkpoint-settle"
+                                                              : "--checkpoint-marker");
+    if (cfg->ckpt.replicate > 0)
+        return launcher__cfg_fail(p, "--replicate-checkpoints needs --checkpoint-dir");
+    return 0;
+}
+
+/* Shared-GPU mode (--nproc-per-gpu): one node of independent one-rank workers. */
+static int validate_shared(struct parse *p)
+{
+    const struct launcher_config *cfg = p->cfg;
+    const char *pf = launcher__opt_value(p, O_PREFLIGHT);
+
+    if (cfg->nproc_per_gpu == 0) {
+        if (cfg->mps || cfg->auto_batch)
+            return launcher__cfg_fail(p, "%s needs --nproc-per-gpu K (shared-GPU mode)",
+                                      cfg->mps ? "--mps" : "--auto-batch");
+        return 0;
+    }
+    if (cfg->max_nodes > 1)
+        return launcher__cfg_fail(
+            p, "--nproc-per-gpu runs independent workers on one node; with several "
+               "nodes start one 'muster run --nproc-per-gpu' per node");
+    if (cfg->ckpt.dir != NULL || cfg->ckpt.hang_timeout_ms != 0)
+        return launcher__cfg_fail(p,
+                                  "%s is not supported with --nproc-per-gpu (independent workers)",
+                                  cfg->ckpt.dir ? "--checkpoint-dir" : "--hang-timeout");
+    if (strcmp(pf, "on") == 0 || strcmp(pf, "1") == 0)
+        return launcher__cfg_fail(p,
+                                  "--preflight on checks links between the ranks of one job; "
+                                  "--nproc-per-gpu workers are independent (use --preflight off)");
+    return 0;
+}
+
 /* --spare: a hot spare waits in a shared rendezvous server for a node of a multi-node job to
  * replace, so it needs one (--rdzv-endpoint) and ranks the rendezvous decides. */
-static int parse_spare(struct parse *p)
+static int validate_spare(struct parse *p)
 {
-    struct launcher_config *cfg = p->cfg;
-    int rc = flag_on(p, O_SPARE, &cfg->spare);
+    const struct launcher_config *cfg = p->cfg;
     const char *why = NULL;
 
-    if (rc != 0 || !cfg->spare)
-        return rc;
+    if (!cfg->restart.spare)
+        return 0;
     if (cfg->standalone)
         why = "--standalone runs one node alone, with nothing to replace";
-    else if (cfg->static_recipe || cfg->backend == LAUNCHER_BACKEND_STATIC)
+    else if (static_recipe(cfg) || cfg->backend == LAUNCHER_BACKEND_STATIC)
         why = "the static recipe and backend fix every node's rank (--node-rank)";
     else if (cfg->rdzv_host == NULL)
         why = "it needs --rdzv-endpoint HOST:PORT, the rendezvous it waits in";
@@ -1104,50 +798,66 @@ static int parse_spare(struct parse *p)
         p, "--spare waits to replace a node of a job on a shared rendezvous server: %s", why);
 }
 
+/* Every rule that ties options together, once each option's own value is parsed and before
+ * anything is derived from them (the static recipe's endpoint, a token, the GPUs in use).
+ * Returns 0 or -EINVAL (reason in p->err). */
+static int validate(struct parse *p)
+{
+    const struct launcher_config *cfg = p->cfg;
+    int ntls =
+        (p->val[O_TLS_CERT] != NULL) + (p->val[O_TLS_KEY] != NULL) + (p->val[O_TLS_CA] != NULL);
+    int rc;
+
+    if ((rc = validate_rdzv(p)) != 0 || (rc = validate_checkpoints(p)) != 0)
+        return rc;
+    if (ntls != 0 && ntls != 3)
+        return launcher__cfg_fail(
+            p, "certificate mode needs all of --tls-cert, --tls-key and --tls-ca");
+    if ((rc = validate_shared(p)) != 0 || (rc = validate_spare(p)) != 0)
+        return rc;
+    if (cfg->module && cfg->no_python)
+        return launcher__cfg_fail(p, "-m/--module and --no-python cannot be used together");
+    return 0;
+}
+
+/* Defaults that are no option's: --rdzv-conf's keys and the host decision; the options' own are
+ * their rows' .def (options.def). */
 static void set_defaults(struct launcher_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->min_nodes = cfg->max_nodes = 1;
-    cfg->nproc_per_node = 1;
-    cfg->join_timeout_ms = 600000;
-    cfg->last_call_timeout_ms = 30000;
-    cfg->close_timeout_ms = 30000;
-    cfg->heartbeat_timeout_ms = 3000;
-    cfg->keep_alive_interval_ms = 1000;
-    cfg->reconnect_grace_ms = 60000;
-    cfg->replicate_mbps = LAUNCHER_REPLICATE_MBPS_DEFAULT;
-    cfg->monitor_interval = 0.1;
-    cfg->shutdown_timeout_ms = 30000;
+    launcher__cfg_rdzv_conf_defaults(cfg);
     cfg->rdzv_is_host = -1;
-    cfg->rdzv_read_timeout_ms = 60000;
 }
 
-static int parse_values(struct parse *p)
+/* Each option's own value (the table's rows, then the grammars of config*.c). */
+static int parse_options(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     int rc;
 
-    if ((rc = flag_on(p, O_MODULE, &cfg->module)) != 0 ||
-        (rc = flag_on(p, O_NO_PYTHON, &cfg->no_python)) != 0 ||
-        (rc = flag_on(p, O_RUN_PATH, &cfg->run_path)) != 0 ||
-        (rc = flag_on(p, O_DRY_RUN, &cfg->dry_run)) != 0)
-        return rc;
-    if ((rc = parse_nnodes(p)) != 0 || (rc = parse_nproc(p)) != 0 || (rc = parse_rdzv(p)) != 0 ||
-        (rc = launcher__cfg_parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
-        (rc = parse_strings(p)) != 0 || (rc = parse_static_recipe(p)) != 0 ||
-        (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
-        (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
-        (rc = parse_output(p)) != 0 || (rc = parse_fault_tolerance(p)) != 0 ||
-        (rc = parse_security(p)) != 0 || (rc = launcher__cfg_parse_gpu(p)) != 0 ||
-        (rc = launcher__cfg_parse_torchrun(p)) != 0 || (rc = parse_spare(p)) != 0)
+    if ((rc = launcher__opt_parse_table(p)) != 0)
         return rc;
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
-    if (cfg->backend == LAUNCHER_BACKEND_STATIC && cfg->rdzv_host == NULL &&
-        cfg->node_rank >= cfg->max_nodes)
-        return launcher__cfg_fail(p, "--node-rank %d must be below --nnodes %d", cfg->node_rank,
-                                  cfg->max_nodes);
-    if ((rc = check_script(p)) != 0)
+    if ((rc = parse_nnodes(p)) != 0 || (rc = parse_nproc(p)) != 0 || (rc = parse_rdzv(p)) != 0 ||
+        (rc = launcher__cfg_parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
+        (rc = parse_environment(p)) != 0 ||
+        (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
+        (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
+        (rc = parse_output(p)) != 0 || (rc = parse_fault_tolerance(p)) != 0)
+        return rc;
+    return launcher__cfg_parse_gpu(p);
+}
+
+static int parse_values(struct parse *p)
+{
+    int rc;
+
+    if ((rc = parse_options(p)) != 0 || (rc = validate(p)) != 0)
+        return rc;
+    if ((rc = parse_static_recipe(p)) != 0 || (rc = parse_security(p)) != 0 ||
+        (rc = launcher__cfg_plan_gpu(p)) != 0 || (rc = launcher__cfg_parse_torchrun(p)) != 0 ||
+        (rc = check_script(p)) != 0)
         return rc;
     return resolve_python(p);
 }
@@ -1185,7 +895,7 @@ int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, ch
         }
         if (a[0] != '-' || a[1] == '\0')
             break; /* the script: everything after it belongs to the script */
-        if ((rc = take_option(&p, argc, argv, &i)) != 0)
+        if ((rc = launcher__opt_take(&p, argc, argv, &i)) < 0)
             return rc;
         if (p.val[O_HELP] != NULL) {
             cfg->help = 1;
@@ -1198,7 +908,11 @@ int launcher_config_parse(int argc, char **argv, struct launcher_config *cfg, ch
         cfg->script_argv = argv + i + 1;
         cfg->script_argc = argc - i - 1;
     }
-    env_fallbacks(&p);
+    launcher__opt_env_fallbacks(&p);
+    if (p.val[O_SHUTDOWN_TIMEOUT] == NULL && getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT") != NULL) {
+        p.val[O_SHUTDOWN_TIMEOUT] = getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); /* torchrun's */
+        p.src[O_SHUTDOWN_TIMEOUT] = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+    }
     rc = slurm_fallbacks(&p);
     if (rc == 0)
         rc = parse_values(&p);
@@ -1214,14 +928,10 @@ void launcher_config_free(struct launcher_config *cfg)
     free(cfg->rdzv_endpoint);
     free(cfg->rdzv_host);
     free(cfg->rdzv_id);
-    free(cfg->role);
-    free(cfg->master_addr);
-    free(cfg->local_addr);
+    launcher__opt_free_strings(cfg);
     free(cfg->python_exec);
-    free(cfg->log_dir);
-    free(cfg->signals_to_handle);
-    free(cfg->checkpoint_dir);
-    free(cfg->checkpoint_marker);
+    free((char *)cfg->ckpt.dir); /* the agent's options borrow it: const there */
+    free((char *)cfg->ckpt.marker);
     for (int i = 0; i < cfg->nresume_args; i++)
         free(cfg->resume_args[i]);
     free(cfg->resume_args);
@@ -1238,7 +948,7 @@ void launcher_config_free(struct launcher_config *cfg)
     for (int i = 0; i < cfg->ngpu_ids; i++)
         free(cfg->gpu_ids[i]);
     free(cfg->gpu_ids);
-    free(cfg->preflight_max_bytes);
+    free((char *)cfg->pf.max_bytes);
     launcher_secret_free(cfg->token); /* zeroes it */
     memset(cfg, 0, sizeof(*cfg));
 }

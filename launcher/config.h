@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "agent.h"
+
 #define LAUNCHER_ERR_MAX 512
 
 enum launcher_backend { LAUNCHER_BACKEND_MUSTER, LAUNCHER_BACKEND_C10D, LAUNCHER_BACKEND_STATIC };
@@ -18,10 +20,6 @@ struct launcher_std_spec {
     int map_rank[64];
     int map_val[64];
 };
-
-/* --replicate-bandwidth when not given, MB/s: about 80 % of a 1 Gb/s link, a tenth of 10 Gb/s;
- * replication competes with the job's own traffic only this much (issue 19) */
-#define LAUNCHER_REPLICATE_MBPS_DEFAULT 100.0
 
 struct launcher_config {
     /* nodes and rendezvous */
@@ -38,17 +36,13 @@ struct launcher_config {
     unsigned join_timeout_ms, last_call_timeout_ms, close_timeout_ms;
     unsigned heartbeat_timeout_ms, keep_alive_interval_ms;
     unsigned reconnect_grace_ms; /* how long agents wait for a restarted server */
-    /* supervision */
-    int max_restarts;
-    /* --restart-backoff MIN[:MAX] (common/backoff.h), ms; 0 = restart at once */
-    uint32_t backoff_min_ms, backoff_max_ms;
-    /* --exclude-after N[:WINDOW]: sent in JOIN; 0 = never exclude; window 0 = the server's 1 h */
-    uint32_t exclude_after;
-    unsigned exclude_window_ms;
-    int spare; /* --spare: JOIN as a hot spare (RDZV_JOIN_SPARE), waiting to replace a node */
-    double monitor_interval;      /* accepted and ignored: muster is event-driven */
-    unsigned shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace, default 30 s */
-    char *role;                   /* default "default" */
+    /* supervision: the agent's own struct (agent.h), filled in place by the parser: max_restarts,
+     * --restart-backoff's backoff_min_ms/backoff_max_ms (0: at once), --exclude-after's
+     * exclude_after/exclude_window_ms, spare, shutdown_timeout_ms, preempt_signal (0: none;
+     * SIGTERM under Slurm) and handle_signals (pointing at the array below). */
+    struct agent_restart_opts restart;
+    double monitor_interval; /* accepted and ignored: muster is event-driven */
+    char *role;              /* default "default" */
     /* static backend */
     int static_recipe; /* torchrun's static recipe across nodes: node rank 0 hosts
                           the rendezvous on MASTER_ADDR:MASTER_PORT+1 */
@@ -95,18 +89,13 @@ struct launcher_config {
     int virtual_local_rank;        /* LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES each */
     char notes[1024];              /* warnings and notes for stderr, one per line */
     /* fault tolerance */
-    char *checkpoint_dir;      /* --checkpoint-dir: MUSTER_CHECKPOINT_DIR, watched */
-    int keep_checkpoints;      /* 0 = keep all */
-    unsigned hang_timeout_ms;  /* 0 = no hang detection */
-    int replicate_checkpoints; /* --replicate-checkpoints R: copies on other nodes; 0 = off */
-    double replicate_mbps;     /* --replicate-bandwidth MB/s; 0 = no cap */
-    int replicate_port;        /* --replicate-port: the direct link's port; 0 = an ephemeral one */
-    unsigned checkpoint_settle_ms; /* --checkpoint-settle; 0 = the default */
-    char *checkpoint_marker;       /* --checkpoint-marker NAME, or NULL */
-    char **resume_args;            /* --resume-arg TEMPLATEs in order, NULL-terminated, or NULL */
+    /* The agent's own struct (agent.h), filled in place by the parser and handed over as is:
+     * dir, keep, hang_timeout_ms, replicate, replicate_mbps, replicate_port, settle_ms (0: the
+     * default), marker, and resume_args (below's, once parsed). dir and marker are strdup'd. */
+    struct agent_ckpt_opts ckpt;
+    char **resume_args; /* --resume-arg TEMPLATEs in order, NULL-terminated, or NULL; owned */
     int nresume_args;
-    int preempt_signal; /* 0 = none given; SIGTERM by default under Slurm */
-    int slurm;          /* SLURM_* supplied defaults: inside an allocation */
+    int slurm; /* SLURM_* supplied defaults: inside an allocation */
     /* GPUs (config_gpu.c) */
     int gpus_visible;  /* NVIDIA GPUs this node's workers would see */
     int nproc_per_gpu; /* --nproc-per-gpu K: shared-GPU mode when > 0 */
@@ -117,16 +106,12 @@ struct launcher_config {
     int mps;                 /* 0 off, 1 on, 2 auto */
     int auto_batch;
     /* pre-flight */
-    int preflight;              /* 1 when the checks run (auto already decided) */
-    int preflight_only;         /* set by `muster preflight`: no workers */
-    int preflight_skipped;      /* auto chose off on a node with GPUs (more workers than GPUs) */
-    double preflight_min_busbw; /* GB/s, 0 = no floor */
-    int preflight_allow_mixed;
-    double preflight_min_tflops;   /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
-    double preflight_min_hbm_gbps; /* HBM copy floor per GPU (read+write GB/s), 0 = none */
-    int preflight_allow_slow;      /* slow GPUs warn instead of failing */
-    unsigned preflight_timeout_ms;
-    char *preflight_max_bytes; /* as given, checked; NULL = muster-preflight's default */
+    /* pre-flight: the agent's own struct (agent.h), filled in place by the parser: on (auto
+     * already decided), only (set by `muster preflight`: no workers), the floors, timeout_ms and
+     * max_bytes (as given, checked, strdup'd; NULL = muster-preflight's default). run.c adds
+     * need_gpus and node_argv. */
+    struct agent_preflight_opts pf;
+    int preflight_skipped; /* auto chose off on a node with GPUs (more workers than GPUs) */
 };
 
 /* Parses `muster run` arguments (argv[0] is the first option, not the program name) with env

@@ -1,7 +1,6 @@
 /* `muster run`'s GPU options: shared-GPU mode (--nproc-per-gpu, --gpu-mem-fraction, --gpu-mem,
  * --mps, --auto-batch) and the pre-flight (--preflight*). */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,18 +8,6 @@
 #include "config_priv.h"
 #include "gpus.h"
 #include "plan.h"
-
-/* A decimal within (lo, hi]. */
-static int parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || !isfinite(v) || v <= lo || v > hi)
-        return -EINVAL;
-    *out = v;
-    return 0;
-}
 
 static int add_gpu_id(struct launcher_config *cfg, const char *id, size_t len)
 {
@@ -84,15 +71,12 @@ static int pick_gpus(struct parse *p)
     return 0;
 }
 
+/* --gpu-mem and --mps; the rest of shared-GPU mode's options are rows of options.def. */
 static int parse_shared(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
     const char *v;
-    long n;
 
-    if ((v = p->val[O_GPU_MEM_FRACTION]) != NULL &&
-        parse_double(v, 0.0, 1.0, &cfg->gpu_mem_fraction) != 0)
-        return launcher__cfg_fail(p, "--gpu-mem-fraction must be a number in (0, 1], not '%s'", v);
     if ((v = p->val[O_GPU_MEM]) != NULL &&
         (launcher_parse_mem(v, &cfg->gpu_mem_bytes) != 0 || cfg->gpu_mem_bytes < 1))
         return launcher__cfg_fail(p, "--gpu-mem must be a size such as 80GiB or 81920MiB, not '%s'",
@@ -107,31 +91,15 @@ static int parse_shared(struct parse *p)
         else
             return launcher__cfg_fail(p, "--mps must be on, auto or off, not '%s'", v);
     }
-    cfg->auto_batch = p->val[O_AUTO_BATCH] != NULL && strcmp(p->val[O_AUTO_BATCH], "0") != 0;
-    if ((v = p->val[O_NPROC_PER_GPU]) == NULL) {
-        if (cfg->mps || cfg->auto_batch)
-            return launcher__cfg_fail(p, "%s needs --nproc-per-gpu K (shared-GPU mode)",
-                                      cfg->mps ? "--mps" : "--auto-batch");
-        return 0;
-    }
-    if (launcher__cfg_parse_int(v, 1, 64, &n) != 0)
-        return launcher__cfg_fail(p, "--nproc-per-gpu must be a number from 1 to 64, not '%s'", v);
-    cfg->nproc_per_gpu = (int)n;
-    if (cfg->max_nodes > 1)
-        return launcher__cfg_fail(
-            p, "--nproc-per-gpu runs independent workers on one node; with several "
-               "nodes start one 'muster run --nproc-per-gpu' per node");
-    if (cfg->checkpoint_dir != NULL || cfg->hang_timeout_ms != 0)
-        return launcher__cfg_fail(p,
-                                  "%s is not supported with --nproc-per-gpu (independent workers)",
-                                  cfg->checkpoint_dir ? "--checkpoint-dir" : "--hang-timeout");
-    return pick_gpus(p);
+    return 0;
 }
 
+/* --preflight MODE (auto decided here) and --preflight-max-bytes; the floors and the timeout
+ * are rows of options.def. */
 static int parse_preflight(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
-    const char *v = p->val[O_PREFLIGHT] ? p->val[O_PREFLIGHT] : "auto";
+    const char *v = launcher__opt_value(p, O_PREFLIGHT);
     double bytes;
 
     if (strcmp(v, "auto") == 0) {
@@ -139,44 +107,21 @@ static int parse_preflight(struct parse *p)
          * GPUs (8 CPU workers on a 2-GPU node are no GPU job), not --nproc-per-node cpu */
         int gpu_job =
             cfg->gpus_visible > 0 && cfg->nproc_per_gpu == 0 && strcmp(cfg->nproc_spec, "cpu") != 0;
-        cfg->preflight = gpu_job && cfg->nproc_per_node <= cfg->gpus_visible;
-        cfg->preflight_skipped = gpu_job && !cfg->preflight;
+        cfg->pf.on = gpu_job && cfg->nproc_per_node <= cfg->gpus_visible;
+        cfg->preflight_skipped = gpu_job && !cfg->pf.on;
     } else if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
-        cfg->preflight = 1;
+        cfg->pf.on = 1;
     else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
-        cfg->preflight = 0;
+        cfg->pf.on = 0;
     else
         return launcher__cfg_fail(p, "--preflight must be auto, on or off, not '%s'", v);
-    if (cfg->preflight && cfg->nproc_per_gpu > 0)
-        return launcher__cfg_fail(p,
-                                  "--preflight on checks links between the ranks of one job; "
-                                  "--nproc-per-gpu workers are independent (use --preflight off)");
-    if ((v = p->val[O_PREFLIGHT_MIN_BUSBW]) != NULL &&
-        parse_double(v, -1e-300, 1e6, &cfg->preflight_min_busbw) != 0)
-        return launcher__cfg_fail(p, "--preflight-min-busbw must be GB/s >= 0, not '%s'", v);
-    cfg->preflight_allow_mixed = p->val[O_PREFLIGHT_ALLOW_MIXED] != NULL &&
-                                 strcmp(p->val[O_PREFLIGHT_ALLOW_MIXED], "0") != 0;
-    /* issue 15: per-GPU floors, and slow GPUs as warnings */
-    if ((v = p->val[O_PREFLIGHT_MIN_TFLOPS]) != NULL &&
-        parse_double(v, -1e-300, 1e6, &cfg->preflight_min_tflops) != 0)
-        return launcher__cfg_fail(p, "--preflight-min-tflops must be TFLOP/s >= 0, not '%s'", v);
-    if ((v = p->val[O_PREFLIGHT_MIN_HBM_GBPS]) != NULL &&
-        parse_double(v, -1e-300, 1e6, &cfg->preflight_min_hbm_gbps) != 0)
-        return launcher__cfg_fail(p, "--preflight-min-hbm-gbps must be GB/s >= 0, not '%s'", v);
-    cfg->preflight_allow_slow =
-        p->val[O_PREFLIGHT_ALLOW_SLOW] != NULL && strcmp(p->val[O_PREFLIGHT_ALLOW_SLOW], "0") != 0;
-    if ((v = p->val[O_PREFLIGHT_TIMEOUT]) != NULL &&
-        (launcher__cfg_parse_seconds_ms(v, &cfg->preflight_timeout_ms) != 0 ||
-         cfg->preflight_timeout_ms < 1000))
-        return launcher__cfg_fail(
-            p, "--preflight-timeout must be a number of seconds >= 1, not '%s'", v);
     if ((v = p->val[O_PREFLIGHT_MAX_BYTES]) != NULL) {
         if (launcher_parse_mem(v, &bytes) != 0 || bytes < 4096 || bytes > 64 * LAUNCHER_PLAN_GIB)
             return launcher__cfg_fail(p,
                                       "--preflight-max-bytes must be a size from 4KiB to 64GiB, "
                                       "not '%s'",
                                       v);
-        if ((cfg->preflight_max_bytes = strdup(v)) == NULL)
+        if ((cfg->pf.max_bytes = strdup(v)) == NULL)
             return -ENOMEM;
     }
     return 0;
@@ -185,13 +130,17 @@ static int parse_preflight(struct parse *p)
 int launcher__cfg_parse_gpu(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
-    int rc;
 
-    cfg->gpu_mem_fraction = 0.85; /* the seed's safety factor */
-    cfg->preflight_timeout_ms = 30000;
     cfg->gpus_visible =
         launcher_count_gpus(LAUNCHER_NVIDIA_PROC_DIR, getenv("CUDA_VISIBLE_DEVICES"));
-    if ((rc = parse_shared(p)) != 0)
+    return parse_shared(p);
+}
+
+int launcher__cfg_plan_gpu(struct parse *p)
+{
+    int rc;
+
+    if (p->cfg->nproc_per_gpu > 0 && (rc = pick_gpus(p)) != 0)
         return rc;
     return parse_preflight(p);
 }

@@ -77,31 +77,39 @@ static int parse_bool(const char *v, int *out)
     return -EINVAL;
 }
 
-/* Keys given in seconds, where muster has torchrun's concept (muster's own: reconnect_grace).
- * `timeout` is static's and etcd's name for the join deadline. */
+/* Keys given in seconds, where muster has torchrun's concept (muster's own: reconnect_grace),
+ * with their defaults in ms. `timeout` is static's and etcd's name for the join deadline. */
 struct conf_seconds {
     const char *key;
     size_t off;
+    unsigned def_ms; /* 0: none (an alias) */
 };
 
 /* indices into seconds_keys */
 enum { K_JOIN, K_LAST_CALL, K_CLOSE, K_HEARTBEAT, K_KEEP_ALIVE };
 
-#define SECONDS_KEY(k, field)                                                                      \
+#define SECONDS_KEY(k, field, def)                                                                 \
     {                                                                                              \
-        k, offsetof(struct launcher_config, field)                                                 \
+        k, offsetof(struct launcher_config, field), def                                            \
     }
 static const struct conf_seconds seconds_keys[] = {
-    SECONDS_KEY("join_timeout", join_timeout_ms),
-    SECONDS_KEY("last_call_timeout", last_call_timeout_ms),
-    SECONDS_KEY("close_timeout", close_timeout_ms),
-    SECONDS_KEY("heartbeat_timeout", heartbeat_timeout_ms),
-    SECONDS_KEY("keep_alive_interval", keep_alive_interval_ms),
-    SECONDS_KEY("reconnect_grace", reconnect_grace_ms),
-    SECONDS_KEY("read_timeout", rdzv_read_timeout_ms),
-    SECONDS_KEY("timeout", join_timeout_ms),
+    SECONDS_KEY("join_timeout", join_timeout_ms, 600000),
+    SECONDS_KEY("last_call_timeout", last_call_timeout_ms, 30000),
+    SECONDS_KEY("close_timeout", close_timeout_ms, 30000),
+    SECONDS_KEY("heartbeat_timeout", heartbeat_timeout_ms, 3000),
+    SECONDS_KEY("keep_alive_interval", keep_alive_interval_ms, 1000),
+    SECONDS_KEY("reconnect_grace", reconnect_grace_ms, 60000),
+    SECONDS_KEY("read_timeout", rdzv_read_timeout_ms, 60000),
+    SECONDS_KEY("timeout", join_timeout_ms, 0),
 };
 #define NSECONDS ((int)(sizeof(seconds_keys) / sizeof(seconds_keys[0])))
+
+void launcher__cfg_rdzv_conf_defaults(struct launcher_config *cfg)
+{
+    for (int i = 0; i < NSECONDS; i++)
+        if (seconds_keys[i].def_ms != 0)
+            *(unsigned *)((char *)cfg + seconds_keys[i].off) = seconds_keys[i].def_ms;
+}
 
 struct conf_seen {
     int seconds[NSECONDS];
@@ -240,8 +248,6 @@ out:
 
 /* ---- --signals-to-handle ------------------------------------------------------------------ */
 
-#define DEFAULT_SIGNALS "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-
 /* Signals muster cannot stop on: KILL/STOP cannot be caught, CHLD is how muster learns that a
  * worker exited, PIPE is ignored so that a closed console cannot stop the job, and the fault
  * signals (SEGV, BUS, FPE, ILL) are the kernel's, not a request to stop. */
@@ -254,7 +260,7 @@ static int signal_refused(int sig)
 static int parse_signals(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
-    const char *v = cfg->signals_to_handle ? cfg->signals_to_handle : DEFAULT_SIGNALS;
+    const char *v = cfg->signals_to_handle; /* options.def's default when not given */
     const char *src = p->src[O_SIGNALS_TO_HANDLE];
 
     if (src == NULL)
@@ -289,10 +295,9 @@ static int parse_signals(struct parse *p)
         cfg->handle_signals[cfg->nhandle_signals++] = sig;
         s += len + (s[len] == ',');
     }
-    if (cfg->signals_to_handle == NULL &&
-        (cfg->signals_to_handle = strdup(DEFAULT_SIGNALS)) == NULL)
-        return -ENOMEM; /* torchrun exports the default too */
-    return 0;
+    cfg->restart.handle_signals = cfg->handle_signals;
+    cfg->restart.nhandle_signals = (unsigned)cfg->nhandle_signals;
+    return 0; /* torchrun exports the default too */
 }
 
 /* ---- --logs-specs, --numa-binding, --virtual-local-rank ------------------------------------ */

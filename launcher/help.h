@@ -4,6 +4,9 @@
 /* Prints the complete `muster run --help` text to stdout. */
 void launcher_print_run_help(void);
 
+/* Prints the README's table of `muster run` options (muster run --help-markdown, hidden). */
+void launcher_print_run_markdown(void);
+
 /* Prints `muster --help` to stdout. */
 void launcher_print_main_help(void);
 

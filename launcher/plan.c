@@ -91,7 +91,7 @@ int launcher_parse_mem(const char *s, double *bytes)
 
 double launcher_plan_floor(double x)
 {
-    double mag = fabs(x) > 1.0 ? fabs(x) : 1.0; /* fmax: no libm for the agent (issue 14) */
+    double mag = fabs(x) > 1.0 ? fabs(x) : 1.0; /* fmax: no libm for the agent */
 
     return floor(x + 1e-9 * mag);
 }

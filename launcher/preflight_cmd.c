@@ -114,7 +114,7 @@ int launcher_preflight(int argc, char **argv)
         mc_error("preflight: %s", err);
         rc = AGENT_EXIT_USAGE;
     } else {
-        cfg.preflight_only = 1;
+        cfg.pf.only = 1;
         rc = launcher_run_parsed(&cfg);
     }
     launcher_config_free(&cfg);

@@ -15,6 +15,7 @@
 #include "help.h"
 #include "log.h"
 #include "numa.h"
+#include "options.h"
 #include "plan_cmd.h"
 #include "port.h"
 #include "secret.h"
@@ -103,14 +104,15 @@ static const char *endpoint_text(const struct launcher_config *cfg, char *buf, s
 /* --restart-backoff, only when set (the plan of a run without it is unchanged) */
 static void print_backoff(const struct launcher_config *cfg)
 {
-    if (cfg->backoff_min_ms > 0)
+    if (cfg->restart.backoff_min_ms > 0)
         printf("restart_backoff=%.3g:%.3g (seconds, doubling, +-20 %% jitter)\n",
-               cfg->backoff_min_ms / 1000.0, cfg->backoff_max_ms / 1000.0);
-    if (cfg->exclude_after > 0)
+               cfg->restart.backoff_min_ms / 1000.0, cfg->restart.backoff_max_ms / 1000.0);
+    if (cfg->restart.exclude_after > 0)
         printf("exclude_after=%u:%.0f (failures of one node : window in seconds)\n",
-               (unsigned)cfg->exclude_after,
-               (cfg->exclude_window_ms ? cfg->exclude_window_ms : 3600000u) / 1000.0);
-    if (cfg->spare)
+               (unsigned)cfg->restart.exclude_after,
+               (cfg->restart.exclude_window_ms ? cfg->restart.exclude_window_ms : 3600000u) /
+                   1000.0);
+    if (cfg->restart.spare)
         printf("spare=1 (waits to replace a lost or excluded node)\n");
 }
 
@@ -128,9 +130,9 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
         .role = cfg->role,
         .master_addr = cfg->local_addr ? cfg->local_addr : cfg->master_addr,
         .master_port = port,
-        .max_restarts = (unsigned)cfg->max_restarts,
+        .max_restarts = cfg->restart.max_restarts,
         .run_id = cfg->rdzv_id,
-        .checkpoint_dir = cfg->checkpoint_dir,
+        .checkpoint_dir = cfg->ckpt.dir,
         .virtual_local_rank = cfg->virtual_local_rank,
         .signals_to_handle = cfg->signals_to_handle,
         .agent_store = agent_env_agent_store_wanted(environ),
@@ -149,7 +151,7 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
                  cfg->log_dir ? cfg->log_dir : "<private temporary directory>", cfg->rdzv_id, i);
     w.error_file = error_file;
     w.endpoint = endpoint_text(cfg, endpoint, sizeof(endpoint));
-    if (cfg->hang_timeout_ms > 0) {
+    if (cfg->ckpt.hang_timeout_ms > 0) {
         snprintf(heartbeat, sizeof(heartbeat), "<heartbeat directory>/heartbeat_0_%d", i);
         w.heartbeat_file = heartbeat;
     }
@@ -174,13 +176,12 @@ static int dry_run_worker(const struct launcher_config *cfg, char **argv,
 /* --checkpoint-dir and how entries count as complete; --resume-arg's additions. */
 static void print_checkpoints(const struct launcher_config *cfg)
 {
-    if (cfg->checkpoint_dir == NULL)
+    if (cfg->ckpt.dir == NULL)
         return;
-    printf("checkpoint_dir=%s\ncheckpoint_settle=%.2f s\n", cfg->checkpoint_dir,
-           (cfg->checkpoint_settle_ms ? cfg->checkpoint_settle_ms : AGENT_CKPTWATCH_SETTLE_MS) /
-               1000.0);
-    if (cfg->checkpoint_marker != NULL)
-        printf("checkpoint_marker=%s\n", cfg->checkpoint_marker);
+    printf("checkpoint_dir=%s\ncheckpoint_settle=%.2f s\n", cfg->ckpt.dir,
+           (cfg->ckpt.settle_ms ? cfg->ckpt.settle_ms : AGENT_CKPTWATCH_SETTLE_MS) / 1000.0);
+    if (cfg->ckpt.marker != NULL)
+        printf("checkpoint_marker=%s\n", cfg->ckpt.marker);
     if (cfg->nresume_args == 0)
         return;
     printf("resume_args=");
@@ -207,9 +208,9 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
     if (port == 0 && agent_port_reserve(&fd, &port) == 0)
         close(fd); /* a port that is free now, to show a realistic plan */
     printf("run_id=%s\nrdzv_backend=%s\nrdzv_endpoint=%s\nnnodes=%d:%d\nnproc_per_node=%d\n"
-           "world_size=%d\nmax_restarts=%d\n",
+           "world_size=%d\nmax_restarts=%u\n",
            cfg->rdzv_id, backends[cfg->backend], endpoint_text(cfg, ep, sizeof(ep)), cfg->min_nodes,
-           cfg->max_nodes, cfg->nproc_per_node, world, cfg->max_restarts);
+           cfg->max_nodes, cfg->nproc_per_node, world, cfg->restart.max_restarts);
     print_backoff(cfg);
     if (cfg->torch_version > 0)
         printf("# the workers' PyTorch: %d.%d (found beside %s)\n", cfg->torch_version / 100,
@@ -218,8 +219,9 @@ static int dry_run(const struct launcher_config *cfg, char **argv)
         printf("# ranks assume group rank %d and %d workers on every node; the rendezvous "
                "decides\n",
                group_rank, cfg->nproc_per_node);
-    printf("preflight=%s\n", cfg->preflight ? "on" : "off");
+    printf("preflight=%s\n", cfg->pf.on ? "on" : "off");
     print_checkpoints(cfg);
+    launcher__opt_print_changed(cfg, stdout);
     printf("# MASTER_PORT is reserved again when the job starts\n");
     if ((fd = numa_plan(cfg, &numa, stdout)) != 0)
         return fd;
@@ -259,10 +261,10 @@ static void shared_options(const struct launcher_config *cfg, char **argv,
     o->mem_fraction = cfg->gpu_mem_fraction;
     o->gpu_mem_bytes = (uint64_t)cfg->gpu_mem_bytes;
     o->mps = cfg->mps == 1 ? AGENT_MPS_ON : cfg->mps == 2 ? AGENT_MPS_AUTO : AGENT_MPS_OFF;
-    o->max_restarts = (unsigned)cfg->max_restarts;
-    o->backoff_min_ms = cfg->backoff_min_ms;
-    o->backoff_max_ms = cfg->backoff_max_ms;
-    o->shutdown_timeout_ms = cfg->shutdown_timeout_ms;
+    o->max_restarts = cfg->restart.max_restarts;
+    o->backoff_min_ms = cfg->restart.backoff_min_ms;
+    o->backoff_max_ms = cfg->restart.backoff_max_ms;
+    o->shutdown_timeout_ms = cfg->restart.shutdown_timeout_ms;
     o->log_dir = cfg->log_dir;
     o->redirect = flags;
     o->tee = flags + n;
@@ -281,14 +283,15 @@ static int dry_run_shared(const struct launcher_config *cfg, char **argv)
         return AGENT_EXIT_INTERNAL;
     shared_options(cfg, argv, flags, &o);
     printf("run_id=%s\nmode=shared-gpu\ngpus=%d\nnproc_per_gpu=%d\nworkers=%d\n"
-           "gpu_mem_fraction=%.4f\nmps=%s\nmax_restarts=%d (per worker)\n",
+           "gpu_mem_fraction=%.4f\nmps=%s\nmax_restarts=%u (per worker)\n",
            cfg->rdzv_id, cfg->ngpu_ids, cfg->nproc_per_gpu, cfg->nproc_per_node,
            cfg->gpu_mem_fraction,
            cfg->mps == 1   ? "on"
            : cfg->mps == 2 ? "auto"
                            : "off",
-           cfg->max_restarts);
+           cfg->restart.max_restarts);
     print_backoff(cfg);
+    launcher__opt_print_changed(cfg, stdout);
     if (cfg->auto_batch)
         printf("# --auto-batch: a probe run at batch %d plans MUSTER_BATCH_SIZE at start\n",
                LAUNCHER_AUTO_BATCH_PROBE);
@@ -441,19 +444,9 @@ static void preflight_opts(const struct launcher_config *cfg, const char *const 
 {
     int n = cfg->nproc_per_node;
 
-    *pf = (struct agent_preflight_opts){
-        .on = cfg->preflight,
-        .only = cfg->preflight_only,
-        .need_gpus = cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0 ? (unsigned)n : 0,
-        .timeout_ms = cfg->preflight_timeout_ms,
-        .min_busbw = cfg->preflight_min_busbw,
-        .allow_mixed = cfg->preflight_allow_mixed,
-        .max_bytes = cfg->preflight_max_bytes,
-        .min_tflops = cfg->preflight_min_tflops,
-        .min_hbm_gbps = cfg->preflight_min_hbm_gbps,
-        .allow_slow = cfg->preflight_allow_slow,
-        .node_argv = node_argv,
-    };
+    *pf = cfg->pf; /* parsed in place (options.def) */
+    pf->need_gpus = cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0 ? (unsigned)n : 0;
+    pf->node_argv = node_argv;
     if (cfg->preflight_skipped)
         mc_info("pre-flight skipped: %d workers but %d GPUs, so not one GPU per worker "
                 "(--preflight on checks anyway)",
@@ -477,26 +470,9 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
                                          .virtual_local_rank = cfg->virtual_local_rank,
                                          .numa = numa->nbind > 0 ? numa : NULL,
                                          .torch_version = cfg->torch_version};
-    o->restart = (struct agent_restart_opts){.max_restarts = (unsigned)cfg->max_restarts,
-                                             .backoff_min_ms = cfg->backoff_min_ms,
-                                             .backoff_max_ms = cfg->backoff_max_ms,
-                                             .exclude_after = cfg->exclude_after,
-                                             .exclude_window_ms = cfg->exclude_window_ms,
-                                             .spare = cfg->spare,
-                                             .shutdown_timeout_ms = cfg->shutdown_timeout_ms,
-                                             .preempt_signal = cfg->preempt_signal,
-                                             .handle_signals = cfg->handle_signals,
-                                             .nhandle_signals = (unsigned)cfg->nhandle_signals};
+    o->restart = cfg->restart; /* parsed in place (options.def) */
     output_opts(cfg, flags, &o->out);
-    o->ckpt = (struct agent_ckpt_opts){.dir = cfg->checkpoint_dir,
-                                       .keep = (unsigned)cfg->keep_checkpoints,
-                                       .hang_timeout_ms = cfg->hang_timeout_ms,
-                                       .replicate = (unsigned)cfg->replicate_checkpoints,
-                                       .replicate_mbps = cfg->replicate_mbps,
-                                       .replicate_port = (unsigned)cfg->replicate_port,
-                                       .settle_ms = cfg->checkpoint_settle_ms,
-                                       .marker = cfg->checkpoint_marker,
-                                       .resume_args = (const char *const *)cfg->resume_args};
+    o->ckpt = cfg->ckpt; /* parsed in place (options.def) */
     preflight_opts(cfg, node_argv, &o->pf);
 }
 
@@ -560,6 +536,10 @@ int launcher_run(int argc, char **argv)
     int rc;
 
     launcher_secret_protect_process(); /* the agent holds the job's token (and MUSTER_TOKEN) */
+    if (argc == 1 && strcmp(argv[0], "--help-markdown") == 0) { /* the README's table */
+        launcher_print_run_markdown();
+        return 0;
+    }
     if (launcher_config_parse(argc, argv, &cfg, err, sizeof(err)) != 0) {
         mc_error("%s", err);
         launcher_config_free(&cfg);

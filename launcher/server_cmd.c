@@ -62,8 +62,8 @@ static const char server_help[] =
     "  -q, --quiet          no informational lines (listening, connections), only warnings and\n"
     "                       errors; -v, --verbose: debug lines too\n";
 
-/* The resource limit flags (server.h struct rdzv_limits; PROTOCOL.md "Limits"): each sets one
- * field; a flag not given leaves it 0, the default. Sizes take a K, M or G suffix (KiB...). */
+/* The resource limit flags, one row each in server_limits.def (server.h struct rdzv_limits;
+ * docs/SECURITY.md "Limits and quotas of a shared server"). */
 struct limit_flag {
     const char *name;
     size_t offset;    /* in struct rdzv_limits */
@@ -72,57 +72,11 @@ struct limit_flag {
     unsigned long long def;
 };
 
-#define LF_U(name, field, def, help)                                                               \
-    {                                                                                              \
-        name, offsetof(struct rdzv_limits, field), 0, help, def                                    \
-    }
-#define LF_S(name, field, def, help)                                                               \
-    {                                                                                              \
-        name, offsetof(struct rdzv_limits, field), 1, help, def                                    \
-    }
-
 static const struct limit_flag limit_flags[] = {
-    LF_U("--max-connections", max_connections, RDZV_LIMIT_MAX_CONNECTIONS,
-         "open protocol connections"),
-    LF_U("--max-connections-per-source", max_connections_per_source,
-         RDZV_LIMIT_MAX_CONNECTIONS_PER_SOURCE, "open connections from one /24 or /64"),
-    LF_U("--handshake-timeout-ms", handshake_ms, RDZV_LIMIT_HANDSHAKE_MS,
-         "from connect until HELLO is accepted"),
-    LF_U("--idle-timeout-ms", idle_ms, RDZV_LIMIT_IDLE_MS, "silence of a connection in no job"),
-    LF_U("--max-jobs", max_jobs, RDZV_LIMIT_MAX_JOBS, "jobs held at once"),
-    LF_U("--job-workers-per-proc", job_workers_per_proc, RDZV_LIMIT_JOB_WORKERS_PER_PROC,
-         "worker connections per job: this many per process"),
-    LF_U("--job-workers-slack", job_workers_slack, RDZV_LIMIT_JOB_WORKERS_SLACK,
-         "  ... plus this many"),
-    LF_S("--kv-max-keys", kv_max_keys, RDZV_KV_MAX_KEYS, "KV keys per job"),
-    LF_S("--kv-max-bytes", kv_max_bytes, RDZV_KV_MAX_BYTES, "KV key + value bytes per job"),
-    LF_S("--kv-max-total-bytes", kv_max_total_bytes, RDZV_LIMIT_KV_MAX_TOTAL_BYTES,
-         "KV bytes of all jobs together"),
-    LF_S("--send-queue-max", send_queue_max, RDZV_LIMIT_SEND_QUEUE_MAX,
-         "bytes not yet sent to one connection"),
-    LF_U("--kv-max-held-per-conn", kv_max_held_per_conn, RDZV_KV_MAX_HELD_PER_PEER,
-         "waiting KV_GETs and BARRIERs of one worker connection"),
-    LF_U("--kv-max-held-per-job", kv_max_held_per_job, RDZV_KV_MAX_HELD, "  ... of one job, plus"),
-    LF_U("--kv-held-per-worker", kv_held_per_worker, RDZV_LIMIT_KV_HELD_PER_WORKER,
-         "  ... this many per attached worker connection"),
-    LF_U("--kv-max-held-total", kv_max_held_total, RDZV_LIMIT_KV_MAX_HELD_TOTAL,
-         "  ... of all jobs together"),
-    /* issue 26: quotas per job credential scope ("id" or "prefix*"; not the operators') */
-    LF_U("--max-jobs-per-credential", max_jobs_per_credential, RDZV_LIMIT_MAX_JOBS_PER_CREDENTIAL,
-         "jobs created by one job credential"),
-    LF_U("--max-connections-per-credential", max_connections_per_credential,
-         RDZV_LIMIT_MAX_CONNECTIONS_PER_CREDENTIAL, "open connections of one job credential"),
-    LF_S("--kv-max-bytes-per-credential", kv_max_bytes_per_credential,
-         RDZV_LIMIT_KV_MAX_BYTES_PER_CREDENTIAL, "KV bytes of one job credential's jobs"),
-    LF_U("--kv-max-held-per-credential", kv_max_held_per_credential,
-         RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL, "  ... and their waiting KV requests"),
-    /* issue 26: the pre-authentication budget and the HTTP port */
-    LF_U("--max-preauth", preauth_max, RDZV_LIMIT_PREAUTH_MAX,
-         "unauthenticated connections (oldest idle evicted)"),
-    LF_U("--first-byte-timeout-ms", first_byte_ms, RDZV_LIMIT_FIRST_BYTE_MS,
-         "from connect until the first byte"),
-    LF_U("--http-max-connections", http_max_connections, RDZV_LIMIT_HTTP_MAX_CONNECTIONS,
-         "HTTP connections (oldest idle evicted)"),
+#define LIMIT(name, field, is_size, def, help)                                                     \
+    {name, offsetof(struct rdzv_limits, field), is_size, help, def},
+#include "server_limits.def"
+#undef LIMIT
 };
 
 #define N_LIMIT_FLAGS (sizeof(limit_flags) / sizeof(limit_flags[0]))
@@ -295,8 +249,9 @@ static int hs_flag(const char *name, const char *v, unsigned *out)
     return 0;
 }
 
-/* Raises RLIMIT_NOFILE's soft limit to the hard one (issue 26: at the 4,096 default, silent
- * HTTP connections took every descriptor and stopped every join). Returns the soft limit now. */
+/* Raises RLIMIT_NOFILE's soft limit to the hard one (at the 4,096 default, silent
+ * HTTP connections took every descriptor and stopped every join; docs/SECURITY.md "Limits and
+ * quotas of a shared server"). Returns the soft limit now. */
 static unsigned long raise_nofile(void)
 {
     struct rlimit r;
@@ -430,7 +385,7 @@ out:
  * queue written by a thread of its own (agent/sink.h), as the agent's do: a stderr nobody reads
  * (a stopped terminal, a full pipe to a log shipper) must not hold the loop, where each line
  * used to wait up to MC_LOG_WRITE_WAIT_MS for room: 1,000 refused addresses were minutes of a
- * server answering nobody (issue 26). Beyond the queue's hard limit lines are dropped and
+ * server answering nobody. Beyond the queue's hard limit lines are dropped and
  * counted; at exit what is left gets SERVER_LOG_DRAIN_MS. */
 #define SERVER_LOG_BUDGET ((size_t)1 << 20)
 #define SERVER_LOG_DRAIN_MS 1000

@@ -1,5 +1,6 @@
 /* Slurm: defaults for `muster run` from the SLURM_* variables of a job step, and Slurm's
- * hostlist syntax (issue 5). Flags given on the command line win; these fill only the rest. */
+ * hostlist syntax (docs/SLURM.md). Flags given on the command line win; these fill only the rest.
+ */
 #ifndef MUSTER_LAUNCHER_SLURM_H
 #define MUSTER_LAUNCHER_SLURM_H
 

@@ -201,7 +201,8 @@ static void print_job(json_t *job)
     print_pending(job, "waiting", "WAITING HOST");
 }
 
-/* Nodes charged with failures (issue 16), and which of them are excluded and why. */
+/* Nodes charged with failures (docs/FAULT_TOLERANCE.md "Restart policy"), and which of them are
+ * excluded and why. */
 static void print_node_failures(json_t *job)
 {
     json_t *a = json_object_get(job, "node_failures"), *n;
@@ -215,7 +216,8 @@ static void print_node_failures(json_t *job)
                json_is_true(json_object_get(n, "excluded")) ? str(n, "reason") : "no");
 }
 
-/* Where a checkpoint lives: the recording host, then "+HOST" per verified replica (issue 19). */
+/* Where a checkpoint lives: the recording host, then "+HOST" per verified replica
+ * (docs/FAULT_TOLERANCE.md "Checkpoint replicas"). */
 static void where(json_t *ck, char *buf, size_t len)
 {
     json_t *reps = json_object_get(ck, "replicas"), *r;

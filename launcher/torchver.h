@@ -3,7 +3,7 @@
  *
  * The worker environment depends on it where PyTorch renamed a variable: 1.13 reads only
  * NCCL_ASYNC_ERROR_HANDLING, 2.2+ reads TORCH_NCCL_ASYNC_ERROR_HANDLING and warns about the old
- * name in every process (issue 27: the warning twice per worker). torchrun sets what its own
+ * name in every process (the warning twice per worker). torchrun sets what its own
  * PyTorch reads; muster looks for torch/version.py where the interpreter's installation keeps
  * its packages: a virtual environment's or prefix's lib/python3.X/site-packages, Debian's
  * /usr/lib/python3/dist-packages and /usr/local/lib/python3.X/dist-packages, the user's

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Writes muster(1) in roff from the binary's own help texts, so the man page says exactly what
-# `muster --help` says: the main help (which holds `muster run --help`), then every other
-# command's --help, each kept as preformatted text. Run by the build (cmake/install.cmake):
+# `muster --help` says: the main help (which holds `muster run --help`, whose options are printed
+# from the option table launcher/options.def), then every other command's --help, each kept as
+# preformatted text; tests/integration/test_help_options.sh checks that every row of the table
+# is in it. Run by the build (cmake/install.cmake):
 #
 #     sh tools/gen-manpage.sh MUSTER_BIN VERSION OUT
 #

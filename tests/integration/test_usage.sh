@@ -56,9 +56,9 @@ fi
 expect_usage_error "PET_NPROC_PER_NODE=abc" PET_NPROC_PER_NODE=abc -- run --standalone train.py
 
 # help and version
-# every option the parser knows (its table in launcher/config.c), torchrun's and muster's own
-flags=$(sed -n 's/^ *\[O_[A-Z_]*\] = {"\([a-z-]*\)".*/\1/p' "$MUSTER_SRC/launcher/config.c")
-[ "$(wc -w <<<"$flags")" -gt 40 ] || fail "cannot read the option table of launcher/config.c"
+# every option the parser knows (its table, launcher/options.def), torchrun's and muster's own
+flags=$(sed -n 's/.*\.name = "\([a-z-]*\)".*/\1/p' "$MUSTER_SRC/launcher/options.def")
+[ "$(wc -w <<<"$flags")" -gt 40 ] || fail "cannot read the option table launcher/options.def"
 for h in "--help" "run --help"; do
     # shellcheck disable=SC2086
     IT_TIMEOUT=20 mrun -- $h

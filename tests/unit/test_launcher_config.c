@@ -17,6 +17,7 @@
 #include "harness.h"
 #include "config.h"
 #include "gpus.h"
+#include "options.h"
 
 #define MAX_ARGS 32
 
@@ -212,6 +213,44 @@ static void assert_uuid4(const char *s)
     assert_non_null(strchr("89ab", s[19]));
 }
 
+/* ---- the option table (options.def) ------------------------------------------------------- */
+
+/* Every row is complete and consistent: a name and help, PET_<NAME> spelled from the name, a
+ * value name exactly for options with a value, an error phrase for the generic parsers, unique
+ * names, and a default that parses when given as the value. */
+static void test_option_table(void **state)
+{
+    struct fx *fx = *state;
+
+    for (int i = 0; i < O_COUNT_; i++) {
+        const struct launcher_option *o = &launcher__options[i];
+        char pet[64] = "PET_";
+
+        assert_non_null(o->name);
+        assert_true(o->help != NULL && o->help[0] != '\0');
+        for (const char *l = o->help; *l != '\0';
+             l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0))
+            assert_true(strcspn(l, "\n") <= 70); /* --help's column 30 to 100 */
+        assert_int_equal(o->kind == OPT_FLAG, o->arg == NULL);
+        if (o->parse != OPT_P_CUSTOM && o->parse != OPT_P_FLAG && o->parse != OPT_P_FLAG_NONZERO &&
+            o->parse != OPT_P_STRING)
+            assert_non_null(o->must);
+        for (size_t k = 0; o->name[k]; k++)
+            pet[4 + k] = o->name[k] == '-' ? '_' : (char)(o->name[k] - 'a' + 'A');
+        if (o->pet != NULL)
+            assert_string_equal(o->pet, pet);
+        for (int j = 0; j < i; j++) {
+            assert_string_not_equal(o->name, launcher__options[j].name);
+            assert_true(o->short_name == 0 || o->short_name != launcher__options[j].short_name);
+        }
+        if (o->def != NULL && o->kind == OPT_VALUE) {
+            char name[80];
+            snprintf(name, sizeof(name), "--%s", o->name);
+            assert_ok(fx, parse(fx, name, o->def, "@S", NULL));
+        }
+    }
+}
+
 /* ---- defaults, spellings ------------------------------------------------------------------ */
 
 static void test_defaults(void **state)
@@ -233,9 +272,9 @@ static void test_defaults(void **state)
     assert_int_equal(c->close_timeout_ms, 30000);
     assert_int_equal(c->heartbeat_timeout_ms, 3000);
     assert_int_equal(c->keep_alive_interval_ms, 1000);
-    assert_int_equal(c->max_restarts, 0);
+    assert_int_equal(c->restart.max_restarts, 0);
     assert_true(c->monitor_interval > 0.0999 && c->monitor_interval < 0.1001);
-    assert_int_equal(c->shutdown_timeout_ms, 30000);
+    assert_int_equal(c->restart.shutdown_timeout_ms, 30000);
     assert_string_equal(c->role, "default");
     assert_int_equal(c->node_rank, 0);
     assert_string_equal(c->master_addr, "127.0.0.1");
@@ -275,7 +314,7 @@ static void test_dash_and_underscore_spellings(void **state)
                         "--rdzv-endpoint", "h1:1234", "--node-rank", "2", "--log-dir", "/l1", "@S",
                         NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 4);
-    assert_int_equal(fx->cfg.max_restarts, 3);
+    assert_int_equal(fx->cfg.restart.max_restarts, 3);
     assert_string_equal(fx->cfg.rdzv_id, "j1");
     assert_string_equal(fx->cfg.rdzv_host, "h1");
     assert_int_equal(fx->cfg.node_rank, 2);
@@ -286,7 +325,7 @@ static void test_dash_and_underscore_spellings(void **state)
                         NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 5);
     assert_string_equal(fx->cfg.nproc_spec, "5");
-    assert_int_equal(fx->cfg.max_restarts, 6);
+    assert_int_equal(fx->cfg.restart.max_restarts, 6);
     assert_string_equal(fx->cfg.rdzv_id, "j2");
     assert_string_equal(fx->cfg.rdzv_endpoint, "h2:99");
     assert_string_equal(fx->cfg.rdzv_host, "h2");
@@ -312,7 +351,7 @@ static void test_equals_values(void **state)
     assert_int_equal(c->rdzv_port, 29500);
     assert_string_equal(c->role, "trainer");
     assert_true(c->monitor_interval > 0.4999 && c->monitor_interval < 0.5001);
-    assert_int_equal(c->shutdown_timeout_ms, 2500);
+    assert_int_equal(c->restart.shutdown_timeout_ms, 2500);
     assert_string_equal(c->master_addr, "10.1.2.3");
     assert_int_equal(c->master_port, 1234);
     assert_string_equal(c->local_addr, "10.9.9.9");
@@ -462,7 +501,7 @@ static void test_pet_env_fallback(void **state)
     setenv("PET_LOCAL_RANKS_FILTER", "1", 1);
     assert_ok(fx, parse(fx, "@S", NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 3);
-    assert_int_equal(fx->cfg.max_restarts, 5);
+    assert_int_equal(fx->cfg.restart.max_restarts, 5);
     assert_string_equal(fx->cfg.rdzv_host, "envhost");
     assert_int_equal(fx->cfg.rdzv_port, 4321);
     assert_int_equal(fx->cfg.min_nodes, 1);
@@ -484,7 +523,7 @@ static void test_command_line_beats_pet(void **state)
     assert_ok(fx, parse(fx, "--nproc_per_node", "2", "--max-restarts=1", "--role", "cli",
                         "--nnodes", "1", "@S", NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 2);
-    assert_int_equal(fx->cfg.max_restarts, 1);
+    assert_int_equal(fx->cfg.restart.max_restarts, 1);
     assert_string_equal(fx->cfg.role, "cli");
     assert_int_equal(fx->cfg.max_nodes, 1);
 }
@@ -539,12 +578,12 @@ static void test_shutdown_timeout_sources(void **state)
     struct fx *fx = *state;
     setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7", 1);
     assert_ok(fx, parse(fx, "@S", NULL));
-    assert_int_equal(fx->cfg.shutdown_timeout_ms, 7000);
+    assert_int_equal(fx->cfg.restart.shutdown_timeout_ms, 7000);
     setenv("PET_SHUTDOWN_TIMEOUT", "4", 1);
     assert_ok(fx, parse(fx, "@S", NULL));
-    assert_int_equal(fx->cfg.shutdown_timeout_ms, 4000);
+    assert_int_equal(fx->cfg.restart.shutdown_timeout_ms, 4000);
     assert_ok(fx, parse(fx, "--shutdown-timeout", "0.25", "@S", NULL));
-    assert_int_equal(fx->cfg.shutdown_timeout_ms, 250);
+    assert_int_equal(fx->cfg.restart.shutdown_timeout_ms, 250);
     refuse(fx, "--shutdown-timeout", "-1", "--shutdown-timeout", "abc", NULL);
 }
 
@@ -554,22 +593,22 @@ static void test_replicate_flags(void **state)
     struct fx *fx = *state;
 
     assert_ok(fx, parse(fx, "@S", NULL));
-    assert_int_equal(fx->cfg.replicate_checkpoints, 0);
-    assert_true(fx->cfg.replicate_mbps == LAUNCHER_REPLICATE_MBPS_DEFAULT);
+    assert_int_equal(fx->cfg.ckpt.replicate, 0);
+    assert_true(fx->cfg.ckpt.replicate_mbps == 100.0); /* options.def's default */
     assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-checkpoints", "2",
                         "--replicate_bandwidth", "12.5", "@S", NULL));
-    assert_int_equal(fx->cfg.replicate_checkpoints, 2);
-    assert_true(fx->cfg.replicate_mbps == 12.5);
+    assert_int_equal(fx->cfg.ckpt.replicate, 2);
+    assert_true(fx->cfg.ckpt.replicate_mbps == 12.5);
     assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-bandwidth", "0", "@S", NULL));
-    assert_true(fx->cfg.replicate_mbps == 0);
+    assert_true(fx->cfg.ckpt.replicate_mbps == 0);
     assert_einval(fx, parse(fx, "--replicate-checkpoints", "1", "@S", NULL));
     assert_non_null(strstr(fx->err, "--checkpoint-dir"));
     assert_einval(
         fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-checkpoints", "9", "@S", NULL));
     assert_einval(fx, parse(fx, "--replicate-bandwidth", "-1", "@S", NULL));
-    assert_int_equal(fx->cfg.replicate_port, 0); /* an ephemeral port unless given */
+    assert_int_equal(fx->cfg.ckpt.replicate_port, 0); /* an ephemeral port unless given */
     assert_ok(fx, parse(fx, "--checkpoint-dir", "/tmp", "--replicate-port", "29555", "@S", NULL));
-    assert_int_equal(fx->cfg.replicate_port, 29555);
+    assert_int_equal(fx->cfg.ckpt.replicate_port, 29555);
     assert_einval(fx, parse(fx, "--replicate-port", "65536", "@S", NULL));
     assert_non_null(strstr(fx->err, "--replicate-port"));
     assert_einval(fx, parse(fx, "--replicate-port", "http", "@S", NULL));
@@ -693,7 +732,7 @@ static void test_option_prefixes(void **state)
 
     assert_ok(fx, parse(fx, "--nnode", "1", "--nproc=3", "--max_rest", "2", "@S", NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 3);
-    assert_int_equal(fx->cfg.max_restarts, 2);
+    assert_int_equal(fx->cfg.restart.max_restarts, 2);
     assert_ok(fx, parse(fx, "--nproc_per", "2", "--rdzv-i", "pj", "@S", NULL));
     assert_int_equal(fx->cfg.nproc_per_node, 2);
     assert_string_equal(fx->cfg.rdzv_id, "pj");
@@ -714,7 +753,7 @@ static void test_option_prefixes(void **state)
     /* an exact name wins over the longer ones it starts (--tee vs nothing, --preflight vs
      * --preflight-timeout...) */
     assert_ok(fx, parse(fx, "--preflight", "off", "@S", NULL));
-    assert_int_equal(fx->cfg.preflight, 0);
+    assert_int_equal(fx->cfg.pf.on, 0);
     assert_ok(fx, parse(fx, "--stand", "@S", NULL));
     assert_int_equal(fx->cfg.standalone, 1);
     /* a flag's prefix takes no value, like the flag */
@@ -850,7 +889,8 @@ static void test_rdzv_conf_overflow(void **state)
     assert_einval(fx, rc);
     rc = parse(fx, "--shutdown-timeout", "5000000", "@S", NULL);
     if (rc == 0)
-        print_error("--shutdown-timeout 5000000 accepted as %u ms\n", fx->cfg.shutdown_timeout_ms);
+        print_error("--shutdown-timeout 5000000 accepted as %u ms\n",
+                    fx->cfg.restart.shutdown_timeout_ms);
     assert_einval(fx, rc);
 }
 
@@ -1204,6 +1244,7 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
+        T(test_option_table),
         T(test_defaults),
         T(test_dash_and_underscore_spellings),
         T(test_static_recipe),
