@@ -62,7 +62,9 @@ explain_usage_error() {
     fi
 }
 
-# run_reference RUN-ARGS...: `muster run RUN-ARGS` fault-free on a fresh directory.
+# run_reference RUN-ARGS...: `muster run RUN-ARGS` fault-free on a fresh directory. Its sha256 is
+# deterministic, but unlike chaos.sh's reference it is not cached: the run is itself under test
+# (nothing resumed or appended on a fresh start, only complete checkpoints recorded).
 run_reference() {
     local t0
     t0=$(now_ms)
