@@ -42,8 +42,7 @@ NPROC=8
 . "$SRC/bench/lib.sh"
 bench_init bench
 
-${CC:-cc} -O2 -Wall -o "$W/stamp" "$SRC/bench/stamp.c" || { echo "bench: cannot compile bench/stamp.c" >&2; exit 1; }
-STAMP="$W/stamp"
+STAMP=$(bench_tool stamp) || exit 1
 
 have_muster=1 have_torchrun=1
 [ -x "$MUSTER_BIN" ] || { have_muster=0; echo "bench: $MUSTER_BIN not found: muster figures are n/a" >&2; }

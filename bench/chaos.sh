@@ -1,5 +1,5 @@
 #!/bin/bash
-# The long chaos run (issue 5): the driver of tests/integration/test_chaos.sh with 100 faults.
+# The long chaos run: the driver of tests/integration/test_chaos.sh with 100 faults.
 # Root, network namespaces and Debian's python3-torch needed; prints one summary line
 #
 #     chaos: seed=S faults=N/100 worker_kill=.. ... wall_s=.. ref_wall_s=.. lost_per_fault_s=..

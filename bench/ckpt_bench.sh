@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoint recorder costs (issue 25) on this machine, one run:
+# Checkpoint recorder costs on this machine, one run:
 #
 #   bench/ckpt_bench.sh [RESULTS_FILE]          (root for part c's loop-mounted file systems)
 #
@@ -70,7 +70,7 @@ fstype() { findmnt -n -o FSTYPE -T "$1" 2> /dev/null || stat -f -c %T "$1"; }
 
 log "$(date -u +%FT%TZ) on $(hostname): $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), load $(cut -d' ' -f1-3 /proc/loadavg)"
 log "work directory $W on $(fstype "$W") ($(df -h --output=avail "$W" | tail -1 | xargs) free)"
-row "# muster checkpoint recorder bench (issue 25) — $(date -u +%FT%TZ)"
+row "# muster checkpoint recorder bench — $(date -u +%FT%TZ)"
 row "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), kernel $(uname -r)"
 have_muster=0
 if [ -x "$MUSTER_BIN" ]; then
@@ -141,7 +141,7 @@ EOP
 # record_once FILE TAG -> "MS SOURCE SUM GAP_BEFORE GAP_DURING SILENCE LOST MISSING/SAMPLES" (or
 # "fail WHY"). RECORD_MODE=rename (default): the job's worker renames FILE (same file system)
 # into a fresh --checkpoint-dir as ckpt_1.bin, and it is moved back after; the clock starts at
-# the rename. RECORD_MODE=inplace (issue 25's in-place files; needs --checkpoint-settle): the
+# the rename. RECORD_MODE=inplace (files rewritten in place; needs --checkpoint-settle): the
 # worker copies FILE into the directory as ckpt.pt (cp --sparse=always: holes stay holes), as
 # torch.save writes in place; the clock starts when cp has closed it, and the --checkpoint-
 # settle time (CKPT_SETTLE, default 0.2 s) is subtracted from the figure.
@@ -244,7 +244,7 @@ prepare() { if [ "$2" = sparse ]; then evict "$1"; else cat "$1" > /dev/null; fi
 
 if { want a || want b; } && [ "$have_muster" = 1 ]; then
     if [ "$RECORD_MODE" = inplace ] && ! "$MUSTER_BIN" run --help 2>&1 | grep -q -- --checkpoint-settle; then
-        log "RECORD_MODE=inplace needs a muster with --checkpoint-settle (issue 25): muster figures are n/a"
+        log "RECORD_MODE=inplace needs a muster with --checkpoint-settle: muster figures are n/a"
         have_muster=0
     else
         server_start || have_muster=0

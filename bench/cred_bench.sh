@@ -1,5 +1,6 @@
 #!/bin/bash
-# What the scoped credentials of issue 11 cost, on this machine, in one run:
+# What the scoped credentials cost, on this machine, in one run (docs/SECURITY.md "Who holds
+# what, and what each credential can do"):
 #   (1) per peer on the server: a PSK identity's key (HMAC-SHA256, per handshake) and a node
 #       secret's check (SHA-256, per JOIN) — bench/credcost.c;
 #   (2) `muster run --standalone --nproc-per-node 8 --no-python /bin/true`, wall time, median of
@@ -17,10 +18,10 @@ RUNS=${RUNS:-21}
 W=$(mktemp -d "${TMPDIR:-/tmp}/muster-credbench.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 
-${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -o "$W/credcost" "$SRC/bench/credcost.c" \
-    "$SRC/rendezvous/cred.c" -lmbedcrypto || exit 1
+CREDCOST=$(dirname "$AFTER")/bench/credcost
+[ -x "$CREDCOST" ] || { echo "no $CREDCOST (cmake --build $(dirname "$AFTER") --target credcost)" >&2; exit 1; }
 echo "== (1) per peer"
-"$W/credcost"
+"$CREDCOST"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 launch_ms() {

@@ -1,6 +1,7 @@
-/* What the credential checks of issue 11 cost the server, per peer: deriving the key of a
+/* What the credential checks cost the server, per peer: deriving the key of a
  * claimed PSK identity (HMAC-SHA256, once per TLS handshake) and checking a node secret against
- * its node id (SHA-256, once per JOIN/REJOIN). Built and run by bench/cred_bench.sh. */
+ * its node id (SHA-256, once per JOIN/REJOIN). Built by CMake as build/bench/credcost, run by
+ * bench/cred_bench.sh. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>

@@ -1,19 +1,19 @@
 #!/bin/bash
-# Handshake flood benchmark (issue 11 §2; not a test: it prints figures, docs/BENCHMARKS.md).
+# Handshake flood benchmark (not a test: it prints figures, docs/BENCHMARKS.md).
 #
 #   bench/flood_bench.sh [BUILD_DIR]      (default BUILD_DIR: build; MUSTER_BIN overrides)
 #
 # One `muster server` on 127.0.0.1 (token file, HTTP for /metrics). Measures:
 #   (1) RUNS new 2-node rendezvous (two `muster run --nnodes 2 --token-file ... /bin/true`
 #       started together, wall time until both exited 0) without pressure;
-#   (2) the same while bench/flood keeps FLOOD_CONNS (200) unauthenticated connections churning
-#       ClientHellos (X25519 and secp521r1-only, alternating) from FLOOD_SRC (127.0.1.2: another /24 than the agents, issue 26);
+#   (2) the same while tests/peers/flood keeps FLOOD_CONNS (200) unauthenticated connections churning
+#       ClientHellos (X25519 and secp521r1-only, alternating) from FLOOD_SRC (127.0.1.2: another /24 than the agents);
 #       goal: every rendezvous <= 2 s;
 #   (3) the server's CPU per flood hello over FLOOD_SECS (5) of flood alone: once with the
 #       default per-source limits (most hellos refused at accept), once with the limits lifted
 #       (SERVER_ARGS_NOLIMIT: every hello gets a ServerHello and, for X25519, a key).
 # SERVER_ARGS adds flags to the server of (1) and (2). A server without the flags of (3)
-# (before issue 11) is measured with NOLIMIT=0.
+# (an older build) is measured with NOLIMIT=0.
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${1:-$SRC/build}
@@ -26,7 +26,7 @@ NOLIMIT=${NOLIMIT:-1}
 . "$SRC/bench/lib.sh"
 bench_init flood_bench
 
-${CC:-cc} -O2 -Wall -o "$W/flood" "$SRC/bench/flood.c" -lmbedtls -lmbedx509 -lmbedcrypto || exit 1
+FLOOD=$(bench_tool flood) || exit 1
 [ -x "$MUSTER_BIN" ] || { log "no muster binary at $MUSTER_BIN"; exit 2; }
 HZ=$(getconf CLK_TCK)
 
@@ -87,7 +87,7 @@ series() { # series TAG LABEL: RUNS rendezvous (ids fb<pid>-TAG<n>), one line
 touch "$W/token" && rm -f "$W/token" # the server writes a new one (0600)
 start_server main ${SERVER_ARGS:-}
 series quiet "no flood"
-"$W/flood" -e "127.0.0.1:$SPORT" -s "$FLOOD_SRC" -n "$FLOOD_CONNS" -t 0 > "$W/flood.out" 2>&1 &
+"$FLOOD" -e "127.0.0.1:$SPORT" -s "$FLOOD_SRC" -n "$FLOOD_CONNS" -t 0 > "$W/flood.out" 2>&1 &
 FPID=$!
 BG="$BG $FPID"
 sleep 2
@@ -104,7 +104,7 @@ cpu_per_hello() { # cpu_per_hello TAG [SERVER FLAGS...]
     shift
     start_server "$tag" "$@"
     c0=$(cpu_ticks)
-    "$W/flood" -e "127.0.0.1:$SPORT" -s "$FLOOD_SRC" -n "$FLOOD_CONNS" -t "$FLOOD_SECS" \
+    "$FLOOD" -e "127.0.0.1:$SPORT" -s "$FLOOD_SRC" -n "$FLOOD_CONNS" -t "$FLOOD_SECS" \
         -c "${FLOOD_CURVE:-mix}" > "$W/$tag.flood" 2>&1
     c1=$(cpu_ticks)
     opened=$(sed -n 's/.*opened=\([0-9]*\).*/\1/p' "$W/$tag.flood")

@@ -24,6 +24,18 @@ bench_cleanup() {
 
 log() { echo "$BENCH_NAME: $*" >&2; }
 
+# bench_tool NAME: the path of a C tool CMake built (bench/ or tests/peers/ of BUILD_DIR, which
+# defaults to MUSTER_BIN's folder, else build/); says which target to build when it is not there.
+# Use: X=$(bench_tool NAME) || exit 1
+bench_tool() {
+    local b=${BUILD_DIR:-$(dirname "${MUSTER_BIN:-$SRC/build/muster}")} d
+    for d in bench tests/peers; do
+        [ -x "$b/$d/$1" ] && { echo "$b/$d/$1"; return 0; }
+    done
+    echo "${BENCH_NAME:-bench}: no $1 in $b (cmake --build $b --target $1)" >&2
+    return 1
+}
+
 # median < numbers -> the median, rounded to an integer; n/a for no numbers
 median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 # ms NS -> NS in milliseconds with one decimal; n/a for n/a or nothing

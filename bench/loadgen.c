@@ -46,9 +46,7 @@
  *
  * RLIMIT_NOFILE is raised as far as the hard limit allows.
  * Exit 0 on success, 1 on a protocol error, a bad assignment or the timeout (default 60 s).
- * Build (rdzv_bench.sh does this): cc -O2 -I rendezvous -o loadgen bench/loadgen.c
- *   build/rendezvous/libmuster_rdzv.a -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash */
-#define _GNU_SOURCE
+ * Built by CMake as build/bench/loadgen (bench/CMakeLists.txt). */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -104,7 +102,7 @@ static int bind_source(struct ag *a)
     unsigned g = (unsigned)a->idx / LG_PER_SOURCE;
     char ip[32];
 
-    /* one /24 per group: the server's per-source limits count per /24 since issue 26 */
+    /* one /24 per group: the server's per-source limits count per /24 */
     snprintf(ip, sizeof(ip), "127.%u.%u.1", 1 + (g / 250) % 250, g % 250);
     uv_ip4_addr(ip, 0, &src);
     return uv_tcp_bind(&a->conn.tcp, (const struct sockaddr *)&src, 0);

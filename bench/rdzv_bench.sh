@@ -37,11 +37,11 @@
 #   (d) 3 hosts as network namespaces + server host; host 3's link is cut; figure = the last
 #       survivor's worker SIGTERM stamp minus the cut stamp (must be <= heartbeat_timeout + 0.5 s).
 #   (e) (a) with 16 muster agents, without pressure and with E_IDLE idle connections + 1 slowloris
-#       trickling a ClientHello (bench/slowloris.c -n 0 -r) on the hosting agent's server for the
+#       trickling a ClientHello (tests/peers/slowloris.c -n 0 -r) on the hosting agent's server for the
 #       whole run, started once that server listens, given up to E_WARM s to build up:
 #         tls: bench/loadgen -I: connections that finish the TLS handshake and send HELLO, then
 #              stay silent (the server cuts them after its 30 s idle timeout; they reconnect);
-#         pre: bench/slowloris -r: TCP connections that never send a byte (cut after the 5 s
+#         pre: tests/peers/slowloris -r: TCP connections that never send a byte (cut after the 5 s
 #              handshake timeout; they reconnect at once).
 #       Runs alternate (none, tls, pre); figure = medians and the ratio with / without.
 # Raw samples are printed; a summary goes to stdout at the end.
@@ -63,11 +63,9 @@ PRESS=""
 SUMMARY=""
 summ() { SUMMARY="$SUMMARY$*"$'\n'; log "$*"; }
 
-${CC:-cc} -O2 -Wall -o "$W/stamp" "$SRC/bench/stamp.c" || exit 1
-${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -I "$SRC/common" -o "$W/loadgen" "$SRC/bench/loadgen.c" \
-    "$BUILD_DIR/rendezvous/libmuster_rdzv.a" "$BUILD_DIR/common/libmuster_common.a" -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash || exit 1
-${CC:-cc} -O2 -Wall -o "$W/slowloris" "$SRC/bench/slowloris.c" || exit 1
-STAMP=$W/stamp
+STAMP=$(bench_tool stamp) || exit 1
+LOADGEN=$(bench_tool loadgen) || exit 1
+SLOWLORIS=$(bench_tool slowloris) || exit 1
 now() { "$STAMP" now; }
 wait_for() {  # wait_for TIMEOUT_S CMD...
     local end=$(( $(date +%s) + $1 ))
@@ -111,14 +109,14 @@ a_once() {  # a_once m|t N [none|tls|pre] -> ns from the last agent's start to t
         wait_for 10 bash -c "ss -Htln '( sport = :$port )' | grep -q ." || { echo "fail(no-server)"; kill_all; return; }
         : > "$W/press.out"
         if [ "$press" = tls ]; then
-            "$W/loadgen" -e 127.0.0.1:$port -I "${E_IDLE:-1000}" -t 0 >> "$W/press.out" 2>&1 &
+            "$LOADGEN" -e 127.0.0.1:$port -I "${E_IDLE:-1000}" -t 0 >> "$W/press.out" 2>&1 &
             BG="$BG $!"; PRESS="$PRESS $!"
-            "$W/slowloris" -e 127.0.0.1:$port -n 0 -r -t 0 > /dev/null 2>&1 &
+            "$SLOWLORIS" -e 127.0.0.1:$port -n 0 -r -t 0 > /dev/null 2>&1 &
             BG="$BG $!"; PRESS="$PRESS $!"
             # all idle connections handshaken and welcomed before the measurement starts
             wait_for "${E_WARM:-30}" bash -c "tail -1 '$W/press.out' | grep -o 'welcomed=[0-9]*' | cut -d= -f2 | awk -v n=${E_IDLE:-1000} '{v = \$1} END {exit !(v + 0 >= n)}'"
         else
-            "$W/slowloris" -e 127.0.0.1:$port -n "${E_IDLE:-1000}" -r -t 0 >> "$W/press.out" 2>&1 &
+            "$SLOWLORIS" -e 127.0.0.1:$port -n "${E_IDLE:-1000}" -r -t 0 >> "$W/press.out" 2>&1 &
             BG="$BG $!"; PRESS="$PRESS $!"
             wait_for "${E_WARM:-15}" bash -c "tail -1 '$W/press.out' | grep -q 'open=$((${E_IDLE:-1000} + 1)) '"
         fi
@@ -178,7 +176,7 @@ if [[ " $PARTS " == *" b "* ]]; then
             break
         fi
         sp=$(sed -n 's/.*server listening on .*:\([0-9][0-9]*\).*/\1/p' "$W/srv.err" | head -1)
-        out=$("$W/loadgen" -e 127.0.0.1:$sp -n "${B_AGENTS:-10000}" -j "${B_JOBS:-1}" -t "${B_TIMEOUT:-300}" -p $spid 2>&1)
+        out=$("$LOADGEN" -e 127.0.0.1:$sp -n "${B_AGENTS:-10000}" -j "${B_JOBS:-1}" -t "${B_TIMEOUT:-300}" -p $spid 2>&1)
         summ "(b) run $r: $out"
         kill -TERM $spid; wait $spid 2>/dev/null
         BG=""

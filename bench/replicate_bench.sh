@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoint replication (issue 19) on network-namespace hosts joined by veth links and a bridge:
+# Checkpoint replication on network-namespace hosts joined by veth links and a bridge:
 #   1. throughput: a MB-megabyte checkpoint replicated from host 1 (group rank 0) to host 2 on
 #      the direct agent-to-agent link (--replicate-bandwidth 0: no cap; the server on host 3
 #      only starts it), against raw TCP on the same links (python sendfile host 1 -> host 2,

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Rendezvous scaling (issue 14): simulated TLS agents (bench/loadgen) against one `muster server`
+# Rendezvous scaling: simulated TLS agents (build/bench/loadgen, from bench/loadgen.c)
+# against one `muster server`
 # on this machine, from 100 to 10,000 agents; a fresh server per run.
 #
 #   bench/scale_bench.sh [SIZES...]          (default: 100 300 1000 3000 10000)
@@ -30,14 +31,10 @@ trap 'kill $SPID 2>/dev/null; rm -rf "$W"' EXIT
 SPID=
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 export MUSTER_TOKEN=${MUSTER_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
-if [ -n "${LOADGEN:-}" ]; then
-    [ -x "$LOADGEN" ] || { echo "LOADGEN=$LOADGEN is not an executable" >&2; exit 1; }
-    cp "$LOADGEN" "$W/loadgen" || exit 1
-else
-    ${CC:-cc} -O2 -Wall -I "$SRC/rendezvous" -I "$SRC/common" -o "$W/loadgen" "$SRC/bench/loadgen.c" \
-        "$BUILD_DIR/rendezvous/libmuster_rdzv.a" "$BUILD_DIR/common/libmuster_common.a" \
-        -luv -lmbedtls -lmbedx509 -lmbedcrypto -ljansson -lxxhash || exit 1
-fi
+# LOADGEN: a loadgen binary (a GPU host's copy); else the one CMake built beside MUSTER_BIN
+LOADGEN=${LOADGEN:-$BUILD_DIR/bench/loadgen}
+[ -x "$LOADGEN" ] || { echo "no loadgen at $LOADGEN (cmake --build $BUILD_DIR --target loadgen)" >&2; exit 1; }
+cp "$LOADGEN" "$W/loadgen" || exit 1
 
 # run MODE AGENTS JOBS
 run() {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Hot spares (issue 16): time from the loss of a node to every worker of the job running again,
+# Hot spares: time from the loss of a node to every worker of the job running again,
 # on network-namespace hosts, with a spare waiting and without one.
 #
 #   bench/spare_bench.sh            (root + iproute2; prints a summary on stdout)
@@ -38,8 +38,7 @@ export MUSTER_TOKEN
 bench_init spare_bench
 SUMMARY=""
 summ() { SUMMARY="$SUMMARY$*"$'\n'; log "$*"; }
-${CC:-cc} -O2 -Wall -o "$W/stamp" "$SRC/bench/stamp.c" || exit 1
-STAMP=$W/stamp
+STAMP=$(bench_tool stamp) || exit 1
 now() { "$STAMP" now; }
 
 T=$W

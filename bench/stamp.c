@@ -1,4 +1,4 @@
-/* Tiny timing helper for bench/bench.sh (compiled by the script into a temporary directory).
+/* Tiny timing helper for bench/bench.sh (built by CMake as build/bench/stamp).
  * All times are CLOCK_MONOTONIC nanoseconds, comparable across processes on one machine.
  *
  *   stamp now                     print the current time
@@ -18,7 +18,6 @@
  *
  * Each log record is one write(2) to an O_APPEND descriptor, so records of concurrent workers
  * never interleave. */
-#define _GNU_SOURCE
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Worker start-up under muster (the agent's TCPStore, issue 27) and torchrun, side by side in one
+# Worker start-up under muster (the agent's TCPStore) and torchrun, side by side in one
 # run on this machine:
 #
 #   bench/store_bench.sh [OUT_FILE]

@@ -32,7 +32,7 @@ static void decode_one(uint8_t type, const uint8_t *p, size_t len)
         abort(); /* decoded but cannot be sent back: decoder and encoder disagree on limits */
     if (n == RDZV_HEADER_SIZE + len && memcmp(reenc + RDZV_HEADER_SIZE, p, len) == 0)
         return;
-    /* Free text that is not valid UTF-8 is made valid on receipt (issue 26: a character cut
+    /* Free text that is not valid UTF-8 is made valid on receipt (a character cut
      * short dropped, other bad bytes '?'), so its re-encoding differs from the input; what it
      * became must then be canonical itself: decoding and encoding it again changes nothing. */
     size_t n2 = 0;

@@ -32,7 +32,7 @@ static void fill_join(struct rdzv_join *j)
     j->reconnect_grace_ms = 60000;
     strcpy(j->resume, "ckpt_120.pt");
     j->resume_step = 120;
-    j->backoff_min_ms = 1000; /* the optional tail, both parts (issue 16) */
+    j->backoff_min_ms = 1000; /* the optional tail, both parts */
     j->backoff_max_ms = 60000;
     j->exclude_after = 2;
     j->flags = RDZV_JOIN_SPARE;

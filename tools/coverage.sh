@@ -1,5 +1,5 @@
 #!/bin/sh
-# Line coverage of agent/ from the unit tests alone (issue 13). Builds with gcc --coverage in
+# Line coverage of agent/ from the unit tests alone. Builds with gcc --coverage in
 # build-cov (its own tree: the normal build stays untouched), runs only `ctest -L unit`, then
 # asks gcov for each agent/*.c and prints one line per file, the total for agent/, and the total
 # without the files being restructured elsewhere (agent.c, attempt.c, agent_ft.c, preflight.c).

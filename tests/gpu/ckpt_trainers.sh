@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoints written the way real trainers write them (issue 25), on one GPU, one command from a
+# Checkpoints written the way real trainers write them, on one GPU, one command from a
 # clean tree:
 #
 #   tests/gpu/ckpt_trainers.sh BUILD_DIR OUT_DIR
@@ -61,7 +61,7 @@ read -r -a NG_EXTRA <<< "${NANOGPT_ARGS:-}"
 read -r -a HF_EXTRA <<< "${HF_ARGS:-}"
 : > "$OUT/summary.txt"
 
-log "# muster checkpoints of real trainers (issue 25) $(date -u +%FT%TZ) on $(hostname)"
+log "# muster checkpoints of real trainers $(date -u +%FT%TZ) on $(hostname)"
 log "$(nproc) cores, $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"); muster $("$M" --version 2>&1 | head -1)"
 nvidia-smi -L 2>/dev/null | head -1 | tee -a "$OUT/summary.txt"
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' 2>&1 | tee -a "$OUT/summary.txt"
@@ -70,7 +70,7 @@ log "fs of $OUT: $(stat -f -c %T "$OUT")"
 
 help=$("$M" run --help 2>&1)
 for flag in --resume-arg --checkpoint-settle; do
-    grep -q -- "$flag" <<<"$help" || { log "FAIL this muster has no $flag (issue 25 is not in this build)"; exit 1; }
+    grep -q -- "$flag" <<<"$help" || { log "FAIL this muster has no $flag (a build older than the option)"; exit 1; }
 done
 
 nanogpt_cmd() { CMD=("$TR/nanogpt.py" "--out_dir=$1" ${NG_EXTRA[@]+"${NG_EXTRA[@]}"}); }

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The console under PyTorch 2.x (issue 27 item 4), on the GPU host (torch 2.11):
+# The console under PyTorch 2.x, on the GPU host (torch 2.11):
 #   1. --dry-run: the workers' torch is found on disk (launcher/torchver.h), so no
 #      NCCL_ASYNC_ERROR_HANDLING (2.2+ warns about it in every process); the new name is set
 #   2. a real NCCL DDP run (examples/pytorch/train_ddp.py --backend nccl, one worker per GPU):

@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU health pre-flight on a GPU host (issue 15), one command from a clean tree:
+# GPU health pre-flight on a GPU host, one command from a clean tree:
 #
 #   tests/gpu/health.sh BUILD_DIR OUT_DIR
 #

@@ -3,11 +3,22 @@
 #
 #   . "$(dirname "$0")/lib.sh"; gpu_init "$@" DEFAULT_OUT
 #
-# sets B (the build dir, $1, default build-gpu), OUT ($2, default DEFAULT_OUT, created), SRC (the
+# exits 77 on a machine without a GPU (gpu_require); sets B (the build dir, $1, default build-gpu), OUT ($2, default DEFAULT_OUT, created), SRC (the
 # tree), M (muster) and FAILS; turns NVLink multicast off (it must stay off on shared hosts,
 # KINDS.md; workers inherit this); log/check write OUT/summary.txt.
 GPU_LIB_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# No GPU here (no nvidia-smi, or it lists none): exit 77 before anything runs, so that ctest
+# counts the script skipped (tests/cases.list, label gpu) on a machine without one.
+gpu_require() {
+    if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+        echo "$(basename "$0"): skipped: no GPU here (nvidia-smi absent or lists none)" >&2
+        exit 77
+    fi
+}
+
 gpu_init() {
+    gpu_require
     local default_out=${*: -1} args=("${@:1:$#-1}")
     B=$(cd "${args[0]:-build-gpu}" && pwd)
     OUT=${args[1]:-$default_out}

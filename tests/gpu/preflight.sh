@@ -1,5 +1,5 @@
 #!/bin/bash
-# Pre-flight on a GPU host (issue 6), one command from a clean tree:
+# Pre-flight on a GPU host, one command from a clean tree:
 #
 #   tests/gpu/preflight.sh BUILD_DIR OUT_DIR
 #

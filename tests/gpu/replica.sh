@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoint replica throughput (issue 19) on the GPU host, CPU only: 16 cores, so the sender
+# Checkpoint replica throughput on the GPU host, CPU only: 16 cores, so the sender
 # and the receiver each have cores of their own (on the 2-core build VM they share two with
 # the test harness). One command from a clean tree:
 #
@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 gpu_init "$@" /tmp/muster-gpu-replica
 MB=${MB:-1000}
-log "# muster replica bench (issue 19) $(date -u +%FT%TZ) on $(hostname)"
+log "# muster replica bench $(date -u +%FT%TZ) on $(hostname)"
 log "$(nproc) cores, $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"); load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 MUSTER_BIN=$M SKIP_STEPS=1 REPS=3 MB=$MB timeout -k 5 300 "$SRC/bench/replicate_bench.sh" > "$OUT/netns.out" 2> "$OUT/netns.err"

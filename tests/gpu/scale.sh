@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendezvous scaling with TLS on (issue 14) on the GPU host, CPU only, one command from a clean
+# Rendezvous scaling with TLS on, on the GPU host, CPU only, one command from a clean
 # tree:
 #
 #   tests/gpu/scale.sh BUILD_DIR OUT_DIR
@@ -7,21 +7,20 @@
 # BUILD_DIR holds muster and loadgen built statically on the build host (the GPU host has no
 # libuv/mbedTLS/jansson/xxhash and nothing can be installed there):
 #   cmake -S . -B build-gpuscale -DMUSTER_STATIC_DEPS=ON -DMUSTER_PREFLIGHT_GPU=OFF -DCMAKE_BUILD_TYPE=Release
-#   cmake --build build-gpuscale -j2 --target muster muster_rdzv muster_common
-#   L=/usr/lib/x86_64-linux-gnu; B=build-gpuscale
-#   cc -O2 -Wall -I rendezvous -I common -I $B/common -o $B/loadgen bench/loadgen.c \
-#      $B/rendezvous/libmuster_rdzv.a $B/common/libmuster_common.a $L/libuv_a.a $L/libmbedtls.a \
-#      $L/libmbedx509.a $L/libmbedcrypto.a $L/libjansson.a $L/libxxhash.a -lpthread -ldl
-# Only the two binaries need to travel. Runs bench/scale_bench.sh (its header says what each
-# line holds) with LOADGEN=BUILD_DIR/loadgen: sizes 100 300 1000 3000 10000 agents in one job,
+#   cmake --build build-gpuscale -j2 --target muster loadgen
+# Only the two binaries (BUILD_DIR/muster, BUILD_DIR/bench/loadgen) need to travel. Runs
+# bench/scale_bench.sh (its header says what each line holds) with LOADGEN=BUILD_DIR/bench/loadgen: sizes 100 300 1000 3000 10000 agents in one job,
 # plain PSK and ECDHE-PSK (ECDHE_MAX, default 10000 here), then 1,000 jobs x 10 agents, with
 # PROCS=8 loadgen processes so that the server keeps cores. The environment passes SIZES,
 # MODES, ECDHE_MAX, PROCS, JOBS_RUN, TIMEOUT through.
 # Checks: the binaries need none of those libraries; the file-descriptor limit allows 10,000
-# agents; every run completed; for 10,000 agents in one job, the targets (issue 14): first
+# agents; every run completed; for 10,000 agents in one job, the targets: first
 # connect -> last ASSIGN <= 5 s and server peak RSS <= 200 MB, in each mode run.
 # Results: OUT_DIR/summary.txt and OUT_DIR/table.txt. Exit 0 when every check passed.
 set -u
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+gpu_require # a GPU host's run; elsewhere (ctest -L gpu) skipped
 B=$(cd "${1:-build-gpuscale}" && pwd)
 OUT=${2:-/tmp/muster-gpu-scale}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -32,10 +31,10 @@ log() { echo "$*" | tee -a "$OUT/summary.txt"; }
 pass() { log "PASS $*"; }
 fail() { log "FAIL $*"; FAILS=$((FAILS + 1)); }
 
-log "# muster rendezvous scale (issue 14) $(date -u +%FT%TZ) on $(hostname)"
+log "# muster rendezvous scale $(date -u +%FT%TZ) on $(hostname)"
 log "$(nproc) cores, $(uname -r), $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(awk '/MemTotal/ {printf "MemTotal %.1f GiB", $2 / 1048576}' /proc/meminfo)"
 log "ulimit -n soft $(ulimit -n) hard $(ulimit -Hn); fs.nr_open $(cat /proc/sys/fs/nr_open 2>/dev/null); somaxconn $(cat /proc/sys/net/core/somaxconn 2>/dev/null); ip_local_port_range $(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null | tr '\t' ' ')"
-for bin in muster loadgen; do
+for bin in muster bench/loadgen; do
     [ -x "$B/$bin" ] || { fail "$B/$bin missing"; continue; }
     if ldd "$B/$bin" 2>&1 | grep -Eq 'libuv|mbed|jansson|xxhash|not found'; then
         fail "$bin needs libraries this host lacks: $(ldd "$B/$bin" 2>&1 | grep -E 'libuv|mbed|jansson|xxhash|not found' | tr '\n' ' ')"
@@ -49,7 +48,7 @@ if [ "$hard" = unlimited ] || [ "$hard" -ge 10100 ]; then pass "hard fd limit $h
 else fail "hard fd limit $hard is below the ~10,100 fds 10,000 agents need"; fi
 
 export PROCS=${PROCS:-8} ECDHE_MAX=${ECDHE_MAX:-10000} TIMEOUT=${TIMEOUT:-120}
-export MUSTER_BIN=$B/muster BUILD_DIR=$B LOADGEN=$B/loadgen
+export MUSTER_BIN=$B/muster BUILD_DIR=$B LOADGEN=$B/bench/loadgen
 log "command: PROCS=$PROCS ECDHE_MAX=$ECDHE_MAX TIMEOUT=$TIMEOUT MODES='${MODES:-plain ecdhe}' JOBS_RUN=${JOBS_RUN:-1} LOADGEN=$LOADGEN MUSTER_BIN=$MUSTER_BIN bench/scale_bench.sh ${SIZES:-}"
 t0=$(date +%s%N)
 # shellcheck disable=SC2086

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Shared-GPU mode on one GPU (issue 7), one command from a clean tree:
+# Shared-GPU mode on one GPU, one command from a clean tree:
 #
 #   tests/gpu/shared.sh BUILD_DIR OUT_DIR
 #
@@ -8,8 +8,8 @@
 #    The same without MPS (PyTorch's fraction only).
 # 2. Throughput: K = 1, 2, 4 copies of examples/pytorch/train_shared.py (small MLP, batch 256)
 #    on one GPU, without and with MPS. Aggregate steps/s = all steps / (last end - first start)
-#    over a common window (--start-at). Targets: K=4 with MPS >= 4x one worker; MPS >= 1.3x
-#    plain time-slicing at K=4.
+#    over a common window (--start-at). Targets, each checked (a FAIL below it): K=4 with MPS
+#    >= 4x one worker; MPS >= 1.3x plain time-slicing at K=4.
 # Results: OUT_DIR/summary.txt. Exit 0 when every check passed.
 set -u
 # shellcheck source=lib.sh
@@ -88,5 +88,14 @@ r1=$("$PY" -c "print('%.2f' % (${AGG[on4]:-0} / max(${AGG[off1]:-0}, 1e-9)))")
 r2=$("$PY" -c "print('%.2f' % (${AGG[on4]:-0} / max(${AGG[off4]:-0}, 1e-9)))")
 log "model/batch: $TP_ARGS"
 log "K=4 with MPS / one worker alone: ${r1}x (target >= 4); MPS / time-slicing at K=4: ${r2}x (target >= 1.3)"
+# the targets are checks: below one is a FAIL (both need K=1 and K=4 in SHARED_KS)
+at_least() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a >= b)}'; }
+if [ -n "${AGG[on4]:-}" ] && [ -n "${AGG[off1]:-}" ] && [ -n "${AGG[off4]:-}" ]; then
+    at_least "$r1" 4; check $? 0 "target: K=4 with MPS >= 4x one worker alone (${r1}x)"
+    at_least "$r2" 1.3; check $? 0 "target: MPS >= 1.3x time-slicing at K=4 (${r2}x)"
+else
+    log "FAIL targets not checked: SHARED_KS='$KS' lacks K=1 or K=4"
+    FAILS=$((FAILS + 1))
+fi
 log "# $FAILS failed"
 [ "$FAILS" = 0 ]

@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU smoke run for `muster run` (issue 2 on a GPU host): GPU counting without CUDA in the agent,
+# GPU smoke run for `muster run` (on a GPU host): GPU counting without CUDA in the agent,
 # a real NCCL DDP job under muster and under torchrun side by side, a restart with NCCL, the
 # libmuster example, and bench/bench.sh with the host's torchrun.
 #

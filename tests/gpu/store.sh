@@ -1,5 +1,5 @@
 #!/bin/bash
-# The agent's TCPStore (issue 27) with PyTorch 2.x's client (2.11 on the H200 host: the 2.2+
+# The agent's TCPStore with PyTorch 2.x's client (2.11 on the H200 host: the 2.2+
 # dialect, VALIDATE first, no attempt prefix), one command from a clean tree:
 #
 #   tests/gpu/store.sh BUILD_DIR OUT_DIR
@@ -20,7 +20,7 @@ PY=${PYTHON:-$(command -v python3)}
 W=$SRC/tests/integration/store_worker.py
 RUNS=${RUNS:-200}
 NPROC=${NPROC:-2}
-log "# agent store (issue 27) $(date -u +%FT%TZ) on $(hostname), torch $("$PY" -c 'import torch; print(torch.__version__)' 2>&1)"
+log "# agent store $(date -u +%FT%TZ) on $(hostname), torch $("$PY" -c 'import torch; print(torch.__version__)' 2>&1)"
 
 failed=0 aborts=0 t0=$(date +%s%N)
 for i in $(seq "$RUNS"); do

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The chaos run (issue 5): a deterministic PyTorch DDP job (examples/pytorch/train_ckpt.py, gloo,
+# The chaos run: a deterministic PyTorch DDP job (examples/pytorch/train_ckpt.py, gloo,
 # CPU, fixed seeds and data order) on 3 network-namespace hosts, hit by a seeded random schedule
 # of faults; it must finish with weights bit-identical to a fault-free run's. Shared by
 # tests/integration/test_chaos.sh (about 10 faults) and bench/chaos.sh (100 faults).
@@ -34,7 +34,8 @@
 # Variables: CHAOS_SEED (default: random, printed), CHAOS_FAULTS (10), CHAOS_STEPS (150),
 # CHAOS_CKPT_EVERY (5), CHAOS_STEP_SLEEP (0.15), CHAOS_GAP (2, seconds), CHAOS_RECOVER_S (90),
 # CHAOS_WALL_S (cap on the chaos run's wall time, 600), CHAOS_REF_PARAMS (skip the reference run
-# and use this hash; CHAOS_REF_WALL_MS then gives its wall time, for the per-fault figure),
+# and use this hash; CHAOS_REF_WALL_MS then gives its wall time, for the per-fault figure;
+# otherwise the reference comes from $MUSTER_CACHE when it holds one: ch_ref_key),
 # CHAOS_KINDS (space-separated subset of the kinds above; default all).
 
 CHAOS_SEED=${CHAOS_SEED:-$(( $(date +%s%N) % 32768 ))}
@@ -338,6 +339,39 @@ ch_check_ckpts() {
     [ -z "$resized" ] || ch_fail "checkpoints we never touched have another size than recorded:$resized"
 }
 
+# The fault-free reference is deterministic: the same trainer, arguments and torch give the same
+# parameters, whatever muster does (the chaos run checks all the rest). So it is kept in
+# $MUSTER_CACHE (ctest sets it: build/tests/cache) under a hash of what it depends on (these
+# scripts, the trainer, the run's arguments, torch's version file) and recomputed when any of
+# them changes; without MUSTER_CACHE every run computes it.
+ch_ref_key() {
+    local here torch
+    here=$(dirname "${BASH_SOURCE[0]}")
+    torch=$("$TORCH_PY" -c 'import importlib.util as u; print(u.find_spec("torch").origin)' 2>/dev/null)
+    {
+        cat "$here/chaos.sh" "$here/ft.sh" "$here/multi.sh" "$here/netns.sh" "$here/lib.sh" \
+            "$CKPT_PY" "$(dirname "$torch")/version.py" 2>/dev/null
+        echo "$TORCH_PY $CHAOS_STEPS $CHAOS_CKPT_EVERY $CHAOS_STEP_SLEEP"
+    } | sha256sum | cut -c1-16
+}
+
+# ch_ref_cached: 0 and CH_PARAMS, CH_WALL_MS from the cache when it holds this reference.
+ch_ref_cached() {
+    [ -n "${MUSTER_CACHE:-}" ] || return 1
+    CH_REF_CACHE=$MUSTER_CACHE/chaos-ref.$(ch_ref_key)
+    [ -f "$CH_REF_CACHE" ] && read -r CH_PARAMS CH_WALL_MS < "$CH_REF_CACHE" &&
+        [ -n "$CH_PARAMS" ] && [ -n "$CH_WALL_MS" ]
+}
+
+# ch_ref_store: the reference just computed into the cache (atomically: a concurrent run of the
+# same key reads a whole line or none).
+ch_ref_store() {
+    [ -n "${MUSTER_CACHE:-}" ] || return 0
+    CH_REF_CACHE=$MUSTER_CACHE/chaos-ref.$(ch_ref_key)
+    mkdir -p "$MUSTER_CACHE" && echo "$CH_PARAMS $CH_WALL_MS" > "$CH_REF_CACHE.$$" &&
+        mv -f "$CH_REF_CACHE.$$" "$CH_REF_CACHE"
+}
+
 chaos_main() {
     need_torch
     ns_setup 4
@@ -347,11 +381,16 @@ chaos_main() {
         ref=$CHAOS_REF_PARAMS
         ref_ms=${CHAOS_REF_WALL_MS:-0}
         chlog "reference params $ref given (wall $(ch_fmt_ms "$ref_ms") s)"
+    elif ch_ref_cached; then
+        ref=$CH_PARAMS
+        ref_ms=$CH_WALL_MS
+        chlog "reference params $ref from the cache ($CH_REF_CACHE; wall $(ch_fmt_ms "$ref_ms") s)"
     else
         ch_run ref 0
         ref=$CH_PARAMS
         ref_ms=$CH_WALL_MS
         chlog "reference run: params $ref, wall $(ch_fmt_ms "$ref_ms") s"
+        ch_ref_store
     fi
     RANDOM=$CHAOS_SEED
     ch_run chaos "$CHAOS_FAULTS"

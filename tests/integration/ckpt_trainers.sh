@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Helpers for test_ckpt_trainers_<style>.sh (issue 25: restart from the last good checkpoint for
+# Helpers for test_ckpt_trainers_<style>.sh (restart from the last good checkpoint for
 # the trainers people actually run). Source it instead of ft.sh, first thing:
 #
 #     . "$(dirname "$0")/ckpt_trainers.sh"
@@ -53,16 +53,18 @@ final_sha() {
     sed -n 's/^\[rank0\]: final sha256 \([0-9a-f]\{64\}\) .*/\1/p' "$1" | tail -1
 }
 
-# explain_usage_error WHAT: fails with a clear message when muster refused --resume-arg (before
-# issue 25); nothing otherwise.
+# explain_usage_error WHAT: fails with a clear message when muster refused --resume-arg (a build
+# older than the option); nothing otherwise.
 explain_usage_error() {
     if grep -qE "unknown option '--resume-arg'|resume-arg.*(unknown|unrecognized|invalid)" "$T/err"; then
         show_output 10
-        fail "$1: muster run does not accept --resume-arg (issue 25 not implemented): $(grep -m1 'resume-arg' "$T/err")"
+        fail "$1: muster run does not accept --resume-arg (a muster older than the option): $(grep -m1 'resume-arg' "$T/err")"
     fi
 }
 
-# run_reference RUN-ARGS...: `muster run RUN-ARGS` fault-free on a fresh directory.
+# run_reference RUN-ARGS...: `muster run RUN-ARGS` fault-free on a fresh directory. Its sha256 is
+# deterministic, but unlike chaos.sh's reference it is not cached: the run is itself under test
+# (nothing resumed or appended on a fresh start, only complete checkpoints recorded).
 run_reference() {
     local t0
     t0=$(now_ms)

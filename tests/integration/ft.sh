@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Helpers for the fault-tolerance tests (test_ft_*.sh, issue 5: checkpoint registry and resume,
+# Helpers for the fault-tolerance tests (test_ft_*.sh: checkpoint registry and resume,
 # hang detection, pre-emption, Slurm defaults). Source it instead of lib.sh, first thing:
 #
 #     . "$(dirname "$0")/ft.sh"

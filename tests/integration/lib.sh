@@ -190,6 +190,22 @@ pid_gone() {
     ! kill -0 "$1" 2>/dev/null || [ "$(awk '/^State:/ {print $2}' /proc/"$1"/status 2>/dev/null)" = Z ]
 }
 
+# silent_flood ARGS...: tests/peers/silent_conns ARGS (HOST PORT NADDR PER FROM and its options)
+# in the background, its output in $T/flood.out|err, its pid in FPID (killed at exit), once it
+# says `connected`; skips (77) when the tool is not built or says it cannot run here (the fd
+# limit), fails when it does not connect within 40 s.
+silent_flood() {
+    [ -x "${SILENT_CONNS:-}" ] || skip "SILENT_CONNS is not set (ctest sets it: tests/peers/silent_conns.c)"
+    "$SILENT_CONNS" "$@" > "$T/flood.out" 2> "$T/flood.err" &
+    FPID=$!
+    IT_BG_PIDS="$IT_BG_PIDS $FPID"
+    if ! wait_for 40 grep -q '^connected' "$T/flood.out"; then
+        wait_for 1 pid_gone "$FPID" && { wait "$FPID"; [ $? = 77 ] && skip "$(cat "$T/flood.err")"; }
+        cat "$T/flood.err" >&2
+        fail "silent_conns $*: not connected within 40 s"
+    fi
+}
+
 # mrun [VAR=VALUE...] -- ARGS...: runs `muster ARGS` in the foreground with the marker in its
 # environment, a hard timeout (IT_TIMEOUT, default 120 s) and extra environment assignments.
 # Sets RC, and leaves stdout/stderr in $T/out and $T/err (or $OUTF/$ERRF if set).

@@ -37,7 +37,7 @@ start_server() {
     done
     [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
     local host=${SERVER_HOST:-127.0.0.1} port=${SERVER_PORT:-0} tag=${SERVER_TAG:-server}
-    # /status over HTTP needs an observer credential since issue 26; the tests that read it
+    # /status over HTTP needs an observer credential (docs/SECURITY.md); the tests that read it
     # get it public (SERVER_HTTP_PRIVATE=1: not, for the tests of that check)
     local http=(--http "$host:0" --http-public-status)
     [ "${SERVER_HTTP_PRIVATE:-0}" = 1 ] && http=(--http "$host:0")

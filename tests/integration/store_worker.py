@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Worker for test_agent_store.sh and bench/store_bench.sh (issue 27): the agent's TCPStore as
+"""Worker for test_agent_store.sh and bench/store_bench.sh: the agent's TCPStore as
 PyTorch's own client sees it. Modes:
 
   init         pytorch's test/bin/test_script_init_method.py shape: init_process_group over
@@ -115,7 +115,7 @@ def main():
         os._exit(5)  # the bench's restart: attempt 1 is measured too
     # no destroy_process_group(): as pytorch's test_script_init_method.py. That shape can abort
     # at interpreter exit under torch 1.13 on Python 3.11 (a gloo thread takes the GIL during
-    # Py_FinalizeEx: docs/BENCHMARKS.md, issue 27); the modes that test the store itself leave
+    # Py_FinalizeEx: docs/BENCHMARKS.md); the modes that test the store itself leave
     # without finalizing, so that race cannot fail them
     if mode != "init":
         sys.stdout.flush()

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The agent's TCPStore (issue 27) with the real client (Debian's torch 1.13, gloo):
+# The agent's TCPStore with the real client (Debian's torch 1.13, gloo):
 # (a) pytorch's test_script_init_method.py shape (env://, no destroy_process_group) STORE_RUNS
 #     times with 2 workers: every run's ranks say Done; a run may only fail by the known abort
 #     of torch 1.13 on Python 3.11 at interpreter exit ("terminate called without an active

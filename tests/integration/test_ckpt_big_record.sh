@@ -1,5 +1,5 @@
 #!/bin/bash
-# Recording big checkpoints never stalls the agent (issue 25, "no checkpoint work on the event
+# Recording big checkpoints never stalls the agent ("no checkpoint work on the event
 # loop"): rank 0 writes a 20 GB checkpoint file (sparse: the hashing path reads all 20 GB, the
 # disk holds none of it) renamed into place, then a 30,000-file directory written in place and
 # completed DCP-style (.metadata renamed in last). Both are recorded while the agent's heartbeats

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The last checkpoint of a job that finishes reaches its replica (issue 19): rank 0 writes a
+# The last checkpoint of a job that finishes reaches its replica: rank 0 writes a
 # checkpoint and every worker exits 0 at once; the node of rank 0 waits for the copy
 # (--replicate-bandwidth 15 makes it take ~2 s) before it reports done, so the job ends with
 # the copy verified on the other node. Loopback, two agents with their own --checkpoint-dir.

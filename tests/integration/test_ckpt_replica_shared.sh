@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoint replicas with a shared --checkpoint-dir (issue 19): both agents see the same
+# Checkpoint replicas with a shared --checkpoint-dir: both agents see the same
 # directory and registry, so the receiver answers "already here" and nothing is copied; no
 # temporary file is left, the checkpoint is recorded once. Loopback, a shell worker.
 . "$(dirname "$0")/ft.sh"

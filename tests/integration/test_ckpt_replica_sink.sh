@@ -1,5 +1,5 @@
 #!/bin/bash
-# The receiving side of checkpoint replicas (issue 19): permission bits travel with the copy,
+# The receiving side of checkpoint replicas: permission bits travel with the copy,
 # and writing it never stalls the receiving agent's loop. Loopback, two agents with their own
 # --checkpoint-dir, no --replicate-bandwidth cap; the test tells rank 0's worker when to write
 # each checkpoint (one at a time: a newer one would supersede a copy in flight).

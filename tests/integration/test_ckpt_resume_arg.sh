@@ -1,5 +1,5 @@
 #!/bin/bash
-# --resume-arg (issue 25): scripts that resume only when told on their command line (nanoGPT's
+# --resume-arg: scripts that resume only when told on their command line (nanoGPT's
 # --init_from=resume, HF's --resume_from_checkpoint PATH) get the templates appended, "{}"
 # replaced by the verified checkpoint's path — only in an attempt that resumes, never in a fresh
 # one; a worker that wrote in place and was killed mid-write gets the last good version put back

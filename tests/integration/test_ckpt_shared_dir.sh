@@ -1,5 +1,5 @@
 #!/bin/bash
-# Removal in a shared --checkpoint-dir (issue 25, item 4; docs/SECURITY.md "Files on the node").
+# Removal in a shared --checkpoint-dir (docs/SECURITY.md "Files on the node").
 # muster runs as root with --checkpoint-dir a sticky world-writable root-owned directory (mode
 # 1777, like /tmp: mc_dir_open accepts it; other users may add names but not rename or remove
 # root's). A hostile local user (nobody) plants names there that muster removes: leftovers of a

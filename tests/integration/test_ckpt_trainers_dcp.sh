@@ -1,5 +1,5 @@
 #!/bin/bash
-# torch.distributed.checkpoint-style training under kills (issue 25): trainers/dcp_style.py, 2
+# torch.distributed.checkpoint-style training under kills: trainers/dcp_style.py, 2
 # gloo workers; every 10 steps each rank writes its shard step-<N>/__<rank>_0.distcp straight
 # into --ckpt_dir, then rank 0 writes .metadata.tmp and renames it to .metadata (as DCP's
 # FileSystemWriter does), and deletes the oldest step-* beyond 2 (shutil.rmtree). It resumes from

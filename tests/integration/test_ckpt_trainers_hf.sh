@@ -1,5 +1,5 @@
 #!/bin/bash
-# HF Trainer-style training under kills (issue 25): trainers/hf_style.py, 2 gloo workers, writes
+# HF Trainer-style training under kills: trainers/hf_style.py, 2 gloo workers, writes
 # checkpoint-<step>/ straight into --output_dir every 10 steps, file by file in HF's order
 # (config.json, model.safetensors, training_args.bin, optimizer.pt, scheduler.pt,
 # rng_state_<rank>.pth from each rank, trainer_state.json last), deletes the oldest beyond

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Lightning-style training under kills (issue 25): trainers/lightning_style.py, 2 gloo workers;
+# Lightning-style training under kills: trainers/lightning_style.py, 2 gloo workers;
 # every 10 steps rank 0 saves epoch=E-step=S.ckpt, removes the previous one (save_top_k=1) and
 # saves last.ckpt, each as Lightning does: torch.save into memory, the bytes into a temporary
 # file of $TMPDIR, shutil.move into place. $TMPDIR is put on another file system than the

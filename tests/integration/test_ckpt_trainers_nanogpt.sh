@@ -1,5 +1,5 @@
 #!/bin/bash
-# nanoGPT-style training under kills (issue 25): trainers/nanogpt_style.py, 2 gloo workers, rank 0
+# nanoGPT-style training under kills: trainers/nanogpt_style.py, 2 gloo workers, rank 0
 # rewrites one file, out_dir/ckpt.pt, in place with torch.save every 10 iterations (~25 MB: a
 # 2.1 M-parameter model plus AdamW state) and resumes only when given --init_from=resume, from
 # out_dir/ckpt.pt. The user adds `--resume-arg --init_from=resume`, nothing else.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Containers (issue 27): under a PID 1 that never reaps orphans (many container entrypoints; here
+# Containers: under a PID 1 that never reaps orphans (many container entrypoints; here
 # a Python process that waits only for the musters it starts, in a PID namespace of its own), ten
 # runs leave no zombie behind: muster's reaper ends as muster's child, not PID 1's.
 . "$(dirname "$0")/lib.sh"

@@ -17,7 +17,7 @@ hdr() {
     awk -v k="$1=" '/^\[worker /{exit} index($0, k) == 1 {print substr($0, length(k) + 1); exit}' "$T/out"
 }
 
-# the interpreter is resolved once on PATH and shown as such (issue 27)
+# the interpreter is resolved once on PATH and shown as such
 PY=$(command -v python3) || fail "no python3 on PATH"
 IT_TIMEOUT=20 mrun -u PYTHON_EXEC -u OMP_NUM_THREADS MUSTER_TOKEN=s3cr3t-test -- \
     run --dry-run --standalone --nproc-per-node 3 train.py --lr 1

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Plain-PSK joins (issue 14): an agent with --rdzv-conf forward_secrecy=0 joins a default
+# Plain-PSK joins: an agent with --rdzv-conf forward_secrecy=0 joins a default
 # server beside a default (ECDHE-PSK) agent, and their job runs; a server started with
 # --require-forward-secrecy refuses the plain-PSK agent (non-zero exit, a clear line, no worker
 # started) and still admits the default agent; a bad value is a usage error.

@@ -1,6 +1,6 @@
 #!/bin/bash
 # A recorded checkpoint that no longer verifies is skipped with its reason and the previous one
-# is used (issue 5). The PyTorch example writes ckpt_3..ckpt_12 into --checkpoint-dir; then,
+# is used. The PyTorch example writes ckpt_3..ckpt_12 into --checkpoint-dir; then,
 # between runs on the same directory, the newest is altered (bytes appended), truncated,
 # deleted, or changed in place at the same size, and each following `muster run` names it as
 # skipped and resumes from the newest one that still verifies. The example itself resumes from

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The newest checkpoint is corrupted after muster recorded it, during the run (issue 5, "the
+# The newest checkpoint is corrupted after muster recorded it, during the run ("the
 # newest is corrupted after it was recorded -> resume from the previous one"): rank 0 of the fake
 # worker writes ckpt_1.pt and ckpt_2.pt atomically (each recorded), then appends bytes to
 # ckpt_2.pt in place and exits 1; with --max-restarts 1 attempt 1 must resume from ckpt_1.pt.

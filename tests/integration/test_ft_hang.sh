@@ -1,5 +1,5 @@
 #!/bin/bash
-# --hang-timeout (issue 5). (1) The fake worker's rank 1 beats 10 times and goes silent: muster
+# --hang-timeout. (1) The fake worker's rank 1 beats 10 times and goes silent: muster
 # names it hung within the timeout + 1 s of its last heartbeat (not before the timeout), SIGKILLs
 # it, restarts the group, and the job finishes; rank 0, which keeps beating, is not named.
 # (2) Restarts exhausted: exit 1 and the summary says hung. (3) Workers that never touch the

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Pre-emption (issue 5). Inside a Slurm allocation (SLURM_JOB_ID, SLURM_NNODES=1; --standalone
+# Pre-emption. Inside a Slurm allocation (SLURM_JOB_ID, SLURM_NNODES=1; --standalone
 # keeps the rendezvous local) SIGTERM to muster is forwarded to every worker; the PyTorch example
 # writes a final checkpoint, muster records it and exits 75 (requeue); a second `muster run` on
 # the same directory resumes from that checkpoint and finishes. The same with --preempt-signal

@@ -1,5 +1,5 @@
 #!/bin/bash
-# --keep-checkpoints (issue 5): with 2, the PyTorch example's checkpoints ckpt_3..ckpt_15 are
+# --keep-checkpoints: with 2, the PyTorch example's checkpoints ckpt_3..ckpt_15 are
 # pruned down to exactly the two newest, each deletion logged with the verified newer one that
 # allowed it, and the registry holds the same two. A corrupt newest checkpoint never costs the
 # last one that verifies: with --keep-checkpoints 1 and a damaged ckpt_15.pt, a run that writes

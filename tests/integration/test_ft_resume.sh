@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoint registry + restart (issue 5): the PyTorch example (train_ckpt.py, gloo, 2 workers)
+# Checkpoint registry + restart: the PyTorch example (train_ckpt.py, gloo, 2 workers)
 # checkpoints every 3 steps into --checkpoint-dir; rank 1 fails at step 8 in attempt 0. With
 # --max-restarts 1 the restart resumes from the newest checkpoint recorded before the failure
 # (ckpt_6.pt), reaches the last step, exits 0, and its final parameters are bit-identical to a

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Slurm defaults (issue 5), checked with `muster run --dry-run` (nothing starts): inside an
+# Slurm defaults, checked with `muster run --dry-run` (nothing starts): inside an
 # allocation (SLURM_JOB_ID set) absent flags default from SLURM_NNODES (--nnodes), SLURM_JOB_ID
 # (--rdzv-id), the first host of the node list with port 29400 (--rdzv-endpoint) and the task's
 # GPUs (--nproc-per-node: SLURM_GPUS_PER_TASK, else SLURM_STEP_GPUS, SLURM_GPUS_ON_NODE,

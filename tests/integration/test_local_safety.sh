@@ -1,5 +1,5 @@
 #!/bin/bash
-# Local safety on the node (issue 11, part 4; docs/SECURITY.md "Files on the node"). muster runs
+# Local safety on the node (docs/SECURITY.md "Files on the node"). muster runs
 # as root; another local user (nobody) plants symlinks and directories in a shared --log-dir,
 # --checkpoint-dir and $TMPDIR, pointing at a root-owned victim file and directory. muster must
 # either refuse with one line and exit 2, or write safely elsewhere; the victims never change.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# --exclude-after (issue 16): three loopback agents of one elastic job (--nnodes 2:3, distinct
+# --exclude-after: three loopback agents of one elastic job (--nnodes 2:3, distinct
 # --local-addr so the server sees three nodes), agent c's worker always fails. After 2 failures
 # within the window the server excludes c: its re-JOIN is refused with a clear ERROR line and it
 # exits non-zero; a and b go on as a 2-node job and finish. While they run, `muster status` and

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A job rebuilt after a server restart keeps its restart policy (issue 16): REJOIN carries JOIN's
+# A job rebuilt after a server restart keeps its restart policy: REJOIN carries JOIN's
 # optional tail. Server + 2 agents with --restart-backoff 2:4 and --exclude-after 3:600, workers
 # holding; kill -9 of the server, a new one on the same port; once the agents re-registered,
 # /status of the new server shows exclude_after 3, and a worker killed afterwards makes a restart

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Hot spares (issue 16): a fixed-size job (--nnodes 2, join_timeout 60 s) on loopback with three
+# Hot spares: a fixed-size job (--nnodes 2, join_timeout 60 s) on loopback with three
 # agents of distinct --local-addr: s (--spare, started first, 1 worker), a (1 worker), and b
 # (2 workers: the first always fails, the second ignores SIGTERM; --shutdown-timeout 20), with
 # --exclude-after 1. The spare fills no place of round 0 by itself (a waits alone at 1/2 while s

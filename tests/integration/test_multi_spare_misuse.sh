@@ -1,5 +1,5 @@
 #!/bin/bash
-# Hot spares (issue 16), careless and hostile uses. `--spare` where there is nothing to replace
+# Hot spares, careless and hostile uses. `--spare` where there is nothing to replace
 # or no rendezvous to wait in (--standalone, also from PET_SPARE; torchrun's static recipe; one
 # node without --rdzv-endpoint) is a usage error: one line, exit 2, no worker. On a shared
 # server with job credentials: a spare holding job A's credential is refused by job B (ERROR

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Any start order across hosts (issue 27): a node started while its rendezvous host's link is
+# Any start order across hosts: a node started while its rendezvous host's link is
 # still down (no carrier: SYNs are lost, nothing refuses) keeps retrying and joins once the link
 # comes up 60 s later, and the job runs to its exit code; a host that stays unreachable past the
 # join timeout ends the node with one clear line and the rendezvous exit code (3).

@@ -1,6 +1,6 @@
 #!/bin/bash
 # torchrun's two multi-node recipes exactly as its documentation writes them, on two hosts
-# (network namespaces) that share a HOME directory and are given no token at all (issue 12):
+# (network namespaces) that share a HOME directory and are given no token at all:
 #   c10d:   --nnodes=2 --rdzv-id=... --rdzv-backend=c10d --rdzv-endpoint=HOST1:29400
 #   static: --nnodes=2 --node-rank=R --master-addr=HOST1 --master-port=29500
 # The node that does not host the rendezvous starts several seconds first and waits for it. Then

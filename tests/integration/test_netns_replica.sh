@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoint replicas (issue 19) without a shared file system: 3 namespace hosts with separate
+# Checkpoint replicas without a shared file system: 3 namespace hosts with separate
 # --checkpoint-dir, server on host 4, `--nnodes 2:3 --replicate-checkpoints 1`. The PyTorch
 # example (train_ckpt.py) checkpoints on host 1 (group rank 0); each checkpoint is copied to
 # the agent of group rank 1 (host 2). Host 1 is cut off and its agent SIGKILLed (its

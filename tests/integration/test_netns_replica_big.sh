@@ -1,6 +1,6 @@
 #!/bin/bash
 # A checkpoint far larger than a frame (200 MB vs 64 KiB) replicates between two namespace
-# hosts with separate --checkpoint-dir (issue 19), on the direct agent-to-agent link: byte-identical, recorded in the receiver's
+# hosts with separate --checkpoint-dir, on the direct agent-to-agent link: byte-identical, recorded in the receiver's
 # registry with the sender's checksum, shown as a replica by `muster status`, with
 # --replicate-bandwidth 0 (no cap). A synthetic trainer: rank 0 writes the file atomically.
 . "$(dirname "$0")/ft.sh"

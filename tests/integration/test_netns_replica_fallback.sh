@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoint replicas when the direct link cannot be set up (issue 19): host 1 (the node of
+# Checkpoint replicas when the direct link cannot be set up: host 1 (the node of
 # group rank 0) drops every incoming TCP connection (iptables in its namespace), as a firewall
 # between nodes would; the receiver on host 2 asks the server (host 3) to relay, and the copy
 # still arrives, byte-identical. The checkpoint is a directory (torch.distributed.checkpoint

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A hot spare replaces a lost host (issue 16): server in host 4, a fixed-size job (--nnodes 2,
+# A hot spare replaces a lost host: server in host 4, a fixed-size job (--nnodes 2,
 # join_timeout 60 s) on hosts 1 and 2, a --spare agent in host 3. Host 2's link goes down and its
 # agent and workers are killed (no FIN reaches the server: it notices by missed heartbeats,
 # heartbeat_timeout 1 s). The survivor (host 1, group rank 0) keeps its rank, the spare takes

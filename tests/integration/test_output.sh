@@ -1,5 +1,5 @@
 #!/bin/bash
-# Worker output as torchrun users expect (issue 12): '\r' progress updates and partial lines
+# Worker output as torchrun users expect: '\r' progress updates and partial lines
 # reach the console while the worker still runs (log files get the raw bytes),
 # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE and --no-prefix, -r 3 -t 3 (tee wins: console and
 # files), --duplicate-stdout-filters (filtered_stdout.log has exactly the matching lines),

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A console nobody reads (issue 26 item 8): muster's stdout is a FIFO whose read end the test
+# A console nobody reads (docs/OUTPUT.md): muster's stdout is a FIFO whose read end the test
 # holds open (exec 3<>, so that muster gets neither ENXIO nor EPIPE) and never reads, while a
 # worker prints up to 100 MB of lines. Before, the agent blocked in its console write (poll(-1))
 # and acted on nothing else: SIGTERM waited, heartbeats stopped and the server declared the node

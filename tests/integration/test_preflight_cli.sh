@@ -49,7 +49,7 @@ expect_rc "step 6" 0
 grep -q "NCCL all-reduce over 2 ranks" "$T/err" || fail "no NCCL table: $(cat "$T/err")"
 [ -s "$T/logs/one-$$/preflight.json" ] || fail "no JSON report in the log dir"
 grep -q '"nccl"' "$T/logs/one-$$/preflight.json" || fail "the JSON report lacks the NCCL stage"
-# the P2P matrix (issue 15): in the node's line and in the report, per GPU pair
+# the P2P matrix: in the node's line and in the report, per GPU pair
 grep -q "preflight: node .*: 2 GPUs: .*; P2P min 390.0 GB/s, median 390.0 GB/s over 2 pairs" "$T/err" \
     || fail "no P2P figures in the node line: $(cat "$T/err")"
 grep -q '"p2p":{"gpus":\[{"index":0,"uuid":"GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"}' \
@@ -107,7 +107,7 @@ mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_BUSBW=100.
 expect_rc "step 8" 4
 grep -q "busbw 100.0 GB/s at 256 MiB is below --preflight-min-busbw 250.0" "$T/err" \
     || fail "the busbw floor was not reported: $(cat "$T/err")"
-# one rank: no bandwidth figures, and the busbw floor is not applied (issue 15)
+# one rank: no bandwidth figures, and the busbw floor is not applied
 mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_BUSBW=100.0 -- \
     preflight --nproc-per-node 1 --preflight-min-busbw 250
 expect_rc "one rank with a busbw floor" 0
@@ -115,7 +115,7 @@ grep -q "over 1 rank: sum exact; no bandwidth figures" "$T/err" || fail "one ran
 grep -qE "algbw| us +[0-9.]+ GB/s" "$T/err" && fail "one rank printed bandwidth figures: $(cat "$T/err")"
 grep -q "min-busbw 250.0 not applied" "$T/err" || fail "floor not said to be skipped: $(cat "$T/err")"
 
-# a slow GPU (issue 15): more than 10 % below the median of its model fails, named with node,
+# a slow GPU: more than 10 % below the median of its model fails, named with node,
 # index, UUID and figure; --preflight-allow-slow warns; an NVML failure always fails
 mrun MUSTER_NVIDIA_PROC_DIR="$FAKE" MUSTER_PREFLIGHT_BIN="$MOCK" MOCK_SLOW_RANK=1 -- preflight
 expect_rc "slow GPU" 4

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The pre-flight's per-GPU results on the rendezvous server, and the pre-flight of a node that
-# joins a running elastic job (issue 15), with the stand-in muster-preflight
+# joins a running elastic job, with the stand-in muster-preflight
 # (tests/integration/mock/muster-preflight) and a fake driver directory (2 "GPUs" per node):
 #   1. two agents (--nnodes 2:3, 2 workers each, --preflight on) pass the pre-flight; GPU 0 ->
 #      GPU 1 is a slow P2P pair on every node (MOCK_P2P_SLOW), named, a warning under

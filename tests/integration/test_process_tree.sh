@@ -1,8 +1,8 @@
 #!/bin/bash
-# Whole process trees die with their worker and with muster (issue 11 part 5). Each worker
-# starts three grandchildren: (1) `setsid sleep` (own session, child of the worker), (2) a
-# double-forked sleep (worker's session, orphaned), (3) setsid + double fork (own session,
-# orphaned). Checked for both mechanisms (agent/proctree.h):
+# Whole process trees die with their worker and with muster (docs/SECURITY.md "Process trees").
+# Each worker starts three grandchildren: (1) `setsid sleep` (own session, child of the
+# worker), (2) a double-forked sleep (worker's session, orphaned), (3) setsid + double fork
+# (own session, orphaned). Checked for both mechanisms (agent/proctree.h):
 #   a) kill -9 of muster: within 5 s no grandchild is left (fallback: only (2), by design)
 #   b) a worker fails, --max-restarts 1: attempt 1's workers find attempt 0's grandchildren gone
 #      when they start

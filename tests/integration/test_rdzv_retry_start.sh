@@ -1,5 +1,5 @@
 #!/bin/bash
-# Any start order (issues 26, 27): an agent whose rendezvous endpoint does not answer yet — a
+# Any start order: an agent whose rendezvous endpoint does not answer yet — a
 # host still booting (TCP accepted, then silence), a server at its handshake limit (accepted,
 # then closed before HELLO is answered) — retries with backoff until the join timeout and
 # says so, instead of quitting after the 3 s heartbeat timeout or at the first close. Then the

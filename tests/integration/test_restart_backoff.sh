@@ -1,5 +1,5 @@
 #!/bin/bash
-# --restart-backoff MIN:MAX (issue 16): a worker that always fails, --max-restarts 3
+# --restart-backoff MIN:MAX: a worker that always fails, --max-restarts 3
 # --restart-backoff 0.5:2: the four attempts start >= 0.4, 0.8, 1.6 s apart (0.5, 1, 2 s with
 # -20 % jitter; generous upper bounds for a loaded host), each restart says when the next attempt
 # starts, and the job ends with the worker's code. The same per task in shared-GPU mode, where

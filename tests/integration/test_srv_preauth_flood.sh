@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-[ -x "${SILENT_CONNS:-}" ] || skip "SILENT_CONNS is not set (ctest sets it: tests/tools/silent_conns.c)"
+[ -x "${SILENT_CONNS:-}" ] || skip "SILENT_CONNS is not set (ctest sets it: tests/peers/silent_conns.c)"
 command -v curl >/dev/null 2>&1 || skip "curl is needed for /metrics"
 # 16,640 connections need as many descriptors in the flooder (it raises its soft limit to the
 # hard one) and 16,384 + 256 + 64 in the server (muster server does the same)
@@ -25,14 +25,7 @@ start_server
 
 # flood ADDRS PER FIRST: starts the flooder, waits until every connection was answered
 flood() {
-    "$SILENT_CONNS" -r 500 -t 100 127.0.0.1 "$SPORT" "$1" "$2" "$3" > "$T/flood.out" 2> "$T/flood.err" &
-    FPID=$!
-    IT_BG_PIDS="$IT_BG_PIDS $FPID"
-    if ! wait_for 40 grep -q '^connected' "$T/flood.out"; then
-        wait_for 1 pid_gone "$FPID" && { wait "$FPID"; [ $? = 77 ] && skip "$(cat "$T/flood.err")"; }
-        cat "$T/flood.err" >&2
-        fail "the flooder did not open its $(( $1 * $2 )) connections within 40 s"
-    fi
+    silent_flood -r 500 -t 100 127.0.0.1 "$SPORT" "$1" "$2" "$3"
     note "flood from $1 address(es) x $2: $(grep '^connected' "$T/flood.out")"
 }
 

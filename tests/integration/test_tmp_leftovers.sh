@@ -1,5 +1,5 @@
 #!/bin/bash
-# Leftovers after kill -9 (issue 27): a muster killed with SIGKILL leaves its private
+# Leftovers after kill -9: a muster killed with SIGKILL leaves its private
 # $TMPDIR/muster-RUN_ID-* directory; the next muster of the same user removes it, never the
 # directory of a muster still running, nor anything of another user; pre-flight reports of
 # runs without --log-dir are pruned to the newest 8 of this user.

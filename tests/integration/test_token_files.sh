@@ -1,5 +1,5 @@
 #!/bin/bash
-# Token files and secrets in memory (issue 11 §4): a FIFO as token file makes `muster run`,
+# Token files and secrets in memory: a FIFO as token file makes `muster run`,
 # `muster server`, `muster status` and `muster preflight` fail at once with one line (it hung
 # them); a MUSTER_TOKEN or token file over 256 characters is refused with one line and exit 2
 # (the server cut it short); a Kubernetes-style symlinked token (token -> ..data/token, ..data ->

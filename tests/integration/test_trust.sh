@@ -1,12 +1,12 @@
 #!/bin/bash
-# Trust between jobs on one shared `muster server` (issue 11, docs/SECURITY.md's table): a tenant
+# Trust between jobs on one shared `muster server` (docs/SECURITY.md's table): a tenant
 # holding a valid credential of job A — A's job credential, or the worker credential that A's
 # workers get — attacks job B while B runs: attach to B's KV store, join B, squat a job id
 # outside its scope, rejoin as one of B's nodes (node id read from /status), fail B with the FINAL
 # flag, read B's status. Each is refused with an ERROR (code 3 AUTH), the refusals are counted
 # and logged once per address and kind, and B finishes with its own exit code. A teammate
 # holding B's credential cannot act for one of B's nodes without that node's secret either.
-# The real binary, a real server, and tests/tools/rdzv_poke as the hostile client.
+# The real binary, a real server, and tests/peers/rdzv_poke as the hostile client.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 

@@ -73,25 +73,25 @@ done
 IT_TIMEOUT=20 mrun -- --version
 expect_rc "muster --version" 0
 grep -qE '[0-9]+\.[0-9]+' "$T/out" || fail "muster --version prints no version number: $(cat "$T/out")"
-# the static recipe's MASTER_PORT + 1 rule says why (issue 27)
+# the static recipe's MASTER_PORT + 1 rule says why
 IT_TIMEOUT=20 mrun -- run --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port 65535 \
     --no-python /bin/true
 expect_rc "--master-port 65535 in the static recipe" 2
 grep -q "node rank 0 hosts muster's rendezvous on MASTER_PORT + 1" "$T/err" ||
     { show_output; fail "the MASTER_PORT + 1 refusal does not say why"; }
-# --quiet keeps errors: the one line that explains a refused --checkpoint-dir (issue 28)
+# --quiet keeps errors: the one line that explains a refused --checkpoint-dir
 mkdir -m 0777 "$T/ww"
 IT_TIMEOUT=20 mrun -- run --quiet --standalone --checkpoint-dir "$T/ww" --no-python /bin/true
 expect_rc "--quiet with a world-writable --checkpoint-dir" 2
 grep -q "error: refusing --checkpoint-dir $T/ww: writable by others" "$T/err" ||
     { show_output; fail "--quiet dropped the line that says why"; }
-# `muster` alone (issue 27): the commands on stderr, exit 2, not the 260 lines of --help on stdout
+# `muster` alone: the commands on stderr, exit 2, not the 260 lines of --help on stdout
 IT_TIMEOUT=20 mrun --
 expect_rc "muster with no command" 2
 [ -s "$T/out" ] && fail "muster with no command printed on stdout"
 grep -q "usage: muster COMMAND" "$T/err" || fail "muster with no command shows no usage line"
 [ "$(wc -l <"$T/err")" -lt 40 ] || fail "muster with no command printed $(wc -l <"$T/err") lines"
-# an unwritable --log-dir is the operator's to fix: exit 2 with the reason, not 70 (issue 27)
+# an unwritable --log-dir is the operator's to fix: exit 2 with the reason, not 70
 if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then
     mkdir -m 0555 "$T/ro"
     chmod 0755 "$T"

@@ -14,12 +14,11 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <mbedtls/ctr_drbg.h>
-#include <mbedtls/entropy.h>
 #include <mbedtls/ssl.h>
 #include <uv.h>
 
 #include "harness.h"
+#include "peer.h"
 
 #include "conn.h"
 #include "cred.h"
@@ -90,65 +89,12 @@ static struct fixture g_fx;
 #define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
 /* --- ClientHellos made by an mbedTLS client that has no credential of this server --------- */
-struct capture {
-    uint8_t *buf;
-    size_t cap, len;
-};
-
-static int capture_send(void *ctx, const unsigned char *buf, size_t len)
-{
-    struct capture *c = ctx;
-
-    if (c->len + len > c->cap)
-        return MBEDTLS_ERR_SSL_ALLOC_FAILED;
-    memcpy(c->buf + c->len, buf, len);
-    c->len += len;
-    return (int)len;
-}
-
-static int capture_recv(void *ctx, unsigned char *buf, size_t len)
-{
-    (void)ctx;
-    (void)buf;
-    (void)len;
-    return MBEDTLS_ERR_SSL_WANT_READ;
-}
-
 static size_t make_hello(mbedtls_ecp_group_id curve, uint8_t *out, size_t cap)
 {
-    static const int suites[] = {MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
-                                 MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256, 0};
-    const mbedtls_ecp_group_id curves[] = {curve, MBEDTLS_ECP_DP_NONE};
-    static const unsigned char key[32], id[] = "muster";
-    struct capture c = {out, cap, 0};
-    mbedtls_entropy_context ent;
-    mbedtls_ctr_drbg_context drbg;
-    mbedtls_ssl_config conf;
-    mbedtls_ssl_context ssl;
+    size_t len = peer_client_hello(curve, out, cap);
 
-    mbedtls_entropy_init(&ent);
-    mbedtls_ctr_drbg_init(&drbg);
-    mbedtls_ssl_config_init(&conf);
-    mbedtls_ssl_init(&ssl);
-    assert_int_equal(mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &ent, NULL, 0), 0);
-    assert_int_equal(mbedtls_ssl_config_defaults(&conf, MBEDTLS_SSL_IS_CLIENT,
-                                                 MBEDTLS_SSL_TRANSPORT_STREAM,
-                                                 MBEDTLS_SSL_PRESET_DEFAULT),
-                     0);
-    mbedtls_ssl_conf_rng(&conf, mbedtls_ctr_drbg_random, &drbg);
-    mbedtls_ssl_conf_min_version(&conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
-    mbedtls_ssl_conf_ciphersuites(&conf, suites);
-    mbedtls_ssl_conf_curves(&conf, curves);
-    assert_int_equal(mbedtls_ssl_conf_psk(&conf, key, sizeof(key), id, sizeof(id) - 1), 0);
-    assert_int_equal(mbedtls_ssl_setup(&ssl, &conf), 0);
-    mbedtls_ssl_set_bio(&ssl, &c, capture_send, capture_recv, NULL);
-    assert_int_equal(mbedtls_ssl_handshake(&ssl), MBEDTLS_ERR_SSL_WANT_READ);
-    assert_true(c.len > 5 && out[0] == 0x16); /* a handshake record: the ClientHello */
-    mbedtls_ssl_free(&ssl);
-    mbedtls_ssl_config_free(&conf);
-    mbedtls_ctr_drbg_free(&drbg);
-    mbedtls_entropy_free(&ent);
-    return c.len;
+    assert_true(len > 5 && out[0] == 0x16); /* a handshake record: the ClientHello */
+    return len;
 }
 
 /* --- the flood ------------------------------------------------------------------------------ */

@@ -26,26 +26,16 @@
  * MUSTER_POKE_FROM=IP binds the connection's source address first (another "machine" on
  * loopback: 127.0.0.2, ...).
  * Exit code: 0 when it printed OK, 1 for ERROR, 2 for FAIL or usage. */
-#include <errno.h>
 #include <inttypes.h>
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
-#include <mbedtls/net_sockets.h>
-#include <mbedtls/ssl.h>
-
 #include "cred.h"
-#include "message.h"
-#include "tls.h"
+#include "peer.h"
 
-static mbedtls_ssl_context ssl;
-static uint8_t buf[RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD];
+static struct peer_conn peer = {.fd = -1};
 static struct rdzv_msg msg;
 
 static int fail(const char *why)
@@ -54,77 +44,32 @@ static int fail(const char *why)
     return 2;
 }
 
-static int sock_send(void *ctx, const unsigned char *p, size_t n)
-{
-    ssize_t w = send(*(int *)ctx, p, n, MSG_NOSIGNAL);
-    return w < 0 ? MBEDTLS_ERR_NET_SEND_FAILED : (int)w;
-}
-
-static int sock_recv(void *ctx, unsigned char *p, size_t n)
-{
-    ssize_t r = recv(*(int *)ctx, p, n, 0);
-    return r < 0 ? MBEDTLS_ERR_NET_RECV_FAILED : (int)r;
-}
-
-static int tls_read_all(uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        int r = mbedtls_ssl_read(&ssl, p, n);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 static int put(const struct rdzv_msg *m)
 {
-    size_t len, off = 0;
-
-    if (rdzv_msg_encode(m, buf, sizeof(buf), &len) < 0)
-        return -1;
-    while (off < len) {
-        int w = mbedtls_ssl_write(&ssl, buf + off, len - off);
-        if (w <= 0)
-            return -1;
-        off += (size_t)w;
-    }
-    return 0;
+    return peer_put(&peer, m);
 }
 
 /* put(), but the first `from` in the encoded frame is replaced by `to` (as long): how a hostile
  * client sends what muster's own encoder refuses to write. */
 static int put_patched(const struct rdzv_msg *m, const char *from, const char *to)
 {
-    size_t len, n = strlen(from), off = 0;
+    size_t len, n = strlen(from);
+    uint8_t *b = peer_encode(m, &len);
 
-    if (rdzv_msg_encode(m, buf, sizeof(buf), &len) < 0)
+    if (b == NULL)
         return -1;
     for (size_t i = 0; i + n <= len; i++)
-        if (memcmp(buf + i, from, n) == 0) {
-            memcpy(buf + i, to, n);
+        if (memcmp(b + i, from, n) == 0) {
+            memcpy(b + i, to, n);
             break;
         }
-    while (off < len) {
-        int w = mbedtls_ssl_write(&ssl, buf + off, len - off);
-        if (w <= 0)
-            return -1;
-        off += (size_t)w;
-    }
-    return 0;
+    return peer_write(&peer, b, len);
 }
 
 /* The next message into msg; -1 when the connection ended. */
 static int get(void)
 {
-    uint8_t type;
-    uint32_t len;
-
-    if (tls_read_all(buf, RDZV_HEADER_SIZE) < 0 || rdzv_header_decode(buf, &type, &len) < 0 ||
-        tls_read_all(buf, len) < 0 || rdzv_msg_decode(type, buf, len, &msg) < 0)
-        return -1;
-    return 0;
+    return peer_get(&peer, &msg);
 }
 
 static int answer(void)
@@ -137,45 +82,6 @@ static int answer(void)
     }
     printf("OK %s\n", rdzv_msg_name(msg.type));
     return 0;
-}
-
-/* MUSTER_POKE_FROM: the source address the server will see (IPv4 only, enough for loopback). */
-static int bind_from(int fd, int family)
-{
-    const char *from = getenv("MUSTER_POKE_FROM");
-    struct sockaddr_in sin = {.sin_family = AF_INET};
-
-    if (from == NULL || *from == '\0')
-        return 0;
-    if (family != AF_INET || inet_pton(AF_INET, from, &sin.sin_addr) != 1)
-        return -1;
-    return bind(fd, (struct sockaddr *)&sin, sizeof(sin));
-}
-
-static int connect_to(const char *endpoint)
-{
-    char host[256], *colon;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int fd = -1;
-
-    snprintf(host, sizeof(host), "%s", endpoint);
-    colon = strrchr(host, ':');
-    if (colon == NULL)
-        return -1;
-    *colon = '\0';
-    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
-        return -1;
-    fd = socket(ai->ai_family, SOCK_STREAM, 0);
-    if (fd >= 0 && bind_from(fd, ai->ai_family) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
-    return fd;
 }
 
 static int hello(uint8_t role)
@@ -361,31 +267,22 @@ int main(int argc, char **argv)
     const char *token = getenv("MUSTER_TOKEN");
     struct rdzv_tls_opts o = {.token = token};
     struct rdzv_tls *tls = NULL;
+    const char *err;
     char why[256];
-    int fd, rc;
+    int rc;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3)
         return fail("usage: rdzv_poke HOST:PORT ACTION [ARGS]");
     if (token == NULL || rdzv_tls_new(&o, 0, &tls, why, sizeof(why)) < 0)
         return fail("no usable MUSTER_TOKEN");
-    if ((fd = connect_to(argv[1])) < 0)
-        return fail("cannot connect");
-    struct timeval tv = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)); /* never hang a test */
-    mbedtls_ssl_init(&ssl);
-    if (mbedtls_ssl_setup(&ssl, rdzv_tls_conf(tls)) != 0)
-        return fail("TLS setup");
-    mbedtls_ssl_set_bio(&ssl, &fd, sock_send, sock_recv, NULL);
-    while ((rc = mbedtls_ssl_handshake(&ssl)) != 0)
-        if (rc != MBEDTLS_ERR_SSL_WANT_READ && rc != MBEDTLS_ERR_SSL_WANT_WRITE)
-            return fail("TLS handshake refused");
+    /* the receive timeout: never hang a test */
+    if ((err = peer_open(&peer, tls, argv[1], getenv("MUSTER_POKE_FROM"), 10)) != NULL)
+        return fail(err);
     rc = act(argc, argv);
     if (getenv("MUSTER_POKE_HOLD") != NULL)
         sleep((unsigned)atoi(getenv("MUSTER_POKE_HOLD")));
-    mbedtls_ssl_close_notify(&ssl);
-    mbedtls_ssl_free(&ssl);
+    peer_close(&peer);
     rdzv_tls_free(tls);
-    close(fd);
     return rc;
 }

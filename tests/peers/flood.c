@@ -1,4 +1,4 @@
-/* Unauthenticated ClientHello flood on a rendezvous server (issue 11 §2).
+/* Unauthenticated ClientHello flood on a rendezvous server.
  *
  *   flood -e HOST:PORT [-s SRC_ADDR] [-n CONNS] [-t SECONDS] [-c x25519|p521|mix]
  *
@@ -14,8 +14,7 @@
  * (opened: connections made; answered: the server sent bytes (a ServerHello); cut: closed by the
  * server without a byte (refused by a limit); failed: connect errors.)
  * One thread, epoll. Exit 0, or 2 on bad arguments.
- * Build: cc -O2 -o flood bench/flood.c -lmbedtls -lmbedx509 -lmbedcrypto */
-#define _GNU_SOURCE
+ * Built by CMake as build/tests/peers/flood (tests/peers/CMakeLists.txt). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -28,9 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <mbedtls/ctr_drbg.h>
-#include <mbedtls/entropy.h>
-#include <mbedtls/ssl.h>
+#include "peer.h"
 
 struct hello {
     unsigned char buf[2048];
@@ -54,63 +51,11 @@ static void on_signal(int sig)
     stop = 1;
 }
 
-static int capture_send(void *ctx, const unsigned char *buf, size_t len)
-{
-    struct hello *h = ctx;
-
-    if (h->len + len > sizeof(h->buf))
-        return MBEDTLS_ERR_SSL_ALLOC_FAILED;
-    memcpy(h->buf + h->len, buf, len);
-    h->len += len;
-    return (int)len;
-}
-
-static int capture_recv(void *ctx, unsigned char *buf, size_t len)
-{
-    (void)ctx;
-    (void)buf;
-    (void)len;
-    return MBEDTLS_ERR_SSL_WANT_READ;
-}
-
 /* The first flight of an mbedTLS client offering only curve. Returns 0 or -1. */
 static int make_hello(mbedtls_ecp_group_id curve, struct hello *h)
 {
-    static const int suites[] = {MBEDTLS_TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256,
-                                 MBEDTLS_TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA256, 0};
-    const mbedtls_ecp_group_id curves[] = {curve, MBEDTLS_ECP_DP_NONE};
-    static const unsigned char key[32], id[] = "muster";
-    mbedtls_entropy_context ent;
-    mbedtls_ctr_drbg_context drbg;
-    mbedtls_ssl_config conf;
-    mbedtls_ssl_context ssl;
-    int ret = -1;
-
-    mbedtls_entropy_init(&ent);
-    mbedtls_ctr_drbg_init(&drbg);
-    mbedtls_ssl_config_init(&conf);
-    mbedtls_ssl_init(&ssl);
-    h->len = 0;
-    if (mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &ent, NULL, 0) != 0 ||
-        mbedtls_ssl_config_defaults(&conf, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
-                                    MBEDTLS_SSL_PRESET_DEFAULT) != 0)
-        goto out;
-    mbedtls_ssl_conf_rng(&conf, mbedtls_ctr_drbg_random, &drbg);
-    mbedtls_ssl_conf_min_version(&conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
-    mbedtls_ssl_conf_ciphersuites(&conf, suites);
-    mbedtls_ssl_conf_curves(&conf, curves);
-    if (mbedtls_ssl_conf_psk(&conf, key, sizeof(key), id, sizeof(id) - 1) != 0 ||
-        mbedtls_ssl_setup(&ssl, &conf) != 0)
-        goto out;
-    mbedtls_ssl_set_bio(&ssl, h, capture_send, capture_recv, NULL);
-    if (mbedtls_ssl_handshake(&ssl) == MBEDTLS_ERR_SSL_WANT_READ && h->len > 0)
-        ret = 0;
-out:
-    mbedtls_ssl_free(&ssl);
-    mbedtls_ssl_config_free(&conf);
-    mbedtls_ctr_drbg_free(&drbg);
-    mbedtls_entropy_free(&ent);
-    return ret;
+    h->len = peer_client_hello(curve, h->buf, sizeof(h->buf));
+    return h->len > 0 ? 0 : -1;
 }
 
 static void slot_open(int ep, struct slot *s)

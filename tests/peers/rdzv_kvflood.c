@@ -1,4 +1,4 @@
-/* rdzv_kvflood: a hostile worker for the integration tests (issue 26). With the credential in
+/* rdzv_kvflood: a hostile worker for the integration tests. With the credential in
  * MUSTER_TOKEN (a job's worker credential), it opens CONNS worker connections attached to JOB
  * and sends N KV_GETs, round robin over them, each for a key nobody puts and waiting WAIT_MS:
  * every one the server agrees to hold stays held. Replies are read as they come (the server
@@ -10,33 +10,19 @@
  *
  * usage: rdzv_kvflood HOST:PORT JOB CONNS N WAIT_MS HOLD_S
  * Exit code: 0 after SENT, 2 for FAIL or usage. */
-#include <errno.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <mbedtls/net_sockets.h>
-#include <mbedtls/ssl.h>
-
 #include "cred.h"
-#include "message.h"
-#include "tls.h"
+#include "peer.h"
 
 #define MAX_CONNS 256
 
-struct fconn {
-    int fd;
-    mbedtls_ssl_context ssl;
-};
-
-static struct fconn conns[MAX_CONNS];
-static uint8_t buf[RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD];
+static struct peer_conn conns[MAX_CONNS];
 static struct rdzv_msg msg;
 static unsigned long n_limit, n_other;
 
@@ -46,104 +32,22 @@ static int fail(const char *why)
     return 2;
 }
 
-static int sock_send(void *ctx, const unsigned char *p, size_t n)
-{
-    ssize_t w = send(*(int *)ctx, p, n, MSG_NOSIGNAL);
-    return w < 0 ? MBEDTLS_ERR_NET_SEND_FAILED : (int)w;
-}
-
-static int sock_recv(void *ctx, unsigned char *p, size_t n)
-{
-    ssize_t r = recv(*(int *)ctx, p, n, 0);
-    return r < 0 ? MBEDTLS_ERR_NET_RECV_FAILED : (int)r;
-}
-
-static int read_all(struct fconn *c, uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        int r = mbedtls_ssl_read(&c->ssl, p, n);
-
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static int put(struct fconn *c, const struct rdzv_msg *m)
-{
-    size_t len, off = 0;
-
-    if (rdzv_msg_encode(m, buf, sizeof(buf), &len) < 0)
-        return -1;
-    while (off < len) {
-        int w = mbedtls_ssl_write(&c->ssl, buf + off, len - off);
-
-        if (w <= 0)
-            return -1;
-        off += (size_t)w;
-    }
-    return 0;
-}
-
-static int get(struct fconn *c)
-{
-    uint8_t type;
-    uint32_t len;
-
-    if (read_all(c, buf, RDZV_HEADER_SIZE) < 0 || rdzv_header_decode(buf, &type, &len) < 0 ||
-        read_all(c, buf, len) < 0 || rdzv_msg_decode(type, buf, len, &msg) < 0)
-        return -1;
-    return 0;
-}
-
-static int connect_to(const char *endpoint)
-{
-    char host[256], *colon;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int fd = -1;
-
-    snprintf(host, sizeof(host), "%s", endpoint);
-    colon = strrchr(host, ':');
-    if (colon == NULL)
-        return -1;
-    *colon = '\0';
-    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
-        return -1;
-    fd = socket(ai->ai_family, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
-    return fd;
-}
-
 /* TLS, HELLO as a worker, ATTACH job: NULL, or why not. */
-static const char *open_conn(struct fconn *c, struct rdzv_tls *tls, const char *ep, const char *job)
+static const char *open_conn(struct peer_conn *c, struct rdzv_tls *tls, const char *ep,
+                             const char *job)
 {
-    struct timeval tv = {.tv_sec = 20};
-    int rc;
+    const char *err = peer_open(c, tls, ep, NULL, 20); /* the timeout: never hang a test */
 
-    if ((c->fd = connect_to(ep)) < 0)
-        return "cannot connect";
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)); /* never hang a test */
-    mbedtls_ssl_init(&c->ssl);
-    if (mbedtls_ssl_setup(&c->ssl, rdzv_tls_conf(tls)) != 0)
-        return "TLS setup";
-    mbedtls_ssl_set_bio(&c->ssl, &c->fd, sock_send, sock_recv, NULL);
-    while ((rc = mbedtls_ssl_handshake(&c->ssl)) != 0)
-        if (rc != MBEDTLS_ERR_SSL_WANT_READ && rc != MBEDTLS_ERR_SSL_WANT_WRITE)
-            return "TLS handshake refused";
+    if (err != NULL)
+        return err;
     rdzv_msg_init(&msg, RDZV_MSG_HELLO);
     msg.u.hello.version = RDZV_PROTO_VERSION;
     msg.u.hello.role = RDZV_ROLE_WORKER;
-    if (put(c, &msg) < 0 || get(c) < 0 || msg.type != RDZV_MSG_WELCOME)
+    if (peer_put(c, &msg) < 0 || peer_get(c, &msg) < 0 || msg.type != RDZV_MSG_WELCOME)
         return "HELLO not welcomed";
     rdzv_msg_init(&msg, RDZV_MSG_ATTACH);
     snprintf(msg.u.attach.job_id, sizeof(msg.u.attach.job_id), "%s", job);
-    if (put(c, &msg) < 0 || get(c) < 0 || msg.type != RDZV_MSG_ATTACH_OK)
+    if (peer_put(c, &msg) < 0 || peer_get(c, &msg) < 0 || msg.type != RDZV_MSG_ATTACH_OK)
         return "ATTACH refused";
     return NULL;
 }
@@ -161,7 +65,7 @@ static int drain(int n, int wait_ms)
         if (!(pf[i].revents & POLLIN))
             continue;
         do {
-            if (get(&conns[i]) < 0)
+            if (peer_get(&conns[i], &msg) < 0)
                 return -1;
             if (msg.type == RDZV_MSG_KV_REPLY && msg.u.kv.status == RDZV_KV_LIMIT)
                 n_limit++;
@@ -188,7 +92,7 @@ static int flood(int nc, unsigned long n, uint32_t wait_ms)
         msg.u.kv.req_id = (uint32_t)i;
         msg.u.kv.wait_ms = wait_ms;
         snprintf(msg.u.kv.key, sizeof(msg.u.kv.key), "flood/%lu", i);
-        if (put(&conns[i % (unsigned long)nc], &msg) < 0)
+        if (peer_put(&conns[i % (unsigned long)nc], &msg) < 0)
             return fail("send failed (connection closed)");
         if (i % 64 == 63 && drain(nc, 0) < 0)
             return fail("a connection closed during the flood");

@@ -12,8 +12,7 @@
  *
  * (open: connections open now; cut: closed by the server; refused: connect() failures.)
  * One thread, epoll; raise `ulimit -n` above IDLE + 16. Exit 0, or 2 on bad arguments.
- * Build: cc -O2 -o slowloris bench/slowloris.c */
-#define _GNU_SOURCE
+ * Built by CMake as build/tests/peers/slowloris (tests/peers/CMakeLists.txt). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

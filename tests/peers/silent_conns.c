@@ -1,4 +1,4 @@
-/* silent_conns: a hostile client for the flood tests (issue 26). Opens PER silent TCP connections
+/* silent_conns: a hostile client for the flood tests. Opens PER silent TCP connections
  * (not one byte sent) from each of ADDRS source addresses to HOST:PORT and holds them open; with
  * -r MS, a connection the server closes is opened again MS later (an attacker keeping up the
  * pressure). Source address k is FIRST plus k in the third octet (127.100.0.2, 127.100.1.2...):
