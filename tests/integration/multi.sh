@@ -237,3 +237,49 @@ stop_server() {
     wait_rc "$SPID" 10
     [ "$RC" = 0 ] || { sed 's/^/  server: /' "$SERR" >&2; fail "muster server exited $RC after SIGTERM (expected 0)"; }
 }
+
+# start_token_server [SERVER_ARGS...]: a shared server (start_server) with a token file,
+# SF=$T/server.token, that job credentials are made from (job_token); sets EP=127.0.0.1:$SPORT.
+start_token_server() {
+    SF=$T/server.token
+    start_server -u MUSTER_TOKEN -- --token-file "$SF" "$@"
+    EP=127.0.0.1:$SPORT
+}
+
+# job_token OUT TOKEN_ARGS...: `muster token TOKEN_ARGS` from the server's token file into OUT;
+# fails the test where it fails.
+job_token() {
+    local out=$1
+    shift
+    IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" "$@" --out "$out"
+    [ "$RC" = 0 ] || fail "muster token $* failed: $(cat "$T/err" 2>/dev/null)"
+}
+
+# silent_flood PORT N_ADDRS PER_ADDR FIRST_ADDR: tests/tools/silent_conns ($SILENT_CONNS) opens
+# N_ADDRS x PER_ADDR connections to 127.0.0.1:PORT from addresses counting up from FIRST_ADDR
+# and holds them silent, in the background (FPID; output in $T/flood.out, .err). Waits until it
+# says "connected"; skips the test where the flooder cannot run here (its exit 77), fails it
+# when the connections are not open within 40 s.
+silent_flood() {
+    "$SILENT_CONNS" -r 500 -t 100 127.0.0.1 "$@" > "$T/flood.out" 2> "$T/flood.err" &
+    FPID=$!
+    IT_BG_PIDS="$IT_BG_PIDS $FPID"
+    if ! wait_for 40 grep -q '^connected' "$T/flood.out"; then
+        wait_for 1 pid_gone "$FPID" && { wait "$FPID"; [ $? = 77 ] && skip "$(cat "$T/flood.err")"; }
+        cat "$T/flood.err" >&2
+        fail "the flooder did not open its $(( $2 * $3 )) connections within 40 s"
+    fi
+}
+
+# replica_agents SCRIPT DIR1 DIR2 [RUN_ARGS...]: agents a1 and a2 of a two-node job JOB on the
+# server (start_server), each running the worker SCRIPT (--no-python) with --checkpoint-dir
+# DIRk and --replicate-checkpoints 1, and RUN_ARGS; a1 starts first, so it is group rank 0.
+replica_agents() {
+    local script=$1 dirs=("$2" "$3") k
+    shift 3
+    for k in 1 2; do
+        agent a$k -- --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id "$JOB" \
+            --checkpoint-dir "${dirs[k - 1]}" --replicate-checkpoints 1 "$@" --no-python "$script"
+        sleep 0.3
+    done
+}

@@ -18,14 +18,7 @@ SERVER_HTTP_PRIVATE=1 start_server
 [ -n "$SHTTP" ] || fail "no HTTP port: $(cat "$SERR")"
 hport=${SHTTP##*:}
 
-"$SILENT_CONNS" -r 500 -t 100 127.0.0.1 "$hport" 64 128 127.101.0.2 > "$T/flood.out" 2> "$T/flood.err" &
-FPID=$!
-IT_BG_PIDS="$IT_BG_PIDS $FPID"
-if ! wait_for 40 grep -q '^connected' "$T/flood.out"; then
-    wait_for 1 pid_gone "$FPID" && { wait "$FPID"; [ $? = 77 ] && skip "$(cat "$T/flood.err")"; }
-    cat "$T/flood.err" >&2
-    fail "the flooder did not open its 8,192 connections within 40 s"
-fi
+silent_flood "$hport" 64 128 127.101.0.2
 note "HTTP flood: $(grep '^connected' "$T/flood.out")"
 
 # counted LIMIT: muster_limit_hits_total{limit="LIMIT"} > 0 in a fresh /metrics; sets HITS

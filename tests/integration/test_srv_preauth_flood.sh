@@ -25,14 +25,7 @@ start_server
 
 # flood ADDRS PER FIRST: starts the flooder, waits until every connection was answered
 flood() {
-    "$SILENT_CONNS" -r 500 -t 100 127.0.0.1 "$SPORT" "$1" "$2" "$3" > "$T/flood.out" 2> "$T/flood.err" &
-    FPID=$!
-    IT_BG_PIDS="$IT_BG_PIDS $FPID"
-    if ! wait_for 40 grep -q '^connected' "$T/flood.out"; then
-        wait_for 1 pid_gone "$FPID" && { wait "$FPID"; [ $? = 77 ] && skip "$(cat "$T/flood.err")"; }
-        cat "$T/flood.err" >&2
-        fail "the flooder did not open its $(( $1 * $2 )) connections within 40 s"
-    fi
+    silent_flood "$SPORT" "$1" "$2" "$3"
     note "flood from $1 address(es) x $2: $(grep '^connected' "$T/flood.out")"
 }
 
