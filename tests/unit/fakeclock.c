@@ -34,8 +34,8 @@ static void fake_stop(const struct mc_clock *c, uv_timer_t *t)
         memset(s, 0, sizeof(*s));
 }
 
-static void fake_start(const struct mc_clock *c, uv_timer_t *t, uv_timer_cb cb,
-                       uint64_t timeout_ms, uint64_t repeat_ms)
+static void fake_start(const struct mc_clock *c, uv_timer_t *t, uv_timer_cb cb, uint64_t timeout_ms,
+                       uint64_t repeat_ms)
 {
     struct fake_clock *fc = fake_of(c);
     struct fake_timer *s = slot_of(fc, t);
