@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 struct harness {
@@ -72,5 +73,9 @@ void harness_write_file(const char *path, const char *text);
 
 /* Reads at most len - 1 bytes of path into buf, NUL-terminated. Returns the length or -1. */
 long harness_read_file(const char *path, char *buf, size_t len);
+
+/* The permission bits (07777) of dir/rel, not following a last symlink. Fails the test where
+ * it does not exist. */
+mode_t harness_mode(const char *dir, const char *rel);
 
 #endif
