@@ -177,6 +177,17 @@ static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
     return r;
 }
 
+/* Observer raw client i asks for job's STATUS (its answer lands in R(i)->status_json). */
+static void observer_status(struct fixture *fx, int i, const char *job)
+{
+    struct rdzv_msg *m;
+
+    raw_new(fx, i, RDZV_ROLE_OBSERVER);
+    m = sendq_msg(RDZV_MSG_STATUS_REQ);
+    snprintf(m->u.status_req.job_id, sizeof(m->u.status_req.job_id), "%s", job);
+    send_msg(fx->raw[i], m);
+}
+
 /* A node id the server accepts (protocol 3): the commitment to a secret made from seed. */
 static uint64_t test_node(uint8_t secret[32], uint64_t seed)
 {
@@ -637,7 +648,6 @@ static int got_status(struct fixture *fx)
 static void test_status(void **state)
 {
     struct fixture *fx = *state;
-    struct rdzv_msg *m;
     json_t *doc, *jobs, *job, *node;
     json_error_t jerr;
 
@@ -645,10 +655,7 @@ static void test_status(void **state)
     agent(fx, 1, "seen", 2, 2);
     agent(fx, 3, "unseen", 2, 2);
     run_until(fx, both_assigned);
-    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
-    m = sendq_msg(RDZV_MSG_STATUS_REQ);
-    strcpy(m->u.status_req.job_id, "seen");
-    send_msg(R(2), m);
+    observer_status(fx, 2, "seen");
     run_until(fx, got_status);
     doc = json_loads(R(2)->status_json, 0, &jerr);
     assert_non_null(doc);
@@ -702,7 +709,6 @@ static const char *ckpt_field(json_t *list, size_t i, const char *key)
 static void test_ckpt_status(void **state)
 {
     struct fixture *fx = *state;
-    struct rdzv_msg *m;
     json_t *doc, *list;
     json_error_t jerr;
     char name[16];
@@ -728,10 +734,7 @@ static void test_ckpt_status(void **state)
     ckpt(R(3), "s99", 0);
     raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
     ckpt(R(4), "s99", 0);
-    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
-    m = sendq_msg(RDZV_MSG_STATUS_REQ);
-    strcpy(m->u.status_req.job_id, "ck");
-    send_msg(R(2), m);
+    observer_status(fx, 2, "ck");
     run_until(fx, ckpt_sent);
     assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
     assert_int_equal(R(4)->error.code, RDZV_ERR_PROTOCOL);
@@ -795,7 +798,6 @@ static int pf_refused(struct fixture *fx)
 static void test_preflight_status(void **state)
 {
     struct fixture *fx = *state;
-    struct rdzv_msg *m;
     json_t *doc, *list, *node, *gpu;
     json_error_t jerr;
     int r0;
@@ -813,10 +815,7 @@ static void test_preflight_status(void **state)
     preflight(R(3), "GPU-3333", 1);
     raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
     preflight(R(4), "GPU-4444", 1);
-    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
-    m = sendq_msg(RDZV_MSG_STATUS_REQ);
-    strcpy(m->u.status_req.job_id, "pf");
-    send_msg(R(2), m);
+    observer_status(fx, 2, "pf");
     run_until(fx, pf_refused);
     assert_int_equal(R(1)->error.code, RDZV_ERR_PROTOCOL);
     assert_non_null(strstr(R(1)->error.text, "control character"));
