@@ -1,11 +1,11 @@
-/* The one test harness of the unit tests (issue 13; libuv's test/task.h plays this part
+/* The one test harness of the unit tests (libuv's test/task.h plays this part
  * there): run a private loop until a condition holds under a watchdog, let time pass on it,
  * close it checking that no handle leaked, and temporary files and directories.
  *
- * Async tests count callbacks instead of sleeping (STYLE.md rule 14): HARNESS_RUN_UNTIL runs
- * the loop one iteration at a time and re-evaluates the condition after each, so a callback
- * need not tell anyone that something changed, and a condition the loop never makes true
- * fails at the watchdog instead of hanging the test. */
+ * Async tests count callbacks instead of sleeping (docs/ARCHITECTURE.md "Adding a test"):
+ * HARNESS_RUN_UNTIL runs the loop one iteration at a time and re-evaluates the condition after
+ * each, so a callback need not tell anyone that something changed, and a condition the loop never
+ * makes true fails at the watchdog instead of hanging the test. */
 #ifndef MUSTER_TESTS_HARNESS_H
 #define MUSTER_TESTS_HARNESS_H
 

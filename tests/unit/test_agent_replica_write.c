@@ -400,7 +400,7 @@ static void test_close_from_callback(void **state)
     assert_int_equal(fx->after_close, 0);
 }
 
-/* --- the agent's target ------------------------------------------------------------------- */
+/* --- the agent's target ----------------------------------------------------------------------- */
 
 static void run_store(struct fixture *fx, struct agent_replica_store *s, const uint8_t *p, size_t n,
                       int finish)
@@ -479,7 +479,7 @@ static void test_store_half_written_removed(void **state)
 }
 
 /* A directory of the replica's name that is already there stays, even an empty one (rename(2)
- * replaces an empty directory; issue 26): the copy fails, its temporary goes. */
+ * replaces an empty directory): the copy fails, its temporary goes. */
 static void test_store_keeps_empty_dir(void **state)
 {
     struct fixture *fx = *state;

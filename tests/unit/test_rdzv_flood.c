@@ -1,4 +1,4 @@
-/* A ClientHello flood against a real server on loopback (issue 11 §2): clients from 127.0.1.2
+/* A ClientHello flood against a real server on loopback: clients from 127.0.1.2
  * without any credential connect, send a ClientHello (X25519 or secp521r1 only, made by
  * mbedTLS at setup) and hang up, over and over, while two agents from 127.0.0.1 go through
  * HELLO / JOIN / ASSIGN and /metrics answers. Checks what is counted (the per-source handshake
@@ -35,7 +35,7 @@
 struct fixture;
 
 /* One unauthenticated client: connect from 127.0.1.2 (another /24 than the agents: limits
- * count per /24 since issue 26), ClientHello, hang up at the first byte
+ * count per /24), ClientHello, hang up at the first byte
  * back (or the close), again until the flood stops. */
 struct flooder {
     struct fixture *fx;
@@ -89,7 +89,7 @@ static struct fixture g_fx;
 /* pred(fx) holds, or the watchdog fails the test (harness.h) */
 #define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
-/* --- ClientHellos made by an mbedTLS client that has no credential of this server --------- */
+/* --- ClientHellos made by an mbedTLS client that has no credential of this server ------------- */
 struct capture {
     uint8_t *buf;
     size_t cap, len;
@@ -151,7 +151,7 @@ static size_t make_hello(mbedtls_ecp_group_id curve, uint8_t *out, size_t cap)
     return c.len;
 }
 
-/* --- the flood ------------------------------------------------------------------------------ */
+/* --- the flood -------------------------------------------------------------------------------- */
 static void flood_connect(struct flooder *f);
 
 static void flood_closed_cb(uv_handle_t *h)
@@ -224,7 +224,7 @@ static int flood_over(struct fixture *fx)
     return 1;
 }
 
-/* --- legitimate agents ---------------------------------------------------------------------- */
+/* --- legitimate agents ------------------------------------------------------------------------ */
 static void agent_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct agent *a = conn->data;

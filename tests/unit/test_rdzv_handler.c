@@ -49,7 +49,7 @@ struct raw {
     uint32_t kv_status[16]; /* by req_id */
     char kv_value[16][32];
     char *status_json;
-    struct rdzv_repl_begin repl_begin; /* the last of each replica message (issue 19) */
+    struct rdzv_repl_begin repl_begin; /* the last of each replica message */
     struct rdzv_repl_ack repl_ack;
     uint64_t repl_bytes; /* REPL_DATA bytes received */
     int connected;
@@ -269,7 +269,7 @@ static int teardown(void **state)
 #define R(i) (gfx->raw[i])
 #define N(i, type) (R(i)->count[RDZV_MSG_##type])
 
-/* --- liveness ------------------------------------------------------------------------------ */
+/* --- liveness --------------------------------------------------------------------------------- */
 static void beat_cb(uv_timer_t *t)
 {
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_HEARTBEAT);
@@ -360,7 +360,7 @@ static void test_lost_by_close_ranks(void **state)
     }
 }
 
-/* --- scale-up ------------------------------------------------------------------------------ */
+/* --- scale-up --------------------------------------------------------------------------------- */
 static int one_assigned(struct fixture *fx)
 {
     (void)fx;
@@ -389,7 +389,7 @@ static void test_scale_up(void **state)
     assert_true(N(1, WAITING) >= 1);
     assert_int_equal(R(0)->assign.round, 1);
     assert_int_equal(R(0)->assign.restart_count, 0);
-    /* host1's JOIN names a newer checkpoint (step 100 > 0): it takes rank 0 (issue 19) */
+    /* host1's JOIN names a newer checkpoint (step 100 > 0): it takes rank 0 */
     assert_int_equal(R(0)->assign.group_rank, 1);
     assert_int_equal(R(1)->assign.group_rank, 0);
     assert_int_equal(R(1)->assign.world_size, 4);
@@ -419,7 +419,7 @@ static void test_scale_up_full(void **state)
     assert_int_equal(N(1, ASSIGN), 0);
 }
 
-/* --- server restart ------------------------------------------------------------------------ */
+/* --- server restart --------------------------------------------------------------------------- */
 static int all_eof(struct fixture *fx)
 {
     (void)fx;
@@ -531,7 +531,7 @@ static void test_rejoin_stale_round(void **state)
     assert_string_equal(R(2)->restart.cause.text, "round 0 ended while the node was away");
 }
 
-/* --- KV store ---------------------------------------------------------------------------- */
+/* --- KV store --------------------------------------------------------------------------------- */
 static struct raw *worker(struct fixture *fx, int i, const char *job, uint32_t round)
 {
     struct raw *r = raw_new(fx, i, RDZV_ROLE_WORKER);
@@ -638,7 +638,7 @@ static void test_kv(void **state)
     assert_int_equal(R(2)->kv_status[6], RDZV_KV_STALE);
 }
 
-/* --- STATUS ------------------------------------------------------------------------------- */
+/* --- STATUS ----------------------------------------------------------------------------------- */
 static int got_status(struct fixture *fx)
 {
     (void)fx;
@@ -676,7 +676,7 @@ static void test_status(void **state)
     json_decref(doc);
 }
 
-/* --- CKPT -------------------------------------------------------------------------------- */
+/* --- CKPT ------------------------------------------------------------------------------------- */
 static void ckpt(struct raw *r, const char *name, int bad)
 {
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_CKPT);
@@ -759,7 +759,7 @@ static void test_ckpt_status(void **state)
     json_decref(doc);
 }
 
-/* --- PREFLIGHT (issue 15) ------------------------------------------------------------------ */
+/* --- PREFLIGHT -------------------------------------------------------------------------------- */
 static void preflight(struct raw *r, const char *uuid0, uint32_t index1)
 {
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_PREFLIGHT);
@@ -920,7 +920,7 @@ static void test_preflight_metrics(void **state)
     rdzv_pfrec_clear(&rec);
 }
 
-/* --- checkpoint replicas (issue 19) ------------------------------------------------------- */
+/* --- checkpoint replicas ---------------------------------------------------------------------- */
 #define CH RDZV_REPL_CHUNK_MAX
 #define X(n) (RDZV_REPL_XFER_SENDER | (n)) /* a sender's transfer id */
 
@@ -1094,7 +1094,7 @@ static void repl_begin_direct(struct raw *r, uint32_t xfer, uint64_t size)
     send_msg(r, m);
 }
 
-/* A direct link (issue 19): the server passes port, link, key and mode on, names the sender's own
+/* A direct link: the server passes port, link, key and mode on, names the sender's own
  * address, relays no chunk of it, accepts the receiver's DONE at the announced size, and
  * switches to relaying when the receiver asks, once. */
 static void test_repl_direct_link(void **state)

@@ -630,7 +630,7 @@ static void test_resume_rejoin_keeps_round(void **state)
     rdzv_job_free(job);
 }
 
-/* --restart-backoff (issue 16): the server holds the next round's ASSIGN for the delay, even
+/* --restart-backoff: the server holds the next round's ASSIGN for the delay, even
  * when every node re-joined at once; the delays double and a healthy round resets them. */
 static void test_restart_backoff_holds_round(void **state)
 {
@@ -690,7 +690,7 @@ static void test_no_backoff_no_hold(void **state)
     rdzv_job_free(job);
 }
 
-/* --exclude-after (issue 16): the node whose rank failed first is charged; its N-th failure
+/* --exclude-after: the node whose rank failed first is charged; its N-th failure
  * within the window excludes it (its JOINs get -EPERM, with a reason), a LEAVE and re-JOIN does
  * not reset its count, and an elastic job goes on without it. */
 static void test_exclude_after(void **state)
@@ -735,7 +735,7 @@ static void test_exclude_after(void **state)
     }
     /* the same host name at another address is another node */
     assert_null(rdzv_job_excluded(job, "node2", "10.0.0.9", "10.0.0.9"));
-    /* issue 26: a JOIN that claims node2's host and addr from another machine is another node,
+    /* a JOIN that claims node2's host and addr from another machine is another node,
      * and node2 restarted as a new agent process (new node id) on its machine is still out */
     assert_null(rdzv_job_excluded(job, "node2", "10.0.0.2", "10.0.0.66"));
     {
@@ -780,7 +780,7 @@ static void test_exclude_window(void **state)
     rdzv_job_free(job);
 }
 
-/* --- hot spares (issue 16) ---------------------------------------------------------------- */
+/* --- hot spares ------------------------------------------------------------------------------- */
 
 static enum rdzv_job_event join_spare(struct rdzv_job *job, unsigned node, uint64_t now)
 {

@@ -108,7 +108,7 @@ static int logged(struct fixture *fx, ...)
     return n;
 }
 
-/* --- raw clients ---------------------------------------------------------------------------- */
+/* --- raw clients ------------------------------------------------------------------------------ */
 static void raw_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct raw *r = conn->data;
@@ -300,7 +300,7 @@ static void raw_close(struct raw *r)
         rdzv_conn_close(&r->conn, 0, raw_closed_cb);
 }
 
-/* --- a good job alongside ------------------------------------------------------------------- */
+/* --- a good job alongside --------------------------------------------------------------------- */
 /* Agents 0 and 1 run job "good" (2 nodes) to its end: both assigned, both DONE, JOB_DONE. */
 static void good_start(struct fixture *fx)
 {
@@ -331,7 +331,7 @@ static void good_finish(struct fixture *fx)
     assert_int_equal(N(0, ERROR) + N(1, ERROR), 0);
 }
 
-/* --- fixtures ------------------------------------------------------------------------------- */
+/* --- fixtures --------------------------------------------------------------------------------- */
 static int setup(void **state)
 {
     static struct fixture fx;
@@ -375,7 +375,7 @@ static int teardown(void **state)
     return 0;
 }
 
-/* --- tests ---------------------------------------------------------------------------------- */
+/* --- tests ------------------------------------------------------------------------------------ */
 static int closed_2_3(struct fixture *fx)
 {
     return R(2)->closed && R(3)->closed;
@@ -527,7 +527,7 @@ static int one_evicted(struct fixture *fx)
     return HITS(PREAUTH_EVICT) == 1 && R(2)->closed;
 }
 
-/* Over max_connections (6 here) with four places held by silent connections (issue 26): the
+/* Over max_connections (6 here) with four places held by silent connections: the
  * next connection evicts the oldest silent one instead of being refused; the authenticated
  * ones are never touched. */
 static void test_preauth_evict(void **state)
@@ -638,7 +638,7 @@ static void test_kv_quota(void **state)
     good_finish(fx);
 }
 
-/* --- every client bounded (issue 11 part 6) ----------------------------------------------- */
+/* --- every client bounded (docs/SECURITY.md "Limits and quotas of a shared server") ----------- */
 static struct rdzv_limits *limits(struct fixture *fx)
 {
     static struct rdzv_limits l;
@@ -889,7 +889,7 @@ static int two_pre(struct fixture *fx)
 }
 
 /* handshakes_per_source (2 here) counts per /24, and a new connection over it evicts the
- * oldest idle one of that /24 instead of being refused (issue 26: 128 silent connections from
+ * oldest idle one of that /24 instead of being refused (128 silent connections from
  * a NAT refused every agent behind it); other /24s are not touched. */
 static void test_preauth_source_evict(void **state)
 {
@@ -938,7 +938,7 @@ static void test_fit_fds(void **state)
 
 /* max_connections_per_source (3 here, of 16): a flood from 127.0.0.1 gets three connections
  * (the good job's two among them), the rest are closed at once, while a client from
- * 127.0.1.2 (another /24: the limit counts per /24 since issue 26) still gets in. */
+ * 127.0.1.2 (another /24: the limit counts per /24) still gets in. */
 static void test_per_source(void **state)
 {
     struct fixture *fx = *state;
@@ -1064,7 +1064,7 @@ static void kv_gets(struct raw *r, int n)
     }
 }
 
-/* Held KV requests (issue 26): 10x the per-connection cap (4 here) from one worker: 4 held,
+/* Held KV requests: 10x the per-connection cap (4 here) from one worker: 4 held,
  * 36 LIMIT (kv_held_per_conn); a second worker meets the job's cap (5 + 1 per attached worker:
  * 7) after 3: 37 LIMIT (kv_held_per_job). Then that worker asks for its own job's status: ERROR
  * AUTH (item 6), and its close gives its holds back. The good job runs on. */

@@ -51,7 +51,7 @@ static void fill_preflight(struct rdzv_preflight *pf)
     strcpy(pf->gpus[1].note, "clocks held down");
 }
 
-/* PREFLIGHT (issue 15): the GPU count is checked before any GPU is read (a hostile count
+/* PREFLIGHT: the GPU count is checked before any GPU is read (a hostile count
  * cannot walk past the array), levels beyond FAILURE and over-long strings are refused both
  * ways. */
 static void test_preflight_limits(void **state)
@@ -477,7 +477,7 @@ static void test_optional_tails(void **state)
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4); /* delay 0 sent as a tail: not canonical */
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 
-    /* issue 19: CKPT's holder, a string sent only when not "" */
+    /* CKPT's holder, a string sent only when not "" */
     example(RDZV_MSG_CKPT, &in);
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
     strcpy(in.u.ckpt.holder, "node-b");
@@ -491,7 +491,7 @@ static void test_optional_tails(void **state)
     buf[RDZV_HEADER_SIZE + plen - 7] = 0;
     assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
 
-    /* issue 19: REPL_BEGIN's direct link (port, link, key, host), sent only with a port */
+    /* REPL_BEGIN's direct link (port, link, key, host), sent only with a port */
     example(RDZV_MSG_REPL_BEGIN, &in);
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
     in.u.repl_begin.port = 40123;

@@ -455,7 +455,7 @@ static void test_opts(void **state)
     rdzv_tls_free(NULL);
 }
 
-/* --- certificate mode: a throw-away PKI made by mbedTLS at run time ------------------------ */
+/* --- certificate mode: a throw-away PKI made by mbedTLS at run time --------------------------- */
 
 static char pki[64]; /* mkdtemp directory: ca1, ca2, srv, srv_old (expired), cli, cli2 (CA 2) */
 
@@ -695,7 +695,7 @@ static void minted(const char *secret, enum rdzv_cred_kind kind, const char *sco
     assert_int_equal(rdzv_cred_format(&c, text, RDZV_CRED_TEXT_MAX + 1), 0);
 }
 
-/* The PSK identity names the credential, and the server derives its key (issue 11). */
+/* The PSK identity names the credential, and the server derives its key. */
 static void test_psk_job_credential(void **state)
 {
     char text[RDZV_CRED_TEXT_MAX + 1];
