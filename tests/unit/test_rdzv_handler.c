@@ -949,9 +949,7 @@ static void repl_ack(struct raw *r, uint32_t xfer, uint64_t off, uint8_t status)
 {
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_REPL_ACK);
 
-    m->u.repl_ack.xfer = xfer;
-    m->u.repl_ack.offset = off;
-    m->u.repl_ack.status = status;
+    m->u.repl_ack = (struct rdzv_repl_ack){.xfer = xfer, .offset = off, .status = status};
     send_msg(r, m);
 }
 
