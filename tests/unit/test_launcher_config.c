@@ -548,7 +548,7 @@ static void test_shutdown_timeout_sources(void **state)
     refuse(fx, "--shutdown-timeout", "-1", "--shutdown-timeout", "abc", NULL);
 }
 
-/* Issue 19: --replicate-checkpoints needs --checkpoint-dir; the cap defaults to 100 MB/s. */
+/* --replicate-checkpoints needs --checkpoint-dir; the cap defaults to 100 MB/s. */
 static void test_replicate_flags(void **state)
 {
     struct fx *fx = *state;

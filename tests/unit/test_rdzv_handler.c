@@ -544,6 +544,24 @@ static struct raw *worker(struct fixture *fx, int i, const char *job, uint32_t r
     return r;
 }
 
+/* Two senders a member-only message must be refused from: R(3), a worker of job, and R(4), an
+ * agent that never joined (no job to record for). */
+static void refused_senders(struct fixture *fx, const char *job)
+{
+    worker(fx, 3, job, 0);
+    raw_new(fx, 4, RDZV_ROLE_AGENT);
+}
+
+/* Sends R(i) a HEARTBEAT and waits for its echo: every message R(i) sent before it was
+ * handled. */
+static void handled(struct fixture *fx, int i)
+{
+    int n = N(i, HEARTBEAT);
+
+    send_msg(R(i), sendq_msg(RDZV_MSG_HEARTBEAT));
+    HARNESS_RUN_UNTIL(&fx->h, N(i, HEARTBEAT) > n);
+}
+
 static void kv(struct raw *r, uint8_t type, uint32_t req, const char *key, const char *value,
                uint32_t wait_ms, uint32_t count)
 {
@@ -728,11 +746,9 @@ static void test_ckpt_status(void **state)
         ckpt(R(0), name, 0);
     }
     ckpt(R(0), "s10", 1); /* found bad at pick time: replaces its record, moves to the front */
-    send_msg(R(0), sendq_msg(RDZV_MSG_HEARTBEAT)); /* its echo: the CKPTs before it were handled */
-    HARNESS_RUN_UNTIL(&fx->h, N(0, HEARTBEAT) > 0);
-    worker(fx, 3, "ck", 0);
+    handled(fx, 0);       /* the CKPTs before it */
+    refused_senders(fx, "ck");
     ckpt(R(3), "s99", 0);
-    raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
     ckpt(R(4), "s99", 0);
     observer_status(fx, 2, "ck");
     run_until(fx, ckpt_sent);
@@ -807,13 +823,11 @@ static void test_preflight_status(void **state)
     run_until(fx, both_assigned);
     r0 = 0;
     preflight(R(0), "GPU-0000", 1);
-    preflight(R(0), "GPU-0000", 1);                /* again: replaces its record, no second node */
-    send_msg(R(0), sendq_msg(RDZV_MSG_HEARTBEAT)); /* its echo: the PREFLIGHTs were handled */
-    HARNESS_RUN_UNTIL(&fx->h, N(0, HEARTBEAT) > 0);
+    preflight(R(0), "GPU-0000", 1);    /* again: replaces its record, no second node */
+    handled(fx, 0);                    /* the PREFLIGHTs before it */
     preflight(R(1), "GPU-\x1b[2J", 1); /* a terminal escape in a UUID */
-    worker(fx, 3, "pf", 0);
+    refused_senders(fx, "pf");
     preflight(R(3), "GPU-3333", 1);
-    raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
     preflight(R(4), "GPU-4444", 1);
     observer_status(fx, 2, "pf");
     run_until(fx, pf_refused);

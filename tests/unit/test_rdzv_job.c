@@ -564,7 +564,7 @@ static void test_resume_rank0_survives(void **state)
     rdzv_job_free(job);
 }
 
-/* Issue 19: a node resuming from a strictly newer checkpoint (a replica) takes group rank 0
+/* A node resuming from a strictly newer checkpoint (a replica) takes group rank 0
  * from the node that held it; the old rank 0 fills a gap. */
 static void test_resume_newest_takes_rank0(void **state)
 {
@@ -1081,7 +1081,7 @@ static void test_restart_budget_survives_leave_and_spares(void **state)
     rdzv_job_free(job);
 }
 
-/* Issue 26's audit: pending[] is bounded (max_nodes + RDZV_JOB_PENDING_SLACK), and a big
+/* pending[] is bounded (max_nodes + RDZV_JOB_PENDING_SLACK), and a big
  * job's restart keeps every node's group rank through the prev[] index. */
 static void test_pending_bounded_and_prev_index(void **state)
 {

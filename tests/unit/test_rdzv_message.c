@@ -83,7 +83,7 @@ static void patch(size_t len, const char *from, const char *to)
     fail_msg("%s not in the frame", from);
 }
 
-/* Issue 26: identifiers (job id, host, addr) that are not valid UTF-8 are refused both ways;
+/* Identifiers (job id, host, addr) that are not valid UTF-8 are refused both ways;
  * free text is made valid (a character cut short at the end dropped, other bad bytes '?'). */
 static void test_utf8(void **state)
 {
@@ -233,7 +233,7 @@ static void test_truncated_and_trailing(void **state)
     }
 }
 
-/* Issue 16's optional tails: JOIN's backoff fields and RESTART's delay_ms are sent only when
+/* The optional tails: JOIN's backoff fields and RESTART's delay_ms are sent only when
  * non-zero (so a JOIN or RESTART that does not use them has the layout peers built before them
  * accept), read when present, and never part of REJOIN's copy of the JOIN. */
 static void test_optional_tails(void **state)
