@@ -544,12 +544,16 @@ static struct raw *worker(struct fixture *fx, int i, const char *job, uint32_t r
     return r;
 }
 
-/* Two senders a member-only message must be refused from: R(3), a worker of job, and R(4), an
- * agent that never joined (no job to record for). */
-static void refused_senders(struct fixture *fx, const char *job)
+/* send(r) from the two senders a member-only message must be refused from: R(3), a worker of
+ * job, and R(4), an agent that never joined (no job to record for); then R(2), an observer,
+ * asks for job's STATUS. */
+static void refused_senders(struct fixture *fx, const char *job, void (*send)(struct raw *r))
 {
     worker(fx, 3, job, 0);
+    send(R(3));
     raw_new(fx, 4, RDZV_ROLE_AGENT);
+    send(R(4));
+    observer_status(fx, 2, job);
 }
 
 /* Sends R(i) a HEARTBEAT and waits for its echo: every message R(i) sent before it was
@@ -710,6 +714,11 @@ static void ckpt(struct raw *r, const char *name, int bad)
     send_msg(r, m);
 }
 
+static void ckpt_s99(struct raw *r)
+{
+    ckpt(r, "s99", 0);
+}
+
 static int ckpt_sent(struct fixture *fx)
 {
     (void)fx;
@@ -747,10 +756,7 @@ static void test_ckpt_status(void **state)
     }
     ckpt(R(0), "s10", 1); /* found bad at pick time: replaces its record, moves to the front */
     handled(fx, 0);       /* the CKPTs before it */
-    refused_senders(fx, "ck");
-    ckpt(R(3), "s99", 0);
-    ckpt(R(4), "s99", 0);
-    observer_status(fx, 2, "ck");
+    refused_senders(fx, "ck", ckpt_s99);
     run_until(fx, ckpt_sent);
     assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
     assert_int_equal(R(4)->error.code, RDZV_ERR_PROTOCOL);
@@ -801,6 +807,12 @@ static void preflight(struct raw *r, const char *uuid0, uint32_t index1)
     send_msg(r, m);
 }
 
+/* A PREFLIGHT whose GPU 0 is named after the sender (GPU-3333 from R(3), GPU-4444 from R(4)). */
+static void preflight_of(struct raw *r)
+{
+    preflight(r, r == R(3) ? "GPU-3333" : "GPU-4444", 1);
+}
+
 static int pf_refused(struct fixture *fx)
 {
     (void)fx;
@@ -826,10 +838,7 @@ static void test_preflight_status(void **state)
     preflight(R(0), "GPU-0000", 1);    /* again: replaces its record, no second node */
     handled(fx, 0);                    /* the PREFLIGHTs before it */
     preflight(R(1), "GPU-\x1b[2J", 1); /* a terminal escape in a UUID */
-    refused_senders(fx, "pf");
-    preflight(R(3), "GPU-3333", 1);
-    preflight(R(4), "GPU-4444", 1);
-    observer_status(fx, 2, "pf");
+    refused_senders(fx, "pf", preflight_of);
     run_until(fx, pf_refused);
     assert_int_equal(R(1)->error.code, RDZV_ERR_PROTOCOL);
     assert_non_null(strstr(R(1)->error.text, "control character"));
