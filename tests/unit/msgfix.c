@@ -23,20 +23,20 @@ void msgfix_preflight(struct rdzv_preflight *pf)
     pf->ok = 1;
     pf->joined = 1;
     pf->p2p_pairs = 2;
-    pf->p2p_min_mbps = 40000;
-    pf->p2p_median_mbps = 390000;
-    pf->p2p_level = RDZV_PF_FAILURE;
-    strcpy(pf->p2p_note, "node a: P2P GPU 0 -> GPU 1 40.0 GB/s is far below");
+    pf->p2p_min_mbps = 39000;
+    pf->p2p_median_mbps = 214500;
+    pf->p2p_level = RDZV_PF_WARNING;
+    strcpy(pf->p2p_note, "node host0: P2P GPU 0 -> GPU 1 39.0 GB/s is far below");
     pf->count = 2;
     for (uint32_t i = 0; i < 2; i++) {
         pf->gpus[i].index = i;
         strcpy(pf->gpus[i].uuid, i ? "GPU-1111" : "GPU-0000");
         strcpy(pf->gpus[i].model, "NVIDIA H200");
-        pf->gpus[i].gemm_gflops = 790100 - i;
-        pf->gpus[i].hbm_mbps = 4270300;
-        pf->gpus[i].level = (uint8_t)i;
+        pf->gpus[i].gemm_gflops = i ? 474000 : 790000;
+        pf->gpus[i].hbm_mbps = 4280000;
+        pf->gpus[i].level = i ? RDZV_PF_FAILURE : RDZV_PF_OK;
     }
-    strcpy(pf->gpus[1].note, "clocks held down");
+    strcpy(pf->gpus[1].note, "node host0, GPU 1 (GPU-1111): bf16 GEMM 474.0 TFLOP/s is slow");
 }
 
 /* One filled example of every type. Long: one case per message type (example3() has the

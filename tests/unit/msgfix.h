@@ -18,7 +18,8 @@ void msgfix_example(uint8_t type, struct rdzv_msg *m);
 /* The failure every FAILED, LEAVE, RESTART and JOB_FAILED example carries. */
 void msgfix_failure(struct rdzv_failure *f);
 
-/* The PREFLIGHT example: two GPUs, one of them at FAILURE with a note. */
+/* The PREFLIGHT example (round 4, from a node that joined later): P2P at WARNING, two GPUs,
+ * GPU 1 slow (FAILURE, 474 TFLOP/s) with a note. */
 void msgfix_preflight(struct rdzv_preflight *pf);
 
 #endif

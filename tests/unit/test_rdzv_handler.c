@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "harness.h"
+#include "msgfix.h"
 #include "sendq.h"
 
 #include "conn.h"
@@ -787,23 +788,11 @@ static void preflight(struct raw *r, const char *uuid0, uint32_t index1)
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_PREFLIGHT);
     struct rdzv_preflight *pf = &m->u.preflight;
 
-    pf->round = 0;
-    pf->ok = 1;
-    pf->p2p_pairs = 2;
-    pf->p2p_min_mbps = 39000;
-    pf->p2p_median_mbps = 214500;
-    pf->p2p_level = RDZV_PF_WARNING;
-    strcpy(pf->p2p_note, "node host0: P2P GPU 0 -> GPU 1 39.0 GB/s is far below");
-    pf->count = 2;
-    for (uint32_t i = 0; i < 2; i++) {
-        pf->gpus[i].index = i ? index1 : 0;
-        snprintf(pf->gpus[i].uuid, sizeof(pf->gpus[i].uuid), "%s", i ? "GPU-1111" : uuid0);
-        strcpy(pf->gpus[i].model, "NVIDIA H200");
-        pf->gpus[i].gemm_gflops = i ? 474000 : 790000;
-        pf->gpus[i].hbm_mbps = 4280000;
-        pf->gpus[i].level = i ? RDZV_PF_FAILURE : RDZV_PF_OK;
-    }
-    strcpy(pf->gpus[1].note, "node host0, GPU 1 (GPU-1111): bf16 GEMM 474.0 TFLOP/s is slow");
+    msgfix_preflight(pf); /* P2P at WARNING 39.0 GB/s, GPU 1 slow (FAILURE, 474 TFLOP/s) */
+    pf->round = 0;        /* this job's first round, from a member: not a node that joined later */
+    pf->joined = 0;
+    snprintf(pf->gpus[0].uuid, sizeof(pf->gpus[0].uuid), "%s", uuid0);
+    pf->gpus[1].index = index1;
     send_msg(r, m);
 }
 
