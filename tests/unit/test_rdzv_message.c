@@ -233,102 +233,114 @@ static void test_truncated_and_trailing(void **state)
     }
 }
 
+/* The length of in encoded into buf (asserted). */
+static size_t encode(const struct rdzv_msg *in)
+{
+    size_t len = 0;
+
+    assert_int_equal(rdzv_msg_encode(in, buf, sizeof(buf), &len), 0);
+    return len;
+}
+
+/* in becomes type's example (msgfix.h); returns its encoded length. */
+static size_t example_len(uint8_t type, struct rdzv_msg *in)
+{
+    msgfix_example(type, in);
+    return encode(in);
+}
+
+/* in encoded into buf (its length in *len) and decoded back into out, both asserted; returns
+ * the payload's length. */
+static uint32_t roundtrip(const struct rdzv_msg *in, struct rdzv_msg *out, size_t *len)
+{
+    uint8_t type;
+    uint32_t plen;
+
+    *len = encode(in);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(type, in->type);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, out), 0);
+    return plen;
+}
+
 /* The optional tails: JOIN's backoff fields and RESTART's delay_ms are sent only when
  * non-zero (so a JOIN or RESTART that does not use them has the layout peers built before them
  * accept), read when present, and never part of REJOIN's copy of the JOIN. */
 static void test_optional_tails(void **state)
 {
     static struct rdzv_msg in, out;
-    uint8_t type;
     uint32_t plen;
     size_t len, len0;
 
     (void)state;
-    msgfix_example(RDZV_MSG_JOIN, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_JOIN, &in);
     in.u.join.backoff_min_ms = 500;
     in.u.join.backoff_max_ms = 2000;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 16);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.join.backoff_min_ms, 500);
     assert_int_equal(out.u.join.backoff_max_ms, 2000);
     assert_int_equal(out.u.join.exclude_after, 0);
     in.u.join.backoff_min_ms = in.u.join.backoff_max_ms = 0;
     in.u.join.exclude_after = 3; /* the tail goes out when any of its fields is set */
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 16);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.join.exclude_after, 3);
     /* half a tail is a protocol error */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
     /* so is a tail of zeros: it is sent as no tail, so the codec stays canonical (found by
      * fuzz_message's re-encoding oracle) */
     memset(buf + RDZV_HEADER_SIZE + plen - 16, 0, 16);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 
     /* REJOIN carries the JOIN's tail at its end (hot spares): a job rebuilt after a server
      * restart keeps --restart-backoff and --exclude-after, a waiting spare stays one */
-    msgfix_example(RDZV_MSG_REJOIN, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_REJOIN, &in);
     in.u.rejoin.join.backoff_min_ms = 500;
     in.u.rejoin.join.flags = RDZV_JOIN_SPARE;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 20);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.rejoin.join.backoff_min_ms, 500);
     assert_int_equal(out.u.rejoin.join.flags, RDZV_JOIN_SPARE);
     assert_int_equal(out.u.rejoin.assign.round, in.u.rejoin.assign.round);
 
-    msgfix_example(RDZV_MSG_RESTART, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_RESTART, &in);
     in.u.restart.delay_ms = 2100;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 4);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.restart.delay_ms, 2100);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
     assert_int_equal(out.u.restart.delay_ms, 0);
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4); /* delay 0 sent as a tail: not canonical */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 
     /* CKPT's holder, a string sent only when not "" */
-    msgfix_example(RDZV_MSG_CKPT, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_CKPT, &in);
     strcpy(in.u.ckpt.holder, "node-b");
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 2 + 6);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_string_equal(out.u.ckpt.holder, "node-b");
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 8] = 0; /* "" sent as a tail: not canonical */
     buf[RDZV_HEADER_SIZE + plen - 7] = 0;
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
 
     /* REPL_BEGIN's direct link (port, link, key, host), sent only with a port */
-    msgfix_example(RDZV_MSG_REPL_BEGIN, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_REPL_BEGIN, &in);
     in.u.repl_begin.port = 40123;
     in.u.repl_begin.link = 0x80000005u;
     memset(in.u.repl_begin.key, 0xa5, sizeof(in.u.repl_begin.key));
     strcpy(in.u.repl_begin.host, "10.0.0.7");
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.repl_begin.port, 40123);
     assert_int_equal(out.u.repl_begin.link, 0x80000005u);
     assert_memory_equal(out.u.repl_begin.key, in.u.repl_begin.key, 32);
     assert_string_equal(out.u.repl_begin.host, "10.0.0.7");
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 10, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 10, &out), -EPROTO);
     /* port 0 in a tail is not canonical, a port over 65535 is no port */
     memset(buf + RDZV_HEADER_SIZE + len0 - RDZV_HEADER_SIZE, 0, 4);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     in.u.repl_begin.port = 70000;
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
     in.u.repl_begin.port = 0; /* no tail: the relay, as before the link */
@@ -336,49 +348,43 @@ static void test_optional_tails(void **state)
     assert_int_equal(len, len0);
     /* flags (a directory checkpoint): a second part, behind a first whose port may be 0 */
     in.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8 + 4);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
     assert_int_equal(out.u.repl_begin.port, 0);
     /* without the flags, a first part with port 0 is not canonical */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 1] = 2; /* a flag nobody defined */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 1] = 0; /* flags 0 sent: not canonical */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     /* the original's mode: a third part, behind the others (zeros there then) */
     in.u.repl_begin.flags = 0;
     in.u.repl_begin.mode = 0600;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8 + 4 + 4);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.repl_begin.mode, 0600);
     assert_int_equal(out.u.repl_begin.flags, 0);
     assert_int_equal(out.u.repl_begin.port, 0);
     /* without the mode, flags 0 are not canonical; a mode of 0 or with bits beyond 07777
      * neither */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 3] = 1; /* 0x10000: S_IFREG's territory, not a mode */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     in.u.repl_begin.mode = 0100644; /* a whole st_mode: the sender masks it */
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
     /* all three parts: a directory of mode 0700 on a direct link */
     in.u.repl_begin.mode = 0700;
     in.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
     in.u.repl_begin.port = 40123;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(out.u.repl_begin.mode, 0700);
     assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
     assert_int_equal(out.u.repl_begin.port, 40123);
     /* an older sender's BEGIN (no third part) still decodes, with mode 0 */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
     assert_int_equal(out.u.repl_begin.mode, 0);
     assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
 }
@@ -388,40 +394,34 @@ static void test_optional_tails(void **state)
  * canonical; an older peer's JOIN without any tail still decodes with flags 0. */
 static void test_join_flags_tail(void **state)
 {
-    static struct rdzv_msg in, out;
-    uint8_t type;
-    uint32_t plen;
     size_t len, len0;
+    uint32_t plen;
+    static struct rdzv_msg in, out;
 
     (void)state;
-    msgfix_example(RDZV_MSG_JOIN, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_JOIN, &in);
     in.u.join.flags = RDZV_JOIN_SPARE;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 20);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.join.flags, RDZV_JOIN_SPARE);
     assert_int_equal(out.u.join.backoff_min_ms, 0);
     assert_int_equal(out.u.join.exclude_after, 0);
     /* without the flags the first part alone is all zeros: refused */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
     /* flags of zero after the first part: refused */
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     /* both parts set */
     in.u.join.exclude_after = 2;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(out.u.join.flags, RDZV_JOIN_SPARE);
     assert_int_equal(out.u.join.exclude_after, 2);
     /* the first part alone (an agent built before spares) */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
     assert_int_equal(out.u.join.flags, 0);
     assert_int_equal(out.u.join.exclude_after, 2);
     /* half of the flags */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 2, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 2, &out), -EPROTO);
 }
 
 static void test_small_buffer(void **state)
