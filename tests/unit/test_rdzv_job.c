@@ -522,6 +522,14 @@ static enum rdzv_job_event join_resume(struct rdzv_job *job, unsigned node, cons
     return ev;
 }
 
+/* Nodes 0..n-1 JOIN at now, all resuming from "<name>" (step). */
+static void join_resume_all(struct rdzv_job *job, unsigned n, const char *name, int64_t step,
+                            uint64_t now)
+{
+    for (unsigned node = 0; node < n; node++)
+        join_resume(job, node, name, step, now);
+}
+
 /* Every member's ASSIGN names the same resume point. */
 static void assert_all_resume(struct rdzv_job *job, const char *name, int64_t step)
 {
@@ -556,9 +564,7 @@ static void test_resume_rank0_survives(void **state)
     struct rdzv_job *job = new_job(2, 3);
 
     (void)state;
-    join_resume(job, 0, "step-10", 10, 0);
-    join_resume(job, 1, "step-10", 10, 0);
-    join_resume(job, 2, "step-10", 10, 0);
+    join_resume_all(job, 3, "step-10", 10, 0);
     assert_all_resume(job, "step-10", 10);
     assert_int_equal(lose(job, 2, 0), RDZV_JOB_EV_RESTART);
     join_resume(job, 1, "step-05", 5, 10); /* joins first, but node 0 keeps rank 0 */
@@ -597,9 +603,7 @@ static void test_resume_rank0_lost(void **state)
     struct rdzv_job *job = new_job(2, 3);
 
     (void)state;
-    join_resume(job, 0, "step-10", 10, 0);
-    join_resume(job, 1, "step-10", 10, 0);
-    join_resume(job, 2, "step-10", 10, 0);
+    join_resume_all(job, 3, "step-10", 10, 0);
     assert_int_equal(lose(job, 0, 0), RDZV_JOB_EV_RESTART);
     join_resume(job, 1, "step-10", 10, 10);
     join_resume(job, 2, "", -1, 20);
