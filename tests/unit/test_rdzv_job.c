@@ -49,13 +49,19 @@ static enum rdzv_job_event join(struct rdzv_job *job, unsigned node, unsigned np
     return ev;
 }
 
+/* Nodes 0..n-1 (one process each) JOIN at time 0. */
+static void join_n(struct rdzv_job *job, unsigned n)
+{
+    for (unsigned node = 0; node < n; node++)
+        join(job, node, 1, 0);
+}
+
 /* A job of min..max nodes that nodes 0..n-1 (one process each) joined at time 0. */
 static struct rdzv_job *joined_job(unsigned min, unsigned max, unsigned n)
 {
     struct rdzv_job *job = new_job(min, max);
 
-    for (unsigned node = 0; node < n; node++)
-        join(job, node, 1, 0);
+    join_n(job, n);
     return job;
 }
 
@@ -263,12 +269,10 @@ static void test_restarts_exhausted(void **state)
 
     (void)state;
     job->max_restarts = 1;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     f = failure(0);
     assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 0), RDZV_JOB_EV_RESTART);
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     f = failure(0); /* stale: names round 0 while round 1 runs */
     assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 0), RDZV_JOB_EV_NONE);
     f = failure(1);
@@ -369,8 +373,7 @@ static void test_scale_up(void **state)
 
     job = new_job(2, 3);
     job->last_call_ms = 100;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     assert_int_equal(rdzv_job_tick(job, 100, 0), RDZV_JOB_EV_ASSIGNED);
     assert_int_equal(join(job, 2, 1, 200), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->state, RDZV_JOB_FILLING); /* ...with a last call, it waits */
@@ -891,8 +894,7 @@ static void test_spare_replaces_excluded(void **state)
     enum rdzv_job_event ev;
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     join_spare(job, 5, 0);
     assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 50), RDZV_JOB_EV_RESTART);
     assert_non_null(rdzv_job_excluded(job, "node1", "10.0.0.1", "10.0.0.1"));
@@ -917,8 +919,7 @@ static void test_spare_after_prev_lost_while_filling(void **state)
     struct rdzv_failure f = failure(0);
 
     (void)state;
-    for (unsigned n = 0; n < 3; n++)
-        join(job, n, 1, 0);
+    join_n(job, 3);
     join_spare(job, 5, 0);
     assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 10), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->n_members, 0);
@@ -941,8 +942,7 @@ static void test_spare_after_leave_while_filling(void **state)
     struct rdzv_failure f = failure(0);
 
     (void)state;
-    for (unsigned n = 0; n < 3; n++)
-        join(job, n, 1, 0);
+    join_n(job, 3);
     join_spare(job, 5, 0);
     join_spare(job, 6, 0);
     assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 10), RDZV_JOB_EV_RESTART);
@@ -998,8 +998,7 @@ static void test_spare_keeps_size_elastic(void **state)
     struct rdzv_job *job = new_job(2, 4);
 
     (void)state;
-    for (unsigned n = 0; n < 3; n++)
-        join(job, n, 1, 0);
+    join_n(job, 3);
     assert_int_equal(rdzv_job_tick(job, 1000, 0), RDZV_JOB_EV_ASSIGNED);
     join_spare(job, 5, 1100);
     join_spare(job, 6, 1100);
@@ -1055,8 +1054,7 @@ static void test_restart_budget_survives_leave_and_spares(void **state)
     struct rdzv_failure f;
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     f = failure(0);
     assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 10), RDZV_JOB_EV_RESTART);
     /* node 1 leaves the filling round and comes back on another connection */
