@@ -11,9 +11,9 @@ void msgfix_failure(struct rdzv_failure *f)
     f->rank = -1;
     f->local_rank = 7;
     f->exit_code = -2147483647 - 1; /* INT32_MIN survives the two's complement path */
+    strcpy(f->host, "node-a");
     f->signal = 9;
     f->time_ms = 0x0123456789abcdefULL;
-    strcpy(f->host, "node-a");
     strcpy(f->text, "worker 7 exited with code 1: CUDA error");
 }
 
@@ -23,10 +23,10 @@ void msgfix_preflight(struct rdzv_preflight *pf)
     pf->ok = 1;
     pf->joined = 1;
     pf->p2p_pairs = 2;
+    strcpy(pf->p2p_note, "node host0: P2P GPU 0 -> GPU 1 39.0 GB/s is far below");
     pf->p2p_min_mbps = 39000;
     pf->p2p_median_mbps = 214500;
     pf->p2p_level = RDZV_PF_WARNING;
-    strcpy(pf->p2p_note, "node host0: P2P GPU 0 -> GPU 1 39.0 GB/s is far below");
     pf->count = 2;
     for (uint32_t i = 0; i < 2; i++) {
         pf->gpus[i].index = i;
