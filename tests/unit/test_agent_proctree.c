@@ -136,7 +136,7 @@ static void test_other_group_spared(void **state)
     agent_proctree_group_close(&b);
 }
 
-/* --- kill -9 of muster: the reaper process ends the trees ------------------------------------- */
+/* --- kill -9 of muster: the reaper process ends the trees -------------------------------- */
 
 /* The "muster" of test_reaper_after_kill, this program run again: one group, one worker that
  * starts `sleep 60` in its session and says "gc PID"; then "ready" once the reaper runs, and it

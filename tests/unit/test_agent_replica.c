@@ -450,7 +450,7 @@ static void test_fixed_port(void **state)
     free(content);
 }
 
-/* --- hostile peers on the sender's port ------------------------------------------------------- */
+/* --- hostile peers on the sender's port ------------------------------------------------------ */
 
 static int raw_connect(uint16_t port)
 {
@@ -640,7 +640,7 @@ static void test_leftovers_swept(void **state)
     harness_run_for(&fx->h, 20);
 }
 
-/* --- directory checkpoints -------------------------------------------------------------------- */
+/* --- directory checkpoints ------------------------------------------------------------------ */
 
 static void put(const char *dir, const char *rel, const char *text)
 {
@@ -818,7 +818,7 @@ static void test_drain_waits_for_a_listing(void **state)
     assert_true(logged(fx, SENDER, "ckpt_10.pt replicated to group rank 1"));
 }
 
-/* --- modes ------------------------------------------------------------------------------------ */
+/* --- modes --------------------------------------------------------------------------------- */
 
 /* Entry name of the sender's directory, with mode, offered and waited for until stored. */
 static void offer_and_wait(struct fixture *fx, const char *name, mode_t mode)

@@ -400,7 +400,7 @@ static void test_close_from_callback(void **state)
     assert_int_equal(fx->after_close, 0);
 }
 
-/* --- the agent's target ----------------------------------------------------------------------- */
+/* --- the agent's target ------------------------------------------------------------------- */
 
 static void run_store(struct fixture *fx, struct agent_replica_store *s, const uint8_t *p, size_t n,
                       int finish)

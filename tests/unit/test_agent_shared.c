@@ -175,7 +175,7 @@ static void test_mps_off_and_stop_zeroed(void **state)
     agent_mps_stop(&m);
 }
 
-/* --- agent_shared_run: 1 GPU, 2 tasks of `sh -c script` --------------------------------------- */
+/* --- agent_shared_run: 1 GPU, 2 tasks of `sh -c script` ----------------------------------- */
 static char run_tmp[128];
 
 static int run_setup(void **state)

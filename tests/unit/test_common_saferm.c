@@ -36,7 +36,7 @@ struct fx {
     int fd;                 /* of work */
 };
 
-/* --- openat wrapped: the swap between fstatat and the descent --------------------------------- */
+/* --- openat wrapped: the swap between fstatat and the descent --------------------------- */
 
 int __real_openat(int dfd, const char *path, int flags, ...);
 int __wrap_openat(int dfd, const char *path, int flags, ...);
@@ -68,7 +68,7 @@ int __wrap_openat(int dfd, const char *path, int flags, ...)
     return __real_openat(dfd, path, flags, mode);
 }
 
-/* --- fixture ---------------------------------------------------------------------------------- */
+/* --- fixture ------------------------------------------------------------------------------ */
 
 static void pathf(char *out, const struct fx *fx, const char *rel)
 {
@@ -145,7 +145,7 @@ static int teardown(void **state)
     return 0;
 }
 
-/* --- cases ------------------------------------------------------------------------------------ */
+/* --- cases -------------------------------------------------------------------------------- */
 
 /* A file, an empty directory, a tree with files, subdirectories and links: all gone. */
 static void test_remove(void **state)

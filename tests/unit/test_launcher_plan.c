@@ -23,7 +23,7 @@ static double mem(const char *s)
     return v;
 }
 
-/* --- launcher_parse_mem ----------------------------------------------------------------------- */
+/* --- launcher_parse_mem ------------------------------------------------------------------- */
 
 static void parse_units(void **state)
 {
@@ -93,7 +93,7 @@ static void parse_rejects_junk(void **state)
     assert_true(mem("4096T") == 4096.0 * 1024.0 * GiB); /* 4 PiB is still fine */
 }
 
-/* --- launcher_plan_floor ---------------------------------------------------------------------- */
+/* --- launcher_plan_floor ------------------------------------------------------------------ */
 
 static void tolerant_floor(void **state)
 {
@@ -114,7 +114,7 @@ static void tolerant_floor(void **state)
     assert_true(launcher_plan_floor(1e6 - 0.5) == 1e6 - 1.0); /* batches stay far below 1e9 */
 }
 
-/* --- launcher_plan_compute -------------------------------------------------------------------- */
+/* --- launcher_plan_compute ---------------------------------------------------------------- */
 
 static struct launcher_plan_in seed_in(void)
 {
@@ -257,7 +257,7 @@ static void fmt_size(void **state)
     assert_string_equal(launcher_plan_fmt_size(100.0, b, sizeof(b)), "100 B");
 }
 
-/* --- launcher_plan_from_probe ----------------------------------------------------------------- */
+/* --- launcher_plan_from_probe ------------------------------------------------------------- */
 
 static void probe_ok(void **state)
 {

@@ -166,7 +166,7 @@ static struct muster *attach(struct srv *s, int rank)
     return m;
 }
 
-/* --- tests ------------------------------------------------------------------------------------ */
+/* --- tests --------------------------------------------------------------------------------- */
 static void test_put_get(void **state)
 {
     struct srv *s = *state;
@@ -315,7 +315,7 @@ static void test_connect_env(void **state)
     assert_null(m);
 }
 
-/* --- several ranks at once: helper threads ---------------------------------------------------- */
+/* --- several ranks at once: helper threads ------------------------------------------------- */
 
 /* The server thread's KV gets, seen through the linker (-Wl,--wrap=rdzv_kv_get, set in
  * CMakeLists.txt): test_get_waits puts only once the server holds every getter's request, so

@@ -60,7 +60,7 @@ struct fixture {
 /* Lets the loop run for ms: what must NOT happen meanwhile is asserted afterwards. */
 #define run_for(fx, ms) harness_run_for(&(fx)->h, ms)
 
-/* --- client callbacks ------------------------------------------------------------------------- */
+/* --- client callbacks ---------------------------------------------------------------------- */
 static void waiting_cb(struct rdzv_client *c, const struct rdzv_waiting *w)
 {
     struct fixture *fx = rdzv_client_data(c);
@@ -156,7 +156,7 @@ static const struct rdzv_client_cbs cbs = {
     .reconnected_cb = reconnected_cb,
 };
 
-/* --- fixture ---------------------------------------------------------------------------------- */
+/* --- fixture ------------------------------------------------------------------------------- */
 static int setup(void **state)
 {
     static struct fixture fx;
@@ -243,7 +243,7 @@ static int assigned(struct fixture *fx)
     return fx->assigned == 1;
 }
 
-/* --- tests ------------------------------------------------------------------------------------ */
+/* --- tests --------------------------------------------------------------------------------- */
 /* The server echoes HEARTBEATs: the RTT is measured and 15 keep-alive periods of an idle,
  * running round (2.5 heartbeat timeouts) pass without an outage. */
 static void test_heartbeat_rtt(void **state)
@@ -374,7 +374,7 @@ static void test_failure_while_away(void **state)
     assert_int_equal(fx->errors, 0);
 }
 
-/* --- a fake server that goes silent after ASSIGN: a host cut off without FIN ------------------ */
+/* --- a fake server that goes silent after ASSIGN: a host cut off without FIN ---------------- */
 static void fake_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct fixture *fx = conn->data;

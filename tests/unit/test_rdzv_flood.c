@@ -89,7 +89,7 @@ static struct fixture g_fx;
 /* pred(fx) holds, or the watchdog fails the test (harness.h) */
 #define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
-/* --- ClientHellos made by an mbedTLS client that has no credential of this server ------------- */
+/* --- ClientHellos made by an mbedTLS client that has no credential of this server --------- */
 struct capture {
     uint8_t *buf;
     size_t cap, len;
@@ -151,7 +151,7 @@ static size_t make_hello(mbedtls_ecp_group_id curve, uint8_t *out, size_t cap)
     return c.len;
 }
 
-/* --- the flood -------------------------------------------------------------------------------- */
+/* --- the flood ------------------------------------------------------------------------------ */
 static void flood_connect(struct flooder *f);
 
 static void flood_closed_cb(uv_handle_t *h)
@@ -224,7 +224,7 @@ static int flood_over(struct fixture *fx)
     return 1;
 }
 
-/* --- legitimate agents ------------------------------------------------------------------------ */
+/* --- legitimate agents ---------------------------------------------------------------------- */
 static void agent_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct agent *a = conn->data;

@@ -270,7 +270,7 @@ static int teardown(void **state)
 #define R(i) (gfx->raw[i])
 #define N(i, type) (R(i)->count[RDZV_MSG_##type])
 
-/* --- liveness --------------------------------------------------------------------------------- */
+/* --- liveness ------------------------------------------------------------------------------ */
 static void beat_cb(uv_timer_t *t)
 {
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_HEARTBEAT);
@@ -361,7 +361,7 @@ static void test_lost_by_close_ranks(void **state)
     }
 }
 
-/* --- scale-up --------------------------------------------------------------------------------- */
+/* --- scale-up ------------------------------------------------------------------------------ */
 static int one_assigned(struct fixture *fx)
 {
     (void)fx;
@@ -420,7 +420,7 @@ static void test_scale_up_full(void **state)
     assert_int_equal(N(1, ASSIGN), 0);
 }
 
-/* --- server restart --------------------------------------------------------------------------- */
+/* --- server restart ------------------------------------------------------------------------ */
 static int all_eof(struct fixture *fx)
 {
     (void)fx;
@@ -532,7 +532,7 @@ static void test_rejoin_stale_round(void **state)
     assert_string_equal(R(2)->restart.cause.text, "round 0 ended while the node was away");
 }
 
-/* --- KV store --------------------------------------------------------------------------------- */
+/* --- KV store ---------------------------------------------------------------------------- */
 static struct raw *worker(struct fixture *fx, int i, const char *job, uint32_t round)
 {
     struct raw *r = raw_new(fx, i, RDZV_ROLE_WORKER);
@@ -661,7 +661,7 @@ static void test_kv(void **state)
     assert_int_equal(R(2)->kv_status[6], RDZV_KV_STALE);
 }
 
-/* --- STATUS ----------------------------------------------------------------------------------- */
+/* --- STATUS ------------------------------------------------------------------------------- */
 static int got_status(struct fixture *fx)
 {
     (void)fx;
@@ -699,7 +699,7 @@ static void test_status(void **state)
     json_decref(doc);
 }
 
-/* --- CKPT ------------------------------------------------------------------------------------- */
+/* --- CKPT -------------------------------------------------------------------------------- */
 static void ckpt(struct raw *r, const char *name, int bad)
 {
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_CKPT);

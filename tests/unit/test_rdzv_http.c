@@ -45,7 +45,7 @@ static void test_parse(void **state)
     assert_int_equal(rdzv_http_parse(big, 100, &r), -EAGAIN);
 }
 
-/* --- loopback --------------------------------------------------------------------------------- */
+/* --- loopback ------------------------------------------------------------------------------- */
 struct fixture {
     uv_loop_t loop;
     struct harness h; /* watchdog */

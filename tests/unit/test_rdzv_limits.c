@@ -108,7 +108,7 @@ static int logged(struct fixture *fx, ...)
     return n;
 }
 
-/* --- raw clients ------------------------------------------------------------------------------ */
+/* --- raw clients ---------------------------------------------------------------------------- */
 static void raw_msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct raw *r = conn->data;
@@ -300,7 +300,7 @@ static void raw_close(struct raw *r)
         rdzv_conn_close(&r->conn, 0, raw_closed_cb);
 }
 
-/* --- a good job alongside --------------------------------------------------------------------- */
+/* --- a good job alongside ------------------------------------------------------------------- */
 /* Agents 0 and 1 run job "good" (2 nodes) to its end: both assigned, both DONE, JOB_DONE. */
 static void good_start(struct fixture *fx)
 {
@@ -321,7 +321,7 @@ static void good_finish(struct fixture *fx)
     assert_int_equal(N(0, ERROR) + N(1, ERROR), 0);
 }
 
-/* --- fixtures --------------------------------------------------------------------------------- */
+/* --- fixtures ------------------------------------------------------------------------------- */
 static int setup(void **state)
 {
     static struct fixture fx;
@@ -365,7 +365,7 @@ static int teardown(void **state)
     return 0;
 }
 
-/* --- tests ------------------------------------------------------------------------------------ */
+/* --- tests ---------------------------------------------------------------------------------- */
 /* Predicates of the older tests, which used to spin on UV_RUN_ONCE without a watchdog: a
  * refusal counted under another name then hung the test instead of failing it. */
 static void connect_plain(struct fixture *fx, int i)

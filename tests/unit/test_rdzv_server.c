@@ -54,7 +54,7 @@ struct fixture {
 /* pred(fx) holds, or the watchdog fails the test (harness.h) */
 #define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
 
-/* --- client callbacks ------------------------------------------------------------------------- */
+/* --- client callbacks ---------------------------------------------------------------------- */
 static struct node *node_of(struct rdzv_client *c)
 {
     return rdzv_client_data(c);
@@ -127,7 +127,7 @@ static const struct rdzv_client_cbs cbs = {waiting_cb,    assign_cb, restart_cb,
                                            job_failed_cb, error_cb,  NULL,       NULL,
                                            NULL,          NULL};
 
-/* --- fixture ---------------------------------------------------------------------------------- */
+/* --- fixture ------------------------------------------------------------------------------- */
 static int setup_token(void **state, const char *token)
 {
     static struct fixture fx;
@@ -213,7 +213,7 @@ static int sum(struct fixture *fx, size_t off)
 }
 #define SUM(fx, field) sum((fx), offsetof(struct node, field))
 
-/* --- rounds ----------------------------------------------------------------------------------- */
+/* --- rounds -------------------------------------------------------------------------------- */
 static int one_done(struct fixture *fx)
 {
     return SUM(fx, job_done) == 1;
@@ -449,7 +449,7 @@ static void test_last_call(void **state)
     assert_int_equal(n->waiting, 1); /* with last_call_ms_left counting down */
 }
 
-/* --- raw frames: the server answers ERROR, closes that connection and keeps serving ----------- */
+/* --- raw frames: the server answers ERROR, closes that connection and keeps serving ------- */
 struct raw {
     struct rdzv_conn conn;
     uv_connect_t connect;
@@ -546,7 +546,7 @@ static void test_garbage_frames(void **state)
     run_until(fx, one_done);
 }
 
-/* --- client edge cases ------------------------------------------------------------------------ */
+/* --- client edge cases ---------------------------------------------------------------------- */
 static void test_connection_refused(void **state)
 {
     struct fixture *fx = *state;

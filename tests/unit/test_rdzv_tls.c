@@ -455,7 +455,7 @@ static void test_opts(void **state)
     rdzv_tls_free(NULL);
 }
 
-/* --- certificate mode: a throw-away PKI made by mbedTLS at run time --------------------------- */
+/* --- certificate mode: a throw-away PKI made by mbedTLS at run time ------------------------ */
 
 static char pki[64]; /* mkdtemp directory: ca1, ca2, srv, srv_old (expired), cli, cli2 (CA 2) */
 
