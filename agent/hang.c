@@ -19,7 +19,7 @@ static void arm_timer(struct agent_hang *h);
 static void on_timer(uv_timer_t *t)
 {
     struct agent_hang *h = t->data;
-    uint64_t now = uv_now(h->loop);
+    uint64_t now = mc_clock_now(h->clock, h->loop);
 
     for (int i = 0; i < h->n; i++) {
         if (!h->armed[i] || h->last_touch[i] == 0 || now - h->last_touch[i] < h->timeout_ms)
@@ -32,15 +32,15 @@ static void on_timer(uv_timer_t *t)
 
 static void arm_timer(struct agent_hang *h)
 {
-    uint64_t now = uv_now(h->loop), next = UINT64_MAX;
+    uint64_t now = mc_clock_now(h->clock, h->loop), next = UINT64_MAX;
 
     for (int i = 0; i < h->n; i++)
         if (h->armed[i] && h->last_touch[i] != 0 && h->last_touch[i] + h->timeout_ms < next)
             next = h->last_touch[i] + h->timeout_ms;
     if (next == UINT64_MAX)
-        uv_timer_stop(&h->timer);
+        mc_clock_stop(h->clock, &h->timer);
     else
-        uv_timer_start(&h->timer, on_timer, next > now ? next - now : 0, 0);
+        mc_clock_start(h->clock, &h->timer, on_timer, next > now ? next - now : 0, 0);
 }
 
 /* Any change to "heartbeat_<attempt>_<rank>" (create, touch, write) is a beat. */
@@ -55,7 +55,7 @@ static void on_event(uv_fs_event_t *e, const char *name, int events, int status)
     if (attempt != h->attempt || rank < 0 || rank >= h->n || !h->armed[rank])
         return;
     int first = h->last_touch[rank] == 0;
-    h->last_touch[rank] = uv_now(h->loop);
+    h->last_touch[rank] = mc_clock_now(h->clock, h->loop);
     if (first)
         arm_timer(h);
 }
@@ -78,6 +78,7 @@ int agent_hang_init(uv_loop_t *loop, struct agent_hang *h, const char *dir, int 
         return -ENOMEM;
     }
     h->loop = loop;
+    h->clock = &mc_clock_uv;
     h->n = n;
     h->timeout_ms = timeout_ms;
     h->cb = cb;
@@ -106,7 +107,7 @@ void agent_hang_start(struct agent_hang *h, unsigned attempt)
         h->armed[i] = 1;
     }
     h->attempt = attempt;
-    uv_timer_stop(&h->timer);
+    mc_clock_stop(h->clock, &h->timer);
 }
 
 void agent_hang_disarm(struct agent_hang *h, int local_rank)

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "loopclock.h"
+
 struct agent_hang;
 
 /* local_rank stopped beating: silent_ms since its last touch. */
@@ -20,10 +22,13 @@ struct agent_hang {
     uv_loop_t *loop;
     uv_fs_event_t event;
     uv_timer_t timer;
+    /* time and the timer go through it: mc_clock_uv from init; a unit test may set its own
+     * (tests/unit/fakeclock.h) before agent_hang_start */
+    const struct mc_clock *clock;
     char dir[4096];
     unsigned timeout_ms;
     int n;
-    uint64_t *last_touch; /* uv_now() of the last touch; 0 = never touched (not watched) */
+    uint64_t *last_touch; /* clock now of the last touch; 0 = never touched (not watched) */
     int *armed;           /* watching this local rank in the current attempt */
     unsigned attempt;
     agent_hang_cb cb;

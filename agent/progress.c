@@ -10,7 +10,7 @@
 
 static void draw(struct agent_progress *p)
 {
-    uint64_t now = uv_now(p->timer.loop), gone = now - p->last_at;
+    uint64_t now = mc_clock_now(p->clock, p->timer.loop), gone = now - p->last_at;
     const struct rdzv_waiting *w = &p->last;
     char last[48] = "";
 
@@ -46,6 +46,7 @@ void agent_progress_init(uv_loop_t *loop, struct agent_progress *p, const char *
 {
     uv_timer_init(loop, &p->timer);
     p->timer.data = p;
+    p->clock = &mc_clock_uv;
     p->job = job;
     p->tty = isatty(STDERR_FILENO);
     p->drawn = p->active = 0;
@@ -55,11 +56,11 @@ void agent_progress_init(uv_loop_t *loop, struct agent_progress *p, const char *
 void agent_progress_update(struct agent_progress *p, const struct rdzv_waiting *w)
 {
     p->last = *w;
-    p->last_at = uv_now(p->timer.loop);
+    p->last_at = mc_clock_now(p->clock, p->timer.loop);
     draw(p);
     if (!p->active) {
         p->active = 1;
-        uv_timer_start(&p->timer, tick, 1000, 1000);
+        mc_clock_start(p->clock, &p->timer, tick, 1000, 1000);
     }
 }
 
@@ -68,7 +69,7 @@ void agent_progress_stop(struct agent_progress *p)
     if (!p->active)
         return;
     p->active = 0;
-    uv_timer_stop(&p->timer);
+    mc_clock_stop(p->clock, &p->timer);
     if (p->drawn)
         agent_output_console_write(STDERR_FILENO, "\n", 1);
     p->drawn = 0;

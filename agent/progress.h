@@ -7,14 +7,18 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "loopclock.h"
 #include "message.h"
 
 struct agent_progress {
     uv_timer_t timer;
+    /* time and the redraw timer go through it: mc_clock_uv from init; a unit test may set its
+     * own (tests/unit/fakeclock.h) before the first update */
+    const struct mc_clock *clock;
     const char *job;
     struct rdzv_waiting last; /* as the server sent it */
-    uint64_t last_at;         /* uv_now() when it arrived */
-    uint64_t printed_at;      /* uv_now() of the last line (not on a terminal) */
+    uint64_t last_at;         /* clock now when it arrived */
+    uint64_t printed_at;      /* clock now of the last line (not on a terminal) */
     uint32_t printed_joined;
     int tty;
     int drawn; /* a terminal line is on screen without its newline */

@@ -68,18 +68,15 @@ int agent_shared_task_env(const struct agent_shared_options *o, unsigned task, u
                           char *const *parent)
 {
     unsigned count = o->ngpus * o->per_gpu, g = task / o->per_gpu;
+    /* a world of one: every rank 0 (left to the initializer), every world size 1 */
     struct agent_worker_info w = {
-        .rank = 0,
-        .local_rank = 0,
         .local_world_size = 1,
-        .group_rank = 0,
         .group_world_size = 1,
-        .role_rank = 0,
         .role_world_size = 1,
         .world_size = 1,
+        .master_port = master_port,
         .role = "default",
         .master_addr = "127.0.0.1",
-        .master_port = master_port,
         .restart_count = restart_count,
         .max_restarts = o->max_restarts,
         .run_id = o->run_id,

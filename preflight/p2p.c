@@ -40,18 +40,15 @@ int pf_p2p_compare(const struct pf_p2p *m, double min_gbps, struct pf_p2p_findin
     if (!valid(m) || (out == NULL && cap > 0))
         return -EINVAL;
     med = pf_p2p_median(m, &pairs);
-    for (int s = 0; s < m->n; s++) {
-        for (int d = 0; d < m->n; d++) {
-            struct pf_p2p_finding f = {s, d, pair(m, s, d), 0, 0, pairs};
-            if (s == d || !(f.value > 0))
-                continue;
-            if (!pf_figure_slow(f.value, min_gbps, med, pairs, PF_P2P_OUTLIER, &f.ref,
-                                &f.below_floor))
-                continue;
-            if ((size_t)count < cap)
-                out[count] = f;
-            count++;
-        }
+    for (int k = 0; k < m->n * m->n; k++) { /* every ordered pair: source k / n, dest k % n */
+        int s = k / m->n, d = k % m->n;
+        struct pf_p2p_finding f = {s, d, pair(m, s, d), 0, 0, pairs};
+        if (s == d || !(f.value > 0) ||
+            !pf_figure_slow(f.value, min_gbps, med, pairs, PF_P2P_OUTLIER, &f.ref, &f.below_floor))
+            continue;
+        if ((size_t)count < cap)
+            out[count] = f;
+        count++;
     }
     return count;
 }

@@ -166,6 +166,24 @@ check_ref_recorded() {
     [ -z "$REF_PROBLEM" ] || note "fault-free run: $REF_PROBLEM"
 }
 
+# ref_and_killed_runs FRESH_RE RECORDED_RE KILLER-ARGS...: the two runs of a trainer that takes
+# --ckpt_dir DIR and ${ARGS[@]} ($STEPS steps), 2 workers standalone. 1. fault-free on
+# C0=$T/ref (run_reference): fails the test where its stdout matches FRESH_RE (it resumed on a
+# fresh start), then check_ref_recorded RECORDED_RE; 2. the same with kills on C=$T/ckpt
+# (run_with_kills KILLER-ARGS), then check_faulted.
+ref_and_killed_runs() {
+    local fresh_re=$1 recorded_re=$2
+    shift 2
+    C0="$T/ref"
+    run_reference --standalone --nproc-per-node 2 --checkpoint-dir "$C0" "$SCRIPT" --ckpt_dir "$C0" "${ARGS[@]}"
+    grep -q "$fresh_re" "$T/out" && { show_output; fail "fault-free run: resumed on a fresh start ('$fresh_re')"; }
+    check_ref_recorded "$recorded_re"
+    C="$T/ckpt"
+    run_with_kills --dir "$C" "$@" --total "$STEPS" -- \
+        --standalone --nproc-per-node 2 --checkpoint-dir "$C" "$SCRIPT" --ckpt_dir "$C" "${ARGS[@]}"
+    check_faulted
+}
+
 # finish: the end of a test.
 finish() {
     [ -z "$REF_PROBLEM" ] || fail "fault-free run: $REF_PROBLEM"

@@ -35,6 +35,29 @@ note() {
     echo "[$IT_NAME] $*" >&2
 }
 
+# need_evil_user: for a test where muster runs as root and another local user (nobody) attacks
+# it: skips (77) unless root with setpriv (util-linux) and a `nobody` user; sets EVIL_UID and
+# EVIL_GID. as_evil CMD...: runs CMD as that user.
+need_evil_user() {
+    [ "$(id -u)" = 0 ] || skip "needs root: muster runs as root and the attacker as another user"
+    command -v setpriv > /dev/null || skip "needs setpriv (util-linux) to act as another user"
+    EVIL_UID=$(id -u nobody 2> /dev/null) || skip "needs a 'nobody' user to act as the attacker"
+    EVIL_GID=$(id -g nobody)
+}
+as_evil() { setpriv --reuid="$EVIL_UID" --regid="$EVIL_GID" --clear-groups "$@"; }
+
+# need_cmd CMD [WHY]: skips the test (77) where CMD is not on PATH ("CMD is needed WHY").
+need_cmd() {
+    command -v "$1" >/dev/null 2>&1 || skip "$1 is needed${2:+ $2}"
+}
+
+# need_tool VAR ENV NAME: sets VAR to $ENV, the path of a test tool that CMake builds and passes
+# in the environment; skips the test (77) where it is not there ("NAME not built (ENV unset)").
+need_tool() {
+    printf -v "$1" '%s' "${!2:-}"
+    [ -x "${!1}" ] || skip "$3 not built ($2 unset)"
+}
+
 if [ -z "${MUSTER_BIN:-}" ]; then
     if [ -x "$MUSTER_SRC/build/muster" ]; then
         MUSTER_BIN="$MUSTER_SRC/build/muster"

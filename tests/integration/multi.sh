@@ -237,3 +237,33 @@ stop_server() {
     wait_rc "$SPID" 10
     [ "$RC" = 0 ] || { sed 's/^/  server: /' "$SERR" >&2; fail "muster server exited $RC after SIGTERM (expected 0)"; }
 }
+
+# start_token_server [SERVER_ARGS...]: a shared server (start_server) with a token file,
+# SF=$T/server.token, that job credentials are made from (job_token); sets EP=127.0.0.1:$SPORT.
+start_token_server() {
+    SF=$T/server.token
+    start_server -u MUSTER_TOKEN -- --token-file "$SF" "$@"
+    EP=127.0.0.1:$SPORT
+}
+
+# job_token OUT TOKEN_ARGS...: `muster token TOKEN_ARGS` from the server's token file into OUT;
+# fails the test where it fails.
+job_token() {
+    local out=$1
+    shift
+    IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" "$@" --out "$out"
+    [ "$RC" = 0 ] || fail "muster token $* failed: $(cat "$T/err" 2>/dev/null)"
+}
+
+# replica_agents SCRIPT DIR1 DIR2 [RUN_ARGS...]: agents a1 and a2 of a two-node job JOB on the
+# server (start_server), each running the worker SCRIPT (--no-python) with --checkpoint-dir
+# DIRk and --replicate-checkpoints 1, and RUN_ARGS; a1 starts first, so it is group rank 0.
+replica_agents() {
+    local script=$1 dirs=("$2" "$3") k
+    shift 3
+    for k in 1 2; do
+        agent a$k -- --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id "$JOB" \
+            --checkpoint-dir "${dirs[k - 1]}" --replicate-checkpoints 1 "$@" --no-python "$script"
+        sleep 0.3
+    done
+}

@@ -214,3 +214,40 @@ ns_cut() {
 ns_restore() {
     ip -n "$NS_BR" link set "h$1" up
 }
+
+# ns_replica_agents SCRIPT [RUN_ARGS...]: agents a1 and a2 of a two-node job JOB in hosts 1
+# and 2 (ns_bg), the server on host 3 (ns_job ... 3), each running the worker SCRIPT
+# (--no-python) with its own --checkpoint-dir $T/cK, --replicate-checkpoints 1 and
+# --replicate-bandwidth 0, and RUN_ARGS; a1 starts first, so it is group rank 0.
+ns_replica_agents() {
+    local script=$1 k
+    shift
+    for k in 1 2; do
+        ns_bg $k a$k -- "$MUSTER_BIN" run --nnodes 2 --nproc-per-node 1 \
+            --rdzv-endpoint "${HOST_ADDR[3]}:$P" --rdzv-id "$JOB" --local-addr "${HOST_ADDR[$k]}" \
+            --checkpoint-dir "$T/c$k" --replicate-checkpoints 1 --replicate-bandwidth 0 \
+            "$@" --rdzv-conf join_timeout=30 --no-python "$script"
+        sleep 0.3
+    done
+}
+
+# ns_cut_job NAME HB_S JOIN_S KEEPALIVE_S: a job on 4 hosts with the server in host 4
+# (ns_job NAME 4 4), for a test that cuts hosts off: sets HB=HB_S and CONF, the --rdzv-conf of
+# its agents (heartbeat_timeout HB_S, join_timeout JOIN_S, keep_alive_interval KEEPALIVE_S, a
+# 0.5 s last call).
+ns_cut_job() {
+    ns_job "$1" 4 4
+    HB=$2
+    CONF=join_timeout=$3,last_call_timeout=0.5,heartbeat_timeout=$HB,keep_alive_interval=$4
+}
+
+# ns_hold_agent K NAME NNODES [RUN_ARGS...]: agent NAME in host K (ns_bg, HOSTNO=K) of the job
+# of ns_cut_job: `muster run --nnodes NNODES` with CONF and --max-restarts 2, its workers
+# worker.sh hold into $T/w.
+ns_hold_agent() {
+    local k=$1 name=$2 nnodes=$3
+    shift 3
+    ns_bg $k $name HOSTNO=$k -- "$MUSTER_BIN" run --nnodes $nnodes --nproc-per-node 1 "$@" \
+        --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --rdzv-conf $CONF \
+        --max-restarts 2 --no-python "$WORKER" hold "$T/w"
+}

@@ -16,12 +16,7 @@ fi
 exit 0
 EOW
 chmod +x "$T/wk.sh"
-for k in 1 2; do
-    agent a$k -- --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id "$JOB" \
-        --checkpoint-dir "$T/c$k" --replicate-checkpoints 1 --replicate-bandwidth 15 \
-        --no-python "$T/wk.sh"
-    sleep 0.3
-done
+replica_agents "$T/wk.sh" "$T/c1" "$T/c2" --replicate-bandwidth 15
 agents_exit 60 0 a1 a2
 if grep -q "checkpoint ckpt_9.pt recorded" "$T/a1.err"; then s=1 d=2; else s=2 d=1; fi
 grep -q "waiting for the replicas of checkpoint ckpt_9.pt" "$T/a$s.err" ||

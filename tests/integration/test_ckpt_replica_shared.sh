@@ -17,11 +17,7 @@ for i in \$(seq 300); do [ -e "$T/release" ] && exit 0; sleep 0.1; done
 exit 1
 EOW
 chmod +x "$T/wk.sh"
-for k in 1 2; do
-    agent a$k -- --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id "$JOB" \
-        --checkpoint-dir "$C" --replicate-checkpoints 1 --no-python "$T/wk.sh"
-    sleep 0.3
-done
+replica_agents "$T/wk.sh" "$C" "$C"
 wait_for 30 grep_in "$T/a1.err" "ckpt_7.pt replicated to group rank 1" ||
     { show_all; fail "no replica outcome for ckpt_7.pt"; }
 grep -q "ckpt_7.pt replicated to group rank 1 (3000000 bytes in [0-9]* ms, already here)" "$T/a1.err" ||

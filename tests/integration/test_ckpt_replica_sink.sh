@@ -55,12 +55,7 @@ while [ ! -e "$T/release" ]; do sleep 0.1; done
 exit 0
 EOW
 chmod +x "$T/wk.sh"
-for k in 1 2; do
-    agent a$k -- --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id "$JOB" \
-        --checkpoint-dir "$T/c$k" --replicate-checkpoints 1 --replicate-bandwidth 0 \
-        --no-python "$T/wk.sh"
-    sleep 0.3
-done
+replica_agents "$T/wk.sh" "$T/c1" "$T/c2" --replicate-bandwidth 0
 
 # sample_silence: every 200 ms, the longest silence /status shows for a node of the job (its
 # heartbeat_gap_max_ms, or last_seen_ms_ago while it is silent now) goes to $T/silence, so that

@@ -15,11 +15,7 @@
 # are still removed. Skips (77) unless root with setpriv (util-linux) and a `nobody` user.
 . "$(dirname "$0")/ft.sh"
 
-[ "$(id -u)" = 0 ] || skip "needs root: muster runs as root and the attacker as another user"
-command -v setpriv > /dev/null || skip "needs setpriv (util-linux) to act as another user"
-EVIL_UID=$(id -u nobody 2> /dev/null) || skip "needs a 'nobody' user to act as the attacker"
-EVIL_GID=$(id -g nobody)
-as_evil() { setpriv --reuid="$EVIL_UID" --regid="$EVIL_GID" --clear-groups "$@"; }
+need_evil_user
 # evil_bg CMD...: as_evil in the background with the test's marker (the EXIT trap kills it) and
 # no pipe of the test's held open; sets EVIL to its pid (exec: no subshell in between)
 evil_bg() {

@@ -16,17 +16,8 @@ trainers_init dcp 2503
 STEPS=200
 ARGS=(--steps "$STEPS" --ckpt_every 10 --keep_latest_k 2)
 
-# 1. fault-free
-C0="$T/ref"
-run_reference --standalone --nproc-per-node 2 --checkpoint-dir "$C0" "$SCRIPT" --ckpt_dir "$C0" "${ARGS[@]}"
-grep -q ': loaded ' "$T/out" && { show_output; fail "fault-free run: a rank resumed on a fresh start"; }
-check_ref_recorded 'step-[0-9]+'
-
-# 2. the same with kills
-C="$T/ckpt"
-run_with_kills --dir "$C" --writer-ranks 0,1 --write-delay-ms 15 --total "$STEPS" -- \
-    --standalone --nproc-per-node 2 --checkpoint-dir "$C" "$SCRIPT" --ckpt_dir "$C" "${ARGS[@]}"
-check_faulted
+# fault-free (no rank loads anything on a fresh start), then the same with kills
+ref_and_killed_runs ': loaded ' 'step-[0-9]+' --writer-ranks 0,1 --write-delay-ms 15
 
 # every resume is from a step-N directory; both ranks loaded what muster announced
 bad=$(resumed_paths | grep -vE "^$C/step-[0-9]+\$")

@@ -28,17 +28,9 @@ RUN_ENV=(TMPDIR="$LT_TMP")
 STEPS=200
 ARGS=(--max_steps "$STEPS" --every_n_train_steps 10 --batches_per_epoch 50)
 
-# 1. fault-free
-C0="$T/ref"
-run_reference --standalone --nproc-per-node 2 --checkpoint-dir "$C0" "$SCRIPT" --ckpt_dir "$C0" "${ARGS[@]}"
-grep -q 'Restoring states' "$T/out" && { show_output; fail "fault-free run: resumed on a fresh start"; }
-check_ref_recorded 'epoch=[0-9]+-step=[0-9]+\.ckpt|last\.ckpt'
-
-# 2. the same with kills
-C="$T/ckpt"
-run_with_kills --dir "$C" --writer-ranks 0 --write-delay-ms 5 --overwrite-min 2 --total "$STEPS" -- \
-    --standalone --nproc-per-node 2 --checkpoint-dir "$C" "$SCRIPT" --ckpt_dir "$C" "${ARGS[@]}"
-check_faulted
+# fault-free (nothing restored on a fresh start), then the same with kills
+ref_and_killed_runs 'Restoring states' 'epoch=[0-9]+-step=[0-9]+\.ckpt|last\.ckpt' \
+    --writer-ranks 0 --write-delay-ms 5 --overwrite-min 2
 
 bad=$(resumed_paths | grep -vE "^$C/(epoch=[0-9]+-step=[0-9]+|last)\.ckpt\$")
 [ -z "$bad" ] || faulted_fail "resumed from something other than a Lightning .ckpt: $bad"

@@ -7,11 +7,7 @@
 # Skips (77) unless root with setpriv (util-linux) and a `nobody` user.
 . "$(dirname "$0")/lib.sh"
 
-[ "$(id -u)" = 0 ] || skip "needs root: muster runs as root and the attacker as another user"
-command -v setpriv > /dev/null || skip "needs setpriv (util-linux) to act as another user"
-EVIL_UID=$(id -u nobody 2> /dev/null) || skip "needs a 'nobody' user to act as the attacker"
-EVIL_GID=$(id -g nobody)
-as_evil() { setpriv --reuid="$EVIL_UID" --regid="$EVIL_GID" --clear-groups "$@"; }
+need_evil_user
 
 chmod 755 "$T" # the other user must reach the shared directories inside
 V="$T/victim"

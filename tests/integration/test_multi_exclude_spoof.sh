@@ -9,16 +9,12 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-POKE=${RDZV_POKE:-}
-[ -x "$POKE" ] || skip "rdzv_poke not built (RDZV_POKE unset)"
-command -v curl >/dev/null 2>&1 || skip "curl is needed for /status"
+need_tool POKE RDZV_POKE rdzv_poke
+need_cmd curl "for /status"
 
-SF=$T/server.token
-start_server -u MUSTER_TOKEN -- --token-file "$SF"
-EP=127.0.0.1:$SPORT
+start_token_server
 JOB=spoof-$$
-IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" --job "$JOB" --out "$T/job.tok"
-[ "$RC" = 0 ] || fail "muster token failed"
+job_token "$T/job.tok" --job "$JOB"
 
 # last_call 4 s: room for the spoofer to join round 0 after a and b (3 = max closes it at once)
 common=(--nnodes 2:3 --nproc-per-node 1 --rdzv-endpoint "$EP" --rdzv-id "$JOB" --token-file "$T/job.tok"

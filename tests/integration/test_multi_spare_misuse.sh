@@ -30,12 +30,10 @@ expect_rc "--spare --dry-run" 0
 grep -qx 'spare=1 (waits to replace a lost or excluded node)' "$T/out" || { show_output; fail "--dry-run lacks spare=1"; }
 
 # a shared server with a token file; job credentials of A and B
-SF=$T/server.token
-start_server -u MUSTER_TOKEN -- --token-file "$SF"
+start_token_server
 A=ja-$$ B=jb-$$
 for j in A B; do
-    IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" --job "${!j}" --out "$T/$j.tok"
-    [ "$RC" = 0 ] || fail "muster token --job ${!j} failed: $(cat "$T/err")"
+    job_token "$T/$j.tok" --job "${!j}"
 done
 mkdir -p "$T/w"
 b=(--rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id $B --rdzv-conf join_timeout=60 --nproc-per-node 1)

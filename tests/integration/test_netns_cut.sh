@@ -9,13 +9,9 @@
 . "$(dirname "$0")/multi.sh"
 . "$(dirname "$0")/netns.sh"
 
-HB=2
-ns_job nscut 4 4
+ns_cut_job nscut 2 30 0.5
 for k in 1 2 3; do
-    ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 2:3 --nproc-per-node 1 \
-        --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --local-addr ${HOST_ADDR[$k]} \
-        --rdzv-conf join_timeout=30,last_call_timeout=0.5,heartbeat_timeout=$HB,keep_alive_interval=0.5 \
-        --max-restarts 2 --no-python "$WORKER" hold "$T/w"
+    ns_hold_agent $k a$k 2:3 --local-addr ${HOST_ADDR[$k]}
 done
 wait_for 30 files_at_least 3 "$T/w/ready.*.0" || { show_all; fail "3 workers of round 0 did not start"; }
 check_ranks "$T/w" 0 3 3

@@ -7,13 +7,9 @@
 . "$(dirname "$0")/multi.sh"
 . "$(dirname "$0")/netns.sh"
 
-HB=2
-ns_job nscutw 4 4
-CONF=join_timeout=30,last_call_timeout=0.5,heartbeat_timeout=$HB,keep_alive_interval=0.5
+ns_cut_job nscutw 2 30 0.5
 for k in 1 2 3; do
-    ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
-        --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --rdzv-conf $CONF \
-        --max-restarts 2 --no-python "$WORKER" hold "$T/w"
+    ns_hold_agent $k a$k 3
 done
 wait_for 30 files_at_least 3 "$T/w/ready.*.0" || { show_all; fail "3 workers of round 0 did not start"; }
 sleep 1
@@ -22,9 +18,7 @@ wait_for 10 grep -q "rendezvous $JOB: 2/3 nodes" "$T/a1.err" "$T/a2.err" \
     || { show_all; fail "the survivors do not show 'rendezvous $JOB: 2/3 nodes' while waiting"; }
 sleep 2
 ls "$T/w" | grep -q '^ready\..*\.1$' && fail "a round started with 2 of 3 fixed nodes: $(ls "$T/w" | grep ready)"
-ns_bg 1 a4 HOSTNO=1 -- "$MUSTER_BIN" run --nnodes 3 --nproc-per-node 1 \
-    --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --rdzv-conf $CONF \
-    --max-restarts 2 --no-python "$WORKER" hold "$T/w"
+ns_hold_agent 1 a4 3
 wait_for 20 files_at_least 3 "$T/w/ready.*.1" || { show_all; fail "the replacement did not complete round 1"; }
 check_ranks "$T/w" 1 3 3
 release_agents a1 a2 a4

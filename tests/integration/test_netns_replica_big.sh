@@ -20,13 +20,7 @@ for i in \$(seq 600); do [ -e "$T/release" ] && exit 0; sleep 0.1; done
 exit 1
 EOW
 chmod +x "$T/big.sh"
-for k in 1 2; do
-    ns_bg $k a$k -- "$MUSTER_BIN" run --nnodes 2 --nproc-per-node 1 \
-        --rdzv-endpoint "${HOST_ADDR[3]}:$P" --rdzv-id "$JOB" --local-addr "${HOST_ADDR[$k]}" \
-        --checkpoint-dir "$T/c$k" --replicate-checkpoints 1 --replicate-bandwidth 0 \
-        --rdzv-conf join_timeout=30 --no-python "$T/big.sh"
-    sleep 0.3
-done
+ns_replica_agents "$T/big.sh"
 wait_for 60 grep_in "$T/a1.err" "checkpoint ckpt_1.bin recorded" || { show_all; fail "ckpt_1.bin not recorded on host 1"; }
 wait_for 60 grep_in "$T/a2.err" "ckpt_1.bin stored as a replica" || { show_all; fail "no replica of the ${MB} MB checkpoint on host 2 within 60 s"; }
 wait_for 10 grep_in "$T/a1.err" "ckpt_1.bin replicated to group rank 1" || { show_all; fail "host 1 did not see the replica finish"; }

@@ -33,13 +33,7 @@ for i in \$(seq 600); do [ -e "$T/release" ] && exit 0; sleep 0.1; done
 exit 1
 EOW
 chmod +x "$T/wk.sh"
-for k in 1 2; do
-    ns_bg $k a$k -- "$MUSTER_BIN" run --nnodes 2 --nproc-per-node 1 \
-        --rdzv-endpoint "${HOST_ADDR[3]}:$P" --rdzv-id "$JOB" --local-addr "${HOST_ADDR[$k]}" \
-        --checkpoint-dir "$T/c$k" --replicate-checkpoints 1 --replicate-bandwidth 0 \
-        --replicate-port 29777 --rdzv-conf join_timeout=30 --no-python "$T/wk.sh"
-    sleep 0.3
-done
+ns_replica_agents "$T/wk.sh" --replicate-port 29777
 wait_for 60 grep_in "$T/a1.err" "step-10 replicated to group rank 1" ||
     { show_all; fail "step-10 was not replicated (firewalled sender)"; }
 grep -q "step-10 replicated to group rank 1 ([0-9]* bytes in [0-9]* ms, relayed by the server)" "$T/a1.err" ||

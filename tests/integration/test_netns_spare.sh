@@ -9,15 +9,9 @@
 . "$(dirname "$0")/multi.sh"
 . "$(dirname "$0")/netns.sh"
 
-HB=1
-ns_job nsspare 4 4
-CONF=join_timeout=60,last_call_timeout=0.5,heartbeat_timeout=$HB,keep_alive_interval=0.25
+ns_cut_job nsspare 1 60 0.25
 run_on() { # K [--spare]
-    local k=$1
-    shift
-    ns_bg $k a$k HOSTNO=$k -- "$MUSTER_BIN" run --nnodes 2 --nproc-per-node 1 "$@" \
-        --rdzv-endpoint ${HOST_ADDR[4]}:$P --rdzv-id $JOB --local-addr ${HOST_ADDR[$k]} \
-        --rdzv-conf $CONF --max-restarts 2 --no-python "$WORKER" hold "$T/w"
+    ns_hold_agent $1 a$1 2 "${@:2}" --local-addr ${HOST_ADDR[$1]}
 }
 run_on 3 --spare
 wait_for 20 grep -q "as a spare" "$T/a3.err" || { show_all; fail "the spare did not join"; }

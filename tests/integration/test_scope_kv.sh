@@ -9,15 +9,11 @@
 
 FLOOD=${RDZV_KVFLOOD:-}
 [ -x "$FLOOD" ] || skip "rdzv_kvflood not built (RDZV_KVFLOOD unset)"
-command -v curl >/dev/null 2>&1 || skip "curl is needed for /metrics"
+need_cmd curl "for /metrics"
 
-SF=$T/server.token
-start_server -u MUSTER_TOKEN -- --token-file "$SF" --kv-max-held-per-credential 100
-EP=127.0.0.1:$SPORT
-IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" --job 'teamA-*' --out "$T/a.tok"
-[ "$RC" = 0 ] || fail "muster token teamA-* failed"
-IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" --job "teamB-$$" --out "$T/b.tok"
-[ "$RC" = 0 ] || fail "muster token teamB failed"
+start_token_server --kv-max-held-per-credential 100
+job_token "$T/a.tok" --job 'teamA-*'
+job_token "$T/b.tok" --job "teamB-$$"
 
 for j in A1 A2 B; do
     case $j in A1) id=teamA-$$-1 tok=a ;; A2) id=teamA-$$-2 tok=a ;; B) id=teamB-$$ tok=b ;; esac

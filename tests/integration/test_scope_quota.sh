@@ -7,19 +7,13 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-POKE=${RDZV_POKE:-}
-[ -x "$POKE" ] || skip "rdzv_poke not built (RDZV_POKE unset)"
-command -v curl >/dev/null 2>&1 || skip "curl is needed for /metrics"
+need_tool POKE RDZV_POKE rdzv_poke
+need_cmd curl "for /metrics"
 
-SF=$T/server.token
-start_server -u MUSTER_TOKEN -- --token-file "$SF" --max-jobs-per-credential 3 \
-    --max-connections-per-credential 5
-EP=127.0.0.1:$SPORT
+start_token_server --max-jobs-per-credential 3 --max-connections-per-credential 5
 B=teamB-$$
-IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" --job 'teamA-*' --out "$T/a.tok"
-[ "$RC" = 0 ] || fail "muster token teamA-* failed"
-IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" --job "$B" --out "$T/b.tok"
-[ "$RC" = 0 ] || fail "muster token $B failed"
+job_token "$T/a.tok" --job 'teamA-*'
+job_token "$T/b.tok" --job "$B"
 AT=$(cat "$T/a.tok")
 
 # team A: three silent JOINs of three new jobs (nnodes 2: they wait), each holding its connection

@@ -13,21 +13,17 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-FLOOD=${RDZV_KVFLOOD:-}
-[ -x "$FLOOD" ] || skip "rdzv_kvflood not built (RDZV_KVFLOOD unset)"
-command -v curl >/dev/null 2>&1 || skip "curl is needed for /status and /metrics"
-command -v jq >/dev/null 2>&1 || skip "jq is needed to read /status"
+need_tool FLOOD RDZV_KVFLOOD rdzv_kvflood
+need_cmd curl "for /status and /metrics"
+need_cmd jq "to read /status"
 
 GAP_MAX=2000 # keep_alive_interval 1000 ms + 1000 ms for a loaded 2-core VM
-SF=$T/server.token
-start_server -u MUSTER_TOKEN -- --token-file "$SF" --kv-max-held-per-job 512
-EP=127.0.0.1:$SPORT
+start_token_server --kv-max-held-per-job 512
 A=fa-$$ B=fb-$$
 for name in a b; do
     job=$A
     [ $name = b ] && job=$B
-    IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" --job "$job" --out "$T/$name.tok"
-    [ "$RC" = 0 ] || fail "muster token --job $job failed"
+    job_token "$T/$name.tok" --job "$job"
 done
 
 # Job A: one agent; its worker holds (so A stays running) and leaves its environment behind.

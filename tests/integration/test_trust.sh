@@ -10,20 +10,16 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-POKE=${RDZV_POKE:-}
-[ -x "$POKE" ] || skip "rdzv_poke not built (RDZV_POKE unset)"
-command -v curl >/dev/null 2>&1 || skip "curl is needed for /status and /metrics"
+need_tool POKE RDZV_POKE rdzv_poke
+need_cmd curl "for /status and /metrics"
 
-SF=$T/server.token
-start_server -u MUSTER_TOKEN -- --token-file "$SF"
-EP=127.0.0.1:$SPORT
+start_token_server
 A=ja-$$ B=jb-$$
 for spec in "a --job $A" "b --job $B" "ro --read-only"; do
     set -- $spec
     name=$1
     shift
-    IT_TIMEOUT=10 mrun -u MUSTER_TOKEN -- token --token-file "$SF" "$@" --out "$T/$name.tok"
-    [ "$RC" = 0 ] || fail "muster token $* failed: $(cat "$T/err" 2>/dev/null)"
+    job_token "$T/$name.tok" "$@"
 done
 grep -q "^muster-job-v1:$B:" "$T/b.tok" || fail "job credential of B has the wrong form"
 [ "$(stat -c %a "$T/b.tok")" = 600 ] || fail "muster token --out wrote a file that is not 0600"

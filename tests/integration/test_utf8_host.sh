@@ -7,10 +7,9 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-POKE=${RDZV_POKE:-}
-[ -x "$POKE" ] || skip "rdzv_poke not built (RDZV_POKE unset)"
-command -v curl >/dev/null 2>&1 || skip "curl is needed for /status and /metrics"
-command -v jq >/dev/null 2>&1 || skip "jq is needed to check /status"
+need_tool POKE RDZV_POKE rdzv_poke
+need_cmd curl "for /status and /metrics"
+need_cmd jq "to check /status"
 
 start_server
 [ -n "$SHTTP" ] || fail "the server printed no http address"

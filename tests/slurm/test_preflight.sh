@@ -18,11 +18,18 @@ done
 
 PF=(srun --nodes 3 --ntasks-per-node 1 --time 2 "$MUSTER_BIN" preflight --nproc-per-node 2
     --preflight-timeout 10)
-t0=$(now_ms)
-sl "${PF[@]}" > "$T/ok.out" 2>&1
-rc=$?
-note "healthy pre-flight: srun exit $rc after $(($(now_ms) - t0)) ms"
-[ $rc = 0 ] || { cat "$T/ok.out" >&2; sl_fail "srun muster preflight exited $rc on a healthy cluster"; }
+# pf_run NAME WHAT WANT: the pre-flight (PF) into $T/NAME.out; notes how long it took and fails
+# the test unless srun exits WANT.
+pf_run() {
+    local t0 rc
+    t0=$(now_ms)
+    sl "${PF[@]}" > "$T/$1.out" 2>&1
+    rc=$?
+    note "$2: srun exit $rc after $(($(now_ms) - t0)) ms"
+    [ $rc = "$3" ] || { cat "$T/$1.out" >&2; sl_fail "srun muster preflight exited $rc ($2), not $3"; }
+}
+
+pf_run ok "healthy pre-flight" 0
 grep -q "TCP mesh: 3 nodes, every link and MASTER_ADDR:MASTER_PORT .* reachable" "$T/ok.out" ||
     { cat "$T/ok.out" >&2; sl_fail "no 'every link reachable' line"; }
 [ "$(grep -c 'preflight: passed' "$T/ok.out")" -ge 1 ] ||
@@ -30,10 +37,6 @@ grep -q "TCP mesh: 3 nodes, every link and MASTER_ADDR:MASTER_PORT .* reachable"
 
 sl_node 3 iptables -A INPUT -p tcp --syn ! --dport 6818 -j REJECT --reject-with tcp-reset ||
     sl_fail "iptables in n3's namespace"
-t0=$(now_ms)
-sl "${PF[@]}" > "$T/h3.out" 2>&1
-rc=$?
-note "n3 unreachable: srun exit $rc after $(($(now_ms) - t0)) ms"
-[ $rc = 4 ] || { cat "$T/h3.out" >&2; sl_fail "srun muster preflight exited $rc with n3 unreachable, not 4"; }
+pf_run h3 "n3 unreachable" 4
 grep -Eq "cannot reach node [^ ]+ \(group rank [0-9]\) at ${HOST_ADDR[3]//./\\.}:[0-9]+: connect" "$T/h3.out" ||
     { cat "$T/h3.out" >&2; sl_fail "the report does not name n3 (${HOST_ADDR[3]})"; }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -147,4 +148,14 @@ long harness_read_file(const char *path, char *buf, size_t len)
     close(fd);
     buf[got] = '\0';
     return (long)got;
+}
+
+mode_t harness_mode(const char *dir, const char *rel)
+{
+    char path[4096];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, rel);
+    assert_int_equal(lstat(path, &st), 0);
+    return st.st_mode & 07777;
 }

@@ -1,16 +1,17 @@
-/* The one test harness of the unit tests (issue 13; libuv's test/task.h plays this part
+/* The one test harness of the unit tests (libuv's test/task.h plays this part
  * there): run a private loop until a condition holds under a watchdog, let time pass on it,
  * close it checking that no handle leaked, and temporary files and directories.
  *
- * Async tests count callbacks instead of sleeping (STYLE.md rule 14): HARNESS_RUN_UNTIL runs
- * the loop one iteration at a time and re-evaluates the condition after each, so a callback
- * need not tell anyone that something changed, and a condition the loop never makes true
- * fails at the watchdog instead of hanging the test. */
+ * Async tests count callbacks instead of sleeping (docs/ARCHITECTURE.md "Adding a test"):
+ * HARNESS_RUN_UNTIL runs the loop one iteration at a time and re-evaluates the condition after
+ * each, so a callback need not tell anyone that something changed, and a condition the loop never
+ * makes true fails at the watchdog instead of hanging the test. */
 #ifndef MUSTER_TESTS_HARNESS_H
 #define MUSTER_TESTS_HARNESS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 struct harness {
@@ -72,5 +73,9 @@ void harness_write_file(const char *path, const char *text);
 
 /* Reads at most len - 1 bytes of path into buf, NUL-terminated. Returns the length or -1. */
 long harness_read_file(const char *path, char *buf, size_t len);
+
+/* The permission bits (07777) of dir/rel, not following a last symlink. Fails the test where
+ * it does not exist. */
+mode_t harness_mode(const char *dir, const char *rel);
 
 #endif

@@ -182,7 +182,7 @@ static void test_nccl_async_old_name(void **state)
     assert_var(&fx->env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
     assert_int_equal(agent_env_merge(&fx->env, old2, &fx->merged), 0);
     assert_var(&fx->merged, "NCCL_ASYNC_ERROR_HANDLING", "2");
-    /* issue 27: a PyTorch known to read the new name (2.2+) does not get the old one, whose
+    /* a PyTorch known to read the new name (2.2+) does not get the old one, whose
      * deprecation warning it prints in every process; 1.13 and an unknown version do */
     agent_env_free(&fx->env);
     fx->w.torch_version = 211;
@@ -393,7 +393,7 @@ static void test_endpoint_and_ft_variables(void **state)
     assert_var(&fx->env, "MUSTER_CHECKPOINT_DIR", "/ck");
 }
 
-/* issue 27: True when the agent serves the store; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (and
+/* True when the agent serves the store; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (and
  * only "1", as torchrun compares) turns it off */
 static void test_agent_store(void **state)
 {

@@ -1,7 +1,11 @@
 /* agent/hang.c on a private loop: touches of the heartbeat files (real files, inotify) and
  * the timer armed at the earliest deadline. A rank that beat once and then went silent is
  * reported once, with how long it was silent; a rank that never beat is not watched; a disarmed
- * rank and another attempt's file are ignored; close removes the files and the directory. */
+ * rank and another attempt's file are ignored; close removes the files and the directory.
+ *
+ * Time is a fake clock (fakeclock.h) the tests advance by hand: the loop runs only to deliver
+ * the inotify events, so no test waits for a deadline and a loaded host cannot make a beating
+ * rank look hung. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -16,16 +20,18 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "fakeclock.h"
 #include "hang.h"
 #include "harness.h"
 
-#define TIMEOUT_MS 1000 /* generous: a loaded host must not make a beating rank look hung */
+#define TIMEOUT_MS 1000
 #define NRANKS 3
 
 struct fixture {
     uv_loop_t loop;
     struct harness h;
     struct agent_hang hang;
+    struct fake_clock clock;
     char tmp[128], dir[256];
     int hung[NRANKS];
     uint64_t silent_ms[NRANKS];
@@ -57,6 +63,8 @@ static int setup(void **state)
     snprintf(fx.dir, sizeof(fx.dir), "%s/hb", fx.tmp); /* created by init */
     assert_int_equal(agent_hang_init(&fx.loop, &fx.hang, fx.dir, NRANKS, TIMEOUT_MS, hang_cb, &fx),
                      0);
+    fake_clock_init(&fx.clock, 1000000);
+    fx.hang.clock = &fx.clock.clock;
     agent_hang_start(&fx.hang, 1);
     *state = &fx;
     return 0;
@@ -76,6 +84,8 @@ static int teardown(void **state)
     return 0;
 }
 
+/* Touches rank's heartbeat file and runs the loop until the module has seen the touch at the
+ * fake clock's now (inotify may deliver a touch as several events; any of them is the beat). */
 static void touch(struct fixture *fx, unsigned attempt, int rank)
 {
     char path[4096];
@@ -84,17 +94,33 @@ static void touch(struct fixture *fx, unsigned attempt, int rank)
     harness_write_file(path, "beat\n");
 }
 
+static void beat(struct fixture *fx, int rank)
+{
+    touch(fx, fx->hang.attempt, rank);
+    HARNESS_RUN_UNTIL(&fx->h, fx->hang.last_touch[rank] == fx->clock.now);
+}
+
+/* Lets fake time pass, delivering any file events that are pending first. */
+static void pass(struct fixture *fx, uint64_t ms)
+{
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+    fake_clock_advance(&fx->clock, ms);
+}
+
 static void test_silent_rank_reported(void **state)
 {
     struct fixture *fx = *state;
 
-    touch(fx, 1, 0);
-    uint64_t t0 = uv_now(&fx->loop);
-    HARNESS_RUN_UNTIL(&fx->h, fx->hung[0] == 1);
+    beat(fx, 0);
+    uint64_t t0 = fx->clock.now;
+    pass(fx, TIMEOUT_MS - 1);
+    assert_int_equal(fx->hung[0], 0);
+    pass(fx, 1); /* the deadline, to the millisecond */
+    assert_int_equal(fx->hung[0], 1);
     assert_true(fx->silent_ms[0] >= TIMEOUT_MS);
-    assert_true(uv_now(&fx->loop) - t0 >= TIMEOUT_MS - 20);
+    assert_true(fx->clock.now - t0 >= TIMEOUT_MS);
     /* once: it stays silent, nothing more is said; rank 1 never beat: not watched */
-    harness_run_for(&fx->h, TIMEOUT_MS + TIMEOUT_MS / 2);
+    pass(fx, TIMEOUT_MS + TIMEOUT_MS / 2);
     assert_int_equal(fx->hung[0], 1);
     assert_int_equal(fx->hung[1] + fx->hung[2], 0);
 }
@@ -104,15 +130,15 @@ static void test_beating_rank_not_reported(void **state)
 {
     struct fixture *fx = *state;
 
-    touch(fx, 1, 1);
-    uint64_t until = uv_now(&fx->loop) + 3 * TIMEOUT_MS;
-    while (uv_now(&fx->loop) < until) {
-        harness_run_for(&fx->h, TIMEOUT_MS / 8);
-        touch(fx, 1, 1);
+    beat(fx, 1);
+    uint64_t until = fx->clock.now + 3 * TIMEOUT_MS;
+    while (fx->clock.now < until) {
+        pass(fx, TIMEOUT_MS / 8);
+        beat(fx, 1);
     }
     assert_int_equal(fx->hung[1], 0);
     agent_hang_disarm(&fx->hang, 1); /* it exited: no more watching */
-    harness_run_for(&fx->h, TIMEOUT_MS + TIMEOUT_MS / 2);
+    pass(fx, TIMEOUT_MS + TIMEOUT_MS / 2);
     assert_int_equal(fx->hung[1], 0);
 }
 
@@ -131,12 +157,13 @@ static void test_foreign_files_ignored(void **state)
     unlink(path);
     snprintf(path, sizeof(path), "%s/unrelated", fx->dir);
     unlink(path);
-    touch(fx, 1, 2);
+    beat(fx, 2);
     agent_hang_start(&fx->hang, 2); /* rank 2's beat belonged to attempt 1 */
-    harness_run_for(&fx->h, TIMEOUT_MS + TIMEOUT_MS / 2);
+    pass(fx, TIMEOUT_MS + TIMEOUT_MS / 2);
     assert_int_equal(fx->hung[2], 0);
-    touch(fx, 2, 2);
-    HARNESS_RUN_UNTIL(&fx->h, fx->hung[2] == 1);
+    beat(fx, 2);
+    pass(fx, TIMEOUT_MS);
+    assert_int_equal(fx->hung[2], 1);
     snprintf(path, sizeof(path), "%s/heartbeat_7_2", fx->dir);
     unlink(path);
 }
@@ -146,11 +173,10 @@ static void test_disarm_all(void **state)
 {
     struct fixture *fx = *state;
 
-    touch(fx, 1, 0);
-    touch(fx, 1, 1);
-    HARNESS_RUN_UNTIL(&fx->h, fx->hang.last_touch[0] != 0 && fx->hang.last_touch[1] != 0);
+    beat(fx, 0);
+    beat(fx, 1);
     agent_hang_disarm(&fx->hang, -1);
-    harness_run_for(&fx->h, TIMEOUT_MS + TIMEOUT_MS / 2);
+    pass(fx, TIMEOUT_MS + TIMEOUT_MS / 2);
     assert_int_equal(fx->hung[0] + fx->hung[1], 0);
 }
 

@@ -83,7 +83,7 @@ static void test_all_exited(void **state)
     c.preflight_failed = 1;
     assert_step(step(AGENT_S_PREFLIGHT, AGENT_EV_ALL_EXITED, &c), AGENT_S_FAILING,
                 AGENT_ACT_REPORT_PF_FAILURE);
-    /* a node that joined a running job: it leaves with exit 4, the job goes on (issue 15) */
+    /* a node that joined a running job: it leaves with exit 4, the job goes on */
     c.preflight_only = 0;
     c.preflight_alone = 1;
     {

@@ -180,7 +180,7 @@ static void test_prefix_has_rank(void **state)
     assert_string_equal(console(fx), "[rank12]: x\n");
 }
 
-/* PyTorch 2.x's own "[rank3]:" prefix is not doubled (issue 27); another rank's, or text that
+/* PyTorch 2.x's own "[rank3]:" prefix is not doubled; another rank's, or text that
  * merely contains it, keeps ours. */
 static void test_torch_prefix_not_doubled(void **state)
 {

@@ -1,4 +1,4 @@
-/* agent/preflight.c (issue 15): the node process's results file becomes the PREFLIGHT message
+/* agent/preflight.c: the node process's results file becomes the PREFLIGHT message
  * the agent sends: figures scaled to the wire's units, levels, over-long strings cut to the
  * protocol's sizes (so the message always encodes), GPUs past RDZV_PF_GPUS_MAX left out, and
  * no message at all from a missing, empty or malformed file. */

@@ -820,16 +820,6 @@ static void test_drain_waits_for_a_listing(void **state)
 
 /* --- modes --------------------------------------------------------------------------------- */
 
-static mode_t mode_of(const char *dir, const char *rel)
-{
-    char path[600];
-    struct stat st;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, rel);
-    assert_int_equal(lstat(path, &st), 0);
-    return st.st_mode & 07777;
-}
-
 /* Entry name of the sender's directory, with mode, offered and waited for until stored. */
 static void offer_and_wait(struct fixture *fx, const char *name, mode_t mode)
 {
@@ -855,10 +845,10 @@ static void test_modes_travel(void **state)
 
     put(fx->dir[SENDER], "ckpt_1.pt", "private weights");
     offer_and_wait(fx, "ckpt_1.pt", 0600);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "ckpt_1.pt"), 0600);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "ckpt_1.pt"), 0600);
     put(fx->dir[SENDER], "ckpt_2.pt", "shared weights");
     offer_and_wait(fx, "ckpt_2.pt", 0644);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "ckpt_2.pt"), 0644);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "ckpt_2.pt"), 0644);
 
     snprintf(root, sizeof(root), "%s/step-3", fx->dir[SENDER]);
     snprintf(sub, sizeof(sub), "%s/sub", root);
@@ -867,10 +857,10 @@ static void test_modes_travel(void **state)
     put(root, "a.bin", "shard a");
     put(root, "sub/b.bin", "shard b");
     offer_and_wait(fx, "step-3", 0700);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "step-3"), 0700);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "step-3/a.bin"), 0600);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "step-3/sub"), 0700);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "step-3/sub/b.bin"), 0600);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "step-3"), 0700);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "step-3/a.bin"), 0600);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "step-3/sub"), 0700);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "step-3/sub/b.bin"), 0600);
     umask(old);
 }
 
@@ -884,35 +874,37 @@ static void test_modes_old_sender(void **state)
     fx->strip_mode = 1;
     put(fx->dir[SENDER], "ckpt_1.pt", "weights");
     offer_and_wait(fx, "ckpt_1.pt", 0644);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "ckpt_1.pt"), 0600);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "ckpt_1.pt"), 0600);
     snprintf(root, sizeof(root), "%s/step-2", fx->dir[SENDER]);
     assert_int_equal(mkdir(root, 0755), 0);
     put(root, "a.bin", "shard a");
     offer_and_wait(fx, "step-2", 0755);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "step-2"), 0700);
-    assert_int_equal(mode_of(fx->dir[RECEIVER], "step-2/a.bin"), 0600);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "step-2"), 0700);
+    assert_int_equal(harness_mode(fx->dir[RECEIVER], "step-2/a.bin"), 0600);
     umask(old);
 }
+
+/* every case runs on the two-agent fixture */
+#define REPLICA_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_direct, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_nothing_on_port_relays, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrong_key_relays, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hostile_connections, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flood_costs_the_relay_not_the_copy, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_leftovers_swept, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fixed_port, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_failed_copy_tried_again, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_gives_up_after_the_tries, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_directory_checkpoint, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_directory_relayed_and_symlink_refused, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_directory_stream_hostile, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_drain_waits_for_a_listing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_modes_travel, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_modes_old_sender, setup, teardown),
+        REPLICA_TEST(test_direct),
+        REPLICA_TEST(test_nothing_on_port_relays),
+        REPLICA_TEST(test_wrong_key_relays),
+        REPLICA_TEST(test_hostile_connections),
+        REPLICA_TEST(test_flood_costs_the_relay_not_the_copy),
+        REPLICA_TEST(test_leftovers_swept),
+        REPLICA_TEST(test_fixed_port),
+        REPLICA_TEST(test_failed_copy_tried_again),
+        REPLICA_TEST(test_gives_up_after_the_tries),
+        REPLICA_TEST(test_directory_checkpoint),
+        REPLICA_TEST(test_directory_relayed_and_symlink_refused),
+        REPLICA_TEST(test_directory_stream_hostile),
+        REPLICA_TEST(test_drain_waits_for_a_listing),
+        REPLICA_TEST(test_modes_travel),
+        REPLICA_TEST(test_modes_old_sender),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

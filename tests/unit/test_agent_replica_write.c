@@ -416,16 +416,6 @@ static void run_store(struct fixture *fx, struct agent_replica_store *s, const u
     }
 }
 
-static mode_t mode_at(const char *dir, const char *rel)
-{
-    char path[512];
-    struct stat st;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, rel);
-    assert_int_equal(lstat(path, &st), 0);
-    return st.st_mode & 07777;
-}
-
 static int temporaries(const char *dir)
 {
     char cmd[300];
@@ -445,25 +435,25 @@ static void test_store_modes(void **state)
     snprintf(tmpl, sizeof(tmpl), "%s/.tmp.XXXXXX", fx->tmp);
     assert_int_equal(agent_replica_store_new(fx->tmp, "f.pt", tmpl, 0, 0100600 | 04000, &s), 0);
     run_store(fx, s, (const uint8_t *)"weights", 7, 1);
-    assert_int_equal(mode_at(fx->tmp, "f.pt"), 0600); /* the file type and set-id bits: gone */
+    assert_int_equal(harness_mode(fx->tmp, "f.pt"), 0600); /* the file type and set-id bits: gone */
     close_writer(fx); /* (its thread ends on its own; the next copy need not wait) */
 
     fx->done = fx->closed = 0;
     assert_int_equal(agent_replica_store_new(fx->tmp, "step-2", tmpl, 1, 0750, &s), 0);
     run_store(fx, s, stream, sizeof(stream) - 1, 1);
-    assert_int_equal(mode_at(fx->tmp, "step-2"), 0750);
-    assert_int_equal(mode_at(fx->tmp, "step-2/a.bin"), 0640); /* x bits gone, umask 022 */
-    assert_int_equal(mode_at(fx->tmp, "step-2/sub"), 0750);
-    assert_int_equal(mode_at(fx->tmp, "step-2/sub/b.bin"), 0640);
+    assert_int_equal(harness_mode(fx->tmp, "step-2"), 0750);
+    assert_int_equal(harness_mode(fx->tmp, "step-2/a.bin"), 0640); /* x bits gone, umask 022 */
+    assert_int_equal(harness_mode(fx->tmp, "step-2/sub"), 0750);
+    assert_int_equal(harness_mode(fx->tmp, "step-2/sub/b.bin"), 0640);
     close_writer(fx);
 
     /* no mode (a sender before modes): 0600 and 0700 */
     fx->done = fx->closed = 0;
     assert_int_equal(agent_replica_store_new(fx->tmp, "step-3", tmpl, 1, 0, &s), 0);
     run_store(fx, s, stream, sizeof(stream) - 1, 1);
-    assert_int_equal(mode_at(fx->tmp, "step-3"), 0700);
-    assert_int_equal(mode_at(fx->tmp, "step-3/a.bin"), 0600);
-    assert_int_equal(mode_at(fx->tmp, "step-3/sub"), 0700);
+    assert_int_equal(harness_mode(fx->tmp, "step-3"), 0700);
+    assert_int_equal(harness_mode(fx->tmp, "step-3/a.bin"), 0600);
+    assert_int_equal(harness_mode(fx->tmp, "step-3/sub"), 0700);
     close_writer(fx);
     umask(old);
     assert_false(temporaries(fx->tmp));
@@ -489,7 +479,7 @@ static void test_store_half_written_removed(void **state)
 }
 
 /* A directory of the replica's name that is already there stays, even an empty one (rename(2)
- * replaces an empty directory; issue 26): the copy fails, its temporary goes. */
+ * replaces an empty directory): the copy fails, its temporary goes. */
 static void test_store_keeps_empty_dir(void **state)
 {
     struct fixture *fx = *state;
@@ -507,7 +497,7 @@ static void test_store_keeps_empty_dir(void **state)
     assert_int_equal(fx->failed, 1);
     close_writer(fx);
     HARNESS_RUN_UNTIL(&fx->h, !temporaries(fx->tmp));
-    assert_int_equal(mode_at(fx->tmp, "step-5"), 0755);
+    assert_int_equal(harness_mode(fx->tmp, "step-5"), 0755);
     snprintf(marker, sizeof(marker), "%s/a.bin", path);
     assert_int_equal(access(marker, F_OK), -1);
 }

@@ -120,7 +120,7 @@ static void test_all_bytes(void **state)
     }
 }
 
-/* Issue 26: the validator peers' identifiers must pass, and the fixer for free text. */
+/* The validator peers' identifiers must pass, and the fixer for free text. */
 static void test_utf8_valid(void **state)
 {
     (void)state;

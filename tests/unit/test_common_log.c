@@ -181,7 +181,7 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* A stderr nobody reads (issue 26): a line waits at most MC_LOG_WRITE_WAIT_MS, then is given
+/* A stderr nobody reads: a line waits at most MC_LOG_WRITE_WAIT_MS, then is given
  * up; the caller (an event loop) goes on. */
 static void test_stalled_stderr_bounded(void **state)
 {

@@ -283,7 +283,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->module, 0);
     assert_int_equal(c->no_python, 0);
     assert_int_equal(c->run_path, 0);
-    /* resolved on PATH once (issue 27): an absolute path ending in /python3 */
+    /* resolved on PATH once: an absolute path ending in /python3 */
     assert_true(c->python_exec[0] == '/');
     assert_string_equal(strrchr(c->python_exec, '/'), "/python3");
     assert_string_equal(c->script, script);
@@ -564,7 +564,7 @@ static void test_python_exec_and_token(void **state)
     assert_ok(fx, parse(fx, "@S", NULL));
     assert_string_equal(fx->cfg.python_exec, "/bin/sh");
     assert_string_equal(fx->cfg.token, "s3cret");
-    /* issue 27: a PYTHON_EXEC that is not there is one line now, not 127 from every worker */
+    /* a PYTHON_EXEC that is not there is one line now, not 127 from every worker */
     setenv("PYTHON_EXEC", "/opt/py/bin/python", 1);
     assert_int_not_equal(parse(fx, "@S", NULL), 0);
     assert_non_null(strstr(fx->err, "PYTHON_EXEC '/opt/py/bin/python' is not an executable file"));
@@ -587,7 +587,7 @@ static void test_shutdown_timeout_sources(void **state)
     refuse(fx, "--shutdown-timeout", "-1", "--shutdown-timeout", "abc", NULL);
 }
 
-/* Issue 19: --replicate-checkpoints needs --checkpoint-dir; the cap defaults to 100 MB/s. */
+/* --replicate-checkpoints needs --checkpoint-dir; the cap defaults to 100 MB/s. */
 static void test_replicate_flags(void **state)
 {
     struct fx *fx = *state;
@@ -918,7 +918,7 @@ static void test_nnodes(void **state)
     assert_non_null(strstr(fx->err, "rdzv-endpoint"));
 }
 
-/* torchrun's static recipe (issue 12): node rank 0 hosts the rendezvous on MASTER_PORT + 1, the
+/* torchrun's static recipe: node rank 0 hosts the rendezvous on MASTER_PORT + 1, the
  * run id is the same on every node, MASTER_ADDR and MASTER_PORT stay as given. */
 static void test_static_recipe(void **state)
 {

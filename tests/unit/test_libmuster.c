@@ -279,7 +279,7 @@ static void test_connect_env(void **state)
     assert_int_equal(muster_connect(&m), 0);
     assert_int_equal(muster_kv_put(m, "env/ok", "1", 1), 0);
     muster_close(m);
-    /* MUSTER_KV_PREFIX (issue 15: a joining node's pre-flight): every key and barrier name
+    /* MUSTER_KV_PREFIX (a joining node's pre-flight): every key and barrier name
      * of the handle gets it; other handles see the prefixed key; it counts against the key
      * limit, and one longer than MUSTER_KV_PREFIX_MAX is refused */
     {

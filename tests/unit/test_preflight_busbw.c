@@ -163,7 +163,7 @@ static void test_check_values(void **state)
     assert_true(pf_check_value(0, 1024, 0) != pf_check_value(1023, 1024, 0));
 }
 
-/* Issue 15: one rank moves no data, so a busbw floor is not applied (it failed every one-GPU
+/* One rank moves no data, so a busbw floor is not applied (it failed every one-GPU
  * job); from 2 ranks on it is. */
 static void test_busbw_floor_ranks(void **state)
 {

@@ -1,4 +1,4 @@
-/* preflight/perf.c and preflight/health.c (issue 15): the slow-GPU rule (10 % below the
+/* preflight/perf.c and preflight/health.c: the slow-GPU rule (10 % below the
  * median of the same model, floors, one GPU) and the NVML health rule. No GPU needed. */
 #include <errno.h>
 #include <setjmp.h>

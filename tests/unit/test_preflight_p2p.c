@@ -1,4 +1,4 @@
-/* preflight/p2p.c (issue 15): the peer-to-peer matrix rule. A pair far below the node's other
+/* preflight/p2p.c: the peer-to-peer matrix rule. A pair far below the node's other
  * pairs is named with node, both GPUs' indices and UUIDs and its figure; one GPU has no pairs;
  * unmeasured pairs and the diagonal are never judged. No GPU needed. */
 #include <errno.h>

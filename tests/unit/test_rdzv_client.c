@@ -484,7 +484,7 @@ static void gone_later_cb(void *data)
 }
 
 /* torchrun's start order: a node started before the node that hosts the rendezvous keeps
- * trying (issue 12) and joins once the server is up. */
+ * trying and joins once the server is up. */
 static void test_server_starts_late(void **state)
 {
     struct fixture *fx = *state;

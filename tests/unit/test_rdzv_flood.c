@@ -1,4 +1,4 @@
-/* A ClientHello flood against a real server on loopback (issue 11 §2): clients from 127.0.1.2
+/* A ClientHello flood against a real server on loopback: clients from 127.0.1.2
  * without any credential connect, send a ClientHello (X25519 or secp521r1 only, made by
  * mbedTLS at setup) and hang up, over and over, while two agents from 127.0.0.1 go through
  * HELLO / JOIN / ASSIGN and /metrics answers. Checks what is counted (the per-source handshake
@@ -34,7 +34,7 @@
 struct fixture;
 
 /* One unauthenticated client: connect from 127.0.1.2 (another /24 than the agents: limits
- * count per /24 since issue 26), ClientHello, hang up at the first byte
+ * count per /24), ClientHello, hang up at the first byte
  * back (or the close), again until the flood stops. */
 struct flooder {
     struct fixture *fx;

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "harness.h"
+#include "msgfix.h"
 #include "sendq.h"
 
 #include "conn.h"
@@ -49,7 +50,7 @@ struct raw {
     uint32_t kv_status[16]; /* by req_id */
     char kv_value[16][32];
     char *status_json;
-    struct rdzv_repl_begin repl_begin; /* the last of each replica message (issue 19) */
+    struct rdzv_repl_begin repl_begin; /* the last of each replica message */
     struct rdzv_repl_ack repl_ack;
     uint64_t repl_bytes; /* REPL_DATA bytes received */
     int connected;
@@ -175,6 +176,17 @@ static struct raw *raw_new(struct fixture *fx, int i, uint8_t role)
     snprintf(h->u.hello.token, sizeof(h->u.hello.token), "%s", TOKEN);
     send_msg(r, h);
     return r;
+}
+
+/* Observer raw client i asks for job's STATUS (its answer lands in R(i)->status_json). */
+static void observer_status(struct fixture *fx, int i, const char *job)
+{
+    struct rdzv_msg *m;
+
+    raw_new(fx, i, RDZV_ROLE_OBSERVER);
+    m = sendq_msg(RDZV_MSG_STATUS_REQ);
+    snprintf(m->u.status_req.job_id, sizeof(m->u.status_req.job_id), "%s", job);
+    send_msg(fx->raw[i], m);
 }
 
 /* A node id the server accepts (protocol 3): the commitment to a secret made from seed. */
@@ -378,7 +390,7 @@ static void test_scale_up(void **state)
     assert_true(N(1, WAITING) >= 1);
     assert_int_equal(R(0)->assign.round, 1);
     assert_int_equal(R(0)->assign.restart_count, 0);
-    /* host1's JOIN names a newer checkpoint (step 100 > 0): it takes rank 0 (issue 19) */
+    /* host1's JOIN names a newer checkpoint (step 100 > 0): it takes rank 0 */
     assert_int_equal(R(0)->assign.group_rank, 1);
     assert_int_equal(R(1)->assign.group_rank, 0);
     assert_int_equal(R(1)->assign.world_size, 4);
@@ -533,6 +545,28 @@ static struct raw *worker(struct fixture *fx, int i, const char *job, uint32_t r
     return r;
 }
 
+/* send(r) from the two senders a member-only message must be refused from: R(3), a worker of
+ * job, and R(4), an agent that never joined (no job to record for); then R(2), an observer,
+ * asks for job's STATUS. */
+static void refused_senders(struct fixture *fx, const char *job, void (*send)(struct raw *r))
+{
+    worker(fx, 3, job, 0);
+    send(R(3));
+    raw_new(fx, 4, RDZV_ROLE_AGENT);
+    send(R(4));
+    observer_status(fx, 2, job);
+}
+
+/* Sends R(i) a HEARTBEAT and waits for its echo: every message R(i) sent before it was
+ * handled. */
+static void handled(struct fixture *fx, int i)
+{
+    int n = N(i, HEARTBEAT);
+
+    send_msg(R(i), sendq_msg(RDZV_MSG_HEARTBEAT));
+    HARNESS_RUN_UNTIL(&fx->h, N(i, HEARTBEAT) > n);
+}
+
 static void kv(struct raw *r, uint8_t type, uint32_t req, const char *key, const char *value,
                uint32_t wait_ms, uint32_t count)
 {
@@ -637,7 +671,6 @@ static int got_status(struct fixture *fx)
 static void test_status(void **state)
 {
     struct fixture *fx = *state;
-    struct rdzv_msg *m;
     json_t *doc, *jobs, *job, *node;
     json_error_t jerr;
 
@@ -645,10 +678,7 @@ static void test_status(void **state)
     agent(fx, 1, "seen", 2, 2);
     agent(fx, 3, "unseen", 2, 2);
     run_until(fx, both_assigned);
-    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
-    m = sendq_msg(RDZV_MSG_STATUS_REQ);
-    strcpy(m->u.status_req.job_id, "seen");
-    send_msg(R(2), m);
+    observer_status(fx, 2, "seen");
     run_until(fx, got_status);
     doc = json_loads(R(2)->status_json, 0, &jerr);
     assert_non_null(doc);
@@ -685,6 +715,11 @@ static void ckpt(struct raw *r, const char *name, int bad)
     send_msg(r, m);
 }
 
+static void ckpt_s99(struct raw *r)
+{
+    ckpt(r, "s99", 0);
+}
+
 static int ckpt_sent(struct fixture *fx)
 {
     (void)fx;
@@ -702,7 +737,6 @@ static const char *ckpt_field(json_t *list, size_t i, const char *key)
 static void test_ckpt_status(void **state)
 {
     struct fixture *fx = *state;
-    struct rdzv_msg *m;
     json_t *doc, *list;
     json_error_t jerr;
     char name[16];
@@ -722,16 +756,8 @@ static void test_ckpt_status(void **state)
         ckpt(R(0), name, 0);
     }
     ckpt(R(0), "s10", 1); /* found bad at pick time: replaces its record, moves to the front */
-    send_msg(R(0), sendq_msg(RDZV_MSG_HEARTBEAT)); /* its echo: the CKPTs before it were handled */
-    HARNESS_RUN_UNTIL(&fx->h, N(0, HEARTBEAT) > 0);
-    worker(fx, 3, "ck", 0);
-    ckpt(R(3), "s99", 0);
-    raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
-    ckpt(R(4), "s99", 0);
-    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
-    m = sendq_msg(RDZV_MSG_STATUS_REQ);
-    strcpy(m->u.status_req.job_id, "ck");
-    send_msg(R(2), m);
+    handled(fx, 0);       /* the CKPTs before it */
+    refused_senders(fx, "ck", ckpt_s99);
     run_until(fx, ckpt_sent);
     assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
     assert_int_equal(R(4)->error.code, RDZV_ERR_PROTOCOL);
@@ -756,30 +782,24 @@ static void test_ckpt_status(void **state)
     json_decref(doc);
 }
 
-/* --- PREFLIGHT (issue 15) ------------------------------------------------------------------ */
+/* --- PREFLIGHT -------------------------------------------------------------------------------- */
 static void preflight(struct raw *r, const char *uuid0, uint32_t index1)
 {
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_PREFLIGHT);
     struct rdzv_preflight *pf = &m->u.preflight;
 
-    pf->round = 0;
-    pf->ok = 1;
-    pf->p2p_pairs = 2;
-    pf->p2p_min_mbps = 39000;
-    pf->p2p_median_mbps = 214500;
-    pf->p2p_level = RDZV_PF_WARNING;
-    strcpy(pf->p2p_note, "node host0: P2P GPU 0 -> GPU 1 39.0 GB/s is far below");
-    pf->count = 2;
-    for (uint32_t i = 0; i < 2; i++) {
-        pf->gpus[i].index = i ? index1 : 0;
-        snprintf(pf->gpus[i].uuid, sizeof(pf->gpus[i].uuid), "%s", i ? "GPU-1111" : uuid0);
-        strcpy(pf->gpus[i].model, "NVIDIA H200");
-        pf->gpus[i].gemm_gflops = i ? 474000 : 790000;
-        pf->gpus[i].hbm_mbps = 4280000;
-        pf->gpus[i].level = i ? RDZV_PF_FAILURE : RDZV_PF_OK;
-    }
-    strcpy(pf->gpus[1].note, "node host0, GPU 1 (GPU-1111): bf16 GEMM 474.0 TFLOP/s is slow");
+    msgfix_preflight(pf); /* P2P at WARNING 39.0 GB/s, GPU 1 slow (FAILURE, 474 TFLOP/s) */
+    pf->round = 0;        /* this job's first round, from a member: not a node that joined later */
+    pf->joined = 0;
+    snprintf(pf->gpus[0].uuid, sizeof(pf->gpus[0].uuid), "%s", uuid0);
+    pf->gpus[1].index = index1;
     send_msg(r, m);
+}
+
+/* A PREFLIGHT whose GPU 0 is named after the sender (GPU-3333 from R(3), GPU-4444 from R(4)). */
+static void preflight_of(struct raw *r)
+{
+    preflight(r, r == R(3) ? "GPU-3333" : "GPU-4444", 1);
 }
 
 static int pf_refused(struct fixture *fx)
@@ -795,7 +815,6 @@ static int pf_refused(struct fixture *fx)
 static void test_preflight_status(void **state)
 {
     struct fixture *fx = *state;
-    struct rdzv_msg *m;
     json_t *doc, *list, *node, *gpu;
     json_error_t jerr;
     int r0;
@@ -805,18 +824,10 @@ static void test_preflight_status(void **state)
     run_until(fx, both_assigned);
     r0 = 0;
     preflight(R(0), "GPU-0000", 1);
-    preflight(R(0), "GPU-0000", 1);                /* again: replaces its record, no second node */
-    send_msg(R(0), sendq_msg(RDZV_MSG_HEARTBEAT)); /* its echo: the PREFLIGHTs were handled */
-    HARNESS_RUN_UNTIL(&fx->h, N(0, HEARTBEAT) > 0);
+    preflight(R(0), "GPU-0000", 1);    /* again: replaces its record, no second node */
+    handled(fx, 0);                    /* the PREFLIGHTs before it */
     preflight(R(1), "GPU-\x1b[2J", 1); /* a terminal escape in a UUID */
-    worker(fx, 3, "pf", 0);
-    preflight(R(3), "GPU-3333", 1);
-    raw_new(fx, 4, RDZV_ROLE_AGENT); /* never joined: no job to record for */
-    preflight(R(4), "GPU-4444", 1);
-    raw_new(fx, 2, RDZV_ROLE_OBSERVER);
-    m = sendq_msg(RDZV_MSG_STATUS_REQ);
-    strcpy(m->u.status_req.job_id, "pf");
-    send_msg(R(2), m);
+    refused_senders(fx, "pf", preflight_of);
     run_until(fx, pf_refused);
     assert_int_equal(R(1)->error.code, RDZV_ERR_PROTOCOL);
     assert_non_null(strstr(R(1)->error.text, "control character"));
@@ -921,7 +932,7 @@ static void test_preflight_metrics(void **state)
     rdzv_pfrec_clear(&rec);
 }
 
-/* --- checkpoint replicas (issue 19) ------------------------------------------------------- */
+/* --- checkpoint replicas ---------------------------------------------------------------------- */
 #define CH RDZV_REPL_CHUNK_MAX
 #define X(n) (RDZV_REPL_XFER_SENDER | (n)) /* a sender's transfer id */
 
@@ -950,9 +961,7 @@ static void repl_ack(struct raw *r, uint32_t xfer, uint64_t off, uint8_t status)
 {
     struct rdzv_msg *m = sendq_msg(RDZV_MSG_REPL_ACK);
 
-    m->u.repl_ack.xfer = xfer;
-    m->u.repl_ack.offset = off;
-    m->u.repl_ack.status = status;
+    m->u.repl_ack = (struct rdzv_repl_ack){.xfer = xfer, .offset = off, .status = status};
     send_msg(r, m);
 }
 
@@ -1095,7 +1104,7 @@ static void repl_begin_direct(struct raw *r, uint32_t xfer, uint64_t size)
     send_msg(r, m);
 }
 
-/* A direct link (issue 19): the server passes port, link, key and mode on, names the sender's own
+/* A direct link: the server passes port, link, key and mode on, names the sender's own
  * address, relays no chunk of it, accepts the receiver's DONE at the announced size, and
  * switches to relaying when the receiver asks, once. */
 static void test_repl_direct_link(void **state)

@@ -116,7 +116,7 @@ static void test_bounded(void **state)
     assert_true(rdzv_hslimit_sources(l) <= 2);
 }
 
-/* Limits count per /24 (IPv4, v4-mapped) and /64 (IPv6): issue 26. */
+/* Limits count per /24 (IPv4, v4-mapped) and /64 (IPv6). */
 static void test_group(void **state)
 {
     uint8_t a[16], b[16], g[16], h[16];
@@ -159,7 +159,7 @@ static void test_group(void **state)
     assert_int_equal(rdzv_hslimit_begin(l, a, 0), -EBUSY);
 }
 
-/* A connection that closed without a byte gives its token back (issue 26): silent floods do
+/* A connection that closed without a byte gives its token back: silent floods do
  * not empty the bucket of their /24. */
 static void test_refund(void **state)
 {

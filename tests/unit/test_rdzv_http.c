@@ -159,7 +159,7 @@ static void test_get_metrics(void **state)
     assert_non_null(strstr(r, "\nmuster_heartbeat_lateness_seconds 0\n"));
     assert_non_null(strstr(r, "# TYPE muster_restarts_total counter\n"));
     assert_non_null(strstr(r, "\nmuster_http_requests_total 1\n"));
-    /* within RDZV_HTTP_CACHE_MS: the same snapshot (issue 26: a request rate cannot make the
+    /* within RDZV_HTTP_CACHE_MS: the same snapshot (a request rate cannot make the
      * loop rebuild the document for each) */
     r = http(fx, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_non_null(strstr(r, "\nmuster_http_requests_total 1\n"));
@@ -234,7 +234,7 @@ static void test_other_paths(void **state)
 }
 
 /* /status and / show hosts and addresses: only with the observer credential (or the server's
- * secret) in "Authorization: Bearer", unless made public (issue 26). */
+ * secret) in "Authorization: Bearer", unless made public. */
 static void test_status_auth(void **state)
 {
     struct fixture *fx = *state;
@@ -310,7 +310,7 @@ static void test_close_with_open_connection(void **state)
 }
 
 /* Over http_max_connections the oldest idle connection goes for the new one: silent
- * connections cannot keep the port from answering (issue 26). */
+ * connections cannot keep the port from answering. */
 static void test_connection_cap(void **state)
 {
     struct fixture *fx = *state;

@@ -49,6 +49,28 @@ static enum rdzv_job_event join(struct rdzv_job *job, unsigned node, unsigned np
     return ev;
 }
 
+/* Nodes 0..n-1 (one process each) JOIN at time 0. */
+static void join_n(struct rdzv_job *job, unsigned n)
+{
+    for (unsigned node = 0; node < n; node++)
+        join(job, node, 1, 0);
+}
+
+/* A job of min..max nodes that nodes 0..n-1 (one process each) joined at time 0. */
+static struct rdzv_job *joined_job(unsigned min, unsigned max, unsigned n)
+{
+    struct rdzv_job *job = new_job(min, max);
+
+    join_n(job, n);
+    return job;
+}
+
+/* node's connection closed at now_ms (wall time 0). */
+static enum rdzv_job_event lose(struct rdzv_job *job, unsigned node, uint64_t now_ms)
+{
+    return rdzv_job_lost(job, &peers[node], "connection closed", now_ms, 0);
+}
+
 static const struct rdzv_job_member *member(struct rdzv_job *job, unsigned node)
 {
     int i = rdzv_job_find(job, &peers[node]);
@@ -189,14 +211,11 @@ static void test_join_errors(void **state)
 /* Nodes keep their group rank across a restart even when they re-join in another order. */
 static void test_restart_keeps_ranks(void **state)
 {
-    struct rdzv_job *job = new_job(3, 3);
+    struct rdzv_job *job = joined_job(3, 3, 3);
     struct rdzv_failure f = failure(0);
     uint32_t rank[3];
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
-    join(job, 2, 1, 0);
     for (unsigned n = 0; n < 3; n++)
         rank[n] = member(job, n)->group_rank;
     assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 0), RDZV_JOB_EV_RESTART);
@@ -225,15 +244,12 @@ static void test_restart_keeps_ranks(void **state)
 /* A replacement node takes the gap; a kept rank beyond the new world size is given up. */
 static void test_ranks_fill_gaps(void **state)
 {
-    struct rdzv_job *job = new_job(2, 3);
+    struct rdzv_job *job = joined_job(2, 3, 3);
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
-    join(job, 2, 1, 0);
     assert_int_equal(member(job, 2)->group_rank, 2);
     /* node 0 is lost: ranks 1 and 2 survive, node 3 joins first */
-    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 0, 0), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->n_prev, 2);
     assert_int_equal(job->cause.rank, -1);
     assert_string_equal(job->cause.text, "lost node node0 (10.0.0.0): connection closed");
@@ -253,12 +269,10 @@ static void test_restarts_exhausted(void **state)
 
     (void)state;
     job->max_restarts = 1;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     f = failure(0);
     assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 0), RDZV_JOB_EV_RESTART);
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     f = failure(0); /* stale: names round 0 while round 1 runs */
     assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 0), RDZV_JOB_EV_NONE);
     f = failure(1);
@@ -299,13 +313,11 @@ static void test_leave(void **state)
 /* A node that sent DONE and hangs up is no failure; the others can still finish. */
 static void test_lost_after_done(void **state)
 {
-    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_job *job = joined_job(2, 2, 2);
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
     assert_int_equal(rdzv_job_done(job, &peers[0], 0), RDZV_JOB_EV_NONE);
-    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(lose(job, 0, 0), RDZV_JOB_EV_NONE);
     assert_int_equal(rdzv_job_done(job, &peers[1], 0), RDZV_JOB_EV_DONE);
     rdzv_job_free(job);
 }
@@ -316,11 +328,10 @@ static void test_lost_while_filling(void **state)
 
     (void)state;
     join(job, 0, 1, 0);
-    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_WAITING);
+    assert_int_equal(lose(job, 0, 0), RDZV_JOB_EV_WAITING);
     assert_int_equal(job->n_members, 0);
     assert_int_equal(rdzv_job_deadline(job), -1);
-    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0),
-                     RDZV_JOB_EV_NONE); /* never joined */
+    assert_int_equal(lose(job, 1, 0), RDZV_JOB_EV_NONE); /* never joined */
     rdzv_job_free(job);
 }
 
@@ -362,8 +373,7 @@ static void test_scale_up(void **state)
 
     job = new_job(2, 3);
     job->last_call_ms = 100;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     assert_int_equal(rdzv_job_tick(job, 100, 0), RDZV_JOB_EV_ASSIGNED);
     assert_int_equal(join(job, 2, 1, 200), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->state, RDZV_JOB_FILLING); /* ...with a last call, it waits */
@@ -382,15 +392,13 @@ static void test_scale_up(void **state)
  * joiner just disappears. */
 static void test_pending_enters_next_round(void **state)
 {
-    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_job *job = joined_job(2, 2, 2);
     struct rdzv_failure f = failure(0);
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
     assert_int_equal(join(job, 2, 1, 0), RDZV_JOB_EV_PENDING);
     assert_int_equal(join(job, 3, 1, 0), RDZV_JOB_EV_PENDING);
-    assert_int_equal(rdzv_job_lost(job, &peers[3], "connection closed", 0, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(lose(job, 3, 0), RDZV_JOB_EV_NONE);
     assert_int_equal(job->n_pending, 1);
     /* node 1 is lost: node 0 survives, the one free place goes to node 2 */
     assert_int_equal(rdzv_job_lost(job, &peers[1], "no heartbeat for 0.2 s", 10, 0),
@@ -414,7 +422,7 @@ static void test_rank_gaps_compact(void **state)
     (void)state;
     for (unsigned i = 0; i < 4; i++)
         join(job, i, 1, 0);
-    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 1, 0), RDZV_JOB_EV_RESTART);
     join(job, 3, 1, 1);
     join(job, 2, 1, 2);
     join(job, 0, 1, 3);
@@ -517,6 +525,14 @@ static enum rdzv_job_event join_resume(struct rdzv_job *job, unsigned node, cons
     return ev;
 }
 
+/* Nodes 0..n-1 JOIN at now, all resuming from "<name>" (step). */
+static void join_resume_all(struct rdzv_job *job, unsigned n, const char *name, int64_t step,
+                            uint64_t now)
+{
+    for (unsigned node = 0; node < n; node++)
+        join_resume(job, node, name, step, now);
+}
+
 /* Every member's ASSIGN names the same resume point. */
 static void assert_all_resume(struct rdzv_job *job, const char *name, int64_t step)
 {
@@ -551,11 +567,9 @@ static void test_resume_rank0_survives(void **state)
     struct rdzv_job *job = new_job(2, 3);
 
     (void)state;
-    join_resume(job, 0, "step-10", 10, 0);
-    join_resume(job, 1, "step-10", 10, 0);
-    join_resume(job, 2, "step-10", 10, 0);
+    join_resume_all(job, 3, "step-10", 10, 0);
     assert_all_resume(job, "step-10", 10);
-    assert_int_equal(rdzv_job_lost(job, &peers[2], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 2, 0), RDZV_JOB_EV_RESTART);
     join_resume(job, 1, "step-05", 5, 10); /* joins first, but node 0 keeps rank 0 */
     join_resume(job, 0, "step-05", 5, 20);
     assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
@@ -564,7 +578,7 @@ static void test_resume_rank0_survives(void **state)
     rdzv_job_free(job);
 }
 
-/* Issue 19: a node resuming from a strictly newer checkpoint (a replica) takes group rank 0
+/* A node resuming from a strictly newer checkpoint (a replica) takes group rank 0
  * from the node that held it; the old rank 0 fills a gap. */
 static void test_resume_newest_takes_rank0(void **state)
 {
@@ -575,7 +589,7 @@ static void test_resume_newest_takes_rank0(void **state)
     join_resume(job, 1, "", -1, 0);
     join_resume(job, 2, "", -1, 0);
     assert_int_equal(member(job, 0)->group_rank, 0);
-    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 1, 0), RDZV_JOB_EV_RESTART);
     join_resume(job, 0, "step-10", 10, 10);
     join_resume(job, 2, "step-20", 20, 20); /* a replica of a newer one */
     assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
@@ -592,10 +606,8 @@ static void test_resume_rank0_lost(void **state)
     struct rdzv_job *job = new_job(2, 3);
 
     (void)state;
-    join_resume(job, 0, "step-10", 10, 0);
-    join_resume(job, 1, "step-10", 10, 0);
-    join_resume(job, 2, "step-10", 10, 0);
-    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 0, 0), RDZV_JOB_EV_RESTART);
+    join_resume_all(job, 3, "step-10", 10, 0);
+    assert_int_equal(lose(job, 0, 0), RDZV_JOB_EV_RESTART);
     join_resume(job, 1, "step-10", 10, 10);
     join_resume(job, 2, "", -1, 20);
     assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
@@ -630,7 +642,7 @@ static void test_resume_rejoin_keeps_round(void **state)
     rdzv_job_free(job);
 }
 
-/* --restart-backoff (issue 16): the server holds the next round's ASSIGN for the delay, even
+/* --restart-backoff: the server holds the next round's ASSIGN for the delay, even
  * when every node re-joined at once; the delays double and a healthy round resets them. */
 static void test_restart_backoff_holds_round(void **state)
 {
@@ -676,12 +688,10 @@ static void test_restart_backoff_holds_round(void **state)
 /* Without --restart-backoff nothing changes: the round closes with its last JOIN. */
 static void test_no_backoff_no_hold(void **state)
 {
-    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_job *job = joined_job(2, 2, 2);
     struct rdzv_failure f;
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
     f = failure(0);
     assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 5), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->restart_delay_ms, 0);
@@ -690,7 +700,7 @@ static void test_no_backoff_no_hold(void **state)
     rdzv_job_free(job);
 }
 
-/* --exclude-after (issue 16): the node whose rank failed first is charged; its N-th failure
+/* --exclude-after: the node whose rank failed first is charged; its N-th failure
  * within the window excludes it (its JOINs get -EPERM, with a reason), a LEAVE and re-JOIN does
  * not reset its count, and an elastic job goes on without it. */
 static void test_exclude_after(void **state)
@@ -721,7 +731,7 @@ static void test_exclude_after(void **state)
     assert_int_equal(join(job, 2, 1, t), RDZV_JOB_EV_ASSIGNED);
     /* a lost node is a failure of that node too: the second one excludes it */
     t += 50;
-    assert_int_equal(rdzv_job_lost(job, &peers[2], "connection closed", t, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 2, t), RDZV_JOB_EV_RESTART);
     bad = rdzv_job_excluded(job, "node2", "10.0.0.2", "10.0.0.2");
     assert_non_null(bad);
     assert_int_equal(bad->failures, 2);
@@ -735,7 +745,7 @@ static void test_exclude_after(void **state)
     }
     /* the same host name at another address is another node */
     assert_null(rdzv_job_excluded(job, "node2", "10.0.0.9", "10.0.0.9"));
-    /* issue 26: a JOIN that claims node2's host and addr from another machine is another node,
+    /* a JOIN that claims node2's host and addr from another machine is another node,
      * and node2 restarted as a new agent process (new node id) on its machine is still out */
     assert_null(rdzv_job_excluded(job, "node2", "10.0.0.2", "10.0.0.66"));
     {
@@ -780,7 +790,7 @@ static void test_exclude_window(void **state)
     rdzv_job_free(job);
 }
 
-/* --- hot spares (issue 16) ---------------------------------------------------------------- */
+/* --- hot spares ------------------------------------------------------------------------------- */
 
 static enum rdzv_job_event join_spare(struct rdzv_job *job, unsigned node, uint64_t now)
 {
@@ -860,8 +870,7 @@ static void test_spare_replaces_lost(void **state)
     join(job, 1, 2, 0);
     join_spare(job, 5, 0);
     assert_int_equal(member(job, 1)->group_rank, 1);
-    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 100, 0),
-                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 1, 100), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->restart_count, 1);
     assert_int_equal(job->n_pending, 0);
     assert_int_equal(job->n_members, 1); /* the spare is in at once */
@@ -885,8 +894,7 @@ static void test_spare_replaces_excluded(void **state)
     enum rdzv_job_event ev;
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     join_spare(job, 5, 0);
     assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 50), RDZV_JOB_EV_RESTART);
     assert_non_null(rdzv_job_excluded(job, "node1", "10.0.0.1", "10.0.0.1"));
@@ -911,8 +919,7 @@ static void test_spare_after_prev_lost_while_filling(void **state)
     struct rdzv_failure f = failure(0);
 
     (void)state;
-    for (unsigned n = 0; n < 3; n++)
-        join(job, n, 1, 0);
+    join_n(job, 3);
     join_spare(job, 5, 0);
     assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 10), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->n_members, 0);
@@ -935,8 +942,7 @@ static void test_spare_after_leave_while_filling(void **state)
     struct rdzv_failure f = failure(0);
 
     (void)state;
-    for (unsigned n = 0; n < 3; n++)
-        join(job, n, 1, 0);
+    join_n(job, 3);
     join_spare(job, 5, 0);
     join_spare(job, 6, 0);
     assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 10), RDZV_JOB_EV_RESTART);
@@ -954,13 +960,10 @@ static void test_spare_after_leave_while_filling(void **state)
 /* A spare that arrives while a round fills short of a lost node takes the place at once. */
 static void test_spare_arrives_late(void **state)
 {
-    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_job *job = joined_job(2, 2, 2);
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
-    assert_int_equal(rdzv_job_lost(job, &peers[0], "connection closed", 10, 0),
-                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 0, 10), RDZV_JOB_EV_RESTART);
     assert_int_equal(join(job, 1, 1, 20), RDZV_JOB_EV_WAITING);
     assert_int_equal(join_spare(job, 5, 30), RDZV_JOB_EV_ASSIGNED);
     assert_int_equal(member(job, 1)->group_rank, 1);
@@ -972,14 +975,12 @@ static void test_spare_arrives_late(void **state)
  * it now is, keeping its rank, instead of waiting as a spare again. */
 static void test_spare_rejoins_as_member(void **state)
 {
-    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_job *job = joined_job(2, 2, 2);
     struct rdzv_failure f;
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
     join_spare(job, 5, 0);
-    rdzv_job_lost(job, &peers[1], "connection closed", 10, 0);
+    lose(job, 1, 10);
     assert_int_equal(join(job, 0, 1, 20), RDZV_JOB_EV_ASSIGNED);
     f = failure(job->round);
     assert_int_equal(rdzv_job_failed(job, &peers[0], &f, 0, 30), RDZV_JOB_EV_RESTART);
@@ -997,13 +998,11 @@ static void test_spare_keeps_size_elastic(void **state)
     struct rdzv_job *job = new_job(2, 4);
 
     (void)state;
-    for (unsigned n = 0; n < 3; n++)
-        join(job, n, 1, 0);
+    join_n(job, 3);
     assert_int_equal(rdzv_job_tick(job, 1000, 0), RDZV_JOB_EV_ASSIGNED);
     join_spare(job, 5, 1100);
     join_spare(job, 6, 1100);
-    assert_int_equal(rdzv_job_lost(job, &peers[1], "connection closed", 1200, 0),
-                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 1, 1200), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->n_members, 1);
     assert_int_equal(job->n_pending, 1);
     assert_int_equal(job->pending[0].node_id, 106);
@@ -1055,8 +1054,7 @@ static void test_restart_budget_survives_leave_and_spares(void **state)
     struct rdzv_failure f;
 
     (void)state;
-    join(job, 0, 1, 0);
-    join(job, 1, 1, 0);
+    join_n(job, 2);
     f = failure(0);
     assert_int_equal(rdzv_job_failed(job, &peers[1], &f, 0, 10), RDZV_JOB_EV_RESTART);
     /* node 1 leaves the filling round and comes back on another connection */
@@ -1071,8 +1069,7 @@ static void test_restart_budget_survives_leave_and_spares(void **state)
     assert_int_equal(job->restart_count, 1);
     join_spare(job, 5, 50);
     assert_int_equal(job->restart_count, 1);
-    assert_int_equal(rdzv_job_lost(job, &peers[7], "connection closed", 60, 0),
-                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(lose(job, 7, 60), RDZV_JOB_EV_RESTART);
     assert_int_equal(job->restart_count, 2);
     assert_int_equal(join(job, 0, 1, 70), RDZV_JOB_EV_ASSIGNED);
     f = failure(job->round);
@@ -1081,7 +1078,7 @@ static void test_restart_budget_survives_leave_and_spares(void **state)
     rdzv_job_free(job);
 }
 
-/* Issue 26's audit: pending[] is bounded (max_nodes + RDZV_JOB_PENDING_SLACK), and a big
+/* pending[] is bounded (max_nodes + RDZV_JOB_PENDING_SLACK), and a big
  * job's restart keeps every node's group rank through the prev[] index. */
 static void test_pending_bounded_and_prev_index(void **state)
 {

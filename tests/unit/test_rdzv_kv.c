@@ -337,9 +337,9 @@ static void test_pool_chain(void **state)
     assert_int_equal(root.held, 0);
 }
 
-/* 200,000 held requests (the issue 26 flood, caps raised): deadlines come out of the heap in
- * order, forget costs only the peer's, and nothing is left. Also times one message with them
- * all held, against a store holding none. */
+/* 200,000 held requests (a worker's flood of KV_GETs, caps raised): deadlines come out of the heap
+ * in order, forget costs only the peer's, and nothing is left. Also times one message with them all
+ * held, against a store holding none. */
 static void test_held_heap(void **state)
 {
     struct rdzv_kv_store *kv = held_store(300000, 300000, NULL);

@@ -308,26 +308,16 @@ static void good_start(struct fixture *fx)
     agent(fx, 1, "good", 2);
 }
 
-static int good_assigned(struct fixture *fx)
-{
-    return N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1;
-}
-
-static int good_done(struct fixture *fx)
-{
-    return N(0, JOB_DONE) == 1 && N(1, JOB_DONE) == 1;
-}
-
 static void good_finish(struct fixture *fx)
 {
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     for (int i = 0; i < 2; i++) {
         struct rdzv_msg *m = sendq_msg(RDZV_MSG_DONE);
 
         m->u.done.round = 0;
         send_msg(R(i), m);
     }
-    run_until(fx, good_done);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, JOB_DONE) == 1 && N(1, JOB_DONE) == 1);
     assert_int_equal(N(0, ERROR) + N(1, ERROR), 0);
 }
 
@@ -376,28 +366,8 @@ static int teardown(void **state)
 }
 
 /* --- tests ---------------------------------------------------------------------------------- */
-static int closed_2_3(struct fixture *fx)
-{
-    return R(2)->closed && R(3)->closed;
-}
-
 /* Predicates of the older tests, which used to spin on UV_RUN_ONCE without a watchdog: a
  * refusal counted under another name then hung the test instead of failing it. */
-static int two_tls_failures(struct fixture *fx)
-{
-    return HITS(AUTH_TLS) >= 2;
-}
-
-static int connected_2_3(struct fixture *fx)
-{
-    return R(2)->connected && R(3)->connected;
-}
-
-static int closed_4(struct fixture *fx)
-{
-    return R(4)->closed;
-}
-
 static void connect_plain(struct fixture *fx, int i)
 {
     raw_connect(fx, i, 0);
@@ -416,9 +386,9 @@ static void test_bad_token(void **state)
     hello(R(2), RDZV_ROLE_AGENT, "not-the-token");
     connect_plain(fx, 3);
     hello(R(3), RDZV_ROLE_WORKER, "");
-    run_until(fx, closed_2_3);
+    HARNESS_RUN_UNTIL(&fx->h, R(2)->closed && R(3)->closed);
     assert_int_equal(N(2, WELCOME) + N(3, WELCOME), 0);
-    run_until(fx, two_tls_failures);
+    HARNESS_RUN_UNTIL(&fx->h, HITS(AUTH_TLS) >= 2);
     assert_int_equal(logged(fx, "127.0.0.1", "tls_handshake", "TLS handshake failed", NULL), 1);
     good_finish(fx);
 }
@@ -436,12 +406,12 @@ static void test_plaintext_and_truncated(void **state)
     good_start(fx);
     raw_connect(fx, 2, 1);
     raw_connect(fx, 3, 1);
-    run_until(fx, connected_2_3);
+    HARNESS_RUN_UNTIL(&fx->h, R(2)->connected && R(3)->connected);
     bare_write(R(2), hdr, sizeof(hdr));
     bare_write(R(3), hello_start, sizeof(hello_start));
     uv_shutdown(&R(3)->shutdown, (uv_stream_t *)&R(3)->conn.tcp, NULL);
-    run_until(fx, closed_2_3);
-    run_until(fx, two_tls_failures);
+    HARNESS_RUN_UNTIL(&fx->h, R(2)->closed && R(3)->closed);
+    HARNESS_RUN_UNTIL(&fx->h, HITS(AUTH_TLS) >= 2);
     assert_int_equal(logged(fx, "tls_handshake", NULL), 1); /* once per address */
     assert_int_equal(fx->srv->stats.log_suppressed, 1);
     assert_int_equal(HITS(FRAME_SIZE), 0); /* never parsed as a frame */
@@ -455,7 +425,7 @@ static void test_other_job(void **state)
     struct rdzv_msg *m;
 
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     agent(fx, 2, "a", 2);
     join(R(2), "good", 2, 7); /* then JOIN for another job on the same connection */
     worker(fx, 3, "good");
@@ -466,8 +436,8 @@ static void test_other_job(void **state)
     m = sendq_msg(RDZV_MSG_STATUS_REQ);
     snprintf(m->u.status_req.job_id, sizeof(m->u.status_req.job_id), "a");
     send_msg(R(4), m);
-    run_until(fx, closed_2_3);
-    run_until(fx, closed_4);
+    HARNESS_RUN_UNTIL(&fx->h, R(2)->closed && R(3)->closed);
+    HARNESS_RUN_UNTIL(&fx->h, R(4)->closed);
     for (int i = 2; i <= 4; i++)
         assert_int_equal(R(i)->error.code, RDZV_ERR_PROTOCOL);
     assert_int_equal(N(3, ATTACH_OK), 1);
@@ -478,31 +448,6 @@ static void test_other_job(void **state)
     good_finish(fx);
 }
 
-static int over_limit_closed(struct fixture *fx)
-{
-    return R(7)->closed && HITS(CONNECTIONS) == 1;
-}
-
-static int four_welcomed(struct fixture *fx)
-{
-    return N(4, WELCOME) == 1;
-}
-
-static int one_pre(struct fixture *fx)
-{
-    return fx->srv->n_pre == 1;
-}
-
-static int all_connected(struct fixture *fx)
-{
-    return fx->srv->n_peers == 6;
-}
-
-static int all_welcomed(struct fixture *fx)
-{
-    return N(2, WELCOME) + N(3, WELCOME) + N(4, WELCOME) + N(5, WELCOME) == 4;
-}
-
 /* Over max_connections (6 here) with every place authenticated: the next connection is closed
  * at once; the rest serve on. */
 static void test_max_connections(void **state)
@@ -510,24 +455,19 @@ static void test_max_connections(void **state)
     struct fixture *fx = *state;
 
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     for (int i = 2; i < 6; i++) {
         raw_connect(fx, i, 0);
         hello(R(i), RDZV_ROLE_OBSERVER, TOKEN);
     }
-    run_until(fx, all_welcomed);
+    HARNESS_RUN_UNTIL(&fx->h, N(2, WELCOME) + N(3, WELCOME) + N(4, WELCOME) + N(5, WELCOME) == 4);
     raw_connect(fx, 7, 1);
-    run_until(fx, over_limit_closed);
+    HARNESS_RUN_UNTIL(&fx->h, R(7)->closed && HITS(CONNECTIONS) == 1);
     assert_int_equal(logged(fx, "connections", "6 connections open already", NULL), 1);
     good_finish(fx);
 }
 
-static int one_evicted(struct fixture *fx)
-{
-    return HITS(PREAUTH_EVICT) == 1 && R(2)->closed;
-}
-
-/* Over max_connections (6 here) with four places held by silent connections (issue 26): the
+/* Over max_connections (6 here) with four places held by silent connections: the
  * next connection evicts the oldest silent one instead of being refused; the authenticated
  * ones are never touched. */
 static void test_preauth_evict(void **state)
@@ -535,24 +475,19 @@ static void test_preauth_evict(void **state)
     struct fixture *fx = *state;
 
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     raw_connect(fx, 2, 1);
-    run_until(fx, one_pre); /* so that 2 is the oldest */
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->n_pre == 1); /* so that 2 is the oldest */
     for (int i = 3; i < 6; i++)
         raw_connect(fx, i, 1);
-    run_until(fx, all_connected);
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->n_peers == 6);
     raw_connect(fx, 7, 1);
-    run_until(fx, one_evicted);
+    HARNESS_RUN_UNTIL(&fx->h, HITS(PREAUTH_EVICT) == 1 && R(2)->closed);
     assert_false(R(3)->closed || R(4)->closed || R(5)->closed);
     assert_int_equal(HITS(CONNECTIONS), 0);
     assert_int_equal(fx->srv->n_pre, 4);
     assert_int_equal(logged(fx, "preauth_evicted", "oldest idle", NULL), 1);
     good_finish(fx);
-}
-
-static int slow_closed(struct fixture *fx)
-{
-    return R(2)->closed && R(3)->closed;
 }
 
 /* Slowloris: one client trickles bytes of a never-ending header, another sends nothing; both
@@ -564,24 +499,21 @@ static void test_handshake_timeout(void **state)
     uint64_t t0;
 
     good_start(fx);
-    run_until(fx, good_assigned); /* past their handshakes: the deadline no longer applies */
+    HARNESS_RUN_UNTIL(
+        &fx->h, N(0, ASSIGN) == 1 &&
+                    N(1, ASSIGN) == 1); /* past their handshakes: the deadline no longer applies */
     l.handshake_ms = 300;
     rdzv_server_set_limits(fx->srv, &l);
     t0 = uv_now(&fx->loop);
     raw_connect(fx, 2, 1);
     uv_timer_start(&R(2)->trickle, trickle_cb, 25, 25); /* a whole HELLO would take > 0.5 s */
     raw_connect(fx, 3, 1);
-    run_until(fx, slow_closed);
+    HARNESS_RUN_UNTIL(&fx->h, R(2)->closed && R(3)->closed);
     assert_true(uv_now(&fx->loop) - t0 >= 250);
     assert_true(R(2)->trickled > 3);
     assert_int_equal(HITS(HANDSHAKE_TIMEOUT), 2);
     assert_int_equal(logged(fx, "handshake_timeout", "within 300 ms", NULL), 1);
     good_finish(fx);
-}
-
-static int observer_closed(struct fixture *fx)
-{
-    return R(2)->closed;
 }
 
 /* A welcomed observer that says nothing more is cut after idle_ms; an attached worker, silent
@@ -592,28 +524,25 @@ static void test_idle_timeout(void **state)
     struct rdzv_limits l = fx->srv->limits;
 
     good_start(fx);
-    run_until(fx, good_assigned); /* in a job: the idle deadline does not apply to them */
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 &&
+                                  N(1, ASSIGN) ==
+                                      1); /* in a job: the idle deadline does not apply to them */
     l.idle_ms = 300;
     rdzv_server_set_limits(fx->srv, &l);
     worker(fx, 3, "good");
     raw_connect(fx, 2, 0);
     hello(R(2), RDZV_ROLE_OBSERVER, TOKEN);
-    run_until(fx, observer_closed);
+    HARNESS_RUN_UNTIL(&fx->h, R(2)->closed);
     assert_int_equal(N(2, WELCOME), 1);
     assert_int_equal(HITS(IDLE_TIMEOUT), 1);
     raw_connect(fx, 4, 0); /* a second idle period: the worker outlives it too */
     hello(R(4), RDZV_ROLE_OBSERVER, TOKEN);
-    run_until(fx, closed_4);
+    HARNESS_RUN_UNTIL(&fx->h, R(4)->closed);
     assert_int_equal(HITS(IDLE_TIMEOUT), 2);
     assert_false(R(3)->closed);
     assert_int_equal(N(3, ATTACH_OK), 1);
     assert_int_equal(logged(fx, "idle_timeout", NULL), 1);
     good_finish(fx);
-}
-
-static int kv_replied(struct fixture *fx)
-{
-    return N(3, KV_REPLY) == 3;
 }
 
 /* The job's key quota (2 here): the third key gets LIMIT, counted and logged. */
@@ -622,7 +551,7 @@ static void test_kv_quota(void **state)
     struct fixture *fx = *state;
 
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     worker(fx, 3, "good");
     for (uint32_t k = 0; k < 3; k++) {
         struct rdzv_msg *m = sendq_msg(RDZV_MSG_KV_PUT);
@@ -632,13 +561,13 @@ static void test_kv_quota(void **state)
         m->u.kv.value_len = 1;
         send_msg(R(3), m);
     }
-    run_until(fx, kv_replied);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, KV_REPLY) == 3);
     assert_int_equal(HITS(KV_QUOTA), 1);
     assert_int_equal(logged(fx, "kv_quota", NULL), 1);
     good_finish(fx);
 }
 
-/* --- every client bounded (issue 11 part 6) ----------------------------------------------- */
+/* --- every client bounded (docs/SECURITY.md "Limits and quotas of a shared server") ----------- */
 static struct rdzv_limits *limits(struct fixture *fx)
 {
     static struct rdzv_limits l;
@@ -658,31 +587,6 @@ static void kv_req(struct raw *r, uint8_t type, uint32_t req_id, const char *key
     send_msg(r, m);
 }
 
-static int two_jobs(struct fixture *fx)
-{
-    return fx->srv->n_jobs == 2;
-}
-
-static int attached_3_4(struct fixture *fx)
-{
-    return N(3, ATTACH_OK) == 1 && N(4, ATTACH_OK) == 1;
-}
-
-static int put_3_4(struct fixture *fx)
-{
-    return N(3, KV_REPLY) == 1 && N(4, KV_REPLY) == 1;
-}
-
-static int put_4(struct fixture *fx)
-{
-    return N(4, KV_REPLY) == 1;
-}
-
-static int send_queue_cut(struct fixture *fx)
-{
-    return HITS(SEND_QUEUE) == 1;
-}
-
 static int hostile_gone(struct fixture *fx)
 {
     for (struct peer *p = fx->srv->peers; p != NULL; p = p->next)
@@ -690,11 +594,6 @@ static int hostile_gone(struct fixture *fx)
             strcmp(p->kvjob->job->id, "evil") == 0)
             return 0;
     return 1;
-}
-
-static int reader_got_it(struct fixture *fx)
-{
-    return N(4, KV_REPLY) == 2;
 }
 
 /* A worker asks for a 60 KiB value over and over and never reads a reply: its unsent replies
@@ -710,39 +609,29 @@ static void test_send_queue(void **state)
     l->send_queue_max = 512 * 1024;
     rdzv_server_set_limits(fx->srv, l);
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     agent(fx, 2, "evil", 2); /* the hostile worker's job: waiting for a second node */
-    run_until(fx, two_jobs); /* before its worker's ATTACH */
-    fx->rcvbuf = 64 * 1024;  /* no autotuning (tcp_rmem may allow 32 MB): the server must hold it */
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->n_jobs == 2); /* before its worker's ATTACH */
+    fx->rcvbuf = 64 * 1024; /* no autotuning (tcp_rmem may allow 32 MB): the server must hold it */
     raw_connect_from(fx, 3, 0, "127.0.0.1");
     hello(R(3), RDZV_ROLE_WORKER, TOKEN);
     attach_msg(R(3), "evil");
     worker(fx, 4, "good");
-    run_until(fx, attached_3_4);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, ATTACH_OK) == 1 && N(4, ATTACH_OK) == 1);
     kv_req(R(3), RDZV_MSG_KV_PUT, 1, "big", RDZV_VALUE_MAX);
     kv_req(R(4), RDZV_MSG_KV_PUT, 1, "big", RDZV_VALUE_MAX);
-    run_until(fx, put_3_4);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, KV_REPLY) == 1 && N(4, KV_REPLY) == 1);
     assert_int_equal(uv_read_stop((uv_stream_t *)&R(3)->conn.tcp), 0); /* never reads again */
     for (uint32_t i = 0; i < 1000; i++) /* 60 MB of replies: far past the socket buffers */
         kv_req(R(3), RDZV_MSG_KV_GET, 2 + i, "big", 0);
-    run_until(fx, send_queue_cut);
+    HARNESS_RUN_UNTIL(&fx->h, HITS(SEND_QUEUE) == 1);
     run_until(fx, hostile_gone);
     assert_int_equal(logged(fx, "send_queue", "bytes of replies unread", NULL), 1);
     kv_req(R(4), RDZV_MSG_KV_GET, 2, "big", 0);
-    run_until(fx, reader_got_it);
+    HARNESS_RUN_UNTIL(&fx->h, N(4, KV_REPLY) == 2);
     assert_false(R(4)->closed);
     assert_int_equal(N(2, ERROR), 0);
     good_finish(fx);
-}
-
-static int kv_put_3(struct fixture *fx)
-{
-    return N(3, KV_REPLY) == 1;
-}
-
-static int kv_total_refused(struct fixture *fx)
-{
-    return N(4, KV_REPLY) == 1;
 }
 
 static struct peer *hostile; /* test_flush_timeout's, once it is closing */
@@ -775,15 +664,15 @@ static void test_flush_timeout(void **state)
     l->send_queue_max = 64u << 20; /* not this limit */
     rdzv_server_set_limits(fx->srv, l);
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     fx->rcvbuf = 64 * 1024;
     raw_connect_from(fx, 3, 0, "127.0.0.1");
     hello(R(3), RDZV_ROLE_WORKER, TOKEN);
     attach_msg(R(3), "good");
     worker(fx, 4, "good");
-    run_until(fx, attached_3_4);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, ATTACH_OK) == 1 && N(4, ATTACH_OK) == 1);
     kv_req(R(4), RDZV_MSG_KV_PUT, 1, "big", RDZV_VALUE_MAX);
-    run_until(fx, put_4);
+    HARNESS_RUN_UNTIL(&fx->h, N(4, KV_REPLY) == 1);
     assert_int_equal(uv_read_stop((uv_stream_t *)&R(3)->conn.tcp), 0);
     for (uint32_t i = 0; i < 200; i++) /* 12 MB of replies: more than the sockets hold */
         kv_req(R(3), RDZV_MSG_KV_GET, 2 + i, "big", 0);
@@ -798,16 +687,6 @@ static void test_flush_timeout(void **state)
     good_finish(fx);
 }
 
-static int kv_pool_empty(struct fixture *fx)
-{
-    return fx->srv->kv_pool.bytes == 0;
-}
-
-static int kv_total_ok_again(struct fixture *fx)
-{
-    return N(4, KV_REPLY) == 2;
-}
-
 /* The KV bytes of all jobs together (kv_max_total_bytes, 100,000 here): one job's 60 KiB value
  * fits, a second job's is refused with LIMIT although its own quota has room; when the first
  * job ends its bytes come back and the second job's put succeeds. */
@@ -819,17 +698,17 @@ static void test_kv_total(void **state)
     l->kv_max_total_bytes = 100000;
     rdzv_server_set_limits(fx->srv, l);
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     agent(fx, 2, "b", 2);
-    run_until(fx, two_jobs);
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->n_jobs == 2);
     worker(fx, 3, "good");
     worker(fx, 4, "b");
-    run_until(fx, attached_3_4);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, ATTACH_OK) == 1 && N(4, ATTACH_OK) == 1);
     kv_req(R(3), RDZV_MSG_KV_PUT, 1, "k", RDZV_VALUE_MAX);
-    run_until(fx, kv_put_3);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, KV_REPLY) == 1);
     assert_int_equal(R(3)->count[RDZV_MSG_KV_REPLY], 1);
     kv_req(R(4), RDZV_MSG_KV_PUT, 1, "k", RDZV_VALUE_MAX);
-    run_until(fx, kv_total_refused);
+    HARNESS_RUN_UNTIL(&fx->h, N(4, KV_REPLY) == 1);
     assert_int_equal(fx->srv->kv_pool.bytes, 1 + RDZV_VALUE_MAX + RDZV_KV_KEY_OVERHEAD);
     assert_int_equal(HITS(KV_TOTAL), 1);
     assert_int_equal(HITS(KV_QUOTA), 0);
@@ -837,15 +716,10 @@ static void test_kv_total(void **state)
     good_finish(fx);
     raw_close(R(0)); /* its agents go: the job is dropped, and its KV bytes go back */
     raw_close(R(1));
-    run_until(fx, kv_pool_empty);
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->kv_pool.bytes == 0);
     kv_req(R(4), RDZV_MSG_KV_PUT, 2, "k", RDZV_VALUE_MAX);
-    run_until(fx, kv_total_ok_again);
+    HARNESS_RUN_UNTIL(&fx->h, N(4, KV_REPLY) == 2);
     assert_int_equal(HITS(KV_TOTAL), 1);
-}
-
-static int third_job_refused(struct fixture *fx)
-{
-    return R(3)->closed && N(4, WAITING) >= 1;
 }
 
 /* max_jobs (2 here): a JOIN that would create a third job gets ERROR saying the server is full;
@@ -858,12 +732,12 @@ static void test_max_jobs(void **state)
     l->max_jobs = 2;
     rdzv_server_set_limits(fx->srv, l);
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     agent(fx, 2, "b", 3);
-    run_until(fx, two_jobs);
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->n_jobs == 2);
     agent(fx, 3, "c", 2);
     agent(fx, 4, "b", 3);
-    run_until(fx, third_job_refused);
+    HARNESS_RUN_UNTIL(&fx->h, R(3)->closed && N(4, WAITING) >= 1);
     assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
     assert_non_null(strstr(R(3)->error.text, "server full"));
     assert_int_equal(N(4, ERROR), 0);
@@ -873,23 +747,8 @@ static void test_max_jobs(void **state)
     good_finish(fx);
 }
 
-static int flood_refused(struct fixture *fx)
-{
-    return R(3)->closed && R(4)->closed && R(5)->closed && N(6, WELCOME) == 1;
-}
-
-static int src_evicted(struct fixture *fx)
-{
-    return HITS(PREAUTH_SRC_EVICT) == 1 && R(2)->closed;
-}
-
-static int two_pre(struct fixture *fx)
-{
-    return fx->srv->n_pre == 2;
-}
-
 /* handshakes_per_source (2 here) counts per /24, and a new connection over it evicts the
- * oldest idle one of that /24 instead of being refused (issue 26: 128 silent connections from
+ * oldest idle one of that /24 instead of being refused (128 silent connections from
  * a NAT refused every agent behind it); other /24s are not touched. */
 static void test_preauth_source_evict(void **state)
 {
@@ -899,16 +758,16 @@ static void test_preauth_source_evict(void **state)
     l->handshakes_per_source = 2;
     rdzv_server_set_limits(fx->srv, l);
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     raw_connect_from(fx, 2, 1, "127.0.2.5");
-    run_until(fx, one_pre); /* so that 2 is the oldest */
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->n_pre == 1); /* so that 2 is the oldest */
     raw_connect_from(fx, 3, 1, "127.0.2.6");
-    run_until(fx, two_pre);
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->n_pre == 2);
     raw_connect_from(fx, 5, 1, "127.0.3.5"); /* another /24: its own budget */
     raw_connect_from(fx, 4, 0, "127.0.2.7"); /* same /24 as 2 and 3: the third */
     hello(R(4), RDZV_ROLE_OBSERVER, TOKEN);
-    run_until(fx, src_evicted);
-    run_until(fx, four_welcomed);
+    HARNESS_RUN_UNTIL(&fx->h, HITS(PREAUTH_SRC_EVICT) == 1 && R(2)->closed);
+    HARNESS_RUN_UNTIL(&fx->h, N(4, WELCOME) == 1);
     assert_false(R(3)->closed || R(5)->closed);
     assert_int_equal(HITS(HS_IN_FLIGHT), 0);
     assert_int_equal(logged(fx, "127.0.2.5", "preauth_source_evicted", NULL), 1);
@@ -938,7 +797,7 @@ static void test_fit_fds(void **state)
 
 /* max_connections_per_source (3 here, of 16): a flood from 127.0.0.1 gets three connections
  * (the good job's two among them), the rest are closed at once, while a client from
- * 127.0.1.2 (another /24: the limit counts per /24 since issue 26) still gets in. */
+ * 127.0.1.2 (another /24: the limit counts per /24) still gets in. */
 static void test_per_source(void **state)
 {
     struct fixture *fx = *state;
@@ -948,38 +807,18 @@ static void test_per_source(void **state)
     l->max_connections_per_source = 3;
     rdzv_server_set_limits(fx->srv, l);
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     for (int i = 2; i < 6; i++)
         raw_connect_from(fx, i, 1, "127.0.0.1");
     raw_connect_from(fx, 6, 0, "127.0.1.2");
     hello(R(6), RDZV_ROLE_OBSERVER, TOKEN);
-    run_until(fx, flood_refused);
+    HARNESS_RUN_UNTIL(&fx->h, R(3)->closed && R(4)->closed && R(5)->closed && N(6, WELCOME) == 1);
     assert_false(R(2)->closed);
     assert_int_equal(HITS(PER_SOURCE), 3);
     assert_int_equal(HITS(CONNECTIONS), 0);
     assert_int_equal(logged(fx, "127.0.0.1", "connections_per_source", NULL), 1);
     assert_int_equal(fx->srv->n_peers, 4);
     good_finish(fx);
-}
-
-static int three_workers(struct fixture *fx)
-{
-    return N(2, ATTACH_OK) + N(3, ATTACH_OK) + N(4, ATTACH_OK) == 3;
-}
-
-static int two_workers(struct fixture *fx)
-{
-    return fx->srv->jobs->nworkers == 2;
-}
-
-static int fourth_worker_refused(struct fixture *fx)
-{
-    return N(2, ATTACH_OK) + N(3, ATTACH_OK) + N(4, ATTACH_OK) == 3 && R(5)->closed;
-}
-
-static int sixth_worker_in(struct fixture *fx)
-{
-    return N(6, ATTACH_OK) == 1;
 }
 
 /* Worker connections count against their job: job_workers_per_proc 1 x world 2 + slack 1 = 3
@@ -994,26 +833,22 @@ static void test_job_workers(void **state)
     l->job_workers_slack = 1;
     rdzv_server_set_limits(fx->srv, l);
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     for (int i = 2; i < 5; i++)
         worker(fx, i, "good");
-    run_until(fx, three_workers);
+    HARNESS_RUN_UNTIL(&fx->h, N(2, ATTACH_OK) + N(3, ATTACH_OK) + N(4, ATTACH_OK) == 3);
     worker(fx, 5, "good");
-    run_until(fx, fourth_worker_refused);
+    HARNESS_RUN_UNTIL(&fx->h,
+                      N(2, ATTACH_OK) + N(3, ATTACH_OK) + N(4, ATTACH_OK) == 3 && R(5)->closed);
     assert_int_equal(R(5)->error.code, RDZV_ERR_PROTOCOL);
     assert_non_null(strstr(R(5)->error.text, "has 3 worker connections already"));
     assert_int_equal(HITS(JOB_WORKERS), 1);
     assert_int_equal(logged(fx, "job_workers", "worker connections of job good", NULL), 1);
     raw_close(R(2));
-    run_until(fx, two_workers);
+    HARNESS_RUN_UNTIL(&fx->h, fx->srv->jobs->nworkers == 2);
     worker(fx, 6, "good");
-    run_until(fx, sixth_worker_in);
+    HARNESS_RUN_UNTIL(&fx->h, N(6, ATTACH_OK) == 1);
     good_finish(fx);
-}
-
-static int r3_closed(struct fixture *fx)
-{
-    return R(3)->closed;
 }
 
 /* Peer-supplied text in a log line (here a job id of a refused ATTACH) is escaped: a newline
@@ -1023,30 +858,15 @@ static void test_log_escaped(void **state)
     struct fixture *fx = *state;
 
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     worker(fx, 3, "good");
     attach_msg(R(3), "x\nmuster: server: forged\x1b[2J");
-    run_until(fx, r3_closed);
+    HARNESS_RUN_UNTIL(&fx->h, R(3)->closed);
     assert_int_equal(HITS(AUTH_JOB_SCOPE) + HITS(PROTOCOL), 1);
     assert_int_equal(logged(fx, "ATTACH to job x\\x0amuster: server: forged\\x1b[2J", NULL), 1);
     for (int i = 0; i < fx->n_log && i < 32; i++)
         assert_null(strpbrk(fx->log[i], "\n\x1b"));
     good_finish(fx);
-}
-
-static int held_3_refused(struct fixture *fx)
-{
-    return N(3, KV_REPLY) == 36;
-}
-
-static int held_4_refused(struct fixture *fx)
-{
-    return N(4, KV_REPLY) == 37;
-}
-
-static int status_4_refused(struct fixture *fx)
-{
-    return R(4)->closed;
 }
 
 static void kv_gets(struct raw *r, int n)
@@ -1064,7 +884,7 @@ static void kv_gets(struct raw *r, int n)
     }
 }
 
-/* Held KV requests (issue 26): 10x the per-connection cap (4 here) from one worker: 4 held,
+/* Held KV requests: 10x the per-connection cap (4 here) from one worker: 4 held,
  * 36 LIMIT (kv_held_per_conn); a second worker meets the job's cap (5 + 1 per attached worker:
  * 7) after 3: 37 LIMIT (kv_held_per_job). Then that worker asks for its own job's status: ERROR
  * AUTH (item 6), and its close gives its holds back. The good job runs on. */
@@ -1078,22 +898,22 @@ static void test_kv_held(void **state)
     l->kv_held_per_worker = 1;
     rdzv_server_set_limits(fx->srv, l);
     good_start(fx);
-    run_until(fx, good_assigned);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
     worker(fx, 3, "good");
     worker(fx, 4, "good");
-    run_until(fx, attached_3_4);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, ATTACH_OK) == 1 && N(4, ATTACH_OK) == 1);
     kv_gets(R(3), 40);
-    run_until(fx, held_3_refused);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, KV_REPLY) == 36);
     assert_int_equal(HITS(KV_HELD_CONN), 36);
     kv_gets(R(4), 40);
-    run_until(fx, held_4_refused);
+    HARNESS_RUN_UNTIL(&fx->h, N(4, KV_REPLY) == 37);
     assert_int_equal(HITS(KV_HELD_JOB), 37);
     assert_int_equal(HITS(KV_HELD_CONN), 36);
     assert_int_equal(rdzv_kv_held(rdzv__sjob_find(fx->srv, "good")->kv), 7);
     assert_int_equal(fx->srv->kv_pool.held, 7);
     assert_int_equal(logged(fx, "kv_held_per_conn", NULL), 1);
     send_msg(R(4), sendq_msg(RDZV_MSG_STATUS_REQ));
-    run_until(fx, status_4_refused);
+    HARNESS_RUN_UNTIL(&fx->h, R(4)->closed);
     assert_int_equal(R(4)->error.code, RDZV_ERR_AUTH);
     assert_non_null(strstr(R(4)->error.text, "workers may not read status"));
     assert_int_equal(N(4, STATUS), 0);

@@ -1,4 +1,4 @@
-/* The in-process channel between an agent and the rendezvous server it hosts (issue 14):
+/* The in-process channel between an agent and the rendezvous server it hosts:
  * rdzv_server_connect_local + rdzv_client_new_local on a private loop. A local client joins
  * and is assigned with the address it stands for; it has the authority of the server's own key
  * (a job-keyed server's local client may join only that job); TCP clients with TLS still join

@@ -10,48 +10,13 @@
 #include <cmocka.h>
 
 #include "message.h"
+#include "msgfix.h"
 
 #define BUF_CAP (RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD)
 
 static uint8_t buf[BUF_CAP];
 
-static void fill_failure(struct rdzv_failure *f)
-{
-    f->round = 3;
-    f->rank = -1;
-    f->local_rank = 7;
-    f->exit_code = -2147483647 - 1; /* INT32_MIN survives the two's complement path */
-    f->signal = 9;
-    f->time_ms = 0x0123456789abcdefULL;
-    strcpy(f->host, "node-a");
-    strcpy(f->text, "worker 7 exited with code 1: CUDA error");
-}
-
-static void example3(uint8_t type, struct rdzv_msg *m);
-
-static void fill_preflight(struct rdzv_preflight *pf)
-{
-    pf->round = 4;
-    pf->ok = 1;
-    pf->joined = 1;
-    pf->p2p_pairs = 2;
-    pf->p2p_min_mbps = 40000;
-    pf->p2p_median_mbps = 390000;
-    pf->p2p_level = RDZV_PF_FAILURE;
-    strcpy(pf->p2p_note, "node a: P2P GPU 0 -> GPU 1 40.0 GB/s is far below");
-    pf->count = 2;
-    for (uint32_t i = 0; i < 2; i++) {
-        pf->gpus[i].index = i;
-        strcpy(pf->gpus[i].uuid, i ? "GPU-1111" : "GPU-0000");
-        strcpy(pf->gpus[i].model, "NVIDIA H200");
-        pf->gpus[i].gemm_gflops = 790100 - i;
-        pf->gpus[i].hbm_mbps = 4270300;
-        pf->gpus[i].level = (uint8_t)i;
-    }
-    strcpy(pf->gpus[1].note, "clocks held down");
-}
-
-/* PREFLIGHT (issue 15): the GPU count is checked before any GPU is read (a hostile count
+/* PREFLIGHT: the GPU count is checked before any GPU is read (a hostile count
  * cannot walk past the array), levels beyond FAILURE and over-long strings are refused both
  * ways. */
 static void test_preflight_limits(void **state)
@@ -62,7 +27,7 @@ static void test_preflight_limits(void **state)
 
     (void)state;
     rdzv_msg_init(&m, RDZV_MSG_PREFLIGHT);
-    fill_preflight(&m.u.preflight);
+    msgfix_preflight(&m.u.preflight);
     m.u.preflight.count = 0;
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
     /* the count is the payload's last 4 bytes here: claim RDZV_PF_GPUS_MAX + 1, then 2^32-1 */
@@ -118,7 +83,7 @@ static void patch(size_t len, const char *from, const char *to)
     fail_msg("%s not in the frame", from);
 }
 
-/* Issue 26: identifiers (job id, host, addr) that are not valid UTF-8 are refused both ways;
+/* Identifiers (job id, host, addr) that are not valid UTF-8 are refused both ways;
  * free text is made valid (a character cut short at the end dropped, other bad bytes '?'). */
 static void test_utf8(void **state)
 {
@@ -148,7 +113,7 @@ static void test_utf8(void **state)
         -EPROTO);
 
     rdzv_msg_init(&m, RDZV_MSG_FAILED);
-    fill_failure(&m.u.failed);
+    msgfix_failure(&m.u.failed);
     strcpy(m.u.failed.text, "caf\xc3\xa9 \xff done \xe2\x82"); /* a bad byte, a cut euro */
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
     assert_int_equal(
@@ -169,152 +134,6 @@ static void test_utf8(void **state)
     assert_true(rdzv_ckpt_name_ok("step-\xc3\xa9.pt"));
 }
 
-/* One filled example of every type. Long: one case per message type (example3() has the
- * rest). */
-static void example(uint8_t type, struct rdzv_msg *m)
-{
-    memset(m, 0, sizeof(*m));
-    m->type = type;
-    switch (type) {
-    case RDZV_MSG_HELLO:
-        m->u.hello = (struct rdzv_hello){.version = RDZV_PROTO_VERSION, .role = RDZV_ROLE_AGENT};
-        strcpy(m->u.hello.token, "s3cret");
-        break;
-    case RDZV_MSG_ERROR:
-        m->u.error.code = RDZV_ERR_AUTH;
-        strcpy(m->u.error.text, "nope");
-        break;
-    case RDZV_MSG_JOIN:
-        m->u.join = (struct rdzv_join){.min_nodes = 2,
-                                       .max_nodes = 4,
-                                       .nproc = 8,
-                                       .master_port = 29500,
-                                       .max_restarts = 3,
-                                       .last_call_ms = 30000,
-                                       .join_timeout_ms = 600000,
-                                       .node_id = 0xfedcba9876543210ULL};
-        strcpy(m->u.join.job_id, "job-1");
-        strcpy(m->u.join.host, "node-a");
-        strcpy(m->u.join.addr, "fe80::1");
-        strcpy(m->u.join.resume, "ckpt-000120.pt");
-        m->u.join.resume_step = 120;
-        break;
-    case RDZV_MSG_WAITING:
-        m->u.waiting = (struct rdzv_waiting){1, 2, 4, -1, 12345};
-        break;
-    case RDZV_MSG_ASSIGN:
-        m->u.assign = (struct rdzv_assign){.round = 5,
-                                           .group_rank = 1,
-                                           .group_world_size = 3,
-                                           .rank_offset = 8,
-                                           .world_size = 24,
-                                           .restart_count = 2,
-                                           .master_port = 29500};
-        strcpy(m->u.assign.master_addr, "10.0.0.1");
-        strcpy(m->u.assign.resume, "ckpt-000120.pt");
-        m->u.assign.resume_step = -1; /* negative steps survive the two's complement path */
-        break;
-    case RDZV_MSG_FAILED:
-    case RDZV_MSG_LEAVE:
-        fill_failure(&m->u.failed);
-        break;
-    case RDZV_MSG_RESTART:
-        m->u.restart.restart_count = 1;
-        fill_failure(&m->u.restart.cause);
-        break;
-    case RDZV_MSG_DONE:
-        m->u.done.round = 42;
-        break;
-    case RDZV_MSG_JOB_FAILED:
-        m->u.job_failed.restarts = 3;
-        fill_failure(&m->u.job_failed.cause);
-        break;
-    default:
-        example3(type, m);
-        break;
-    }
-}
-
-static void example3(uint8_t type, struct rdzv_msg *m)
-{
-    static struct rdzv_msg a;
-
-    switch (type) {
-    case RDZV_MSG_HEARTBEAT:
-        m->u.heartbeat.round = 7;
-        m->u.heartbeat.seq = 0x1122334455667788ULL;
-        break;
-    case RDZV_MSG_REJOIN:
-        example(RDZV_MSG_JOIN, m);
-        m->u.rejoin.join.keep_alive_ms = 1000;
-        m->u.rejoin.join.heartbeat_timeout_ms = 3000;
-        m->u.rejoin.join.reconnect_grace_ms = 60000;
-        m->type = RDZV_MSG_REJOIN;
-        m->u.rejoin.running = 1;
-        m->u.rejoin.done = 1;
-        example(RDZV_MSG_ASSIGN, &a);
-        m->u.rejoin.assign = a.u.assign; /* resume travels back to a restarted server */
-        break;
-    case RDZV_MSG_REJOIN_OK:
-        m->u.rejoin_ok.round = 9;
-        break;
-    case RDZV_MSG_ATTACH:
-        strcpy(m->u.attach.job_id, "job-1");
-        m->u.attach.round = 3;
-        m->u.attach.rank = -1;
-        break;
-    case RDZV_MSG_KV_PUT:
-    case RDZV_MSG_KV_GET:
-    case RDZV_MSG_KV_REPLY:
-    case RDZV_MSG_BARRIER:
-        m->u.kv.req_id = 77;
-        m->u.kv.wait_ms = 5000;
-        m->u.kv.count = 4;
-        m->u.kv.status = RDZV_KV_STALE;
-        strcpy(m->u.kv.key, "nccl/unique_id");
-        m->u.kv.value_len = 3;
-        memcpy(m->u.kv.value, "\0\1\2", 3); /* binary, NULs allowed */
-        break;
-    case RDZV_MSG_STATUS_REQ:
-        strcpy(m->u.status_req.job_id, "job-1");
-        break;
-    case RDZV_MSG_STATUS:
-        strcpy(m->u.status.json, "{\"jobs\": []}");
-        m->u.status.len = (uint32_t)strlen(m->u.status.json);
-        break;
-    case RDZV_MSG_CKPT:
-        strcpy(m->u.ckpt.name, "step-00000042");
-        m->u.ckpt.step = 42;
-        m->u.ckpt.size = 0x0000000123456789ULL;
-        m->u.ckpt.checksum = 0xfedcba9876543210ULL;
-        m->u.ckpt.time_ms = 1700000000123ULL;
-        m->u.ckpt.verified_bad = 1;
-        strcpy(m->u.ckpt.reason, "checksum mismatch");
-        break;
-    case RDZV_MSG_PREFLIGHT:
-        fill_preflight(&m->u.preflight);
-        break;
-    case RDZV_MSG_REPL_BEGIN:
-        m->u.repl_begin = (struct rdzv_repl_begin){
-            .xfer = 7, .round = 3, .rank = 1, .step = 42, .size = 1ULL << 33, .checksum = 0xabcdef};
-        strcpy(m->u.repl_begin.name, "ckpt_42.pt");
-        break;
-    case RDZV_MSG_REPL_DATA:
-        m->u.repl_data.xfer = 7;
-        m->u.repl_data.offset = 5ULL << 32;
-        m->u.repl_data.len = RDZV_REPL_CHUNK_MAX;
-        memset(m->u.repl_data.data, 0x5a, RDZV_REPL_CHUNK_MAX);
-        break;
-    case RDZV_MSG_REPL_ACK:
-        m->u.repl_ack =
-            (struct rdzv_repl_ack){.xfer = 7, .offset = 123456, .status = RDZV_REPL_ABORT};
-        strcpy(m->u.repl_ack.text, "checksum mismatch");
-        break;
-    default:
-        break;
-    }
-}
-
 static void test_roundtrip_all(void **state)
 {
     (void)state;
@@ -324,7 +143,7 @@ static void test_roundtrip_all(void **state)
         uint32_t plen;
         size_t len;
 
-        example((uint8_t)t, &in);
+        msgfix_example((uint8_t)t, &in);
         assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
         assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
         assert_int_equal(type, t);
@@ -352,7 +171,7 @@ static void test_header_bytes(void **state)
         'M', 'S', 'T', 'R', RDZV_PROTO_VERSION, RDZV_MSG_DONE, 0, 0, 0, 0, 0, 4, 0, 0, 0, 42};
 
     (void)state;
-    example(RDZV_MSG_DONE, &m);
+    msgfix_example(RDZV_MSG_DONE, &m);
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
     assert_int_equal(len, sizeof(want));
     assert_memory_equal(buf, want, sizeof(want));
@@ -402,7 +221,7 @@ static void test_truncated_and_trailing(void **state)
         static struct rdzv_msg in, out;
         size_t len, plen;
 
-        example((uint8_t)t, &in);
+        msgfix_example((uint8_t)t, &in);
         assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
         plen = len - RDZV_HEADER_SIZE;
         for (size_t cut = 0; cut < plen; cut++)
@@ -414,102 +233,114 @@ static void test_truncated_and_trailing(void **state)
     }
 }
 
-/* Issue 16's optional tails: JOIN's backoff fields and RESTART's delay_ms are sent only when
+/* The length of in encoded into buf (asserted). */
+static size_t encode(const struct rdzv_msg *in)
+{
+    size_t len = 0;
+
+    assert_int_equal(rdzv_msg_encode(in, buf, sizeof(buf), &len), 0);
+    return len;
+}
+
+/* in becomes type's example (msgfix.h); returns its encoded length. */
+static size_t example_len(uint8_t type, struct rdzv_msg *in)
+{
+    msgfix_example(type, in);
+    return encode(in);
+}
+
+/* in encoded into buf (its length in *len) and decoded back into out, both asserted; returns
+ * the payload's length. */
+static uint32_t roundtrip(const struct rdzv_msg *in, struct rdzv_msg *out, size_t *len)
+{
+    uint8_t type;
+    uint32_t plen;
+
+    *len = encode(in);
+    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
+    assert_int_equal(type, in->type);
+    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, out), 0);
+    return plen;
+}
+
+/* The optional tails: JOIN's backoff fields and RESTART's delay_ms are sent only when
  * non-zero (so a JOIN or RESTART that does not use them has the layout peers built before them
  * accept), read when present, and never part of REJOIN's copy of the JOIN. */
 static void test_optional_tails(void **state)
 {
     static struct rdzv_msg in, out;
-    uint8_t type;
     uint32_t plen;
     size_t len, len0;
 
     (void)state;
-    example(RDZV_MSG_JOIN, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_JOIN, &in);
     in.u.join.backoff_min_ms = 500;
     in.u.join.backoff_max_ms = 2000;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 16);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.join.backoff_min_ms, 500);
     assert_int_equal(out.u.join.backoff_max_ms, 2000);
     assert_int_equal(out.u.join.exclude_after, 0);
     in.u.join.backoff_min_ms = in.u.join.backoff_max_ms = 0;
     in.u.join.exclude_after = 3; /* the tail goes out when any of its fields is set */
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 16);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.join.exclude_after, 3);
     /* half a tail is a protocol error */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
     /* so is a tail of zeros: it is sent as no tail, so the codec stays canonical (found by
      * fuzz_message's re-encoding oracle) */
     memset(buf + RDZV_HEADER_SIZE + plen - 16, 0, 16);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 
     /* REJOIN carries the JOIN's tail at its end (hot spares): a job rebuilt after a server
      * restart keeps --restart-backoff and --exclude-after, a waiting spare stays one */
-    example(RDZV_MSG_REJOIN, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_REJOIN, &in);
     in.u.rejoin.join.backoff_min_ms = 500;
     in.u.rejoin.join.flags = RDZV_JOIN_SPARE;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 20);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.rejoin.join.backoff_min_ms, 500);
     assert_int_equal(out.u.rejoin.join.flags, RDZV_JOIN_SPARE);
     assert_int_equal(out.u.rejoin.assign.round, in.u.rejoin.assign.round);
 
-    example(RDZV_MSG_RESTART, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_RESTART, &in);
     in.u.restart.delay_ms = 2100;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 4);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.restart.delay_ms, 2100);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
     assert_int_equal(out.u.restart.delay_ms, 0);
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4); /* delay 0 sent as a tail: not canonical */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
 
-    /* issue 19: CKPT's holder, a string sent only when not "" */
-    example(RDZV_MSG_CKPT, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    /* CKPT's holder, a string sent only when not "" */
+    len0 = example_len(RDZV_MSG_CKPT, &in);
     strcpy(in.u.ckpt.holder, "node-b");
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 2 + 6);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_string_equal(out.u.ckpt.holder, "node-b");
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 8] = 0; /* "" sent as a tail: not canonical */
     buf[RDZV_HEADER_SIZE + plen - 7] = 0;
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 6, &out), -EPROTO);
 
-    /* issue 19: REPL_BEGIN's direct link (port, link, key, host), sent only with a port */
-    example(RDZV_MSG_REPL_BEGIN, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    /* REPL_BEGIN's direct link (port, link, key, host), sent only with a port */
+    len0 = example_len(RDZV_MSG_REPL_BEGIN, &in);
     in.u.repl_begin.port = 40123;
     in.u.repl_begin.link = 0x80000005u;
     memset(in.u.repl_begin.key, 0xa5, sizeof(in.u.repl_begin.key));
     strcpy(in.u.repl_begin.host, "10.0.0.7");
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.repl_begin.port, 40123);
     assert_int_equal(out.u.repl_begin.link, 0x80000005u);
     assert_memory_equal(out.u.repl_begin.key, in.u.repl_begin.key, 32);
     assert_string_equal(out.u.repl_begin.host, "10.0.0.7");
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 10, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 10, &out), -EPROTO);
     /* port 0 in a tail is not canonical, a port over 65535 is no port */
     memset(buf + RDZV_HEADER_SIZE + len0 - RDZV_HEADER_SIZE, 0, 4);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     in.u.repl_begin.port = 70000;
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
     in.u.repl_begin.port = 0; /* no tail: the relay, as before the link */
@@ -517,49 +348,43 @@ static void test_optional_tails(void **state)
     assert_int_equal(len, len0);
     /* flags (a directory checkpoint): a second part, behind a first whose port may be 0 */
     in.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8 + 4);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
     assert_int_equal(out.u.repl_begin.port, 0);
     /* without the flags, a first part with port 0 is not canonical */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 1] = 2; /* a flag nobody defined */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 1] = 0; /* flags 0 sent: not canonical */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     /* the original's mode: a third part, behind the others (zeros there then) */
     in.u.repl_begin.flags = 0;
     in.u.repl_begin.mode = 0600;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 8 + 4 + 4);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.repl_begin.mode, 0600);
     assert_int_equal(out.u.repl_begin.flags, 0);
     assert_int_equal(out.u.repl_begin.port, 0);
     /* without the mode, flags 0 are not canonical; a mode of 0 or with bits beyond 07777
      * neither */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     buf[RDZV_HEADER_SIZE + plen - 3] = 1; /* 0x10000: S_IFREG's territory, not a mode */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     in.u.repl_begin.mode = 0100644; /* a whole st_mode: the sender masks it */
     assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
     /* all three parts: a directory of mode 0700 on a direct link */
     in.u.repl_begin.mode = 0700;
     in.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
     in.u.repl_begin.port = 40123;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(out.u.repl_begin.mode, 0700);
     assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
     assert_int_equal(out.u.repl_begin.port, 40123);
     /* an older sender's BEGIN (no third part) still decodes, with mode 0 */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
     assert_int_equal(out.u.repl_begin.mode, 0);
     assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
 }
@@ -569,40 +394,34 @@ static void test_optional_tails(void **state)
  * canonical; an older peer's JOIN without any tail still decodes with flags 0. */
 static void test_join_flags_tail(void **state)
 {
-    static struct rdzv_msg in, out;
-    uint8_t type;
-    uint32_t plen;
     size_t len, len0;
+    uint32_t plen;
+    static struct rdzv_msg in, out;
 
     (void)state;
-    example(RDZV_MSG_JOIN, &in);
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len0), 0);
+    len0 = example_len(RDZV_MSG_JOIN, &in);
     in.u.join.flags = RDZV_JOIN_SPARE;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(len, len0 + 20);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
     assert_int_equal(out.u.join.flags, RDZV_JOIN_SPARE);
     assert_int_equal(out.u.join.backoff_min_ms, 0);
     assert_int_equal(out.u.join.exclude_after, 0);
     /* without the flags the first part alone is all zeros: refused */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
     /* flags of zero after the first part: refused */
     memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     /* both parts set */
     in.u.join.exclude_after = 2;
-    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
-    assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+    plen = roundtrip(&in, &out, &len);
     assert_int_equal(out.u.join.flags, RDZV_JOIN_SPARE);
     assert_int_equal(out.u.join.exclude_after, 2);
     /* the first part alone (an agent built before spares) */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
     assert_int_equal(out.u.join.flags, 0);
     assert_int_equal(out.u.join.exclude_after, 2);
     /* half of the flags */
-    assert_int_equal(rdzv_msg_decode(type, buf + RDZV_HEADER_SIZE, plen - 2, &out), -EPROTO);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 2, &out), -EPROTO);
 }
 
 static void test_small_buffer(void **state)
@@ -611,7 +430,7 @@ static void test_small_buffer(void **state)
     size_t len;
 
     (void)state;
-    example(RDZV_MSG_JOIN, &m);
+    msgfix_example(RDZV_MSG_JOIN, &m);
     assert_int_equal(rdzv_msg_encode(&m, buf, 20, &len), -ENOBUFS);
     assert_int_equal(rdzv_msg_encode(&m, buf, 0, &len), -ENOBUFS);
 }
@@ -624,7 +443,7 @@ static void test_overlong_strings(void **state)
 
     (void)state;
     /* Encoder: an unterminated job id (129 bytes) is over the limit. */
-    example(RDZV_MSG_JOIN, &m);
+    msgfix_example(RDZV_MSG_JOIN, &m);
     memset(m.u.join.job_id, 'x', sizeof(m.u.join.job_id));
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
     /* Decoder: ERROR whose text claims 1025 bytes (over RDZV_TEXT_MAX) with enough data. */
@@ -652,7 +471,7 @@ static void test_blob_limits(void **state)
     size_t len;
 
     (void)state;
-    example(RDZV_MSG_KV_PUT, &m);
+    msgfix_example(RDZV_MSG_KV_PUT, &m);
     memset(m.u.kv.key, 'k', RDZV_KEY_MAX);
     m.u.kv.key[RDZV_KEY_MAX] = '\0';
     m.u.kv.value_len = RDZV_VALUE_MAX;
@@ -662,7 +481,7 @@ static void test_blob_limits(void **state)
     assert_int_equal(out.u.kv.value_len, RDZV_VALUE_MAX);
     m.u.kv.value_len = RDZV_VALUE_MAX + 1;
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
-    example(RDZV_MSG_STATUS, &m);
+    msgfix_example(RDZV_MSG_STATUS, &m);
     memset(m.u.status.json, ' ', RDZV_STATUS_MAX);
     m.u.status.len = RDZV_STATUS_MAX;
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
@@ -694,17 +513,17 @@ static void test_ckpt_names(void **state)
     assert_false(rdzv_ckpt_name_ok(".."));
     assert_false(rdzv_ckpt_name_ok("."));
     /* Encoder refuses, in CKPT, JOIN and ASSIGN (and REJOIN through them). */
-    example(RDZV_MSG_CKPT, &m);
+    msgfix_example(RDZV_MSG_CKPT, &m);
     strcpy(m.u.ckpt.name, "../x");
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
-    example(RDZV_MSG_JOIN, &m);
+    msgfix_example(RDZV_MSG_JOIN, &m);
     strcpy(m.u.join.resume, "dir/ckpt");
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
-    example(RDZV_MSG_ASSIGN, &m);
+    msgfix_example(RDZV_MSG_ASSIGN, &m);
     strcpy(m.u.assign.resume, "..");
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
     /* Decoder refuses a '/' a peer put on the wire: CKPT's payload starts with the name. */
-    example(RDZV_MSG_CKPT, &m);
+    msgfix_example(RDZV_MSG_CKPT, &m);
     strcpy(m.u.ckpt.name, "ab");
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
     plen = len - RDZV_HEADER_SIZE;
@@ -714,7 +533,7 @@ static void test_ckpt_names(void **state)
     buf[RDZV_HEADER_SIZE + 2] = buf[RDZV_HEADER_SIZE + 3] = '.';
     assert_int_equal(rdzv_msg_decode(RDZV_MSG_CKPT, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
     /* An over-long name (256 bytes) is refused. */
-    example(RDZV_MSG_CKPT, &m);
+    msgfix_example(RDZV_MSG_CKPT, &m);
     memset(m.u.ckpt.name, 'n', sizeof(m.u.ckpt.name));
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
     assert_string_equal(rdzv_msg_name(RDZV_MSG_CKPT), "CKPT");

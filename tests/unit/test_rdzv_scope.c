@@ -1,4 +1,4 @@
-/* The credential scope table (rendezvous/scope.h, issue 26): one entry per scope string,
+/* The credential scope table (rendezvous/scope.h): one entry per scope string,
  * shared by its holders, gone with the last reference; lookups stay right when chains collide. */
 #include <errno.h>
 #include <setjmp.h>

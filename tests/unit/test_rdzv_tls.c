@@ -379,6 +379,16 @@ static void tls_pair(struct fixture *fx, struct rdzv_tls_opts *co, struct rdzv_t
     assert_int_equal(rdzv_tls_new(so, 1, &fx->ts, err, sizeof(err)), 0);
 }
 
+/* Ends set up from co and so fail the handshake on both sides: no message passes. */
+static void expect_no_session(struct fixture *fx, struct rdzv_tls_opts *co,
+                              struct rdzv_tls_opts *so)
+{
+    tls_pair(fx, co, so);
+    start_both(fx);
+    run_until(fx, both_err);
+    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+}
+
 /* A default client gets forward secrecy (ECDHE-PSK) from a default server. */
 static void test_suite_default_ecdhe(void **state)
 {
@@ -413,10 +423,7 @@ static void test_suite_plain_psk_wrong_token(void **state)
     struct rdzv_tls_opts co = {.token = "not-the-token", .no_forward_secrecy = 1};
     struct rdzv_tls_opts so = {.token = TOKEN};
 
-    tls_pair(fx, &co, &so);
-    start_both(fx);
-    run_until(fx, both_err);
-    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    expect_no_session(fx, &co, &so);
 }
 
 /* A server that requires forward secrecy refuses a plain-PSK-only client. */
@@ -426,10 +433,7 @@ static void test_suite_fs_required(void **state)
     struct rdzv_tls_opts co = {.token = TOKEN, .no_forward_secrecy = 1};
     struct rdzv_tls_opts so = {.token = TOKEN, .require_forward_secrecy = 1};
 
-    tls_pair(fx, &co, &so);
-    start_both(fx);
-    run_until(fx, both_err);
-    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    expect_no_session(fx, &co, &so);
     assert_true(fx->srv.reason[0] != '\0');
 }
 
@@ -637,31 +641,21 @@ static void test_mode_mismatch(void **state)
     struct rdzv_tls_opts so = {.cert_file = pem("srv", "crt"),
                                .key_file = pem("srv", "key"),
                                .ca_file = pem("ca1", "crt")};
-    char err[256];
 
-    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
-    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
-    start_both(fx);
-    run_until(fx, both_err);
-    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    expect_no_session(fx, &co, &so);
     assert_true(fx->cli.err == -EACCES || fx->cli.err == -EPROTO);
 }
 
 /* A plain-PSK client against a server that requires forward secrecy: no suite in common. The
- * client must say so, not that its token was refused (issue 26: "fatal alert 40 ... did not
- * accept our token" sent users hunting for a token problem). */
+ * client must say so, not that its token was refused ("fatal alert 40 ... did not accept our
+ * token" sent users hunting for a token problem). */
 static void test_fs_mismatch_not_token(void **state)
 {
     struct fixture *fx = *state;
     struct rdzv_tls_opts co = {.token = TOKEN, .no_forward_secrecy = 1};
     struct rdzv_tls_opts so = {.token = TOKEN, .require_forward_secrecy = 1};
-    char err[256];
 
-    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
-    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
-    start_both(fx);
-    run_until(fx, both_err);
-    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
+    expect_no_session(fx, &co, &so);
     assert_int_equal(fx->cli.err, -EPROTO);
     assert_non_null(strstr(fx->cli.reason, "no cipher suite in common"));
     assert_null(strstr(fx->cli.reason, "token"));
@@ -701,7 +695,7 @@ static void minted(const char *secret, enum rdzv_cred_kind kind, const char *sco
     assert_int_equal(rdzv_cred_format(&c, text, RDZV_CRED_TEXT_MAX + 1), 0);
 }
 
-/* The PSK identity names the credential, and the server derives its key (issue 11). */
+/* The PSK identity names the credential, and the server derives its key. */
 static void test_psk_job_credential(void **state)
 {
     char text[RDZV_CRED_TEXT_MAX + 1];
@@ -719,16 +713,12 @@ static void test_psk_server_secret(void **state)
 static void test_psk_forged_credential(void **state)
 {
     struct fixture *fx = *state;
-    char text[RDZV_CRED_TEXT_MAX + 1], err[256];
+    char text[RDZV_CRED_TEXT_MAX + 1];
     struct rdzv_tls_opts so = {.token = TOKEN}, co = {.token = text};
 
     minted("some-other-secret", RDZV_CRED_JOB, "victim", text);
-    assert_int_equal(rdzv_tls_new(&co, 0, &fx->tc, err, sizeof(err)), 0);
-    assert_int_equal(rdzv_tls_new(&so, 1, &fx->ts, err, sizeof(err)), 0);
-    start_both(fx);
-    run_until(fx, both_err);
+    expect_no_session(fx, &co, &so);
     assert_int_equal(fx->srv.err, -EACCES);
-    assert_int_equal(fx->cli.msgs + fx->srv.msgs, 0);
 }
 
 /* Certificate mode: workers hold a worker credential, not the node's certificate, and the

@@ -39,36 +39,18 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 CONFIG = dict(
+    # one line a group: this is a table of settings, read across
     out_dir="out",
     init_from="scratch",  # or "resume": load out_dir/ckpt.pt
-    eval_interval=200,
-    eval_iters=10,
-    always_save_checkpoint=True,
-    max_iters=800,
-    seed=1337,
+    eval_interval=200, eval_iters=10, always_save_checkpoint=True, max_iters=800, seed=1337,
     # data
-    vocab_size=4096,
-    phrases=512,
-    phrase_len=8,
-    corpus_tokens=1 << 21,
-    batch_size=32,
-    block_size=256,
-    gradient_accumulation_steps=1,
+    vocab_size=4096, phrases=512, phrase_len=8, corpus_tokens=1 << 21,
+    batch_size=32, block_size=256, gradient_accumulation_steps=1,
     # model
-    n_layer=6,
-    n_head=6,
-    n_embd=384,
-    dropout=0.0,
-    bias=False,
+    n_layer=6, n_head=6, n_embd=384, dropout=0.0, bias=False,
     # AdamW, cosine schedule with warmup (nanoGPT's)
-    learning_rate=1e-3,
-    weight_decay=0.1,
-    beta1=0.9,
-    beta2=0.99,
-    grad_clip=1.0,
-    warmup_iters=50,
-    lr_decay_iters=800,
-    min_lr=1e-4,
+    learning_rate=1e-3, weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0,
+    warmup_iters=50, lr_decay_iters=800, min_lr=1e-4,
     # system
     device="auto",  # cuda when there is one, else cpu
     dtype="auto",  # bfloat16 on a GPU that has it, else float32

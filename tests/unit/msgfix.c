@@ -1,0 +1,186 @@
+#include "msgfix.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static void example3(uint8_t type, struct rdzv_msg *m);
+
+void msgfix_failure(struct rdzv_failure *f)
+{
+    f->round = 3;
+    f->rank = -1;
+    f->local_rank = 7;
+    f->exit_code = -2147483647 - 1; /* INT32_MIN survives the two's complement path */
+    strcpy(f->host, "node-a");
+    f->signal = 9;
+    f->time_ms = 0x0123456789abcdefULL;
+    strcpy(f->text, "worker 7 exited with code 1: CUDA error");
+}
+
+void msgfix_preflight(struct rdzv_preflight *pf)
+{
+    pf->round = 4;
+    pf->ok = 1;
+    pf->joined = 1;
+    pf->p2p_pairs = 2;
+    strcpy(pf->p2p_note, "node host0: P2P GPU 0 -> GPU 1 39.0 GB/s is far below");
+    pf->p2p_min_mbps = 39000;
+    pf->p2p_median_mbps = 214500;
+    pf->p2p_level = RDZV_PF_WARNING;
+    pf->count = 2;
+    for (uint32_t i = 0; i < 2; i++) {
+        pf->gpus[i].index = i;
+        strcpy(pf->gpus[i].uuid, i ? "GPU-1111" : "GPU-0000");
+        strcpy(pf->gpus[i].model, "NVIDIA H200");
+        pf->gpus[i].gemm_gflops = i ? 474000 : 790000;
+        pf->gpus[i].hbm_mbps = 4280000;
+        pf->gpus[i].level = i ? RDZV_PF_FAILURE : RDZV_PF_OK;
+    }
+    strcpy(pf->gpus[1].note, "node host0, GPU 1 (GPU-1111): bf16 GEMM 474.0 TFLOP/s is slow");
+}
+
+/* One filled example of every type. Long: one case per message type (example3() has the
+ * rest). */
+void msgfix_example(uint8_t type, struct rdzv_msg *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = type;
+    switch (type) {
+    case RDZV_MSG_HELLO:
+        m->u.hello = (struct rdzv_hello){.version = RDZV_PROTO_VERSION, .role = RDZV_ROLE_AGENT};
+        strcpy(m->u.hello.token, "s3cret");
+        break;
+    case RDZV_MSG_ERROR:
+        m->u.error.code = RDZV_ERR_AUTH;
+        strcpy(m->u.error.text, "nope");
+        break;
+    case RDZV_MSG_JOIN:
+        m->u.join = (struct rdzv_join){.min_nodes = 2,
+                                       .max_nodes = 4,
+                                       .nproc = 8,
+                                       .master_port = 29500,
+                                       .max_restarts = 3,
+                                       .last_call_ms = 30000,
+                                       .join_timeout_ms = 600000,
+                                       .node_id = 0xfedcba9876543210ULL};
+        strcpy(m->u.join.job_id, "job-1");
+        strcpy(m->u.join.host, "node-a");
+        strcpy(m->u.join.addr, "fe80::1");
+        strcpy(m->u.join.resume, "ckpt-000120.pt");
+        m->u.join.resume_step = 120;
+        break;
+    case RDZV_MSG_WAITING:
+        m->u.waiting = (struct rdzv_waiting){1, 2, 4, -1, 12345};
+        break;
+    case RDZV_MSG_ASSIGN:
+        m->u.assign = (struct rdzv_assign){.round = 5,
+                                           .group_rank = 1,
+                                           .group_world_size = 3,
+                                           .rank_offset = 8,
+                                           .world_size = 24,
+                                           .restart_count = 2,
+                                           .master_port = 29500};
+        strcpy(m->u.assign.master_addr, "10.0.0.1");
+        strcpy(m->u.assign.resume, "ckpt-000120.pt");
+        m->u.assign.resume_step = -1; /* negative steps survive the two's complement path */
+        break;
+    case RDZV_MSG_FAILED:
+    case RDZV_MSG_LEAVE:
+        msgfix_failure(&m->u.failed);
+        break;
+    case RDZV_MSG_RESTART:
+        m->u.restart.restart_count = 1;
+        msgfix_failure(&m->u.restart.cause);
+        break;
+    case RDZV_MSG_DONE:
+        m->u.done.round = 42;
+        break;
+    case RDZV_MSG_JOB_FAILED:
+        m->u.job_failed.restarts = 3;
+        msgfix_failure(&m->u.job_failed.cause);
+        break;
+    default:
+        example3(type, m);
+        break;
+    }
+}
+
+static void example3(uint8_t type, struct rdzv_msg *m)
+{
+    static struct rdzv_msg a;
+
+    switch (type) {
+    case RDZV_MSG_HEARTBEAT:
+        m->u.heartbeat.round = 7;
+        m->u.heartbeat.seq = 0x1122334455667788ULL;
+        break;
+    case RDZV_MSG_REJOIN:
+        msgfix_example(RDZV_MSG_JOIN, m);
+        m->u.rejoin.join.keep_alive_ms = 1000;
+        m->u.rejoin.join.heartbeat_timeout_ms = 3000;
+        m->u.rejoin.join.reconnect_grace_ms = 60000;
+        m->type = RDZV_MSG_REJOIN;
+        m->u.rejoin.running = 1;
+        m->u.rejoin.done = 1;
+        msgfix_example(RDZV_MSG_ASSIGN, &a);
+        m->u.rejoin.assign = a.u.assign; /* resume travels back to a restarted server */
+        break;
+    case RDZV_MSG_REJOIN_OK:
+        m->u.rejoin_ok.round = 9;
+        break;
+    case RDZV_MSG_ATTACH:
+        strcpy(m->u.attach.job_id, "job-1");
+        m->u.attach.round = 3;
+        m->u.attach.rank = -1;
+        break;
+    case RDZV_MSG_KV_PUT:
+    case RDZV_MSG_KV_GET:
+    case RDZV_MSG_KV_REPLY:
+    case RDZV_MSG_BARRIER:
+        m->u.kv.req_id = 77;
+        m->u.kv.wait_ms = 5000;
+        m->u.kv.count = 4;
+        m->u.kv.status = RDZV_KV_STALE;
+        strcpy(m->u.kv.key, "nccl/unique_id");
+        m->u.kv.value_len = 3;
+        memcpy(m->u.kv.value, "\0\1\2", 3); /* binary, NULs allowed */
+        break;
+    case RDZV_MSG_STATUS_REQ:
+        strcpy(m->u.status_req.job_id, "job-1");
+        break;
+    case RDZV_MSG_STATUS:
+        strcpy(m->u.status.json, "{\"jobs\": []}");
+        m->u.status.len = (uint32_t)strlen(m->u.status.json);
+        break;
+    case RDZV_MSG_CKPT:
+        strcpy(m->u.ckpt.name, "step-00000042");
+        m->u.ckpt.step = 42;
+        m->u.ckpt.size = 0x0000000123456789ULL;
+        m->u.ckpt.checksum = 0xfedcba9876543210ULL;
+        m->u.ckpt.time_ms = 1700000000123ULL;
+        m->u.ckpt.verified_bad = 1;
+        strcpy(m->u.ckpt.reason, "checksum mismatch");
+        break;
+    case RDZV_MSG_PREFLIGHT:
+        msgfix_preflight(&m->u.preflight);
+        break;
+    case RDZV_MSG_REPL_BEGIN:
+        m->u.repl_begin = (struct rdzv_repl_begin){
+            .xfer = 7, .round = 3, .rank = 1, .step = 42, .size = 1ULL << 33, .checksum = 0xabcdef};
+        strcpy(m->u.repl_begin.name, "ckpt_42.pt");
+        break;
+    case RDZV_MSG_REPL_DATA:
+        m->u.repl_data.xfer = 7;
+        m->u.repl_data.offset = 5ULL << 32;
+        m->u.repl_data.len = RDZV_REPL_CHUNK_MAX;
+        memset(m->u.repl_data.data, 0x5a, RDZV_REPL_CHUNK_MAX);
+        break;
+    case RDZV_MSG_REPL_ACK:
+        m->u.repl_ack =
+            (struct rdzv_repl_ack){.xfer = 7, .offset = 123456, .status = RDZV_REPL_ABORT};
+        strcpy(m->u.repl_ack.text, "checksum mismatch");
+        break;
+    default:
+        break;
+    }
+}
