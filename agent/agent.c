@@ -35,22 +35,6 @@ static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 _Static_assert(NSIGNALS + 1 + 32 == AGENT_NSIGHANDLES,
                "one spare handle for --preempt-signal, 32 for --signals-to-handle");
 
-void agent_log(const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    /* the callers' "error: " and "warning: " prefixes become levels, so the lines read alike */
-    if (strncmp(buf, "error: ", 7) == 0)
-        mc_error("%s", buf + 7);
-    else if (strncmp(buf, "warning: ", 9) == 0)
-        mc_warn("%s", buf + 9);
-    else
-        mc_info("%s", buf);
-}
-
 static void transition(struct agent *a, const struct agent_event *ev);
 
 static struct agent_machine_ctx machine_ctx(const struct agent *a)

@@ -145,10 +145,10 @@ void agent_ft_flush_(struct agent *a, int clean, void (*done)(struct agent *a))
     agent_ckptwatch_flush(&a->ft.ckpt, clean, on_flushed, a);
 }
 
-static void ckpt_log(void *data, const char *line)
+static void ckpt_log(void *data, enum mc_log_level level, const char *line)
 {
     (void)data;
-    agent_log("%s", line); /* "error: "/"warning: " keep their level: --quiet shows them */
+    mc_log(level, "%s", line); /* escaped by ckptwatch */
 }
 
 static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const char *why)
@@ -218,10 +218,10 @@ static void on_ckpt_pruned(void *data, const struct agent_ckpt_entry *e)
     rdzv_client_report_ckpt(a->client, &ck);
 }
 
-static void repl_log(void *data, const char *line)
+static void repl_log(void *data, enum mc_log_level level, const char *line)
 {
     (void)data;
-    agent_log("%s", line); /* "error: "/"warning: " keep their level: --quiet shows them */
+    mc_log(level, "%s", line); /* escaped by replica */
 }
 
 static const struct agent_replica_cbs repl_cbs = {

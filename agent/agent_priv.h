@@ -119,10 +119,6 @@ struct agent {
     int spare_said;            /* --spare: "joined as a spare" was logged (first JOIN only) */
 };
 
-/* agent.c: kept for shared.c, mps.c and proctree.c until they log through common/log.h: one
- * "muster: " line on stderr. */
-void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 /* attempt.c: the log directory (0 or a negative errno, logged), and worker i's start (0 or a
  * negative errno: -ENOENT / -EACCES when the program cannot be executed) */
 int agent_prepare_logdir_(struct agent *a);

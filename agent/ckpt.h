@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "ckpt_hash.h"
+#include "log.h"
 
 /* The registry file format written by agent_ckpt_registry_save. */
 #define AGENT_CKPT_REGISTRY_VERSION 1
@@ -25,8 +26,9 @@ struct agent_ckpt_registry {
     size_t n, cap;
 };
 
-/* One line without a newline, e.g. "checkpoint ckpt_120.pt skipped: missing". */
-typedef void (*agent_ckpt_log_cb)(void *arg, const char *line);
+/* One line without a newline, e.g. "checkpoint ckpt_120.pt skipped: missing", with its level
+ * (common/log.h). */
+typedef void (*agent_ckpt_log_cb)(void *arg, enum mc_log_level level, const char *line);
 
 /* An empty registry. */
 void agent_ckpt_registry_init(struct agent_ckpt_registry *reg);

@@ -31,7 +31,8 @@
 /* Entries waiting to settle at once; beyond, the oldest is examined at once. */
 #define AGENT_CKPTWATCH_MAX_PENDING 4096
 
-typedef void (*agent_ckptwatch_log_cb)(void *data, const char *line);
+/* One line (no newline, already escaped) with its level (common/log.h). */
+typedef void (*agent_ckptwatch_log_cb)(void *data, enum mc_log_level level, const char *line);
 
 /* Optional reports (NULL allowed): an entry was recorded; an entry failed verification when an
  * attempt picked where to resume (why: one line). */

@@ -9,6 +9,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "escape.h"
+
 static int level = -1;          /* -1: not yet read from MUSTER_LOG */
 static mc_log_writer_fn writer; /* NULL: write_bounded */
 
@@ -94,20 +96,15 @@ static void write_bounded(const char *buf, size_t n)
     }
 }
 
-void mc_log(enum mc_log_level l, const char *fmt, ...)
+static void vlog(enum mc_log_level l, const char *fmt, va_list ap)
 {
     char buf[4096];
     size_t n, cap = sizeof(buf) - 1; /* room for the newline */
     int saved = errno, k;
-    va_list ap;
 
-    if (!mc_log_enabled(l))
-        return;
     n = strlen(prefix[l]);
     memcpy(buf, prefix[l], n);
-    va_start(ap, fmt);
     k = vsnprintf(buf + n, cap - n, fmt, ap);
-    va_end(ap);
     if (k > 0)
         n += (size_t)k < cap - n ? (size_t)k : cap - n - 1; /* cut, never overflow */
     buf[n++] = '\n';
@@ -116,4 +113,46 @@ void mc_log(enum mc_log_level l, const char *fmt, ...)
     else
         write_bounded(buf, n);
     errno = saved;
+}
+
+void mc_log(enum mc_log_level l, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!mc_log_enabled(l))
+        return;
+    va_start(ap, fmt);
+    vlog(l, fmt, ap);
+    va_end(ap);
+}
+
+static void vformat_untrusted(char *out, size_t outlen, const char *fmt, va_list ap)
+{
+    char line[MC_LOG_LINE_MAX];
+
+    vsnprintf(line, sizeof(line), fmt, ap);
+    (void)mc_escape(line, out, outlen); /* cut short at a whole character when out is small */
+}
+
+char *mc_format_untrusted(char *out, size_t outlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vformat_untrusted(out, outlen, fmt, ap);
+    va_end(ap);
+    return out;
+}
+
+void mc_log_untrusted(enum mc_log_level l, const char *fmt, ...)
+{
+    char shown[MC_ESCAPE_SIZE(MC_LOG_LINE_MAX)];
+    va_list ap;
+
+    if (!mc_log_enabled(l))
+        return;
+    va_start(ap, fmt);
+    vformat_untrusted(shown, sizeof(shown), fmt, ap);
+    va_end(ap);
+    mc_log(l, "%s", shown);
 }

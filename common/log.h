@@ -11,7 +11,12 @@
  * a stderr that takes nothing for MC_LOG_WRITE_WAIT_MS loses the line instead of blocking the
  * caller (a stalled terminal must not stop an event loop). The agent installs a writer that
  * queues the lines behind its workers' stderr instead (mc_log_set_writer).
- * Text is printed as given: escape untrusted parts first (escape.h). */
+ *
+ * Every line carries its level from where it is made to here: a module that hands lines to a
+ * callback passes the level with each, and nothing guesses a level from a line's words.
+ * mc_log prints its text as given; a line with text that other machines or users chose (host
+ * names, job ids, checkpoint names, a peer's reason) goes through mc_log_untrusted, or is built
+ * with mc_format_untrusted, the one place where such lines are escaped (escape.h). */
 #ifndef MUSTER_COMMON_LOG_H
 #define MUSTER_COMMON_LOG_H
 
@@ -39,6 +44,18 @@ int mc_log_parse_level(const char *s);
 int mc_log_take_flag(const char *arg);
 
 void mc_log(enum mc_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The same with the whole formatted line escaped (escape.h): a newline in a peer's text cannot
+ * forge a line, nor an ESC sequence reach the terminal. Lines up to MC_LOG_LINE_MAX bytes. */
+void mc_log_untrusted(enum mc_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define MC_LOG_LINE_MAX 2048 /* the longest untrusted line formatted before escaping */
+
+/* Formats fmt into out (outlen bytes, always NUL-terminated) and escapes the result, for a
+ * module that hands the line to a callback instead of logging it. Returns out. */
+char *mc_format_untrusted(char *out, size_t outlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #define mc_error(...) mc_log(MC_LOG_ERROR, __VA_ARGS__)
 #define mc_warn(...) mc_log(MC_LOG_WARN, __VA_ARGS__)
