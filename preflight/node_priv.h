@@ -6,6 +6,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "log.h"
+
 struct muster;
 
 struct pf_node {
@@ -36,7 +38,7 @@ struct pf_node {
     double t0;
 };
 
-void pf_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pf_say(enum mc_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int pf_put(struct pf_node *n, const char *key, const char *value);
 int pf_put_json(struct pf_node *n, const char *key, json_t *v);
 int pf_get(struct pf_node *n, const char *key, int timeout_ms, char **out);

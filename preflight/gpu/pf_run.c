@@ -1,3 +1,4 @@
+#include "log.h"
 #include "pf_run.h"
 
 #include <errno.h>
@@ -35,7 +36,7 @@ int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
             if (*c == '\n' || *c == '\r' || *c == '\t')
                 *c = ' ';
         run->exit_code = exit_code;
-        fprintf(stderr, "muster-preflight: error: %s\n", run->error);
+        mc_error("%s", run->error);
     }
     return err < 0 ? err : -EIO;
 }
