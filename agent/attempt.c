@@ -50,7 +50,7 @@ static int open_log(const char *dir, const char *name)
 {
     int fd, rc = agent_output_open_log(dir, name, &fd);
     if (rc != 0)
-        mc_info("cannot open %s/%s: %s; that stream is not logged", dir, name, strerror(-rc));
+        mc_warn("cannot open %s/%s: %s; that stream is not logged", dir, name, strerror(-rc));
     return fd;
 }
 
@@ -242,7 +242,7 @@ int agent_spawn_one_(struct agent *a, int i)
     agent_env_init(&full);
     rc = agent_logdir_worker(&a->logdir, a->as.restart_count, i, 1, dir, error_file);
     if (rc != 0) {
-        mc_info("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
+        mc_error("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
         goto out;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
