@@ -728,11 +728,12 @@ static int agent_init(struct agent *a, const struct agent_options *o)
         return rc;
     if (gethostname(a->host, sizeof(a->host) - 1) != 0)
         snprintf(a->host, sizeof(a->host), "localhost");
-    mc_utf8_sanitize(a->host); /* the server refuses a JOIN whose host is not UTF-8 (issue 26) */
+    mc_utf8_sanitize(a->host); /* the server refuses a JOIN whose host is not UTF-8 */
     if ((rc = rdzv_node_secret_new(a->node_secret, &a->node_id)) != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
-    /* before anything logs: a console nobody reads must never stop the loop (issue 26) */
+    /* before anything logs: a console nobody reads must never stop the loop (docs/OUTPUT.md "A
+     * console that does not read (backpressure)") */
     if ((rc = agent_output_console_start(&a->loop, AGENT_OUTPUT_BUDGET)) != 0)
         mc_warn("console output is written directly: %s", uv_strerror(rc));
     agent_progress_init(&a->loop, &a->progress, o->run_id);

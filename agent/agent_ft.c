@@ -177,7 +177,8 @@ static void on_ckpt_recorded(void *data, const struct agent_ckpt_entry *e)
         agent_replica_offer(&a->ft.repl, e, a->as.round, a->as.group_rank, a->as.group_world_size);
 }
 
-/* --- checkpoint replicas (issue 19) ------------------------------------------------------- */
+/* --- checkpoint replicas (docs/FAULT_TOLERANCE.md "Checkpoint replicas")
+ * ------------------------------------------------------- */
 
 static int repl_send(void *data, const struct rdzv_msg *m)
 {

@@ -86,7 +86,7 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->torch_version = o->work.torch_version;
 }
 
-/* ---- the agent's TCPStore (issue 27) ------------------------------------------------- */
+/* ---- the agent's TCPStore ------------------------------------------------------------- */
 
 void agent_store_stop_(struct agent *a)
 {
@@ -110,7 +110,7 @@ int agent_store_start_(struct agent *a)
     }
     if (rc == UV_EADDRINUSE) {
         /* worker rank 0 could not bind it either: a 28-line traceback from every rank's
-         * init_process_group (issue 27), where one line says it all */
+         * init_process_group, where one line says it all */
         mc_error("MASTER_PORT %u is in use on this node (%s): the job's TCPStore listens "
                  "there; pick another --master-port, or leave it out for a free one",
                  as->master_port, as->master_addr);

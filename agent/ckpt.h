@@ -1,6 +1,6 @@
 /* The checkpoint registry: the checkpoints rank 0 wrote into MUSTER_CHECKPOINT_DIR, with their
  * checksums, so that a restart resumes from the newest one that is still intact and
- * --keep-checkpoints prunes only behind a good one (DESIGN.md "Checkpoints", issue 5).
+ * --keep-checkpoints prunes only behind a good one (docs/ARCHITECTURE.md "Checkpoints").
  *
  * No libuv and no threads. The registry itself (add, remove, order) is cheap and the watcher
  * keeps it on its loop; what touches the disk (_verify, _pick, _prune, _save, _load of a big

@@ -1,4 +1,4 @@
-/* The agent's side of the checkpoint convention (DESIGN.md "Checkpoints",
+/* The agent's side of the checkpoint convention (docs/ARCHITECTURE.md "Checkpoints",
  * docs/FAULT_TOLERANCE.md): watches MUSTER_CHECKPOINT_DIR and the directories inside it
  * (ckptnotify.h), decides when an entry is complete however the trainer wrote it (renamed into
  * place; or written in place and complete by its layout, or unchanged for the settle time:

@@ -419,8 +419,8 @@ int agent_output_split_filters(const char *list, char ***out)
 /* ---- lines ---------------------------------------------------------------------------- */
 
 /* PyTorch 2.x prefixes its own log lines with "[rank0]:" (c10d's logger: "[rank0]:[W1202 ...]
- * ProcessGroupNCCL.cpp ..."): with muster's "[rank0]: " in front they read "[rank0]: [rank0]:"
- * (issue 27). A line that already starts with our prefix (less its trailing space) is shown
+ * ProcessGroupNCCL.cpp ..."): with muster's "[rank0]: " in front they read "[rank0]: [rank0]:".
+ * A line that already starts with our prefix (less its trailing space) is shown
  * as it is. */
 static int already_prefixed(const struct agent_output *o, const char *text, size_t len)
 {
@@ -492,7 +492,7 @@ static void filter_line(struct agent_output *o, const char *text, size_t len)
 /* A complete update (the whole line, text[0..len), of which o->shown bytes are on the console
  * already) ended by term. */
 /* "ModuleNotFoundError: No module named 'torch'": the workers' Python is not the one with the
- * packages; the failure summary says so (issue 27: every rank printed it, with no hint). */
+ * packages; the failure summary says so (every rank printed it, with no hint). */
 static void note_missing_module(const char *text, size_t len)
 {
     static const char key[] = "ModuleNotFoundError: No module named '";

@@ -138,7 +138,7 @@ int agent_output_split_filters(const char *list, char ***out);
 int agent_write_all(int fd, const char *buf, size_t len);
 
 /* The module of the first "ModuleNotFoundError: No module named 'X'" a worker printed since
- * the process started, or NULL: the failure summary's hint (issue 27). */
+ * the process started, or NULL: the failure summary's hint. */
 const char *agent_output_missing_module(void);
 
 #endif

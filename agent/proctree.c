@@ -346,7 +346,7 @@ enum agent_proctree_mode agent_proctree_start(int adopt_orphans)
         return pt.mode;
     pt.adopt = adopt_orphans;
     if (getenv("MUSTER_PROCTREE") != NULL && strcmp(getenv("MUSTER_PROCTREE"), "off") == 0) {
-        /* the escape hatch: process groups only, as before issue 11 */
+        /* the escape hatch: process groups only, as before process trees */
         pt.mode = AGENT_PROCTREE_DISABLED;
         snprintf(pt.describe, sizeof(pt.describe),
                  "process trees: off (MUSTER_PROCTREE=off): only the workers' process groups "
@@ -372,7 +372,7 @@ const char *agent_proctree_describe(void)
 
 /* The reaper's last check takes a millisecond once the job's cgroup is gone: wait for it, so
  * that it ends as this process's child. Left to exit as an orphan, it becomes a zombie under
- * a PID 1 that never reaps (many container entrypoints; issue 27). A reaper still busy after
+ * a PID 1 that never reaps (many container entrypoints). A reaper still busy after
  * REAPER_JOIN_MS (a process stuck in the kernel) is left to finish on its own. */
 static void reaper_join(void)
 {

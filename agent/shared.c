@@ -414,7 +414,7 @@ static int init(struct shared *s, const struct agent_shared_options *o)
                                          .rng = ((uint64_t)getpid() << 20) ^ (i + 1)};
     }
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill muster (workers reset it) */
-    /* a console nobody reads must never stop the loop (issue 26; output.h) */
+    /* a console nobody reads must never stop the loop (output.h) */
     if ((rc = agent_output_console_start(&s->loop, AGENT_OUTPUT_BUDGET)) != 0)
         mc_warn("console output is written directly: %s", uv_strerror(rc));
     for (int i = 0; i < NSTOP; i++) {
@@ -461,7 +461,7 @@ int agent_shared_run(const struct agent_shared_options *o)
     if ((rc = uv_loop_close(&s.loop)) != 0)
         mc_error("internal error: handles left open at exit: %s", uv_strerror(rc));
     agent_mps_stop(&s.mps); /* every path ends here: done, failed, signalled, not started */
-    agent_proctree_stop();  /* and the reaper ends as our child, not PID 1's (issue 27) */
+    agent_proctree_stop();  /* and the reaper ends as our child, not PID 1's */
     agent_logdir_close(&s.logdir);
     free(s.tasks);
     if (code != 0)

@@ -1,5 +1,5 @@
-/* Pre-flight, issue 15: group rank 0's node compares every GPU's GEMM and HBM figures
- * (perf.c's rule) and names NVML's findings that muster-preflight put in each rank's result
+/* Pre-flight (docs/PREFLIGHT.md "What runs"): group rank 0's node compares every GPU's GEMM and HBM
+ * figures (perf.c's rule) and names NVML's findings that muster-preflight put in each rank's result
  * ("health"), then prints one line per node. */
 #include <stdio.h>
 #include <stdlib.h>

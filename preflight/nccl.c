@@ -189,7 +189,7 @@ static void describe_failure(json_t *r, char *out, size_t cap)
 }
 
 /* The bandwidth table and --preflight-min-busbw. With one rank there is no bandwidth to
- * show or judge (issue 15: it printed algbw 1,173,488 GB/s and busbw 0.0, and any floor failed
+ * show or judge (it once printed algbw 1,173,488 GB/s and busbw 0.0, and any floor failed
  * every one-GPU job). Returns 1 when the floor fails (reason set), else 0. */
 static int judge_bandwidth(struct pf_node *n, json_t *all)
 {
@@ -308,9 +308,10 @@ int pf_p2p_from_json(json_t *p2p, struct pf_p2p *m, int *idx, const char **uuid,
     return (int)n;
 }
 
-/* The node's peer-to-peer matrix (issue 15): `muster-preflight p2p` over the GPUs of local
- * ranks 0..nproc-1, after the all-reduce (the GPUs are idle then). The result gets this node's
- * summary ("pairs", "min_gbps", "median_gbps"); with one GPU there is nothing to measure:
+/* The node's peer-to-peer matrix (docs/PREFLIGHT.md "What runs"): `muster-preflight p2p` over the
+ * GPUs of local ranks 0..nproc-1, after the all-reduce (the GPUs are idle then). The result gets
+ * this node's summary ("pairs", "min_gbps", "median_gbps"); with one GPU there is nothing to
+ * measure:
  * {"skipped": ...}, no figures. */
 static json_t *run_p2p(struct pf_node *n, const char *dir)
 {

@@ -247,7 +247,7 @@ static void write_report(struct pf_node *n, int code)
     free(text);
 }
 
-/* ---- this node's results for its agent (issue 15) ----------------------------------------- */
+/* ---- this node's results for its agent ---------------------------------------------- */
 
 static int level_rank(const char *l)
 {

@@ -39,7 +39,7 @@ struct rdzv_tls {
     /* A token-mode server sets up mbedTLS (entropy, DRBG, the configuration) only when its
      * first TLS connection comes (rdzv_tls_prepare): a standalone agent's own server may never
      * see one (its agent uses the in-process channel), and that set-up was ~0.5 MB of the
-     * agent's resident memory (issue 14). */
+     * agent's resident memory. */
     int lazy;
     int require_fs;
     int bulk;      /* server: only psk_bulk_suites (a checkpoint replica link) */
@@ -47,12 +47,13 @@ struct rdzv_tls {
     struct rdzv_tls_steps steps;
 };
 
-/* Only the two cheap curves (issue 11): an unauthenticated ClientHello offering only secp521r1
- * made the server spend ~4.8 ms on a key it would throw away (X25519: ~1.2 ms), so a flood of
- * such hellos cost four times as much. With this list a hello that offers neither X25519 nor
- * P-256 fails in ServerHello, before any key generation. The list also bounds the curve of the
- * peer's end-entity certificate key (mbedTLS checks it against the same list): certificates
- * must have P-256 (or RSA) keys; CAs signing them may use any curve (docs/SECURITY.md). */
+/* Only the two cheap curves (docs/SECURITY.md "What is protected, and how"): an unauthenticated
+ * ClientHello offering only secp521r1 made the server spend ~4.8 ms on a key it would throw away
+ * (X25519: ~1.2 ms), so a flood of such hellos cost four times as much. With this list a hello that
+ * offers neither X25519 nor P-256 fails in ServerHello, before any key generation. The list also
+ * bounds the curve of the peer's end-entity certificate key (mbedTLS checks it against the same
+ * list): certificates must have P-256 (or RSA) keys; CAs signing them may use any curve
+ * (docs/SECURITY.md). */
 static const mbedtls_ecp_group_id preferred_curves[] = {
     MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_NONE};
 
@@ -456,7 +457,7 @@ int rdzv_tls_map_err(const mbedtls_ssl_context *ssl, int ret, int done, char *re
 
         /* handshake_failure is what mbedTLS sends when no cipher suite is shared (a server
          * with --require-forward-secrecy and a plain-PSK client, a token client against a
-         * certificate-only server): a setting to change, not a refused token (issue 26). A
+         * certificate-only server): a setting to change, not a refused token. A
          * wrong token shows as bad_record_mac or unknown_psk_identity. */
         if (a == MBEDTLS_SSL_ALERT_MSG_HANDSHAKE_FAILURE) {
             snprintf(reason, len,

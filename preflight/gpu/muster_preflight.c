@@ -1,5 +1,5 @@
-/* muster-preflight: the per-GPU pre-flight worker (issue 6). Plain C against the CUDA runtime
- * (linked statically) and NCCL; no kernels. muster's node process starts one per GPU.
+/* muster-preflight: the per-GPU pre-flight worker (docs/PREFLIGHT.md). Plain C against the CUDA
+ * runtime (linked statically) and NCCL; no kernels. muster's node process starts one per GPU.
  *
  *   muster-preflight inventory   this machine's driver, CUDA, NCCL versions and GPUs as JSON
  *   muster-preflight allreduce   unique-GPU check, NCCL init, exact all-reduce check and a

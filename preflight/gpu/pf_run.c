@@ -181,7 +181,7 @@ int pf_allreduce_run(struct pf_run *run)
         rc = pf_kv_check_gpus(run);
     if (rc == 0)
         rc = run_stages(run);
-    /* After the collectives, so no rank waits on another's GEMM (issue 15) */
+    /* After the collectives, so no rank waits on another's GEMM */
     if (rc == 0)
         rc = pf_bench_run(run);
     if (rc < 0 && run->error[0] == '\0')
