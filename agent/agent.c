@@ -571,10 +571,8 @@ static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)
 
 static void on_disconnected(struct rdzv_client *c, const char *why)
 {
-    char shown[MC_ESCAPE_SIZE(RDZV_TEXT_MAX)];
-
-    mc_escape(why, shown, sizeof(shown));
-    mc_info("rendezvous server lost (%s); reconnecting, workers keep running", shown);
+    mc_log_untrusted(MC_LOG_INFO, "rendezvous server lost (%s); reconnecting, workers keep running",
+                     why);
     agent_ft_disconnected_(rdzv_client_data(c)); /* replicas in flight died with it */
 }
 

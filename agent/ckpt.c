@@ -12,7 +12,6 @@
 
 #include <jansson.h>
 
-#include "escape.h"
 #include "log.h"
 #include "safefile.h"
 #include "saferm.h"
@@ -181,7 +180,7 @@ int agent_ckpt_registry_pick(const struct agent_ckpt_registry *reg, const char *
  * nftw then removed through it), and only what this agent's user owns. What stays is logged. */
 int agent_ckpt_remove_path(const char *path)
 {
-    char name[NAME_MAX + 1], why[PATH_MAX], line[PATH_MAX + 512], shown[2 * sizeof(line)];
+    char name[NAME_MAX + 1], why[PATH_MAX];
     int dfd = -1, rc = mc_rm_parent_open(path, &dfd, name, sizeof(name));
 
     if (rc != 0)
@@ -190,9 +189,7 @@ int agent_ckpt_remove_path(const char *path)
     close(dfd);
     if (rc != 0 && rc != -ENOENT) {
         /* names come from the shared directory: escaped, so they cannot forge a log line */
-        snprintf(line, sizeof(line), "cannot remove all of %s: %s", path, why);
-        mc_escape(line, shown, sizeof(shown));
-        mc_warn("%s", shown);
+        mc_log_untrusted(MC_LOG_WARN, "cannot remove all of %s: %s", path, why);
     }
     return rc;
 }
