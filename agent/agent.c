@@ -35,22 +35,6 @@ static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 _Static_assert(NSIGNALS + 1 + 32 == AGENT_NSIGHANDLES,
                "one spare handle for --preempt-signal, 32 for --signals-to-handle");
 
-void agent_log(const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    /* the callers' "error: " and "warning: " prefixes become levels, so the lines read alike */
-    if (strncmp(buf, "error: ", 7) == 0)
-        mc_error("%s", buf + 7);
-    else if (strncmp(buf, "warning: ", 9) == 0)
-        mc_warn("%s", buf + 9);
-    else
-        mc_info("%s", buf);
-}
-
 static void transition(struct agent *a, const struct agent_event *ev);
 
 static struct agent_machine_ctx machine_ctx(const struct agent *a)
@@ -587,10 +571,8 @@ static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)
 
 static void on_disconnected(struct rdzv_client *c, const char *why)
 {
-    char shown[MC_ESCAPE_SIZE(RDZV_TEXT_MAX)];
-
-    mc_escape(why, shown, sizeof(shown));
-    mc_info("rendezvous server lost (%s); reconnecting, workers keep running", shown);
+    mc_log_untrusted(MC_LOG_INFO, "rendezvous server lost (%s); reconnecting, workers keep running",
+                     why);
     agent__ft_disconnected(rdzv_client_data(c)); /* replicas in flight died with it */
 }
 
@@ -744,11 +726,12 @@ static int agent_init(struct agent *a, const struct agent_options *o)
         return rc;
     if (gethostname(a->host, sizeof(a->host) - 1) != 0)
         snprintf(a->host, sizeof(a->host), "localhost");
-    mc_utf8_sanitize(a->host); /* the server refuses a JOIN whose host is not UTF-8 (issue 26) */
+    mc_utf8_sanitize(a->host); /* the server refuses a JOIN whose host is not UTF-8 */
     if ((rc = rdzv_node_secret_new(a->node_secret, &a->node_id)) != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the agent (workers reset it) */
-    /* before anything logs: a console nobody reads must never stop the loop (issue 26) */
+    /* before anything logs: a console nobody reads must never stop the loop (docs/OUTPUT.md "A
+     * console that does not read (backpressure)") */
     if ((rc = agent_output_console_start(&a->loop, AGENT_OUTPUT_BUDGET)) != 0)
         mc_warn("console output is written directly: %s", uv_strerror(rc));
     agent_progress_init(&a->loop, &a->progress, o->run_id);

@@ -145,10 +145,10 @@ void agent__ft_flush(struct agent *a, int clean, void (*done)(struct agent *a))
     agent_ckptwatch_flush(&a->ft.ckpt, clean, on_flushed, a);
 }
 
-static void ckpt_log(void *data, const char *line)
+static void ckpt_log(void *data, enum mc_log_level level, const char *line)
 {
     (void)data;
-    agent_log("%s", line); /* "error: "/"warning: " keep their level: --quiet shows them */
+    mc_log(level, "%s", line); /* escaped by ckptwatch */
 }
 
 static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const char *why)
@@ -177,7 +177,8 @@ static void on_ckpt_recorded(void *data, const struct agent_ckpt_entry *e)
         agent_replica_offer(&a->ft.repl, e, a->as.round, a->as.group_rank, a->as.group_world_size);
 }
 
-/* --- checkpoint replicas (issue 19) ------------------------------------------------------- */
+/* --- checkpoint replicas (docs/FAULT_TOLERANCE.md "Checkpoint replicas")
+ * ------------------------------------------------------- */
 
 static int repl_send(void *data, const struct rdzv_msg *m)
 {
@@ -218,10 +219,10 @@ static void on_ckpt_pruned(void *data, const struct agent_ckpt_entry *e)
     rdzv_client_report_ckpt(a->client, &ck);
 }
 
-static void repl_log(void *data, const char *line)
+static void repl_log(void *data, enum mc_log_level level, const char *line)
 {
     (void)data;
-    agent_log("%s", line); /* "error: "/"warning: " keep their level: --quiet shows them */
+    mc_log(level, "%s", line); /* escaped by replica */
 }
 
 static const struct agent_replica_cbs repl_cbs = {

@@ -53,7 +53,7 @@ struct agent_ft {
     char resume_from[PATH_MAX]; /* MUSTER_RESUME_FROM of the current attempt, "" = fresh */
     int64_t my_resume_step;     /* this node's own pick at the last JOIN, -1 none */
     int was_rank0;              /* this node held group rank 0 in the last round */
-    struct agent_replica repl;  /* checkpoint replicas sent and received (issue 19) */
+    struct agent_replica repl;  /* checkpoint replicas sent and received */
     int repl_on;
     struct rdzv_join *pick_join; /* the JOIN waiting for this node's resume candidate */
     void (*pick_done)(struct agent *a);
@@ -63,7 +63,7 @@ struct agent_ft {
 
 /* preflight.c's part: it runs once per agent, at its first ASSIGN: with every node of round 0,
  * or alone (node-local checks) when that ASSIGN is a later round's, i.e. the node joined a
- * running job or replaces a lost node (issue 15). */
+ * running job or replaces a lost node (docs/PREFLIGHT.md "Nodes that join later"). */
 struct agent_pf {
     int ran;                /* the pre-flight was started */
     int joined;             /* it ran node-local: the first round was not round 0 */
@@ -89,7 +89,7 @@ struct agent {
     uv_signal_t sig[AGENT_NSIGHANDLES];
     int port_fd;
     unsigned port;
-    /* group rank 0's TCPStore of this attempt (issue 27), NULL elsewhere and between
+    /* group rank 0's TCPStore of this attempt, NULL elsewhere and between
      * attempts; use_agent_store is this attempt's TORCHELASTIC_USE_AGENT_STORE */
     struct agent_store *store;
     int use_agent_store;
@@ -118,10 +118,6 @@ struct agent {
     unsigned server_wait_logs; /* lines logged while the first connection is refused */
     int spare_said;            /* --spare: "joined as a spare" was logged (first JOIN only) */
 };
-
-/* agent.c: kept for shared.c, mps.c and proctree.c until they log through common/log.h: one
- * "muster: " line on stderr. */
-void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* attempt.c: the log directory (0 or a negative errno, logged), and worker i's start (0 or a
  * negative errno: -ENOENT / -EACCES when the program cannot be executed) */
@@ -161,7 +157,7 @@ void agent__ft_prepare(struct agent *a);
 void agent__ft_worker_exited(struct agent *a, int local_rank);
 void agent__ft_sync(struct agent *a, int clean);
 void agent__ft_close(struct agent *a);
-/* A REPL_* message from the server (issue 19); the connection broke (transfers are gone). */
+/* A REPL_* message from the server; the connection broke (transfers are gone). */
 void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m);
 void agent__ft_disconnected(struct agent *a);
 

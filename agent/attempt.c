@@ -50,7 +50,7 @@ static int open_log(const char *dir, const char *name)
 {
     int fd, rc = agent_output_open_log(dir, name, &fd);
     if (rc != 0)
-        mc_info("cannot open %s/%s: %s; that stream is not logged", dir, name, strerror(-rc));
+        mc_warn("cannot open %s/%s: %s; that stream is not logged", dir, name, strerror(-rc));
     return fd;
 }
 
@@ -86,7 +86,7 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->torch_version = o->work.torch_version;
 }
 
-/* ---- the agent's TCPStore (issue 27) ------------------------------------------------- */
+/* ---- the agent's TCPStore ------------------------------------------------------------- */
 
 void agent__store_stop(struct agent *a)
 {
@@ -110,7 +110,7 @@ int agent__store_start(struct agent *a)
     }
     if (rc == UV_EADDRINUSE) {
         /* worker rank 0 could not bind it either: a 28-line traceback from every rank's
-         * init_process_group (issue 27), where one line says it all */
+         * init_process_group, where one line says it all */
         mc_error("MASTER_PORT %u is in use on this node (%s): the job's TCPStore listens "
                  "there; pick another --master-port, or leave it out for a free one",
                  as->master_port, as->master_addr);
@@ -242,7 +242,7 @@ int agent__spawn_one(struct agent *a, int i)
     agent_env_init(&full);
     rc = agent_logdir_worker(&a->logdir, a->as.restart_count, i, 1, dir, error_file);
     if (rc != 0) {
-        mc_info("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
+        mc_error("cannot create the log directory of local_rank %d: %s", i, strerror(-rc));
         goto out;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */

@@ -12,7 +12,6 @@
 
 #include <jansson.h>
 
-#include "escape.h"
 #include "log.h"
 #include "safefile.h"
 #include "saferm.h"
@@ -91,10 +90,11 @@ int agent_ckpt_registry_add(struct agent_ckpt_registry *reg, const struct agent_
     return 0;
 }
 
-static void logf_line(agent_ckpt_log_cb log, void *arg, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void logf_line(agent_ckpt_log_cb log, void *arg, enum mc_log_level level, const char *fmt,
+                      ...) __attribute__((format(printf, 4, 5)));
 
-static void logf_line(agent_ckpt_log_cb log, void *arg, const char *fmt, ...)
+static void logf_line(agent_ckpt_log_cb log, void *arg, enum mc_log_level level, const char *fmt,
+                      ...)
 {
     char line[AGENT_CKPT_NAME_MAX + 256];
     va_list ap;
@@ -104,7 +104,7 @@ static void logf_line(agent_ckpt_log_cb log, void *arg, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    log(arg, line);
+    log(arg, level, line);
 }
 
 static int size_mismatch(const struct agent_ckpt_entry *e, uint64_t now, char *why, size_t len)
@@ -158,7 +158,8 @@ static int newest_verified(const struct agent_ckpt_registry *reg, const char *di
             *index = i;
             return 0;
         }
-        logf_line(log, log_arg, "checkpoint %s skipped: %s", reg->entries[i].name, why);
+        logf_line(log, log_arg, MC_LOG_INFO, "checkpoint %s skipped: %s", reg->entries[i].name,
+                  why);
     }
     return -ENOENT;
 }
@@ -179,7 +180,7 @@ int agent_ckpt_registry_pick(const struct agent_ckpt_registry *reg, const char *
  * nftw then removed through it), and only what this agent's user owns. What stays is logged. */
 int agent_ckpt_remove_path(const char *path)
 {
-    char name[NAME_MAX + 1], why[PATH_MAX], line[PATH_MAX + 512], shown[2 * sizeof(line)];
+    char name[NAME_MAX + 1], why[PATH_MAX];
     int dfd = -1, rc = mc_rm_parent_open(path, &dfd, name, sizeof(name));
 
     if (rc != 0)
@@ -188,9 +189,7 @@ int agent_ckpt_remove_path(const char *path)
     close(dfd);
     if (rc != 0 && rc != -ENOENT) {
         /* names come from the shared directory: escaped, so they cannot forge a log line */
-        snprintf(line, sizeof(line), "cannot remove all of %s: %s", path, why);
-        mc_escape(line, shown, sizeof(shown));
-        mc_warn("%s", shown);
+        mc_log_untrusted(MC_LOG_WARN, "cannot remove all of %s: %s", path, why);
     }
     return rc;
 }
@@ -218,11 +217,13 @@ int agent_ckpt_registry_prune(struct agent_ckpt_registry *reg, const char *dir, 
         struct agent_ckpt_entry *e = &reg->entries[i];
         int rc = remove_tree(dir, e->name);
         if (rc != 0 && rc != -ENOENT) {
-            logf_line(log, log_arg, "checkpoint %s not pruned: %s", e->name, strerror(-rc));
+            logf_line(log, log_arg, MC_LOG_INFO, "checkpoint %s not pruned: %s", e->name,
+                      strerror(-rc));
             continue;
         }
-        logf_line(log, log_arg, "checkpoint %s pruned (keeping %u, newest verified %s)", e->name,
-                  keep ? keep : 1, reg->entries[good].name);
+        logf_line(log, log_arg, MC_LOG_INFO,
+                  "checkpoint %s pruned (keeping %u, newest verified %s)", e->name, keep ? keep : 1,
+                  reg->entries[good].name);
         remove_at(reg, i);
         removed++;
     }

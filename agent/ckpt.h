@@ -1,6 +1,6 @@
 /* The checkpoint registry: the checkpoints rank 0 wrote into MUSTER_CHECKPOINT_DIR, with their
  * checksums, so that a restart resumes from the newest one that is still intact and
- * --keep-checkpoints prunes only behind a good one (DESIGN.md "Checkpoints", issue 5).
+ * --keep-checkpoints prunes only behind a good one (docs/ARCHITECTURE.md "Checkpoints").
  *
  * No libuv and no threads. The registry itself (add, remove, order) is cheap and the watcher
  * keeps it on its loop; what touches the disk (_verify, _pick, _prune, _save, _load of a big
@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "ckpt_hash.h"
+#include "log.h"
 
 /* The registry file format written by agent_ckpt_registry_save. */
 #define AGENT_CKPT_REGISTRY_VERSION 1
@@ -25,8 +26,9 @@ struct agent_ckpt_registry {
     size_t n, cap;
 };
 
-/* One line without a newline, e.g. "checkpoint ckpt_120.pt skipped: missing". */
-typedef void (*agent_ckpt_log_cb)(void *arg, const char *line);
+/* One line without a newline, e.g. "checkpoint ckpt_120.pt skipped: missing", with its level
+ * (common/log.h). */
+typedef void (*agent_ckpt_log_cb)(void *arg, enum mc_log_level level, const char *line);
 
 /* An empty registry. */
 void agent_ckpt_registry_init(struct agent_ckpt_registry *reg);

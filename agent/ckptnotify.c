@@ -15,10 +15,10 @@
     (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE | IN_MODIFY |            \
      IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
 
-static void logf_(struct agent_ckptnotify *n, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static void logf_(struct agent_ckptnotify *n, enum mc_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void logf_(struct agent_ckptnotify *n, const char *fmt, ...)
+static void logf_(struct agent_ckptnotify *n, enum mc_log_level level, const char *fmt, ...)
 {
     char line[PATH_MAX + 256];
     va_list ap;
@@ -26,7 +26,7 @@ static void logf_(struct agent_ckptnotify *n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    n->log(n->data, line);
+    n->log(n->data, level, line);
 }
 
 static struct agent_ckptnotify_watch *find_wd(struct agent_ckptnotify *n, int wd)
@@ -54,8 +54,8 @@ static int add(struct agent_ckptnotify *n, const char *top, const char *rel, int
 
     if (n->nw == AGENT_CKPTNOTIFY_MAX_WATCHES) {
         if (!n->said_full)
-            logf_(n,
-                  "warning: more than %d directories to watch in --checkpoint-dir: writes "
+            logf_(n, MC_LOG_WARN,
+                  "more than %d directories to watch in --checkpoint-dir: writes "
                   "below the first ones are seen by the settle rule only",
                   AGENT_CKPTNOTIFY_MAX_WATCHES);
         n->said_full = 1;
@@ -68,8 +68,8 @@ static int add(struct agent_ckptnotify *n, const char *top, const char *rel, int
     wd = inotify_add_watch(n->fd, path, MASK);
     if (wd < 0) {
         if (errno == ENOSPC && !n->said_full) {
-            logf_(n,
-                  "warning: out of inotify watches (fs.inotify.max_user_watches) for %s: "
+            logf_(n, MC_LOG_WARN,
+                  "out of inotify watches (fs.inotify.max_user_watches) for %s: "
                   "writes below it are seen by the settle rule only",
                   path);
             n->said_full = 1;
@@ -201,8 +201,7 @@ void agent_ckptnotify_drain(struct agent_ckptnotify *n)
 }
 
 int agent_ckptnotify_init(uv_loop_t *loop, struct agent_ckptnotify *n, const char *dir,
-                          agent_ckptnotify_cb cb, void (*log)(void *data, const char *line),
-                          void *data)
+                          agent_ckptnotify_cb cb, agent_ckptnotify_log_cb log, void *data)
 {
     int rc;
 

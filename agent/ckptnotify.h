@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "log.h"
+
 /* Nesting watched below the checkpoint directory: checkpoint-N/ and one level inside it
  * (DeepSpeed's global_stepN/). Deeper writes are still caught by the settle rule's checks. */
 #define AGENT_CKPTNOTIFY_DEPTH 2
@@ -32,6 +34,8 @@ struct agent_ckptnotify_event {
 };
 
 typedef void (*agent_ckptnotify_cb)(void *data, const struct agent_ckptnotify_event *ev);
+/* One line (no newline, not escaped: it names paths) with its level (common/log.h). */
+typedef void (*agent_ckptnotify_log_cb)(void *data, enum mc_log_level level, const char *line);
 
 struct agent_ckptnotify_watch {
     int wd;
@@ -50,15 +54,14 @@ struct agent_ckptnotify {
     void *data;
     int open;
     int said_full; /* "no more watches" logged once */
-    void (*log)(void *data, const char *line);
+    agent_ckptnotify_log_cb log;
     void (*close_cb)(void *data);
 };
 
 /* Starts watching dir (not below it yet: see _watch_tree). Borrows loop; cb gets every event,
  * log (required) one line per problem. Returns 0 or a negative errno (nothing to close then). */
 int agent_ckptnotify_init(uv_loop_t *loop, struct agent_ckptnotify *n, const char *dir,
-                          agent_ckptnotify_cb cb, void (*log)(void *data, const char *line),
-                          void *data);
+                          agent_ckptnotify_cb cb, agent_ckptnotify_log_cb log, void *data);
 
 /* Watches DIR/rel (a directory inside entry top, depth 1 or 2), for entries found by a scan
  * rather than by an event. Returns 0 or a negative errno (logged once when out of watches). */

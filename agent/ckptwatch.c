@@ -17,18 +17,17 @@
 
 /* Checkpoint names are whatever the training script chose, or another node through a shared
  * registry: a newline or an ESC sequence in one must not forge a log line (common/escape.h). */
-static void emit(struct agent_ckptwatch *w, const char *line)
+static void emit(struct agent_ckptwatch *w, enum mc_log_level level, const char *line)
 {
     char shown[2048];
 
-    mc_escape(line, shown, sizeof(shown));
-    w->log(w->data, shown);
+    w->log(w->data, level, mc_format_untrusted(shown, sizeof(shown), "%s", line));
 }
 
-static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static void logf_(struct agent_ckptwatch *w, enum mc_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
+static void logf_(struct agent_ckptwatch *w, enum mc_log_level level, const char *fmt, ...)
 {
     char line[PATH_MAX + 256];
     va_list ap;
@@ -36,7 +35,7 @@ static void logf_(struct agent_ckptwatch *w, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    emit(w, line);
+    emit(w, level, line);
 }
 
 static void emit_lines(struct agent_ckptwatch *w, const struct agent_ckptwatch_lines *l)
@@ -45,7 +44,7 @@ static void emit_lines(struct agent_ckptwatch *w, const struct agent_ckptwatch_l
         if ((nl = strchr(p, '\n')) == NULL)
             break;
         *nl = '\0';
-        emit(w, p);
+        emit(w, MC_LOG_INFO, p); /* the jobs' lines are all information */
     }
 }
 
@@ -62,7 +61,7 @@ static struct agent_ckptwatch_job *new_job(struct agent_ckptwatch *w,
     struct agent_ckptwatch_job *j = agent__ckptwatch_job_new(w, kind);
 
     if (j == NULL)
-        logf_(w, "error: out of memory for a checkpoint job");
+        logf_(w, MC_LOG_ERROR, "out of memory for a checkpoint job");
     return j;
 }
 
@@ -166,7 +165,8 @@ static void supersede(struct agent_ckptwatch *w, const char *name)
         next = j->next;
         if (j->origin != CKW_FROM_EVENT || s < 0 || s >= step)
             continue;
-        logf_(w, "checkpoint %s superseded by %s before it was hashed", j->x.name, name);
+        logf_(w, MC_LOG_INFO, "checkpoint %s superseded by %s before it was hashed", j->x.name,
+              name);
         agent__ckptwatch_unqueue(w, j);
         if ((p = pend_find(w, j->x.name)) != NULL) { /* kept, for what the next flush knows */
             p->job = NULL;
@@ -306,7 +306,7 @@ static struct agent_ckptwatch_job *save(struct agent_ckptwatch *w)
     agent_ckpt_registry_close(&j->snap);
     agent_ckpt_registry_close(&j->snap_good);
     if (snapshot(&j->snap, &w->reg) != 0 || snapshot(&j->snap_good, &w->good) != 0)
-        logf_(w, "error: out of memory saving %s", w->registry_path);
+        logf_(w, MC_LOG_ERROR, "out of memory saving %s", w->registry_path);
     if (fresh)
         agent__ckptwatch_enqueue(w, j);
     return j; /* notify is the loop's alone: adding to it while the save runs is safe */
@@ -340,7 +340,8 @@ static void prune(struct agent_ckptwatch *w, const char *verified)
         agent_ckpt_registry_add(&j->snap, &e); /* for pruned_cb */
         agent_ckpt_registry_remove(&w->reg, e.name);
         agent_ckpt_registry_remove(&w->good, e.name);
-        logf_(w, "checkpoint %s pruned (keeping %u, newest verified %s)", e.name, keep, verified);
+        logf_(w, MC_LOG_INFO, "checkpoint %s pruned (keeping %u, newest verified %s)", e.name, keep,
+              verified);
     }
     agent__ckptwatch_enqueue(w, j);
 }
@@ -398,11 +399,11 @@ static void record(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *
         return;
     w->hashed_bytes += e->size;
     w->hash_ns += j->x.hash_ns;
-    logf_(w, "checkpoint %s recorded%s (step %lld, %llu bytes, xxh3 %016llx)", e->name,
+    logf_(w, MC_LOG_INFO, "checkpoint %s recorded%s (step %lld, %llu bytes, xxh3 %016llx)", e->name,
           j->origin == CKW_FROM_STARTUP ? " at start (was there before)" : "", (long long)e->step,
           (unsigned long long)e->size, (unsigned long long)e->checksum);
     if (secs >= 1.0) /* big ones: how fast the recorder reads (docs/BENCHMARKS.md) */
-        logf_(w, "checkpoint %s hashed in %.2f s (%.0f MB/s)", e->name, secs,
+        logf_(w, MC_LOG_INFO, "checkpoint %s hashed in %.2f s (%.0f MB/s)", e->name, secs,
               (double)e->size / secs / 1e6);
     prune(w, e->name);
     struct agent_ckptwatch_job *s = save(w);
@@ -417,7 +418,7 @@ static void record(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *
 static void not_recorded(struct agent_ckptwatch *w, const struct agent_ckptwatch_job *j,
                          const char *why)
 {
-    logf_(w, "checkpoint %s not recorded: %s", j->x.name, why);
+    logf_(w, MC_LOG_INFO, "checkpoint %s not recorded: %s", j->x.name, why);
 }
 
 /* Where a pending entry goes after its examination. */
@@ -468,7 +469,7 @@ static void exam_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
     else if (r == AGENT_CKPT_EXAM_ERROR)
         not_recorded(w, j, j->x.why);
     else if (r == AGENT_CKPT_EXAM_ALTERED && j->origin == CKW_FROM_STARTUP)
-        logf_(w,
+        logf_(w, MC_LOG_INFO,
               "checkpoint %s changed since it was recorded, while no agent watched: not "
               "trusted (a restart skips it, or puts its last good copy back)",
               j->x.name);
@@ -508,7 +509,7 @@ static void scan_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
     if (j->nnames > 1)
         qsort(j->names, j->nnames, sizeof(*j->names), by_step);
     if (j->rc != 0)
-        logf_(w, "cannot list --checkpoint-dir %s: %s", w->dir, strerror(-j->rc));
+        logf_(w, MC_LOG_WARN, "cannot list --checkpoint-dir %s: %s", w->dir, strerror(-j->rc));
     if (w->recording)
         watch_found(w, j);
     for (size_t i = 0; w->recording && i < j->nnames; i++) {
@@ -572,19 +573,21 @@ static void copy_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
     const struct agent_ckpt_entry *now = agent_ckpt_registry_find(&w->reg, j->e.name);
 
     if (j->rc == -ESTALE) {
-        logf_(w, "last good copy of %s not kept: %s (the previous copy stays)", j->e.name, j->why);
+        logf_(w, MC_LOG_INFO, "last good copy of %s not kept: %s (the previous copy stays)",
+              j->e.name, j->why);
         return;
     }
     if (j->rc == -ECANCELED)
         return;
     if (j->rc != 0) {
-        logf_(w, "warning: last good copy of %s not kept: %s", j->e.name, j->why);
+        logf_(w, MC_LOG_WARN, "last good copy of %s not kept: %s", j->e.name, j->why);
         return;
     }
     if (now == NULL) /* pruned meanwhile: the copy goes with the next prune or start */
         return;
     agent_ckpt_registry_add(&w->good, &j->e);
-    logf_(w, "last good copy of %s kept (step %lld, %s, %.2f s)", j->e.name, (long long)j->e.step,
+    logf_(w, MC_LOG_INFO, "last good copy of %s kept (step %lld, %s, %.2f s)", j->e.name,
+          (long long)j->e.step,
           j->cstats.reflinked == j->cstats.files && j->cstats.files > 0 ? "reflink" : "copied",
           j->cstats.ns / 1e9);
     save(w);
@@ -646,7 +649,7 @@ static int barrier_again(struct agent_ckptwatch *w, struct agent_ckptwatch_job *
 void agent__ckptwatch_job_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
     if (j->kind == CKW_SAVE && j->rc != 0)
-        logf_(w, "cannot save %s: %s", w->registry_path, strerror(-j->rc));
+        logf_(w, MC_LOG_WARN, "cannot save %s: %s", w->registry_path, strerror(-j->rc));
     if (!w->open) {
         drop_waiter(j);
         return; /* closing: only saves and prunes were left to run */
@@ -693,9 +696,9 @@ static void timer_closed(uv_handle_t *h)
     on_handle_closed(h->data);
 }
 
-static void notify_log(void *data, const char *line)
+static void notify_log(void *data, enum mc_log_level level, const char *line)
 {
-    emit(data, line);
+    emit(data, level, line);
 }
 
 /* --checkpoint-dir, its .muster/ (the registry) and .muster/good/: created if missing, refused
@@ -710,7 +713,7 @@ static int open_dirs(struct agent_ckptwatch *w, const char *meta)
     if (rc == 0)
         rc = mc_dir_open(w->gooddir, 0700, "--checkpoint-dir", NULL, NULL, err, sizeof(err));
     if (rc != 0)
-        logf_(w, "error: %s", err);
+        logf_(w, MC_LOG_ERROR, "%s", err);
     return rc;
 }
 
@@ -719,10 +722,10 @@ static void load(struct agent_ckptwatch *w)
     int rc = agent_ckpt_registry_load(&w->reg, w->registry_path);
 
     if (rc != 0 && rc != -ENOENT)
-        logf_(w, "ignoring %s: %s", w->registry_path, strerror(-rc));
+        logf_(w, MC_LOG_INFO, "ignoring %s: %s", w->registry_path, strerror(-rc));
     rc = agent_ckpt_registry_load(&w->good, w->good_path);
     if (rc != 0 && rc != -ENOENT)
-        logf_(w, "ignoring %s: %s", w->good_path, strerror(-rc));
+        logf_(w, MC_LOG_INFO, "ignoring %s: %s", w->good_path, strerror(-rc));
 }
 
 int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char *dir, unsigned keep,
@@ -755,7 +758,7 @@ int agent_ckptwatch_init(uv_loop_t *loop, struct agent_ckptwatch *w, const char 
         return rc;
     load(w);
     if ((rc = agent_ckptnotify_init(loop, &w->notify, dir, on_notify, notify_log, w)) != 0) {
-        logf_(w, "error: cannot watch --checkpoint-dir %s: %s", dir, strerror(-rc));
+        logf_(w, MC_LOG_ERROR, "cannot watch --checkpoint-dir %s: %s", dir, strerror(-rc));
         agent_ckpt_registry_close(&w->reg);
         agent_ckpt_registry_close(&w->good);
         return rc;
@@ -828,7 +831,7 @@ int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_ent
     if (!w->recording)
         load(w); /* a registry file another node writes (shared directory) stays whole */
     if ((rc = agent_ckpt_registry_add(&w->reg, e)) != 0) {
-        logf_(w, "replica %s not recorded: %s", e->name, strerror(-rc));
+        logf_(w, MC_LOG_INFO, "replica %s not recorded: %s", e->name, strerror(-rc));
         return rc;
     }
     agent_ckpt_registry_remove(&w->good, e->name); /* a copy of another version is stale */
@@ -847,7 +850,7 @@ static void pick_enqueue(void *data)
         return;
     }
     if (snapshot(&j->snap, &w->reg) != 0 || snapshot(&j->snap_good, &w->good) != 0)
-        logf_(w, "error: out of memory picking a checkpoint");
+        logf_(w, MC_LOG_ERROR, "out of memory picking a checkpoint");
     agent__ckptwatch_enqueue(w, j);
 }
 

@@ -1,4 +1,4 @@
-/* The agent's side of the checkpoint convention (DESIGN.md "Checkpoints",
+/* The agent's side of the checkpoint convention (docs/ARCHITECTURE.md "Checkpoints",
  * docs/FAULT_TOLERANCE.md): watches MUSTER_CHECKPOINT_DIR and the directories inside it
  * (ckptnotify.h), decides when an entry is complete however the trainer wrote it (renamed into
  * place; or written in place and complete by its layout, or unchanged for the settle time:
@@ -31,7 +31,8 @@
 /* Entries waiting to settle at once; beyond, the oldest is examined at once. */
 #define AGENT_CKPTWATCH_MAX_PENDING 4096
 
-typedef void (*agent_ckptwatch_log_cb)(void *data, const char *line);
+/* One line (no newline, already escaped) with its level (common/log.h). */
+typedef void (*agent_ckptwatch_log_cb)(void *data, enum mc_log_level level, const char *line);
 
 /* Optional reports (NULL allowed): an entry was recorded; an entry failed verification when an
  * attempt picked where to resume (why: one line). */

@@ -150,12 +150,12 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
     rc |= agent_env_setf(env, "TORCHELASTIC_MAX_RESTARTS", "%u", w->max_restarts);
     rc |= agent_env_set(env, "TORCHELASTIC_RUN_ID", w->run_id);
     /* True: every worker is a client of the agent's store, so rank 0 leaving first takes it
-     * from no one (issue 27); False: rank 0's init_process_group creates it */
+     * from no one; False: rank 0's init_process_group creates it */
     rc |= agent_env_set(env, "TORCHELASTIC_USE_AGENT_STORE", w->agent_store ? "True" : "False");
     rc |= agent_env_set(env, "TORCHELASTIC_ERROR_FILE", w->error_file);
     rc |= agent_env_set(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1");
     /* torch < 2.2 reads only the old name (and defaults it off); 2.2+ reads the new one and
-     * warns in every process when the old one is set (issue 27: twice per worker), so the old
+     * warns in every process when the old one is set (twice per worker), so the old
      * name goes only where the workers' PyTorch is older or unknown (launcher/torchver.h) */
     if (parent_get(parent, "NCCL_ASYNC_ERROR_HANDLING") == NULL &&
         (w->torch_version == 0 || w->torch_version < 202))

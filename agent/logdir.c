@@ -116,7 +116,7 @@ int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *r
         snprintf(tmp, sizeof(tmp), "%s", d->base);
         if ((slash = strrchr(tmp, '/')) != NULL && slash != tmp) {
             *slash = '\0';
-            agent_tmpsweep_run(tmp); /* what musters killed with SIGKILL left (issue 27) */
+            agent_tmpsweep_run(tmp); /* what musters killed with SIGKILL left */
         }
     }
     return rc;

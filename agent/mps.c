@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "agent.h"
-#include "agent_priv.h" /* agent_log */
+#include "log.h"
 #include "clock.h"
 #include "gpuquery.h"
 #include "path.h"
@@ -183,8 +183,8 @@ static int start_daemon(struct agent_mps *m, char *why, size_t whylen)
     }
     for (uint64_t deadline = mc_mono_ms() + PIDFILE_WAIT_MS; !file_exists(m->pipe_dir, PIDFILE);) {
         if (mc_mono_ms() >= deadline) {
-            agent_log("warning: the MPS daemon wrote no %s in %u s; going on", PIDFILE,
-                      PIDFILE_WAIT_MS / 1000);
+            mc_warn("the MPS daemon wrote no %s in %u s; going on", PIDFILE,
+                    PIDFILE_WAIT_MS / 1000);
             break;
         }
         sleep_ms(5);
@@ -195,11 +195,11 @@ static int start_daemon(struct agent_mps *m, char *why, size_t whylen)
 static int mps_fail(struct agent_mps *m, int on, int code, const char *what)
 {
     if (on)
-        agent_log("error: --mps: %s", what);
+        mc_error("--mps: %s", what);
     else
-        agent_log("warning: --mps=auto: %s; the workers share the GPUs without MPS "
-                  "(no hard memory cap)",
-                  what);
+        mc_warn("--mps=auto: %s; the workers share the GPUs without MPS "
+                "(no hard memory cap)",
+                what);
     remove_dir(m);
     agent_env_free(&m->env);
     m->on = 0;
@@ -242,10 +242,10 @@ int agent_mps_start(struct agent_mps *m, const struct agent_shared_options *o)
         return mps_fail(m, on, AGENT_EXIT_INTERNAL, why);
     }
     m->on = 1;
-    agent_log("MPS daemon started (pipe directory %s); each worker capped at %" PRIu64 " MiB",
-              m->pipe_dir, m->limit_mib);
-    agent_log("MPS clients on one GPU share a fault domain: a fatal GPU fault in one can end "
-              "the others; muster restarts each of them");
+    mc_info("MPS daemon started (pipe directory %s); each worker capped at %" PRIu64 " MiB",
+            m->pipe_dir, m->limit_mib);
+    mc_info("MPS clients on one GPU share a fault domain: a fatal GPU fault in one can end "
+            "the others; muster restarts each of them");
     return 0;
 }
 
@@ -363,14 +363,14 @@ void agent_mps_stop(struct agent_mps *m)
         pid_t daemon = read_pidfile(m->pipe_dir); /* read first: the daemon removes it */
         int rc = send_quit(m, AGENT_MPS_STOP_TIMEOUT_MS);
         if (rc != 0)
-            agent_log("warning: stopping the MPS daemon: %s quit: %s", m->control, strerror(-rc));
+            mc_warn("stopping the MPS daemon: %s quit: %s", m->control, strerror(-rc));
         while (daemon > 0 && daemon_alive(daemon) && mc_mono_ms() < deadline)
             sleep_ms(10);
         if (daemon > 0 && daemon_alive(daemon)) {
-            agent_log("warning: the MPS daemon (pid %d) did not quit; killing it", (int)daemon);
+            mc_warn("the MPS daemon (pid %d) did not quit; killing it", (int)daemon);
             kill(daemon, SIGKILL);
         }
-        agent_log("MPS daemon stopped");
+        mc_info("MPS daemon stopped");
         m->on = 0;
     }
     remove_dir(m);

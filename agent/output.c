@@ -34,7 +34,7 @@ static struct {
     struct agent_dedup *dedup;
     /* agent_output_console_start: every console fd and log file behind a sink (sink.h), and
      * the wake the sinks' writers send when a queue drained */
-    struct agent_sink *sink[CONSOLE_FDS];
+    struct mc_sink *sink[CONSOLE_FDS];
     uv_async_t *wake;
     size_t budget;
     pthread_t loop_thread;
@@ -110,12 +110,12 @@ int agent_write_all(int fd, const char *buf, size_t len)
  * hard limit is counted there and is not an error of the console. */
 static int console_writev(int fd, struct iovec *iov, int cnt)
 {
-    struct agent_sink *s = fd >= 0 && fd < CONSOLE_FDS ? con.sink[fd] : NULL;
+    struct mc_sink *s = fd >= 0 && fd < CONSOLE_FDS ? con.sink[fd] : NULL;
     int rc;
 
     if (s == NULL)
         return writev_all(fd, iov, cnt);
-    rc = agent_sink_writev(s, iov, cnt);
+    rc = mc_sink_writev(s, iov, cnt);
     return rc == -ENOBUFS ? 0 : rc;
 }
 
@@ -249,7 +249,7 @@ static void attach(struct agent_output *o, uv_loop_t *loop, unsigned dedup_ms)
         con.timer_due = 0;
     }
     if (con.wake != NULL && con.sink[o->console_fd] == NULL &&
-        agent_sink_new(o->console_fd, 0, con.budget, con.wake, &con.sink[o->console_fd]) != 0)
+        mc_sink_new(o->console_fd, 0, con.budget, con.wake, &con.sink[o->console_fd]) != 0)
         mc_warn("console fd %d is written directly: no writer thread", o->console_fd);
     if (dedup_ms > 0 && con.dedup == NULL)
         agent_dedup_new(dedup_ms, dedup_emit, NULL, &con.dedup); /* -ENOMEM: no --dedup */
@@ -308,7 +308,7 @@ void agent_output_configure(struct agent_output *o, uv_loop_t *loop,
     }
     /* a log file on a slow or stalled disk must not hold up the loop either */
     if (loop != NULL && con.wake != NULL && o->file_fd >= 0 &&
-        agent_sink_new(o->file_fd, 1, con.budget, con.wake, &o->file_sink) != 0)
+        mc_sink_new(o->file_fd, 1, con.budget, con.wake, &o->file_sink) != 0)
         o->file_sink = NULL; /* written directly, as without a loop */
     if (loop != NULL)
         attach(o, loop, dedup_ms);
@@ -419,8 +419,8 @@ int agent_output_split_filters(const char *list, char ***out)
 /* ---- lines ---------------------------------------------------------------------------- */
 
 /* PyTorch 2.x prefixes its own log lines with "[rank0]:" (c10d's logger: "[rank0]:[W1202 ...]
- * ProcessGroupNCCL.cpp ..."): with muster's "[rank0]: " in front they read "[rank0]: [rank0]:"
- * (issue 27). A line that already starts with our prefix (less its trailing space) is shown
+ * ProcessGroupNCCL.cpp ..."): with muster's "[rank0]: " in front they read "[rank0]: [rank0]:".
+ * A line that already starts with our prefix (less its trailing space) is shown
  * as it is. */
 static int already_prefixed(const struct agent_output *o, const char *text, size_t len)
 {
@@ -492,7 +492,7 @@ static void filter_line(struct agent_output *o, const char *text, size_t len)
 /* A complete update (the whole line, text[0..len), of which o->shown bytes are on the console
  * already) ended by term. */
 /* "ModuleNotFoundError: No module named 'torch'": the workers' Python is not the one with the
- * packages; the failure summary says so (issue 27: every rank printed it, with no hint). */
+ * packages; the failure summary says so (every rank printed it, with no hint). */
 static void note_missing_module(const char *text, size_t len)
 {
     static const char key[] = "ModuleNotFoundError: No module named '";
@@ -596,13 +596,13 @@ static void file_write(struct agent_output *o, const char *data, size_t n)
 
     if (o->file_fd < 0)
         return;
-    rc = o->file_sink != NULL ? agent_sink_writev(o->file_sink, &iov, 1)
+    rc = o->file_sink != NULL ? mc_sink_writev(o->file_sink, &iov, 1)
                               : agent_write_all(o->file_fd, data, n);
     if (rc == 0 || rc == -ENOBUFS)
         return;
     mc_warn("cannot write a worker log file: %s; file output stops", strerror(-rc));
     if (o->file_sink != NULL)
-        agent_sink_close(o->file_sink); /* closes the fd */
+        mc_sink_close(o->file_sink); /* closes the fd */
     else
         close(o->file_fd);
     o->file_sink = NULL;
@@ -612,11 +612,11 @@ static void file_write(struct agent_output *o, const char *data, size_t n)
 /* Whether a destination of o has its budget's worth queued (and then the sink wakes us). */
 static int over_budget(struct agent_output *o)
 {
-    struct agent_sink *c =
+    struct mc_sink *c =
         o->console_fd >= 0 && o->console_fd < CONSOLE_FDS ? con.sink[o->console_fd] : NULL;
-    int over = c != NULL && agent_sink_over(c);
+    int over = c != NULL && mc_sink_over(c);
 
-    return (o->file_sink != NULL && agent_sink_over(o->file_sink)) || over;
+    return (o->file_sink != NULL && mc_sink_over(o->file_sink)) || over;
 }
 
 static void pause_remove(struct agent_output *o)
@@ -641,7 +641,7 @@ static void on_wake(uv_async_t *h)
     for (struct agent_output *o = con.paused, *next; o != NULL; o = next) {
         next = o->pause_next;
         if (over_budget(o))
-            continue; /* re-armed by agent_sink_over */
+            continue; /* re-armed by mc_sink_over */
         pause_remove(o);
         o->resume_cb(o, o->resume_data);
     }
@@ -698,7 +698,7 @@ void agent_output_close(struct agent_output *o)
     detach(o);
     pause_remove(o);
     if (o->file_sink != NULL)
-        agent_sink_close(o->file_sink); /* its writer drains what is queued, then closes */
+        mc_sink_close(o->file_sink); /* its writer drains what is queued, then closes */
     else if (o->file_fd >= 0)
         close(o->file_fd);
     o->file_sink = NULL;
@@ -712,15 +712,12 @@ void agent_output_close(struct agent_output *o)
 
 /* ---- the console's sinks ------------------------------------------------------------- */
 
-static void log_to_sink(const char *line, size_t len)
+/* Before each of muster's own lines: a line of a worker left open is ended first; the owners
+ * are the loop thread's, and other threads (uv_queue_work jobs) log too. */
+static void before_log_line(void)
 {
-    struct iovec iov = {.iov_base = (void *)line, .iov_len = len};
-
-    /* a line of a worker left open is ended first; the owners are the loop thread's, and
-     * other threads (uv_queue_work jobs) log too */
     if (pthread_equal(pthread_self(), con.loop_thread))
         claim_console(STDERR_FILENO, NULL);
-    console_writev(STDERR_FILENO, &iov, 1);
 }
 
 static void free_wake(uv_handle_t *h)
@@ -747,13 +744,13 @@ int agent_output_console_start(uv_loop_t *loop, size_t budget)
     for (int fd = STDOUT_FILENO; fd <= STDERR_FILENO; fd++) {
         if (fcntl(fd, F_GETFD) < 0)
             continue; /* closed: writes fail with EBADF as they did */
-        if ((rc = agent_sink_new(fd, 0, budget, con.wake, &con.sink[fd])) != 0)
+        if ((rc = mc_sink_new(fd, 0, budget, con.wake, &con.sink[fd])) != 0)
             mc_warn("console fd %d is written directly: %s", fd, strerror(-rc));
     }
     /* muster's own lines join the workers' in one queue: in order with them, and a stalled
      * stderr no longer stops the loop in mc_log's write() */
     if (con.sink[STDERR_FILENO] != NULL)
-        mc_log_set_writer(log_to_sink);
+        mc_sink_take_log(con.sink[STDERR_FILENO], before_log_line);
     return 0;
 }
 
@@ -771,25 +768,25 @@ uint64_t agent_output_console_stop(unsigned timeout_ms)
 
     if (con.wake == NULL)
         return 0;
-    lost = agent_sink_drain_all(timeout_ms);
+    lost = mc_sink_drain_all(timeout_ms);
     if (lost > 0) {
         /* queued like the rest, with a short wait of its own: written directly, it could wait
          * MC_LOG_WRITE_WAIT_MS more on a stalled stderr, past the exit's bound */
         mc_warn("%llu bytes of output were not written: the console or a log file did not "
                 "take them within %.1f s",
                 (unsigned long long)lost, timeout_ms / 1000.0);
-        agent_sink_drain_all(AGENT_OUTPUT_LAST_LINE_MS);
+        mc_sink_drain_all(AGENT_OUTPUT_LAST_LINE_MS);
     }
-    mc_log_set_writer(NULL); /* from here on: direct and bounded (common/log.c) */
+    mc_sink_take_log(NULL, NULL); /* from here on: direct and bounded (common/log.c) */
     for (int fd = 0; fd < CONSOLE_FDS; fd++) {
         if (con.sink[fd] == NULL)
             continue;
-        agent_sink_close(con.sink[fd]); /* one stuck in write() stays so until exit */
+        mc_sink_close(con.sink[fd]); /* one stuck in write() stays so until exit */
         con.sink[fd] = NULL;
     }
     while (con.paused != NULL)
         pause_remove(con.paused);
-    agent_sink_forget_wake(con.wake); /* a log file still open must not wake a closed handle */
+    mc_sink_forget_wake(con.wake); /* a log file still open must not wake a closed handle */
     uv_close((uv_handle_t *)con.wake, free_wake);
     con.wake = NULL;
     return lost;

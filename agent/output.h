@@ -31,7 +31,7 @@
 #define AGENT_OUTPUT_BUDGET (4u << 20)
 #define AGENT_OUTPUT_LAST_LINE_MS 100 /* what the exit's "bytes not written" line may add */
 
-struct agent_sink;
+struct mc_sink;
 struct agent_output;
 
 /* A paused output's destinations have room again: read its source again. */
@@ -62,8 +62,8 @@ struct agent_output {
     int cut;        /* our open line was ended by another worker's output */
     int swallow_nl; /* the last part of a split line was written: drop a leading newline */
     int attached;   /* counted in the agent-wide console state (timer, dedup) */
-    struct agent_sink *file_sink; /* NULL: file_fd written directly; else the sink owns it */
-    int paused;                   /* over budget: the caller stopped reading, resume_cb comes */
+    struct mc_sink *file_sink; /* NULL: file_fd written directly; else the sink owns it */
+    int paused;                /* over budget: the caller stopped reading, resume_cb comes */
     struct agent_output *pause_prev, *pause_next;
     agent_output_resume_cb resume_cb;
     void *resume_data;
@@ -138,7 +138,7 @@ int agent_output_split_filters(const char *list, char ***out);
 int agent_write_all(int fd, const char *buf, size_t len);
 
 /* The module of the first "ModuleNotFoundError: No module named 'X'" a worker printed since
- * the process started, or NULL: the failure summary's hint (issue 27). */
+ * the process started, or NULL: the failure summary's hint. */
 const char *agent_output_missing_module(void);
 
 #endif

@@ -6,7 +6,7 @@
 
 int agent_path_refused(int rc)
 {
-    /* the operator's to fix, like a bad flag: not muster's internal error (issue 27: an
+    /* the operator's to fix, like a bad flag: not muster's internal error (an
      * unwritable --log-dir exited 70) */
     return rc == -EPERM || rc == -ELOOP || rc == -ENOTDIR || rc == -EINVAL || rc == -EACCES ||
            rc == -EROFS || rc == -EEXIST;

@@ -258,7 +258,7 @@ static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
         snprintf(bufs[9], PATH_MAX, "--reason-file=%.4000s", a->pf.reason);
         argv[k++] = bufs[9];
     }
-    /* issue 15: per-GPU floors and --preflight-allow-slow */
+    /* per-GPU floors and --preflight-allow-slow */
     snprintf(bufs[10], PATH_MAX, "--min-tflops=%g", o->min_tflops);
     argv[k++] = bufs[10];
     snprintf(bufs[11], PATH_MAX, "--min-hbm-gbps=%g", o->min_hbm_gbps);
@@ -298,9 +298,10 @@ static void node_info(const struct agent *a, struct agent_worker_info *w)
     if (o->static_ranks.on || a->pf.joined) {
         /* --rdzv-backend static across nodes: this node's private server is the only store,
          * so the checks cover this node alone (as one node of nproc ranks). A node that joined
-         * a running job (issue 15) is checked alone too: the round's other nodes run workers,
-         * not checks; its keys get a prefix of its own (MUSTER_KV_PREFIX, spawn_node_process)
-         * so that two nodes joining in one round never meet. */
+         * a running job (docs/PREFLIGHT.md "Nodes that join later") is checked alone too: the
+         * round's other nodes run workers, not checks; its keys get a prefix of its own
+         * (MUSTER_KV_PREFIX, spawn_node_process) so that two nodes joining in one round never meet.
+         */
         w->rank = w->role_rank = w->group_rank = 0;
         w->group_world_size = 1;
         w->world_size = w->role_world_size = (int)o->work.nproc;

@@ -1,5 +1,6 @@
 #include "proctree.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -13,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent_priv.h" /* agent_log */
 #include "cgroup.h"
+#include "log.h"
 #include "path.h"
 
 /* How long ending a group may block the loop until its cgroup is empty. SIGKILLed processes
@@ -272,9 +273,9 @@ static void ensure_reaper(void)
         return;
     if ((rc = start_reaper()) != 0) {
         pt.reaper_state = rc;
-        agent_log("warning: cannot start the reaper process (%s): a kill -9 of muster would "
-                  "leave the workers' descendants running",
-                  strerror(-rc));
+        mc_warn("cannot start the reaper process (%s): a kill -9 of muster would "
+                "leave the workers' descendants running",
+                strerror(-rc));
         return;
     }
     pt.reaper_state = 1;
@@ -345,7 +346,7 @@ enum agent_proctree_mode agent_proctree_start(int adopt_orphans)
         return pt.mode;
     pt.adopt = adopt_orphans;
     if (getenv("MUSTER_PROCTREE") != NULL && strcmp(getenv("MUSTER_PROCTREE"), "off") == 0) {
-        /* the escape hatch: process groups only, as before issue 11 */
+        /* the escape hatch: process groups only, as before process trees */
         pt.mode = AGENT_PROCTREE_DISABLED;
         snprintf(pt.describe, sizeof(pt.describe),
                  "process trees: off (MUSTER_PROCTREE=off): only the workers' process groups "
@@ -360,7 +361,7 @@ enum agent_proctree_mode agent_proctree_start(int adopt_orphans)
         use_fallback(why);
     }
     if (debug_wanted())
-        agent_log("%s", pt.describe);
+        mc_info("%s", pt.describe);
     return pt.mode;
 }
 
@@ -371,7 +372,7 @@ const char *agent_proctree_describe(void)
 
 /* The reaper's last check takes a millisecond once the job's cgroup is gone: wait for it, so
  * that it ends as this process's child. Left to exit as an orphan, it becomes a zombie under
- * a PID 1 that never reaps (many container entrypoints; issue 27). A reaper still busy after
+ * a PID 1 that never reaps (many container entrypoints). A reaper still busy after
  * REAPER_JOIN_MS (a process stuck in the kernel) is left to finish on its own. */
 static void reaper_join(void)
 {
@@ -424,9 +425,9 @@ int agent_proctree_group_open(struct agent_proctree_group *t, int n)
     if (agent_path_fmt(t->dir, sizeof(t->dir), "%s/g%u", pt.job, pt.next_id++) != 0 ||
         mkdir(t->dir, 0755) != 0) {
         if (!pt.warned++)
-            agent_log("warning: cannot create cgroup %s: %s; this attempt's process trees are "
-                      "killed by session instead",
-                      t->dir, strerror(errno));
+            mc_warn("cannot create cgroup %s: %s; this attempt's process trees are "
+                    "killed by session instead",
+                    t->dir, strerror(errno));
         t->dir[0] = '\0';
         t->scan = 1;
         return 0;
@@ -457,7 +458,7 @@ void agent_proctree_group_started(struct agent_proctree_group *t, int i, pid_t p
         char why[PATH_MAX + 64];
         snprintf(why, sizeof(why), "a worker cannot join %s: %s", t->dir, strerror(join_err));
         use_fallback(why);
-        agent_log("warning: %s", pt.describe);
+        mc_warn("%s", pt.describe);
         t->scan = 1;
     }
     if (pt.reaper_state == 0 && i == t->n - 1)

@@ -1,4 +1,4 @@
-/* Whole process trees die with their worker and with muster (issue 11, part 5).
+/* Whole process trees die with their worker and with muster (docs/SECURITY.md "Process trees").
  *
  * A worker's descendants escape kill(-pgid) when they call setsid() or double-fork, and
  * PR_SET_PDEATHSIG reaches only the worker itself. Two mechanisms, chosen once per process:

@@ -43,7 +43,7 @@ static void logf_(struct agent_replica *r, const char *fmt, ...)
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     mc_escape(line, shown, sizeof(shown));
-    r->cbs.log(r->data, shown);
+    r->cbs.log(r->data, MC_LOG_INFO, shown);
 }
 
 static void send_ack(struct agent_replica *r, uint32_t xfer, uint64_t offset, uint8_t status,

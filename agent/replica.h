@@ -45,7 +45,7 @@ struct agent_replica_cbs {
     int (*send)(void *data, const struct rdzv_msg *m);
     /* a replica verified and is in the registry (for CKPT with a holder); may be NULL */
     void (*stored)(void *data, const struct agent_ckpt_entry *e);
-    void (*log)(void *data, const char *line); /* required */
+    void (*log)(void *data, enum mc_log_level level, const char *line); /* required */
 };
 
 struct agent_replica_out { /* one receiver of the checkpoint being sent */

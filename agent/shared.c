@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "agent.h"
-#include "agent_priv.h" /* agent_log */
+#include "agent_priv.h" /* agent__worker_streams, AGENT_FLUSH_MIN_MS */
 #include "backoff.h"
 #include "failure.h"
 #include "group.h"
@@ -163,16 +163,16 @@ static int task_failed(struct task *t, int code, const char *how_code)
     }
     if (t->restarts < s->o->max_restarts) {
         t->restarts++;
-        agent_log("task %u (GPU %s) %s; restarting it alone (restart %u/%u)", t->index, gpu, how,
-                  t->restarts, s->o->max_restarts);
+        mc_info("task %u (GPU %s) %s; restarting it alone (restart %u/%u)", t->index, gpu, how,
+                t->restarts, s->o->max_restarts);
         t->delay_ms = mc_backoff_next(&t->backoff, uv_now(&s->loop) - t->started_ms);
         if (t->delay_ms > 0)
             mc_info("task %u: restarting in %.1f s (attempt %u of %u)", t->index,
                     t->delay_ms / 1000.0, t->restarts + 1, s->o->max_restarts + 1);
         return 1;
     }
-    agent_log("task %u (GPU %s) %s; no restart left (%u/%u), the other tasks go on", t->index, gpu,
-              how, t->restarts, s->o->max_restarts);
+    mc_warn("task %u (GPU %s) %s; no restart left (%u/%u), the other tasks go on", t->index, gpu,
+            how, t->restarts, s->o->max_restarts);
     task_ended(t, code);
     return 0;
 }
@@ -220,7 +220,7 @@ static int task_streams(struct task *t, struct agent_worker_spec *spec, char *er
     int rc = agent_logdir_worker(&t->s->logdir, t->restarts, (int)i, 1, dir, error_file);
 
     if (rc != 0) {
-        agent_log("cannot create the log directory of task %u: %s", i, strerror(-rc));
+        mc_error("cannot create the log directory of task %u: %s", i, strerror(-rc));
         return rc;
     }
     unlink(error_file); /* a stale file of an earlier run would be taken for this one's */
@@ -241,7 +241,7 @@ static int spawn_task(struct task *t)
     agent_env_init(&env);
     agent_env_init(&full);
     if ((rc = agent_port_reserve(&t->port_fd, &t->port)) != 0) {
-        agent_log("cannot find a free port for task %u's MASTER_PORT: %s", t->index, strerror(-rc));
+        mc_error("cannot find a free port for task %u's MASTER_PORT: %s", t->index, strerror(-rc));
         goto out;
     }
     if ((rc = task_streams(t, &spec, error_file)) != 0)
@@ -318,9 +318,9 @@ static void on_signal(uv_signal_t *h, int signum)
     if (!again) {
         s->stop_signal = signum;
         s->stop_at_ms = uv_now(&s->loop);
-        agent_log("received SIG%s: stopping the tasks (up to %.0f s; a second signal kills them "
-                  "at once)",
-                  sigabbrev_np(signum), s->o->shutdown_timeout_ms / 1000.0);
+        mc_info("received SIG%s: stopping the tasks (up to %.0f s; a second signal kills them "
+                "at once)",
+                sigabbrev_np(signum), s->o->shutdown_timeout_ms / 1000.0);
     }
     /* a task waiting out its backoff has no process to stop: it ends with its last code */
     for (unsigned i = 0; i < s->ntasks && !s->finished; i++)
@@ -373,16 +373,16 @@ static int prepare(struct shared *s)
 
     rc = agent_logdir_open(&s->logdir, o->log_dir, o->run_id, keep, err, sizeof(err));
     if (rc != 0) {
-        agent_log("error: %s", err);
+        mc_error("%s", err);
         return agent_path_refused(rc) ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
     }
     if (keep)
-        agent_log("worker logs in %s", s->logdir.base);
+        mc_info("worker logs in %s", s->logdir.base);
     if ((rc = agent_mps_start(&s->mps, o)) != 0)
         return rc;
-    agent_log("shared-GPU mode: %u tasks, %u per GPU on %u GPU%s, memory fraction %.4f each%s",
-              s->ntasks, o->per_gpu, o->ngpus, o->ngpus == 1 ? "" : "s",
-              o->mem_fraction / o->per_gpu, s->mps.on ? ", MPS" : "");
+    mc_info("shared-GPU mode: %u tasks, %u per GPU on %u GPU%s, memory fraction %.4f each%s",
+            s->ntasks, o->per_gpu, o->ngpus, o->ngpus == 1 ? "" : "s", o->mem_fraction / o->per_gpu,
+            s->mps.on ? ", MPS" : "");
     return 0;
 }
 
@@ -411,9 +411,9 @@ static int init(struct shared *s, const struct agent_shared_options *o)
                                          .rng = ((uint64_t)getpid() << 20) ^ (i + 1)};
     }
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill muster (workers reset it) */
-    /* a console nobody reads must never stop the loop (issue 26; output.h) */
+    /* a console nobody reads must never stop the loop (output.h) */
     if ((rc = agent_output_console_start(&s->loop, AGENT_OUTPUT_BUDGET)) != 0)
-        agent_log("warning: console output is written directly: %s", uv_strerror(rc));
+        mc_warn("console output is written directly: %s", uv_strerror(rc));
     for (int i = 0; i < NSTOP; i++) {
         uv_signal_init(&s->loop, &s->sig[i]);
         s->sig[i].data = s;
@@ -441,7 +441,7 @@ int agent_shared_run(const struct agent_shared_options *o)
     int rc = init(&s, o), code;
 
     if (rc != 0) {
-        agent_log("error: cannot start the shared-GPU mode: %s", strerror(-rc));
+        mc_error("cannot start the shared-GPU mode: %s", strerror(-rc));
         if (s.tasks == NULL || rc == -EINVAL)
             return rc == -EINVAL ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
         free(s.tasks);
@@ -456,9 +456,9 @@ int agent_shared_run(const struct agent_shared_options *o)
     agent_output_console_stop(flush_ms(&s));
     uv_run(&s.loop, UV_RUN_DEFAULT); /* the console's wake handle closes */
     if ((rc = uv_loop_close(&s.loop)) != 0)
-        agent_log("internal error: handles left open at exit: %s", uv_strerror(rc));
+        mc_error("internal error: handles left open at exit: %s", uv_strerror(rc));
     agent_mps_stop(&s.mps); /* every path ends here: done, failed, signalled, not started */
-    agent_proctree_stop();  /* and the reaper ends as our child, not PID 1's (issue 27) */
+    agent_proctree_stop();  /* and the reaper ends as our child, not PID 1's */
     agent_logdir_close(&s.logdir);
     free(s.tasks);
     if (code != 0)

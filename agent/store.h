@@ -1,4 +1,4 @@
-/* The agent's TCPStore (issue 27): group rank 0's agent serves the key-value store that
+/* The agent's TCPStore: group rank 0's agent serves the key-value store that
  * PyTorch's own c10d TCPStore client speaks to, on MASTER_ADDR:MASTER_PORT, as torchrun's
  * rank-0 agent does (TORCHELASTIC_USE_AGENT_STORE=True). Every worker is then a client, so
  * no worker can take the store away from the others by exiting first (the SIGABRT of

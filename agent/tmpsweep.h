@@ -1,4 +1,4 @@
-/* What a muster killed with SIGKILL leaves in $TMPDIR, swept at the next start (issue 27).
+/* What a muster killed with SIGKILL leaves in $TMPDIR, swept at the next start.
  *
  * A flat private log directory ($TMPDIR/muster-RUN_ID-XXXXXX, logdir.h) is removed at a normal
  * exit; after kill -9 nothing removes it. Each such directory holds a marker (.muster-flat) and

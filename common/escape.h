@@ -34,7 +34,7 @@ int mc_escape_n(const char *in, size_t inlen, char *out, size_t outlen, unsigned
 
 /* Whether the n bytes at s are valid UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
  * above U+10FFFF, no sequence cut short). Controls are valid here: escaping them is each
- * output's job. Peers' identifiers (job ids, host names, addresses) must pass this (issue 26):
+ * output's job. Peers' identifiers (job ids, host names, addresses) must pass this:
  * JSON, Prometheus and HTML consumers refuse a whole document over one invalid byte. */
 int mc_utf8_valid(const char *s, size_t n);
 

@@ -9,15 +9,24 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "escape.h"
+
 static int level = -1;          /* -1: not yet read from MUSTER_LOG */
 static mc_log_writer_fn writer; /* NULL: write_bounded */
 
+static const char *program = "muster";
+
 static const char *const prefix[] = {
-    [MC_LOG_ERROR] = "muster: error: ",
-    [MC_LOG_WARN] = "muster: warning: ",
-    [MC_LOG_INFO] = "muster: ",
-    [MC_LOG_DEBUG] = "muster: debug: ",
+    [MC_LOG_ERROR] = "error: ",
+    [MC_LOG_WARN] = "warning: ",
+    [MC_LOG_INFO] = "",
+    [MC_LOG_DEBUG] = "debug: ",
 };
+
+void mc_log_set_program(const char *name)
+{
+    program = name;
+}
 
 int mc_log_parse_level(const char *s)
 {
@@ -73,7 +82,7 @@ void mc_log_set_writer(mc_log_writer_fn fn)
     writer = fn;
 }
 
-/* stderr may be a pipe or terminal nobody reads (issue 26): wait at most MC_LOG_WRITE_WAIT_MS
+/* stderr may be a pipe or terminal nobody reads: wait at most MC_LOG_WRITE_WAIT_MS
  * for room before each write, then give the line up. A blocking fd with POLLOUT takes a line
  * under PIPE_BUF without waiting (a free pipe page), so the bound holds for log lines. */
 static void write_bounded(const char *buf, size_t n)
@@ -94,20 +103,18 @@ static void write_bounded(const char *buf, size_t n)
     }
 }
 
-void mc_log(enum mc_log_level l, const char *fmt, ...)
+/* pre: the level's word after "<program>: ", or NULL for a continuation line (no prefix) */
+static void vlog(const char *pre, const char *fmt, va_list ap)
 {
     char buf[4096];
-    size_t n, cap = sizeof(buf) - 1; /* room for the newline */
+    size_t n = 0, cap = sizeof(buf) - 1; /* room for the newline */
     int saved = errno, k;
-    va_list ap;
 
-    if (!mc_log_enabled(l))
-        return;
-    n = strlen(prefix[l]);
-    memcpy(buf, prefix[l], n);
-    va_start(ap, fmt);
+    if (pre != NULL) {
+        k = snprintf(buf, cap, "%s: %s", program, pre);
+        n = k > 0 && (size_t)k < cap / 2 ? (size_t)k : 0;
+    }
     k = vsnprintf(buf + n, cap - n, fmt, ap);
-    va_end(ap);
     if (k > 0)
         n += (size_t)k < cap - n ? (size_t)k : cap - n - 1; /* cut, never overflow */
     buf[n++] = '\n';
@@ -116,4 +123,76 @@ void mc_log(enum mc_log_level l, const char *fmt, ...)
     else
         write_bounded(buf, n);
     errno = saved;
+}
+
+void mc_log(enum mc_log_level l, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!mc_log_enabled(l))
+        return;
+    va_start(ap, fmt);
+    vlog(prefix[l], fmt, ap);
+    va_end(ap);
+}
+
+static void vformat_untrusted(char *out, size_t outlen, const char *fmt, va_list ap)
+{
+    char line[MC_LOG_LINE_MAX];
+
+    vsnprintf(line, sizeof(line), fmt, ap);
+    (void)mc_escape(line, out, outlen); /* cut short at a whole character when out is small */
+}
+
+char *mc_format_untrusted(char *out, size_t outlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vformat_untrusted(out, outlen, fmt, ap);
+    va_end(ap);
+    return out;
+}
+
+void mc_vlog_untrusted(enum mc_log_level l, const char *fmt, va_list ap)
+{
+    char shown[MC_ESCAPE_SIZE(MC_LOG_LINE_MAX)];
+
+    if (!mc_log_enabled(l))
+        return;
+    vformat_untrusted(shown, sizeof(shown), fmt, ap);
+    mc_log(l, "%s", shown);
+}
+
+void mc_log_untrusted(enum mc_log_level l, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    mc_vlog_untrusted(l, fmt, ap);
+    va_end(ap);
+}
+
+static void log_with(const char *pre, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void log_with(const char *pre, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vlog(pre, fmt, ap);
+    va_end(ap);
+}
+
+void mc_log_cont(enum mc_log_level l, const char *fmt, ...)
+{
+    char shown[MC_ESCAPE_SIZE(MC_LOG_LINE_MAX)];
+    va_list ap;
+
+    if (!mc_log_enabled(l))
+        return;
+    va_start(ap, fmt);
+    vformat_untrusted(shown, sizeof(shown), fmt, ap);
+    va_end(ap);
+    log_with(NULL, "%s", shown);
 }

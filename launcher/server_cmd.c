@@ -382,26 +382,19 @@ out:
 }
 
 /* The server's log lines (a refusal per address and kind, joins, rounds) go through a bounded
- * queue written by a thread of its own (agent/sink.h), as the agent's do: a stderr nobody reads
+ * queue written by a thread of its own (common/sink.h), as the agent's do: a stderr nobody reads
  * (a stopped terminal, a full pipe to a log shipper) must not hold the loop, where each line
  * used to wait up to MC_LOG_WRITE_WAIT_MS for room: 1,000 refused addresses were minutes of a
  * server answering nobody. Beyond the queue's hard limit lines are dropped and
  * counted; at exit what is left gets SERVER_LOG_DRAIN_MS. */
 #define SERVER_LOG_BUDGET ((size_t)1 << 20)
 #define SERVER_LOG_DRAIN_MS 1000
-static struct agent_sink *server_log;
-
-static void log_to_sink(const char *line, size_t len)
-{
-    struct iovec iov = {.iov_base = (void *)line, .iov_len = len};
-
-    (void)agent_sink_writev(server_log, &iov, 1); /* -ENOBUFS: dropped and counted */
-}
+static struct mc_sink *server_log;
 
 static void server_log_start(void)
 {
-    if (agent_sink_new(STDERR_FILENO, 0, SERVER_LOG_BUDGET, NULL, &server_log) == 0)
-        mc_log_set_writer(log_to_sink);
+    if (mc_sink_new(STDERR_FILENO, 0, SERVER_LOG_BUDGET, NULL, &server_log) == 0)
+        mc_sink_take_log(server_log, NULL);
 }
 
 static void server_log_stop(void)
@@ -410,9 +403,9 @@ static void server_log_stop(void)
 
     if (server_log == NULL)
         return;
-    lost = agent_sink_drain_all(SERVER_LOG_DRAIN_MS);
-    mc_log_set_writer(NULL); /* from here on: direct and bounded (common/log.c) */
-    agent_sink_close(server_log);
+    lost = mc_sink_drain_all(SERVER_LOG_DRAIN_MS);
+    mc_sink_take_log(NULL, NULL); /* from here on: direct and bounded (common/log.c) */
+    mc_sink_close(server_log);
     server_log = NULL;
     if (lost > 0)
         mc_warn("%llu bytes of log lines were not written (stderr did not take them)",

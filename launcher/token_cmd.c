@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "cred.h"
 #include "ids.h"
+#include "log.h"
 #include "safefile.h"
 #include "secret.h"
 #include "token.h"
@@ -45,9 +47,10 @@ struct token_args {
 
 static int usage(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "muster token: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see 'muster token --help')\n");
+    char msg[PATH_MAX + 256];
+
+    snprintf(msg, sizeof(msg), fmt, arg);
+    mc_error("token: %s (see 'muster token --help')", msg);
     return 2;
 }
 
@@ -132,9 +135,9 @@ static int write_out(const char *path, const char *text)
     int rc = mc_secret_write_new(path, text);
 
     if (rc == -EIO)
-        fprintf(stderr, "muster token: error: cannot write %s\n", path);
+        mc_error("token: cannot write %s", path);
     else if (rc != 0)
-        fprintf(stderr, "muster token: error: cannot create %s: %s\n", path, strerror(-rc));
+        mc_error("token: cannot create %s: %s", path, strerror(-rc));
     return rc != 0;
 }
 

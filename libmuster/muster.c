@@ -37,8 +37,9 @@ struct muster {
     uint8_t buf[RDZV_HEADER_SIZE + RDZV_MAX_PAYLOAD];
     struct rdzv_msg msg; /* ~64 KiB each: on the heap with the handle, not on the stack */
     /* MUSTER_KV_PREFIX at muster_connect(): put before every key and barrier name. muster
-     * sets it for the pre-flight of a node that joins a running job (issue 15), so the checks
-     * of two such nodes of one round never meet in the round's store; "" otherwise. */
+     * sets it for the pre-flight of a node that joins a running job (docs/PREFLIGHT.md "Nodes that
+     * join later"), so the checks of two such nodes of one round never meet in the round's store;
+     * "" otherwise. */
     char prefix[MUSTER_KV_PREFIX_MAX + 1];
 };
 

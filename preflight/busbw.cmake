@@ -4,7 +4,7 @@
 # includes harmless.
 include_guard(GLOBAL)
 # perf.c (GPU throughput outliers), health.c (the NVML health rule) and p2p.c (the peer-to-peer
-# matrix rule) are pure C too (issue 15).
+# matrix rule) are pure C too.
 add_library(muster_busbw STATIC ${CMAKE_CURRENT_LIST_DIR}/busbw.c ${CMAKE_CURRENT_LIST_DIR}/perf.c
             ${CMAKE_CURRENT_LIST_DIR}/health.c ${CMAKE_CURRENT_LIST_DIR}/p2p.c)
 target_include_directories(muster_busbw PUBLIC ${CMAKE_CURRENT_LIST_DIR})

@@ -16,7 +16,7 @@ double pf_algbw_gbps(double bytes, double seconds);
  * nranks < 1 also gives 0. */
 double pf_busbw_allreduce(double algbw, int nranks);
 
-/* --preflight-min-busbw against the busbw at the largest size (issue 15). With one rank an
+/* --preflight-min-busbw against the busbw at the largest size. With one rank an
  * all-reduce moves no data (busbw is 0 and algbw only times a local copy), so a floor cannot
  * apply: judging it would fail every one-GPU job. */
 enum pf_busbw_verdict {

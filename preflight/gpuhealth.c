@@ -1,5 +1,5 @@
-/* Pre-flight, issue 15: group rank 0's node compares every GPU's GEMM and HBM figures
- * (perf.c's rule) and names NVML's findings that muster-preflight put in each rank's result
+/* Pre-flight (docs/PREFLIGHT.md "What runs"): group rank 0's node compares every GPU's GEMM and HBM
+ * figures (perf.c's rule) and names NVML's findings that muster-preflight put in each rank's result
  * ("health"), then prints one line per node. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,7 +161,7 @@ static int nvml_issues(struct pf_node *n, json_t *nodes, const struct pf_perf *g
                 continue;
             snprintf(line, sizeof(line), "node %s, GPU %d (%s): %s", g[k].host ? g[k].host : "?",
                      g[k].index, g[k].uuid ? g[k].uuid : "?", text ? text : "?");
-            fprintf(stderr, "  %s %s\n", fatal ? "!" : "~", line);
+            mc_log_cont(fatal ? MC_LOG_ERROR : MC_LOG_WARN, "  %s %s", fatal ? "!" : "~", line);
             json_array_append_new(list, finding(lv, line, node_of(nodes, ranks[k]), g[k].index));
             if (fatal && fails++ == 0)
                 snprintf(n->reason, sizeof(n->reason), "%s", line);
@@ -195,8 +195,9 @@ static int judge_p2p(struct pf_node *n, json_t *nodes, json_t *list)
             char line[600];
             json_t *item;
             pf_p2p_format(&m, &f[k], line, sizeof(line));
-            fprintf(stderr, "  %s %s%s\n", n->allow_slow ? "~" : "!", line,
-                    n->allow_slow ? " (--preflight-allow-slow: running anyway)" : "");
+            mc_log_cont(n->allow_slow ? MC_LOG_WARN : MC_LOG_ERROR, "  %s %s%s",
+                        n->allow_slow ? "~" : "!", line,
+                        n->allow_slow ? " (--preflight-allow-slow: running anyway)" : "");
             item = finding(n->allow_slow ? "warning" : "failure", line,
                            (int)mc_json_int(node, "group_rank", 0), -1);
             json_object_set_new(item, "p2p", json_pack("[i, i]", idx[f[k].src], idx[f[k].dst]));
@@ -222,8 +223,9 @@ int pf_judge_health(struct pf_node *n, json_t *nodes)
     for (int k = 0; k < nf && k < MAX_FINDINGS; k++) {
         char line[600];
         pf_perf_format(g, &f[k], line, sizeof(line));
-        fprintf(stderr, "  %s %s%s\n", n->allow_slow ? "~" : "!", line,
-                n->allow_slow ? " (--preflight-allow-slow: running anyway)" : "");
+        mc_log_cont(n->allow_slow ? MC_LOG_WARN : MC_LOG_ERROR, "  %s %s%s",
+                    n->allow_slow ? "~" : "!", line,
+                    n->allow_slow ? " (--preflight-allow-slow: running anyway)" : "");
         json_array_append_new(list, finding(n->allow_slow ? "warning" : "failure", line,
                                             node_of(nodes, ranks[f[k].gpu]), g[f[k].gpu].index));
         if (!n->allow_slow && bad++ == 0)

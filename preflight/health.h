@@ -1,6 +1,6 @@
-/* What NVML says about one GPU's health (issue 15), and the rule that names trouble. Filled by
- * muster-preflight (preflight/gpu/pf_nvml.c, NVML loaded at run time); judged here in pure C
- * so the rule is unit-tested without a GPU. */
+/* What NVML says about one GPU's health (docs/PREFLIGHT.md "What runs"), and the rule that names
+ * trouble. Filled by muster-preflight (preflight/gpu/pf_nvml.c, NVML loaded at run time); judged
+ * here in pure C so the rule is unit-tested without a GPU. */
 #ifndef MUSTER_PREFLIGHT_HEALTH_H
 #define MUSTER_PREFLIGHT_HEALTH_H
 

@@ -1,4 +1,4 @@
-/* Pre-flight stage 1 (issue 6): the inventory consistency report.
+/* Pre-flight stage 1 (docs/PREFLIGHT.md "What runs"): the inventory consistency report.
  *
  * Every node's pre-flight sends a record with its inventory (what `muster-preflight inventory`
  * prints); the node of group rank 0 compares them here. A record is a JSON object:

@@ -72,7 +72,8 @@ static void run_ranks(struct pf_node *n, const char *dir, int *codes)
         snprintf(out, sizeof(out), "%s/rank%d.json", dir, n->rank0 + i);
         codes[i] = env ? posix_spawn(&pids[i], n->bin, NULL, NULL, argv, env) : ENOMEM;
         if (codes[i] != 0) {
-            pf_say("cannot start %s for rank %d: %s", n->bin, n->rank0 + i, strerror(codes[i]));
+            pf_say(MC_LOG_ERROR, "cannot start %s for rank %d: %s", n->bin, n->rank0 + i,
+                   strerror(codes[i]));
             codes[i] = 127;
             pids[i] = 0;
         } else {
@@ -136,14 +137,14 @@ static void print_sizes(json_t *stage)
     json_t *s;
     size_t i;
 
-    fprintf(stderr, "  %10s %12s %12s %12s\n", "size", "time", "algbw", "busbw");
+    mc_log_cont(MC_LOG_INFO, "  %10s %12s %12s %12s", "size", "time", "algbw", "busbw");
     json_array_foreach(json_object_get(stage, "sizes"), i, s)
     {
         double bytes = mc_json_num(s, "bytes", 0);
-        fprintf(stderr, "  %6.0f %s %9.1f us %7.1f GB/s %7.1f GB/s\n",
-                bytes >= 1 << 20 ? bytes / (1 << 20) : bytes / 1024,
-                bytes >= 1 << 20 ? "MiB" : "KiB", mc_json_num(s, "time_us", 0),
-                mc_json_num(s, "algbw", 0), mc_json_num(s, "busbw", 0));
+        mc_log_cont(MC_LOG_INFO, "  %6.0f %s %9.1f us %7.1f GB/s %7.1f GB/s",
+                    bytes >= 1 << 20 ? bytes / (1 << 20) : bytes / 1024,
+                    bytes >= 1 << 20 ? "MiB" : "KiB", mc_json_num(s, "time_us", 0),
+                    mc_json_num(s, "algbw", 0), mc_json_num(s, "busbw", 0));
     }
 }
 
@@ -188,7 +189,7 @@ static void describe_failure(json_t *r, char *out, size_t cap)
 }
 
 /* The bandwidth table and --preflight-min-busbw. With one rank there is no bandwidth to
- * show or judge (issue 15: it printed algbw 1,173,488 GB/s and busbw 0.0, and any floor failed
+ * show or judge (it once printed algbw 1,173,488 GB/s and busbw 0.0, and any floor failed
  * every one-GPU job). Returns 1 when the floor fails (reason set), else 0. */
 static int judge_bandwidth(struct pf_node *n, json_t *all)
 {
@@ -262,7 +263,7 @@ static int judge_nccl(struct pf_node *n, json_t *mine)
                 continue;
             char line[1024];
             describe_failure(r, line, sizeof(line));
-            fprintf(stderr, "  ! %s\n", line);
+            mc_log_cont(MC_LOG_ERROR, "  ! %s", line);
             if (bad++ == 0)
                 snprintf(n->reason, sizeof(n->reason), "%s", line);
         }
@@ -282,7 +283,7 @@ static int judge_nccl(struct pf_node *n, json_t *mine)
     if (found != NULL)
         pf_put_json(n, "pf/findings", found);
     if (bad)
-        pf_say("failed at the NCCL stage: %s", n->reason);
+        pf_say(MC_LOG_ERROR, "failed at the NCCL stage: %s", n->reason);
     return pf_verdict(n, "nccl", bad == 0, n->reason);
 }
 
@@ -307,9 +308,10 @@ int pf_p2p_from_json(json_t *p2p, struct pf_p2p *m, int *idx, const char **uuid,
     return (int)n;
 }
 
-/* The node's peer-to-peer matrix (issue 15): `muster-preflight p2p` over the GPUs of local
- * ranks 0..nproc-1, after the all-reduce (the GPUs are idle then). The result gets this node's
- * summary ("pairs", "min_gbps", "median_gbps"); with one GPU there is nothing to measure:
+/* The node's peer-to-peer matrix (docs/PREFLIGHT.md "What runs"): `muster-preflight p2p` over the
+ * GPUs of local ranks 0..nproc-1, after the all-reduce (the GPUs are idle then). The result gets
+ * this node's summary ("pairs", "min_gbps", "median_gbps"); with one GPU there is nothing to
+ * measure:
  * {"skipped": ...}, no figures. */
 static json_t *run_p2p(struct pf_node *n, const char *dir)
 {

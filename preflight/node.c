@@ -25,15 +25,14 @@
 
 /* Lines carry host names and reasons from other nodes (through the KV store): escaped, so a
  * peer cannot forge a line or send terminal escapes (common/escape.h). */
-void pf_say(const char *fmt, ...)
+void pf_say(enum mc_log_level level, const char *fmt, ...)
 {
-    char buf[1024], shown[MC_ESCAPE_SIZE(1024)];
+    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    mc_escape(buf, shown, sizeof(shown));
-    mc_info("preflight: %s", shown);
+    mc_log_untrusted(level, "preflight: %s", buf);
 }
 
 /* ---- the round's KV store --------------------------------------------------------------- */
@@ -42,7 +41,7 @@ int pf_put(struct pf_node *n, const char *key, const char *value)
 {
     int rc = muster_kv_put(n->m, key, value, strlen(value));
     if (rc != 0)
-        pf_say("cannot store %s: %s", key, muster_strerror(rc));
+        pf_say(MC_LOG_ERROR, "cannot store %s: %s", key, muster_strerror(rc));
     return rc;
 }
 
@@ -119,13 +118,13 @@ int pf_verdict(struct pf_node *n, const char *stage, int ok, const char *reason)
     if (rc != 0) {
         snprintf(n->reason, sizeof(n->reason), "no %s verdict from group rank 0's node: %s", stage,
                  muster_strerror(rc));
-        pf_say("%s", n->reason);
+        pf_say(MC_LOG_ERROR, "%s", n->reason);
         return PF_EXIT_FAILED;
     }
     ok = strcmp(v, "ok") == 0;
     if (!ok) {
         snprintf(n->reason, sizeof(n->reason), "%s", strncmp(v, "fail\t", 5) == 0 ? v + 5 : v);
-        pf_say("failed at the %s stage: %s", stage, n->reason);
+        pf_say(MC_LOG_ERROR, "failed at the %s stage: %s", stage, n->reason);
     }
     free(v);
     return ok ? 0 : PF_EXIT_FAILED;
@@ -244,11 +243,11 @@ static void write_report(struct pf_node *n, int code)
     if (text != NULL)
         rc = mc_file_replace(n->report, text, strlen(text), 0600);
     if (rc != 0)
-        pf_say("cannot write the report %s: %s", n->report, strerror(-rc));
+        pf_say(MC_LOG_ERROR, "cannot write the report %s: %s", n->report, strerror(-rc));
     free(text);
 }
 
-/* ---- this node's results for its agent (issue 15) ----------------------------------------- */
+/* ---- this node's results for its agent ---------------------------------------------- */
 
 static int level_rank(const char *l)
 {
@@ -374,18 +373,19 @@ int preflight_node_main(int argc, char **argv)
     int rc;
 
     if (parse_args(&n, argc, argv) != 0) {
-        pf_say("internal error: bad arguments or worker environment");
+        pf_say(MC_LOG_ERROR, "internal error: bad arguments or worker environment");
         return PF_EXIT_USAGE;
     }
     if (gethostname(n.host, sizeof(n.host) - 1) != 0)
         snprintf(n.host, sizeof(n.host), "localhost");
     if ((rc = muster_connect(&n.m)) != 0) {
-        pf_say("cannot reach the rendezvous server: %s", muster_strerror(rc));
+        pf_say(MC_LOG_ERROR, "cannot reach the rendezvous server: %s", muster_strerror(rc));
         return PF_EXIT_FAILED;
     }
     n.report_json = json_object();
     if (n.joined) {
-        pf_say("node %s joined the running job: checking its own %d GPU%s and their links", n.host,
+        pf_say(MC_LOG_INFO,
+               "node %s joined the running job: checking its own %d GPU%s and their links", n.host,
                n.nproc, n.nproc == 1 ? "" : "s");
         json_object_set_new(n.report_json, "joined", json_true());
     }
@@ -394,10 +394,10 @@ int preflight_node_main(int argc, char **argv)
     if (n.group_rank == 0) {
         write_report(&n, rc);
         if (rc == 0)
-            pf_say("passed in %.2f s%s%s", (mc_mono_ms_f() - n.t0) / 1000.0,
+            pf_say(MC_LOG_INFO, "passed in %.2f s%s%s", (mc_mono_ms_f() - n.t0) / 1000.0,
                    n.report && *n.report ? "; report: " : "", n.report ? n.report : "");
         else if (n.report && *n.report)
-            pf_say("report: %s", n.report);
+            pf_say(MC_LOG_INFO, "report: %s", n.report);
     }
     if (rc != 0 && n.reason_file != NULL && n.reason[0] != '\0') {
         /* the agent made the file (mkstemp): never create or follow a link here */

@@ -6,6 +6,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "log.h"
+
 struct muster;
 
 struct pf_node {
@@ -20,14 +22,14 @@ struct pf_node {
     int timeout_ms;   /* per stage */
     double min_busbw; /* GB/s at the largest size, 0 = none */
     int allow_mixed;
-    double min_tflops;        /* bf16 GEMM floor per GPU, 0 = none (issue 15) */
+    double min_tflops;        /* bf16 GEMM floor per GPU, 0 = none */
     double min_hbm_gbps;      /* HBM copy floor per GPU (read+write), 0 = none */
     int allow_slow;           /* slow GPUs warn instead of failing */
     const char *max_bytes;    /* NULL: muster-preflight's default */
     const char *report;       /* group rank 0: where the JSON report goes */
     const char *local_addr;   /* the address other nodes reach this one at, NULL: guess */
     const char *reason_file;  /* where the failure's one-line reason goes for the agent */
-    const char *results_file; /* where this node's per-GPU results go for the agent (issue 15) */
+    const char *results_file; /* where this node's per-GPU results go for the agent */
     int joined;               /* a node that joined a running job: checked alone */
     /* results */
     json_t *report_json;
@@ -36,7 +38,7 @@ struct pf_node {
     double t0;
 };
 
-void pf_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pf_say(enum mc_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int pf_put(struct pf_node *n, const char *key, const char *value);
 int pf_put_json(struct pf_node *n, const char *key, json_t *v);
 int pf_get(struct pf_node *n, const char *key, int timeout_ms, char **out);
@@ -51,7 +53,7 @@ int pf_stage_inventory(struct pf_node *n);
 int pf_stage_mesh(struct pf_node *n);
 int pf_stage_nccl(struct pf_node *n);
 
-/* gpuhealth.c (issue 15), group rank 0: prints one line per node of nodes (the NCCL stage's
+/* gpuhealth.c, group rank 0: prints one line per node of nodes (the NCCL stage's
  * per-node results), names slow GPUs (against the model's median and the floors) and NVML's
  * findings; stores them in the report. Returns how many fail the pre-flight (the first one's
  * line in n->reason); slow GPUs warn only with allow_slow. */

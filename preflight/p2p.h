@@ -1,6 +1,6 @@
-/* The peer-to-peer bandwidth matrix of one node (issue 15): every ordered pair of the node's
- * GPUs timed with cudaMemcpyPeerAsync (muster-preflight p2p), judged here against the median
- * of the node's pairs and an optional floor. Pure C (no CUDA, no JSON), so the rule is
+/* The peer-to-peer bandwidth matrix of one node (docs/PREFLIGHT.md "What runs"): every ordered pair
+ * of the node's GPUs timed with cudaMemcpyPeerAsync (muster-preflight p2p), judged here against the
+ * median of the node's pairs and an optional floor. Pure C (no CUDA, no JSON), so the rule is
  * unit-tested on machines without a GPU, like perf.c. */
 #ifndef MUSTER_PREFLIGHT_P2P_H
 #define MUSTER_PREFLIGHT_P2P_H

@@ -1,6 +1,7 @@
-/* GPU throughput compared across a job (issue 15): every GPU's bf16 GEMM TFLOP/s and HBM copy
- * GB/s against the median of the GPUs of the same model and against the floors given by flags.
- * Pure C (no CUDA, no JSON), so the rule is unit-tested on machines without a GPU. */
+/* GPU throughput compared across a job (docs/PREFLIGHT.md "What runs"): every GPU's bf16 GEMM
+ * TFLOP/s and HBM copy GB/s against the median of the GPUs of the same model and against the floors
+ * given by flags. Pure C (no CUDA, no JSON), so the rule is unit-tested on machines without a GPU.
+ */
 #ifndef MUSTER_PREFLIGHT_PERF_H
 #define MUSTER_PREFLIGHT_PERF_H
 

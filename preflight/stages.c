@@ -61,6 +61,22 @@ static json_t *local_inventory(struct pf_node *n)
 }
 
 /* Group rank 0: every node's record, then the comparison. */
+/* The nodes' inventories side by side: a heading, then one line a row (host names are the
+ * peers': mc_log_cont escapes them). */
+static void log_table(const char *table)
+{
+    if (!mc_log_enabled(MC_LOG_INFO))
+        return;
+    mc_info("preflight: inventory");
+    for (const char *p = table, *nl; p != NULL && *p != '\0'; p = nl + 1) {
+        if ((nl = strchr(p, '\n')) == NULL) {
+            mc_log_cont(MC_LOG_INFO, "%s", p);
+            break;
+        }
+        mc_log_cont(MC_LOG_INFO, "%.*s", (int)(nl - p), p);
+    }
+}
+
 static int judge_inventory(struct pf_node *n, json_t *mine)
 {
     json_t **recs = calloc((size_t)n->gws, sizeof(*recs)), *summary = NULL;
@@ -87,10 +103,7 @@ static int judge_inventory(struct pf_node *n, json_t *mine)
         pf_inventory_compare(recs, (size_t)n->gws, n->allow_mixed, &v, &table, &summary) != 0)
         snprintf(n->reason, sizeof(n->reason), "cannot compare the inventories"), rc = -1;
     if (rc == 0) {
-        if (mc_log_enabled(MC_LOG_INFO)) { /* a table: more than mc_log's one line */
-            fprintf(stderr, "muster: preflight: inventory\n%s", table);
-            fflush(stderr);
-        }
+        log_table(table);
         json_object_set_new(n->report_json, "inventory", summary);
         if (v.failed)
             snprintf(n->reason, sizeof(n->reason), "%s", v.reason);
@@ -101,7 +114,7 @@ static int judge_inventory(struct pf_node *n, json_t *mine)
         json_decref(recs[g]);
     free(recs);
     if (!ok)
-        pf_say("failed at the inventory stage: %s", n->reason);
+        pf_say(MC_LOG_ERROR, "failed at the inventory stage: %s", n->reason);
     return pf_verdict(n, "inventory", ok, n->reason);
 }
 
@@ -234,22 +247,22 @@ static int judge_mesh(struct pf_node *n)
             snprintf(line, sizeof(line), "node %s (group rank %d) cannot reach %s %s:%d: %s", from,
                      g, target, mc_json_str(l, "addr", NULL), (int)mc_json_int(l, "port", 0),
                      mc_json_str(l, "error", NULL));
-            fprintf(stderr, "  ! %s\n", line);
+            mc_log_cont(MC_LOG_ERROR, "  ! %s", line);
             if (bad++ == 0)
                 snprintf(n->reason, sizeof(n->reason), "%s", line);
         }
         json_array_append_new(all, res);
     }
     if (rc == 0 && bad == 0)
-        fprintf(stderr,
-                "muster: preflight: TCP mesh: %d node%s, every link and "
-                "MASTER_ADDR:MASTER_PORT %s:%d reachable; slowest round trip %.2f ms\n",
-                n->gws, n->gws == 1 ? "" : "s", n->master_addr, n->master_port, worst / 1000.0);
+        pf_say(MC_LOG_INFO,
+               "TCP mesh: %d node%s, every link and "
+               "MASTER_ADDR:MASTER_PORT %s:%d reachable; slowest round trip %.2f ms",
+               n->gws, n->gws == 1 ? "" : "s", n->master_addr, n->master_port, worst / 1000.0);
     else if (rc == 0)
-        pf_say("TCP mesh: %d broken link%s", bad, bad == 1 ? "" : "s");
+        pf_say(MC_LOG_ERROR, "TCP mesh: %d broken link%s", bad, bad == 1 ? "" : "s");
     json_object_set_new(n->report_json, "mesh", all);
     if (rc != 0 || bad)
-        pf_say("failed at the mesh stage: %s", n->reason);
+        pf_say(MC_LOG_ERROR, "failed at the mesh stage: %s", n->reason);
     return pf_verdict(n, "mesh", rc == 0 && bad == 0, n->reason);
 }
 
@@ -270,7 +283,8 @@ int pf_stage_mesh(struct pf_node *n)
     /* group rank 0 answers on MASTER_PORT for the stage: the agent keeps the port reserved
      * (bound with SO_REUSEADDR, not listening), so binding it here is allowed */
     if (n->group_rank == 0 && (rc = pf_mesh_listen(&master, (unsigned)n->master_port)) != 0)
-        pf_say("cannot listen on MASTER_PORT %d to test it: %s", n->master_port, strerror(-rc));
+        pf_say(MC_LOG_ERROR, "cannot listen on MASTER_PORT %d to test it: %s", n->master_port,
+               strerror(-rc));
     advertised_addr(n, addr, sizeof(addr));
     snprintf(key, sizeof(key), "pf/mesh/%d", n->group_rank);
     snprintf(val, sizeof(val), "%s %u %s", addr, peer.port, n->host);

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "log.h"
+
 struct rdzv_server;
 struct rdzv_tls_opts;
 
@@ -131,9 +133,9 @@ int rdzv_limits_fit_fds(struct rdzv_limits *l, unsigned long nofile, char *why, 
  * secret. Off by default. */
 void rdzv_server_set_http_public_status(struct rdzv_server *s, int on);
 
-/* One line of the server's log (no newline), e.g. a refused peer and why. Never holds a token
- * or other secret. */
-typedef void (*rdzv_server_log_cb)(void *data, const char *line);
+/* One line of the server's log (no newline, escaped), e.g. a refused peer and why, with its
+ * level (common/log.h). Never holds a token or other secret. */
+typedef void (*rdzv_server_log_cb)(void *data, enum mc_log_level level, const char *line);
 
 /* Binds host:port (port 0 = ephemeral) and starts listening on loop, in token mode: every
  * connection is TLS 1.2 with token as the pre-shared key (ECDHE-PSK), and HELLO must carry the

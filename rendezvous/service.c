@@ -581,7 +581,7 @@ void rdzv__log(struct rdzv_server *srv, const char *fmt, ...)
     va_end(ap);
     (void)mc_escape(line, safe, sizeof(safe)); /* cannot be cut: sized for the worst case */
     if (srv->log_cb != NULL)
-        srv->log_cb(srv->log_data, safe);
+        srv->log_cb(srv->log_data, MC_LOG_INFO, safe);
     else
         mc_info("server: %s", safe);
 }

@@ -18,6 +18,7 @@
 #include <mbedtls/x509_crt.h>
 
 #include "cred.h"
+#include "log.h"
 
 struct rdzv_tls {
     mbedtls_entropy_context entropy;
@@ -316,7 +317,7 @@ int rdzv_tls_prepare(struct rdzv_tls *t)
         return 0;
     ret = setup_conf(t, 1, err, sizeof(err));
     if (ret < 0) {
-        fprintf(stderr, "muster: server: TLS setup failed: %s\n", err);
+        mc_error("server: TLS setup failed: %s", err);
         return ret;
     }
     conf_server_psk(t);

@@ -1,5 +1,5 @@
-/* muster-preflight: the per-GPU pre-flight worker (issue 6). Plain C against the CUDA runtime
- * (linked statically) and NCCL; no kernels. muster's node process starts one per GPU.
+/* muster-preflight: the per-GPU pre-flight worker (docs/PREFLIGHT.md). Plain C against the CUDA
+ * runtime (linked statically) and NCCL; no kernels. muster's node process starts one per GPU.
  *
  *   muster-preflight inventory   this machine's driver, CUDA, NCCL versions and GPUs as JSON
  *   muster-preflight allreduce   unique-GPU check, NCCL init, exact all-reduce check and a
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "busbw.h"
 #include "muster_version.h"
 #include "pf_gpu.h"
@@ -82,13 +83,13 @@ static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 
 static int usage_error(const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
 
-    fputs("muster-preflight: error: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputs(" (see muster-preflight --help)\n", stderr);
+    mc_error("%s (see muster-preflight --help)", msg);
     return PFG_EXIT_USAGE;
 }
 
@@ -243,6 +244,7 @@ int main(int argc, char **argv)
     /* Before any NCCL call; overwrite = 0 so a user's explicit setting wins. NVLink SHARP must
      * stay off on shared hosts. */
     setenv("NCCL_NVLS_ENABLE", "0", 0);
+    mc_log_set_program("muster-preflight");
     if (argc < 2)
         return usage_error("missing command: inventory, allreduce or p2p");
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

@@ -1,4 +1,4 @@
-/* bf16 GEMM and HBM copy throughput of one GPU (issue 15; round2.md §8 for the method).
+/* bf16 GEMM and HBM copy throughput of one GPU (docs/PREFLIGHT.md "What runs" for the method).
  *
  * cuBLAS is loaded with dlopen: the toolkit on the build host has no libcublas_static.a (only
  * libcublas.so.13 and the 540 MB libcublasLt.so.13), and linking the shared library would make

@@ -1,5 +1,5 @@
-/* Per GPU throughput in muster-preflight (issue 15): bf16 GEMM through cuBLAS (loaded at run
- * time) and HBM bandwidth by a device-to-device copy, then NVML's health facts. */
+/* Per GPU throughput in muster-preflight (docs/PREFLIGHT.md "What runs"): bf16 GEMM through cuBLAS
+ * (loaded at run time) and HBM bandwidth by a device-to-device copy, then NVML's health facts. */
 #ifndef MUSTER_PREFLIGHT_BENCH_H
 #define MUSTER_PREFLIGHT_BENCH_H
 

@@ -1,3 +1,4 @@
+#include "log.h"
 #include "pf_gpu.h"
 
 #include <ctype.h>
@@ -105,7 +106,7 @@ static int print_json(json_t *o)
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
     if (s == NULL) {
-        fprintf(stderr, "muster-preflight: error: out of memory formatting JSON\n");
+        mc_error("out of memory formatting JSON");
         return -ENOMEM;
     }
     printf("%s\n", s);
@@ -150,11 +151,11 @@ int pf_inventory_main(void)
     if (o == NULL || gpus == NULL) {
         json_decref(o);
         json_decref(gpus);
-        fprintf(stderr, "muster-preflight: error: out of memory\n");
+        mc_error("out of memory");
         return PFG_EXIT_START;
     }
     if (list_gpus(gpus, err, sizeof(err)) < 0) {
-        fprintf(stderr, "muster-preflight: error: CUDA cannot start: %s\n", err);
+        mc_error("CUDA cannot start: %s", err);
         json_object_set_new(o, "error", json_string(err));
         json_array_clear(gpus); /* the contract: "gpus": [] whenever CUDA failed */
         code = PFG_EXIT_START;

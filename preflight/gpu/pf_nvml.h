@@ -1,5 +1,6 @@
-/* NVML health facts of one GPU (issue 15), NVML loaded with dlopen("libnvidia-ml.so.1") so the
- * build needs no driver and a host without NVML still runs the pre-flight. */
+/* NVML health facts of one GPU (docs/PREFLIGHT.md "What runs"), NVML loaded with
+ * dlopen("libnvidia-ml.so.1") so the build needs no driver and a host without NVML still runs the
+ * pre-flight. */
 #ifndef MUSTER_PREFLIGHT_NVML_H
 #define MUSTER_PREFLIGHT_NVML_H
 

@@ -1,4 +1,5 @@
 /* `muster-preflight p2p`: see pf_p2p.h. Plain C against the CUDA runtime, no kernels. */
+#include "log.h"
 #include "pf_p2p.h"
 
 #include <errno.h>
@@ -173,7 +174,7 @@ static int emit(json_t *o, const char *out)
         puts(text);
     free(text);
     if (rc != 0) {
-        fprintf(stderr, "muster-preflight: error: cannot write %s: %s\n", out, strerror(-rc));
+        mc_error("cannot write %s: %s", out, strerror(-rc));
         return PFG_EXIT_START;
     }
     return PFG_EXIT_OK;
@@ -181,7 +182,7 @@ static int emit(json_t *o, const char *out)
 
 static int usage(const char *what)
 {
-    fprintf(stderr, "muster-preflight: error: p2p: %s (see muster-preflight --help)\n", what);
+    mc_error("p2p: %s (see muster-preflight --help)", what);
     return PFG_EXIT_USAGE;
 }
 
@@ -202,8 +203,7 @@ int pf_p2p_main(int argc, char **argv)
             return usage("expected [--devices N] [--out FILE]");
     }
     if ((ce = cudaGetDeviceCount(&count)) != cudaSuccess) {
-        fprintf(stderr, "muster-preflight: error: cudaGetDeviceCount: %s\n",
-                cudaGetErrorString(ce));
+        mc_error("cudaGetDeviceCount: %s", cudaGetErrorString(ce));
         return PFG_EXIT_START;
     }
     p.n = want >= 0 && want < count ? want : count;
@@ -241,7 +241,7 @@ int pf_p2p_main(int argc, char **argv)
     if (rc != 0) {
         json_object_set_new(o, "error", json_string(p.error));
         json_object_del(o, "gbps"); /* no partial matrix: the node says why there is none */
-        fprintf(stderr, "muster-preflight: error: %s\n", p.error);
+        mc_error("%s", p.error);
     }
     int erc = emit(o, out);
     json_decref(o);

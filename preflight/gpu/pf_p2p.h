@@ -1,4 +1,5 @@
-/* `muster-preflight p2p` (issue 15): the peer-to-peer bandwidth matrix of this node's GPUs. */
+/* `muster-preflight p2p` (docs/PREFLIGHT.md "What runs"): the peer-to-peer bandwidth matrix of this
+ * node's GPUs. */
 #ifndef MUSTER_PREFLIGHT_P2P_RUN_H
 #define MUSTER_PREFLIGHT_P2P_RUN_H
 

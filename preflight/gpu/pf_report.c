@@ -1,3 +1,4 @@
+#include "log.h"
 #include "pf_report.h"
 
 #include <errno.h>
@@ -173,7 +174,7 @@ int pf_report_write(const struct pf_run *run)
 
     json_decref(o);
     if (text == NULL) {
-        fprintf(stderr, "muster-preflight: error: cannot format the JSON report\n");
+        mc_error("cannot format the JSON report");
         return -ENOMEM;
     }
     if (run->opts.out == NULL) {
@@ -184,8 +185,8 @@ int pf_report_write(const struct pf_run *run)
         rc = write_atomic(run->opts.out, text);
     }
     if (rc < 0)
-        fprintf(stderr, "muster-preflight: error: cannot write the report to %s: %s\n",
-                run->opts.out ? run->opts.out : "stdout", strerror(-rc));
+        mc_error("cannot write the report to %s: %s", run->opts.out ? run->opts.out : "stdout",
+                 strerror(-rc));
     free(text);
     return rc;
 }

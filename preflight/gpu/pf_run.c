@@ -1,3 +1,4 @@
+#include "log.h"
 #include "pf_run.h"
 
 #include <errno.h>
@@ -35,7 +36,7 @@ int pf_fail(struct pf_run *run, int exit_code, int err, const char *fmt, ...)
             if (*c == '\n' || *c == '\r' || *c == '\t')
                 *c = ' ';
         run->exit_code = exit_code;
-        fprintf(stderr, "muster-preflight: error: %s\n", run->error);
+        mc_error("%s", run->error);
     }
     return err < 0 ? err : -EIO;
 }
@@ -180,7 +181,7 @@ int pf_allreduce_run(struct pf_run *run)
         rc = pf_kv_check_gpus(run);
     if (rc == 0)
         rc = run_stages(run);
-    /* After the collectives, so no rank waits on another's GEMM (issue 15) */
+    /* After the collectives, so no rank waits on another's GEMM */
     if (rc == 0)
         rc = pf_bench_run(run);
     if (rc < 0 && run->error[0] == '\0')

@@ -360,7 +360,7 @@ int pf_stage_run(struct pf_run *run, const struct pf_stage_spec *spec, struct pf
         goto out;
     st->check = "ok";
     /* One rank moves no data: a sweep would time a local copy and report an algbw of
-     * millions of GB/s and a busbw of 0 (issue 15). The sum is still checked above. */
+     * millions of GB/s and a busbw of 0. The sum is still checked above. */
     if (spec->nranks > 1 && (rc = sweep(&s)) < 0)
         goto out;
     rc = finalize(&s);

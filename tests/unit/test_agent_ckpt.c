@@ -46,10 +46,11 @@ static int teardown(void **state)
     return 0;
 }
 
-static void log_cb(void *arg, const char *line)
+static void log_cb(void *arg, enum mc_log_level level, const char *line)
 {
     struct fx *fx = arg;
     size_t used = strlen(fx->log);
+    (void)level;
     assert_null(strchr(line, '\n')); /* one line each */
     snprintf(fx->log + used, sizeof(fx->log) - used, "%s\n", line);
     fx->nlog++;

@@ -40,11 +40,13 @@ struct fixture {
     int flushed;
 };
 
-static void log_cb(void *data, const char *line)
+static void log_cb(void *data, enum mc_log_level level, const char *line)
 {
     struct fixture *fx = data;
+    const char *tag = level == MC_LOG_ERROR ? "error: " : level == MC_LOG_WARN ? "warning: " : "";
 
-    snprintf(fx->log[fx->n_log % 64], sizeof(fx->log[0]), "%s", line);
+    /* the level shown as the console shows it, so a test reads "error: " where it expects one */
+    snprintf(fx->log[fx->n_log % 64], sizeof(fx->log[0]), "%s%s", tag, line);
     fx->n_log++;
 }
 

@@ -593,7 +593,7 @@ static void close_reader(struct fx *fx)
 {
     close(fx->pipe[0]);
     fx->pipe[0] = -1;
-    assert_int_equal(agent_sink_drain_all(5000) > 0, 1); /* the dropped bytes stay counted */
+    assert_int_equal(mc_sink_drain_all(5000) > 0, 1); /* the dropped bytes stay counted */
 }
 
 static void on_resume(struct agent_output *o, void *data)
@@ -700,14 +700,14 @@ static void test_never_read_bounded(void **state)
     char chunk[1000];
     memset(chunk, 'z', sizeof(chunk) - 1);
     chunk[sizeof(chunk) - 1] = '\n';
-    for (int i = 0; i < 10 * BUDGET * AGENT_SINK_HARD_FACTOR / (int)sizeof(chunk); i++)
+    for (int i = 0; i < 10 * BUDGET * MC_SINK_HARD_FACTOR / (int)sizeof(chunk); i++)
         agent_output_feed(&fx->o, chunk, sizeof(chunk));
     agent_output_close(&fx->o);
     uint64_t t0 = mono_ms();
     uint64_t lost = agent_output_console_stop(300);
     uint64_t took = mono_ms() - t0;
     assert_true(took >= 250 && took < 1500);
-    assert_true(lost >= 9 * BUDGET * AGENT_SINK_HARD_FACTOR); /* the refused part, counted */
+    assert_true(lost >= 9 * BUDGET * MC_SINK_HARD_FACTOR); /* the refused part, counted */
     assert_int_equal(resumed, 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&loop), 0);
@@ -719,22 +719,22 @@ static void test_never_read_bounded(void **state)
 static void test_sink_hard_limit(void **state)
 {
     struct fx *fx = *state;
-    struct agent_sink *s;
+    struct mc_sink *s;
     char block[4096];
     struct iovec iov = {.iov_base = block, .iov_len = sizeof(block)};
     int refused = 0;
 
     memset(block, 'q', sizeof(block));
     assert_true(fcntl(fx->pipe[1], F_SETPIPE_SZ, SMALL_PIPE) >= SMALL_PIPE);
-    assert_int_equal(agent_sink_new(fx->pipe[1], 0, BUDGET, NULL, &s), 0);
+    assert_int_equal(mc_sink_new(fx->pipe[1], 0, BUDGET, NULL, &s), 0);
     uint64_t t0 = mono_ms();
     for (int i = 0; i < 1000; i++)
-        refused += agent_sink_writev(s, &iov, 1) == -ENOBUFS;
+        refused += mc_sink_writev(s, &iov, 1) == -ENOBUFS;
     assert_true(mono_ms() - t0 < 1000);
-    assert_true(agent_sink_over(s));
-    assert_true(agent_sink_queued(s) <= (size_t)BUDGET * AGENT_SINK_HARD_FACTOR);
-    assert_true(refused >= 1000 - (BUDGET * AGENT_SINK_HARD_FACTOR + 2 * SMALL_PIPE) / 4096);
-    agent_sink_close(s);
+    assert_true(mc_sink_over(s));
+    assert_true(mc_sink_queued(s) <= (size_t)BUDGET * MC_SINK_HARD_FACTOR);
+    assert_true(refused >= 1000 - (BUDGET * MC_SINK_HARD_FACTOR + 2 * SMALL_PIPE) / 4096);
+    mc_sink_close(s);
     close_reader(fx);
 }
 

@@ -206,17 +206,19 @@ static void on_pump(uv_idle_t *idle)
     fx->qn = kept; /* the loop also took what was queued while it delivered */
 }
 
-static void log_sender(void *data, const char *line)
+static void log_sender(void *data, enum mc_log_level level, const char *line)
 {
     struct fixture *fx = data;
 
+    (void)level;
     snprintf(fx->log[SENDER][fx->n_log[SENDER]++ % 64], 512, "%s", line);
 }
 
-static void log_receiver(void *data, const char *line)
+static void log_receiver(void *data, enum mc_log_level level, const char *line)
 {
     struct fixture *fx = data;
 
+    (void)level;
     snprintf(fx->log[RECEIVER][fx->n_log[RECEIVER]++ % 64], 512, "%s", line);
 }
 
@@ -228,9 +230,10 @@ static void stored(void *data, const struct agent_ckpt_entry *e)
     fx->stored++;
 }
 
-static void ck_log(void *data, const char *line)
+static void ck_log(void *data, enum mc_log_level level, const char *line)
 {
     (void)data;
+    (void)level;
     (void)line;
 }
 

@@ -174,6 +174,43 @@ static void test_writer_hook(void **state)
     assert_string_equal(captured(c), "muster: direct\n");
 }
 
+/* A peer's text is escaped in the one formatter: no forged line, no terminal escape. */
+static void test_untrusted(void **state)
+{
+    struct capture *c = *state;
+    char out[64];
+
+    mc_log_untrusted(MC_LOG_ERROR, "host %s", "evil\nmuster: error: forged\x1b[2J");
+    assert_string_equal(captured(c),
+                        "muster: error: host evil\\x0amuster: error: forged\\x1b[2J\n");
+    assert_string_equal(mc_format_untrusted(out, sizeof(out), "job %s", "a\tb"), "job a\\x09b");
+}
+
+/* A continuation line has no prefix and the level of its heading: --quiet hides an info row,
+ * never an error row. */
+static void test_cont_levels(void **state)
+{
+    struct capture *c = *state;
+
+    mc_log_set_level(MC_LOG_WARN); /* --quiet */
+    mc_log_cont(MC_LOG_INFO, "  %s", "a row");
+    mc_log_cont(MC_LOG_ERROR, "  ! %s", "a failure");
+    mc_log_cont(MC_LOG_WARN, "  ~ %s", "a warning");
+    assert_string_equal(captured(c), "  ! a failure\n  ~ a warning\n");
+}
+
+/* A program of its own names itself in every line (muster-preflight). */
+static void test_program_name(void **state)
+{
+    struct capture *c = *state;
+
+    mc_log_set_program("muster-preflight");
+    mc_error("out of memory");
+    mc_log_set_program("muster");
+    mc_info("back");
+    assert_string_equal(captured(c), "muster-preflight: error: out of memory\nmuster: back\n");
+}
+
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -210,6 +247,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_long_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errno_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_untrusted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cont_levels, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_program_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stalled_stderr_bounded, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -80,10 +80,11 @@ static void explain(void *data)
                     R(i)->error.text);
 }
 
-static void log_cb(void *data, const char *line)
+static void log_cb(void *data, enum mc_log_level level, const char *line)
 {
     struct fixture *fx = data;
 
+    (void)level;
     if (fx->n_log < 32)
         snprintf(fx->log[fx->n_log], sizeof(fx->log[0]), "%s", line);
     fx->n_log++;

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
+
 #define CHUNK_SIZE (64 * 1024) /* queue memory comes in pieces of this size */
 
 struct chunk {
@@ -17,24 +19,24 @@ struct chunk {
     char data[CHUNK_SIZE];
 };
 
-struct agent_sink {
+struct mc_sink {
     int fd, owns_fd;
     size_t budget, queued;
     uint64_t dropped; /* refused at the hard limit */
     int err;          /* the errno the writer stopped on; 0 while it works */
-    int closing;      /* agent_sink_close was called: drain, close, free */
+    int closing;      /* mc_sink_close was called: drain, close, free */
     int want_wake;    /* found over budget: wake once the queue is down to budget / 2 */
     uv_async_t *wake;
     pthread_cond_t cv; /* the writer waits here for bytes or closing */
     struct chunk *head, *tail;
-    struct agent_sink *prev, *next; /* every live sink, for agent_sink_drain_all */
+    struct mc_sink *prev, *next; /* every live sink, for mc_sink_drain_all */
 };
 
 /* One lock for all sinks: drain_all needs a consistent sum, and the sections are short. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t idle_cv; /* a queue went empty or a writer ended; CLOCK_MONOTONIC */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static struct agent_sink *sinks;
+static struct mc_sink *sinks;
 static uint64_t dropped_gone; /* dropped bytes of sinks already freed */
 
 static void init_once(void)
@@ -47,7 +49,7 @@ static void init_once(void)
 }
 
 /* The writer's reason to tell the loop: call with mu held. */
-static void maybe_wake(struct agent_sink *s)
+static void maybe_wake(struct mc_sink *s)
 {
     if (s->want_wake && (s->err != 0 || s->queued <= s->budget / 2)) {
         s->want_wake = 0;
@@ -56,7 +58,7 @@ static void maybe_wake(struct agent_sink *s)
     }
 }
 
-static void free_chunks(struct agent_sink *s)
+static void free_chunks(struct mc_sink *s)
 {
     while (s->head != NULL) {
         struct chunk *c = s->head;
@@ -86,7 +88,7 @@ static ssize_t write_some(int fd, const char *p, size_t n)
 }
 
 /* Takes w written bytes off the head of the queue; with mu held. */
-static void consume(struct agent_sink *s, size_t w)
+static void consume(struct mc_sink *s, size_t w)
 {
     struct chunk *c = s->head;
 
@@ -100,7 +102,7 @@ static void consume(struct agent_sink *s, size_t w)
     }
 }
 
-static void finish(struct agent_sink *s)
+static void finish(struct mc_sink *s)
 {
     if (s->prev != NULL)
         s->prev->next = s->next;
@@ -120,7 +122,7 @@ static void finish(struct agent_sink *s)
 
 static void *writer_main(void *arg)
 {
-    struct agent_sink *s = arg;
+    struct mc_sink *s = arg;
 
     pthread_mutex_lock(&mu);
     for (;;) {
@@ -149,9 +151,9 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-int agent_sink_new(int fd, int owns_fd, size_t budget, uv_async_t *wake, struct agent_sink **out)
+int mc_sink_new(int fd, int owns_fd, size_t budget, uv_async_t *wake, struct mc_sink **out)
 {
-    struct agent_sink *s = calloc(1, sizeof(*s));
+    struct mc_sink *s = calloc(1, sizeof(*s));
     pthread_attr_t attr;
     sigset_t all, old;
     pthread_t t;
@@ -161,7 +163,7 @@ int agent_sink_new(int fd, int owns_fd, size_t budget, uv_async_t *wake, struct 
     if (s == NULL)
         return -ENOMEM;
     pthread_once(&once, init_once);
-    *s = (struct agent_sink){.fd = fd, .owns_fd = owns_fd, .budget = budget, .wake = wake};
+    *s = (struct mc_sink){.fd = fd, .owns_fd = owns_fd, .budget = budget, .wake = wake};
     pthread_cond_init(&s->cv, NULL);
     pthread_attr_init(&attr);
     /* the default stack size: a smaller one fails with EINVAL once the static TLS of the
@@ -192,7 +194,7 @@ int agent_sink_new(int fd, int owns_fd, size_t budget, uv_async_t *wake, struct 
 }
 
 /* Copies n bytes at p behind the queue's tail; with mu held. Returns 0 or -ENOMEM. */
-static int append(struct agent_sink *s, const char *p, size_t n)
+static int append(struct mc_sink *s, const char *p, size_t n)
 {
     while (n > 0) {
         struct chunk *c = s->tail;
@@ -217,7 +219,7 @@ static int append(struct agent_sink *s, const char *p, size_t n)
     return 0;
 }
 
-int agent_sink_writev(struct agent_sink *s, const struct iovec *iov, int cnt)
+int mc_sink_writev(struct mc_sink *s, const struct iovec *iov, int cnt)
 {
     size_t total = 0;
     int rc = 0;
@@ -227,7 +229,7 @@ int agent_sink_writev(struct agent_sink *s, const struct iovec *iov, int cnt)
     pthread_mutex_lock(&mu);
     if (s->err != 0) {
         rc = -s->err;
-    } else if (s->queued + total > s->budget * AGENT_SINK_HARD_FACTOR) {
+    } else if (s->queued + total > s->budget * MC_SINK_HARD_FACTOR) {
         s->dropped += total;
         rc = -ENOBUFS;
     } else {
@@ -241,7 +243,7 @@ int agent_sink_writev(struct agent_sink *s, const struct iovec *iov, int cnt)
     return rc;
 }
 
-int agent_sink_over(struct agent_sink *s)
+int mc_sink_over(struct mc_sink *s)
 {
     int over;
 
@@ -253,7 +255,7 @@ int agent_sink_over(struct agent_sink *s)
     return over;
 }
 
-size_t agent_sink_queued(struct agent_sink *s)
+size_t mc_sink_queued(struct mc_sink *s)
 {
     size_t n;
 
@@ -263,23 +265,23 @@ size_t agent_sink_queued(struct agent_sink *s)
     return n;
 }
 
-void agent_sink_set_wake(struct agent_sink *s, uv_async_t *wake)
+void mc_sink_set_wake(struct mc_sink *s, uv_async_t *wake)
 {
     pthread_mutex_lock(&mu);
     s->wake = wake;
     pthread_mutex_unlock(&mu);
 }
 
-void agent_sink_forget_wake(uv_async_t *wake)
+void mc_sink_forget_wake(uv_async_t *wake)
 {
     pthread_mutex_lock(&mu);
-    for (struct agent_sink *s = sinks; s != NULL; s = s->next)
+    for (struct mc_sink *s = sinks; s != NULL; s = s->next)
         if (s->wake == wake)
             s->wake = NULL;
     pthread_mutex_unlock(&mu);
 }
 
-void agent_sink_close(struct agent_sink *s)
+void mc_sink_close(struct mc_sink *s)
 {
     if (s == NULL)
         return;
@@ -293,20 +295,20 @@ void agent_sink_close(struct agent_sink *s)
 static uint64_t unwritten(void)
 {
     uint64_t n = dropped_gone;
-    for (struct agent_sink *s = sinks; s != NULL; s = s->next)
+    for (struct mc_sink *s = sinks; s != NULL; s = s->next)
         n += s->queued + s->dropped;
     return n;
 }
 
 static int all_idle(void)
 {
-    for (struct agent_sink *s = sinks; s != NULL; s = s->next)
+    for (struct mc_sink *s = sinks; s != NULL; s = s->next)
         if (s->queued > 0)
             return 0;
     return 1;
 }
 
-uint64_t agent_sink_drain_all(unsigned timeout_ms)
+uint64_t mc_sink_drain_all(unsigned timeout_ms)
 {
     struct timespec until;
     uint64_t n;
@@ -325,4 +327,25 @@ uint64_t agent_sink_drain_all(unsigned timeout_ms)
     n = unwritten();
     pthread_mutex_unlock(&mu);
     return n;
+}
+
+static struct mc_sink *log_sink; /* mc_sink_take_log's */
+static void (*log_before)(void);
+
+static void log_to_sink(const char *line, size_t len)
+{
+    struct iovec iov = {.iov_base = (void *)line, .iov_len = len};
+
+    if (log_before != NULL)
+        log_before();
+    (void)mc_sink_writev(log_sink, &iov, 1); /* -ENOBUFS: dropped and counted */
+}
+
+void mc_sink_take_log(struct mc_sink *s, void (*before)(void))
+{
+    mc_log_set_writer(NULL); /* no line goes to a half-set pair */
+    log_sink = s;
+    log_before = before;
+    if (s != NULL)
+        mc_log_set_writer(log_to_sink);
 }
