@@ -82,7 +82,7 @@ static json_t *nvml_json(const struct pf_health *h)
     return o;
 }
 
-/* Issue 15: GEMM and HBM figures (null when not measured) and NVML health; null when the
+/* GEMM and HBM figures (null when not measured) and NVML health; null when the
  * measurement did not run (an earlier stage failed). */
 static json_t *health_json(const struct pf_run *run)
 {

@@ -61,7 +61,7 @@ struct pf_stage_result {
     struct pf_size_result sizes[PF_MAX_SIZES];
 };
 
-/* Issue 15: this GPU's throughput (pf_bench.c). A figure <= 0 was not measured. */
+/* This GPU's throughput (pf_bench.c). A figure <= 0 was not measured. */
 struct pf_bench {
     int ran;
     double gemm_tflops; /* bf16 in/out, FP32 compute, 2n^3 FLOP per call */

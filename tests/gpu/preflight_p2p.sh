@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 15 on a GPU host: the P2P matrix, per-GPU results on the rendezvous server, and the
+# On a GPU host (docs/PREFLIGHT.md): the P2P matrix, per-GPU results on the rendezvous server, and the
 # pre-flight of a node that joins a running elastic job. One command from a clean tree:
 #
 #   tests/gpu/preflight_p2p.sh BUILD_DIR OUT_DIR

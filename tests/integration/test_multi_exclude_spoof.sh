@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 26 item 5: a teammate (holding the job's credential, but not a node's secret) cannot get
+# a teammate (holding the job's credential, but not a node's secret) cannot get
 # a healthy node excluded by JOINing with that node's host and address and failing once. The
 # failure ledger is keyed by the address the server SAW (the TCP peer), not by what a JOIN
 # claims: rdzv_poke connects from 127.0.0.3 (another "machine" on loopback), claims victim a's

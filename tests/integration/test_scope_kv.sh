@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 26, quotas per credential scope: the KV stores of all the jobs of one job credential
+# Quotas per credential scope (docs/SECURITY.md "Limits and quotas of a shared server"): the KV stores of all the jobs of one job credential
 # ("teamA-*") draw on one pool of held KV requests (and bytes), which draws on the server's.
 # With --kv-max-held-per-credential 100, job teamA-1's workers hold 80 waiting GETs, job teamA-2's
 # get only the 20 left, the rest answered LIMIT and counted as kv_per_credential, while team B's

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 26 item 4: one prefix credential used to take every job slot (4,096 silent JOINs with
+# one prefix credential used to take every job slot (4,096 silent JOINs with
 # teamA-* in 25 s, then team B got "server full"). Now jobs and connections are counted per job
 # credential scope: teamA-*'s silent JOINs (rdzv_poke, holding their connections) fill its job
 # quota and its connection quota, the next ones are refused with texts that name the credential

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 26 item 3: the HTTP port cannot exhaust the server. 8,192 silent HTTP connections (64
+# the HTTP port cannot exhaust the server. 8,192 silent HTTP connections (64
 # addresses x 128, opened again 500 ms after the server closes one) are held while a 3-agent
 # job joins and runs to its exit code, and /metrics still answers; the evictions are counted
 # (muster_limit_hits_total{limit="http_connections"}). /status is refused without the observer

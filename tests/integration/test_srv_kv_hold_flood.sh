@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 26 item 2: the worker code of one job must not stall the server for the others. Job A's
+# the worker code of one job must not stall the server for the others. Job A's
 # worker credential (what any of A's workers holds) opens 16 worker connections and sends
 # 200,000 KV_GETs that would wait (tests/peers/rdzv_kvflood). The server holds at most
 # --kv-max-held-per-conn (64) of them per connection and --kv-max-held-per-job (512 here) + 8

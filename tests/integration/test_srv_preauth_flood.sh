@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 26 item 1: silent connections cannot lock real agents out. 130 x 128 silent TCP
+# silent connections cannot lock real agents out. 130 x 128 silent TCP
 # connections (not one TLS byte) from 130 addresses of distinct /24s of 127/8, opened again
 # 500 ms after the server closes one, are held while the 5 agents of a real job join: they all
 # join and the job runs to its exit code; the evictions are counted in /metrics. Then 128

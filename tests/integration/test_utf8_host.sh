@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 26 item 7: a JOIN whose host is not valid UTF-8 used to reach /metrics labels (Prometheus
+# a JOIN whose host is not valid UTF-8 used to reach /metrics labels (Prometheus
 # then refuses the whole scrape, for every team) and /status (the node vanished: jansson refuses
 # the string). Now the codec refuses it as a malformed JOIN (counted in
 # muster_protocol_errors_total), /metrics stays valid UTF-8 with every line in the exposition
