@@ -671,8 +671,8 @@ static int new_client(struct agent *a, const char *host, unsigned port)
                                 .no_forward_secrecy = r->no_forward_secrecy};
     int rc;
 
-    if (a->server != NULL) /* our own server: an in-process channel, no TCP and no TLS (issue
-                              14: the handshake was ~6 ms of a standalone launch) */
+    if (a->server != NULL) /* our own server: an in-process channel, no TCP and no TLS (the
+                              handshake was ~6 ms of a standalone launch) */
         rc = rdzv_client_new_local(&a->loop, a->server, host, &client_cbs, a, &a->client);
     else
         rc = rdzv_client_new_tls(&a->loop, host, port, &tls, &client_cbs, a, &a->client);

@@ -166,9 +166,10 @@ mentions() {
 
 # http_get HOST:PORT PATH: GET PATH; the body goes to $T/http.body, HTTP_CODE is set (000 when
 # no answer). Not for $(...): HTTP_CODE must be set in the test's own shell.
-# The server builds /metrics and /status at most every 250 ms and serves that snapshot (issue
-# 26): a request within 300 ms of the previous one first waits out the rest, so that what a
-# test asserts right after an event is never the snapshot from before it.
+# The server builds /metrics and /status at most every 250 ms and serves that snapshot
+# (docs/SECURITY.md "Limits and quotas of a shared server"): a request within 300 ms of the
+# previous one first waits out the rest, so that what a test asserts right after an event is
+# never the snapshot from before it.
 HTTP_LAST_MS=0
 http_get() {
     local hp=$1 path=$2 now

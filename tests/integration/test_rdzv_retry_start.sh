@@ -31,7 +31,10 @@ print("fake: %d held silent, %d closed" % tuple(n), flush=True)
 EOP
 python3 "$T/fake.py" "$PORT" > "$T/fake.out" 2>&1 &
 FAKE=$!
-sleep 0.3
+# listening before the agent starts: an agent finding the port free would host the rendezvous
+# there itself (node rank 0 of a c10d endpoint on this host) and never see the fake
+listening() { ss -Hltn "sport = :$PORT" | grep -q .; }
+wait_for 20 listening || fail "the fake endpoint did not listen on $PORT: $(cat "$T/fake.out")"
 agent a1 -- --nnodes 1 --nproc-per-node 1 --rdzv-endpoint "127.0.0.1:$PORT" --rdzv-id "$JOB" \
     --no-python sh -c 'echo worker ran; exit 7'
 wait "$FAKE"
