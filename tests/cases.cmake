@@ -39,7 +39,7 @@ endfunction()
 function(muster__case suite name file labels timeout)
   set(path ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${file})
   if(MUSTER_SANITIZE)
-    set(name san.${name}) # tools/test.sh runs both builds in one ctest: unique, telling names
+    set(name san.${name}) # the sanitizer tree's cases: unique, telling names
   endif()
   string(REPLACE "," ";" labels "${labels}")
   foreach(l IN LISTS labels)
