@@ -218,8 +218,9 @@ pid_gone() {
 # says `connected`; skips (77) when the tool is not built or says it cannot run here (the fd
 # limit), fails when it does not connect within 40 s.
 silent_flood() {
-    [ -x "${SILENT_CONNS:-}" ] || skip "SILENT_CONNS is not set (ctest sets it: tests/peers/silent_conns.c)"
-    "$SILENT_CONNS" "$@" > "$T/flood.out" 2> "$T/flood.err" &
+    local flooder
+    need_tool flooder SILENT_CONNS silent_conns
+    "$flooder" "$@" > "$T/flood.out" 2> "$T/flood.err" &
     FPID=$!
     IT_BG_PIDS="$IT_BG_PIDS $FPID"
     if ! wait_for 40 grep -q '^connected' "$T/flood.out"; then

@@ -7,8 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-FLOOD=${RDZV_KVFLOOD:-}
-[ -x "$FLOOD" ] || skip "rdzv_kvflood not built (RDZV_KVFLOOD unset)"
+need_tool FLOOD RDZV_KVFLOOD rdzv_kvflood
 need_cmd curl "for /metrics"
 
 start_token_server --kv-max-held-per-credential 100

@@ -8,7 +8,6 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-[ -x "${SILENT_CONNS:-}" ] || skip "SILENT_CONNS is not set (ctest sets it: tests/peers/silent_conns.c)"
 command -v curl >/dev/null 2>&1 || skip "curl is needed"
 hard=$(ulimit -Hn)
 [ "$hard" = unlimited ] || [ "$hard" -ge 8400 ] ||

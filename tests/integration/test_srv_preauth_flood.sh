@@ -9,7 +9,6 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
-[ -x "${SILENT_CONNS:-}" ] || skip "SILENT_CONNS is not set (ctest sets it: tests/peers/silent_conns.c)"
 command -v curl >/dev/null 2>&1 || skip "curl is needed for /metrics"
 # 16,640 connections need as many descriptors in the flooder (it raises its soft limit to the
 # hard one) and 16,384 + 256 + 64 in the server (muster server does the same)
