@@ -402,6 +402,41 @@ static void transition(struct agent *a, const struct agent_event *ev)
 
 /* ---- the workers' events ------------------------------------------------------------ */
 
+static void on_all_exited(struct agent_group *g);
+
+/* The evidence of a local failure or hang is in (and with the server): now the failure is
+ * reported and the other workers stop, as they would have at once without evidence. */
+static void evidence_failed(struct agent *a)
+{
+    struct agent_group *exited = a->ev_all_exited;
+
+    a->ev_failing = 0;
+    a->ev_all_exited = NULL;
+    if (a->ev_hung > 0 && a->group != NULL && a->group->workers[a->ev_hung - 1].alive)
+        agent_worker_kill(&a->group->workers[a->ev_hung - 1], SIGKILL);
+    a->ev_hung = 0;
+    if (a->state == AGENT_S_RUNNING) {
+        a->local_failure.flags |= RDZV_FAILURE_EVIDENCE;
+        fire(a, AGENT_EV_WORKER_FAILED, 0);
+    }
+    if (exited != NULL)
+        on_all_exited(exited);
+}
+
+/* Evidence first where there is anyone left to take it from; then evidence_failed. Returns 1
+ * when it was started. */
+static int evidence_first(struct agent *a, const char *why)
+{
+    if (agent__ft_evidence(a, why, 0, evidence_failed) != 0)
+        return 0;
+    a->ev_failing = 1;
+    mc_info("worker rank %d %s: taking every rank's evidence before the workers stop (at most "
+            "%.1f s, --evidence-timeout)",
+            a->local_failure.rank, strcmp(why, "a hang") == 0 ? "hung" : "failed",
+            a->o->ckpt.evidence_timeout_ms / 1000.0);
+    return 1;
+}
+
 static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
 {
     struct agent *a = g->data;
@@ -410,10 +445,12 @@ static void on_worker_exit(struct agent_group *g, struct agent_worker *w)
     if (w->exit_status == 0 && w->term_signal == 0)
         return;
     a->attempt_unclean = 1; /* a checkpoint it wrote in place may be cut */
-    if (!accepts(a, AGENT_EV_WORKER_FAILED))
+    if (!accepts(a, AGENT_EV_WORKER_FAILED) || a->ev_failing)
         return; /* already stopping: a worker dying of our SIGTERM is no new failure */
     agent__fill_failure(a, w, &a->local_failure);
     a->local_failure_pid = w->pid;
+    if (g->alive > 0 && evidence_first(a, "a worker failed"))
+        return;
     fire(a, AGENT_EV_WORKER_FAILED, 0);
 }
 
@@ -422,6 +459,10 @@ static void on_all_exited(struct agent_group *g)
 {
     struct agent *a = g->data;
 
+    if (a->ev_failing) { /* the failure is reported first, when the evidence is in */
+        a->ev_all_exited = g;
+        return;
+    }
     agent_group_close(g, after_group_closed, a);
     a->group = NULL;
     agent__ft_sync(a, !a->attempt_unclean); /* a final checkpoint may have landed just now */
@@ -432,9 +473,19 @@ static void on_all_exited(struct agent_group *g)
     fire(a, AGENT_EV_ALL_EXITED, 0);
 }
 
+/* Output is progress for hang detection (hang.h). */
+static void on_worker_output(struct agent_group *g, struct agent_worker *w)
+{
+    struct agent *a = g->data;
+
+    if (a->ft.hang_on)
+        agent_hang_progress(&a->ft.hang, w->local_rank);
+}
+
 static const struct agent_group_cbs group_cbs = {
     .exit_cb = on_worker_exit,
     .all_exited_cb = on_all_exited,
+    .output_cb = on_worker_output,
 };
 
 /* The pre-flight's group is closed already (preflight.c); a->pf.code says how it went. */
@@ -443,8 +494,9 @@ static void preflight_done(struct agent *a)
     fire(a, AGENT_EV_ALL_EXITED, 0);
 }
 
-/* A worker silent past --hang-timeout. A hung worker gets no grace: it cannot checkpoint, and
- * a SIGSTOPped one would ignore SIGTERM until the shutdown timeout. */
+/* A worker silent past --hang-timeout (or, without heartbeats, the whole node: hang.h). A hung
+ * worker gets no grace: it cannot checkpoint, and a SIGSTOPped one would ignore SIGTERM until
+ * the shutdown timeout. Its evidence (and its node's) is taken before the kill. */
 static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
 {
     struct agent *a = h->data;
@@ -454,15 +506,26 @@ static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
     if (a->group == NULL || local_rank >= a->group->n)
         return;
     w = &a->group->workers[local_rank];
-    if (!w->alive || !accepts(a, AGENT_EV_WORKER_FAILED))
+    if (!w->alive || !accepts(a, AGENT_EV_WORKER_FAILED) || a->ev_failing)
         return;
-    agent_worker_kill(w, SIGKILL);
     agent__fill_failure(a, w, f);
     f->exit_code = -1;
     f->time_ms = (uint64_t)time(NULL) * 1000;
-    snprintf(f->text, sizeof(f->text), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
-             silent_ms / 1000.0, a->o->ckpt.hang_timeout_ms / 1000.0);
+    if (h->last_touch[local_rank] != 0)
+        snprintf(f->text, sizeof(f->text),
+                 "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)", silent_ms / 1000.0,
+                 a->o->ckpt.hang_timeout_ms / 1000.0);
+    else
+        snprintf(f->text, sizeof(f->text),
+                 "hung: no progress (output, CPU time) on this node for %.1f s (--hang-timeout "
+                 "%.1f s)",
+                 silent_ms / 1000.0, a->o->ckpt.hang_timeout_ms / 1000.0);
     a->local_failure_pid = w->pid;
+    if (evidence_first(a, "a hang")) {
+        a->ev_hung = local_rank + 1;
+        return;
+    }
+    agent_worker_kill(w, SIGKILL);
     fire(a, AGENT_EV_WORKER_FAILED, 0);
 }
 
@@ -534,6 +597,30 @@ static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
         mc_info("restarting in %.1f s (attempt %u of %u)", r->delay_ms / 1000.0,
                 r->restart_count + 1, max + 1);
     fire(a, AGENT_EV_RESTART, 0);
+}
+
+static void collected(struct agent *a)
+{
+    (void)a; /* sent already (agent__ft_evidence); the workers go on */
+}
+
+/* The server wants this node's evidence (another node failed or hung, or `muster debug`): it
+ * is taken while the workers run on; the RESTART that follows stops them. */
+static void on_collect(struct rdzv_client *c, const struct rdzv_collect *col)
+{
+    struct agent *a = rdzv_client_data(c);
+    char why[MC_ESCAPE_SIZE(RDZV_EV_WHY_MAX)];
+    int rc;
+
+    if (col->round != a->as.round || a->group == NULL || a->state == AGENT_S_FINISHED)
+        return;
+    mc_escape(col->why, why, sizeof(why));
+    rc = agent__ft_evidence(a, why, col->req, collected);
+    if (rc == 0)
+        mc_info("taking this node's evidence for the server: %s", why);
+    else if (rc != -EAGAIN || a->ft.ev_on)
+        mc_debug("COLLECT for round %u not served: %s", col->round,
+                 a->ft.ev.busy ? "a collection is running" : strerror(-rc));
 }
 
 static void on_job_done(struct rdzv_client *c)
@@ -610,6 +697,7 @@ static void on_repl(struct rdzv_client *c, const struct rdzv_msg *m)
 
 static const struct rdzv_client_cbs client_cbs = {
     .repl_cb = on_repl,
+    .collect_cb = on_collect,
     .waiting_cb = on_waiting,
     .assign_cb = on_assign,
     .restart_cb = on_restart,

@@ -104,6 +104,7 @@ struct agent_ckpt_opts {
     const char *dir;          /* NULL: no checkpoint registry */
     unsigned keep;            /* 0 = keep all */
     unsigned hang_timeout_ms; /* 0 = no hang detection */
+    unsigned evidence_timeout_ms; /* --evidence-timeout: 0 = no evidence (agent/evidence.h) */
     unsigned replicate;       /* --replicate-checkpoints R: copies on other nodes; 0 = off */
     double replicate_mbps;    /* --replicate-bandwidth in MB/s; 0 = no cap */
     unsigned replicate_port;  /* --replicate-port: the direct link's port; 0 = ephemeral */

@@ -59,6 +59,8 @@ void agent__ft_prepare(struct agent *a)
     }
     if (ft->hang_on)
         agent_hang_start(&ft->hang, as->restart_count);
+    if (ft->ev_on)
+        agent_evidence_attempt(&ft->ev, as->restart_count);
 }
 
 void agent__ft_worker_exited(struct agent *a, int local_rank)
@@ -83,6 +85,80 @@ void agent__ft_close(struct agent *a)
     if (a->ft.ckpt_on)
         agent_ckptwatch_close(&a->ft.ckpt, NULL); /* what was due is recorded before DONE */
     a->ft.ckpt_on = 0;
+    if (a->ft.ev_on)
+        agent_evidence_close(&a->ft.ev);
+    a->ft.ev_on = 0;
+}
+
+/* ---- evidence before the kill ---------------------------------------------------------- */
+
+#ifndef AGENT_OUTPUT_TAIL /* MERGE: output.h's ring of the last output replaces this */
+static size_t agent_output_tail(const struct agent_output *o, char *buf, size_t len)
+{
+    (void)o;
+    if (len > 0)
+        buf[0] = '\0';
+    return 0;
+}
+#endif
+
+static void evidence_sent(struct agent_evidence *e, void *data)
+{
+    struct agent *a = data;
+    void (*done)(struct agent *a) = a->ft.ev_done;
+    int sent = 0;
+
+    a->ft.ev_done = NULL;
+    for (int i = 0; i < e->n; i++) {
+        int rc = a->client != NULL ? rdzv_client_send_evidence(a->client, &e->out[i]) : UV_ENOTCONN;
+        if (rc == 0)
+            sent++;
+        else
+            mc_debug("evidence of rank %d not sent: %s", e->out[i].rank, uv_strerror(rc));
+    }
+    if (e->written[0] != '\0')
+        mc_info("evidence of %d rank%s in %s (%llu ms)", e->n, e->n == 1 ? "" : "s", e->written,
+                (unsigned long long)e->took_ms);
+    else
+        mc_info("evidence of %d rank%s taken (%llu ms)%s", e->n, e->n == 1 ? "" : "s",
+                (unsigned long long)e->took_ms, sent ? "; sent to the server" : "");
+    for (int i = 0; i < e->n; i++) {
+        const struct rdzv_evidence *r = &e->out[i];
+        if (r->flags & RDZV_EV_HOOKED)
+            mc_log_untrusted(MC_LOG_DEBUG, "evidence: rank %d: %s%s %s", r->rank,
+                             r->op[0] ? "in " : "", r->op[0] ? r->op : "", r->where);
+    }
+    if (done != NULL)
+        done(a);
+}
+
+int agent__ft_evidence(struct agent *a, const char *why, uint32_t req, void (*done)(struct agent *a))
+{
+    struct agent_evidence_target *t;
+    struct agent_group *g = a->group;
+    int rc;
+
+    if (!a->ft.ev_on || g == NULL || a->ft.ev.busy)
+        return -EAGAIN;
+    if ((t = calloc((size_t)g->n, sizeof(*t))) == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < g->n; i++) {
+        const struct agent_worker *w = &g->workers[i];
+        t[i].rank = w->rank;
+        t[i].local_rank = w->local_rank;
+        t[i].pid = w->pid;
+        t[i].alive = w->alive;
+        t[i].exit_code = w->exit_status;
+        t[i].term_signal = w->term_signal;
+        t[i].silent_ms = a->ft.hang_on ? agent_hang_silent_ms(&a->ft.hang, i) : 0;
+        agent_output_tail(&w->out[1], t[i].tail, sizeof(t[i].tail));
+    }
+    a->ft.ev_done = done;
+    rc = agent_evidence_collect(&a->ft.ev, t, g->n, a->as.restart_count, a->as.round, req, why,
+                                evidence_sent, a);
+    if (rc != 0)
+        a->ft.ev_done = NULL;
+    return rc;
 }
 
 /* The pick is off the loop (it re-hashes the candidates, and may put a last good copy back in
@@ -331,6 +407,24 @@ int agent__ft_start(struct agent *a, agent_hang_cb hang_cb)
             return rc;
         }
         ft->hang_on = 1;
+    }
+    if (o->ckpt.evidence_timeout_ms > 0) {
+        const char *bundle = NULL;
+        char live[PATH_MAX];
+        if (a->logdir.base[0] != '\0' && !a->logdir.flat) {
+            if ((rc = agent_path_fmt(dir, sizeof(dir), "%s/evidence", a->logdir.base)) != 0 ||
+                (rc = agent_path_fmt(live, sizeof(live), "%s/evidence/.live",
+                                     a->logdir.base)) != 0)
+                return rc;
+            bundle = dir;
+        } else if (a->logdir.base[0] != '\0') {
+            bundle = ""; /* private logs: a bundle keeps its own directory */
+        }
+        rc = agent_evidence_init(&a->loop, &ft->ev, bundle != NULL && bundle[0] ? live : NULL,
+                                 bundle, o->ckpt.evidence_timeout_ms, a->host);
+        if (rc != 0)
+            return rc;
+        ft->ev_on = 1;
     }
     return 0;
 }

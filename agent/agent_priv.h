@@ -19,6 +19,7 @@
 #include "agent.h"
 #include "ckptwatch.h"
 #include "client.h"
+#include "evidence.h"
 #include "cred.h"
 #include "group.h"
 #include "hang.h"
@@ -59,6 +60,9 @@ struct agent_ft {
     void (*pick_done)(struct agent *a);
     unsigned picks_asked, picks_done;
     void (*flush_done)(struct agent *a);
+    struct agent_evidence ev; /* evidence before the kill (--evidence-timeout) */
+    int ev_on;
+    void (*ev_done)(struct agent *a);
 };
 
 /* preflight.c's part: it runs once per agent, at its first ASSIGN: with every node of round 0,
@@ -116,6 +120,10 @@ struct agent {
      * form), never the agent's own credential */
     char worker_cred[RDZV_CRED_TEXT_MAX + 1];
     unsigned server_wait_logs; /* lines logged while the first connection is refused */
+    /* a local failure or hang waits for its evidence before the workers stop (agent.c) */
+    int ev_failing;                  /* WORKER_FAILED fires when the evidence is in */
+    int ev_hung;                     /* ... after SIGKILL to this local rank + 1 (0: none) */
+    struct agent_group *ev_all_exited; /* ALL_EXITED came meanwhile: handled after it */
     int spare_said;            /* --spare: "joined as a spare" was logged (first JOIN only) */
 };
 
@@ -157,6 +165,10 @@ void agent__ft_prepare(struct agent *a);
 void agent__ft_worker_exited(struct agent *a, int local_rank);
 void agent__ft_sync(struct agent *a, int clean);
 void agent__ft_close(struct agent *a);
+/* Takes every local rank's evidence (why: for the bundle; req: COLLECT's, 0 for a failure's)
+ * and sends it to the server; done(a) after, on the loop. Returns 0, or a negative errno when
+ * nothing was started (off, no workers, one running): done is not called then. */
+int agent__ft_evidence(struct agent *a, const char *why, uint32_t req, void (*done)(struct agent *a));
 /* A REPL_* message from the server; the connection broke (transfers are gone). */
 void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m);
 void agent__ft_disconnected(struct agent *a);

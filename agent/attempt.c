@@ -222,6 +222,25 @@ static void free_resume_argv(const struct agent *a, char **argv)
     free(argv);
 }
 
+/* agent_env_build, plus the evidence hook's variables (evidence.h) when it is on. */
+static int build_env(struct agent *a, const struct agent_worker_info *info, struct agent_env *full)
+{
+    struct agent_env env;
+    int rc;
+
+    if (!a->ft.ev_on)
+        return agent_env_build(info, environ, full);
+    agent_env_init(&env);
+    agent_env_init(full);
+    rc = agent_env_for_worker(&env, info, environ);
+    if (rc == 0)
+        rc = agent_evidence_env(&a->ft.ev, &env, environ);
+    if (rc == 0)
+        rc = agent_env_merge(&env, environ, full);
+    agent_env_free(&env);
+    return rc;
+}
+
 /* Builds worker i's spec and spawns it. Returns 0 or a negative errno. */
 int agent__spawn_one(struct agent *a, int i)
 {
@@ -257,7 +276,7 @@ int agent__spawn_one(struct agent *a, int i)
     }
     /* certificate mode too: workers get the worker credential, not this node's certificate and
      * key (libmuster connects with the worker credential's PSK) */
-    rc = agent_env_build(&info, environ, &full);
+    rc = build_env(a, &info, &full);
     if (rc != 0) {
         for (int s = 0; s < 2; s++)
             if (spec.file[s] >= 0)
@@ -268,6 +287,8 @@ int agent__spawn_one(struct agent *a, int i)
     if ((rc = resume_argv(a, &argv)) == 0) {
         spec.argv = argv;
         rc = agent_group_spawn(a->group, i, info.rank, &spec);
+        if (rc == 0 && a->ft.hang_on)
+            agent_hang_watch(&a->ft.hang, i, a->group->workers[i].pid);
     }
 out:
     free_resume_argv(a, argv);

@@ -674,6 +674,22 @@ int rdzv_client_send_repl(struct rdzv_client *c, const struct rdzv_msg *m)
     return rdzv_conn_send(&c->conn, m);
 }
 
+int rdzv_client_send_evidence(struct rdzv_client *c, const struct rdzv_evidence *e)
+{
+    struct rdzv_msg *m;
+    int rc;
+
+    if (c->closing || c->state != CLIENT_READY || c->away)
+        return UV_ENOTCONN;
+    if ((m = malloc(sizeof(*m))) == NULL) /* c->out may hold a report being queued */
+        return UV_ENOMEM;
+    rdzv_msg_init(m, RDZV_MSG_EVIDENCE);
+    m->u.evidence = *e;
+    rc = rdzv_conn_send(&c->conn, m);
+    free(m);
+    return rc;
+}
+
 size_t rdzv_client_unsent(const struct rdzv_client *c)
 {
     return c->conn_open ? rdzv_conn_unsent(&c->conn) : 0;
@@ -809,6 +825,10 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     case RDZV_MSG_JOB_DONE:
     case RDZV_MSG_JOB_FAILED:
         on_server_msg(c, m);
+        break;
+    case RDZV_MSG_COLLECT:
+        if (c->state == CLIENT_READY && c->cbs->collect_cb != NULL)
+            c->cbs->collect_cb(c, &m->u.collect);
         break;
     case RDZV_MSG_REPL_BEGIN:
     case RDZV_MSG_REPL_DATA:

@@ -71,6 +71,9 @@ struct rdzv_client_cbs {
     /* Optional (NULL allowed: replicas are refused). A checkpoint replica message relayed by
      * the server: REPL_BEGIN, REPL_DATA or REPL_ACK; m is borrowed for the call. */
     void (*repl_cb)(struct rdzv_client *c, const struct rdzv_msg *m);
+    /* Optional (NULL allowed: COLLECT is ignored). The server wants this node's evidence of
+     * a round (agent/evidence.h); borrowed for the call. */
+    void (*collect_cb)(struct rdzv_client *c, const struct rdzv_collect *col);
 };
 
 /* Allocates a client that speaks TLS in token mode: the token is the pre-shared key (tls.h) and
@@ -135,6 +138,10 @@ int rdzv_client_report_preflight(struct rdzv_client *c, const struct rdzv_prefli
  * Returns 0, UV_EINVAL for another type or a message the codec refuses, UV_ENOTCONN while not
  * connected (or reconnecting), or a send error. */
 int rdzv_client_send_repl(struct rdzv_client *c, const struct rdzv_msg *m);
+
+/* Sends one rank's evidence (EVIDENCE; copied). Not queued while the server is away: evidence
+ * is of the moment. Returns 0, UV_ENOTCONN, UV_ENOMEM or the connection's error. */
+int rdzv_client_send_evidence(struct rdzv_client *c, const struct rdzv_evidence *e);
 
 /* Bytes handed to rdzv_client_send_repl and friends that the socket has not taken yet. */
 size_t rdzv_client_unsent(const struct rdzv_client *c);

@@ -178,6 +178,8 @@ void rdzv__handle_failed(struct peer *p, const struct rdzv_failure *f, int leavi
 {
     if (p->job == NULL)
         return; /* never joined: nothing to fail */
+    if (!leaving && rdzv__ev_failed(p, f))
+        return; /* decided once every rank's evidence is in (handler_ev.c) */
     rdzv__sjob_apply(p->job, rdzv_job_failed(p->job->job, p, f, leaving, uv_now(p->srv->loop)));
 }
 

@@ -26,4 +26,15 @@ void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a);
 void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m);
 void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r);
 
+/* handler_ev.c: evidence of failures and hangs, `muster debug` */
+void rdzv__handle_evidence(struct peer *p, const struct rdzv_evidence *e);
+void rdzv__handle_debug_req(struct peer *p, const struct rdzv_debug_req *r);
+/* A FAILED that asks for evidence first: returns 1 when it is kept for the verdict (the
+ * round goes on until every rank's evidence is in), 0 when it takes its course at once. */
+int rdzv__ev_failed(struct peer *p, const struct rdzv_failure *f);
+/* p leaves sj (it may be the reporter of the failure being judged). */
+void rdzv__ev_member_gone(struct sjob *sj, struct peer *p);
+/* sj is dropped: its evidence goes. */
+void rdzv__ev_free(struct sjob *sj);
+
 #endif

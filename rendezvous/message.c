@@ -39,6 +39,9 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_REPL_BEGIN] = "REPL_BEGIN",
     [RDZV_MSG_REPL_DATA] = "REPL_DATA",
     [RDZV_MSG_REPL_ACK] = "REPL_ACK",
+    [RDZV_MSG_COLLECT] = "COLLECT",
+    [RDZV_MSG_EVIDENCE] = "EVIDENCE",
+    [RDZV_MSG_DEBUG_REQ] = "DEBUG_REQ",
 };
 
 const char *rdzv_msg_name(unsigned type)
@@ -488,6 +491,41 @@ static void io_repl_ack(struct io *c, struct rdzv_repl_ack *a)
         c->r->err = -EPROTO;
 }
 
+/* Text longer than RDZV_TEXT_MAX (stacks): must be valid UTF-8 when sent; made so when read. */
+static void io_long_text(struct io *c, char *s, size_t max)
+{
+    if (c->w != NULL)
+        put_str(c->w, s, max);
+    else
+        get_text(c->r, s, max);
+}
+
+static void io_evidence(struct io *c, struct rdzv_evidence *e)
+{
+    IO_U32(c, e->round);
+    IO_U32(c, e->req);
+    IO_U32(c, e->timeout_ms);
+    IO_I32(c, e->rank);
+    IO_I32(c, e->local_rank);
+    IO_I32(c, e->pid);
+    IO_U32(c, e->flags);
+    IO_I32(c, e->exit_code);
+    IO_I32(c, e->signal);
+    IO_U64(c, e->silent_ms);
+    IO_I64(c, e->fr_enqueued);
+    IO_I64(c, e->fr_started);
+    IO_I64(c, e->fr_completed);
+    io_str(c, e->host, RDZV_HOST_MAX);
+    io_text(c, e->op, RDZV_EV_OP_MAX);
+    io_text(c, e->fr_op, RDZV_EV_OP_MAX);
+    io_text(c, e->where, RDZV_EV_WHERE_MAX);
+    io_text(c, e->innermost, RDZV_EV_WHERE_MAX);
+    io_text(c, e->native, RDZV_EV_WHERE_MAX);
+    io_long_text(c, e->frames, RDZV_EV_FRAMES_MAX);
+    if (c->r != NULL && !c->r->err && (e->flags & ~RDZV_EV_FLAGS_ALL) != 0)
+        c->r->err = -EPROTO;
+}
+
 static void io_failure(struct io *c, struct rdzv_failure *f)
 {
     IO_U32(c, f->round);
@@ -666,7 +704,7 @@ static void io_preflight(struct io *c, struct rdzv_preflight *pf)
         io_pf_gpu(c, &pf->gpus[i]);
 }
 
-/* The issue-3, issue-5 and issue-15 messages; returns 0 when `m` is none of them. */
+/* The messages added after the first protocol version; returns 0 when `m` is none of them. */
 static int io_payload3(struct io *c, struct rdzv_msg *m)
 {
     switch (m->type) {
@@ -711,6 +749,19 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
         return 1;
     case RDZV_MSG_REPL_ACK:
         io_repl_ack(c, &m->u.repl_ack);
+        return 1;
+    case RDZV_MSG_COLLECT:
+        IO_U32(c, m->u.collect.round);
+        IO_U32(c, m->u.collect.req);
+        IO_U32(c, m->u.collect.timeout_ms);
+        io_text(c, m->u.collect.why, RDZV_EV_WHY_MAX);
+        return 1;
+    case RDZV_MSG_EVIDENCE:
+        io_evidence(c, &m->u.evidence);
+        return 1;
+    case RDZV_MSG_DEBUG_REQ:
+        io_str(c, m->u.debug_req.job_id, RDZV_ID_MAX);
+        IO_I32(c, m->u.debug_req.rank);
         return 1;
     default: /* ATTACH_OK carries no payload */
         return 0;
@@ -865,6 +916,12 @@ size_t rdzv_msg_body_size(unsigned type)
         return sizeof(m->u.repl_data);
     case RDZV_MSG_REPL_ACK:
         return sizeof(m->u.repl_ack);
+    case RDZV_MSG_COLLECT:
+        return sizeof(m->u.collect);
+    case RDZV_MSG_EVIDENCE:
+        return sizeof(m->u.evidence);
+    case RDZV_MSG_DEBUG_REQ:
+        return sizeof(m->u.debug_req);
     default: /* WELCOME, JOB_DONE, ATTACH_OK: no body */
         return 0;
     }

@@ -54,6 +54,10 @@ enum rdzv_msg_type {
     RDZV_MSG_REPL_BEGIN = 26, /* agent->S->agent a copy of a checkpoint starts: name, size, sum */
     RDZV_MSG_REPL_DATA = 27,  /* agent->S->agent the next chunk of a copy */
     RDZV_MSG_REPL_ACK = 28,   /* agent->S->agent bytes received, copy verified, or aborted */
+    /* evidence of a failure or a hang (agent/evidence.h, rendezvous/verdict.h) */
+    RDZV_MSG_COLLECT = 30,  /* S->agent collect your ranks' evidence (the workers go on) */
+    RDZV_MSG_EVIDENCE = 31, /* agent->S one rank's evidence; no reply */
+    RDZV_MSG_DEBUG_REQ = 32, /* observer->S evidence of a running job; S answers STATUS */
     RDZV_MSG_TYPE_MAX_
 };
 
@@ -164,6 +168,10 @@ struct rdzv_failure {
 /* The failure ends the job whatever restarts are left (a failed pre-flight: restarting would
  * meet the same broken GPU or link). */
 #define RDZV_FAILURE_FINAL 1u
+/* The sender collected its ranks' evidence (EVIDENCE went before this FAILED): the server
+ * asks the other nodes for theirs and names the culprit before it decides (rendezvous/verdict.h).
+ * Workers whose node sends it are still running; a hang's are too. */
+#define RDZV_FAILURE_EVIDENCE (1u << 4)
 
 struct rdzv_restart {
     uint32_t restart_count; /* the count the next round will carry */
@@ -176,6 +184,49 @@ struct rdzv_restart {
 struct rdzv_job_failed {
     uint32_t restarts; /* restarts that happened before giving up */
     struct rdzv_failure cause;
+};
+
+/* COLLECT: the server wants the evidence of round `round` (req 0: a failure's, the server
+ * decides once it has every rank's; else a `muster debug` request's number). */
+#define RDZV_EV_WHY_MAX 255
+struct rdzv_collect {
+    uint32_t round;
+    uint32_t req;
+    uint32_t timeout_ms; /* what the agent may spend: its ranks' dumps, /proc */
+    char why[RDZV_EV_WHY_MAX + 1];
+};
+
+/* EVIDENCE: one rank's, as its agent summarised it (agent/evidence.h); untrusted text. */
+#define RDZV_EV_OP_MAX 63
+#define RDZV_EV_WHERE_MAX 255
+#define RDZV_EV_FRAMES_MAX 2047
+#define RDZV_EV_ALIVE 1u  /* running when the evidence was taken */
+#define RDZV_EV_HOOKED 2u /* its Python stacks are in: op/where/frames say where it is */
+#define RDZV_EV_FR 4u     /* its Flight Recorder answered: fr_* are set */
+#define RDZV_EV_FLAGS_ALL 7u
+struct rdzv_evidence {
+    uint32_t round;
+    uint32_t req;        /* COLLECT's, 0 for a failure's */
+    uint32_t timeout_ms; /* the sender's --evidence-timeout (the server's wait follows it) */
+    int32_t rank, local_rank;
+    int32_t pid;
+    uint32_t flags;                /* RDZV_EV_* */
+    int32_t exit_code, signal;     /* how it ended when not alive (-1 / 0 when unknown) */
+    uint64_t silent_ms;            /* since its last sign of progress */
+    int64_t fr_enqueued, fr_started, fr_completed; /* default group's sequence numbers */
+    char host[RDZV_HOST_MAX + 1];
+    char op[RDZV_EV_OP_MAX + 1];       /* the collective its main thread is in, "" none */
+    char fr_op[RDZV_EV_OP_MAX + 1];    /* the Flight Recorder's oldest unfinished one */
+    char where[RDZV_EV_WHERE_MAX + 1]; /* innermost frame of the script: "t.py:88 in f" */
+    char innermost[RDZV_EV_WHERE_MAX + 1]; /* innermost Python frame */
+    char native[RDZV_EV_WHERE_MAX + 1];    /* main thread's state and kernel wait */
+    char frames[RDZV_EV_FRAMES_MAX + 1];   /* main thread, most recent call first */
+};
+
+/* DEBUG_REQ: `muster debug`; the answer is a STATUS message (JSON text). */
+struct rdzv_debug_req {
+    char job_id[RDZV_ID_MAX + 1];
+    int32_t rank; /* -1: every rank */
 };
 
 struct rdzv_round_ref { /* DONE */
@@ -373,6 +424,9 @@ struct rdzv_msg {
         struct rdzv_repl_begin repl_begin;
         struct rdzv_repl_data repl_data;
         struct rdzv_repl_ack repl_ack;
+        struct rdzv_collect collect;
+        struct rdzv_evidence evidence;
+        struct rdzv_debug_req debug_req;
     } u;
 };
 

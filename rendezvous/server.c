@@ -59,6 +59,13 @@ static int pre_evict(struct rdzv_server *srv, struct rdzv__source *src, int glob
     return 0;
 }
 
+/* A member's connection went: the evidence being judged forgets it, the job decides. */
+static void member_lost(struct sjob *sj, struct peer *p, const char *reason)
+{
+    rdzv__ev_member_gone(sj, p);
+    rdzv__sjob_detach(sj, p, reason);
+}
+
 /* --- dispatch ---------------------------------------------------------------------------- */
 
 /* Which role may send which message; anything else is out of order. */
@@ -76,7 +83,10 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_REPL_BEGIN:
     case RDZV_MSG_REPL_DATA:
     case RDZV_MSG_REPL_ACK:
+    case RDZV_MSG_EVIDENCE:
         return role == RDZV_ROLE_AGENT;
+    case RDZV_MSG_DEBUG_REQ:
+        return role == RDZV_ROLE_OBSERVER;
     case RDZV_MSG_ATTACH:
     case RDZV_MSG_KV_PUT:
     case RDZV_MSG_KV_GET:
@@ -170,6 +180,12 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_STATUS_REQ:
         rdzv__handle_status_req(p, &m->u.status_req);
+        break;
+    case RDZV_MSG_EVIDENCE:
+        rdzv__handle_evidence(p, &m->u.evidence);
+        break;
+    case RDZV_MSG_DEBUG_REQ:
+        rdzv__handle_debug_req(p, &m->u.debug_req);
         break;
     default: /* KV_PUT, KV_GET, BARRIER */
         rdzv__handle_kv(p, m);
@@ -481,7 +497,8 @@ static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct
     }
     srv->loop = loop;
     srv->tls = tls;
-    srv->member_lost = rdzv__sjob_detach;
+    srv->member_lost = member_lost;
+    srv->job_dropped = rdzv__ev_free;
     srv->start_ms = uv_now(loop);
     srv->limits = rdzv_limits_default();
     srv->kv_pool.max_bytes = srv->limits.kv_max_total_bytes;

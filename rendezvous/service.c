@@ -354,6 +354,9 @@ static void peer_lose(struct peer *p, int flush, const char *reason)
     p->closing = 1;
     p->srv->n_closing++;
     rdzv__pre_unlink(p);
+    if (p->debug_slot != NULL) /* a `muster debug` answer waits for it: no one to send it to */
+        *p->debug_slot = NULL;
+    p->debug_slot = NULL;
     if (p->job != NULL && !p->srv->closing)
         p->srv->member_lost(p->job, p, reason); /* the job layer decides what follows */
     if (p->kvjob != NULL && p->kvjob->kv != NULL)

@@ -60,6 +60,9 @@ struct peer {
     int in_pre;
     struct peer *pre_prev, *pre_next;   /* srv->pre_head: oldest first */
     struct peer *spre_prev, *spre_next; /* source->pre_head: the same, of its source only */
+    /* observer waiting for a `muster debug` answer: the slot that names it, cleared when it
+     * goes (handler_ev.c) */
+    struct peer **debug_slot;
 };
 
 /* One checkpoint replica being relayed (handler_repl.c). */
@@ -95,6 +98,12 @@ struct sjob {
     unsigned n_repl;
     struct rdzv__scope *scope; /* the scope of the job credential that created it, charged one job
                                 * until it is freed (scope.h); NULL: created by an operator */
+    struct rdzv__evset *ev;    /* evidence of the current round (handler_ev.c); NULL: none */
+    /* the last verdict (rendezvous/verdict.h), for STATUS; "" none */
+    char verdict[RDZV_TEXT_MAX + 1];
+    int32_t verdict_culprit;
+    uint32_t verdict_round;
+    uint64_t debug_last_ms; /* uv_now of the last `muster debug` collection (rate limit) */
 };
 
 /* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
@@ -211,6 +220,7 @@ struct rdzv_server {
     /* the job layer's: a member connection of sj goes (sjob.c rdzv__sjob_detach, registered
      * by server.c), so that service.c never calls up into the jobs */
     void (*member_lost)(struct sjob *sj, struct peer *p, const char *reason);
+    void (*job_dropped)(struct sjob *sj); /* sjob.c tells the handlers; server.c sets it */
 };
 
 /* service.c */

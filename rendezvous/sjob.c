@@ -35,6 +35,8 @@ void rdzv__sjob_drop(struct sjob *sj)
     if (sj->dropped)
         return;
     sj->dropped = 1;
+    if (srv->job_dropped != NULL)
+        srv->job_dropped(sj);
     if (sj->prev != NULL)
         sj->prev->next = sj->next;
     else
