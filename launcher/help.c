@@ -55,6 +55,8 @@ static const char main_help[] =
     "                                   /metrics and /status; see muster server --help)\n"
     "  status --rdzv-endpoint HOST:PORT show a server's jobs, nodes, ranks, restarts and\n"
     "                                   checkpoints (see muster status --help)\n"
+    "  debug --rdzv-id ID               every rank's stack of a running job, without\n"
+    "                                   stopping it (see muster debug --help)\n"
     "  token --job ID | --read-only     mint a job-scoped or read-only credential from the\n"
     "                                   server's secret (see muster token --help)\n"
     "  preflight [run's node options]   only the pre-flight checks: GPUs, links, NCCL\n"

@@ -24,6 +24,8 @@ int main(int argc, char **argv)
         return launcher_server(argc - 2, argv + 2);
     if (strcmp(argv[1], "status") == 0)
         return launcher_status(argc - 2, argv + 2);
+    if (strcmp(argv[1], "debug") == 0)
+        return launcher_debug(argc - 2, argv + 2);
     if (strcmp(argv[1], "preflight") == 0)
         return launcher_preflight(argc - 2, argv + 2);
     if (strcmp(argv[1], "token") == 0)

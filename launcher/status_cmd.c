@@ -1,5 +1,7 @@
 /* `muster status`: an observer connection that asks the server for its jobs (STATUS_REQ) and
- * prints the answer as a table, or as the raw JSON with --json. */
+ * prints the answer as a table, or as the raw JSON with --json.
+ * `muster debug`: the same connection asks for a running job's evidence (DEBUG_REQ): every
+ * rank's stack, taken while the job goes on (rendezvous/handler_ev.c). */
 #include "status_cmd.h"
 
 #include <errno.h>
@@ -22,6 +24,7 @@
 #include "usertoken.h"
 
 #define STATUS_TIMEOUT_MS 5000
+#define DEBUG_TIMEOUT_MS 15000 /* the agents' 5 s and the server's slack, and some */
 
 struct status_cmd {
     uv_loop_t loop;
@@ -33,6 +36,8 @@ struct status_cmd {
     const char *job_id, *token, *endpoint, *token_file, *tls_cert, *tls_key, *tls_ca;
     char *token_buf; /* --token-file's token, in a secret region (secret.h) */
     int json;
+    int debug;       /* muster debug */
+    long debug_rank; /* --rank, -1: all */
     int exit_code;
     char *answer; /* the STATUS JSON text */
 };
@@ -54,7 +59,13 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
 
     rdzv_msg_init(&req, RDZV_MSG_STATUS_REQ);
 
-    if (m->type == RDZV_MSG_WELCOME) {
+    if (m->type == RDZV_MSG_WELCOME && c->debug) {
+        rdzv_msg_init(&req, RDZV_MSG_DEBUG_REQ);
+        snprintf(req.u.debug_req.job_id, sizeof(req.u.debug_req.job_id), "%s", c->job_id);
+        req.u.debug_req.rank = (int32_t)c->debug_rank;
+        if (rdzv_conn_send(conn, &req) != 0)
+            finish(c, AGENT_EXIT_RDZV);
+    } else if (m->type == RDZV_MSG_WELCOME) {
         snprintf(req.u.status_req.job_id, sizeof(req.u.status_req.job_id), "%s",
                  c->job_id ? c->job_id : "");
         if (rdzv_conn_send(conn, &req) != 0)
@@ -124,7 +135,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 static void on_timeout(uv_timer_t *t)
 {
     struct status_cmd *c = t->data;
-    mc_error("no answer from %s within %d s", c->endpoint, STATUS_TIMEOUT_MS / 1000);
+    mc_error("no answer from %s within %d s", c->endpoint,
+             (c->debug ? DEBUG_TIMEOUT_MS : STATUS_TIMEOUT_MS) / 1000);
     finish(c, AGENT_EXIT_RDZV);
 }
 
@@ -256,6 +268,47 @@ static void print_checkpoints(json_t *job)
     }
 }
 
+/* muster debug's answer: per rank where it is and its main thread's stack. */
+static int print_debug(json_t *root)
+{
+    json_t *r, *f;
+    size_t i, k;
+
+    printf("job %s, round %ld: %zu rank%s\n", str(root, "job"), num(root, "round"),
+           json_array_size(json_object_get(root, "ranks")),
+           json_array_size(json_object_get(root, "ranks")) == 1 ? "" : "s");
+    json_array_foreach(json_object_get(root, "ranks"), i, r)
+    {
+        const char *op = mc_json_str(r, "collective", "");
+        printf("rank %ld (%s, local_rank %ld, pid %ld): %s%s%s; no progress for %.1f s\n",
+               num(r, "rank"), str(r, "host"), num(r, "local_rank"), num(r, "pid"),
+               !json_is_true(json_object_get(r, "alive")) ? "ended"
+               : op[0]                                     ? "in "
+                                                           : "running",
+               op[0] ? str(r, "collective") : "",
+               json_is_true(json_object_get(r, "python")) ? "" : " (no Python stack)",
+               mc_json_num(r, "silent_s", 0));
+        if (json_object_get(r, "fr_enqueued") != NULL)
+            printf("  Flight Recorder: enqueued %ld, completed %ld, pending %s\n",
+                   num(r, "fr_enqueued"), num(r, "fr_completed"), str(r, "fr_pending"));
+        json_array_foreach(json_object_get(r, "frames"), k, f)
+        {
+            char shown[MC_ESCAPE_SIZE(1024)];
+            mc_escape(json_is_string(f) ? json_string_value(f) : "", shown, sizeof(shown));
+            printf("  %s\n", shown);
+        }
+        if (mc_json_str(r, "native", "")[0] != '\0')
+            printf("  native: %s\n", str(r, "native"));
+    }
+    if (json_array_size(json_object_get(root, "missing")) > 0) {
+        printf("no answer in time from rank%s", json_array_size(json_object_get(root, "missing")) == 1 ? "" : "s");
+        json_array_foreach(json_object_get(root, "missing"), i, r)
+            printf(" %ld", (long)json_integer_value(r));
+        printf("\n");
+    }
+    return 0;
+}
+
 static int print_answer(const struct status_cmd *c)
 {
     json_error_t jerr;
@@ -269,6 +322,11 @@ static int print_answer(const struct status_cmd *c)
     if ((root = json_loads(c->answer, 0, &jerr)) == NULL) {
         mc_error("the server's status is not JSON: %s", jerr.text);
         return AGENT_EXIT_RDZV;
+    }
+    if (c->debug) {
+        int rc = print_debug(root);
+        json_decref(root);
+        return rc;
     }
     if (json_array_size(json_object_get(root, "jobs")) == 0)
         printf(c->job_id ? "no job %s on this server\n" : "no jobs%s\n",
@@ -290,6 +348,17 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i];
         const char **slot = NULL;
+        if ((strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) && c->debug) {
+            fputs("usage: muster debug --rdzv-endpoint HOST:PORT --rdzv-id ID [--rank R] [--json]\n"
+                  "                    [--token-file FILE | --tls-cert F --tls-key F --tls-ca F]\n"
+                  "Prints where every rank of a running job is: the collective it waits in, its\n"
+                  "script's frame, its main thread's Python stack and kernel wait, taken while\n"
+                  "the job goes on (the workers must be Python; no code changes). Read-only;\n"
+                  "the server answers one request per job every 10 s. Credentials as for\n"
+                  "muster status: the job's credential, the observer credential or the token.\n",
+                  stdout);
+            return 1;
+        }
         if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
             fputs("usage: muster status --rdzv-endpoint HOST:PORT [--rdzv-id ID] [--json]\n"
                   "                     [--token-file FILE | --tls-cert F --tls-key F --tls-ca F]\n"
@@ -318,9 +387,21 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
             slot = &c->tls_ca;
         else if (strcmp(o, "--rdzv-id") == 0 || strcmp(o, "--rdzv_id") == 0)
             slot = &c->job_id;
+        else if (c->debug && strcmp(o, "--rank") == 0 && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            c->debug_rank = strtol(argv[++i], &end, 10);
+            if (errno != 0 || *end != '\0' || end == argv[i] || c->debug_rank < 0 ||
+                c->debug_rank > INT32_MAX) {
+                mc_error("--rank must be a rank number, not '%s'", argv[i]);
+                return -EINVAL;
+            }
+            continue;
+        }
         if (slot == NULL || i + 1 >= argc) {
-            mc_error("%s '%s' (see 'muster status --help')",
-                     slot ? "missing value for" : "unknown option", o);
+            mc_error("%s '%s' (see 'muster %s --help')",
+                     slot || strcmp(o, "--rank") == 0 ? "missing value for" : "unknown option", o,
+                     c->debug ? "debug" : "status");
             return -EINVAL;
         }
         *slot = argv[++i];
@@ -329,8 +410,12 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
         mc_error("--rdzv-id %s", why);
         return -EINVAL;
     }
+    if (c->debug && c->job_id == NULL) {
+        mc_error("muster debug needs --rdzv-id ID: the job to look at");
+        return -EINVAL;
+    }
     if (c->endpoint == NULL && (c->endpoint = getenv("PET_RDZV_ENDPOINT")) == NULL) {
-        mc_error("muster status needs --rdzv-endpoint HOST:PORT");
+        mc_error("muster %s needs --rdzv-endpoint HOST:PORT", c->debug ? "debug" : "status");
         return -EINVAL;
     }
     return 0;
@@ -402,7 +487,7 @@ static int start(struct status_cmd *c)
         uv_timer_init(&c->loop, &c->timer);
         c->timer.data = c;
         c->gai.data = c->connect.data = c;
-        uv_timer_start(&c->timer, on_timeout, STATUS_TIMEOUT_MS, 0);
+        uv_timer_start(&c->timer, on_timeout, c->debug ? DEBUG_TIMEOUT_MS : STATUS_TIMEOUT_MS, 0);
         rc = uv_getaddrinfo(&c->loop, &c->gai, on_resolved, host, port, &hints);
         if (rc != 0) {
             mc_error("%s: %s", c->endpoint, uv_strerror(rc));
@@ -413,9 +498,9 @@ static int start(struct status_cmd *c)
     return rc == 0 ? 0 : AGENT_EXIT_RDZV;
 }
 
-int launcher_status(int argc, char **argv)
+static int run(int argc, char **argv, int debug)
 {
-    struct status_cmd c = {.token = getenv("MUSTER_TOKEN")};
+    struct status_cmd c = {.token = getenv("MUSTER_TOKEN"), .debug = debug, .debug_rank = -1};
     int rc = parse_args(argc, argv, &c);
 
     if (rc != 0)
@@ -434,4 +519,14 @@ int launcher_status(int argc, char **argv)
         rc = print_answer(&c);
     free(c.answer);
     return rc;
+}
+
+int launcher_status(int argc, char **argv)
+{
+    return run(argc, argv, 0);
+}
+
+int launcher_debug(int argc, char **argv)
+{
+    return run(argc, argv, 1);
 }

@@ -5,4 +5,8 @@
  * asks the server for its jobs and prints them. Returns the process exit code. */
 int launcher_status(int argc, char **argv);
 
+/* `muster debug --rdzv-endpoint HOST:PORT --rdzv-id ID [--rank R] [--json]`: asks for a
+ * running job's evidence (every rank's stack) and prints it. Returns the exit code. */
+int launcher_debug(int argc, char **argv);
+
 #endif

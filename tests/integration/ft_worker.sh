@@ -17,6 +17,8 @@
 #                                      DIR/lastbeat.1.0 and sleeps; rank 0 in attempt 0 beats
 #                                      until stopped. Later attempts: BEATS touches, exit 0
 #   ft_worker.sh nobeat DIR SECONDS    never touches the heartbeat file; sleeps, exit 0
+#   ft_worker.sh chatty DIR SECONDS    never touches it either; prints a line every 0.2 s for
+#                                      SECONDS, exit 0
 #   ft_worker.sh spare DIR             hot-spare tests. Attempt 0: rank 0 writes ckpt_1.pt and
 #                                      ckpt_2.pt (each recorded), then creates DIR/ckpt.done;
 #                                      every rank creates DIR/ready.<RANK>.0; a worker with
@@ -102,6 +104,13 @@ beat)
     ;;
 nobeat)
     exec sleep "$1"
+    ;;
+chatty)
+    end=$(( $(date +%s%N) / 1000000 + $1 * 1000 ))
+    while [ "$(( $(date +%s%N) / 1000000 ))" -lt "$end" ]; do
+        echo "working $RANK"
+        sleep 0.2
+    done
     ;;
 spare)
     if [ "$n" != 0 ]; then

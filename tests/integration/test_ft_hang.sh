@@ -47,16 +47,25 @@ expect_rc "hang with --max-restarts 0" 1
 grep -q 'failed after 0 restart' "$T/err" || { show_output; fail "no failure summary"; }
 grep -q '^muster:   message    : .*hung' "$T/err" || { show_output 40; fail "the summary does not say hung"; }
 
-# (3) never touching the heartbeat file: not watched
+# (3) never touching the heartbeat file: output is progress; silence (no output, no CPU time)
+# on every worker of the node is a hang
 W="$T/w3"; mkdir -p "$W"
 t0=$(now_ms)
 IT_TIMEOUT=60 mrun "${FT_CLEAN_ENV[@]}" -- run --standalone --nproc-per-node 2 --hang-timeout 1 \
-    --no-python "$FT_WORKER" nobeat "$W" 3
+    --no-python "$FT_WORKER" chatty "$W" 3
 el=$(( $(now_ms) - t0 ))
-expect_rc "workers that never beat, sleeping 3 s with --hang-timeout 1" 0
-grep -q 'hung' "$T/err" && { show_output; fail "a worker that never touched the heartbeat file was named hung"; }
-[ "$el" -ge 2900 ] || fail "the job ended after ${el} ms, before the workers' 3 s sleep"
+expect_rc "workers that never beat but print, for 3 s with --hang-timeout 1" 0
+grep -q 'hung' "$T/err" && { show_output; fail "a worker that printed every 0.2 s was named hung"; }
+[ "$el" -ge 2900 ] || fail "the job ended after ${el} ms, before the workers' 3 s"
 [ -n "$(envval "$W/env.0.0" MUSTER_HEARTBEAT_FILE)" ] || fail "no MUSTER_HEARTBEAT_FILE with --hang-timeout"
+W="$T/w3b"; mkdir -p "$W"
+t0=$(now_ms)
+IT_TIMEOUT=60 mrun "${FT_CLEAN_ENV[@]}" -- run --standalone --nproc-per-node 2 --hang-timeout 1 \
+    --no-python "$FT_WORKER" nobeat "$W" 30
+el=$(( $(now_ms) - t0 ))
+expect_rc "silent workers that never beat, with --hang-timeout 1" 1
+grep -q 'no progress (output, CPU time) on this node' "$T/err" || { show_output; fail "silent workers were not named hung"; }
+[ "$el" -lt 20000 ] || fail "the hang of silent workers took ${el} ms to end the job"
 
 # (4) the PyTorch example: rank 1 hangs at step 7 in attempt 0 (ckpt_6.pt is recorded)
 if have_torch; then

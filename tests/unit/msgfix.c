@@ -180,6 +180,33 @@ static void example3(uint8_t type, struct rdzv_msg *m)
             (struct rdzv_repl_ack){.xfer = 7, .offset = 123456, .status = RDZV_REPL_ABORT};
         strcpy(m->u.repl_ack.text, "checksum mismatch");
         break;
+    case RDZV_MSG_COLLECT:
+        m->u.collect = (struct rdzv_collect){.round = 2, .req = 9, .timeout_ms = 5000};
+        strcpy(m->u.collect.why, "rank 3 on node2: hung");
+        break;
+    case RDZV_MSG_EVIDENCE:
+        m->u.evidence = (struct rdzv_evidence){.round = 2,
+                                               .req = 0,
+                                               .timeout_ms = 5000,
+                                               .rank = 3,
+                                               .local_rank = 1,
+                                               .pid = 4242,
+                                               .flags = RDZV_EV_ALIVE | RDZV_EV_HOOKED,
+                                               .exit_code = -1,
+                                               .silent_ms = 61000,
+                                               .fr_enqueued = -1,
+                                               .fr_started = -1,
+                                               .fr_completed = -1};
+        strcpy(m->u.evidence.host, "node2");
+        strcpy(m->u.evidence.where, "train.py:88 in load_batch");
+        strcpy(m->u.evidence.innermost, "train.py:88 in load_batch");
+        strcpy(m->u.evidence.native, "state S, waiting in hrtimer_nanosleep, 6 threads");
+        strcpy(m->u.evidence.frames, "/w/train.py:88 in load_batch\n/w/train.py:120 in main\n");
+        break;
+    case RDZV_MSG_DEBUG_REQ:
+        m->u.debug_req = (struct rdzv_debug_req){.rank = -1};
+        strcpy(m->u.debug_req.job_id, "job-1");
+        break;
     default:
         break;
     }
