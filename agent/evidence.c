@@ -301,6 +301,15 @@ void agent_evidence_parse_stacks(const char *text, unsigned long main_id, struct
     for (user = 0; user < n && library(&fr[user]); user++)
         ;
     short_frame(&fr[0], r->innermost, sizeof(r->innermost));
+    /* a DataLoader's queue: what it waits for is the loader, not selectors.py */
+    for (size_t j = user; j-- > 0;)
+        if (has(&fr[j], "torch/utils/data/")) {
+            size_t k;
+            short_frame(&fr[j], r->innermost, sizeof(r->innermost));
+            k = strlen(r->innermost);
+            snprintf(r->innermost + k, sizeof(r->innermost) - k, ", waiting for its DataLoader");
+            break;
+        }
     if (user < n)
         short_frame(&fr[user], r->where, sizeof(r->where));
     /* the torch.distributed call nearest the script: all_reduce, not what it calls inside */

@@ -4,7 +4,9 @@ EVIDENCE_MODE (on the node whose agent has EVIDENCE_CULPRIT=LOCAL_RANK set, atte
   sleep     that rank sleeps inside load_batch() at step 3 while the others wait in all_reduce
   mismatch  that rank calls broadcast at step 3 where the others call all_reduce
   loader    that rank's DataLoader worker deadlocks (a lock nobody releases) at step 3
+  crash     that rank raises ValueError at step 3 while the others wait in all_reduce
   none      nothing goes wrong: the job runs STEPS steps (muster debug looks at it meanwhile)
+TOKEN_OUT: rank 0 writes its MUSTER_TOKEN (the worker credential) there, for hostile tests.
 Each step prints "step N rank R"; the job ends after STEPS steps."""
 import os
 import sys
@@ -47,11 +49,17 @@ def main():
     stuck = 3 if me and mode == "loader" else -1
     loader = torch.utils.data.DataLoader(Data(stuck), batch_size=None, num_workers=1 if me else 0)
     batches = iter(loader)
+    if rank == 0 and os.environ.get("TOKEN_OUT"):
+        with open(os.environ["TOKEN_OUT"] + ".tmp", "w") as f:
+            f.write(os.environ.get("MUSTER_TOKEN", ""))
+        os.rename(os.environ["TOKEN_OUT"] + ".tmp", os.environ["TOKEN_OUT"])
     t = torch.ones(4)
     for step in range(STEPS):
         if me and step == 3 and mode == "sleep":
             load_batch()
-        x = next(batches)
+        if me and step == 3 and mode == "crash":
+            raise ValueError("bad batch at step 3")
+        next(batches)
         if me and step == 3 and mode == "mismatch":
             dist.broadcast(t, 0)  # the others call all_reduce
         else:
