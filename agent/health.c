@@ -91,8 +91,10 @@ void agent__health_failure(struct agent *a, struct rdzv_failure *f)
     else if (reason[0] != '\0')
         snprintf(f->text, sizeof(f->text), "health check failed on %s: %s", a->host, reason);
     else
-        snprintf(f->text, sizeof(f->text), "health check failed on %s: GPU %d: muster-preflight "
-                 "health exited with code %d", a->host, h->failed_gpu, h->code);
+        snprintf(f->text, sizeof(f->text),
+                 "health check failed on %s: GPU %d: muster-preflight "
+                 "health exited with code %d",
+                 a->host, h->failed_gpu, h->code);
 }
 
 static void after_close(void *data)
@@ -209,9 +211,8 @@ int agent__health_start(struct agent *a, void (*done_cb)(struct agent *a))
 {
     const struct agent_health_opts *o = &a->o->health;
     struct agent_health *h = &a->health;
-    const char *node = a->o->pf.node_argv != NULL && a->o->pf.node_argv[0] != NULL
-                           ? a->o->pf.node_argv[0]
-                           : "";
+    const char *node =
+        a->o->pf.node_argv != NULL && a->o->pf.node_argv[0] != NULL ? a->o->pf.node_argv[0] : "";
     char bin[PATH_MAX];
     int fd, rc;
 

@@ -117,20 +117,20 @@ struct agent_machine_ctx {
 /* Carried out in the order of the bits: a report of a signal goes out before the workers get
  * it; a local failure stops the other workers before the round trip of its report. */
 enum agent_action {
-    AGENT_ACT_JOIN = 1 << 0,               /* send JOIN (a fresh MASTER_PORT, resume pick) */
-    AGENT_ACT_START_PREFLIGHT = 1 << 1,    /* start the pre-flight node process */
-    AGENT_ACT_START_HEALTH = 1 << 2,       /* start the health check (agent/health.c) */
-    AGENT_ACT_START_WORKERS = 1 << 3,      /* start this attempt's workers */
-    AGENT_ACT_REPORT_SIGNAL = 1 << 4,      /* FAILED, final: this agent is stopped by a signal */
-    AGENT_ACT_STOP_WORKERS = 1 << 5,       /* SIGTERM (or the signal) now, SIGKILL after grace */
-    AGENT_ACT_KILL_WORKERS = 1 << 6,       /* SIGKILL now */
-    AGENT_ACT_REPORT_FAILURE = 1 << 7,     /* FAILED with the local failure */
-    AGENT_ACT_REPORT_PF_FAILURE = 1 << 8,  /* FAILED, final, with the pre-flight's reason (a
-                                            * joining node: LEAVE, not final) */
+    AGENT_ACT_JOIN = 1 << 0,                  /* send JOIN (a fresh MASTER_PORT, resume pick) */
+    AGENT_ACT_START_PREFLIGHT = 1 << 1,       /* start the pre-flight node process */
+    AGENT_ACT_START_HEALTH = 1 << 2,          /* start the health check (agent/health.c) */
+    AGENT_ACT_START_WORKERS = 1 << 3,         /* start this attempt's workers */
+    AGENT_ACT_REPORT_SIGNAL = 1 << 4,         /* FAILED, final: this agent is stopped by a signal */
+    AGENT_ACT_STOP_WORKERS = 1 << 5,          /* SIGTERM (or the signal) now, SIGKILL after grace */
+    AGENT_ACT_KILL_WORKERS = 1 << 6,          /* SIGKILL now */
+    AGENT_ACT_REPORT_FAILURE = 1 << 7,        /* FAILED with the local failure */
+    AGENT_ACT_REPORT_PF_FAILURE = 1 << 8,     /* FAILED, final, with the pre-flight's reason (a
+                                               * joining node: LEAVE, not final) */
     AGENT_ACT_REPORT_HEALTH_FAILURE = 1 << 9, /* LEAVE, not final, with the health check's
                                                * reason: the node leaves before the round */
-    AGENT_ACT_REPORT_DONE = 1 << 10,       /* DONE for this round */
-    AGENT_ACT_FINISH = 1 << 11,            /* close every handle: the loop ends */
+    AGENT_ACT_REPORT_DONE = 1 << 10,          /* DONE for this round */
+    AGENT_ACT_FINISH = 1 << 11,               /* close every handle: the loop ends */
 };
 
 struct agent_step {

@@ -30,7 +30,6 @@
 #define WORKSPACE (32u << 20)
 #define RAND_BLOCK (1u << 20) /* bf16 elements generated on the host, then tiled on the GPU */
 
-
 int pf_cublas_load(struct cublas *c, char *name, size_t cap, char *note, size_t ncap)
 {
     static const char *const paths[] = {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",

@@ -128,8 +128,8 @@ static int quick_gemm(struct check *c, double *tflops, char *note, size_t ncap)
     }
     if (crc == 0 && ce == cudaSuccess && (ce = cudaDeviceSynchronize()) == cudaSuccess) {
         double sec = (mc_mono_ms_f() - t0) / 1e3;
-        *tflops = sec > 0 ? 2.0 * QUICK_N * (double)QUICK_N * QUICK_N * QUICK_ITERS / sec / 1e12
-                          : 0;
+        *tflops =
+            sec > 0 ? 2.0 * QUICK_N * (double)QUICK_N * QUICK_N * QUICK_ITERS / sec / 1e12 : 0;
     }
     if (crc != 0 || ce != cudaSuccess)
         goto out;
@@ -141,8 +141,7 @@ static int quick_gemm(struct check *c, double *tflops, char *note, size_t ncap)
         goto out;
     if ((wrong = pf_health_gemm_wrong(host, count, QUICK_N)) >= 0)
         rc = fail(c, "bf16 GEMM result wrong at [%ld][%ld]: %g, not %d (silent data corruption)",
-                  wrong / QUICK_N, wrong % QUICK_N, (double)pf_bf16_to_float(host[wrong]),
-                  QUICK_N);
+                  wrong / QUICK_N, wrong % QUICK_N, (double)pf_bf16_to_float(host[wrong]), QUICK_N);
 out:
     if (rc == 0 && crc != 0)
         rc = fail(c, "cuBLAS error %d in the GEMM", crc);
@@ -251,17 +250,17 @@ int pf_health_main(int argc, char **argv)
         return fail(&c, "simulated failure (%s, test only)", PF_SIMULATE_HEALTH_FAIL_ENV);
     pf_health_summary(&h, summary, sizeof(summary));
     if (tflops > 0)
-        snprintf(gemm, sizeof(gemm), "bf16 GEMM %d^3 x%d exact, %.1f TFLOP/s", QUICK_N,
-                 QUICK_ITERS, tflops);
+        snprintf(gemm, sizeof(gemm), "bf16 GEMM %d^3 x%d exact, %.1f TFLOP/s", QUICK_N, QUICK_ITERS,
+                 tflops);
     else
         snprintf(gemm, sizeof(gemm), "%s", note);
     if (!d.nvml)
         snprintf(drained, sizeof(drained), "memory release not checked (NVML lists no processes)");
     else
-        snprintf(drained, sizeof(drained),
-                 "%s after %.2f s, %.1f of %.1f GiB used", npids == 0 ? "no killed worker to wait for"
-                 : "the killed workers' memory released", d.waited_ms / 1000.0,
-                 d.used / 1073741824.0, d.total / 1073741824.0);
+        snprintf(drained, sizeof(drained), "%s after %.2f s, %.1f of %.1f GiB used",
+                 npids == 0 ? "no killed worker to wait for"
+                            : "the killed workers' memory released",
+                 d.waited_ms / 1000.0, d.used / 1073741824.0, d.total / 1073741824.0);
     printf("muster-preflight: health: GPU %d (%s): ok in %.2f s: %s; %s; NVML: %s\n", c.device,
            c.gpu.uuid, (mc_mono_ms_f() - t0) / 1000.0, drained, gemm, summary);
     for (int i = 0; i < nis; i++)

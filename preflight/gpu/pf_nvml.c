@@ -181,8 +181,8 @@ static int list_procs(nvml_procs_fn f, nvml_dev d, struct pf_gpu_proc *out, int 
     return (int)n < cap ? (int)n : cap;
 }
 
-void pf_nvml_wait_drain(const char *uuid, const char *pci, const int *pids, int npids,
-                        int drain_ms, struct pf_drain *d)
+void pf_nvml_wait_drain(const char *uuid, const char *pci, const int *pids, int npids, int drain_ms,
+                        struct pf_drain *d)
 {
     static struct pf_gpu_proc procs[PF_HEALTH_PIDS_MAX];
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
