@@ -58,8 +58,10 @@ static int fail(struct check *c, const char *fmt, ...)
     va_end(ap);
     n = snprintf(line, sizeof(line), "GPU %d (%s, %s): %s\n", c->device,
                  c->gpu.uuid[0] ? c->gpu.uuid : "?", c->gpu.pci[0] ? c->gpu.pci : "?", text);
-    if (n < 0 || n >= (int)sizeof(line))
-        n = (int)strlen(line);
+    if (n < 0 || n >= (int)sizeof(line)) { /* cut: still one whole line */
+        n = (int)sizeof(line) - 1;
+        line[n - 1] = '\n';
+    }
     mc_error("health: %.*s", n - 1, line);
     if (c->reason_file != NULL &&
         (fd = open(c->reason_file, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC)) >= 0) {
