@@ -14,7 +14,10 @@
 #      kills it, b exits 4 naming the GPU, and the round goes on with a alone;
 #   4. off: --health-check off on b: its worker fails, no check runs, it rejoins (debug line);
 #   5. CPU job: no GPU in the driver directory: b's worker fails, the restart works as before,
-#      and b says (debug) that it skips the check for want of a GPU.
+#      and b says (debug) that it skips the check for want of a GPU;
+#   6. a lying check: b's reason has terminal escapes, a forged second line and 5000 bytes;
+#      b's line shows them as '?' and cut, one line; the server takes its LEAVE (the spare
+#      replaces it at once, the connection was not dropped for a bad text).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
@@ -174,6 +177,36 @@ agents_exit 60 0 a b
 grep -q "health check skipped: no GPU on this node (CPU job)" "$T/b.err" \
     || { show_agent b; fail "b did not say (debug) that it skips the check without a GPU"; }
 check_ranks "$T/w" 1 2 2
+stop_server
+
+# ---- 6. a lying check's reason: sanitised, cut, one line; the LEAVE still reaches the server ----
+rm -rf "$T/w" && mkdir -p "$T/w"
+start_job hlie
+C=$T/ckpt6 && mkdir -p "$C"
+common 2
+: >"$HLOG"
+evil="\\033[31mGPU 0 red\\a\\x7f$(head -c 5000 /dev/zero | tr '\0' x)\\nGPU 9 (forged): all fine"
+agent s NODE=s "${ENVS[@]}" -- "${common_args[@]}" --spare --local-addr 127.0.0.3 "${work_args[@]}"
+wait_for 20 grep -q "joining job $JOB as a spare" "$T/s.err" || { show_all; fail "the spare did not join"; }
+agent a NODE=a "${ENVS[@]}" -- "${common_args[@]}" --local-addr 127.0.0.1 "${work_args[@]}"
+wait_for 20 grep -q "rendezvous $JOB: 1/2 nodes" "$T/a.err" || { show_all; fail "a did not wait at 1/2 nodes"; }
+agent b NODE=b FAIL=1 MOCK_HEALTH_FAIL_GPU=0 MOCK_HEALTH_REASON="$evil" "${ENVS[@]}" -- \
+    "${common_args[@]}" --local-addr 127.0.0.2 "${work_args[@]}"
+wait_for 30 test -e "$T/w/ckpt.done" || { show_all; fail "round 0 did not record its checkpoints"; }
+t_go=$(now_ms)
+: >"$T/w/go"
+agent_wait b 40
+expect_agent_rc b 4
+line=$(grep "health check failed on" "$T/b.err")
+[ "$(wc -l <<<"$line")" = 1 ] || fail "not one failure line: $line"
+grep -q $'\033' <<<"$line" && fail "an escape from the check reached the agent's log: $line"
+grep -q '?\[31mGPU 0 red??xxx' <<<"$line" || fail "the escapes were not shown as '?': ${line:0:200}"
+grep -q 'forged' "$T/b.err" && fail "the forged second line was logged"
+[ "${#line}" -lt 1200 ] || fail "the reason was not cut (${#line} bytes)"
+wait_for 30 files_at_least 2 "$T/w/ready.*.1" || { show_all; fail "round 1 did not start with the spare"; }
+took=$(($(now_ms) - t_go))
+[ "$took" -lt 10000 ] || fail "the spare took $took ms to replace b: its LEAVE was not taken"
+agents_exit 40 0 a s
 stop_server
 assert_no_marked_left "after the jobs" 5
 exit 0
