@@ -8,8 +8,8 @@
 #      which GPU and why, leaves and exits 4; a (no failed rank) runs no check; s takes b's place
 #      at once and the job ends with a and s (exit 0), one restart;
 #   2. passed: a and b again without a spare; b's worker fails, b's check passes (it is told the
-#      pid of its dead worker, which the stand-in proves is gone), and the job ends with both
-#      nodes in round 1;
+#      pids of its ended workers, which the stand-in proves are gone), a checks too under
+#      --health-check always, and the job ends with both nodes in round 1;
 #   3. timeout, no spare, --nnodes 1:2: b's check hangs (MOCK_HEALTH_HANG=0); --health-timeout 2
 #      kills it, b exits 4 naming the GPU, and the round goes on with a alone;
 #   4. off: --health-check off on b: its worker fails, no check runs, it rejoins (debug line);
@@ -17,7 +17,9 @@
 #      and b says (debug) that it skips the check for want of a GPU;
 #   6. a lying check: b's reason has terminal escapes, a forged second line and 5000 bytes;
 #      b's line shows them as '?' and cut, one line; the server takes its LEAVE (the spare
-#      replaces it at once, the connection was not dropped for a bad text).
+#      replaces it at once, the connection was not dropped for a bad text);
+#   7. a hung rank (silent past --hang-timeout, killed by b's agent): b checks its GPU with the
+#      hung worker's pid before it rejoins; a does not; the job ends in round 1.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
@@ -88,7 +90,8 @@ start_job hpass
 C=$T/ckpt2 && mkdir -p "$C"
 common 2
 : >"$HLOG"
-agent a NODE=a "${ENVS[@]}" -- "${common_args[@]}" --local-addr 127.0.0.1 "${work_args[@]}"
+agent a NODE=a "${ENVS[@]}" -- "${common_args[@]}" --local-addr 127.0.0.1 --health-check always \
+    "${work_args[@]}"
 agent b NODE=b FAIL=1 "${ENVS[@]}" -- "${common_args[@]}" --local-addr 127.0.0.2 \
     --shutdown-timeout 1 --nproc-per-node 2 --no-python "$FTW" spare "$T/w"
 wait_for 30 test -e "$T/w/ckpt.done" || { show_all; fail "round 0 did not record its checkpoints"; }
@@ -96,10 +99,12 @@ wait_for 30 test -e "$T/w/ckpt.done" || { show_all; fail "round 0 did not record
 agents_exit 60 0 a b
 grep -q "health check before the restart round: 2 GPUs" "$T/b.err" || { show_agent b; fail "b did not check its 2 GPUs"; }
 grep -q "health check passed in" "$T/b.err" || { show_agent b; fail "b's check did not pass"; }
-[ "$(grep -c '^health DEVICE=[01] ' "$HLOG")" = 2 ] || fail "not one check per GPU of b: $(cat "$HLOG")"
+# b's 2 GPUs, and a's 1 (--health-check always: its rank did not fail)
+[ "$(grep -c '^health DEVICE=[01] ' "$HLOG")" = 3 ] || fail "not one check per GPU of b and a's: $(cat "$HLOG")"
+grep -q "health check passed in .* (1 GPU)" "$T/a.err" || { show_agent a; fail "a did not check under always"; }
 pid=$(dead_pid b)
 grep -q "^health DEVICE=1 PIDS=[0-9,]*$pid" "$HLOG" || fail "b's check lacks its dead worker $pid: $(cat "$HLOG")"
-[ "$(grep -o 'PIDS=[0-9,]*' "$HLOG" | head -1 | tr -cd , | wc -c)" = 1 ] \
+[ "$(grep '^health DEVICE=1 ' "$HLOG" | grep -o 'PIDS=[0-9,]*' | tr -cd , | wc -c)" = 1 ] \
     || fail "b's check was not told both workers of the ended attempt: $(cat "$HLOG")"
 check_ranks "$T/w" 1 3 2
 # the check ran between b's failure and its workers of round 1
@@ -207,6 +212,27 @@ wait_for 30 files_at_least 2 "$T/w/ready.*.1" || { show_all; fail "round 1 did n
 took=$(($(now_ms) - t_go))
 [ "$took" -lt 10000 ] || fail "the spare took $took ms to replace b: its LEAVE was not taken"
 agents_exit 40 0 a s
+stop_server
+
+# ---- 7. a hung rank: its node checks too ----
+rm -rf "$T/w" && mkdir -p "$T/w"
+start_job hhang
+C=$T/ckpt7 && mkdir -p "$C"
+common 2
+: >"$HLOG"
+agent a NODE=a "${ENVS[@]}" -- "${common_args[@]}" --local-addr 127.0.0.1 --hang-timeout 1 \
+    --nproc-per-node 1 --no-python "$FTW" beat "$T/w" 5
+wait_for 20 grep -q "rendezvous $JOB: 1/2 nodes" "$T/a.err" || { show_all; fail "a did not wait at 1/2 nodes"; }
+agent b NODE=b "${ENVS[@]}" -- "${common_args[@]}" --local-addr 127.0.0.2 --hang-timeout 1 \
+    --nproc-per-node 1 --no-python "$FTW" beat "$T/w" 5
+agents_exit 60 0 a b
+grep -q "hung: no heartbeat" "$T/b.err" || { show_agent b; fail "b's rank did not hang"; }
+pid=$(sed -n 's/.*worker rank 1 (local_rank 0, pid \([0-9]*\)).*/\1/p' "$T/b.err" | head -1)
+[ -n "$pid" ] || { show_agent b; fail "no pid in b's hang line"; }
+grep -q "^health DEVICE=0 PIDS=$pid " "$HLOG" || fail "b's check lacks its hung worker $pid: $(cat "$HLOG")"
+[ "$(grep -c '^health ' "$HLOG")" = 1 ] || fail "not one check (b's) in all: $(cat "$HLOG")"
+grep -q "health check passed" "$T/b.err" || { show_agent b; fail "b's check did not pass"; }
+check_ranks "$T/w" 1 2 2
 stop_server
 assert_no_marked_left "after the jobs" 5
 exit 0
