@@ -50,6 +50,8 @@ static struct agent_machine_ctx machine_ctx(const struct agent *a)
         .preflight_only = o->pf.only,
         .preflight_failed = a->pf.code != 0,
         .preflight_alone = a->pf.joined,
+        .health_due = agent__health_due(a),
+        .health_failed = a->health.failed,
     };
 }
 
@@ -120,6 +122,7 @@ static void finish_now(struct agent *a)
     agent__store_stop(a);
     for (int i = 0; i < NSIGHANDLES; i++)
         uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
+    uv_close((uv_handle_t *)&a->health.timer, close_handle_cb);
     agent_progress_close(&a->progress, close_handle_cb);
     agent__ft_close(a);
     if (a->group != NULL) {
@@ -223,6 +226,7 @@ static void start_workers(struct agent *a)
     }
     a->have_local_failure = 0;
     a->attempt_unclean = 0;
+    a->health.done = 0; /* this attempt's failures are checked before the next round */
     agent__ft_prepare(a);
     for (unsigned i = 0; i < a->o->work.nproc; i++) {
         if ((rc = agent__spawn_one(a, (int)i)) != 0) {
@@ -251,6 +255,30 @@ static void start_preflight(struct agent *a)
         mc_error("%s", strerror(-rc));
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL);
     }
+}
+
+static void health_done(struct agent *a);
+
+static void start_health(struct agent *a)
+{
+    int rc;
+
+    if ((rc = agent__health_start(a, health_done)) != 0) {
+        mc_error("cannot start the health check: %s", strerror(-rc));
+        fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL);
+    }
+}
+
+/* Why a restart round's JOIN comes without a health check, on a node whose ranks failed: said
+ * at debug level (a CPU job has nothing to check). */
+static void note_no_health(const struct agent *a)
+{
+    if (!a->have_local_failure || a->health.done || a->o->pf.only)
+        return;
+    if (a->o->health.mode == AGENT_HEALTH_OFF)
+        mc_debug("health check off (--health-check off): rejoining without it");
+    else if (a->o->health.ngpus == 0)
+        mc_debug("health check skipped: no GPU on this node (CPU job)");
 }
 
 static void log_local_failure(const struct agent *a)
@@ -333,6 +361,18 @@ static void report_pf_failure(struct agent *a)
     report_failure(a, 0, AGENT_EXIT_PREFLIGHT);
 }
 
+/* A failed health check: the node leaves before the round (LEAVE, not final), so that the
+ * server fills the round with a spare, or without it (docs/PREFLIGHT.md). */
+static void report_health_failure(struct agent *a)
+{
+    agent__health_failure(a, &a->local_failure);
+    mc_error("%s; this node leaves the job (exit %d): a spare takes its place, or the round goes "
+             "on without it where --nnodes allows",
+             a->local_failure.text, AGENT_EXIT_PREFLIGHT);
+    if (a->client != NULL)
+        rdzv_client_report_failure(a->client, &a->local_failure, 1);
+}
+
 /* Carries out st's actions for ev, in the order of the bits (machine.h). An action that
  * fires an event of its own (a spawn failing, a report that cannot be sent) ends the list:
  * the nested transition has decided what follows. */
@@ -347,10 +387,17 @@ static void perform(struct agent *a, const struct agent_event *ev, const struct 
         acts &= ~bit;
         switch ((enum agent_action)bit) {
         case AGENT_ACT_JOIN:
+            note_no_health(a);
             join(a);
             break;
         case AGENT_ACT_START_PREFLIGHT:
             start_preflight(a);
+            break;
+        case AGENT_ACT_START_HEALTH:
+            start_health(a);
+            break;
+        case AGENT_ACT_REPORT_HEALTH_FAILURE:
+            report_health_failure(a);
             break;
         case AGENT_ACT_START_WORKERS:
             start_workers(a);
@@ -463,6 +510,7 @@ static void on_all_exited(struct agent_group *g)
         a->ev_all_exited = g;
         return;
     }
+    agent__health_note_pids(a, g); /* before the close: the check waits for their GPU memory */
     agent_group_close(g, after_group_closed, a);
     a->group = NULL;
     agent__ft_sync(a, !a->attempt_unclean); /* a final checkpoint may have landed just now */
@@ -487,6 +535,12 @@ static const struct agent_group_cbs group_cbs = {
     .all_exited_cb = on_all_exited,
     .output_cb = on_worker_output,
 };
+
+/* The health check's group is closed already (health.c); a->health.failed says how it went. */
+static void health_done(struct agent *a)
+{
+    fire(a, AGENT_EV_ALL_EXITED, 0);
+}
 
 /* The pre-flight's group is closed already (preflight.c); a->pf.code says how it went. */
 static void preflight_done(struct agent *a)
@@ -823,6 +877,8 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     if ((rc = agent_output_console_start(&a->loop, AGENT_OUTPUT_BUDGET)) != 0)
         mc_warn("console output is written directly: %s", uv_strerror(rc));
     agent_progress_init(&a->loop, &a->progress, o->run_id);
+    uv_timer_init(&a->loop, &a->health.timer);
+    a->health.timer.data = a;
     for (int i = 0; i < NSIGHANDLES; i++) {
         int signum = handle_signum(&o->restart, i), dup = 0;
         uv_signal_init(&a->loop, &a->sig[i]);

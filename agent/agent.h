@@ -133,6 +133,21 @@ struct agent_preflight_opts {
     const char *const *node_argv;
 };
 
+/* The health check before a restart round (docs/PREFLIGHT.md "Health check before a restart
+ * round"): muster-preflight health, one per GPU, on a node whose ranks failed or hung. */
+enum agent_health_mode {
+    AGENT_HEALTH_AUTO = 0, /* on a node with GPUs whose ranks failed or hung (default) */
+    AGENT_HEALTH_OFF,
+    AGENT_HEALTH_ALWAYS, /* on every node with GPUs, at every restart round */
+};
+
+struct agent_health_opts {
+    int mode;            /* enum agent_health_mode */
+    unsigned ngpus;      /* GPUs to check: 0 = a CPU job, the check is skipped */
+    unsigned timeout_ms; /* the whole check, drain included; then it is killed and fails */
+    unsigned drain_ms;   /* at most this long for the killed workers' GPU memory */
+};
+
 struct agent_options {
     const char *run_id;
     struct agent_rdzv_opts rdzv;
@@ -142,6 +157,7 @@ struct agent_options {
     struct agent_output_opts out;
     struct agent_ckpt_opts ckpt;
     struct agent_preflight_opts pf;
+    struct agent_health_opts health;
 };
 
 /* Runs the job on this node until it ends. Borrows opts. Returns the process exit code. */

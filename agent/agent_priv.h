@@ -5,6 +5,7 @@
  *   attempt.c    one attempt's workers: log directory, environment, spawn, failure records
  *   agent_ft.c   fault tolerance: checkpoint registry, resume pick, hang detection
  *   preflight.c  the pre-flight node process
+ *   health.c     the health check before a restart round (muster-preflight health per GPU)
  *
  * The lower files never call agent.c: what they learn (a worker exited, a worker hung, the
  * pre-flight ended) goes up through the callbacks agent.c hands them. Not for other
@@ -77,6 +78,25 @@ struct agent_pf {
     void (*done_cb)(struct agent *a);
 };
 
+/* health.c's part: the check before a restart round's JOIN on a node whose ranks failed or hung
+ * (docs/PREFLIGHT.md "Health check before a restart round"). */
+#define AGENT_HEALTH_PIDS_MAX 256 /* workers whose GPU memory the check waits for */
+
+struct agent_health {
+    int done;    /* the check ran since this node's workers last started (one per restart) */
+    int started; /* its processes run (a->group is theirs) */
+    int failed;  /* it failed, timed out or could not start */
+    int timed_out;
+    int code;              /* the first non-zero exit code of its processes */
+    int failed_gpu;        /* the GPU (index) of the first failed process, -1: none */
+    uint64_t start_ms;     /* uv_now at its start */
+    char reason[PATH_MAX]; /* the file its processes append their one-line reasons to */
+    unsigned npids;        /* the ended attempt's worker pids */
+    int pids[AGENT_HEALTH_PIDS_MAX];
+    uv_timer_t timer; /* --health-timeout; initialised in agent_init, closed in finish_now */
+    void (*done_cb)(struct agent *a);
+};
+
 struct agent {
     uv_loop_t loop;
     const struct agent_options *o;
@@ -112,6 +132,7 @@ struct agent {
     struct agent_progress progress;
     struct agent_ft ft;
     struct agent_pf pf;
+    struct agent_health health;
     char host[256];
     char endpoint[300];            /* the server as workers reach it: MUSTER_ENDPOINT */
     uint64_t node_id;              /* commits to node_secret (rendezvous/cred.h) */
@@ -182,5 +203,19 @@ int agent__preflight_start(struct agent *a, void (*done_cb)(struct agent *a));
 void agent__preflight_failure(struct agent *a, struct rdzv_failure *f);
 /* preflight.c: the node process's results file as a PREFLIGHT message (exposed for tests). */
 int agent__preflight_results(const char *path, uint32_t round, struct rdzv_preflight *pf);
+/* preflight.c: muster-preflight's path ($MUSTER_PREFLIGHT_BIN, next to node_program, on PATH)
+ * into out, "" when there is none. */
+void agent__preflight_gpu_binary(const char *node_program, char *out, size_t cap);
+
+/* health.c: whether the check is due before this restart round's JOIN (pure: read by the
+ * machine's context); the pids of the attempt whose workers are all gone (g, before it is
+ * closed); the start (0 or a negative errno when no group could be made: done_cb is then not
+ * called): its processes in a->group, and once they ended (or --health-timeout killed them)
+ * the group is closed, a->health.failed says how it went and done_cb(a) runs; the failure
+ * record of a failed check (a LEAVE, not final). */
+int agent__health_due(const struct agent *a);
+void agent__health_note_pids(struct agent *a, const struct agent_group *g);
+int agent__health_start(struct agent *a, void (*done_cb)(struct agent *a));
+void agent__health_failure(struct agent *a, struct rdzv_failure *f);
 
 #endif

@@ -37,13 +37,24 @@ static struct agent_step on_assign(enum agent_state s, const struct agent_machin
     return go(AGENT_S_RUNNING, AGENT_ACT_START_WORKERS);
 }
 
+/* The JOIN of a restart round, or first the health check of a node whose ranks failed or hung
+ * in the attempt that ended (docs/PREFLIGHT.md "Health check before a restart round"). */
+static struct agent_step rejoin(const struct agent_machine_ctx *c)
+{
+    if (c->health_due)
+        return go(AGENT_S_HEALTH, AGENT_ACT_START_HEALTH);
+    return go(AGENT_S_JOINING, AGENT_ACT_JOIN);
+}
+
 static struct agent_step on_restart(enum agent_state s, const struct agent_machine_ctx *c)
 {
-    if (s == AGENT_S_STOPPING || s == AGENT_S_FINISHED)
+    /* HEALTH: not in a round yet (the JOIN follows the check); a RESTART then is for the round
+     * this node already left */
+    if (s == AGENT_S_STOPPING || s == AGENT_S_FINISHED || s == AGENT_S_HEALTH)
         return stay(s);
     if (c->have_procs)
         return go(AGENT_S_RESTARTING, AGENT_ACT_STOP_WORKERS);
-    return go(AGENT_S_JOINING, AGENT_ACT_JOIN);
+    return rejoin(c);
 }
 
 static struct agent_step on_signal(enum agent_state s, const struct agent_event *ev,
@@ -84,6 +95,15 @@ static struct agent_step on_all_exited(enum agent_state s, const struct agent_ma
     case AGENT_S_RUNNING: /* JOB_DONE comes from the server once every node is done */
         return go(AGENT_S_DONE_WAIT, AGENT_ACT_REPORT_DONE);
     case AGENT_S_RESTARTING:
+        return rejoin(c);
+    case AGENT_S_HEALTH:
+        if (c->health_failed) {
+            /* like a joining node failing its pre-flight: it leaves (LEAVE, not final) while
+             * the round fills, so a spare takes its place; exit 4 */
+            struct agent_step st = exit_with(c, AGENT_EXIT_PREFLIGHT);
+            st.actions |= AGENT_ACT_REPORT_HEALTH_FAILURE;
+            return st;
+        }
         return go(AGENT_S_JOINING, AGENT_ACT_JOIN);
     case AGENT_S_STOPPING:
         return go(AGENT_S_FINISHED, AGENT_ACT_FINISH);
@@ -150,7 +170,8 @@ const char *agent_state_name(enum agent_state s)
         [AGENT_S_JOINING] = "JOINING",     [AGENT_S_PREFLIGHT] = "PREFLIGHT",
         [AGENT_S_RUNNING] = "RUNNING",     [AGENT_S_FAILING] = "FAILING",
         [AGENT_S_DONE_WAIT] = "DONE_WAIT", [AGENT_S_RESTARTING] = "RESTARTING",
-        [AGENT_S_STOPPING] = "STOPPING",   [AGENT_S_FINISHED] = "FINISHED",
+        [AGENT_S_HEALTH] = "HEALTH",       [AGENT_S_STOPPING] = "STOPPING",
+        [AGENT_S_FINISHED] = "FINISHED",
     };
     return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
 }

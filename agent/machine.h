@@ -13,6 +13,9 @@
  *   DONE_WAIT    every local worker exited 0, DONE sent:        JOB_DONE, RESTART, exits
  *                waiting for the other nodes
  *   RESTARTING   RESTART came: workers stop, JOIN when gone     ALL_EXITED, exits
+ *   HEALTH       between a restart round's RESTART and JOIN:    ALL_EXITED, exits
+ *                the health check runs (this node's ranks
+ *                failed or hung; agent/health.c)
  *   STOPPING     the exit code is chosen: workers stop, the     ALL_EXITED, JOB_DONE, SIGNAL
  *                agent finishes when they are gone
  *   FINISHED     handles are closing; the loop ends             (final: every event ignored)
@@ -24,8 +27,10 @@
  *                                                RUNNING    START_WORKERS    (otherwise)
  *                  any other                     ignored (an old round's)
  *   RESTART        STOPPING, FINISHED            ignored
+ *                  HEALTH                        ignored (it JOINs once the check passed)
  *                  processes alive               RESTARTING STOP_WORKERS
- *                  no process alive              JOINING    JOIN
+ *                  no process alive              HEALTH     START_HEALTH     (check due)
+ *                                                JOINING    JOIN             (otherwise)
  *   JOB_DONE       FINISHED                      ignored
  *   JOB_FAILED     FINISHED, or stopped by a     ignored
  *                  signal
@@ -48,7 +53,12 @@
  *                                                DONE_WAIT  REPORT_DONE      (pre-flight only)
  *                                                RUNNING    START_WORKERS    (passed)
  *                  RUNNING                       DONE_WAIT  REPORT_DONE
- *                  RESTARTING                    JOINING    JOIN
+ *                  RESTARTING                    HEALTH     START_HEALTH     (check due)
+ *                                                JOINING    JOIN             (otherwise)
+ *                  HEALTH                        JOINING    JOIN             (passed)
+ *                                                FINISHED   REPORT_HEALTH_FAILURE|FINISH,
+ *                                                           exit 4 (failed: it leaves the
+ *                                                           job, a spare takes its place)
  *                  STOPPING                      FINISHED   FINISH
  *                  FAILING and others            unchanged (the server's verdict is awaited)
  *   FATAL          any but FINISHED              FINISHED   FINISH           (exit code set)
@@ -65,6 +75,7 @@ enum agent_state {
     AGENT_S_FAILING,
     AGENT_S_DONE_WAIT,
     AGENT_S_RESTARTING,
+    AGENT_S_HEALTH,
     AGENT_S_STOPPING,
     AGENT_S_FINISHED,
 };
@@ -98,22 +109,28 @@ struct agent_machine_ctx {
     int preflight_only;   /* `muster preflight`: no workers after the checks */
     int preflight_failed; /* at ALL_EXITED in PREFLIGHT: the node process failed */
     int preflight_alone;  /* the pre-flight ran node-local: this node joined a running job */
+    int health_due;       /* before this restart round's JOIN: the health check is to run
+                           * (this node's ranks failed or hung, it has GPUs, not off) */
+    int health_failed;    /* at ALL_EXITED in HEALTH: the check failed or timed out */
 };
 
 /* Carried out in the order of the bits: a report of a signal goes out before the workers get
  * it; a local failure stops the other workers before the round trip of its report. */
 enum agent_action {
-    AGENT_ACT_JOIN = 1 << 0,              /* send JOIN (a fresh MASTER_PORT, resume pick) */
-    AGENT_ACT_START_PREFLIGHT = 1 << 1,   /* start the pre-flight node process */
-    AGENT_ACT_START_WORKERS = 1 << 2,     /* start this attempt's workers */
-    AGENT_ACT_REPORT_SIGNAL = 1 << 3,     /* FAILED, final: this agent is stopped by a signal */
-    AGENT_ACT_STOP_WORKERS = 1 << 4,      /* SIGTERM (or the signal) now, SIGKILL after grace */
-    AGENT_ACT_KILL_WORKERS = 1 << 5,      /* SIGKILL now */
-    AGENT_ACT_REPORT_FAILURE = 1 << 6,    /* FAILED with the local failure */
-    AGENT_ACT_REPORT_PF_FAILURE = 1 << 7, /* FAILED, final, with the pre-flight's reason (a
-                                           * joining node: LEAVE, not final) */
-    AGENT_ACT_REPORT_DONE = 1 << 8,       /* DONE for this round */
-    AGENT_ACT_FINISH = 1 << 9,            /* close every handle: the loop ends */
+    AGENT_ACT_JOIN = 1 << 0,                  /* send JOIN (a fresh MASTER_PORT, resume pick) */
+    AGENT_ACT_START_PREFLIGHT = 1 << 1,       /* start the pre-flight node process */
+    AGENT_ACT_START_HEALTH = 1 << 2,          /* start the health check (agent/health.c) */
+    AGENT_ACT_START_WORKERS = 1 << 3,         /* start this attempt's workers */
+    AGENT_ACT_REPORT_SIGNAL = 1 << 4,         /* FAILED, final: this agent is stopped by a signal */
+    AGENT_ACT_STOP_WORKERS = 1 << 5,          /* SIGTERM (or the signal) now, SIGKILL after grace */
+    AGENT_ACT_KILL_WORKERS = 1 << 6,          /* SIGKILL now */
+    AGENT_ACT_REPORT_FAILURE = 1 << 7,        /* FAILED with the local failure */
+    AGENT_ACT_REPORT_PF_FAILURE = 1 << 8,     /* FAILED, final, with the pre-flight's reason (a
+                                               * joining node: LEAVE, not final) */
+    AGENT_ACT_REPORT_HEALTH_FAILURE = 1 << 9, /* LEAVE, not final, with the health check's
+                                               * reason: the node leaves before the round */
+    AGENT_ACT_REPORT_DONE = 1 << 10,          /* DONE for this round */
+    AGENT_ACT_FINISH = 1 << 11,               /* close every handle: the loop ends */
 };
 
 struct agent_step {

@@ -23,7 +23,7 @@ extern char **environ;
 /* muster-preflight: $MUSTER_PREFLIGHT_BIN, else next to the node program (the muster binary),
  * else on PATH; "" when there is none (CPU jobs do not need it; GPU jobs fail the inventory
  * stage). */
-static void find_gpu_binary(const char *node_program, char *out, size_t cap)
+void agent__preflight_gpu_binary(const char *node_program, char *out, size_t cap)
 {
     const char *env = getenv("MUSTER_PREFLIGHT_BIN"), *path = getenv("PATH");
 
@@ -229,7 +229,7 @@ static void node_argv(struct agent *a, char **argv, char bufs[][PATH_MAX])
     argv[k++] = bufs[2];
     snprintf(bufs[3], PATH_MAX, "--min-busbw=%g", o->min_busbw);
     argv[k++] = bufs[3];
-    find_gpu_binary(o->node_argv[0], bufs[5], PATH_MAX);
+    agent__preflight_gpu_binary(o->node_argv[0], bufs[5], PATH_MAX);
     snprintf(bufs[4], PATH_MAX, "--bin=%.4000s", bufs[5]);
     argv[k++] = bufs[4];
     /* a joining node's report has a name of its own: it must not replace round 0's report

@@ -111,6 +111,7 @@ struct launcher_config {
      * max_bytes (as given, checked, strdup'd; NULL = muster-preflight's default). run.c adds
      * need_gpus and node_argv. */
     struct agent_preflight_opts pf;
+    struct agent_health_opts health; /* --health-* (mode: config_gpu.c; ngpus: run.c) */
     int preflight_skipped; /* auto chose off on a node with GPUs (more workers than GPUs) */
 };
 

@@ -115,6 +115,15 @@ static int parse_preflight(struct parse *p)
         cfg->pf.on = 0;
     else
         return launcher__cfg_fail(p, "--preflight must be auto, on or off, not '%s'", v);
+    v = launcher__opt_value(p, O_HEALTH_CHECK);
+    if (strcmp(v, "auto") == 0)
+        cfg->health.mode = AGENT_HEALTH_AUTO;
+    else if (strcmp(v, "always") == 0)
+        cfg->health.mode = AGENT_HEALTH_ALWAYS;
+    else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
+        cfg->health.mode = AGENT_HEALTH_OFF;
+    else
+        return launcher__cfg_fail(p, "--health-check must be auto, always or off, not '%s'", v);
     if ((v = p->val[O_PREFLIGHT_MAX_BYTES]) != NULL) {
         if (launcher_parse_mem(v, &bytes) != 0 || bytes < 4096 || bytes > 64 * LAUNCHER_PLAN_GIB)
             return launcher__cfg_fail(p,

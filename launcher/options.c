@@ -328,7 +328,8 @@ static const struct opt_section_text sections[OPT_SEC_COUNT_] = {
                           NULL, NULL},
     [OPT_SEC_PREFLIGHT] = {"Pre-flight (before the first attempt, and on a node joining a "
                            "running job before its\n"
-                           "workers start; see muster preflight --help, docs/PREFLIGHT.md):",
+                           "workers start; see muster preflight --help, docs/PREFLIGHT.md) and "
+                           "the health check\nbefore a restart round (--health-*):",
                            NULL,
                            "  (per GPU also: bf16 GEMM TFLOP/s, HBM copy GB/s, NVML health; a "
                            "GPU > 10 % below its\n"

@@ -474,6 +474,14 @@ static void agent_opts(const struct launcher_config *cfg, char **argv, const uns
     output_opts(cfg, flags, &o->out);
     o->ckpt = cfg->ckpt; /* parsed in place (options.def) */
     preflight_opts(cfg, node_argv, &o->pf);
+    o->health = cfg->health; /* mode and timeouts parsed in place (options.def) */
+    /* the GPUs the workers use: shared-GPU mode's list, else one per worker as far as there are
+     * GPUs; none for --nproc-per-node cpu */
+    if (cfg->nproc_per_gpu > 0)
+        o->health.ngpus = (unsigned)cfg->ngpu_ids;
+    else if (cfg->gpus_visible > 0 && strcmp(cfg->nproc_spec, "cpu") != 0)
+        o->health.ngpus = (unsigned)(cfg->nproc_per_node < cfg->gpus_visible ? cfg->nproc_per_node
+                                                                             : cfg->gpus_visible);
 }
 
 static int run_agent(const struct launcher_config *cfg, char **argv)

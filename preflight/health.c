@@ -1,6 +1,8 @@
 #include "health.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -151,4 +153,65 @@ void pf_health_summary(const struct pf_health *h, char *out, size_t cap)
              h->persistence > 0    ? "on"
              : h->persistence == 0 ? "off"
                                    : "?");
+}
+
+int pf_health_parse_pids(const char *s, int *pids, int cap)
+{
+    int n = 0;
+
+    if (s == NULL || *s == '\0')
+        return -EINVAL;
+    if (strcmp(s, "0") == 0)
+        return 0;
+    for (;;) {
+        long v = 0;
+        int digits = 0;
+
+        for (; *s >= '0' && *s <= '9'; s++, digits++)
+            if ((v = v * 10 + (*s - '0')) > 0x7fffffffL)
+                return -EINVAL;
+        if (digits == 0 || v == 0 || n >= cap)
+            return -EINVAL;
+        pids[n++] = (int)v;
+        if (*s == '\0')
+            return n;
+        if (*s++ != ',')
+            return -EINVAL;
+    }
+}
+
+int pf_health_held_by(const struct pf_gpu_proc *procs, int n, const int *pids, int npids)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < npids; j++)
+            if (pids[j] > 0 && procs[i].pid == (unsigned)pids[j])
+                return i;
+    return -1;
+}
+
+unsigned short pf_bf16_from_float(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    return (unsigned short)(u >> 16);
+}
+
+float pf_bf16_to_float(unsigned short b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+long pf_health_gemm_wrong(const unsigned short *c, size_t count, int n)
+{
+    unsigned short want = pf_bf16_from_float((float)n);
+
+    for (size_t i = 0; i < count; i++)
+        if (c[i] != want)
+            return (long)i;
+    return -1;
 }

@@ -63,4 +63,33 @@ void pf_health_summary(const struct pf_health *h, char *out, size_t cap);
 /* The names of the set PF_CLK_* bits, "+"-joined ("sw_power_cap+hw_slowdown"), "none" for 0. */
 void pf_health_clock_names(long long bits, char *out, size_t cap);
 
+/* ---- the health check before a restart round (muster-preflight health) ---- */
+
+/* One process NVML lists on a GPU (nvmlDeviceGetComputeRunningProcesses). */
+struct pf_gpu_proc {
+    unsigned pid;
+    unsigned long long used_bytes; /* ~0ULL when NVML cannot say (no permission, MIG) */
+};
+
+#define PF_HEALTH_PIDS_MAX 256
+
+/* Parses "1234,1235" (decimal pids > 0; "0" alone: none) into pids[0..cap). Returns how many,
+ * or -EINVAL for anything else (empty, a sign, junk, more than cap). */
+int pf_health_parse_pids(const char *s, int *pids, int cap);
+
+/* The index in procs[0..n) of the first process that is one of pids[0..npids) (a killed
+ * worker whose GPU memory the driver has not released yet), or -1 when none is. A pid NVML
+ * reports from another pid namespace (a container without the host's pids) matches nothing:
+ * then the wait cannot see the workers (docs/PREFLIGHT.md). */
+int pf_health_held_by(const struct pf_gpu_proc *procs, int n, const int *pids, int npids);
+
+/* The quick GEMM's check: C = A x A with A all ones (n x n) is n in every element. Returns the
+ * index of the first element of c[0..count) (bf16 bit patterns) that is not exactly n, or -1
+ * when all are; n must be a power of two up to 2^16 (exact in bf16). */
+long pf_health_gemm_wrong(const unsigned short *c, size_t count, int n);
+
+/* bf16 bits of float f (round toward zero) and back. */
+unsigned short pf_bf16_from_float(float f);
+float pf_bf16_to_float(unsigned short b);
+
 #endif

@@ -6,6 +6,8 @@
  *                                bandwidth sweep, per stage ("node", then "all"), then the
  *                                GPU's bf16 GEMM, HBM copy and NVML health
  *   muster-preflight p2p         the peer-to-peer bandwidth matrix of this node's GPUs
+ *   muster-preflight health      one GPU's quick check before a restart round: the killed
+ *                                workers' memory released, a short exact GEMM, NVML health
  *
  * Exit codes:
  *   0  ok
@@ -26,6 +28,7 @@
 #include "busbw.h"
 #include "muster_version.h"
 #include "pf_gpu.h"
+#include "pf_health.h"
 #include "pf_p2p.h"
 #include "pf_run.h"
 #include "clock.h"
@@ -41,6 +44,8 @@ static const char usage_text[] =
     "       muster-preflight allreduce [--min-bytes SIZE] [--max-bytes SIZE] [--iters N]\n"
     "                                  [--warmup N] [--timeout-ms MS] [--device N] [--out FILE]\n"
     "       muster-preflight p2p [--devices N] [--out FILE]\n"
+    "       muster-preflight health [--device N] [--drain-ms MS] [--pids P,P,...]\n"
+    "                               [--reason-file FILE] [--timeout-ms MS]\n"
     "       muster-preflight --help | --version\n"
     "\n"
     "inventory: prints one JSON object: {\"driver\", \"cuda_driver\", \"cuda_runtime\", \"nccl\",\n"
@@ -75,6 +80,13 @@ static const char usage_text[] =
     "  warm-ups and 10 timed copies each, timed with events; peer access enabled where\n"
     "  possible. JSON: {\"gpus\", \"bytes\", \"iters\", \"gbps\": [[row = source]],\n"
     "  \"peer_access\"}; with one device {\"skipped\"} and no figures.\n"
+    "\n"
+    "health: one GPU's quick check before a restart round (muster's agent runs one per GPU):\n"
+    "  waits up to --drain-ms (default 10000) until none of --pids is among the GPU's compute\n"
+    "  processes (NVML), then a bf16 GEMM (n = 4096, all ones, 10 timed calls) whose every\n"
+    "  element must be exactly n, then NVML health (uncorrected ECC since the driver loaded or\n"
+    "  a row-remap failure fail). One line \"GPU I (UUID, PCI): reason\" is appended to\n"
+    "  --reason-file on failure (exit 1).\n"
     "\n"
     "exit codes: 0 ok; 1 a check failed (shared GPU, NCCL error, wrong sum); 2 usage;\n"
     "  3 CUDA/NCCL/muster connection cannot start; 4 a rank missing or a timeout.\n";
@@ -273,5 +285,7 @@ int main(int argc, char **argv)
         }
         return pf_p2p_main(argc - 1, argv + 1);
     }
-    return usage_error("unknown command \"%s\": inventory, allreduce or p2p", argv[1]);
+    if (strcmp(argv[1], "health") == 0)
+        return pf_health_main(argc - 1, argv + 1);
+    return usage_error("unknown command \"%s\": inventory, allreduce, p2p or health", argv[1]);
 }

@@ -30,23 +30,7 @@
 #define WORKSPACE (32u << 20)
 #define RAND_BLOCK (1u << 20) /* bf16 elements generated on the host, then tiled on the GPU */
 
-/* The few cuBLAS entry points, by their exported (versioned) names. Types as cublas_api.h:
- * the handle is a pointer, enums are ints, cudaDataType comes from library_types.h. */
-typedef void *cublas_handle;
-struct cublas {
-    void *lib;
-    int (*create)(cublas_handle *);
-    int (*destroy)(cublas_handle);
-    int (*set_workspace)(cublas_handle, void *, size_t);
-    int (*gemm_ex)(cublas_handle, int, int, int, int, int, const void *, const void *, cudaDataType,
-                   int, const void *, cudaDataType, int, const void *, void *, cudaDataType, int,
-                   int, int);
-};
-#define CUBLAS_OP_N_ 0
-#define CUBLAS_COMPUTE_32F_ 68
-#define CUBLAS_GEMM_DEFAULT_ (-1)
-
-static int load_cublas(struct cublas *c, char *name, size_t cap, char *note, size_t ncap)
+int pf_cublas_load(struct cublas *c, char *name, size_t cap, char *note, size_t ncap)
 {
     static const char *const paths[] = {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",
                                         "/usr/local/cuda/targets/x86_64-linux/lib/libcublas.so.13"};
@@ -243,7 +227,7 @@ int pf_bench_run(struct pf_run *run)
 
     b->ran = 1;
     b->slow_factor = pf_bench_slow_factor(getenv(PF_SIMULATE_SLOW_ENV), run->gpu.index);
-    if (load_cublas(&c, b->cublas, sizeof(b->cublas), b->gemm_note, sizeof(b->gemm_note)) == 0)
+    if (pf_cublas_load(&c, b->cublas, sizeof(b->cublas), b->gemm_note, sizeof(b->gemm_note)) == 0)
         rc = gemm(run, &c);
     /* NVML right after the GEMM: the clocks and clock events of a GPU under load */
     pf_nvml_query(run->gpu.uuid, run->gpu.pci, &run->health);

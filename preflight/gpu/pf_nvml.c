@@ -7,6 +7,9 @@
 #include <dlfcn.h>
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
+
+#include "clock.h"
 
 typedef void *nvml_dev;
 typedef int (*nvml_void_fn)(void);
@@ -144,4 +147,88 @@ done:
     shutdown();
 out:
     return;
+}
+
+/* nvmlProcessInfo_t of nvmlDeviceGetComputeRunningProcesses_v3 (and _v2: the same layout) */
+struct nvml_proc {
+    unsigned int pid;
+    unsigned long long used;
+    unsigned int gpu_instance, compute_instance;
+};
+struct nvml_memory {
+    unsigned long long total, free, used;
+};
+#define NVML_INSUFFICIENT_SIZE 7
+#define DRAIN_POLL_MS 20
+
+typedef int (*nvml_procs_fn)(nvml_dev, unsigned int *, struct nvml_proc *);
+
+/* The GPU's compute processes into out (at most cap); -1 when NVML cannot list them. */
+static int list_procs(nvml_procs_fn f, nvml_dev d, struct pf_gpu_proc *out, int cap)
+{
+    static struct nvml_proc p[PF_HEALTH_PIDS_MAX];
+    unsigned int n = PF_HEALTH_PIDS_MAX;
+    int rc = f(d, &n, p);
+
+    if (rc == NVML_INSUFFICIENT_SIZE)
+        n = PF_HEALTH_PIDS_MAX; /* more than we keep: the first ones are enough to judge */
+    else if (rc != 0)
+        return -1;
+    if (n > PF_HEALTH_PIDS_MAX)
+        n = PF_HEALTH_PIDS_MAX;
+    for (unsigned int i = 0; i < n && (int)i < cap; i++)
+        out[i] = (struct pf_gpu_proc){p[i].pid, p[i].used};
+    return (int)n < cap ? (int)n : cap;
+}
+
+void pf_nvml_wait_drain(const char *uuid, const char *pci, const int *pids, int npids, int drain_ms,
+                        struct pf_drain *d)
+{
+    static struct pf_gpu_proc procs[PF_HEALTH_PIDS_MAX];
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    nvml_void_fn init, shutdown;
+    nvml_handle_fn by_uuid, by_pci;
+    nvml_procs_fn list = NULL;
+    int (*meminfo)(nvml_dev, struct nvml_memory *) = NULL;
+    struct nvml_memory m = {0, 0, 0};
+    nvml_dev dev = NULL;
+    double t0 = mc_mono_ms_f();
+
+    memset(d, 0, sizeof(*d));
+    if (lib == NULL)
+        return;
+    init = (nvml_void_fn)sym(lib, "nvmlInit_v2");
+    shutdown = (nvml_void_fn)sym(lib, "nvmlShutdown");
+    by_uuid = (nvml_handle_fn)sym(lib, "nvmlDeviceGetHandleByUUID");
+    by_pci = (nvml_handle_fn)sym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    if ((list = (nvml_procs_fn)sym(lib, "nvmlDeviceGetComputeRunningProcesses_v3")) == NULL)
+        list = (nvml_procs_fn)sym(lib, "nvmlDeviceGetComputeRunningProcesses_v2");
+    meminfo = (int (*)(nvml_dev, struct nvml_memory *))sym(lib, "nvmlDeviceGetMemoryInfo");
+    if (init == NULL || shutdown == NULL || list == NULL || init() != 0)
+        return;
+    if (!(by_uuid && uuid && by_uuid(uuid, &dev) == 0) &&
+        !(by_pci && pci && by_pci(pci, &dev) == 0))
+        goto done;
+    for (;;) {
+        int n = list_procs(list, dev, procs, PF_HEALTH_PIDS_MAX), held;
+        struct timespec ts = {0, DRAIN_POLL_MS * 1000000L};
+
+        if (n < 0)
+            break; /* NVML cannot list them here: not checked */
+        d->nvml = 1;
+        d->procs = n;
+        held = pf_health_held_by(procs, n, pids, npids);
+        d->held_pid = held >= 0 ? (int)procs[held].pid : 0;
+        d->held_bytes = held >= 0 ? procs[held].used_bytes : 0;
+        d->waited_ms = mc_mono_ms_f() - t0;
+        if (held < 0 || d->waited_ms >= drain_ms)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    if (meminfo != NULL && meminfo(dev, &m) == 0) {
+        d->used = m.used;
+        d->total = m.total;
+    }
+done:
+    shutdown();
 }

@@ -97,6 +97,41 @@ static void test_all_exited(void **state)
                 AGENT_ACT_START_WORKERS);
 }
 
+/* The health check before a restart round: due (this node's ranks failed or hung, it has
+ * GPUs) between the workers' end and the JOIN; a failure leaves the job with exit 4. */
+static void test_health(void **state)
+{
+    struct agent_machine_ctx c = {.health_due = 1};
+    struct agent_step st;
+
+    (void)state;
+    assert_step(step(AGENT_S_RESTARTING, AGENT_EV_ALL_EXITED, &c), AGENT_S_HEALTH,
+                AGENT_ACT_START_HEALTH);
+    assert_step(step(AGENT_S_FAILING, AGENT_EV_RESTART, &c), AGENT_S_HEALTH,
+                AGENT_ACT_START_HEALTH); /* the workers were gone before RESTART came */
+    c.have_procs = 1;                    /* the check's processes run */
+    assert_true(step(AGENT_S_HEALTH, AGENT_EV_RESTART, &c).ignored);
+    assert_true(step(AGENT_S_HEALTH, AGENT_EV_WORKER_FAILED, &c).ignored);
+    assert_true(step(AGENT_S_HEALTH, AGENT_EV_ASSIGN, &c).ignored);
+    st = step(AGENT_S_HEALTH, AGENT_EV_JOB_FAILED, &c); /* the job ends meanwhile */
+    assert_step(st, AGENT_S_STOPPING, AGENT_ACT_STOP_WORKERS);
+    assert_int_equal(st.exit_code, 42);
+    st = step(AGENT_S_HEALTH, AGENT_EV_SIGNAL, &c);
+    assert_step(st, AGENT_S_STOPPING, AGENT_ACT_REPORT_SIGNAL | AGENT_ACT_STOP_WORKERS);
+    c.have_procs = 0; /* ended: passed, then failed */
+    assert_step(step(AGENT_S_HEALTH, AGENT_EV_ALL_EXITED, &c), AGENT_S_JOINING, AGENT_ACT_JOIN);
+    c.health_failed = 1;
+    st = step(AGENT_S_HEALTH, AGENT_EV_ALL_EXITED, &c);
+    assert_step(st, AGENT_S_FINISHED, AGENT_ACT_REPORT_HEALTH_FAILURE | AGENT_ACT_FINISH);
+    assert_true(st.set_exit_code);
+    assert_int_equal(st.exit_code, AGENT_EXIT_PREFLIGHT);
+    /* the report goes out before the handles close: actions run in the order of the bits */
+    assert_true(AGENT_ACT_REPORT_HEALTH_FAILURE < AGENT_ACT_FINISH);
+    c.health_due = 0; /* not due: straight to the JOIN, as before */
+    assert_step(step(AGENT_S_RESTARTING, AGENT_EV_ALL_EXITED, &c), AGENT_S_JOINING, AGENT_ACT_JOIN);
+    assert_string_equal(agent_state_name(AGENT_S_HEALTH), "HEALTH");
+}
+
 static void test_restart(void **state)
 {
     struct agent_machine_ctx c = {.have_procs = 1};
@@ -377,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_worker_failed),
         cmocka_unit_test(test_all_exited),
         cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_health),
         cmocka_unit_test(test_job_end),
         cmocka_unit_test(test_signal),
         cmocka_unit_test(test_report_failed_and_fatal),

@@ -215,6 +215,56 @@ static void test_health_no_nvml(void **state)
     assert_string_equal(names, "none");
 }
 
+/* muster-preflight health's pure parts: the pid list from the agent, which NVML process is a
+ * killed worker, and the GEMM's exact check. */
+static void test_parse_pids(void **state)
+{
+    int p[4];
+
+    (void)state;
+    assert_int_equal(pf_health_parse_pids("0", p, 4), 0);
+    assert_int_equal(pf_health_parse_pids("12", p, 4), 1);
+    assert_int_equal(p[0], 12);
+    assert_int_equal(pf_health_parse_pids("1,22,333", p, 4), 3);
+    assert_int_equal(p[2], 333);
+    assert_int_equal(pf_health_parse_pids("", p, 4), -EINVAL);
+    assert_int_equal(pf_health_parse_pids("1,,2", p, 4), -EINVAL);
+    assert_int_equal(pf_health_parse_pids("1,", p, 4), -EINVAL);
+    assert_int_equal(pf_health_parse_pids("-1", p, 4), -EINVAL);
+    assert_int_equal(pf_health_parse_pids("1,0", p, 4), -EINVAL);
+    assert_int_equal(pf_health_parse_pids("1 2", p, 4), -EINVAL);
+    assert_int_equal(pf_health_parse_pids("99999999999", p, 4), -EINVAL);
+    assert_int_equal(pf_health_parse_pids("1,2,3,4,5", p, 4), -EINVAL); /* more than cap */
+    assert_int_equal(pf_health_parse_pids(NULL, p, 4), -EINVAL);
+}
+
+static void test_held_by(void **state)
+{
+    const struct pf_gpu_proc procs[] = {{500, 1ULL << 30}, {77, 2ULL << 30}, {9, ~0ULL}};
+    const int pids[] = {10, 77}, none[] = {1, 2}, third[] = {9};
+
+    (void)state;
+    assert_int_equal(pf_health_held_by(procs, 3, pids, 2), 1);
+    assert_int_equal(pf_health_held_by(procs, 3, none, 2), -1);
+    assert_int_equal(pf_health_held_by(procs, 3, third, 1), 2);
+    assert_int_equal(pf_health_held_by(procs, 0, pids, 2), -1);
+    assert_int_equal(pf_health_held_by(procs, 3, pids, 0), -1);
+}
+
+static void test_gemm_check(void **state)
+{
+    unsigned short c[64];
+
+    (void)state;
+    for (int i = 0; i < 64; i++)
+        c[i] = pf_bf16_from_float(4096.0f);
+    assert_true(pf_bf16_to_float(c[0]) == 4096.0f);
+    assert_int_equal(pf_health_gemm_wrong(c, 64, 4096), -1);
+    c[37] = pf_bf16_from_float(4080.0f); /* one wrong element: a bit flip in the result */
+    assert_int_equal(pf_health_gemm_wrong(c, 64, 4096), 37);
+    assert_int_equal(pf_health_gemm_wrong(c, 64, 2048), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -228,6 +278,9 @@ int main(void)
         cmocka_unit_test(test_health_failures),
         cmocka_unit_test(test_health_throttle_pcie_notes),
         cmocka_unit_test(test_health_no_nvml),
+        cmocka_unit_test(test_parse_pids),
+        cmocka_unit_test(test_held_by),
+        cmocka_unit_test(test_gemm_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
