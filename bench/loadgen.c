@@ -2,7 +2,7 @@
  * server.
  *
  *   loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t TIMEOUT_S] [-p SERVER_PID]
- *           [-i JOB_PREFIX] [-x EXTRA] [-T PROCS] [-P] [-R ROUNDS]
+ *           [-i JOB_PREFIX] [-x EXTRA] [-T PROCS] [-P] [-R ROUNDS] [-K MS]
  *   loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]          (idle-connection pressure)
  *
  * The server is TLS-only (rendezvous/PROTOCOL.md "TLS"), so every simulated agent is one
@@ -38,6 +38,11 @@
  * round (restart_round_ms=... server_cpu_ms=... with -p) before the summary line, which then
  * also holds restart_rounds=R restart_round_ms_min=... _median=... _max=... and
  * restart_server_cpu_ms_median=... (with -p).
+ *
+ * -K MS: keep-alive as a real agent's (--rdzv-conf keep_alive_interval, default 1 s): the JOIN
+ * asks for it (heartbeat timeout 3 x MS) and every joined agent sends HEARTBEAT every MS, the
+ * agents of a process spread evenly over the interval (real agents' timers are not in step);
+ * the server's echoes are counted. Default 0: none, only a closed connection is a lost node.
  *
  * -x EXTRA: job 0 also has EXTRA real agents (min = max = its simulated agents + EXTRA; its
  * assignment check then only checks the simulated agents' ranks are distinct and < the size).
@@ -105,6 +110,8 @@ static int n_procs = 1, plain_psk;
 /* -R: rounds to run; per round of this process: agents with their ASSIGN, and the times of the
  * FAILED (agent 0's process) and of the last ASSIGN here (ns, mc_mono_ns) */
 static int n_rounds, *n_in_round, ctl_fd = -1;
+static int keep_alive_ms; /* -K */
+static long n_hb_sent, n_hb_echoed;
 static long long *t_failed, *t_last_assign;
 static double *cpu_at_fail, *cpu_at_done;
 static int n_agents, n_jobs = 1, inflight_max = 128, n_extra, idle_mode, no_hello;
@@ -213,7 +220,8 @@ static void make_join(const struct ag *a, struct rdzv_msg *out)
     memset(j->node_secret, 0, sizeof(j->node_secret));
     memcpy(j->node_secret, &seed, sizeof(seed));
     j->node_id = rdzv_node_id_of(j->node_secret);
-    j->keep_alive_ms = 0; /* no heartbeats: only a closed connection is a lost node */
+    j->keep_alive_ms = (uint32_t)keep_alive_ms; /* 0: only a closed connection is a lost node */
+    j->heartbeat_timeout_ms = 3 * (uint32_t)keep_alive_ms; /* the agent's default: 3 misses */
     j->max_restarts = (uint32_t)n_rounds; /* 0 without -R: a FAILED would end the job */
 }
 
@@ -288,6 +296,13 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
         break;
     }
     case RDZV_MSG_WAITING:
+        break;
+    case RDZV_MSG_HEARTBEAT:
+        if (keep_alive_ms == 0) {
+            fprintf(stderr, "loadgen: agent %d: HEARTBEAT without -K\n", a->idx);
+            exit(1);
+        }
+        n_hb_echoed++;
         break;
     case RDZV_MSG_ASSIGN:
         if (a->st != ST_JOINED) {
@@ -511,6 +526,7 @@ static int collect(int fd, int go_fd)
         char *line = buf, *nl;
         while ((nl = strchr(line, '\n')) != NULL) {
             long long w, a, d;
+            long hs, he;
             int i;
             unsigned gr, gw, ws, off;
             char master[256];
@@ -529,6 +545,9 @@ static int collect(int fd, int go_fd)
                 t_assign_all = a > t_assign_all ? a : t_assign_all;
                 t_done_all = d > t_done_all ? d : t_done_all;
                 n_finished++;
+            } else if (sscanf(line, "H %ld %ld", &hs, &he) == 2) {
+                n_hb_sent += hs;
+                n_hb_echoed += he;
             } else if (line[0] == 'R' || line[0] == 'F') {
                 collect_round(line, go_fd);
             }
@@ -665,6 +684,33 @@ static void on_tick(uv_timer_t *t)
     }
 }
 
+/* -K: every LG_HB_TICK_MS, the agents whose turn it is (idx % slices) send HEARTBEAT, so that
+ * each sends one every keep_alive_ms. */
+#define LG_HB_TICK_MS 10
+
+static void on_heartbeat_tick(uv_timer_t *t)
+{
+    static unsigned tick;
+    unsigned slices = (unsigned)keep_alive_ms / LG_HB_TICK_MS, turn;
+
+    (void)t;
+    slices = slices > 0 ? slices : 1;
+    turn = tick++ % slices;
+    for (int i = lo + (int)((turn + slices - (unsigned)lo % slices) % slices); i < hi;
+         i += (int)slices) {
+        struct ag *a = &ags[i];
+        struct rdzv_msg m;
+
+        if (a->st != ST_JOINED && a->st != ST_ASSIGNED)
+            continue;
+        memset(&m, 0, sizeof(m));
+        m.type = RDZV_MSG_HEARTBEAT;
+        m.u.heartbeat.round = a->as.round;
+        m.u.heartbeat.seq = (uint64_t)++n_hb_sent;
+        send_or_die(a, &m);
+    }
+}
+
 static void on_signal(uv_signal_t *s, int signum)
 {
     (void)s;
@@ -678,7 +724,7 @@ int main(int argc, char **argv)
 {
     const char *endpoint = NULL;
     int opt;
-    while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:I:HT:PR:")) != -1) {
+    while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:I:HT:PR:K:")) != -1) {
         switch (opt) {
         case 'e':
             endpoint = optarg;
@@ -720,10 +766,13 @@ int main(int argc, char **argv)
         case 'R':
             n_rounds = atoi(optarg);
             break;
+        case 'K':
+            keep_alive_ms = atoi(optarg);
+            break;
         default:
             fprintf(stderr, "usage: loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t "
                             "TIMEOUT_S] [-p SERVER_PID] [-i PREFIX] [-x EXTRA] [-T PROCS] [-P] [-R "
-                            "ROUNDS]\n"
+                            "ROUNDS] [-K MS]\n"
                             "       loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]\n");
             return 2;
         }
@@ -731,6 +780,10 @@ int main(int argc, char **argv)
     if (!endpoint || n_agents < 1 || n_jobs < 1 || n_jobs > n_agents || n_procs < 1 ||
         n_procs > n_agents || (idle_mode && n_procs > 1)) {
         fprintf(stderr, "loadgen: need -e HOST:PORT and -n AGENTS >= JOBS >= 1 (or -I IDLE)\n");
+        return 2;
+    }
+    if (keep_alive_ms < 0 || keep_alive_ms > 600000 || (keep_alive_ms > 0 && idle_mode)) {
+        fprintf(stderr, "loadgen: -K MS: 0..600000, not with -I\n");
         return 2;
     }
     if (n_rounds < 0 || n_rounds > 100000 ||
@@ -817,6 +870,11 @@ static int run_agents(double cpu0)
                i_opened, i_cut, i_failed);
         return 0;
     }
+    uv_timer_t hb;
+    if (keep_alive_ms > 0) {
+        uv_timer_init(loop, &hb);
+        uv_timer_start(&hb, on_heartbeat_tick, LG_HB_TICK_MS, LG_HB_TICK_MS);
+    }
     uv_poll_t ctl;
     if (ctl_fd >= 0) { /* -T child 0: the parent's go for each restart round */
         uv_poll_init(loop, &ctl, ctl_fd);
@@ -830,6 +888,8 @@ static int run_agents(double cpu0)
     if (report_fd >= 0) {
         char line[128];
 
+        snprintf(line, sizeof(line), "H %ld %ld\n", n_hb_sent, n_hb_echoed);
+        report_line(line);
         snprintf(line, sizeof(line), "T %lld %lld %lld\n", t_welcome_all, t_assign_all, t_done_all);
         report_line(line);
         return 0;
@@ -889,6 +949,9 @@ static int print_result(double cpu0)
     if (cpu0 >= 0 && cpu1 >= 0)
         printf(" server_cpu_ms=%.0f server_cpu_us_per_join=%.1f", cpu1 - cpu0,
                (cpu1 - cpu0) * 1000.0 / n_agents);
+    if (keep_alive_ms > 0)
+        printf(" keep_alive_ms=%d heartbeats=%ld echoes=%ld", keep_alive_ms, n_hb_sent,
+               n_hb_echoed);
     printf("%s procs=%d psk=%s\n", rounds, n_procs, plain_psk ? "plain" : "ecdhe");
     return 0;
 }
