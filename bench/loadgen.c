@@ -35,9 +35,10 @@
  * CLOCK_MONOTONIC being one clock for all). Each new ASSIGN must keep the agent's ranks (the
  * same nodes came back: sticky ranks), the master, and carry round + 1 and the restart count.
  * Repeated ROUNDS times (JOIN.max_restarts = ROUNDS), then DONE as above. Prints one line per
- * round (restart_round_ms=... server_cpu_ms=... with -p) before the summary line, which then
- * also holds restart_rounds=R restart_round_ms_min=... _median=... _max=... and
- * restart_server_cpu_ms_median=... (with -p).
+ * round (restart_round_ms=... server_cpu_ms=... (with -p) loadgen_cpu_ms=..., the generator's
+ * own processes: on a machine with few cores they compete with the server) before the summary
+ * line, which then also holds restart_rounds=R restart_round_ms_min=... _median=... _max=...
+ * restart_loadgen_cpu_ms_median=... and restart_server_cpu_ms_median=... (with -p).
  *
  * -K MS: keep-alive as a real agent's (--rdzv-conf keep_alive_interval, default 1 s): the JOIN
  * asks for it (heartbeat timeout 3 x MS) and every joined agent sends HEARTBEAT every MS, the
@@ -113,7 +114,8 @@ static int n_rounds, *n_in_round, ctl_fd = -1;
 static int keep_alive_ms; /* -K */
 static long n_hb_sent, n_hb_echoed;
 static long long *t_failed, *t_last_assign;
-static double *cpu_at_fail, *cpu_at_done;
+static double *cpu_at_fail, *cpu_at_done, *lg_at_fail, *lg_at_done; /* server's, loadgen's */
+static pid_t *child_pids;                                           /* -T */
 static int n_agents, n_jobs = 1, inflight_max = 128, n_extra, idle_mode, no_hello;
 static const char *prefix = "lg", *token;
 static struct sockaddr_in srv;
@@ -226,6 +228,7 @@ static void make_join(const struct ag *a, struct rdzv_msg *out)
 }
 
 static double server_cpu_ms(void);
+static double loadgen_cpu_ms(void);
 static void round_ready(int k);
 static void report_line(const char *line);
 
@@ -244,8 +247,10 @@ static void start_round(int k)
     m.u.failed.time_ms = (uint64_t)time(NULL) * 1000;
     snprintf(m.u.failed.host, sizeof(m.u.failed.host), "sim0");
     snprintf(m.u.failed.text, sizeof(m.u.failed.text), "loadgen: restart round %d", k);
-    if (report_fd < 0 && server_pid > 0)
-        cpu_at_fail[k] = server_cpu_ms();
+    if (report_fd < 0) {
+        cpu_at_fail[k] = server_pid > 0 ? server_cpu_ms() : 0;
+        lg_at_fail[k] = loadgen_cpu_ms();
+    }
     t_failed[k] = (long long)mc_mono_ns();
     send_or_die(a, &m);
     if (report_fd >= 0) {
@@ -500,10 +505,12 @@ static void collect_round(const char *line, int go_fd)
         return;
     if (server_pid > 0)
         cpu_at_done[k] = server_cpu_ms();
+    lg_at_done[k] = loadgen_cpu_ms();
     if (k == n_rounds)
         return;
     if (server_pid > 0)
         cpu_at_fail[k + 1] = server_cpu_ms();
+    lg_at_fail[k + 1] = loadgen_cpu_ms();
     if (write(go_fd, "g", 1) != 1)
         fprintf(stderr, "loadgen: cannot start restart round %d: %s\n", k + 1, strerror(errno));
 }
@@ -559,14 +566,14 @@ static int collect(int fd, int go_fd)
     return n_assigned == n_agents && n_finished == n_procs ? 0 : -1;
 }
 
-/* The server's user + system CPU time in ms (/proc/PID/stat fields 14 and 15), or -1. */
-static double server_cpu_ms(void)
+/* A process's user + system CPU time in ms (/proc/PID/stat fields 14 and 15), or -1. */
+static double proc_cpu_ms(int pid)
 {
     char path[64], buf[1024];
     unsigned long ut, st;
     FILE *f;
 
-    snprintf(path, sizeof(path), "/proc/%d/stat", server_pid);
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     if ((f = fopen(path, "r")) == NULL)
         return -1;
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
@@ -577,6 +584,24 @@ static double server_cpu_ms(void)
         sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double server_cpu_ms(void)
+{
+    return proc_cpu_ms(server_pid);
+}
+
+/* -R: the generator's own CPU time (its -T children's, from the parent), to tell a round that
+ * waited for the server from one that waited for the simulated agents. */
+static double loadgen_cpu_ms(void)
+{
+    double sum = 0;
+
+    if (child_pids == NULL)
+        return proc_cpu_ms(getpid());
+    for (int p = 0; p < n_procs; p++)
+        sum += proc_cpu_ms(child_pids[p]);
+    return sum;
 }
 
 /* -R: every agent of this process holds its ASSIGN of round k. Alone, this process starts the
@@ -595,6 +620,7 @@ static void round_ready(int k)
     }
     if (server_pid > 0)
         cpu_at_done[k] = server_cpu_ms();
+    lg_at_done[k] = loadgen_cpu_ms();
     if (k < n_rounds)
         go_round = k + 1;
 }
@@ -796,7 +822,10 @@ int main(int argc, char **argv)
     t_last_assign = calloc((size_t)n_rounds + 1, sizeof(*t_last_assign));
     cpu_at_fail = calloc((size_t)n_rounds + 1, sizeof(*cpu_at_fail));
     cpu_at_done = calloc((size_t)n_rounds + 1, sizeof(*cpu_at_done));
-    if (!n_in_round || !t_failed || !t_last_assign || !cpu_at_fail || !cpu_at_done)
+    lg_at_fail = calloc((size_t)n_rounds + 1, sizeof(*lg_at_fail));
+    lg_at_done = calloc((size_t)n_rounds + 1, sizeof(*lg_at_done));
+    if (!n_in_round || !t_failed || !t_last_assign || !cpu_at_fail || !cpu_at_done || !lg_at_fail ||
+        !lg_at_done)
         return 1;
     token = getenv("MUSTER_TOKEN");
     if (!token || !*token) {
@@ -908,29 +937,33 @@ static int cmp_double(const void *a, const void *b)
 static void print_rounds(char *tail, size_t len)
 {
     double *ms = calloc((size_t)n_rounds, sizeof(*ms)),
-           *cpu = calloc((size_t)n_rounds, sizeof(*cpu));
+           *cpu = calloc((size_t)n_rounds, sizeof(*cpu)),
+           *lg = calloc((size_t)n_rounds, sizeof(*lg));
 
-    if (ms == NULL || cpu == NULL)
+    if (ms == NULL || cpu == NULL || lg == NULL)
         exit(1);
     for (int k = 1; k <= n_rounds; k++) {
         ms[k - 1] = (double)(t_last_assign[k] - t_failed[k]) / 1e6;
         cpu[k - 1] = cpu_at_done[k] - cpu_at_fail[k];
         printf("restart_round=%d restart_round_ms=%.1f", k, ms[k - 1]);
+        lg[k - 1] = lg_at_done[k] - lg_at_fail[k];
         if (server_pid > 0)
             printf(" server_cpu_ms=%.0f", cpu[k - 1]);
-        printf("\n");
+        printf(" loadgen_cpu_ms=%.0f\n", lg[k - 1]);
     }
     qsort(ms, (size_t)n_rounds, sizeof(*ms), cmp_double);
     qsort(cpu, (size_t)n_rounds, sizeof(*cpu), cmp_double);
+    qsort(lg, (size_t)n_rounds, sizeof(*lg), cmp_double);
     int n = snprintf(tail, len,
                      " restart_rounds=%d restart_round_ms_min=%.1f restart_round_ms_median=%.1f "
-                     "restart_round_ms_max=%.1f",
-                     n_rounds, ms[0], ms[n_rounds / 2], ms[n_rounds - 1]);
+                     "restart_round_ms_max=%.1f restart_loadgen_cpu_ms_median=%.0f",
+                     n_rounds, ms[0], ms[n_rounds / 2], ms[n_rounds - 1], lg[n_rounds / 2]);
     if (server_pid > 0 && n > 0 && (size_t)n < len)
         snprintf(tail + n, len - (size_t)n, " restart_server_cpu_ms_median=%.0f",
                  cpu[n_rounds / 2]);
     free(ms);
     free(cpu);
+    free(lg);
 }
 
 static int print_result(double cpu0)
@@ -964,13 +997,19 @@ static int run_procs(double cpu0)
 
     if (pipe(fds) != 0 || pipe(ctl) != 0)
         return 1;
+    child_pids = calloc((size_t)n_procs, sizeof(*child_pids));
+    if (child_pids == NULL)
+        return 1;
     fflush(NULL);
     for (int p = 0; p < n_procs; p++) {
         pid_t pid = fork();
 
         if (pid < 0)
             return 1;
+        child_pids[p] = pid;
         if (pid == 0) {
+            free(child_pids);
+            child_pids = NULL;
             close(fds[0]);
             close(ctl[1]);
             if (p == 0)
