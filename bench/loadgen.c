@@ -706,6 +706,14 @@ static void on_tick(uv_timer_t *t)
         fprintf(stderr,
                 "loadgen: timeout after %d s: %d connected+welcomed, %d assigned, %d done of %d\n",
                 timeout_s, n_welcomed, n_assigned, n_finished, n_agents);
+        for (int k = 1; k <= n_rounds; k++) /* -R: where the rounds stopped */
+            if (n_in_round[k] < hi - lo) {
+                fprintf(
+                    stderr,
+                    "loadgen: restart round %d: %d of this process's %d agents have its ASSIGN\n",
+                    k, n_in_round[k], hi - lo);
+                break;
+            }
         exit(1);
     }
 }
