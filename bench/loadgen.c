@@ -2,7 +2,7 @@
  * server.
  *
  *   loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t TIMEOUT_S] [-p SERVER_PID]
- *           [-i JOB_PREFIX] [-x EXTRA] [-T PROCS] [-P]
+ *           [-i JOB_PREFIX] [-x EXTRA] [-T PROCS] [-P] [-R ROUNDS] [-K MS]
  *   loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]          (idle-connection pressure)
  *
  * The server is TLS-only (rendezvous/PROTOCOL.md "TLS"), so every simulated agent is one
@@ -25,6 +25,25 @@
  * suites only (no forward secrecy: --rdzv-conf forward_secrecy=0, rendezvous/tls.c).
  * server_cpu_ms is the server's user + system CPU time from the first connect to the end
  * (/proc/PID/stat), per join = divided by AGENTS.
+ *
+ * -R ROUNDS: coordinated restart rounds (one job, no -x). When every agent holds its ASSIGN,
+ * agent 0 sends FAILED for its round, as a real agent whose worker failed does; every agent
+ * answers the server's RESTART with its JOIN again (the same JOIN, node id and secret included:
+ * rendezvous/client.c resends it) on the connection it holds, and waits for the new ASSIGN. A
+ * round is timed from that FAILED to the last agent's new ASSIGN (all processes of -T: the
+ * parent hands the go to the process of agent 0 and collects each process's last ASSIGN time,
+ * CLOCK_MONOTONIC being one clock for all). Each new ASSIGN must keep the agent's ranks (the
+ * same nodes came back: sticky ranks), the master, and carry round + 1 and the restart count.
+ * Repeated ROUNDS times (JOIN.max_restarts = ROUNDS), then DONE as above. Prints one line per
+ * round (restart_round_ms=... server_cpu_ms=... (with -p) loadgen_cpu_ms=..., the generator's
+ * own processes: on a machine with few cores they compete with the server) before the summary
+ * line, which then also holds restart_rounds=R restart_round_ms_min=... _median=... _max=...
+ * restart_loadgen_cpu_ms_median=... and restart_server_cpu_ms_median=... (with -p).
+ *
+ * -K MS: keep-alive as a real agent's (--rdzv-conf keep_alive_interval, default 1 s): the JOIN
+ * asks for it (heartbeat timeout 3 x MS) and every joined agent sends HEARTBEAT every MS, the
+ * agents of a process spread evenly over the interval (real agents' timers are not in step);
+ * the server's echoes are counted. Default 0: none, only a closed connection is a lost node.
  *
  * -x EXTRA: job 0 also has EXTRA real agents (min = max = its simulated agents + EXTRA; its
  * assignment check then only checks the simulated agents' ranks are distinct and < the size).
@@ -81,13 +100,22 @@ struct ag {
     uv_connect_t creq;
     enum st st;
     int job, idx, open;
-    struct rdzv_assign as;
+    int rnd; /* -R: the restart round it is in (0: the first) */
+    struct rdzv_assign as, first;
 };
 
 static struct ag *ags;
 static int lo, hi;         /* this process's agents: [lo, hi) */
 static int report_fd = -1; /* -T child: where its ASSIGNs and times go */
 static int n_procs = 1, plain_psk;
+/* -R: rounds to run; per round of this process: agents with their ASSIGN, and the times of the
+ * FAILED (agent 0's process) and of the last ASSIGN here (ns, mc_mono_ns) */
+static int n_rounds, *n_in_round, ctl_fd = -1;
+static int keep_alive_ms; /* -K */
+static long n_hb_sent, n_hb_echoed;
+static long long *t_failed, *t_last_assign;
+static double *cpu_at_fail, *cpu_at_done, *lg_at_fail, *lg_at_done; /* server's, loadgen's */
+static pid_t *child_pids;                                           /* -T */
 static int n_agents, n_jobs = 1, inflight_max = 128, n_extra, idle_mode, no_hello;
 static const char *prefix = "lg", *token;
 static struct sockaddr_in srv;
@@ -173,6 +201,85 @@ static void on_error(struct rdzv_conn *conn, int err)
     exit(1);
 }
 
+/* The agent's JOIN: the same one every time, as rendezvous/client.c resends its saved JOIN after
+ * a RESTART (node id and secret unchanged: that is what keeps the ranks sticky). */
+static void make_join(const struct ag *a, struct rdzv_msg *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->type = RDZV_MSG_JOIN;
+    struct rdzv_join *j = &out->u.join;
+    snprintf(j->job_id, sizeof j->job_id, "%s-%d", prefix, a->job);
+    j->min_nodes = j->max_nodes = (uint32_t)(job_size(a->job) + (a->job == 0 ? n_extra : 0));
+    j->nproc = 1;
+    snprintf(j->host, sizeof j->host, "sim%d", a->idx);
+    snprintf(j->addr, sizeof j->addr, "10.%d.%d.%d", a->idx >> 16 & 255, a->idx >> 8 & 255,
+             a->idx & 255);
+    j->master_port = 20000 + (uint32_t)a->idx % 40000;
+    j->last_call_ms = 0;
+    j->join_timeout_ms = (uint32_t)timeout_s * 1000; /* the server gives up when we do */
+    /* protocol 3: the node id commits to a secret (rendezvous/cred.h); one per agent */
+    uint64_t seed = ((uint64_t)getpid() << 32) ^ (uint64_t)a->idx ^ 0x9e3779b97f4a7c15ULL;
+    memset(j->node_secret, 0, sizeof(j->node_secret));
+    memcpy(j->node_secret, &seed, sizeof(seed));
+    j->node_id = rdzv_node_id_of(j->node_secret);
+    j->keep_alive_ms = (uint32_t)keep_alive_ms; /* 0: only a closed connection is a lost node */
+    j->heartbeat_timeout_ms = 3 * (uint32_t)keep_alive_ms; /* the agent's default: 3 misses */
+    j->max_restarts = (uint32_t)n_rounds; /* 0 without -R: a FAILED would end the job */
+}
+
+static double server_cpu_ms(void);
+static double loadgen_cpu_ms(void);
+static void round_ready(int k);
+static void report_line(const char *line);
+
+/* -R: agent 0 reports the failure of its worker in the round it runs: round k + 1 begins. */
+static void start_round(int k)
+{
+    struct ag *a = &ags[0];
+    struct rdzv_msg m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = RDZV_MSG_FAILED;
+    m.u.failed.round = a->as.round;
+    m.u.failed.rank = (int32_t)a->as.rank_offset; /* its one worker's global rank */
+    m.u.failed.local_rank = 0;
+    m.u.failed.exit_code = 1;
+    m.u.failed.time_ms = (uint64_t)time(NULL) * 1000;
+    snprintf(m.u.failed.host, sizeof(m.u.failed.host), "sim0");
+    snprintf(m.u.failed.text, sizeof(m.u.failed.text), "loadgen: restart round %d", k);
+    if (report_fd < 0) {
+        cpu_at_fail[k] = server_pid > 0 ? server_cpu_ms() : 0;
+        lg_at_fail[k] = loadgen_cpu_ms();
+    }
+    t_failed[k] = (long long)mc_mono_ns();
+    send_or_die(a, &m);
+    if (report_fd >= 0) {
+        char line[64];
+
+        snprintf(line, sizeof(line), "F %d %lld\n", k, t_failed[k]);
+        report_line(line);
+    }
+}
+
+/* -R: the new ASSIGN of an agent in restart round k >= 1 must be its first one's, one round on. */
+static void check_reassign(const struct ag *a)
+{
+    const struct rdzv_assign *f = &a->first, *n = &a->as;
+
+    if (n->group_rank != f->group_rank || n->group_world_size != f->group_world_size ||
+        n->world_size != f->world_size || n->rank_offset != f->rank_offset ||
+        n->round != f->round + (uint32_t)a->rnd || n->restart_count != (uint32_t)a->rnd ||
+        strcmp(n->master_addr, f->master_addr) != 0 || n->master_port != f->master_port) {
+        fprintf(stderr,
+                "loadgen: agent %d: restart round %d: ASSIGN rank %u of %u round %u restarts %u "
+                "master %s:%u, was rank %u of %u round %u master %s:%u\n",
+                a->idx, a->rnd, n->group_rank, n->group_world_size, n->round, n->restart_count,
+                n->master_addr, n->master_port, f->group_rank, f->group_world_size, f->round,
+                f->master_addr, f->master_port);
+        exit(1);
+    }
+}
+
 static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
 {
     struct ag *a = conn->data;
@@ -186,23 +293,7 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
             i_welcomed++;
             break;
         }
-        out.type = RDZV_MSG_JOIN;
-        struct rdzv_join *j = &out.u.join;
-        snprintf(j->job_id, sizeof j->job_id, "%s-%d", prefix, a->job);
-        j->min_nodes = j->max_nodes = (uint32_t)(job_size(a->job) + (a->job == 0 ? n_extra : 0));
-        j->nproc = 1;
-        snprintf(j->host, sizeof j->host, "sim%d", a->idx);
-        snprintf(j->addr, sizeof j->addr, "10.%d.%d.%d", a->idx >> 16 & 255, a->idx >> 8 & 255,
-                 a->idx & 255);
-        j->master_port = 20000 + (uint32_t)a->idx % 40000;
-        j->last_call_ms = 0;
-        j->join_timeout_ms = (uint32_t)timeout_s * 1000; /* the server gives up when we do */
-        /* protocol 3: the node id commits to a secret (rendezvous/cred.h); one per agent */
-        uint64_t seed = ((uint64_t)getpid() << 32) ^ (uint64_t)a->idx ^ 0x9e3779b97f4a7c15ULL;
-        memset(j->node_secret, 0, sizeof(j->node_secret));
-        memcpy(j->node_secret, &seed, sizeof(seed));
-        j->node_id = rdzv_node_id_of(j->node_secret);
-        j->keep_alive_ms = 0; /* no heartbeats: only a closed connection is a lost node */
+        make_join(a, &out);
         send_or_die(a, &out);
         a->st = ST_JOINED;
         if (++n_welcomed == hi - lo)
@@ -211,6 +302,13 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
     }
     case RDZV_MSG_WAITING:
         break;
+    case RDZV_MSG_HEARTBEAT:
+        if (keep_alive_ms == 0) {
+            fprintf(stderr, "loadgen: agent %d: HEARTBEAT without -K\n", a->idx);
+            exit(1);
+        }
+        n_hb_echoed++;
+        break;
     case RDZV_MSG_ASSIGN:
         if (a->st != ST_JOINED) {
             fprintf(stderr, "loadgen: agent %d: ASSIGN in state %d\n", a->idx, a->st);
@@ -218,8 +316,27 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
         }
         a->as = m->u.assign;
         a->st = ST_ASSIGNED;
-        if (++n_assigned == hi - lo)
-            t_assign_all = (long long)mc_mono_ns();
+        if (a->rnd == 0) {
+            a->first = a->as;
+            if (++n_assigned == hi - lo)
+                t_assign_all = (long long)mc_mono_ns();
+        } else
+            check_reassign(a);
+        if (n_rounds > 0 && ++n_in_round[a->rnd] == hi - lo)
+            round_ready(a->rnd);
+        break;
+    case RDZV_MSG_RESTART:
+        /* -R: like a real agent, stop (nothing runs here) and JOIN again on this connection */
+        if (n_rounds == 0 || a->st != ST_ASSIGNED || a->rnd >= n_rounds ||
+            m->u.restart.restart_count != (uint32_t)a->rnd + 1) {
+            fprintf(stderr, "loadgen: agent %d: RESTART (count %u) in state %d, round %d\n", a->idx,
+                    m->u.restart.restart_count, a->st, a->rnd);
+            exit(1);
+        }
+        a->rnd++;
+        make_join(a, &out);
+        send_or_die(a, &out);
+        a->st = ST_JOINED;
         break;
     case RDZV_MSG_JOB_DONE:
         a->st = ST_FINISHED;
@@ -370,8 +487,36 @@ static void report_assignments(void)
     }
 }
 
+/* Parent of -T, -R: child p's "R k T" says all its agents hold round k's ASSIGN (at T); when
+ * every child said so, round k + 1 starts: one byte to child 0 (go_fd). "F k T": the FAILED. */
+static void collect_round(const char *line, int go_fd)
+{
+    int k;
+    long long t;
+
+    if (sscanf(line, "F %d %lld", &k, &t) == 2 && k >= 0 && k <= n_rounds) {
+        t_failed[k] = t;
+        return;
+    }
+    if (sscanf(line, "R %d %lld", &k, &t) != 2 || k < 0 || k > n_rounds)
+        return;
+    t_last_assign[k] = t > t_last_assign[k] ? t : t_last_assign[k];
+    if (++n_in_round[k] < n_procs)
+        return;
+    if (server_pid > 0)
+        cpu_at_done[k] = server_cpu_ms();
+    lg_at_done[k] = loadgen_cpu_ms();
+    if (k == n_rounds)
+        return;
+    if (server_pid > 0)
+        cpu_at_fail[k + 1] = server_cpu_ms();
+    lg_at_fail[k + 1] = loadgen_cpu_ms();
+    if (write(go_fd, "g", 1) != 1)
+        fprintf(stderr, "loadgen: cannot start restart round %d: %s\n", k + 1, strerror(errno));
+}
+
 /* Parent of -T: reads the children's lines, fills ags[].as and the latest times. */
-static int collect(int fd)
+static int collect(int fd, int go_fd)
 {
     static char buf[1 << 16];
     size_t have = 0;
@@ -388,6 +533,7 @@ static int collect(int fd)
         char *line = buf, *nl;
         while ((nl = strchr(line, '\n')) != NULL) {
             long long w, a, d;
+            long hs, he;
             int i;
             unsigned gr, gw, ws, off;
             char master[256];
@@ -406,6 +552,11 @@ static int collect(int fd)
                 t_assign_all = a > t_assign_all ? a : t_assign_all;
                 t_done_all = d > t_done_all ? d : t_done_all;
                 n_finished++;
+            } else if (sscanf(line, "H %ld %ld", &hs, &he) == 2) {
+                n_hb_sent += hs;
+                n_hb_echoed += he;
+            } else if (line[0] == 'R' || line[0] == 'F') {
+                collect_round(line, go_fd);
             }
             line = nl + 1;
         }
@@ -415,14 +566,14 @@ static int collect(int fd)
     return n_assigned == n_agents && n_finished == n_procs ? 0 : -1;
 }
 
-/* The server's user + system CPU time in ms (/proc/PID/stat fields 14 and 15), or -1. */
-static double server_cpu_ms(void)
+/* A process's user + system CPU time in ms (/proc/PID/stat fields 14 and 15), or -1. */
+static double proc_cpu_ms(int pid)
 {
     char path[64], buf[1024];
     unsigned long ut, st;
     FILE *f;
 
-    snprintf(path, sizeof(path), "/proc/%d/stat", server_pid);
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     if ((f = fopen(path, "r")) == NULL)
         return -1;
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
@@ -433,6 +584,69 @@ static double server_cpu_ms(void)
         sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double server_cpu_ms(void)
+{
+    return proc_cpu_ms(server_pid);
+}
+
+/* -R: the generator's own CPU time (its -T children's, from the parent), to tell a round that
+ * waited for the server from one that waited for the simulated agents. */
+static double loadgen_cpu_ms(void)
+{
+    double sum = 0;
+
+    if (child_pids == NULL)
+        return proc_cpu_ms(getpid());
+    for (int p = 0; p < n_procs; p++)
+        sum += proc_cpu_ms(child_pids[p]);
+    return sum;
+}
+
+/* -R: every agent of this process holds its ASSIGN of round k. Alone, this process starts the
+ * next round itself; a -T child tells the parent, which gives the go (ctl_fd) when all did. */
+static int go_round; /* the round to start from on_check, 0: none */
+
+static void round_ready(int k)
+{
+    t_last_assign[k] = (long long)mc_mono_ns();
+    if (report_fd >= 0) {
+        char line[64];
+
+        snprintf(line, sizeof(line), "R %d %lld\n", k, t_last_assign[k]);
+        report_line(line);
+        return;
+    }
+    if (server_pid > 0)
+        cpu_at_done[k] = server_cpu_ms();
+    lg_at_done[k] = loadgen_cpu_ms();
+    if (k < n_rounds)
+        go_round = k + 1;
+}
+
+/* -T child 0: one byte from the parent per round to start. */
+static void on_ctl(uv_poll_t *h, int status, int events)
+{
+    static int started;
+    char buf[16];
+    ssize_t r;
+
+    (void)events;
+    r = status == 0 ? read(ctl_fd, buf, sizeof(buf)) : -1;
+    if (r <= 0) {
+        if (r < 0 && errno == EAGAIN)
+            return;
+        uv_poll_stop(h); /* the parent is gone: the timeout ends this process */
+        return;
+    }
+    started += (int)r;
+    go_round = started; /* the parent waits for each round, so one byte at a time */
+}
+
+static int rounds_done(void)
+{
+    return n_rounds == 0 || n_in_round[n_rounds] == hi - lo;
 }
 
 /* After every loop iteration: start connects up to the in-flight limit, send DONE when all
@@ -451,7 +665,13 @@ static void on_check(uv_check_t *h)
         start_connect(&ags[next_connect++]);
         inflight++;
     }
-    if (n_assigned == hi - lo && !done_sent) {
+    if (go_round > 0) {
+        int k = go_round;
+
+        go_round = 0;
+        start_round(k);
+    }
+    if (n_assigned == hi - lo && rounds_done() && !done_sent) {
         if (report_fd >= 0)
             report_assignments();
         else if (check_assignments() != 0)
@@ -486,7 +706,42 @@ static void on_tick(uv_timer_t *t)
         fprintf(stderr,
                 "loadgen: timeout after %d s: %d connected+welcomed, %d assigned, %d done of %d\n",
                 timeout_s, n_welcomed, n_assigned, n_finished, n_agents);
+        for (int k = 1; k <= n_rounds; k++) /* -R: where the rounds stopped */
+            if (n_in_round[k] < hi - lo) {
+                fprintf(
+                    stderr,
+                    "loadgen: restart round %d: %d of this process's %d agents have its ASSIGN\n",
+                    k, n_in_round[k], hi - lo);
+                break;
+            }
         exit(1);
+    }
+}
+
+/* -K: every LG_HB_TICK_MS, the agents whose turn it is (idx % slices) send HEARTBEAT, so that
+ * each sends one every keep_alive_ms. */
+#define LG_HB_TICK_MS 10
+
+static void on_heartbeat_tick(uv_timer_t *t)
+{
+    static unsigned tick;
+    unsigned slices = (unsigned)keep_alive_ms / LG_HB_TICK_MS, turn;
+
+    (void)t;
+    slices = slices > 0 ? slices : 1;
+    turn = tick++ % slices;
+    for (int i = lo + (int)((turn + slices - (unsigned)lo % slices) % slices); i < hi;
+         i += (int)slices) {
+        struct ag *a = &ags[i];
+        struct rdzv_msg m;
+
+        if (a->st != ST_JOINED && a->st != ST_ASSIGNED)
+            continue;
+        memset(&m, 0, sizeof(m));
+        m.type = RDZV_MSG_HEARTBEAT;
+        m.u.heartbeat.round = a->as.round;
+        m.u.heartbeat.seq = (uint64_t)++n_hb_sent;
+        send_or_die(a, &m);
     }
 }
 
@@ -503,7 +758,7 @@ int main(int argc, char **argv)
 {
     const char *endpoint = NULL;
     int opt;
-    while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:I:HT:P")) != -1) {
+    while ((opt = getopt(argc, argv, "e:n:j:w:t:p:i:x:I:HT:PR:K:")) != -1) {
         switch (opt) {
         case 'e':
             endpoint = optarg;
@@ -542,9 +797,16 @@ int main(int argc, char **argv)
         case 'P':
             plain_psk = 1;
             break;
+        case 'R':
+            n_rounds = atoi(optarg);
+            break;
+        case 'K':
+            keep_alive_ms = atoi(optarg);
+            break;
         default:
             fprintf(stderr, "usage: loadgen -e HOST:PORT -n AGENTS [-j JOBS] [-w INFLIGHT] [-t "
-                            "TIMEOUT_S] [-p SERVER_PID] [-i PREFIX] [-x EXTRA] [-T PROCS] [-P]\n"
+                            "TIMEOUT_S] [-p SERVER_PID] [-i PREFIX] [-x EXTRA] [-T PROCS] [-P] [-R "
+                            "ROUNDS] [-K MS]\n"
                             "       loadgen -e HOST:PORT -I IDLE [-H] [-t SECONDS]\n");
             return 2;
         }
@@ -554,6 +816,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "loadgen: need -e HOST:PORT and -n AGENTS >= JOBS >= 1 (or -I IDLE)\n");
         return 2;
     }
+    if (keep_alive_ms < 0 || keep_alive_ms > 600000 || (keep_alive_ms > 0 && idle_mode)) {
+        fprintf(stderr, "loadgen: -K MS: 0..600000, not with -I\n");
+        return 2;
+    }
+    if (n_rounds < 0 || n_rounds > 100000 ||
+        (n_rounds > 0 && (n_jobs != 1 || n_extra != 0 || idle_mode))) {
+        fprintf(stderr, "loadgen: -R ROUNDS (0..100000) needs one job (-j 1), no -x and no -I\n");
+        return 2;
+    }
+    n_in_round = calloc((size_t)n_rounds + 1, sizeof(*n_in_round));
+    t_failed = calloc((size_t)n_rounds + 1, sizeof(*t_failed));
+    t_last_assign = calloc((size_t)n_rounds + 1, sizeof(*t_last_assign));
+    cpu_at_fail = calloc((size_t)n_rounds + 1, sizeof(*cpu_at_fail));
+    cpu_at_done = calloc((size_t)n_rounds + 1, sizeof(*cpu_at_done));
+    lg_at_fail = calloc((size_t)n_rounds + 1, sizeof(*lg_at_fail));
+    lg_at_done = calloc((size_t)n_rounds + 1, sizeof(*lg_at_done));
+    if (!n_in_round || !t_failed || !t_last_assign || !cpu_at_fail || !cpu_at_done || !lg_at_fail ||
+        !lg_at_done)
+        return 1;
     token = getenv("MUSTER_TOKEN");
     if (!token || !*token) {
         fprintf(stderr, "loadgen: set MUSTER_TOKEN (the server's token: TLS pre-shared key)\n");
@@ -626,6 +907,16 @@ static int run_agents(double cpu0)
                i_opened, i_cut, i_failed);
         return 0;
     }
+    uv_timer_t hb;
+    if (keep_alive_ms > 0) {
+        uv_timer_init(loop, &hb);
+        uv_timer_start(&hb, on_heartbeat_tick, LG_HB_TICK_MS, LG_HB_TICK_MS);
+    }
+    uv_poll_t ctl;
+    if (ctl_fd >= 0) { /* -T child 0: the parent's go for each restart round */
+        uv_poll_init(loop, &ctl, ctl_fd);
+        uv_poll_start(&ctl, UV_READABLE, on_ctl);
+    }
     next_connect = lo;
     on_check(&check); /* the first connects */
     uv_run(loop, UV_RUN_DEFAULT);
@@ -634,6 +925,8 @@ static int run_agents(double cpu0)
     if (report_fd >= 0) {
         char line[128];
 
+        snprintf(line, sizeof(line), "H %ld %ld\n", n_hb_sent, n_hb_echoed);
+        report_line(line);
         snprintf(line, sizeof(line), "T %lld %lld %lld\n", t_welcome_all, t_assign_all, t_done_all);
         report_line(line);
         return 0;
@@ -641,8 +934,52 @@ static int run_agents(double cpu0)
     return print_result(cpu0);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* -R: one line per round; returns the summary's fields in tail (min, median, max). */
+static void print_rounds(char *tail, size_t len)
+{
+    double *ms = calloc((size_t)n_rounds, sizeof(*ms)),
+           *cpu = calloc((size_t)n_rounds, sizeof(*cpu)),
+           *lg = calloc((size_t)n_rounds, sizeof(*lg));
+
+    if (ms == NULL || cpu == NULL || lg == NULL)
+        exit(1);
+    for (int k = 1; k <= n_rounds; k++) {
+        ms[k - 1] = (double)(t_last_assign[k] - t_failed[k]) / 1e6;
+        cpu[k - 1] = cpu_at_done[k] - cpu_at_fail[k];
+        printf("restart_round=%d restart_round_ms=%.1f", k, ms[k - 1]);
+        lg[k - 1] = lg_at_done[k] - lg_at_fail[k];
+        if (server_pid > 0)
+            printf(" server_cpu_ms=%.0f", cpu[k - 1]);
+        printf(" loadgen_cpu_ms=%.0f\n", lg[k - 1]);
+    }
+    qsort(ms, (size_t)n_rounds, sizeof(*ms), cmp_double);
+    qsort(cpu, (size_t)n_rounds, sizeof(*cpu), cmp_double);
+    qsort(lg, (size_t)n_rounds, sizeof(*lg), cmp_double);
+    int n = snprintf(tail, len,
+                     " restart_rounds=%d restart_round_ms_min=%.1f restart_round_ms_median=%.1f "
+                     "restart_round_ms_max=%.1f restart_loadgen_cpu_ms_median=%.0f",
+                     n_rounds, ms[0], ms[n_rounds / 2], ms[n_rounds - 1], lg[n_rounds / 2]);
+    if (server_pid > 0 && n > 0 && (size_t)n < len)
+        snprintf(tail + n, len - (size_t)n, " restart_server_cpu_ms_median=%.0f",
+                 cpu[n_rounds / 2]);
+    free(ms);
+    free(cpu);
+    free(lg);
+}
+
 static int print_result(double cpu0)
 {
+    char rounds[256] = "";
+
+    if (n_rounds > 0)
+        print_rounds(rounds, sizeof(rounds));
     printf("agents=%d jobs=%d assign_all_ms=%.1f welcome_all_ms=%.1f done_all_ms=%.1f", n_agents,
            n_jobs, (t_assign_all - t0) / 1e6, (t_welcome_all - t0) / 1e6, (t_done_all - t0) / 1e6);
     if (server_pid > 0)
@@ -653,7 +990,10 @@ static int print_result(double cpu0)
     if (cpu0 >= 0 && cpu1 >= 0)
         printf(" server_cpu_ms=%.0f server_cpu_us_per_join=%.1f", cpu1 - cpu0,
                (cpu1 - cpu0) * 1000.0 / n_agents);
-    printf(" procs=%d psk=%s\n", n_procs, plain_psk ? "plain" : "ecdhe");
+    if (keep_alive_ms > 0)
+        printf(" keep_alive_ms=%d heartbeats=%ld echoes=%ld", keep_alive_ms, n_hb_sent,
+               n_hb_echoed);
+    printf("%s procs=%d psk=%s\n", rounds, n_procs, plain_psk ? "plain" : "ecdhe");
     return 0;
 }
 
@@ -661,9 +1001,12 @@ static int print_result(double cpu0)
  * what they report. */
 static int run_procs(double cpu0)
 {
-    int fds[2], failed = 0;
+    int fds[2], ctl[2], failed = 0;
 
-    if (pipe(fds) != 0)
+    if (pipe(fds) != 0 || pipe(ctl) != 0)
+        return 1;
+    child_pids = calloc((size_t)n_procs, sizeof(*child_pids));
+    if (child_pids == NULL)
         return 1;
     fflush(NULL);
     for (int p = 0; p < n_procs; p++) {
@@ -671,8 +1014,16 @@ static int run_procs(double cpu0)
 
         if (pid < 0)
             return 1;
+        child_pids[p] = pid;
         if (pid == 0) {
+            free(child_pids);
+            child_pids = NULL;
             close(fds[0]);
+            close(ctl[1]);
+            if (p == 0)
+                ctl_fd = ctl[0]; /* agent 0, who sends each round's FAILED, is child 0's */
+            else
+                close(ctl[0]);
             report_fd = fds[1];
             lo = (int)((long long)n_agents * p / n_procs);
             hi = (int)((long long)n_agents * (p + 1) / n_procs);
@@ -681,13 +1032,17 @@ static int run_procs(double cpu0)
         }
     }
     close(fds[1]);
-    int rc = collect(fds[0]);
+    close(ctl[0]);
+    int rc = collect(fds[0], ctl[1]);
+    close(ctl[1]);
     for (int p = 0; p < n_procs; p++) {
         int st;
 
         if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
             failed = 1;
     }
+    for (int k = 1; k <= n_rounds && rc == 0; k++)
+        rc = n_in_round[k] == n_procs && t_failed[k] > 0 ? 0 : -1;
     if (failed || rc != 0) {
         fprintf(stderr, "loadgen: a child failed (%d of %d agents assigned)\n", n_assigned,
                 n_agents);
