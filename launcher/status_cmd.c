@@ -336,6 +336,10 @@ static int print_answer(const struct status_cmd *c)
         print_job(job);
         print_node_failures(job);
         print_checkpoints(job);
+        if (json_is_object(json_object_get(job, "evidence")))
+            printf("  last root cause (round %ld): %s\n",
+                   num(json_object_get(job, "evidence"), "round"),
+                   str(json_object_get(job, "evidence"), "root_cause"));
     }
     json_decref(root);
     return 0;

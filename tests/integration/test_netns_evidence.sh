@@ -4,7 +4,8 @@
 # Host 1 notices first (its --hang-timeout is the shorter), yet the server, having every rank's
 # evidence, names host 2's rank as the culprit and charges host 2: with --exclude-after 1 host 2
 # is excluded (its agent exits 3), not host 1, whose job restarts alone (--nnodes 1:2) and
-# finishes. Both hosts' bundles hold their ranks' stacks.
+# finishes; muster status shows the verdict meanwhile. Both hosts' bundles hold their ranks'
+# stacks.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 . "$(dirname "$0")/netns.sh"
@@ -19,7 +20,7 @@ ht=(x 3 20) # host 1 notices the stall first
 for k in 1 2; do
     culprit=()
     [ $k = 2 ] && culprit=(EVIDENCE_MODE=sleep EVIDENCE_CULPRIT=1)
-    ns_bg $k a$k PYTHON_EXEC="$TORCH_PY" GLOO_SOCKET_IFNAME=$NS_IF STEPS=10 ${culprit[@]+"${culprit[@]}"} \
+    ns_bg $k a$k PYTHON_EXEC="$TORCH_PY" GLOO_SOCKET_IFNAME=$NS_IF STEPS=50 ${culprit[@]+"${culprit[@]}"} \
         -- "$MUSTER_BIN" run --nnodes 1:2 --nproc-per-node 2 --rdzv-backend c10d \
         --rdzv-endpoint ${HOST_ADDR[1]}:$P --rdzv-id $JOB --local-addr ${HOST_ADDR[$k]} \
         --rdzv-conf join_timeout=60,last_call_timeout=30 --max-restarts 1 --exclude-after 1 \
@@ -28,6 +29,10 @@ for k in 1 2; do
 done
 agent_wait a2 180
 expect_agent_rc a2 3
+# while host 1 trains alone, muster status shows the last verdict
+wait_for 60 sh -c "ip netns exec ${NS_HOST[1]} '$MUSTER_BIN' status --rdzv-endpoint ${HOST_ADDR[1]}:$P \
+    --rdzv-id $JOB > '$T/st.out' 2>&1; grep -q 'last root cause (round 0): rank .* never entered all_reduce' '$T/st.out'" \
+    || { cat "$T/st.out" >&2; fail "muster status does not show the last root cause"; }
 agent_wait a1 180
 expect_agent_rc a1 0
 # which ranks host 2 held in round 0
