@@ -566,9 +566,8 @@ static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
     f->exit_code = -1;
     f->time_ms = (uint64_t)time(NULL) * 1000;
     if (h->last_touch[local_rank] != 0)
-        snprintf(f->text, sizeof(f->text),
-                 "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)", silent_ms / 1000.0,
-                 a->o->ckpt.hang_timeout_ms / 1000.0);
+        snprintf(f->text, sizeof(f->text), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
+                 silent_ms / 1000.0, a->o->ckpt.hang_timeout_ms / 1000.0);
     else
         snprintf(f->text, sizeof(f->text),
                  "hung: no progress (output, CPU time) on this node for %.1f s (--hang-timeout "

@@ -101,15 +101,15 @@ struct agent_output_opts {
 
 /* Fault tolerance (docs/FAULT_TOLERANCE.md): the checkpoint registry and hang detection. */
 struct agent_ckpt_opts {
-    const char *dir;          /* NULL: no checkpoint registry */
-    unsigned keep;            /* 0 = keep all */
-    unsigned hang_timeout_ms; /* 0 = no hang detection */
+    const char *dir;              /* NULL: no checkpoint registry */
+    unsigned keep;                /* 0 = keep all */
+    unsigned hang_timeout_ms;     /* 0 = no hang detection */
     unsigned evidence_timeout_ms; /* --evidence-timeout: 0 = no evidence (agent/evidence.h) */
-    unsigned replicate;       /* --replicate-checkpoints R: copies on other nodes; 0 = off */
-    double replicate_mbps;    /* --replicate-bandwidth in MB/s; 0 = no cap */
-    unsigned replicate_port;  /* --replicate-port: the direct link's port; 0 = ephemeral */
-    unsigned settle_ms;       /* --checkpoint-settle; 0: AGENT_CKPTWATCH_SETTLE_MS */
-    const char *marker;       /* --checkpoint-marker: a directory is complete with it; NULL */
+    unsigned replicate;           /* --replicate-checkpoints R: copies on other nodes; 0 = off */
+    double replicate_mbps;        /* --replicate-bandwidth in MB/s; 0 = no cap */
+    unsigned replicate_port;      /* --replicate-port: the direct link's port; 0 = ephemeral */
+    unsigned settle_ms;           /* --checkpoint-settle; 0: AGENT_CKPTWATCH_SETTLE_MS */
+    const char *marker;           /* --checkpoint-marker: a directory is complete with it; NULL */
     /* --resume-arg: appended to the worker's arguments when it resumes, "{}" replaced by the
      * checkpoint's path; NULL-terminated, or NULL */
     const char *const *resume_args;

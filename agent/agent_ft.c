@@ -105,7 +105,7 @@ static size_t agent_output_tail(const struct agent_output *o, char *buf, size_t 
 static void evidence_sent(struct agent_evidence *e, void *data)
 {
     struct agent *a = data;
-    void (*done)(struct agent *a) = a->ft.ev_done;
+    void (*done)(struct agent * a) = a->ft.ev_done;
     int sent = 0;
 
     a->ft.ev_done = NULL;
@@ -132,7 +132,8 @@ static void evidence_sent(struct agent_evidence *e, void *data)
         done(a);
 }
 
-int agent__ft_evidence(struct agent *a, const char *why, uint32_t req, void (*done)(struct agent *a))
+int agent__ft_evidence(struct agent *a, const char *why, uint32_t req,
+                       void (*done)(struct agent *a))
 {
     struct agent_evidence_target *t;
     struct agent_group *g = a->group;
@@ -413,8 +414,7 @@ int agent__ft_start(struct agent *a, agent_hang_cb hang_cb)
         char live[PATH_MAX];
         if (a->logdir.base[0] != '\0' && !a->logdir.flat) {
             if ((rc = agent_path_fmt(dir, sizeof(dir), "%s/evidence", a->logdir.base)) != 0 ||
-                (rc = agent_path_fmt(live, sizeof(live), "%s/evidence/.live",
-                                     a->logdir.base)) != 0)
+                (rc = agent_path_fmt(live, sizeof(live), "%s/evidence/.live", a->logdir.base)) != 0)
                 return rc;
             bundle = dir;
         } else if (a->logdir.base[0] != '\0') {

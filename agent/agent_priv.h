@@ -142,10 +142,10 @@ struct agent {
     char worker_cred[RDZV_CRED_TEXT_MAX + 1];
     unsigned server_wait_logs; /* lines logged while the first connection is refused */
     /* a local failure or hang waits for its evidence before the workers stop (agent.c) */
-    int ev_failing;                  /* WORKER_FAILED fires when the evidence is in */
-    int ev_hung;                     /* ... after SIGKILL to this local rank + 1 (0: none) */
+    int ev_failing;                    /* WORKER_FAILED fires when the evidence is in */
+    int ev_hung;                       /* ... after SIGKILL to this local rank + 1 (0: none) */
     struct agent_group *ev_all_exited; /* ALL_EXITED came meanwhile: handled after it */
-    int spare_said;            /* --spare: "joined as a spare" was logged (first JOIN only) */
+    int spare_said; /* --spare: "joined as a spare" was logged (first JOIN only) */
 };
 
 /* attempt.c: the log directory (0 or a negative errno, logged), and worker i's start (0 or a
@@ -189,7 +189,8 @@ void agent__ft_close(struct agent *a);
 /* Takes every local rank's evidence (why: for the bundle; req: COLLECT's, 0 for a failure's)
  * and sends it to the server; done(a) after, on the loop. Returns 0, or a negative errno when
  * nothing was started (off, no workers, one running): done is not called then. */
-int agent__ft_evidence(struct agent *a, const char *why, uint32_t req, void (*done)(struct agent *a));
+int agent__ft_evidence(struct agent *a, const char *why, uint32_t req,
+                       void (*done)(struct agent *a));
 /* A REPL_* message from the server; the connection broke (transfers are gone). */
 void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m);
 void agent__ft_disconnected(struct agent *a);

@@ -72,8 +72,7 @@ int agent_evidence_init(uv_loop_t *loop, struct agent_evidence *e, const char *d
                                  mc_tmpdir())) != 0 ||
             mkdtemp(e->dir) == NULL) {
             rc = rc ? rc : -errno;
-            mc_error("cannot create an evidence directory in %s: %s", mc_tmpdir(),
-                     strerror(-rc));
+            mc_error("cannot create an evidence directory in %s: %s", mc_tmpdir(), strerror(-rc));
             return rc;
         }
         e->own_dir = 1;
@@ -128,8 +127,8 @@ int agent_evidence_env(const struct agent_evidence *e, struct agent_env *env, ch
     rc |= set_default(env, parent, "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
     rc |= set_default(env, parent, "TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
     rc |= set_default(env, parent, "TORCH_FR_DUMP_TEMP_FILE", "%s/nccl_trace_rank_", e->dir);
-    rc |= set_default(env, parent, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "%s/nccl_trace_rank_",
-                      e->dir);
+    rc |=
+        set_default(env, parent, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "%s/nccl_trace_rank_", e->dir);
     return rc ? -ENOMEM : 0;
 }
 
@@ -168,7 +167,7 @@ void agent_evidence_close(struct agent_evidence *e)
     if (e->own_dir && e->kept)
         mc_info("evidence kept in %s", e->dir);
     else if (e->own_dir && e->dir[0] != '\0' &&
-        mc_rm_parent_open(e->dir, &dfd, name, sizeof(name)) == 0) {
+             mc_rm_parent_open(e->dir, &dfd, name, sizeof(name)) == 0) {
         mc_rm_at(dfd, name, 0, NULL, 0);
         close(dfd);
     }
@@ -325,9 +324,9 @@ void agent_evidence_parse_stacks(const char *text, unsigned long main_id, struct
         }
     }
     for (size_t j = 0; j < n; j++) {
-        int k = snprintf(r->frames + pos, sizeof(r->frames) - pos, "%.*s:%ld in %.*s\n",
-                         (int)fr[j].path_len, fr[j].path, fr[j].line, (int)fr[j].func_len,
-                         fr[j].func);
+        int k =
+            snprintf(r->frames + pos, sizeof(r->frames) - pos, "%.*s:%ld in %.*s\n",
+                     (int)fr[j].path_len, fr[j].path, fr[j].line, (int)fr[j].func_len, fr[j].func);
         if (k < 0 || (size_t)k >= sizeof(r->frames) - pos) {
             r->frames[pos] = '\0';
             break;
@@ -366,7 +365,8 @@ int agent_evidence_parse_fr(const char *json, size_t len, struct rdzv_evidence *
         return -EINVAL;
     }
     /* the default group: "0", else the first */
-    json_object_foreach(st, k, v) {
+    json_object_foreach(st, k, v)
+    {
         if (key == NULL || strcmp(k, "0") == 0) {
             key = k;
             pg = v;
@@ -381,7 +381,8 @@ int agent_evidence_parse_fr(const char *json, size_t len, struct rdzv_evidence *
     r->fr_completed = json_seq(pg, "last_completed_collective");
     r->flags |= RDZV_EV_FR;
     entries = json_object_get(fr, "entries");
-    json_array_foreach(entries, i, v) {
+    json_array_foreach(entries, i, v)
+    {
         json_t *grp = json_object_get(v, "process_group");
         const char *state = json_string_value(json_object_get(v, "state"));
         const char *name = json_string_value(json_object_get(v, "profiling_name"));
@@ -405,10 +406,10 @@ int agent_evidence_parse_fr(const char *json, size_t len, struct rdzv_evidence *
 /* ---- the collection (thread pool) ----------------------------------------------------- */
 
 struct probe {
-    int hooked;          /* the signal went out */
-    int fr_asked;        /* a byte went into its FIFO */
+    int hooked;   /* the signal went out */
+    int fr_asked; /* a byte went into its FIFO */
     int stacks_done, fr_done;
-    off_t pre, last;     /* stacks file size before the signal, at the last poll */
+    off_t pre, last; /* stacks file size before the signal, at the last poll */
     unsigned long main_id;
 };
 
@@ -542,8 +543,8 @@ static uint64_t now_ms(void)
 }
 
 static void bundle_rank(FILE *f, const struct agent_evidence *e,
-                        const struct agent_evidence_target *t, const char *stacks,
-                        const char *fr, struct rdzv_evidence *r)
+                        const struct agent_evidence_target *t, const char *stacks, const char *fr,
+                        struct rdzv_evidence *r)
 {
     fprintf(f, "rank %d, local_rank %d, pid %d, on %s; attempt %u, round %u: %s\n", t->rank,
             t->local_rank, (int)t->pid, e->host, e->attempt, e->round, e->why);
@@ -711,10 +712,15 @@ static void collect_work(uv_work_t *w)
             }
         }
         if (sum != NULL)
-            fprintf(sum, "rank %d (local_rank %d, pid %d): %s%s%s%s%s\n", t->rank,
-                    t->local_rank, (int)t->pid, !t->alive ? "ended" : r->op[0] ? "in " : "",
+            fprintf(sum, "rank %d (local_rank %d, pid %d): %s%s%s%s%s\n", t->rank, t->local_rank,
+                    (int)t->pid,
+                    !t->alive  ? "ended"
+                    : r->op[0] ? "in "
+                               : "",
                     t->alive ? r->op : "", r->where[0] ? "; at " : "", r->where,
-                    (r->flags & RDZV_EV_HOOKED) ? "" : t->alive ? "; no Python stacks" : "");
+                    (r->flags & RDZV_EV_HOOKED) ? ""
+                    : t->alive                  ? "; no Python stacks"
+                                                : "");
         free(stacks);
         free(fr);
     }

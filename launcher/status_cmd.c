@@ -283,8 +283,8 @@ static int print_debug(json_t *root)
         printf("rank %ld (%s, local_rank %ld, pid %ld): %s%s%s; no progress for %.1f s\n",
                num(r, "rank"), str(r, "host"), num(r, "local_rank"), num(r, "pid"),
                !json_is_true(json_object_get(r, "alive")) ? "ended"
-               : op[0]                                     ? "in "
-                                                           : "running",
+               : op[0]                                    ? "in "
+                                                          : "running",
                op[0] ? str(r, "collective") : "",
                json_is_true(json_object_get(r, "python")) ? "" : " (no Python stack)",
                mc_json_num(r, "silent_s", 0));
@@ -301,7 +301,8 @@ static int print_debug(json_t *root)
             printf("  native: %s\n", str(r, "native"));
     }
     if (json_array_size(json_object_get(root, "missing")) > 0) {
-        printf("no answer in time from rank%s", json_array_size(json_object_get(root, "missing")) == 1 ? "" : "s");
+        printf("no answer in time from rank%s",
+               json_array_size(json_object_get(root, "missing")) == 1 ? "" : "s");
         json_array_foreach(json_object_get(root, "missing"), i, r)
             printf(" %ld", (long)json_integer_value(r));
         printf("\n");

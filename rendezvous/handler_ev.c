@@ -21,10 +21,10 @@
 #include "sjob.h"
 #include "verdict.h"
 
-#define EV_SLACK_MS 3000          /* beyond the agents' own bound: /proc, the network */
-#define EV_DEFAULT_MS 5000        /* a COLLECT's bound when the sender gave none */
-#define EV_DEBUG_EVERY_MS 10000   /* one `muster debug` collection per job this often */
-#define EV_DEBUG_MAX_RANKS 256    /* ranks in one answer (it must fit one STATUS frame) */
+#define EV_SLACK_MS 3000        /* beyond the agents' own bound: /proc, the network */
+#define EV_DEFAULT_MS 5000      /* a COLLECT's bound when the sender gave none */
+#define EV_DEBUG_EVERY_MS 10000 /* one `muster debug` collection per job this often */
+#define EV_DEBUG_MAX_RANKS 256  /* ranks in one answer (it must fit one STATUS frame) */
 
 /* The evidence of one round of one job. */
 struct rdzv__evset {
@@ -32,12 +32,12 @@ struct rdzv__evset {
     size_t world;
     struct rdzv_evidence **rec; /* world entries, NULL: not in */
     size_t have;
-    int collecting;             /* a failure waits for the verdict */
-    struct rdzv_failure first;  /* ... that one */
-    struct peer *reporter;      /* ... its sender (NULL once gone) */
-    struct peer *debug;         /* an observer waits for req's answer; NULL none */
+    int collecting;            /* a failure waits for the verdict */
+    struct rdzv_failure first; /* ... that one */
+    struct peer *reporter;     /* ... its sender (NULL once gone) */
+    struct peer *debug;        /* an observer waits for req's answer; NULL none */
     int32_t debug_rank;
-    uint64_t deadline_ms;       /* uv_now; 0 = none */
+    uint64_t deadline_ms; /* uv_now; 0 = none */
     uv_timer_t timer;
     int timer_open;
 };
@@ -175,8 +175,8 @@ static void conclude(struct sjob *sj)
     rdzv_verdict_make((const struct rdzv_evidence *const *)s->rec, s->world, &s->first, v);
     log_block(sj, v);
     if (missing > 0)
-        rdzv__log(sj->srv, "job %s round %u: %d of %zu ranks sent no evidence in time",
-                  sj->job->id, sj->job->round, missing, s->world);
+        rdzv__log(sj->srv, "job %s round %u: %d of %zu ranks sent no evidence in time", sj->job->id,
+                  sj->job->round, missing, s->world);
     snprintf(sj->verdict, sizeof(sj->verdict), "%s", v->line);
     sj->verdict_culprit = v->culprit;
     sj->verdict_round = sj->job->round;
@@ -265,8 +265,9 @@ static void answer_debug(struct sjob *sj)
     json_decref(doc);
     m = malloc(sizeof(*m));
     if (text == NULL || m == NULL || strlen(text) > sizeof(m->u.status.json)) {
-        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "the evidence does not fit one answer; ask for "
-                                               "one rank (--rank)");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL,
+                         "the evidence does not fit one answer; ask for "
+                         "one rank (--rank)");
     } else {
         m->type = RDZV_MSG_STATUS;
         m->u.status.len = (uint32_t)strlen(text);
@@ -308,8 +309,8 @@ void rdzv__handle_debug_req(struct peer *p, const struct rdzv_debug_req *r)
         return;
     }
     if (r->rank < -1 || (r->rank >= 0 && (uint32_t)r->rank >= sj->job->world_size)) {
-        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "job %s has no rank %d (world size %u)",
-                         r->job_id, r->rank, sj->job->world_size);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "job %s has no rank %d (world size %u)", r->job_id,
+                         r->rank, sj->job->world_size);
         return;
     }
     if ((sj->ev != NULL && (sj->ev->collecting || sj->ev->debug != NULL)) ||
@@ -373,7 +374,8 @@ void rdzv__handle_evidence(struct peer *p, const struct rdzv_evidence *e)
         return; /* a node speaks for its own ranks only */
     }
     s = sj->ev;
-    if (s != NULL && (s->collecting || s->debug != NULL) && (s->round != e->round || s->req != e->req))
+    if (s != NULL && (s->collecting || s->debug != NULL) &&
+        (s->round != e->round || s->req != e->req))
         return; /* another collection is under way */
     if ((s = set_for(sj, e->round, e->req)) == NULL || (size_t)e->rank >= s->world)
         return;

@@ -55,8 +55,8 @@ enum rdzv_msg_type {
     RDZV_MSG_REPL_DATA = 27,  /* agent->S->agent the next chunk of a copy */
     RDZV_MSG_REPL_ACK = 28,   /* agent->S->agent bytes received, copy verified, or aborted */
     /* evidence of a failure or a hang (agent/evidence.h, rendezvous/verdict.h) */
-    RDZV_MSG_COLLECT = 30,  /* S->agent collect your ranks' evidence (the workers go on) */
-    RDZV_MSG_EVIDENCE = 31, /* agent->S one rank's evidence; no reply */
+    RDZV_MSG_COLLECT = 30,   /* S->agent collect your ranks' evidence (the workers go on) */
+    RDZV_MSG_EVIDENCE = 31,  /* agent->S one rank's evidence; no reply */
     RDZV_MSG_DEBUG_REQ = 32, /* observer->S evidence of a running job; S answers STATUS */
     RDZV_MSG_TYPE_MAX_
 };
@@ -210,14 +210,14 @@ struct rdzv_evidence {
     uint32_t timeout_ms; /* the sender's --evidence-timeout (the server's wait follows it) */
     int32_t rank, local_rank;
     int32_t pid;
-    uint32_t flags;                /* RDZV_EV_* */
-    int32_t exit_code, signal;     /* how it ended when not alive (-1 / 0 when unknown) */
-    uint64_t silent_ms;            /* since its last sign of progress */
+    uint32_t flags;            /* RDZV_EV_* */
+    int32_t exit_code, signal; /* how it ended when not alive (-1 / 0 when unknown) */
+    uint64_t silent_ms;        /* since its last sign of progress */
     int64_t fr_enqueued, fr_started, fr_completed; /* default group's sequence numbers */
     char host[RDZV_HOST_MAX + 1];
-    char op[RDZV_EV_OP_MAX + 1];       /* the collective its main thread is in, "" none */
-    char fr_op[RDZV_EV_OP_MAX + 1];    /* the Flight Recorder's oldest unfinished one */
-    char where[RDZV_EV_WHERE_MAX + 1]; /* innermost frame of the script: "t.py:88 in f" */
+    char op[RDZV_EV_OP_MAX + 1];           /* the collective its main thread is in, "" none */
+    char fr_op[RDZV_EV_OP_MAX + 1];        /* the Flight Recorder's oldest unfinished one */
+    char where[RDZV_EV_WHERE_MAX + 1];     /* innermost frame of the script: "t.py:88 in f" */
     char innermost[RDZV_EV_WHERE_MAX + 1]; /* innermost Python frame */
     char native[RDZV_EV_WHERE_MAX + 1];    /* main thread's state and kernel wait */
     char frames[RDZV_EV_FRAMES_MAX + 1];   /* main thread, most recent call first */

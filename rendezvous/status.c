@@ -151,9 +151,8 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
         /* the last failure's or hang's verdict (rendezvous/verdict.h), null before one */
         if (sj->verdict[0] != '\0')
             json_object_set_new(o, "evidence",
-                                json_pack("{s:I, s:I, s:s}", "round",
-                                          (json_int_t)sj->verdict_round, "culprit",
-                                          (json_int_t)sj->verdict_culprit, "root_cause",
+                                json_pack("{s:I, s:I, s:s}", "round", (json_int_t)sj->verdict_round,
+                                          "culprit", (json_int_t)sj->verdict_culprit, "root_cause",
                                           sj->verdict));
         else
             json_object_set_new(o, "evidence", json_null());

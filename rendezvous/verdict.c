@@ -130,10 +130,9 @@ static void describe_failure(const struct rdzv_failure *f, char *buf, size_t len
 
     if (f->signal > 0)
         fmt(buf, len, "was killed by signal %d (SIG%s)%s%s", f->signal, name ? name : "?",
-                 f->text[0] ? ": " : "", f->text);
+            f->text[0] ? ": " : "", f->text);
     else if (f->exit_code >= 0)
-        fmt(buf, len, "exited with code %d%s%s", f->exit_code, f->text[0] ? ": " : "",
-                 f->text);
+        fmt(buf, len, "exited with code %d%s%s", f->exit_code, f->text[0] ? ": " : "", f->text);
     else
         fmt(buf, len, "%s", f->text);
 }
@@ -163,16 +162,15 @@ static void decide(const struct rdzv_evidence *const *ev, size_t n,
     if (n_fr >= 2 && min_enq < max_enq) {
         memset(waiting, 0, n);
         for (size_t r = 0; r < n; r++)
-            waiting[r] = alive(ev[r]) && (ev[r]->flags & RDZV_EV_FR) &&
-                         ev[r]->fr_enqueued > min_enq;
+            waiting[r] =
+                alive(ev[r]) && (ev[r]->flags & RDZV_EV_FR) && ev[r]->fr_enqueued > min_enq;
         op = common_op(ev, n, waiting, 1);
         rdzv_verdict_ranks(waiting, n, ranks, sizeof(ranks));
         who(ev[culprit], name, sizeof(name));
         where(ev[culprit], w, sizeof(w));
-        fmt(v->line, sizeof(v->line),
-                 "%s never entered %s #%lld%s; %s waited in it for %.0f s", name,
-                 op[0] ? op : "the next collective", (long long)min_enq + 1, w, ranks,
-                 longest_wait_s(ev, n, waiting));
+        fmt(v->line, sizeof(v->line), "%s never entered %s #%lld%s; %s waited in it for %.0f s",
+            name, op[0] ? op : "the next collective", (long long)min_enq + 1, w, ranks,
+            longest_wait_s(ev, n, waiting));
         v->culprit = culprit;
         v->rule = 1;
         return;
@@ -195,8 +193,8 @@ static void decide(const struct rdzv_evidence *const *ev, size_t n,
         rdzv_verdict_ranks(waiting, n, ranks, sizeof(ranks));
         who(ev[culprit], name, sizeof(name));
         where(ev[culprit], w, sizeof(w));
-        fmt(v->line, sizeof(v->line), "%s never entered %s%s; %s waited in %s for %.0f s",
-                 name, op, w, ranks, op, longest_wait_s(ev, n, waiting));
+        fmt(v->line, sizeof(v->line), "%s never entered %s%s; %s waited in %s for %.0f s", name, op,
+            w, ranks, op, longest_wait_s(ev, n, waiting));
         if (n_out > 1) {
             char more[256];
             other[culprit] = 0;
@@ -224,26 +222,26 @@ static void decide(const struct rdzv_evidence *const *ev, size_t n,
             who(ev[culprit], name, sizeof(name));
             where(ev[culprit], w, sizeof(w));
             fmt(v->line, sizeof(v->line),
-                     "%s called %s where %s called %s (mismatched collectives)%s", name,
-                     ev[culprit]->op, ranks, major, w);
+                "%s called %s where %s called %s (mismatched collectives)%s", name, ev[culprit]->op,
+                ranks, major, w);
             v->culprit = culprit;
             v->rule = 3;
             return;
         }
     }
     /* 4. the first to fail, the others waiting for it */
-    if (first != NULL && first->rank >= 0 && (size_t)first->rank < n &&
-        ev[first->rank] != NULL && !alive(ev[first->rank])) {
+    if (first != NULL && first->rank >= 0 && (size_t)first->rank < n && ev[first->rank] != NULL &&
+        !alive(ev[first->rank])) {
         char how[RDZV_TEXT_MAX + 64];
         culprit = first->rank;
         describe_failure(first, how, sizeof(how));
         fmt(name, sizeof(name), "rank %d (%s, local_rank %d)", first->rank, first->host,
-                 first->local_rank);
+            first->local_rank);
         if (n_wait > 0) {
             op = common_op(ev, n, waiting, 0);
             rdzv_verdict_ranks(waiting, n, ranks, sizeof(ranks));
-            fmt(v->line, sizeof(v->line), "%s failed first: it %s; %s waited in %s",
-                     name, how, ranks, op);
+            fmt(v->line, sizeof(v->line), "%s failed first: it %s; %s waited in %s", name, how,
+                ranks, op);
         } else {
             fmt(v->line, sizeof(v->line), "%s failed first: it %s", name, how);
         }
@@ -255,9 +253,9 @@ static void decide(const struct rdzv_evidence *const *ev, size_t n,
         op = common_op(ev, n, waiting, 0);
         rdzv_verdict_ranks(waiting, n, ranks, sizeof(ranks));
         fmt(v->line, sizeof(v->line),
-                 "no culprit named: %s all wait in %s (a network or device problem, or a "
-                 "rank stuck inside it)",
-                 ranks, op);
+            "no culprit named: %s all wait in %s (a network or device problem, or a "
+            "rank stuck inside it)",
+            ranks, op);
     } else {
         fmt(v->line, sizeof(v->line), "no culprit named from the evidence");
     }

@@ -24,11 +24,11 @@
 #define RDZV_VERDICT_RANKS_MAX 16384 /* ranks looked at; a larger world is judged on these */
 
 struct rdzv_verdict {
-    int culprit;                      /* its global rank, -1: none named */
-    int rule;                         /* 1..4 above, 0: none */
-    char host[RDZV_HOST_MAX + 1];     /* the culprit's node */
+    int culprit;                  /* its global rank, -1: none named */
+    int rule;                     /* 1..4 above, 0: none */
+    char host[RDZV_HOST_MAX + 1]; /* the culprit's node */
     int local_rank;
-    char line[RDZV_TEXT_MAX + 1];     /* one line: the root cause (UTF-8) */
+    char line[RDZV_TEXT_MAX + 1];       /* one line: the root cause (UTF-8) */
     char block[RDZV_VERDICT_BLOCK_MAX]; /* the line, then the culprit's stack, several lines */
 };
 

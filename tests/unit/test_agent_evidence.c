@@ -91,7 +91,8 @@ static void test_flight_recorder(void **state)
     static const char doc[] =
         "{\"fr\": {\"version\": \"2.10\", \"pg_status\": {\"0\": {\"last_enqueued_collective\": "
         "1532, \"last_started_collective\": 1532, \"last_completed_collective\": 1531}, \"1\": "
-        "{\"last_enqueued_collective\": 7}}, \"entries\": [{\"process_group\": [\"0\", \"default\"], "
+        "{\"last_enqueued_collective\": 7}}, \"entries\": [{\"process_group\": [\"0\", "
+        "\"default\"], "
         "\"collective_seq_id\": 1531, \"profiling_name\": \"nccl:all_gather\", \"state\": "
         "\"completed\"}, {\"process_group\": [\"0\", \"default\"], \"collective_seq_id\": 1532, "
         "\"profiling_name\": \"nccl:all_reduce\", \"state\": \"started\"}]}}";

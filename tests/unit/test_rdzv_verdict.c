@@ -159,9 +159,9 @@ static void test_ranks_text(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_outside),       cmocka_unit_test(test_flight_recorder),
-        cmocka_unit_test(test_mismatch),      cmocka_unit_test(test_first_failure),
-        cmocka_unit_test(test_no_culprit),    cmocka_unit_test(test_hostile_text),
+        cmocka_unit_test(test_outside),    cmocka_unit_test(test_flight_recorder),
+        cmocka_unit_test(test_mismatch),   cmocka_unit_test(test_first_failure),
+        cmocka_unit_test(test_no_culprit), cmocka_unit_test(test_hostile_text),
         cmocka_unit_test(test_ranks_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
