@@ -356,7 +356,7 @@ int agent_evidence_parse_fr(const char *json, size_t len, struct rdzv_evidence *
     const char *key = NULL, *k;
     json_t *v;
     size_t i;
-    int64_t best = INT64_MAX;
+    int64_t best = INT64_MAX, newest = -1;
 
     fr = json_object_get(doc, "fr");
     st = json_object_get(fr, "pg_status");
@@ -381,19 +381,26 @@ int agent_evidence_parse_fr(const char *json, size_t len, struct rdzv_evidence *
     r->fr_completed = json_seq(pg, "last_completed_collective");
     r->flags |= RDZV_EV_FR;
     entries = json_object_get(fr, "entries");
-    json_array_foreach(entries, i, v)
-    {
+    /* the oldest collective not completed; with none, the newest (the one a rank that fell
+     * behind never entered is the next after its own newest) */
+    json_array_foreach(entries, i, v) {
         json_t *grp = json_object_get(v, "process_group");
         const char *state = json_string_value(json_object_get(v, "state"));
         const char *name = json_string_value(json_object_get(v, "profiling_name"));
         int64_t seq = json_seq(v, "collective_seq_id");
+        int pending;
         if (json_is_array(grp) && json_string_value(json_array_get(grp, 0)) != NULL &&
             strcmp(json_string_value(json_array_get(grp, 0)), key) != 0)
             continue;
-        if (state == NULL || strcmp(state, "completed") == 0 || name == NULL || seq < 0 ||
-            seq >= best)
+        if (state == NULL || name == NULL || seq < 0)
             continue;
-        best = seq;
+        pending = strcmp(state, "completed") != 0;
+        if (pending ? seq >= best : (best != INT64_MAX || seq <= newest))
+            continue;
+        if (pending)
+            best = seq;
+        else
+            newest = seq;
         if (strncmp(name, "nccl:", 5) == 0)
             name += 5;
         snprintf(r->fr_op, sizeof(r->fr_op), "%s", name);

@@ -104,6 +104,17 @@ static void test_flight_recorder(void **state)
     assert_int_equal(r.fr_enqueued, 1532);
     assert_int_equal(r.fr_completed, 1531);
     assert_string_equal(r.fr_op, "all_reduce");
+    /* every collective completed: the newest names the one a rank behind never entered */
+    static const char done[] =
+        "{\"fr\": {\"pg_status\": {\"1\": {\"last_enqueued_collective\": 6}}, \"entries\": "
+        "[{\"process_group\": [\"1\", \"\"], \"collective_seq_id\": 6, \"profiling_name\": "
+        "\"nccl:all_reduce\", \"state\": \"completed\"}, {\"process_group\": [\"1\", \"\"], "
+        "\"collective_seq_id\": 5, \"profiling_name\": \"nccl:broadcast\", \"state\": "
+        "\"completed\"}]}}";
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(agent_evidence_parse_fr(done, strlen(done), &r), 0);
+    assert_int_equal(r.fr_enqueued, 6);
+    assert_string_equal(r.fr_op, "all_reduce");
     memset(&r, 0, sizeof(r));
     assert_int_equal(agent_evidence_parse_fr("{\"fr\": null, \"why\": \"gloo\"}", 27, &r), -22);
     assert_false(r.flags & RDZV_EV_FR);
