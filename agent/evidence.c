@@ -22,7 +22,7 @@
 #include "safefile.h"
 #include "tmpdir.h"
 
-#define POLL_MS 20
+#define POLL_MS 10
 #define FRAMES_MAX 64
 
 /* ---- set-up ----------------------------------------------------------------------------- */
@@ -652,10 +652,9 @@ static void collect_work(uv_work_t *w)
             close(fd);
         }
     }
-    do { /* the dumps: a stacks file that grew and then stayed put; the FR's answer file */
+    for (;;) { /* the dumps: a stacks file that grew and then stayed put; the FR's answer */
         struct timespec ts = {0, POLL_MS * 1000000L};
         pending = 0;
-        nanosleep(&ts, NULL);
         for (int i = 0; i < e->n; i++) {
             struct stat st;
             pid_t pid = e->targets[i].pid;
@@ -663,8 +662,8 @@ static void collect_work(uv_work_t *w)
                 agent_path_fmt(path, sizeof(path), "%s/stacks-%d.txt", e->dir, (int)pid);
                 if (stat(path, &st) == 0 && st.st_size > p[i].pre && st.st_size == p[i].last)
                     p[i].stacks_done = 1;
-                else
-                    p[i].last = stat(path, &st) == 0 ? st.st_size : p[i].last;
+                else if (stat(path, &st) == 0)
+                    p[i].last = st.st_size;
                 pending += !p[i].stacks_done;
             }
             if (p[i].fr_asked && !p[i].fr_done) {
@@ -673,7 +672,10 @@ static void collect_work(uv_work_t *w)
                 pending += !p[i].fr_done;
             }
         }
-    } while (pending > 0 && now_ms() < deadline);
+        if (pending == 0 || now_ms() >= deadline)
+            break; /* nobody to wait for (no Python worker) costs no sleep */
+        nanosleep(&ts, NULL);
+    }
     if (bundle_dir(e, dir, sizeof(dir)) == 0) {
         snprintf(e->written, sizeof(e->written), "%s", dir);
         sum = bundle_open(dir, 0, 1);
