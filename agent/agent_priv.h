@@ -20,6 +20,7 @@
 #include "ckptwatch.h"
 #include "client.h"
 #include "cred.h"
+#include "goodput.h"
 #include "group.h"
 #include "hang.h"
 #include "logdir.h"
@@ -106,6 +107,7 @@ struct agent {
     uint64_t stop_at_ms; /* uv_now when stop_signal came */
     struct agent_logdir logdir;
     struct agent_progress progress;
+    struct agent_goodput gp; /* where this node's time went (goodput.h) */
     struct agent_ft ft;
     struct agent_pf pf;
     char host[256];
@@ -160,6 +162,9 @@ void agent__ft_close(struct agent *a);
 /* A REPL_* message from the server; the connection broke (transfers are gone). */
 void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m);
 void agent__ft_disconnected(struct agent *a);
+
+/* agent_ft.c: sends the goodput figures so far (GOODPUT) when connected; display only. */
+void agent__goodput_report(struct agent *a);
 
 /* preflight.c: starts `node_argv --need-gpus=...` for this round in a->group (NULL before).
  * When it has ended (or could not start) the group is closed and freed, a->pf.code is its

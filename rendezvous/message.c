@@ -39,6 +39,7 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_REPL_BEGIN] = "REPL_BEGIN",
     [RDZV_MSG_REPL_DATA] = "REPL_DATA",
     [RDZV_MSG_REPL_ACK] = "REPL_ACK",
+    [RDZV_MSG_GOODPUT] = "GOODPUT",
 };
 
 const char *rdzv_msg_name(unsigned type)
@@ -488,6 +489,16 @@ static void io_repl_ack(struct io *c, struct rdzv_repl_ack *a)
         c->r->err = -EPROTO;
 }
 
+static void io_goodput(struct io *c, struct rdzv_goodput *g)
+{
+    IO_U32(c, g->round);
+    IO_U32(c, g->restarts);
+    IO_U64(c, g->wall_ms);
+    for (int i = 0; i < RDZV_GP_NPHASES; i++)
+        IO_U64(c, g->phase_ms[i]);
+    IO_U64(c, g->lost_ms);
+}
+
 static void io_failure(struct io *c, struct rdzv_failure *f)
 {
     IO_U32(c, f->round);
@@ -712,6 +723,9 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
     case RDZV_MSG_REPL_ACK:
         io_repl_ack(c, &m->u.repl_ack);
         return 1;
+    case RDZV_MSG_GOODPUT:
+        io_goodput(c, &m->u.goodput);
+        return 1;
     default: /* ATTACH_OK carries no payload */
         return 0;
     }
@@ -865,6 +879,8 @@ size_t rdzv_msg_body_size(unsigned type)
         return sizeof(m->u.repl_data);
     case RDZV_MSG_REPL_ACK:
         return sizeof(m->u.repl_ack);
+    case RDZV_MSG_GOODPUT:
+        return sizeof(m->u.goodput);
     default: /* WELCOME, JOB_DONE, ATTACH_OK: no body */
         return 0;
     }

@@ -62,7 +62,7 @@ static void all_exited_cb(struct agent_group *g)
     fx->all_exited_at = uv_now(&fx->loop);
 }
 
-static const struct agent_group_cbs cbs = {exit_cb, all_exited_cb};
+static const struct agent_group_cbs cbs = {exit_cb, all_exited_cb, NULL};
 
 static int setup(void **state)
 {
