@@ -10,7 +10,9 @@
 #   survivor gone  the kill -> rank 0 exited (on SIGTERM it exits at once)
 #   relaunch       rank 0 gone -> the new attempt's interpreter runs (the launcher notices
 #                  the exit, re-rendezvous, spawn; muster's pre-flight runs only in round 0)
-#   framework      `import torch` + init_process_group (gloo) of the new attempt (slowest rank)
+#   framework      `import torch` + init_process_group (gloo) of the new attempt (slowest rank):
+#                  _import (the first start -> the slowest import done) + _init_pg (-> the
+#                  slowest init_process_group done)
 #   ckpt load      torch.load of the checkpoint (slowest rank)
 #   first step     the loaded state -> the first step after the restart (slowest rank)
 #   total          the kill -> the first step after the restart
@@ -73,6 +75,7 @@ trial() {
             s = (t["start 0 1"] < t["start 1 1"]) ? t["start 0 1"] : t["start 1 1"]
             i = (t["init 0 1"] > t["init 1 1"]) ? t["init 0 1"] : t["init 1 1"]
             l = (t["loaded 0 1"] > t["loaded 1 1"]) ? t["loaded 0 1"] : t["loaded 1 1"]
+            m = (t["imported 0 1"] > t["imported 1 1"]) ? t["imported 0 1"] : t["imported 1 1"]
             if (gone == "" || s == "" || first == "") { print who " " n " incomplete" > "/dev/stderr"; exit 1 }
             ms = 1e6
             if (term != "")
@@ -80,6 +83,8 @@ trial() {
             printf "%s survivor_gone %.1f\n", who, (gone - k) / ms
             printf "%s relaunch %.1f\n", who, (s - gone) / ms
             printf "%s framework %.1f\n", who, (i - s) / ms
+            printf "%s _import %.1f\n", who, (m - s) / ms
+            printf "%s _init_pg %.1f\n", who, (i - m) / ms
             printf "%s ckpt_load %.1f\n", who, (l - i) / ms
             printf "%s first_step %.1f\n", who, (first - l) / ms
             printf "%s total %.1f\n", who, (first - k) / ms
@@ -96,10 +101,10 @@ for n in $(seq 1 "$TRIALS"); do
     done
 done
 printf '%-14s %10s %10s %8s\n' phase "muster ms" "torchrun ms" "t/m"
-for ph in to_sigterm survivor_gone relaunch framework ckpt_load first_step total; do
+for ph in to_sigterm survivor_gone relaunch framework _import _init_pg ckpt_load first_step total; do
     m=$(awk -v p="$ph" '$1 == "muster" && $2 == p { print $3 }' "$W/results" | median)
     t=$(awk -v p="$ph" '$1 == "torchrun" && $2 == p { print $3 }' "$W/results" | median)
-    r=$(awk -v m="$m" -v t="$t" 'BEGIN { if (m + 0 > 0) printf "%.1f", t / m; else print "-" }')
+    r=$(awk -v m="$m" -v t="$t" 'BEGIN { if (m + 0 > 0 && t != "n/a") printf "%.1f", t / m; else print "-" }')
     printf '%-14s %10s %10s %8s\n' "$ph" "$m" "$t" "$r"
 done
 echo "(medians of $TRIALS trials; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg))"
