@@ -20,6 +20,7 @@
 
 #include "agent_priv.h"
 #include "cred.h"
+#include "clock.h"
 #include "escape.h"
 #include "failure.h"
 #include "log.h"
@@ -107,6 +108,26 @@ static void print_job_failed(struct agent *a)
     free(text);
 }
 
+/* The goodput table (goodput.h), into memory then behind the workers' last lines like the
+ * failure summary; not for a run that never started a worker (a usage error, --preflight-only),
+ * nor under --quiet. */
+static void print_goodput(struct agent *a)
+{
+    struct rdzv_goodput g;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem;
+
+    agent_goodput_get(&a->gp, &g);
+    if (g.phase_ms[RDZV_GP_STARTUP] + g.phase_ms[RDZV_GP_TRAINING] == 0 ||
+        !mc_log_enabled(MC_LOG_INFO) || (mem = open_memstream(&text, &len)) == NULL)
+        return;
+    agent_goodput_print(mem, &g);
+    if (fclose(mem) == 0)
+        agent_output_console_write(STDERR_FILENO, text, len);
+    free(text);
+}
+
 /* Closes every handle: the loop ends once they are closed. */
 static void finish_now(struct agent *a)
 {
@@ -115,6 +136,9 @@ static void finish_now(struct agent *a)
     a->finished = 1;
     if (a->have_job_failed && !a->stop_signal)
         print_job_failed(a);
+    agent_goodput_state(&a->gp, AGENT_S_FINISHED);
+    agent__goodput_report(a); /* the job's final figures */
+    print_goodput(a);
     rdzv_client_close(a->client, NULL, NULL);
     a->client = NULL;
     rdzv_server_close(a->server, NULL, NULL);
@@ -437,9 +461,17 @@ static void transition(struct agent *a, const struct agent_event *ev)
 
     if (st.ignored)
         return;
-    if (st.state != a->state)
+    int changed = st.state != a->state;
+
+    if (changed)
         mc_debug("agent: %s -> %s", agent_state_name(a->state), agent_state_name(st.state));
     a->state = st.state;
+    if (changed && st.state != AGENT_S_FINISHED) {
+        /* a few per round: the server's figures stay as fresh as its phases (finish_now sends
+         * the last one) */
+        agent_goodput_state(&a->gp, st.state);
+        agent__goodput_report(a);
+    }
     if (st.set_exit_code)
         a->exit_code = st.exit_code;
     if (ev->kind == AGENT_EV_SIGNAL && a->stop_signal == 0)
@@ -521,13 +553,17 @@ static void on_all_exited(struct agent_group *g)
     fire(a, AGENT_EV_ALL_EXITED, 0);
 }
 
-/* Output is progress for hang detection (hang.h). */
-static void on_worker_output(struct agent_group *g, struct agent_worker *w)
+/* Output: progress for hang detection (hang.h, any stream); a line on a worker's stdout is the
+ * end of the attempt's start-up (goodput.h; on stderr come the framework's warnings, which an
+ * import prints before any training). */
+static void on_worker_output(struct agent_group *g, struct agent_worker *w, int stream)
 {
     struct agent *a = g->data;
 
     if (a->ft.hang_on)
         agent_hang_progress(&a->ft.hang, w->local_rank);
+    if (stream == 0 && a->state == AGENT_S_RUNNING && agent_goodput_progress(&a->gp, mc_wall_ms()))
+        agent__goodput_report(a);
 }
 
 static const struct agent_group_cbs group_cbs = {
@@ -615,6 +651,7 @@ static void on_assign(struct rdzv_client *c, const struct rdzv_assign *as)
     if (!accepts(a, AGENT_EV_ASSIGN))
         return;
     a->as = *as;
+    agent_goodput_resume(&a->gp, as->resume, as->round); /* counts the last attempt's lost work */
     set_worker_cred(a, as);
     a->ft.was_rank0 = as->group_rank == 0;
     if (st->on) {
@@ -649,6 +686,7 @@ static void on_restart(struct rdzv_client *c, const struct rdzv_restart *r)
     if (r->delay_ms > 0) /* the server holds the next round that long (--restart-backoff) */
         mc_info("restarting in %.1f s (attempt %u of %u)", r->delay_ms / 1000.0,
                 r->restart_count + 1, max + 1);
+    agent_goodput_restart(&a->gp, r->delay_ms);
     fire(a, AGENT_EV_RESTART, 0);
 }
 
@@ -689,6 +727,7 @@ static void on_job_failed(struct rdzv_client *c, const struct rdzv_job_failed *f
         return;
     a->job_failed = *f;
     a->have_job_failed = 1;
+    agent_goodput_failed(&a->gp);
     fire(a, AGENT_EV_JOB_FAILED, agent_failure_exit_code(&f->cause));
 }
 
@@ -878,6 +917,7 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     agent_progress_init(&a->loop, &a->progress, o->run_id);
     uv_timer_init(&a->loop, &a->health.timer);
     a->health.timer.data = a;
+    agent_goodput_init(&a->gp, &a->loop, NULL);
     for (int i = 0; i < NSIGHANDLES; i++) {
         int signum = handle_signum(&o->restart, i), dup = 0;
         uv_signal_init(&a->loop, &a->sig[i]);

@@ -176,6 +176,7 @@ static void on_picked(void *data, int rc, const struct agent_ckpt_entry *e)
         snprintf(ft->pick_join->resume, sizeof(ft->pick_join->resume), "%s", e->name);
         ft->pick_join->resume_step = e->step;
         ft->my_resume_step = e->step;
+        agent_goodput_checkpoint(&a->gp, e->name, e->recorded_ns / 1000000);
     }
     ft->pick_join = NULL;
     ft->pick_done(a);
@@ -245,10 +246,30 @@ static void report_ckpt(struct agent *a, const struct agent_ckpt_entry *e, const
     rdzv_client_report_ckpt(a->client, &ck); /* for `muster status`: losing one is harmless */
 }
 
+void agent__goodput_report(struct agent *a)
+{
+    struct rdzv_goodput g;
+
+    if (a->client == NULL)
+        return;
+    agent_goodput_get(&a->gp, &g);
+    rdzv_client_report_goodput(a->client, &g); /* not connected: the next one says it all */
+}
+
+/* A checkpoint recorded: its time dates the work lost at a restart that resumes from it, and
+ * one recorded while the workers run is a sign of their progress (goodput.h). */
+static void goodput_ckpt(struct agent *a, const struct agent_ckpt_entry *e)
+{
+    agent_goodput_checkpoint(&a->gp, e->name, e->recorded_ns / 1000000);
+    if (a->state == AGENT_S_RUNNING && agent_goodput_progress(&a->gp, e->recorded_ns / 1000000))
+        agent__goodput_report(a);
+}
+
 static void on_ckpt_recorded(void *data, const struct agent_ckpt_entry *e)
 {
     struct agent *a = data;
 
+    goodput_ckpt(a, e);
     report_ckpt(a, e, NULL);
     if (a->ft.repl_on && a->ft.was_rank0 && a->client != NULL)
         agent_replica_offer(&a->ft.repl, e, a->as.round, a->as.group_rank, a->as.group_world_size);

@@ -22,6 +22,7 @@
 #include "client.h"
 #include "evidence.h"
 #include "cred.h"
+#include "goodput.h"
 #include "group.h"
 #include "hang.h"
 #include "logdir.h"
@@ -130,6 +131,7 @@ struct agent {
     uint64_t stop_at_ms; /* uv_now when stop_signal came */
     struct agent_logdir logdir;
     struct agent_progress progress;
+    struct agent_goodput gp; /* where this node's time went (goodput.h) */
     struct agent_ft ft;
     struct agent_pf pf;
     struct agent_health health;
@@ -194,6 +196,9 @@ int agent__ft_evidence(struct agent *a, const char *why, uint32_t req,
 /* A REPL_* message from the server; the connection broke (transfers are gone). */
 void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m);
 void agent__ft_disconnected(struct agent *a);
+
+/* agent_ft.c: sends the goodput figures so far (GOODPUT) when connected; display only. */
+void agent__goodput_report(struct agent *a);
 
 /* preflight.c: starts `node_argv --need-gpus=...` for this round in a->group (NULL before).
  * When it has ended (or could not start) the group is closed and freed, a->pf.code is its

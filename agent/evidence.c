@@ -383,7 +383,8 @@ int agent_evidence_parse_fr(const char *json, size_t len, struct rdzv_evidence *
     entries = json_object_get(fr, "entries");
     /* the oldest collective not completed; with none, the newest (the one a rank that fell
      * behind never entered is the next after its own newest) */
-    json_array_foreach(entries, i, v) {
+    json_array_foreach(entries, i, v)
+    {
         json_t *grp = json_object_get(v, "process_group");
         const char *state = json_string_value(json_object_get(v, "state"));
         const char *name = json_string_value(json_object_get(v, "profiling_name"));

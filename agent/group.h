@@ -16,8 +16,8 @@ struct agent_group;
 struct agent_group_cbs {
     void (*exit_cb)(struct agent_group *g, struct agent_worker *w);
     void (*all_exited_cb)(struct agent_group *g);
-    /* Optional (NULL allowed): w's output was read (a sign of progress). */
-    void (*output_cb)(struct agent_group *g, struct agent_worker *w);
+    /* optional: worker w's stream (0 stdout, 1 stderr) delivered bytes through its pipe */
+    void (*output_cb)(struct agent_group *g, struct agent_worker *w, int stream);
 };
 
 struct agent_group {

@@ -54,8 +54,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     int i = s == (uv_stream_t *)&w->pipe[1];
 
     if (nread > 0) {
-        if (w->group != NULL && w->group->cbs->output_cb != NULL)
-            w->group->cbs->output_cb(w->group, w);
+        if (w->group != NULL && w->group->cbs->output_cb != NULL) /* progress: goodput, hangs */
+            w->group->cbs->output_cb(w->group, w, i);
         /* the console or the log file holds its budget: the worker waits in its own write()
          * until they drain (resume_reading), never the agent */
         if (agent_output_feed(&w->out[i], buf->base, (size_t)nread))

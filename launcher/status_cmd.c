@@ -310,6 +310,23 @@ static int print_debug(json_t *root)
     return 0;
 }
 
+/* Where the job's time went (docs/FAULT_TOLERANCE.md "Goodput"), as the node of group rank 0
+ * last reported it: one line of seconds per phase, then the ratio. */
+static void print_goodput(json_t *job)
+{
+    static const char *const phases[] = {"rendezvous", "preflight", "startup",
+                                         "training",   "stopping",  "restart_wait"};
+    json_t *g = json_object_get(job, "goodput"), *secs = json_object_get(g, "seconds");
+
+    if (!json_is_object(g))
+        return;
+    printf("  goodput %.3f (wall %.1f s, as %s reported in round %ld):", mc_json_num(g, "ratio", 0),
+           mc_json_num(g, "wall_s", 0), str(g, "host"), num(g, "round"));
+    for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
+        printf(" %s %.1f s%s", phases[i], mc_json_num(secs, phases[i], 0), ",");
+    printf(" lost %.1f s\n", mc_json_num(g, "lost_s", 0));
+}
+
 static int print_answer(const struct status_cmd *c)
 {
     json_error_t jerr;
@@ -341,6 +358,7 @@ static int print_answer(const struct status_cmd *c)
             printf("  last root cause (round %ld): %s\n",
                    num(json_object_get(job, "evidence"), "round"),
                    str(json_object_get(job, "evidence"), "root_cause"));
+        print_goodput(job);
     }
     json_decref(root);
     return 0;
@@ -368,7 +386,8 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
             fputs("usage: muster status --rdzv-endpoint HOST:PORT [--rdzv-id ID] [--json]\n"
                   "                     [--token-file FILE | --tls-cert F --tls-key F --tls-ca F]\n"
                   "Prints the server's jobs: state, round, restarts, each node's group rank,\n"
-                  "host, address, ranks and last heartbeat, and the checkpoints of the job.\n"
+                  "host, address, ranks and last heartbeat, the checkpoints of the job and\n"
+                  "where its time went (goodput).\n"
                   "The connection is TLS keyed by the token (--token-file or MUSTER_TOKEN) or\n"
                   "by certificates.\n",
                   stdout);

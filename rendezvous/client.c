@@ -664,6 +664,15 @@ int rdzv_client_report_preflight(struct rdzv_client *c, const struct rdzv_prefli
     return rdzv_conn_send(&c->conn, &c->out);
 }
 
+int rdzv_client_report_goodput(struct rdzv_client *c, const struct rdzv_goodput *g)
+{
+    if (c->closing || c->state != CLIENT_READY || c->away)
+        return UV_ENOTCONN; /* display only: the next one carries the same totals and more */
+    c->out.type = RDZV_MSG_GOODPUT;
+    c->out.u.goodput = *g;
+    return rdzv_conn_send(&c->conn, &c->out);
+}
+
 int rdzv_client_send_repl(struct rdzv_client *c, const struct rdzv_msg *m)
 {
     if (m->type != RDZV_MSG_REPL_BEGIN && m->type != RDZV_MSG_REPL_DATA &&

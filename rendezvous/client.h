@@ -125,6 +125,11 @@ int rdzv_client_report_done(struct rdzv_client *c, uint32_t round);
  * FAILED/DONE reports. The server refuses CKPT (ERROR PROTOCOL) before this agent's JOIN. */
 int rdzv_client_report_ckpt(struct rdzv_client *c, const struct rdzv_ckpt *ck);
 
+/* Reports where this agent's time went (GOODPUT: cumulative, so one lost on a broken
+ * connection is made good by the next). 0, UV_ENOTCONN while not connected, or the send's
+ * error. No reply. */
+int rdzv_client_report_goodput(struct rdzv_client *c, const struct rdzv_goodput *g);
+
 /* Reports this node's pre-flight results (PREFLIGHT; the agent sends one when its
  * pre-flight node process has ended). Borrows pf. No reply. For STATUS and /metrics only, so
  * never queued: UV_ENOTCONN while the connection is away (the results are then not shown),

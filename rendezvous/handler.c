@@ -370,3 +370,36 @@ void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf)
                          RDZV_PFREC_MAX);
     /* -ENOMEM: the record only feeds STATUS, the job runs on without it */
 }
+
+/* GOODPUT: display only, like PREFLIGHT. The job's figures are those of the node holding group
+ * rank 0 in the running round, and of the same connection while a new round fills (its last
+ * GOODPUT of an attempt comes after the round it ran in ended). Another member's is ignored
+ * without a word: every node sends its own, and only one is shown. A figure that cannot be true
+ * (gprec.h rdzv_goodput_check) is refused and counted, and the connection closed like any other
+ * malformed message: an honest agent never sends one. */
+void rdzv__handle_goodput(struct peer *p, const struct rdzv_goodput *g)
+{
+    struct sjob *sj = p->job;
+    const char *bad;
+    int me;
+
+    if (sj == NULL) {
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "GOODPUT before JOIN");
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "GOODPUT before JOIN: no job to record it for");
+        return;
+    }
+    if ((bad = rdzv_goodput_check(g)) != NULL) {
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "GOODPUT refused: %s", bad);
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "GOODPUT refused: %s", bad);
+        return;
+    }
+    me = rdzv_job_find(sj->job, p);
+    if (me >= 0 && sj->job->state == RDZV_JOB_RUNNING && sj->job->members[me].group_rank == 0) {
+        sj->gp_peer = p;
+        snprintf(sj->gp_host, sizeof(sj->gp_host), "%s", sj->job->members[me].host);
+    } else if (p != sj->gp_peer) {
+        return; /* not the node of group rank 0 */
+    }
+    sj->gp = *g;
+    sj->have_gp = 1;
+}

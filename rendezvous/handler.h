@@ -15,6 +15,7 @@ void rdzv__handle_heartbeat(struct peer *p, const struct rdzv_heartbeat *hb);
 void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj);
 void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck);
 void rdzv__handle_preflight(struct peer *p, const struct rdzv_preflight *pf);
+void rdzv__handle_goodput(struct peer *p, const struct rdzv_goodput *g);
 
 /* handler_repl.c: checkpoint replicas relayed between agents of one job */
 void rdzv__handle_repl_begin(struct peer *p, const struct rdzv_repl_begin *b);

@@ -314,6 +314,25 @@ static void preflight_families(FILE *f, struct rdzv_server *srv)
     }
 }
 
+/* Where each job's time went, as its node of group rank 0 last reported it (GOODPUT). */
+static void goodput_families(FILE *f, struct rdzv_server *srv)
+{
+    fputs("# HELP muster_job_seconds Seconds of the job per phase (rendezvous, preflight, "
+          "startup, training, stopping, restart_wait; lost: the part of training redone after "
+          "restarts; wall: their sum), as the node of group rank 0 last reported them.\n"
+          "# TYPE muster_job_seconds gauge\n",
+          f);
+    for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next)
+        if (sj->have_gp)
+            rdzv_goodput_metrics(f, sj->job->id, &sj->gp, 0);
+    fputs("# HELP muster_job_goodput_ratio (training - lost) / wall of the job.\n"
+          "# TYPE muster_job_goodput_ratio gauge\n",
+          f);
+    for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next)
+        if (sj->have_gp)
+            rdzv_goodput_metrics(f, sj->job->id, &sj->gp, 1);
+}
+
 static char *metrics_text(struct rdzv_server *srv, size_t *len)
 {
     const struct rdzv_server_stats *st = &srv->stats;
@@ -371,6 +390,7 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
            "Refusals not logged because their address was logged already.",
            (double)srv->stats.log_suppressed);
     preflight_families(f, srv);
+    goodput_families(f, srv);
     return fclose(f) == 0 ? text : (free(text), NULL);
 }
 

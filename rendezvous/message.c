@@ -39,6 +39,7 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_REPL_BEGIN] = "REPL_BEGIN",
     [RDZV_MSG_REPL_DATA] = "REPL_DATA",
     [RDZV_MSG_REPL_ACK] = "REPL_ACK",
+    [RDZV_MSG_GOODPUT] = "GOODPUT",
     [RDZV_MSG_COLLECT] = "COLLECT",
     [RDZV_MSG_EVIDENCE] = "EVIDENCE",
     [RDZV_MSG_DEBUG_REQ] = "DEBUG_REQ",
@@ -491,6 +492,16 @@ static void io_repl_ack(struct io *c, struct rdzv_repl_ack *a)
         c->r->err = -EPROTO;
 }
 
+static void io_goodput(struct io *c, struct rdzv_goodput *g)
+{
+    IO_U32(c, g->round);
+    IO_U32(c, g->restarts);
+    IO_U64(c, g->wall_ms);
+    for (int i = 0; i < RDZV_GP_NPHASES; i++)
+        IO_U64(c, g->phase_ms[i]);
+    IO_U64(c, g->lost_ms);
+}
+
 /* Text longer than RDZV_TEXT_MAX (stacks): must be valid UTF-8 when sent; made so when read. */
 static void io_long_text(struct io *c, char *s, size_t max)
 {
@@ -750,6 +761,9 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
     case RDZV_MSG_REPL_ACK:
         io_repl_ack(c, &m->u.repl_ack);
         return 1;
+    case RDZV_MSG_GOODPUT:
+        io_goodput(c, &m->u.goodput);
+        return 1;
     case RDZV_MSG_COLLECT:
         IO_U32(c, m->u.collect.round);
         IO_U32(c, m->u.collect.req);
@@ -916,6 +930,8 @@ size_t rdzv_msg_body_size(unsigned type)
         return sizeof(m->u.repl_data);
     case RDZV_MSG_REPL_ACK:
         return sizeof(m->u.repl_ack);
+    case RDZV_MSG_GOODPUT:
+        return sizeof(m->u.goodput);
     case RDZV_MSG_COLLECT:
         return sizeof(m->u.collect);
     case RDZV_MSG_EVIDENCE:

@@ -54,6 +54,9 @@ enum rdzv_msg_type {
     RDZV_MSG_REPL_BEGIN = 26, /* agent->S->agent a copy of a checkpoint starts: name, size, sum */
     RDZV_MSG_REPL_DATA = 27,  /* agent->S->agent the next chunk of a copy */
     RDZV_MSG_REPL_ACK = 28,   /* agent->S->agent bytes received, copy verified, or aborted */
+    /* --- where the job's time went ------------------------------------------------ */
+    RDZV_MSG_GOODPUT =
+        29, /* agent->S cumulative ms per phase (docs/FAULT_TOLERANCE.md); no reply */
     /* evidence of a failure or a hang (agent/evidence.h, rendezvous/verdict.h) */
     RDZV_MSG_COLLECT = 30,   /* S->agent collect your ranks' evidence (the workers go on) */
     RDZV_MSG_EVIDENCE = 31,  /* agent->S one rank's evidence; no reply */
@@ -301,6 +304,30 @@ struct rdzv_ckpt {
     char holder[RDZV_HOST_MAX + 1];
 };
 
+/* GOODPUT: where this agent's time went since it started, cumulative, in ms of its monotonic
+ * clock (agent/goodput.h defines each phase). Sent at the phase changes that matter (a round's
+ * workers start, the first progress of an attempt, an attempt's end, the agent's end): a few
+ * per round. The server keeps the last one of the node holding group rank 0 for STATUS and
+ * /metrics; it is display only and decides nothing. */
+enum rdzv_goodput_phase {
+    RDZV_GP_RENDEZVOUS,   /* JOIN sent -> ASSIGN, less the restart backoff */
+    RDZV_GP_PREFLIGHT,    /* the pre-flight node process */
+    RDZV_GP_STARTUP,      /* workers spawned -> the attempt's first progress */
+    RDZV_GP_TRAINING,     /* first progress -> the attempt's end */
+    RDZV_GP_STOPPING,     /* failure, RESTART or done -> every worker gone (and the verdict) */
+    RDZV_GP_RESTART_WAIT, /* the server's --restart-backoff hold after the workers are gone */
+    RDZV_GP_NPHASES
+};
+/* The most any figure may say (ten years): a bigger one is a lie, refused by the server. */
+#define RDZV_GP_MAX_MS (10ull * 366 * 24 * 3600 * 1000)
+struct rdzv_goodput {
+    uint32_t round;    /* the round the agent was in */
+    uint32_t restarts; /* restarts the agent went through */
+    uint64_t wall_ms;  /* since the agent started: the sum of the phases */
+    uint64_t phase_ms[RDZV_GP_NPHASES];
+    uint64_t lost_ms; /* the part of training_ms redone after restarts (<= training_ms) */
+};
+
 /* Checkpoint replicas. The agent of group rank 0 copies a checkpoint it recorded to
  * other nodes' agents through the server: REPL_BEGIN, then REPL_DATA chunks in order; the
  * receiver answers REPL_ACK with the bytes it holds. The sender keeps at most
@@ -424,6 +451,7 @@ struct rdzv_msg {
         struct rdzv_repl_begin repl_begin;
         struct rdzv_repl_data repl_data;
         struct rdzv_repl_ack repl_ack;
+        struct rdzv_goodput goodput;
         struct rdzv_collect collect;
         struct rdzv_evidence evidence;
         struct rdzv_debug_req debug_req;

@@ -84,6 +84,7 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_REPL_DATA:
     case RDZV_MSG_REPL_ACK:
     case RDZV_MSG_EVIDENCE:
+    case RDZV_MSG_GOODPUT: /* a worker credential must not rewrite its job's figures */
         return role == RDZV_ROLE_AGENT;
     case RDZV_MSG_DEBUG_REQ:
         return role == RDZV_ROLE_OBSERVER;
@@ -174,6 +175,9 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_REPL_ACK:
         rdzv__handle_repl_ack(p, &m->u.repl_ack);
+        break;
+    case RDZV_MSG_GOODPUT:
+        rdzv__handle_goodput(p, &m->u.goodput);
         break;
     case RDZV_MSG_ATTACH:
         rdzv__handle_attach(p, &m->u.attach);

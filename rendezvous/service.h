@@ -14,6 +14,7 @@
 
 #include "ckptlog.h"
 #include "pfrec.h"
+#include "gprec.h"
 #include "clock.h"
 #include "conn.h"
 #include "cred.h"
@@ -83,7 +84,12 @@ struct sjob {
     struct rdzv_kv_store *kv;
     struct rdzv_ckptlog *ckpts; /* CKPT records for STATUS; NULL until the first CKPT */
     struct rdzv_pfrec pfrec;    /* PREFLIGHT results per node, for STATUS and /metrics */
-    uv_timer_t timer;           /* timer.data = this sjob; earliest of job and KV deadlines */
+    /* the last GOODPUT of the node holding group rank 0 (gprec.h), valid when have_gp */
+    struct rdzv_goodput gp;
+    char gp_host[RDZV_HOST_MAX + 1]; /* that node, as it joined */
+    const void *gp_peer;             /* its connection: compared, never dereferenced */
+    int have_gp;
+    uv_timer_t timer; /* timer.data = this sjob; earliest of job and KV deadlines */
     struct sjob *prev, *next;
     unsigned npeers;   /* agent connections with peer->job == this */
     unsigned nworkers; /* worker connections with peer->kvjob == this (job_workers_* limit) */

@@ -143,6 +143,10 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
         json_object_set_new(o, "node_failures", failures_json(job));
         json_object_set_new(o, "preflight", rdzv_pfrec_json(&sj->pfrec));
     }
+    /* where the job's time went, as the node of group rank 0 last reported it (gprec.h) */
+    if (o != NULL)
+        json_object_set_new(o, "goodput",
+                            sj->have_gp ? rdzv_goodput_json(&sj->gp, sj->gp_host) : json_null());
     if (o != NULL) {
         json_object_set_new(o, "exclude_after", json_integer(job->exclude_after));
         json_object_set_new(o, "excluded", json_integer((json_int_t)count_excluded(job)));

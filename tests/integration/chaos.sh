@@ -403,9 +403,27 @@ chaos_main() {
     [ "$CH_PARAMS" = "$ref" ] && same=yes
     chlog "faults by kind:$kinds"
     echo "chaos: seed=$CHAOS_SEED faults=$CH_INJECTED/$CHAOS_FAULTS$kinds wall_s=$(ch_fmt_ms "$CH_WALL_MS") ref_wall_s=$(ch_fmt_ms "$ref_ms") lost_per_fault_s=$(ch_fmt_ms "$lost_ms") params=$CH_PARAMS ref_params=$ref identical=$same restarts=$(ch_all_err | grep -o 'restarting workers (restart [0-9]*' | sed 's/.* //' | sort -n | tail -1)"
+    ch_goodput
     [ "$same" = yes ] || ch_fail "final params $CH_PARAMS differ from the reference's $ref"
     ch_check_ckpts
     chlog "all $CH_NRECORDED recorded checkpoints present and registered"
+}
+
+# One line per host of the last generation's goodput table (docs/FAULT_TOLERANCE.md "Goodput";
+# an agent killed by a fault starts its count afresh, so it covers that agent's life only).
+ch_goodput() {
+    local k f line
+    for k in 1 2 3; do
+        f=$T/$CH_PHASE-a$k.${CH_GEN[$k]}.err
+        [ -f "$f" ] || continue
+        line=$(awk '/^muster: goodput: where/ { on = 1; out = "" }
+            on && /^muster:   [a-z_ ]+ +[0-9.]+ s/ {
+                n = $0; sub(/^muster:   /, "", n); v = n; sub(/ +[0-9.]+ s.*/, "", n)
+                sub(/^[a-z_ ]+ +/, "", v); sub(/ s.*/, "", v); gsub(/ /, "_", n)
+                out = out " " n "_s=" v }
+            on && /goodput ratio/ { print "ratio=" $4 out; on = 0 }' "$f" | tail -1)
+        echo "chaos: goodput host $k (agent generation ${CH_GEN[$k]}): ${line:-no table}"
+    done
 }
 
 declare -A CH_APID=()

@@ -21,6 +21,10 @@
  *                                    for that round: a teammate charging a failure to a victim
  *   status JOB|-                     observer: HELLO + STATUS_REQ (- = every job)
  *   workerstatus JOB                 worker: HELLO + ATTACH JOB + STATUS_REQ of its job
+ *   workergoodput JOB                worker: HELLO + ATTACH JOB + GOODPUT (agents' only)
+ *   goodput JOB NNODES WALL TRAIN LOST  agent: JOIN JOB, then GOODPUT of WALL ms (TRAIN of it
+ *                                    training, the rest rendezvous) and LOST ms lost; prints
+ *                                    the ERROR it drew, or "SENT GOODPUT" after 1.5 s of silence
  * MUSTER_POKE_HOLD=S keeps the connection open (silent) S seconds after the answer: a client
  * that holds a job slot or a connection (its JOINs ask for no heartbeat deadline).
  * MUSTER_POKE_FROM=IP binds the connection's source address first (another "machine" on
@@ -30,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "cred.h"
@@ -163,6 +169,26 @@ static int join_fail(const char *job, const char *nnodes, const char *host, cons
     return 0;
 }
 
+/* GOODPUT with these figures (ms), then the server's answer if one comes within 1.5 s. */
+static int send_goodput(unsigned long long wall, unsigned long long train, unsigned long long lost)
+{
+    struct timeval tv = {.tv_sec = 1, .tv_usec = 500000};
+
+    rdzv_msg_init(&msg, RDZV_MSG_GOODPUT);
+    msg.u.goodput.wall_ms = wall;
+    msg.u.goodput.phase_ms[RDZV_GP_TRAINING] = train;
+    msg.u.goodput.phase_ms[RDZV_GP_RENDEZVOUS] = wall - train;
+    msg.u.goodput.lost_ms = lost;
+    if (put(&msg) < 0)
+        return fail("send");
+    setsockopt(peer.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (get() == 0)
+        if (msg.type == RDZV_MSG_ERROR)
+            return answer_was(msg.type);
+    printf("SENT GOODPUT\n");
+    return 0;
+}
+
 /* Long (~70 lines): one short case per hostile action the tests ask for, as one table a
  * reader can scan; each case is a few lines. */
 static int act(int argc, char **argv)
@@ -196,6 +222,29 @@ static int act(int argc, char **argv)
             return fail("ATTACH refused");
         rdzv_msg_init(&msg, RDZV_MSG_STATUS_REQ);
         return put(&msg) < 0 ? fail("send") : answer();
+    }
+    if (strcmp(a, "workergoodput") == 0 && argc == 4) {
+        if ((rc = hello(RDZV_ROLE_WORKER)) != 0)
+            return rc;
+        rdzv_msg_init(&msg, RDZV_MSG_ATTACH);
+        snprintf(msg.u.attach.job_id, sizeof(msg.u.attach.job_id), "%s", argv[3]);
+        if (put(&msg) < 0 || get() < 0 || msg.type != RDZV_MSG_ATTACH_OK)
+            return fail("ATTACH refused");
+        return send_goodput(2000, 1000, 0);
+    }
+    if (strcmp(a, "goodput") == 0 && argc == 8) {
+        if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
+            return rc;
+        msg = (struct rdzv_msg){.type = RDZV_MSG_JOIN};
+        fill_join(&msg.u.join, argv[3], (unsigned)atoi(argv[4]));
+        if (put(&msg) < 0)
+            return fail("send");
+        if (get() < 0)
+            return fail("connection closed after JOIN");
+        if (msg.type == RDZV_MSG_ERROR)
+            return answer_was(msg.type);
+        return send_goodput(strtoull(argv[5], NULL, 10), strtoull(argv[6], NULL, 10),
+                            strtoull(argv[7], NULL, 10));
     }
     if (strcmp(a, "status") == 0 && argc == 4) {
         if ((rc = hello(RDZV_ROLE_OBSERVER)) != 0)
@@ -259,7 +308,7 @@ static int act(int argc, char **argv)
         return put(&msg) < 0 ? fail("send") : answer();
     }
     return fail("usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|joinfail|"
-                "badhost|status|workerstatus ...");
+                "badhost|status|workerstatus|workergoodput|goodput ...");
 }
 
 int main(int argc, char **argv)

@@ -180,6 +180,15 @@ static void example3(uint8_t type, struct rdzv_msg *m)
             (struct rdzv_repl_ack){.xfer = 7, .offset = 123456, .status = RDZV_REPL_ABORT};
         strcpy(m->u.repl_ack.text, "checksum mismatch");
         break;
+    case RDZV_MSG_GOODPUT:
+        m->u.goodput = (struct rdzv_goodput){
+            .round = 3,
+            .restarts = 2,
+            .wall_ms = 21000,
+            .phase_ms = {1000, 2000, 3000, 12000, 2500, 500},
+            .lost_ms = 4000,
+        };
+        break;
     case RDZV_MSG_COLLECT:
         m->u.collect = (struct rdzv_collect){.round = 2, .req = 9, .timeout_ms = 5000};
         strcpy(m->u.collect.why, "rank 3 on node2: hung");

@@ -782,6 +782,74 @@ static void test_ckpt_status(void **state)
     json_decref(doc);
 }
 
+/* --- GOODPUT --------------------------------------------------------------------------------- */
+static void goodput(struct raw *r, uint64_t train_ms, uint64_t lost_ms)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_GOODPUT);
+
+    m->u.goodput.round = 0;
+    m->u.goodput.phase_ms[RDZV_GP_RENDEZVOUS] = 100;
+    m->u.goodput.phase_ms[RDZV_GP_TRAINING] = train_ms;
+    m->u.goodput.wall_ms = 100 + train_ms;
+    m->u.goodput.lost_ms = lost_ms;
+    send_msg(r, m);
+}
+
+static void goodput_plausible(struct raw *r)
+{
+    goodput(r, 999000, 0);
+}
+
+static int gp_refused(struct fixture *fx)
+{
+    (void)fx;
+    return N(2, STATUS) == 1 && N(3, ERROR) == 1 && N(4, ERROR) == 1 && R(3)->closed &&
+           R(4)->closed;
+}
+
+/* The job shows the GOODPUT of the node holding group rank 0; the other member's is dropped
+ * without a word, a worker's and a not-joined agent's are refused, and so is a lie from rank 0
+ * itself (more lost than trained: ERROR PROTOCOL, closed), which changes nothing kept. */
+static void test_goodput_status(void **state)
+{
+    struct fixture *fx = *state;
+    json_t *doc, *g;
+    json_error_t jerr;
+    char host[16];
+    int r0, other;
+
+    agent(fx, 0, "gp", 2, 2);
+    agent(fx, 1, "gp", 2, 2);
+    run_until(fx, both_assigned);
+    r0 = R(0)->assign.group_rank == 0 ? 0 : 1;
+    other = 1 - r0;
+    goodput(R(r0), 2500, 500);
+    goodput_plausible(R(other));
+    handled(fx, r0);
+    handled(fx, other);
+    refused_senders(fx, "gp", goodput_plausible);
+    run_until(fx, gp_refused);
+    assert_non_null(strstr(R(3)->error.text, "GOODPUT"));
+    assert_non_null(strstr(R(4)->error.text, "before JOIN"));
+    assert_false(R(other)->closed);
+    doc = json_loads(R(2)->status_json, 0, &jerr);
+    assert_non_null(doc);
+    g = json_object_get(json_array_get(json_object_get(doc, "jobs"), 0), "goodput");
+    snprintf(host, sizeof(host), "host%d", r0);
+    assert_string_equal(json_string_value(json_object_get(g, "host")), host);
+    assert_true(json_real_value(json_object_get(json_object_get(g, "seconds"), "training")) == 2.5);
+    assert_true(json_real_value(json_object_get(g, "lost_s")) == 0.5);
+    assert_true(json_real_value(json_object_get(g, "wall_s")) == 2.6);
+    assert_true(json_real_value(json_object_get(g, "ratio")) > 0.769 &&
+                json_real_value(json_object_get(g, "ratio")) < 0.77);
+    json_decref(doc);
+
+    goodput(R(r0), 1000, 1001);
+    HARNESS_RUN_UNTIL(&fx->h, R(r0)->closed);
+    assert_int_equal(R(r0)->error.code, RDZV_ERR_PROTOCOL);
+    assert_string_equal(R(r0)->error.text, "GOODPUT refused: lost_ms over training_ms");
+}
+
 /* --- PREFLIGHT -------------------------------------------------------------------------------- */
 static void preflight(struct raw *r, const char *uuid0, uint32_t index1)
 {
@@ -1217,6 +1285,7 @@ int main(void)
         T(test_kv),
         T(test_status),
         T(test_ckpt_status),
+        T(test_goodput_status),
         T(test_preflight_status),
         T(test_preflight_duplicate_gpu),
         cmocka_unit_test(test_preflight_metrics),

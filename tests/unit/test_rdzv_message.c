@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "gprec.h"
 #include "message.h"
 #include "msgfix.h"
 
@@ -132,6 +133,46 @@ static void test_utf8(void **state)
     assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
     assert_false(rdzv_ckpt_name_ok("step-\xff.pt"));
     assert_true(rdzv_ckpt_name_ok("step-\xc3\xa9.pt"));
+}
+
+/* GOODPUT: a fixed layout (round, restarts, wall, the six phases, lost: 72 bytes), and the
+ * server's check of what a lying agent may send (rendezvous/gprec.h). */
+static void test_goodput(void **state)
+{
+    static struct rdzv_msg in, out;
+    struct rdzv_goodput g;
+    size_t len;
+
+    (void)state;
+    msgfix_example(RDZV_MSG_GOODPUT, &in);
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len, RDZV_HEADER_SIZE + 72);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_GOODPUT, buf + RDZV_HEADER_SIZE, 72, &out), 0);
+    assert_int_equal(out.u.goodput.phase_ms[RDZV_GP_TRAINING], 12000);
+    assert_int_equal(out.u.goodput.lost_ms, 4000);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_GOODPUT, buf + RDZV_HEADER_SIZE, 71, &out), -EPROTO);
+    assert_string_equal(rdzv_msg_name(RDZV_MSG_GOODPUT), "GOODPUT");
+    assert_int_equal(RDZV_MSG_GOODPUT, 29); /* append-only: the number is on the wire */
+
+    g = in.u.goodput;
+    assert_null(rdzv_goodput_check(&g));
+    assert_true(rdzv_goodput_ratio(&g) > 0.38 && rdzv_goodput_ratio(&g) < 0.39); /* 8/21 */
+    g.lost_ms = 12001; /* more lost than trained */
+    assert_string_equal(rdzv_goodput_check(&g), "lost_ms over training_ms");
+    g = in.u.goodput;
+    g.wall_ms = 1; /* phases that do not add up */
+    assert_string_equal(rdzv_goodput_check(&g), "wall_ms is not the sum of the phases");
+    g = in.u.goodput;
+    /* phases that wrap the sum around to wall_ms: each is bounded first */
+    g.phase_ms[0] = UINT64_MAX - 19999;
+    g.phase_ms[1] = 20000 + 1000;
+    assert_string_equal(rdzv_goodput_check(&g), "a figure over ten years");
+    g = in.u.goodput;
+    g.wall_ms = g.lost_ms = UINT64_MAX;
+    assert_string_equal(rdzv_goodput_check(&g), "a figure over ten years");
+    memset(&g, 0, sizeof(g)); /* nothing yet: valid, ratio 0 */
+    assert_null(rdzv_goodput_check(&g));
+    assert_true(rdzv_goodput_ratio(&g) == 0);
 }
 
 static void test_roundtrip_all(void **state)
@@ -543,19 +584,13 @@ static void test_ckpt_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_all),
-        cmocka_unit_test(test_header_bytes),
-        cmocka_unit_test(test_header_rejects),
-        cmocka_unit_test(test_unknown_type),
-        cmocka_unit_test(test_truncated_and_trailing),
-        cmocka_unit_test(test_optional_tails),
-        cmocka_unit_test(test_join_flags_tail),
-        cmocka_unit_test(test_small_buffer),
-        cmocka_unit_test(test_overlong_strings),
-        cmocka_unit_test(test_blob_limits),
-        cmocka_unit_test(test_ckpt_names),
-        cmocka_unit_test(test_preflight_limits),
-        cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_roundtrip_all),    cmocka_unit_test(test_goodput),
+        cmocka_unit_test(test_header_bytes),     cmocka_unit_test(test_header_rejects),
+        cmocka_unit_test(test_unknown_type),     cmocka_unit_test(test_truncated_and_trailing),
+        cmocka_unit_test(test_optional_tails),   cmocka_unit_test(test_join_flags_tail),
+        cmocka_unit_test(test_small_buffer),     cmocka_unit_test(test_overlong_strings),
+        cmocka_unit_test(test_blob_limits),      cmocka_unit_test(test_ckpt_names),
+        cmocka_unit_test(test_preflight_limits), cmocka_unit_test(test_utf8),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
