@@ -25,6 +25,10 @@
  *   goodput JOB NNODES WALL TRAIN LOST  agent: JOIN JOB, then GOODPUT of WALL ms (TRAIN of it
  *                                    training, the rest rendezvous) and LOST ms lost; prints
  *                                    the ERROR it drew, or "SENT GOODPUT" after 1.5 s of silence
+ *   evidencelie JOB NNODES VICTIM    agent: JOIN JOB (1:NNODES), wait for ASSIGN, then EVIDENCE claiming
+ *                                    rank VICTIM (another node's) sleeps in liar.py, its own
+ *                                    rank's in all_reduce, and FAILED asking for evidence;
+ *                                    prints "SENT EVIDENCE" (the server must drop the lie)
  * MUSTER_POKE_HOLD=S keeps the connection open (silent) S seconds after the answer: a client
  * that holds a job slot or a connection (its JOINs ask for no heartbeat deadline).
  * MUSTER_POKE_FROM=IP binds the connection's source address first (another "machine" on
@@ -189,6 +193,53 @@ static int send_goodput(unsigned long long wall, unsigned long long train, unsig
     return 0;
 }
 
+/* A node that lies about another node's rank in its evidence, then fails asking for a
+ * verdict: the culprit must not be the victim it named. */
+static int evidence_lie(const char *job, unsigned nnodes, int victim)
+{
+    uint32_t round, rank;
+
+    msg = (struct rdzv_msg){.type = RDZV_MSG_JOIN};
+    fill_join(&msg.u.join, job, nnodes);
+    msg.u.join.min_nodes = 1; /* an elastic job: 1:NNODES */
+    if (put(&msg) < 0)
+        return fail("send");
+    do
+        if (get() < 0)
+            return fail("connection closed before ASSIGN");
+    while (msg.type == RDZV_MSG_WAITING);
+    if (msg.type != RDZV_MSG_ASSIGN)
+        return answer_was(msg.type);
+    round = msg.u.assign.round;
+    rank = msg.u.assign.rank_offset;
+    sleep(1); /* the other node's workers start */
+    for (int k = 0; k < 2; k++) {
+        rdzv_msg_init(&msg, RDZV_MSG_EVIDENCE);
+        struct rdzv_evidence *e = &msg.u.evidence;
+        e->round = round;
+        e->timeout_ms = 1000;
+        e->rank = k == 0 ? victim : (int32_t)rank;
+        e->flags = RDZV_EV_ALIVE | RDZV_EV_HOOKED;
+        e->fr_enqueued = e->fr_started = e->fr_completed = -1;
+        snprintf(e->op, sizeof(e->op), "%s", k == 0 ? "" : "all_reduce");
+        snprintf(e->where, sizeof(e->where), "%s", k == 0 ? "liar.py:1 in lie" : "t.py:2 in step");
+        snprintf(e->frames, sizeof(e->frames), "%s\n", e->where);
+        if (put(&msg) < 0)
+            return fail("send");
+    }
+    msg = (struct rdzv_msg){.type = RDZV_MSG_FAILED};
+    msg.u.failed.round = round;
+    msg.u.failed.rank = (int32_t)rank;
+    msg.u.failed.exit_code = -1;
+    msg.u.failed.flags = RDZV_FAILURE_EVIDENCE;
+    snprintf(msg.u.failed.text, sizeof(msg.u.failed.text), "hung: made up");
+    if (put(&msg) < 0)
+        return fail("send");
+    sleep(1);
+    printf("SENT EVIDENCE\n");
+    return 0;
+}
+
 /* Long (~70 lines): one short case per hostile action the tests ask for, as one table a
  * reader can scan; each case is a few lines. */
 static int act(int argc, char **argv)
@@ -245,6 +296,11 @@ static int act(int argc, char **argv)
             return answer_was(msg.type);
         return send_goodput(strtoull(argv[5], NULL, 10), strtoull(argv[6], NULL, 10),
                             strtoull(argv[7], NULL, 10));
+    }
+    if (strcmp(a, "evidencelie") == 0 && argc == 6) {
+        if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
+            return rc;
+        return evidence_lie(argv[3], (unsigned)atoi(argv[4]), atoi(argv[5]));
     }
     if (strcmp(a, "status") == 0 && argc == 4) {
         if ((rc = hello(RDZV_ROLE_OBSERVER)) != 0)
@@ -308,7 +364,7 @@ static int act(int argc, char **argv)
         return put(&msg) < 0 ? fail("send") : answer();
     }
     return fail("usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|joinfail|"
-                "badhost|status|workerstatus|workergoodput|goodput ...");
+                "badhost|status|workerstatus|workergoodput|goodput|evidencelie ...");
 }
 
 int main(int argc, char **argv)
