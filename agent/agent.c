@@ -262,12 +262,14 @@ static void start_preflight(struct agent *a)
 static void log_local_failure(const struct agent *a)
 {
     const struct rdzv_failure *f = &a->local_failure;
-    char how[RDZV_TEXT_MAX + 64];
+    char how[RDZV_TEXT_MAX + 64], sig[MC_ESCAPE_SIZE(RDZV_SIG_MAX)];
 
     agent_failure_describe(f, how, sizeof(how));
+    mc_escape(f->sig, sig, sizeof(sig)); /* from the worker's own output */
     if (a->local_failure_pid > 0)
-        mc_info("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers", f->rank,
-                f->local_rank, a->local_failure_pid, how);
+        mc_info("worker rank %d (local_rank %d, pid %d) %s [%s: %s]; stopping the other workers",
+                f->rank, f->local_rank, a->local_failure_pid, how,
+                rdzv_sig_class_name(f->sig_class), sig);
     else
         mc_info("worker rank %d (local_rank %d) could not start: %s; stopping the other workers",
                 f->rank, f->local_rank, f->text);
