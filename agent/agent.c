@@ -262,14 +262,21 @@ static void start_preflight(struct agent *a)
 static void log_local_failure(const struct agent *a)
 {
     const struct rdzv_failure *f = &a->local_failure;
-    char how[RDZV_TEXT_MAX + 64], sig[MC_ESCAPE_SIZE(RDZV_SIG_MAX)];
+    char how[RDZV_TEXT_MAX + 64], sig[MC_ESCAPE_SIZE(RDZV_SIG_MAX) + 32];
 
     agent_failure_describe(f, how, sizeof(how));
-    mc_escape(f->sig, sig, sizeof(sig)); /* from the worker's own output */
+    /* the signature where it says more than `how` (a signal's, a hang's, a bare code's does
+     * not); escaped: it comes from the worker's own output */
+    sig[0] = '\0';
+    if (f->sig_class == RDZV_SIG_SCRIPT || f->sig_class == RDZV_SIG_OOM ||
+        f->sig_class == RDZV_SIG_NETWORK) {
+        size_t n = (size_t)snprintf(sig, sizeof(sig), " [%s: ", rdzv_sig_class_name(f->sig_class));
+        mc_escape(f->sig, sig + n, sizeof(sig) - n - 1);
+        strcat(sig, "]");
+    }
     if (a->local_failure_pid > 0)
-        mc_info("worker rank %d (local_rank %d, pid %d) %s [%s: %s]; stopping the other workers",
-                f->rank, f->local_rank, a->local_failure_pid, how,
-                rdzv_sig_class_name(f->sig_class), sig);
+        mc_info("worker rank %d (local_rank %d, pid %d) %s%s; stopping the other workers", f->rank,
+                f->local_rank, a->local_failure_pid, how, sig);
     else
         mc_info("worker rank %d (local_rank %d) could not start: %s; stopping the other workers",
                 f->rank, f->local_rank, f->text);
