@@ -93,10 +93,17 @@ void agent_failure_print_not_retryable(FILE *out, const struct rdzv_failure *f, 
     char sig[MC_ESCAPE_SIZE(sizeof(f->sig))];
 
     mc_escape(f->sig, sig, sizeof(sig)); /* a peer's text, through the server */
-    fprintf(out,
-            "muster: not retrying: the same failure (%s) ended %u attempts in a row with no newer "
-            "checkpoint (--max-same-failure %u); exit %d\n",
-            sig, k, k, MC_EXIT_NOT_RETRYABLE);
+    if (k == 1)
+        fprintf(out,
+                "muster: not retrying: the failure (%s) ends the job at its first attempt "
+                "(--max-same-failure 1); "
+                "exit %d\n",
+                sig, MC_EXIT_NOT_RETRYABLE);
+    else
+        fprintf(out,
+                "muster: not retrying: the same failure (%s) ended %u attempts in a row with no "
+                "newer checkpoint (--max-same-failure %u); exit %d\n",
+                sig, k, k, MC_EXIT_NOT_RETRYABLE);
     fflush(out);
 }
 
