@@ -95,9 +95,8 @@ void agent_failure_print_not_retryable(FILE *out, const struct rdzv_failure *f, 
     mc_escape(f->sig, sig, sizeof(sig)); /* a peer's text, through the server */
     if (k == 1)
         fprintf(out,
-                "muster: not retrying: the failure (%s) ends the job at its first attempt "
-                "(--max-same-failure 1); "
-                "exit %d\n",
+                "muster: not retrying: a failure like this (%s) ends the job "
+                "(--max-same-failure 1); exit %d\n",
                 sig, MC_EXIT_NOT_RETRYABLE);
     else
         fprintf(out,
