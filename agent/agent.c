@@ -98,6 +98,8 @@ static void print_job_failed(struct agent *a)
         return;
     agent_failure_print_summary(mem, a->o->run_id, a->job_failed.restarts, f,
                                 ours ? a->local_error_file : NULL);
+    if (f->flags & RDZV_FAILURE_NOT_RETRYABLE)
+        agent_failure_print_not_retryable(mem, f, a->o->restart.max_same_failure);
     if (agent_output_missing_module() != NULL) /* the wrong interpreter, most likely */
         fprintf(mem,
                 "muster:   hint       : the workers printed \"No module named '%s'\": %s does "
@@ -187,6 +189,10 @@ static void join(struct agent *a)
                           .exclude_after = o->restart.exclude_after,
                           .exclude_window_ms = o->restart.exclude_window_ms,
                           .flags = o->restart.spare ? RDZV_JOIN_SPARE : 0,
+                          /* the default is sent as nothing: older servers take that JOIN */
+                          .same_failure = o->restart.max_same_failure == RDZV_SAME_FAILURE_DEFAULT
+                                              ? 0
+                                              : o->restart.max_same_failure + 1,
                           .last_call_ms = r->last_call_ms,
                           .join_timeout_ms = r->join_timeout_ms,
                           .keep_alive_ms = r->keep_alive_ms,
@@ -308,12 +314,21 @@ static void note_no_health(const struct agent *a)
 static void log_local_failure(const struct agent *a)
 {
     const struct rdzv_failure *f = &a->local_failure;
-    char how[RDZV_TEXT_MAX + 64];
+    char how[RDZV_TEXT_MAX + 64], sig[MC_ESCAPE_SIZE(RDZV_SIG_MAX) + 32];
 
     agent_failure_describe(f, how, sizeof(how));
+    /* the signature where it says more than `how` (a signal's, a hang's, a bare code's does
+     * not); escaped: it comes from the worker's own output */
+    sig[0] = '\0';
+    if (f->sig_class == RDZV_SIG_SCRIPT || f->sig_class == RDZV_SIG_OOM ||
+        f->sig_class == RDZV_SIG_NETWORK) {
+        size_t n = (size_t)snprintf(sig, sizeof(sig), " [%s: ", rdzv_sig_class_name(f->sig_class));
+        mc_escape(f->sig, sig + n, sizeof(sig) - n - 1);
+        strcat(sig, "]");
+    }
     if (a->local_failure_pid > 0)
-        mc_info("worker rank %d (local_rank %d, pid %d) %s; stopping the other workers", f->rank,
-                f->local_rank, a->local_failure_pid, how);
+        mc_info("worker rank %d (local_rank %d, pid %d) %s%s; stopping the other workers", f->rank,
+                f->local_rank, a->local_failure_pid, how, sig);
     else
         mc_info("worker rank %d (local_rank %d) could not start: %s; stopping the other workers",
                 f->rank, f->local_rank, f->text);
@@ -336,6 +351,8 @@ static void report_signal(struct agent *a, int signum)
         return;
     snprintf(f.host, sizeof(f.host), "%s", a->host);
     snprintf(f.text, sizeof(f.text), "agent on %s stopped by SIG%s", a->host, sigabbrev_np(signum));
+    f.sig_class = RDZV_SIG_SIGNAL;
+    snprintf(f.sig, sizeof(f.sig), "agent stopped by SIG%s", sigabbrev_np(signum));
     rdzv_client_report_failure(a->client, &f, 1);
 }
 
@@ -609,6 +626,8 @@ static void on_hang(struct agent_hang *h, int local_rank, uint64_t silent_ms)
                  "hung: no progress (output, CPU time) on this node for %.1f s (--hang-timeout "
                  "%.1f s)",
                  silent_ms / 1000.0, a->o->ckpt.hang_timeout_ms / 1000.0);
+    f->sig_class = RDZV_SIG_HANG; /* our own SIGKILL: not the script's failure, not outside's */
+    snprintf(f->sig, sizeof(f->sig), "hang");
     a->local_failure_pid = w->pid;
     if (evidence_first(a, "a hang")) {
         a->ev_hung = local_rank + 1;
@@ -728,7 +747,7 @@ static void on_job_failed(struct rdzv_client *c, const struct rdzv_job_failed *f
     a->job_failed = *f;
     a->have_job_failed = 1;
     agent_goodput_failed(&a->gp);
-    fire(a, AGENT_EV_JOB_FAILED, agent_failure_exit_code(&f->cause));
+    fire(a, AGENT_EV_JOB_FAILED, agent_failure_job_exit_code(&f->cause));
 }
 
 static void on_rdzv_error(struct rdzv_client *c, int err, const char *text)

@@ -11,6 +11,7 @@
 #define AGENT_EXIT_RDZV MC_EXIT_RDZV
 #define AGENT_EXIT_PREFLIGHT MC_EXIT_PREFLIGHT
 #define AGENT_EXIT_NO_GPU MC_EXIT_NO_GPU
+#define AGENT_EXIT_NOT_RETRYABLE MC_EXIT_NOT_RETRYABLE
 #define AGENT_EXIT_INTERNAL MC_EXIT_INTERNAL
 #define AGENT_EXIT_REQUEUE MC_EXIT_REQUEUE
 
@@ -76,6 +77,10 @@ struct agent_restart_opts {
     /* --exclude-after N[:WINDOW], sent in JOIN: the server refuses a node that caused N
      * failures of the job within the window (ms; 0: one hour). 0: never */
     unsigned exclude_after, exclude_window_ms;
+    /* --max-same-failure K, sent in JOIN: the server ends the job (exit 6, not retryable)
+     * once K attempts in a row ended with the same retry-limited failure signature
+     * (signature.h) and no newer checkpoint; 0: never */
+    unsigned max_same_failure;
     /* --spare, sent in JOIN (RDZV_JOIN_SPARE): wait to replace a lost or excluded node */
     int spare;
     unsigned shutdown_timeout_ms;

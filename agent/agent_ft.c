@@ -92,16 +92,6 @@ void agent__ft_close(struct agent *a)
 
 /* ---- evidence before the kill ---------------------------------------------------------- */
 
-#ifndef AGENT_OUTPUT_TAIL /* MERGE: output.h's ring of the last output replaces this */
-static size_t agent_output_tail(const struct agent_output *o, char *buf, size_t len)
-{
-    (void)o;
-    if (len > 0)
-        buf[0] = '\0';
-    return 0;
-}
-#endif
-
 static void evidence_sent(struct agent_evidence *e, void *data)
 {
     struct agent *a = data;
@@ -152,7 +142,8 @@ int agent__ft_evidence(struct agent *a, const char *why, uint32_t req,
         t[i].exit_code = w->exit_status;
         t[i].term_signal = w->term_signal;
         t[i].silent_ms = a->ft.hang_on ? agent_hang_silent_ms(&a->ft.hang, i) : 0;
-        agent_output_tail(&w->out[1], t[i].tail, sizeof(t[i].tail));
+        for (int k = 0; k < 2; k++)
+            agent_output_tail(&w->out[k], t[i].tail[k], sizeof(t[i].tail[k]));
     }
     a->ft.ev_done = done;
     rc = agent_evidence_collect(&a->ft.ev, t, g->n, a->as.restart_count, a->as.round, req, why,

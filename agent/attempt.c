@@ -11,6 +11,7 @@
 #include "agent_priv.h"
 #include "env.h"
 #include "failure.h"
+#include "signature.h"
 #include "log.h"
 #include "numa.h"
 #include "output.h"
@@ -298,11 +299,45 @@ out:
 
 /* ---- failure records ---------------------------------------------------------------- */
 
+/* A stream's tail as text for the signature: NULs (a binary write) would end it early. */
+static void tail_text(const struct agent_output *o, char *buf, size_t len)
+{
+    size_t n = agent_output_tail(o, buf, len);
+
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == '\0')
+            buf[i] = ' ';
+}
+
+/* One loop thread: static buffers, not 24 KiB of stack per failure. */
+static char sig_err[AGENT_OUTPUT_TAIL], sig_out[AGENT_OUTPUT_TAIL], sig_stack[AGENT_OUTPUT_TAIL];
+
+/* The failure's signature (signature.h) from what is left of the worker: its exit status, its
+ * error file's message (f->text) and call stack (sig_stack), and the tails of its streams,
+ * drained before the exit is reported. */
+static void fill_signature(const struct agent_worker *w, struct rdzv_failure *f)
+{
+    struct agent_sig_input in = {.exit_code = f->exit_code,
+                                 .signal = f->signal,
+                                 .error_msg = f->text,
+                                 .error_stack = sig_stack,
+                                 .err_tail = sig_err,
+                                 .out_tail = sig_out};
+    struct agent_signature sig;
+
+    tail_text(&w->out[1], sig_err, sizeof(sig_err));
+    tail_text(&w->out[0], sig_out, sizeof(sig_out));
+    agent_signature_derive(&in, &sig);
+    f->sig_class = sig.cls;
+    snprintf(f->sig, sizeof(f->sig), "%s", sig.text);
+}
+
 void agent__fill_failure(struct agent *a, const struct agent_worker *w, struct rdzv_failure *f)
 {
     char dir[PATH_MAX];
 
     memset(f, 0, sizeof(*f));
+    sig_stack[0] = '\0';
     f->round = a->as.round;
     f->rank = w->rank;
     f->local_rank = w->local_rank;
@@ -313,8 +348,10 @@ void agent__fill_failure(struct agent *a, const struct agent_worker *w, struct r
     agent_logdir_worker(&a->logdir, a->as.restart_count, w->local_rank, 0, dir,
                         a->local_error_file);
     if (a->local_error_file[0] == '\0' ||
-        agent_error_file_message(a->local_error_file, f->text, sizeof(f->text)) == -ENOENT)
+        agent_error_file_read(a->local_error_file, f->text, sizeof(f->text), sig_stack,
+                              sizeof(sig_stack)) == -ENOENT)
         a->local_error_file[0] = '\0';
+    fill_signature(w, f);
 }
 
 void agent__spawn_failure(struct agent *a, int i, int err, struct rdzv_failure *f)

@@ -576,8 +576,11 @@ static void bundle_rank(FILE *f, const struct agent_evidence *e,
     }
     if (fr != NULL)
         fprintf(f, "== Flight Recorder ==\n%s\n", fr);
-    fprintf(f, "== last output ==\n%s%s", t->tail,
-            t->tail[0] && t->tail[strlen(t->tail) - 1] != '\n' ? "\n" : "");
+    for (int k = 0; k < 2; k++) {
+        const char *tail = t->tail[k];
+        fprintf(f, "== last output (%s) ==\n%s%s", k ? "stderr" : "stdout", tail,
+                tail[0] && tail[strlen(tail) - 1] != '\n' ? "\n" : "");
+    }
 }
 
 static FILE *bundle_open(const char *dir, int rank, int summary)

@@ -41,7 +41,7 @@ struct agent_evidence_target {
     int alive;
     int exit_code, term_signal;         /* when not alive */
     uint64_t silent_ms;                 /* since its last sign of progress */
-    char tail[AGENT_EVIDENCE_TAIL_MAX]; /* the last lines of its output, "" none */
+    char tail[2][AGENT_EVIDENCE_TAIL_MAX]; /* the last lines of its stdout, stderr; "" none */
 };
 
 struct agent_evidence;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "escape.h"
+#include "exitcode.h"
 #include "ids.h"
 
 static void copy_first_line(char *dst, size_t len, const char *src)
@@ -18,27 +19,49 @@ static void copy_first_line(char *dst, size_t len, const char *src)
     dst[n] = '\0';
 }
 
-int agent_error_file_message(const char *path, char *text, size_t len)
+/* The last len - 1 bytes of src (a call stack's innermost frames are at its end). */
+static void copy_tail(char *dst, size_t len, const char *src)
+{
+    size_t n = strlen(src);
+
+    if (n >= len)
+        src += n - (len - 1);
+    snprintf(dst, len, "%s", src);
+}
+
+int agent_error_file_read(const char *path, char *text, size_t len, char *stack, size_t stack_len)
 {
     json_error_t jerr;
-    json_t *root, *msg;
+    json_t *root, *msg, *info = NULL;
     int rc = -EINVAL;
 
     text[0] = '\0';
+    if (stack != NULL && stack_len > 0)
+        stack[0] = '\0';
     if (path == NULL || *path == '\0')
         return -ENOENT;
     root = json_load_file(path, 0, &jerr);
     if (root == NULL)
         return jerr.position == 0 && jerr.line <= 0 ? -ENOENT : -EINVAL;
     msg = json_object_get(root, "message");
-    if (json_is_object(msg))
+    if (json_is_object(msg)) {
+        info = json_object_get(msg, "extraInfo");
         msg = json_object_get(msg, "message");
+    }
     if (json_is_string(msg)) {
         copy_first_line(text, len, json_string_value(msg));
         rc = 0;
     }
+    info = json_is_object(info) ? json_object_get(info, "py_callstack") : NULL;
+    if (rc == 0 && stack != NULL && stack_len > 0 && json_is_string(info))
+        copy_tail(stack, stack_len, json_string_value(info));
     json_decref(root);
     return rc;
+}
+
+int agent_error_file_message(const char *path, char *text, size_t len)
+{
+    return agent_error_file_read(path, text, len, NULL, 0);
 }
 
 void agent_failure_describe(const struct rdzv_failure *f, char *buf, size_t len)
@@ -57,6 +80,30 @@ int agent_failure_exit_code(const struct rdzv_failure *f)
     if (f->signal > 0)
         return 128 + f->signal;
     return f->exit_code > 0 && f->exit_code < 256 ? f->exit_code : 1;
+}
+
+int agent_failure_job_exit_code(const struct rdzv_failure *f)
+{
+    return f->flags & RDZV_FAILURE_NOT_RETRYABLE ? MC_EXIT_NOT_RETRYABLE
+                                                 : agent_failure_exit_code(f);
+}
+
+void agent_failure_print_not_retryable(FILE *out, const struct rdzv_failure *f, unsigned k)
+{
+    char sig[MC_ESCAPE_SIZE(sizeof(f->sig))];
+
+    mc_escape(f->sig, sig, sizeof(sig)); /* a peer's text, through the server */
+    if (k == 1)
+        fprintf(out,
+                "muster: not retrying: a failure like this (%s) ends the job "
+                "(--max-same-failure 1); exit %d\n",
+                sig, MC_EXIT_NOT_RETRYABLE);
+    else
+        fprintf(out,
+                "muster: not retrying: the same failure (%s) ended %u attempts in a row with no "
+                "newer checkpoint (--max-same-failure %u); exit %d\n",
+                sig, k, k, MC_EXIT_NOT_RETRYABLE);
+    fflush(out);
 }
 
 void agent_failure_print_summary(FILE *out, const char *run_id, unsigned restarts,
@@ -89,6 +136,11 @@ void agent_failure_print_summary(FILE *out, const char *run_id, unsigned restart
     fprintf(out, "muster:   time       : %s\n", when);
     if (error_file != NULL && *error_file != '\0')
         fprintf(out, "muster:   error file : %s\n", error_file);
+    if (f->sig[0] != '\0') {
+        char sig[MC_ESCAPE_SIZE(sizeof(f->sig))];
+        mc_escape(f->sig, sig, sizeof(sig));
+        fprintf(out, "muster:   signature  : %s (%s)\n", sig, rdzv_sig_class_name(f->sig_class));
+    }
     if (f->text[0] != '\0')
         fprintf(out, "muster:   message    : %s\n", text);
     else if (f->rank >= 0)

@@ -653,8 +653,51 @@ void agent_output_on_resume(struct agent_output *o, agent_output_resume_cb cb, v
     o->resume_data = data;
 }
 
+/* Two memcpy at most per read, whatever the lines: the tail costs nothing per line. */
+static void tail_add(struct agent_output *o, const char *data, size_t n)
+{
+    size_t pos, first;
+
+    if (n > AGENT_OUTPUT_TAIL) { /* only the last ring's worth can survive */
+        o->tail_total += n - AGENT_OUTPUT_TAIL;
+        data += n - AGENT_OUTPUT_TAIL;
+        n = AGENT_OUTPUT_TAIL;
+    }
+    pos = (size_t)(o->tail_total % AGENT_OUTPUT_TAIL);
+    first = AGENT_OUTPUT_TAIL - pos < n ? AGENT_OUTPUT_TAIL - pos : n;
+    memcpy(o->tail + pos, data, first);
+    memcpy(o->tail, data + first, n - first);
+    o->tail_total += n;
+}
+
+size_t agent_output_tail(const struct agent_output *o, char *buf, size_t len)
+{
+    uint64_t avail = o->tail_total < AGENT_OUTPUT_TAIL ? o->tail_total : AGENT_OUTPUT_TAIL;
+    size_t want, skip = 0, pos;
+
+    if (len == 0)
+        return 0;
+    want = avail < len - 1 ? (size_t)avail : len - 1;
+    pos = (size_t)((o->tail_total - want) % AGENT_OUTPUT_TAIL);
+    for (size_t i = 0; i < want; i++)
+        buf[i] = o->tail[(pos + i) % AGENT_OUTPUT_TAIL];
+    /* cut inside a line (its start is older than the copy): begin after that line's end. With a
+     * full ring the byte before the copy is overwritten already: take it for a cut. */
+    if (want < o->tail_total &&
+        (want == AGENT_OUTPUT_TAIL ||
+         o->tail[(pos + AGENT_OUTPUT_TAIL - 1) % AGENT_OUTPUT_TAIL] != '\n')) {
+        char *nl = memchr(buf, '\n', want);
+        if (nl != NULL && nl + 1 < buf + want)
+            skip = (size_t)(nl + 1 - buf);
+    }
+    memmove(buf, buf + skip, want - skip);
+    buf[want - skip] = '\0';
+    return want - skip;
+}
+
 int agent_output_feed(struct agent_output *o, const char *data, size_t n)
 {
+    tail_add(o, data, n);
     file_write(o, data, n);
     if ((o->console_fd >= 0 || o->filter_fd >= 0) && n > 0) {
         if (o->line == NULL && (o->line = malloc(AGENT_OUTPUT_LINE_MAX)) == NULL)

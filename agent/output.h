@@ -30,6 +30,9 @@
  * no longer read (sink.h): the console's backpressure, Slurm stepd's way */
 #define AGENT_OUTPUT_BUDGET (4u << 20)
 #define AGENT_OUTPUT_LAST_LINE_MS 100 /* what the exit's "bytes not written" line may add */
+/* The last bytes of each stream kept in memory (agent_output_tail): the failure signature
+ * (signature.h) and a hang's evidence read them after the worker is gone. */
+#define AGENT_OUTPUT_TAIL (8 * 1024)
 
 struct mc_sink;
 struct agent_output;
@@ -71,6 +74,10 @@ struct agent_output {
     uint64_t dedup_seq;                         /* agent_dedup_add's cookie */
     uint64_t hold_until;                        /* ms; 0: nothing held */
     struct agent_output *hold_prev, *hold_next; /* in the list of held partial lines */
+    /* the ring of the stream's last raw bytes, whatever the console and file do with them;
+     * inline, so that feeding it allocates nothing and it outlives agent_output_close */
+    uint64_t tail_total; /* bytes fed since agent_output_init; tail[tail_total % size] is next */
+    char tail[AGENT_OUTPUT_TAIL];
 };
 
 /* Opens dir/name (stdout.log, stderr.log) for a worker's stream: truncated, appended to. A log
@@ -114,6 +121,13 @@ void agent_output_console_write(int fd, const char *buf, size_t len);
  * wake handle (run the loop once more to finish the close). Log lines go directly (bounded) from
  * here on. Returns the bytes not written. */
 uint64_t agent_output_console_stop(unsigned timeout_ms);
+
+/* Copies the stream's last bytes (at most len - 1 and AGENT_OUTPUT_TAIL) into buf and a NUL;
+ * when that cuts a line, the copy starts after the cut line's end where it has one (a whole
+ * last line is worth more than a cut one). Raw bytes: no prefix, NULs and escapes included.
+ * Valid after agent_output_close too (the ring is kept until agent_output_init). Returns the
+ * bytes copied, not counting the NUL; 0 when len is 0. */
+size_t agent_output_tail(const struct agent_output *o, char *buf, size_t len);
 
 /* Writes a pending partial line to the console, ending it with a newline. */
 void agent_output_flush(struct agent_output *o);

@@ -10,6 +10,9 @@
  *   3     MC_EXIT_RDZV        the rendezvous failed (server unreachable, refused, timed out)
  *   4     MC_EXIT_PREFLIGHT   a pre-flight check failed: the report names node, GPU, link
  *   5     MC_EXIT_NO_GPU      `muster preflight` found no GPU / no muster-preflight to run
+ *   6     MC_EXIT_NOT_RETRYABLE  `muster run`: not retried, the same failure (signature)
+ *                             ended --max-same-failure attempts in a row with no newer
+ *                             checkpoint; do not requeue (examples/slurm/ does not)
  *   70    MC_EXIT_INTERNAL    EX_SOFTWARE: muster itself could not go on
  *   75    MC_EXIT_REQUEUE     EX_TEMPFAIL: pre-empted, requeue the job (Slurm)
  *
@@ -28,6 +31,7 @@
 #define MC_EXIT_RDZV 3
 #define MC_EXIT_PREFLIGHT 4
 #define MC_EXIT_NO_GPU 5
+#define MC_EXIT_NOT_RETRYABLE 6
 #define MC_EXIT_INTERNAL 70
 #define MC_EXIT_REQUEUE 75
 

@@ -25,6 +25,13 @@ static void set_join_tail(struct rdzv_join *j)
     j->backoff_max_ms = 60000;
     j->exclude_after = 2;
     j->flags = RDZV_JOIN_SPARE;
+    j->same_failure = 1 + 3; /* --max-same-failure 3 */
+}
+
+static void set_sig(struct rdzv_failure *f)
+{
+    f->sig_class = RDZV_SIG_SCRIPT;
+    strcpy(f->sig, "KeyError at train.py:88 in load_batch");
 }
 
 static void set_tails(struct rdzv_msg *m)
@@ -38,6 +45,13 @@ static void set_tails(struct rdzv_msg *m)
         break;
     case RDZV_MSG_RESTART:
         m->u.restart.delay_ms = 2100;
+        break;
+    case RDZV_MSG_FAILED:
+    case RDZV_MSG_LEAVE:
+        set_sig(&m->u.failed);
+        break;
+    case RDZV_MSG_JOB_FAILED:
+        set_sig(&m->u.job_failed.cause);
         break;
     case RDZV_MSG_CKPT:
         strcpy(m->u.ckpt.holder, "node-b");

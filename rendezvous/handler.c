@@ -302,9 +302,9 @@ void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
     rejoin_running(p, sj, rj);
 }
 
-/* CKPT: bookkeeping for STATUS only; the round logic never looks at it (the resume point
- * travels in JOIN and ASSIGN). The job is the one this connection joined: a CKPT names none,
- * so an agent cannot write into another job's records. */
+/* CKPT: bookkeeping for STATUS, and progress for --max-same-failure (rdzv_job_checkpoint);
+ * the resume point travels in JOIN and ASSIGN. The job is the one this connection joined: a
+ * CKPT names none, so an agent cannot write into another job's records. */
 void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
 {
     struct sjob *sj = p->job;
@@ -317,6 +317,13 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
         rdzv__send_error(p, RDZV_ERR_PROTOCOL, "CKPT without a checkpoint name");
         return;
     }
+    /* a newer checkpoint is progress: the next failure is no repeat of the last one. The
+     * writer's record only (not a replica's, not a bad one), also when it comes after the
+     * FAILED of its attempt (recorded in the thread pool, or at the attempt's end): counted
+     * then toward the next failure, which at worst costs one attempt more. A lying agent of
+     * the job can only spare its job a stop, which it could as well by failing differently. */
+    if (!ck->verified_bad && ck->holder[0] == '\0')
+        rdzv_job_checkpoint(sj->job, ck->name, ck->step);
     if (sj->ckpts == NULL && rdzv_ckptlog_new(&sj->ckpts) < 0)
         return; /* out of memory: the record only feeds STATUS, the job runs on without it */
     int me = rdzv_job_find(sj->job, p);

@@ -51,6 +51,8 @@ int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out)
         j->exclude_after > RDZV_JOB_EXCLUDE_MAX ? RDZV_JOB_EXCLUDE_MAX : j->exclude_after;
     job->exclude_window_ms =
         j->exclude_window_ms ? j->exclude_window_ms : RDZV_JOB_EXCLUDE_WINDOW_MS;
+    job->max_same_failure = j->same_failure ? j->same_failure - 1 : RDZV_SAME_FAILURE_DEFAULT;
+    job->ckpt_step = -1;
     job->state = RDZV_JOB_FILLING;
     *out = job;
     return 0;
@@ -767,6 +769,46 @@ static void note_failure(struct rdzv_job *job, const struct rdzv_job_member *who
     mc_utf8_sanitize(n->reason); /* %.150s may cut a character: /status must stay valid JSON */
 }
 
+/* Counts f into the run of same failures; 1 when that run reached --max-same-failure. */
+static int same_failure(struct rdzv_job *job, const struct rdzv_failure *f)
+{
+    int again = job->same_count > 0 && !job->ckpt_since && job->same_class == f->sig_class &&
+                strcmp(job->same_sig, f->sig) == 0;
+
+    job->ckpt_since = 0;
+    if (!rdzv_sig_retry_limited(f->sig_class) || f->sig[0] == '\0') {
+        job->same_count = 0; /* infrastructure, or nothing known: the run of same ones ends */
+        job->same_sig[0] = '\0';
+        return 0;
+    }
+    if (!again) {
+        job->same_count = 0;
+        job->same_class = f->sig_class;
+        snprintf(job->same_sig, sizeof(job->same_sig), "%s", f->sig);
+    }
+    job->same_count++;
+    return job->max_same_failure > 0 && job->same_count >= job->max_same_failure;
+}
+
+void rdzv_job_checkpoint(struct rdzv_job *job, const char *name, int64_t step)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a: a name's identity, not a checksum */
+
+    if (step >= 0) {
+        if (step > job->ckpt_step) {
+            job->ckpt_step = step;
+            job->ckpt_since = 1;
+        }
+        return;
+    }
+    for (const char *p = name; *p != '\0'; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    if (h != job->ckpt_name_hash) {
+        job->ckpt_name_hash = h;
+        job->ckpt_since = 1;
+    }
+}
+
 /* The first failure of a running round decides: a new round, or the end of the job. The member
  * `who` (a copy: it may have left members[] already) that caused it is charged with it. */
 static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rdzv_failure *f,
@@ -777,6 +819,11 @@ static enum rdzv_job_event restart_or_fail(struct rdzv_job *job, const struct rd
     note_failure(job, who, f, now_ms);
     job->cause = *f;
     mc_utf8_sanitize(job->cause.text); /* built by snprintf from peers' texts: maybe cut short */
+    if (same_failure(job, f)) {
+        job->cause.flags |= RDZV_FAILURE_NOT_RETRYABLE;
+        job->state = RDZV_JOB_FINISHED;
+        return RDZV_JOB_EV_FAILED;
+    }
     if (job->restart_count >= job->max_restarts || (f->flags & RDZV_FAILURE_FINAL)) {
         job->state = RDZV_JOB_FINISHED;
         return RDZV_JOB_EV_FAILED;
@@ -820,6 +867,7 @@ enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const stru
         return RDZV_JOB_EV_NONE;
     cause = *f;
     cause.round = job->round;
+    cause.flags &= ~RDZV_FAILURE_NOT_RETRYABLE; /* the server's verdict, never a peer's */
     if (cause.host[0] == '\0')
         snprintf(cause.host, sizeof(cause.host), "%s", job->members[i].host);
     who = job->members[i]; /* remove_member() moves it */
@@ -878,6 +926,8 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     f.time_ms = wall_ms;
     snprintf(f.host, sizeof(f.host), "%s", m->host);
     snprintf(f.text, sizeof(f.text), "lost node %s (%s): %s", m->host, m->addr, reason);
+    f.sig_class = RDZV_SIG_LOST;
+    snprintf(f.sig, sizeof(f.sig), "lost node");
     who = *m; /* remove_member() moves it */
     remove_member(job, (size_t)i);
     return restart_or_fail(job, &f, &who, now_ms);
@@ -989,6 +1039,8 @@ static enum rdzv_job_event grace_over(struct rdzv_job *job, uint64_t now_ms, uin
     snprintf(f.text, sizeof(f.text),
              "lost node with group rank %" PRIu32 ": did not reconnect within %.1f s", r,
              job->reconnect_grace_ms / 1000.0);
+    f.sig_class = RDZV_SIG_LOST;
+    snprintf(f.sig, sizeof(f.sig), "lost node");
     job->rebuilding = 0;
     return restart_or_fail(job, &f, NULL, now_ms); /* a node this server never saw: nobody */
 }

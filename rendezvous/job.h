@@ -151,6 +151,20 @@ struct rdzv_job {
     uint64_t hold_until_ms;    /* the filling round closes no earlier (0: no hold) */
     uint32_t restart_delay_ms; /* the last new round's hold, for RESTART.delay_ms */
 
+    /* --max-same-failure of the first JOIN (0: off): the signature of the failure that ended
+     * the last attempt, if retry-limited (rdzv_sig_retry_limited), how many attempts in a row
+     * ended with it, and whether a newer checkpoint was recorded since (which starts the count
+     * afresh: the job made progress). Any other failure (a lost node, a signal, no signature)
+     * ends the run of same failures. */
+    uint32_t max_same_failure;
+    uint8_t same_class;
+    char same_sig[RDZV_SIG_MAX + 1];
+    uint32_t same_count;
+    int ckpt_since;    /* a newer checkpoint came since the last failure */
+    int64_t ckpt_step; /* the newest recorded checkpoint's step; -1: none with a step */
+    uint64_t
+        ckpt_name_hash; /* the newest stepless checkpoint's name, hashed (rdzv_job_checkpoint) */
+
     /* failure ledger per node; exclude_after 0: count only, never exclude */
     uint32_t exclude_after, exclude_window_ms;
     struct rdzv_job_node *nodes;
@@ -215,9 +229,17 @@ void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len);
 
 /* FAILED (leaving == 0) or LEAVE from `peer`. Borrows f. A FAILED that does not name the running
  * round, or comes from a non-member, is stale: NONE. A LEAVE removes the member; while the round
- * fills that gives WAITING. Otherwise returns RESTART or FAILED (see rdzv_job_event). */
+ * fills that gives WAITING. Otherwise returns RESTART or FAILED (see rdzv_job_event). FAILED
+ * also when f's retry-limited signature ended max_same_failure attempts in a row with no newer
+ * checkpoint (rdzv_job_checkpoint) between them: then job->cause has RDZV_FAILURE_NOT_RETRYABLE
+ * (which the server alone sets: it is cleared in f) and same_count says how many. */
 enum rdzv_job_event rdzv_job_failed(struct rdzv_job *job, void *peer, const struct rdzv_failure *f,
                                     int leaving, uint64_t now_ms);
+
+/* A checkpoint recorded by the job's group rank 0 (CKPT, not a replica's, not a bad one): when it
+ * is newer than every earlier one (a higher step; without a step, another name than the last
+ * stepless one), the next failure starts the --max-same-failure count afresh. */
+void rdzv_job_checkpoint(struct rdzv_job *job, const char *name, int64_t step);
 
 /* DONE(round) from `peer`. Returns DONE when every member of the running round is done. */
 enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t round);

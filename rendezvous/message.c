@@ -550,33 +550,80 @@ static void io_failure(struct io *c, struct rdzv_failure *f)
     IO_U32(c, f->flags);
 }
 
+/* The signature, the optional tail of FAILED, LEAVE and JOB_FAILED: written only with a class
+ * and a text, read only when present; a class of 0 or an empty text on the wire is refused
+ * (canonical), an over-long text too (get_raw_str), a class this build does not know is kept
+ * (the server never limits it: rdzv_sig_retry_limited). */
+static void io_failure_sig(struct io *c, struct rdzv_failure *f)
+{
+    if (c->w != NULL && (f->sig_class == RDZV_SIG_NONE || f->sig[0] == '\0'))
+        return;
+    if (c->r != NULL) {
+        f->sig_class = RDZV_SIG_NONE;
+        f->sig[0] = '\0';
+        if (c->r->pos == c->r->len)
+            return;
+    }
+    IO_U8(c, f->sig_class);
+    io_text(c, f->sig, RDZV_SIG_MAX);
+    if (c->r != NULL && !c->r->err && (f->sig_class == RDZV_SIG_NONE || f->sig[0] == '\0'))
+        c->r->err = -EPROTO;
+}
+
+static const char *const sig_names[RDZV_SIG_CLASS_MAX_] = {
+    [RDZV_SIG_NONE] = "none",       [RDZV_SIG_SCRIPT] = "script", [RDZV_SIG_OOM] = "oom",
+    [RDZV_SIG_NETWORK] = "network", [RDZV_SIG_SIGNAL] = "signal", [RDZV_SIG_LOST] = "lost",
+    [RDZV_SIG_HANG] = "hang",       [RDZV_SIG_OTHER] = "other",
+};
+
+const char *rdzv_sig_class_name(unsigned cls)
+{
+    return cls < RDZV_SIG_CLASS_MAX_ ? sig_names[cls] : "none";
+}
+
+int rdzv_sig_retry_limited(unsigned cls)
+{
+    /* a bare exit code is not enough: a launcher script's `exit 3` may mean "try again" */
+    return cls == RDZV_SIG_SCRIPT || cls == RDZV_SIG_OOM;
+}
+
 static uint32_t join_tail_first(const struct rdzv_join *j)
 {
     return j->backoff_min_ms | j->backoff_max_ms | j->exclude_after | j->exclude_window_ms;
 }
 
 /* JOIN's optional tail: written only when a field is set and read only when present,
- * so a JOIN that does not use it keeps the layout that servers built before it accept. Two
- * parts: the backoff and exclusion fields, then `flags` (hot spares), written only when non-zero
- * and always behind the first part (which may then be zeros). Canonical: a part of zeros at the
- * end is sent as no part, so one is never accepted. Also the end of REJOIN (its copy of JOIN). */
+ * so a JOIN that does not use it keeps the layout that servers built before it accept. Three
+ * parts: the backoff and exclusion fields, then `flags` (hot spares), then `same_failure`
+ * (--max-same-failure), each written only when it or a later part is non-zero (an earlier part
+ * may then be zeros). Canonical: a part of zeros at the end is sent as no part, so one is never
+ * accepted. Also the end of REJOIN (its copy of JOIN). */
+static int tail_end(struct io *c, int more)
+{
+    return c->w != NULL ? !more : c->r->pos == c->r->len;
+}
+
 static void io_join_tail(struct io *c, struct rdzv_join *j)
 {
-    if (c->w != NULL && join_tail_first(j) == 0 && j->flags == 0)
-        return;
-    if (c->r != NULL && c->r->pos == c->r->len)
+    if (tail_end(c, join_tail_first(j) != 0 || j->flags != 0 || j->same_failure != 0))
         return;
     IO_U32(c, j->backoff_min_ms);
     IO_U32(c, j->backoff_max_ms);
     IO_U32(c, j->exclude_after);
     IO_U32(c, j->exclude_window_ms);
-    if ((c->w != NULL && j->flags == 0) || (c->r != NULL && c->r->pos == c->r->len)) {
+    if (tail_end(c, j->flags != 0 || j->same_failure != 0)) {
         if (c->r != NULL && join_tail_first(j) == 0)
             c->r->err = -EPROTO;
         return;
     }
     IO_U32(c, j->flags);
-    if (c->r != NULL && j->flags == 0)
+    if (tail_end(c, j->same_failure != 0)) {
+        if (c->r != NULL && j->flags == 0)
+            c->r->err = -EPROTO;
+        return;
+    }
+    IO_U32(c, j->same_failure);
+    if (c->r != NULL && (j->same_failure == 0 || j->same_failure > RDZV_SAME_FAILURE_MAX + 1))
         c->r->err = -EPROTO;
 }
 
@@ -809,6 +856,7 @@ static void io_payload(struct io *c, struct rdzv_msg *m)
     case RDZV_MSG_FAILED:
     case RDZV_MSG_LEAVE:
         io_failure(c, &m->u.failed);
+        io_failure_sig(c, &m->u.failed);
         break;
     case RDZV_MSG_RESTART:
         IO_U32(c, m->u.restart.restart_count);
@@ -821,6 +869,7 @@ static void io_payload(struct io *c, struct rdzv_msg *m)
     case RDZV_MSG_JOB_FAILED:
         IO_U32(c, m->u.job_failed.restarts);
         io_failure(c, &m->u.job_failed.cause);
+        io_failure_sig(c, &m->u.job_failed.cause);
         break;
     default: /* WELCOME and JOB_DONE carry no payload */
         break;

@@ -127,7 +127,18 @@ struct rdzv_join {
     /* hot spares, the tail's second part: RDZV_JOIN_* bits, sent only when non-zero.
      * REJOIN carries the whole tail at its end (a rebuilt job keeps these settings). */
     uint32_t flags;
+    /* the tail's third part, sent only when non-zero (behind the other two, which may then be
+     * zeros): 1 + --max-same-failure K (the job fails "not retryable" once K attempts in a row
+     * ended with the same retry-limited signature and no newer checkpoint; K = 0: never);
+     * 0: the default, RDZV_SAME_FAILURE_DEFAULT, so a zeroed JOIN asks for nothing and an agent
+     * at the default keeps the layout older servers accept. An older agent's JOIN gets the
+     * default too, but its FAILED carries no signature, so nothing of it is limited. Fixed by
+     * the job's first JOIN. */
+    uint32_t same_failure;
 };
+
+#define RDZV_SAME_FAILURE_DEFAULT 2u
+#define RDZV_SAME_FAILURE_MAX 1000u /* K at most (the wire refuses more) */
 
 /* JOIN.flags. A spare (--spare) waits in the server without filling a slot of a filling round
  * or counting toward min_nodes; it enters a new round in the place of a lost or excluded node. */
@@ -156,6 +167,28 @@ struct rdzv_assign {
     uint8_t worker_key[32];
 };
 
+/* A failure's signature class (agent/signature.h derives it; the wire's u8). Append-only. */
+enum rdzv_sig_class {
+    RDZV_SIG_NONE = 0,    /* no signature (an older agent, a lost node, a pre-flight) */
+    RDZV_SIG_SCRIPT = 1,  /* a Python exception: a bug in the script */
+    RDZV_SIG_OOM = 2,     /* CUDA out of memory */
+    RDZV_SIG_NETWORK = 3, /* NCCL, gloo or socket errors: a peer or the fabric */
+    RDZV_SIG_SIGNAL = 4,  /* killed by a signal from outside (SIGKILL, SIGTERM, ...) */
+    RDZV_SIG_LOST = 5,    /* a lost node */
+    RDZV_SIG_HANG = 6,    /* no heartbeat past --hang-timeout */
+    RDZV_SIG_OTHER = 7,   /* an exit code or a crash without more to go on */
+    RDZV_SIG_CLASS_MAX_
+};
+#define RDZV_SIG_MAX 256 /* the signature's text on the wire */
+
+/* 1 when failures of class cls are deterministic enough that --max-same-failure may stop the
+ * job over them (script errors, CUDA OOM); infrastructure-like classes (network, a signal
+ * from outside, a lost node, a hang), bare exit codes and classes this build does not know
+ * never are. */
+int rdzv_sig_retry_limited(unsigned cls);
+/* "script", "oom", "network", "signal", "lost", "hang", "other"; "none" for 0 and unknown. */
+const char *rdzv_sig_class_name(unsigned cls);
+
 /* One worker failure: what the root-cause summary prints. */
 struct rdzv_failure {
     uint32_t round;
@@ -166,11 +199,21 @@ struct rdzv_failure {
     char host[RDZV_HOST_MAX + 1];
     char text[RDZV_TEXT_MAX + 1]; /* error file message or reason (lost node, hang...) */
     uint32_t flags;               /* RDZV_FAILURE_* */
+    /* an optional tail of FAILED, LEAVE and JOB_FAILED (not RESTART, whose tail is delay_ms):
+     * the failure's signature, sent only when sig_class is not RDZV_SIG_NONE. A peer's text:
+     * the server compares it, escapes it when it prints it, never parses it. */
+    uint8_t sig_class;          /* enum rdzv_sig_class */
+    char sig[RDZV_SIG_MAX + 1]; /* "KeyError at train.py:88 in load_batch"; never "" when
+                                   sig_class is set */
 };
 
 /* The failure ends the job whatever restarts are left (a failed pre-flight: restarting would
  * meet the same broken GPU or link). */
 #define RDZV_FAILURE_FINAL 1u
+/* JOB_FAILED only, set by the server: the same retry-limited signature ended
+ * --max-same-failure attempts in a row with no newer checkpoint between them; the agents exit
+ * MC_EXIT_NOT_RETRYABLE. The server clears it in what agents send. */
+#define RDZV_FAILURE_NOT_RETRYABLE 2u
 /* The sender collected its ranks' evidence (EVIDENCE went before this FAILED): the server
  * asks the other nodes for theirs and names the culprit before it decides (rendezvous/verdict.h).
  * Workers whose node sends it are still running; a hang's are too. */

@@ -40,7 +40,7 @@ for r in 0 1; do
     grep -q "== Python stacks" "$B/rank$r.txt" || fail "sleep: rank$r.txt has no Python stacks"
     grep -q "== threads (/proc) ==" "$B/rank$r.txt" || fail "sleep: rank$r.txt has no native stacks"
     grep -q "^thread [0-9]* (.*) state [A-Z]" "$B/rank$r.txt" || fail "sleep: rank$r.txt lists no thread"
-    grep -q "== last output ==" "$B/rank$r.txt" || fail "sleep: rank$r.txt has no output section"
+    grep -q "== last output (stdout) ==" "$B/rank$r.txt" || fail "sleep: rank$r.txt has no output section"
 done
 grep -q "File \".*distributed_c10d.py\", line [0-9]* in all_reduce" "$B/rank0.txt" \
     || { cat "$B/rank0.txt" >&2; fail "sleep: rank 0's stacks do not show all_reduce"; }

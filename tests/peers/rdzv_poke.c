@@ -25,15 +25,13 @@
  *   goodput JOB NNODES WALL TRAIN LOST  agent: JOIN JOB, then GOODPUT of WALL ms (TRAIN of it
  *                                    training, the rest rendezvous) and LOST ms lost; prints
  *                                    the ERROR it drew, or "SENT GOODPUT" after 1.5 s of silence
- *   evidencelie JOB NNODES VICTIM    agent: JOIN JOB (1:NNODES), wait for ASSIGN, then EVIDENCE claiming
- *                                    rank VICTIM (another node's) sleeps in liar.py, its own
- *                                    rank's in all_reduce, and FAILED asking for evidence;
- *                                    prints "SENT EVIDENCE" (the server must drop the lie)
- * MUSTER_POKE_HOLD=S keeps the connection open (silent) S seconds after the answer: a client
- * that holds a job slot or a connection (its JOINs ask for no heartbeat deadline).
- * MUSTER_POKE_FROM=IP binds the connection's source address first (another "machine" on
- * loopback: 127.0.0.2, ...).
- * Exit code: 0 when it printed OK, 1 for ERROR, 2 for FAIL or usage. */
+ *   evidencelie JOB NNODES VICTIM    agent: JOIN JOB (1:NNODES), wait for ASSIGN, then EVIDENCE
+ * claiming rank VICTIM (another node's) sleeps in liar.py, its own rank's in all_reduce, and FAILED
+ * asking for evidence; prints "SENT EVIDENCE" (the server must drop the lie) MUSTER_POKE_HOLD=S
+ * keeps the connection open (silent) S seconds after the answer: a client that holds a job slot or
+ * a connection (its JOINs ask for no heartbeat deadline). MUSTER_POKE_FROM=IP binds the
+ * connection's source address first (another "machine" on loopback: 127.0.0.2, ...). Exit code: 0
+ * when it printed OK, 1 for ERROR, 2 for FAIL or usage. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -312,6 +312,51 @@ static void test_summary_escaped(void **state)
     assert_string_equal(buf, "lost\\x0d\\x0amuster: job done \\xff\xc3\xa9");
 }
 
+/* The error file's call stack for the signature: its last bytes (the innermost frames). */
+static void test_callstack(void **state)
+{
+    struct fx *fx = *state;
+    char stack[32];
+
+    write_file(fx, "{\"message\": {\"message\": \"KeyError: 'k'\", \"extraInfo\": "
+                   "{\"py_callstack\": \"Traceback (most recent call last):\\n  File "
+                   "\\\"/a/t.py\\\", line 4, in step\\nKeyError: 'k'\\n\"}}}");
+    assert_int_equal(
+        agent_error_file_read(fx->path, fx->text, sizeof(fx->text), stack, sizeof(stack)), 0);
+    assert_string_equal(fx->text, "KeyError: 'k'");
+    assert_string_equal(stack, " line 4, in step\nKeyError: 'k'\n"); /* the last 31 */
+    /* no extraInfo, or a plain message: no stack */
+    write_file(fx, "{\"message\": \"boom\"}");
+    assert_int_equal(
+        agent_error_file_read(fx->path, fx->text, sizeof(fx->text), stack, sizeof(stack)), 0);
+    assert_string_equal(stack, "");
+}
+
+/* The server's verdict: exit 6 and one line naming the signature, escaped (a worker's text). */
+static void test_not_retryable(void **state)
+{
+    struct fx *fx = *state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m;
+
+    fx->f.sig_class = RDZV_SIG_SCRIPT;
+    snprintf(fx->f.sig, sizeof(fx->f.sig), "KeyError\nmuster: job done\x1b[2J");
+    assert_int_equal(agent_failure_job_exit_code(&fx->f), 7); /* the worker's, without the flag */
+    fx->f.flags = RDZV_FAILURE_NOT_RETRYABLE;
+    assert_int_equal(agent_failure_job_exit_code(&fx->f), 6);
+    m = open_memstream(&text, &len);
+    assert_non_null(m);
+    agent_failure_print_not_retryable(m, &fx->f, 2);
+    assert_int_equal(fclose(m), 0);
+    assert_string_equal(text, "muster: not retrying: the same failure (KeyError\\x0amuster: job "
+                              "done\\x1b[2J) ended 2 attempts in a row with no newer checkpoint "
+                              "(--max-same-failure 2); exit 6\n");
+    free(text);
+    assert_has(summary(fx, "job", 1, NULL),
+               "muster:   signature  : KeyError\\x0amuster: job done\\x1b[2J (script)\n");
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -320,7 +365,7 @@ int main(void)
         T(test_invalid_json),        T(test_empty_file),     T(test_no_message),
         T(test_message_truncated),   T(test_exit_code),      T(test_describe),
         T(test_summary_exit_code),   T(test_summary_signal), T(test_summary_not_a_worker),
-        T(test_summary_escaped),
+        T(test_summary_escaped),     T(test_callstack),      T(test_not_retryable),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -45,6 +45,7 @@ struct raw {
     uint64_t at[RDZV_MSG_TYPE_MAX_]; /* uv_now of the last one */
     struct rdzv_assign assign;
     struct rdzv_restart restart;
+    struct rdzv_job_failed job_failed;
     struct rdzv_heartbeat heartbeat;
     struct rdzv_error error;
     uint32_t kv_status[16]; /* by req_id */
@@ -86,6 +87,8 @@ static void record(struct raw *r, const struct rdzv_msg *m)
         r->assign = m->u.assign;
     else if (m->type == RDZV_MSG_RESTART)
         r->restart = m->u.restart;
+    else if (m->type == RDZV_MSG_JOB_FAILED)
+        r->job_failed = m->u.job_failed;
     else if (m->type == RDZV_MSG_HEARTBEAT)
         r->heartbeat = m->u.heartbeat;
     else if (m->type == RDZV_MSG_ERROR)
@@ -659,6 +662,56 @@ static void test_kv(void **state)
     assert_int_equal(R(3)->kv_status[3], RDZV_KV_STALE);
     assert_int_equal(R(2)->kv_status[5], RDZV_KV_STALE);
     assert_int_equal(R(2)->kv_status[6], RDZV_KV_STALE);
+}
+
+/* --- failure signatures -------------------------------------------------------------------- */
+static void send_sig_failure(struct raw *r, uint32_t round, const char *sig)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_FAILED);
+
+    m->u.failed = (struct rdzv_failure){.round = round,
+                                        .rank = 0,
+                                        .exit_code = 1,
+                                        .sig_class = RDZV_SIG_SCRIPT,
+                                        /* a lying agent claims the server's verdict */
+                                        .flags = RDZV_FAILURE_NOT_RETRYABLE};
+    snprintf(m->u.failed.sig, sizeof(m->u.failed.sig), "%s", sig);
+    send_msg(r, m);
+}
+
+/* A hostile signature (control bytes, an escape sequence, the longest text) is the server's to
+ * compare and pass on, nothing more: the first FAILED restarts despite the flag its sender set,
+ * a CKPT of a newer checkpoint starts the count again, and the same text twice in a row after
+ * that ends the job not retryable, with the text in JOB_FAILED to every member unchanged. */
+static void test_same_failure_hostile(void **state)
+{
+    struct fixture *fx = *state;
+    char sig[RDZV_SIG_MAX + 1];
+    struct rdzv_msg *m;
+
+    memset(sig, 'A', RDZV_SIG_MAX);
+    memcpy(sig, "KeyError\n\x1b[2Jmuster: job done\r", 31);
+    sig[RDZV_SIG_MAX] = '\0';
+    agent(fx, 0, "sig", 2, 2);
+    agent(fx, 1, "sig", 2, 2);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 1 && N(1, ASSIGN) == 1);
+    send_sig_failure(R(0), 0, sig);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 2 && N(1, ASSIGN) == 2);
+    assert_int_equal(N(1, JOB_FAILED), 0);
+    /* group rank 0 records a newer checkpoint: progress */
+    m = sendq_msg(RDZV_MSG_CKPT);
+    snprintf(m->u.ckpt.name, sizeof(m->u.ckpt.name), "ckpt_200.pt");
+    m->u.ckpt.step = 200;
+    send_msg(R(0), m);
+    send_sig_failure(R(0), 1, sig); /* after the CKPT on the same connection */
+    HARNESS_RUN_UNTIL(&fx->h, N(0, ASSIGN) == 3 && N(1, ASSIGN) == 3);
+    assert_int_equal(N(0, JOB_FAILED), 0);
+    send_sig_failure(R(0), 2, sig);
+    HARNESS_RUN_UNTIL(&fx->h, N(0, JOB_FAILED) == 1 && N(1, JOB_FAILED) == 1);
+    assert_int_equal(R(1)->job_failed.restarts, 2); /* of max_restarts 3 */
+    assert_true(R(1)->job_failed.cause.flags & RDZV_FAILURE_NOT_RETRYABLE);
+    assert_int_equal(R(1)->job_failed.cause.sig_class, RDZV_SIG_SCRIPT);
+    assert_string_equal(R(1)->job_failed.cause.sig, sig);
 }
 
 /* --- STATUS ------------------------------------------------------------------------------- */
@@ -1277,6 +1330,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_heartbeat_timeout),
         T(test_lost_by_close_ranks),
+        T(test_same_failure_hostile),
         T(test_scale_up),
         T(test_scale_up_full),
         T(test_rejoin_after_server_restart),

@@ -87,6 +87,134 @@ static struct rdzv_failure failure(uint32_t round)
     return f;
 }
 
+/* A script failure with signature sig in round r. */
+static struct rdzv_failure sig_failure(uint32_t round, uint8_t cls, const char *sig)
+{
+    struct rdzv_failure f = failure(round);
+
+    f.sig_class = cls;
+    snprintf(f.sig, sizeof(f.sig), "%s", sig);
+    return f;
+}
+
+/* Nodes 0 and 1 run round r; node `who` fails it with f. */
+static enum rdzv_job_event fail_round(struct rdzv_job *job, unsigned who, struct rdzv_failure f)
+{
+    if (job->state == RDZV_JOB_FILLING)
+        join_n(job, 2);
+    assert_int_equal(job->state, RDZV_JOB_RUNNING);
+    f.round = job->round;
+    return rdzv_job_failed(job, &peers[who], &f, 0, 0);
+}
+
+/* --max-same-failure 2 (the default): the same script error in two attempts in a row ends the
+ * job at once, not retryable, with restarts left; a different one, an infrastructure failure or
+ * a newer checkpoint in between starts the count again. */
+static void test_same_failure(void **state)
+{
+    static const char ke[] = "KeyError at train.py:88 in load_batch";
+    struct rdzv_job *job = new_job(2, 2);
+
+    (void)state;
+    job->max_restarts = 50;
+    assert_int_equal(job->max_same_failure, RDZV_SAME_FAILURE_DEFAULT);
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SCRIPT, ke)), RDZV_JOB_EV_RESTART);
+    /* another signature: a new run of one */
+    assert_int_equal(
+        fail_round(job, 1, sig_failure(0, RDZV_SIG_SCRIPT, "ValueError at a.py:1 in f")),
+        RDZV_JOB_EV_RESTART);
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SCRIPT, ke)), RDZV_JOB_EV_RESTART);
+    /* a kill from outside, a lost node, a network error, no signature: each ends the run */
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SIGNAL, "signal 9 (SIGKILL)")),
+                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SCRIPT, ke)), RDZV_JOB_EV_RESTART);
+    join_n(job, 2);
+    assert_int_equal(lose(job, 1, 0), RDZV_JOB_EV_RESTART);
+    assert_int_equal(job->cause.sig_class, RDZV_SIG_LOST);
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SCRIPT, ke)), RDZV_JOB_EV_RESTART);
+    assert_int_equal(fail_round(job, 0, failure(0)), RDZV_JOB_EV_RESTART); /* an older agent */
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SCRIPT, ke)), RDZV_JOB_EV_RESTART);
+    /* a newer checkpoint between two: progress, the count starts again */
+    join_n(job, 2);
+    rdzv_job_checkpoint(job, "ckpt_100.pt", 100);
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SCRIPT, ke)), RDZV_JOB_EV_RESTART);
+    /* an old checkpoint named again (a step not newer) is no progress */
+    join_n(job, 2);
+    rdzv_job_checkpoint(job, "ckpt_100.pt", 100);
+    rdzv_job_checkpoint(job, "ckpt_50.pt", 50);
+    /* a peer claiming the verdict itself has it cleared; the server's own is set */
+    {
+        struct rdzv_failure f = sig_failure(0, RDZV_SIG_SCRIPT, ke);
+        uint32_t restarts = job->restart_count;
+        f.flags = RDZV_FAILURE_NOT_RETRYABLE;
+        assert_int_equal(fail_round(job, 1, f), RDZV_JOB_EV_FAILED);
+        assert_int_equal(job->restart_count, restarts); /* no restart spent on it */
+    }
+    assert_int_equal(job->state, RDZV_JOB_FINISHED);
+    assert_true(job->cause.flags & RDZV_FAILURE_NOT_RETRYABLE);
+    assert_int_equal(job->same_count, 2);
+    assert_string_equal(job->cause.sig, ke);
+    rdzv_job_free(job);
+
+    /* a peer's NOT_RETRYABLE on a first failure is not the server's verdict */
+    job = new_job(2, 2);
+    {
+        struct rdzv_failure f = sig_failure(0, RDZV_SIG_SCRIPT, ke);
+        f.flags = RDZV_FAILURE_NOT_RETRYABLE;
+        assert_int_equal(fail_round(job, 1, f), RDZV_JOB_EV_RESTART);
+        assert_false(job->cause.flags & RDZV_FAILURE_NOT_RETRYABLE);
+    }
+    rdzv_job_free(job);
+}
+
+/* OOM is limited like a script error; network errors, hangs and unknown classes never are; K
+ * from the first JOIN (1 + K on the wire, 1 = off); stepless checkpoints count by name. */
+static void test_same_failure_classes(void **state)
+{
+    struct rdzv_join j = mkjoin(0, 2, 2, 1);
+    struct rdzv_job *job = NULL;
+
+    (void)state;
+    j.max_restarts = 20;
+    j.same_failure = 1 + 3; /* --max-same-failure 3 */
+    assert_int_equal(rdzv_job_new(&j, &job), 0);
+    assert_int_equal(job->max_same_failure, 3);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(
+            fail_round(job, 0, sig_failure(0, RDZV_SIG_NETWORK, "network: NCCL error")),
+            RDZV_JOB_EV_RESTART);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(fail_round(job, 0, sig_failure(0, 99, "from a newer agent")),
+                         RDZV_JOB_EV_RESTART);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_HANG, "hang")),
+                         RDZV_JOB_EV_RESTART);
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_OOM, "CUDA out of memory")),
+                     RDZV_JOB_EV_RESTART);
+    join_n(job, 2);
+    rdzv_job_checkpoint(job, "latest", -1); /* a stepless name, new */
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_OOM, "CUDA out of memory")),
+                     RDZV_JOB_EV_RESTART);
+    join_n(job, 2);
+    rdzv_job_checkpoint(job, "latest", -1); /* the same name again: no progress */
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_OOM, "CUDA out of memory")),
+                     RDZV_JOB_EV_RESTART);
+    assert_int_equal(fail_round(job, 1, sig_failure(0, RDZV_SIG_OOM, "CUDA out of memory")),
+                     RDZV_JOB_EV_FAILED);
+    assert_true(job->cause.flags & RDZV_FAILURE_NOT_RETRYABLE);
+    rdzv_job_free(job);
+
+    j.same_failure = 1; /* off */
+    assert_int_equal(rdzv_job_new(&j, &job), 0);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SCRIPT, "KeyError")),
+                         RDZV_JOB_EV_RESTART);
+    assert_int_equal(fail_round(job, 0, sig_failure(0, RDZV_SIG_SCRIPT, "KeyError")),
+                     RDZV_JOB_EV_FAILED); /* restarts spent: the worker's own code */
+    assert_false(job->cause.flags & RDZV_FAILURE_NOT_RETRYABLE);
+    rdzv_job_free(job);
+}
+
 static void test_validate(void **state)
 {
     struct rdzv_join j = mkjoin(0, 2, 1, 1);
@@ -1149,6 +1277,8 @@ int main(void)
         cmocka_unit_test(test_restart_keeps_ranks),
         cmocka_unit_test(test_ranks_fill_gaps),
         cmocka_unit_test(test_restarts_exhausted),
+        cmocka_unit_test(test_same_failure),
+        cmocka_unit_test(test_same_failure_classes),
         cmocka_unit_test(test_leave),
         cmocka_unit_test(test_lost_after_done),
         cmocka_unit_test(test_lost_while_filling),

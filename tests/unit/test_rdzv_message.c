@@ -304,6 +304,13 @@ static uint32_t roundtrip(const struct rdzv_msg *in, struct rdzv_msg *out, size_
     return plen;
 }
 
+/* in encoded into buf; returns the payload's length (no decode). */
+static uint32_t roundtrip_raw(const struct rdzv_msg *in, size_t *len)
+{
+    *len = encode(in);
+    return (uint32_t)(*len - RDZV_HEADER_SIZE);
+}
+
 /* The optional tails: JOIN's backoff fields and RESTART's delay_ms are sent only when
  * non-zero (so a JOIN or RESTART that does not use them has the layout peers built before them
  * accept), read when present, and never part of REJOIN's copy of the JOIN. */
@@ -465,6 +472,125 @@ static void test_join_flags_tail(void **state)
     assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 2, &out), -EPROTO);
 }
 
+/* JOIN's tail, third part: 1 + --max-same-failure, sent only when not the default (0), behind
+ * the other two (zeros there then); 0 or more than 1 + RDZV_SAME_FAILURE_MAX sent are refused;
+ * an older agent's JOIN decodes with 0 (the default). */
+static void test_join_same_failure_tail(void **state)
+{
+    size_t len, len0;
+    uint32_t plen;
+    static struct rdzv_msg in, out;
+
+    (void)state;
+    len0 = example_len(RDZV_MSG_JOIN, &in);
+    in.u.join.same_failure = 1; /* --max-same-failure 0: off */
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(len, len0 + 24);
+    assert_int_equal(out.u.join.same_failure, 1);
+    assert_int_equal(out.u.join.flags, 0);
+    /* without it, the zeros before it are not canonical */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4); /* 0 sent: not canonical */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    in.u.join.same_failure = RDZV_SAME_FAILURE_MAX + 2; /* past the limit: refused on decode */
+    plen = roundtrip_raw(&in, &len);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    in.u.join.same_failure = RDZV_SAME_FAILURE_MAX + 1;
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(out.u.join.same_failure, RDZV_SAME_FAILURE_MAX + 1);
+    /* with the spare flag and the backoff: all three parts; an older server's reading stops
+     * nowhere else, an older agent's JOIN (two parts) decodes with the default */
+    in.u.join.same_failure = 4;
+    in.u.join.flags = RDZV_JOIN_SPARE;
+    in.u.join.backoff_min_ms = 100;
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(out.u.join.same_failure, 4);
+    assert_int_equal(out.u.join.flags, RDZV_JOIN_SPARE);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(out.u.join.same_failure, 0);
+    /* REJOIN keeps it (a job rebuilt after a server restart keeps its K) */
+    example_len(RDZV_MSG_REJOIN, &in);
+    in.u.rejoin.join.same_failure = 6;
+    roundtrip(&in, &out, &len);
+    assert_int_equal(out.u.rejoin.join.same_failure, 6);
+}
+
+/* The signature tail of FAILED, LEAVE and JOB_FAILED: u8 class + text, sent only with both;
+ * a class of 0, an empty text, a text over RDZV_SIG_MAX or cut short are refused; a class this
+ * build does not know is kept (the server does not limit it); invalid UTF-8 is made valid. An
+ * older agent's FAILED (no tail) decodes with no signature. RESTART carries none. */
+static void test_failure_sig_tail(void **state)
+{
+    static const uint8_t types[] = {RDZV_MSG_FAILED, RDZV_MSG_LEAVE, RDZV_MSG_JOB_FAILED};
+    static struct rdzv_msg in, out;
+    struct rdzv_failure *fi, *fo;
+    size_t len, len0;
+    uint32_t plen;
+
+    (void)state;
+    for (size_t t = 0; t < sizeof(types); t++) {
+        len0 = example_len(types[t], &in);
+        fi = types[t] == RDZV_MSG_JOB_FAILED ? &in.u.job_failed.cause : &in.u.failed;
+        fo = types[t] == RDZV_MSG_JOB_FAILED ? &out.u.job_failed.cause : &out.u.failed;
+        fi->sig_class = RDZV_SIG_SCRIPT;
+        strcpy(fi->sig, "KeyError at train.py:88 in load_batch");
+        plen = roundtrip(&in, &out, &len);
+        assert_int_equal(len, len0 + 1 + 2 + strlen(fi->sig));
+        assert_int_equal(fo->sig_class, RDZV_SIG_SCRIPT);
+        assert_string_equal(fo->sig, fi->sig);
+        /* no tail: an older agent's */
+        assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE,
+                                         (uint32_t)(len0 - RDZV_HEADER_SIZE), &out),
+                         0);
+        assert_int_equal(fo->sig_class, RDZV_SIG_NONE);
+        assert_string_equal(fo->sig, "");
+        /* cut short */
+        assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 1, &out), -EPROTO);
+        /* class 0 sent: not canonical */
+        buf[len0] = 0;
+        assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+        /* a class from a newer peer: kept as it is */
+        buf[len0] = 200;
+        assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+        assert_int_equal(fo->sig_class, 200);
+        assert_false(rdzv_sig_retry_limited(fo->sig_class));
+        /* invalid UTF-8 and control bytes in the text: made valid, kept (escaped where shown) */
+        buf[len0 + 3] = (uint8_t)0xff;
+        buf[len0 + 4] = '\n';
+        assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), 0);
+        assert_true(strlen(fo->sig) > 0);
+        /* an empty text with a class */
+        fi->sig[0] = '\0';
+        assert_int_equal(encode(&in), len0); /* not sent */
+        buf[len0] = RDZV_SIG_SCRIPT;
+        buf[len0 + 1] = buf[len0 + 2] = 0;
+        assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE,
+                                         (uint32_t)(len0 + 3 - RDZV_HEADER_SIZE), &out),
+                         -EPROTO);
+        /* the longest text goes; one byte more is refused both ways */
+        memset(fi->sig, 'x', RDZV_SIG_MAX);
+        fi->sig[RDZV_SIG_MAX] = '\0';
+        roundtrip(&in, &out, &len);
+        assert_int_equal(strlen(fo->sig), RDZV_SIG_MAX);
+        buf[len0 + 1] = (uint8_t)((RDZV_SIG_MAX + 1) >> 8);
+        buf[len0 + 2] = (uint8_t)((RDZV_SIG_MAX + 1) & 0xff);
+        buf[len] = 'x';
+        assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE,
+                                         (uint32_t)(len + 1 - RDZV_HEADER_SIZE), &out),
+                         -EPROTO);
+        /* a huge length field with little behind it */
+        buf[len0 + 1] = buf[len0 + 2] = 0xff;
+        assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE,
+                                         (uint32_t)(len - RDZV_HEADER_SIZE), &out),
+                         -EPROTO);
+    }
+    /* RESTART's cause: no signature on the wire (its tail is delay_ms) */
+    len0 = example_len(RDZV_MSG_RESTART, &in);
+    in.u.restart.cause.sig_class = RDZV_SIG_SCRIPT;
+    strcpy(in.u.restart.cause.sig, "KeyError");
+    assert_int_equal(encode(&in), len0);
+}
+
 static void test_small_buffer(void **state)
 {
     static struct rdzv_msg m;
@@ -584,13 +710,22 @@ static void test_ckpt_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_all),    cmocka_unit_test(test_goodput),
-        cmocka_unit_test(test_header_bytes),     cmocka_unit_test(test_header_rejects),
-        cmocka_unit_test(test_unknown_type),     cmocka_unit_test(test_truncated_and_trailing),
-        cmocka_unit_test(test_optional_tails),   cmocka_unit_test(test_join_flags_tail),
-        cmocka_unit_test(test_small_buffer),     cmocka_unit_test(test_overlong_strings),
-        cmocka_unit_test(test_blob_limits),      cmocka_unit_test(test_ckpt_names),
-        cmocka_unit_test(test_preflight_limits), cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_roundtrip_all),
+        cmocka_unit_test(test_goodput),
+        cmocka_unit_test(test_header_bytes),
+        cmocka_unit_test(test_header_rejects),
+        cmocka_unit_test(test_unknown_type),
+        cmocka_unit_test(test_truncated_and_trailing),
+        cmocka_unit_test(test_optional_tails),
+        cmocka_unit_test(test_join_flags_tail),
+        cmocka_unit_test(test_join_same_failure_tail),
+        cmocka_unit_test(test_failure_sig_tail),
+        cmocka_unit_test(test_small_buffer),
+        cmocka_unit_test(test_overlong_strings),
+        cmocka_unit_test(test_blob_limits),
+        cmocka_unit_test(test_ckpt_names),
+        cmocka_unit_test(test_preflight_limits),
+        cmocka_unit_test(test_utf8),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
