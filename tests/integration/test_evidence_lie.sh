@@ -20,7 +20,6 @@ wait_for 20 files_at_least 2 "$T/w/ready.*.0" || { show_all; fail "node a did no
 out=$(MUSTER_POKE_HOLD=8 timeout 40 "$POKE" 127.0.0.1:$SPORT evidencelie "$JOB" 2 0 2>&1)
 echo "$out" | grep -q '^SENT EVIDENCE' || { show_all; fail "the liar did not get to send: $out"; }
 wait_for 20 grep -q 'root cause: ' "$SERR" || { cat "$SERR" >&2; fail "no verdict"; }
-before=$(ls "$T/w"/ready.* | wc -l)
 grep -q 'EVIDENCE for rank 0, not one of this node' "$SERR" || { cat "$SERR" >&2; fail "the lie was not noticed"; }
 c=$(grep -m1 'root cause: ' "$SERR" | sed 's/.*root cause: //')
 case "$c" in
@@ -28,7 +27,7 @@ case "$c" in
 esac
 grep -q "is excluded from job" "$T/a.err" && { cat "$T/a.err" >&2; fail "the victim's node was excluded"; }
 # the job restarted around the liar's failure (without the silent liar): node a runs it
-wait_for 30 files_at_least $((before + 2)) "$T/w/ready.*" || { show_all; fail "node a did not restart its workers"; }
+wait_for 30 files_at_least 2 "$T/w/ready.*.[1-9]" || { show_all; fail "node a did not restart its workers"; }
 release_agents a
 stop_server
 exit 0
