@@ -350,6 +350,18 @@ static int64_t json_seq(json_t *o, const char *key)
     return -1;
 }
 
+/* Whether a Flight Recorder entry belongs to the group pg_status calls key: its "pg_id", or
+ * the name in "process_group" (older dumps) */
+static int entry_in(json_t *v, json_t *grp, const char *key)
+{
+    json_t *id = json_object_get(v, "pg_id");
+    const char *name = json_string_value(json_array_get(grp, 0));
+
+    if (json_is_integer(id))
+        return json_integer_value(id) == strtoll(key, NULL, 10);
+    return name == NULL || strcmp(name, key) == 0;
+}
+
 int agent_evidence_parse_fr(const char *json, size_t len, struct rdzv_evidence *r)
 {
     json_t *doc = json_loadb(json, len, 0, NULL), *fr, *st, *pg = NULL, *entries;
@@ -390,8 +402,8 @@ int agent_evidence_parse_fr(const char *json, size_t len, struct rdzv_evidence *
         const char *name = json_string_value(json_object_get(v, "profiling_name"));
         int64_t seq = json_seq(v, "collective_seq_id");
         int pending;
-        if (json_is_array(grp) && json_string_value(json_array_get(grp, 0)) != NULL &&
-            strcmp(json_string_value(json_array_get(grp, 0)), key) != 0)
+        /* pg_status is keyed by the group's id (PyTorch 2.x: "pg_id"), entries name it too */
+        if (!entry_in(v, grp, key))
             continue;
         if (state == NULL || name == NULL || seq < 0)
             continue;

@@ -59,13 +59,15 @@ if n == 0:
 with open(out + ".start1", "w") as f:
     f.write("%d\n" % time.time_ns())
 PY
+PY=$(command -v python3)
+[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
 job() {
     local name=$1
     shift
     rm -f "$OUT/$name.kill" "$OUT/$name.start1"
     t=$(date +%s%N)
-    timeout -k 5 120 env CUDA_VISIBLE_DEVICES=0 "$@" "$M" run --standalone --nproc-per-node 1 \
-        --preflight off --max-restarts 1 --log-dir "$OUT/logs/$name" python3 "$W" "$OUT/$name" \
+    timeout -k 5 120 env CUDA_VISIBLE_DEVICES=0 PYTHON_EXEC="$PY" "$@" "$M" run --standalone \
+        --nproc-per-node 1 --preflight off --max-restarts 1 --log-dir "$OUT/logs/$name" "$W" "$OUT/$name" \
         >"$OUT/$name.out" 2>"$OUT/$name.err"
     rc=$?
     tm=$(ms "$t")

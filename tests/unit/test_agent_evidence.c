@@ -115,6 +115,16 @@ static void test_flight_recorder(void **state)
     assert_int_equal(agent_evidence_parse_fr(done, strlen(done), &r), 0);
     assert_int_equal(r.fr_enqueued, 6);
     assert_string_equal(r.fr_op, "all_reduce");
+    /* PyTorch 2.11's shape (seen on the H200): pg_status by pg_id, the group's name "1" */
+    static const char v211[] =
+        "{\"fr\": {\"comm_lib_version\": \"2.28.9\", \"entries\": [{\"collective_seq_id\": 6, "
+        "\"pg_id\": 0, \"process_group\": [\"1\", \"undefined\"], \"profiling_name\": "
+        "\"nccl:all_reduce\", \"state\": \"completed\"}], \"pg_status\": {\"0\": "
+        "{\"last_enqueued_collective\": 6, \"last_started_collective\": 6, "
+        "\"last_completed_collective\": 6}}}}";
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(agent_evidence_parse_fr(v211, strlen(v211), &r), 0);
+    assert_string_equal(r.fr_op, "all_reduce");
     memset(&r, 0, sizeof(r));
     assert_int_equal(agent_evidence_parse_fr("{\"fr\": null, \"why\": \"gloo\"}", 27, &r), -22);
     assert_false(r.flags & RDZV_EV_FR);
