@@ -39,8 +39,8 @@ struct agent_evidence_target {
     int rank, local_rank;
     pid_t pid; /* 0: never started */
     int alive;
-    int exit_code, term_signal;         /* when not alive */
-    uint64_t silent_ms;                 /* since its last sign of progress */
+    int exit_code, term_signal;            /* when not alive */
+    uint64_t silent_ms;                    /* since its last sign of progress */
     char tail[2][AGENT_EVIDENCE_TAIL_MAX]; /* the last lines of its stdout, stderr; "" none */
 };
 
