@@ -235,7 +235,7 @@ static int build_env(struct agent *a, const struct agent_worker_info *info, stru
     agent_env_init(full);
     rc = agent_env_for_worker(&env, info, environ);
     if (rc == 0)
-        rc = agent_evidence_env(&a->ft.ev, &env, environ);
+        rc = agent_evidence_env(&a->ft.ev, &env, environ, a->o->work.torch_version);
     if (rc == 0)
         rc = agent_env_merge(&env, environ, full);
     agent_env_free(&env);

@@ -111,8 +111,12 @@ static int set_default(struct agent_env *env, char *const *parent, const char *n
     return agent_env_set(env, name, value);
 }
 
-int agent_evidence_env(const struct agent_evidence *e, struct agent_env *env, char *const *parent)
+int agent_evidence_env(const struct agent_evidence *e, struct agent_env *env, char *const *parent,
+                       int torch_version)
 {
+    /* PyTorch 2.6+ reads TORCH_FR_*, warns in every process about the old TORCH_NCCL_* names,
+     * and older ones read only those: the old names go where the version is older or unknown */
+    int old_names = torch_version == 0 || torch_version < 206;
     const char *pp = parent_get(parent, "PYTHONPATH");
     int rc = 0;
 
@@ -122,9 +126,10 @@ int agent_evidence_env(const struct agent_evidence *e, struct agent_env *env, ch
         rc |= agent_env_setf(env, "PYTHONPATH", "%s/hook:%s", e->dir, pp);
     else
         rc |= agent_env_setf(env, "PYTHONPATH", "%s/hook", e->dir);
-    /* the Flight Recorder (NCCL): both PyTorch spellings, the old one for < 2.5 */
+    /* the Flight Recorder (NCCL) */
     rc |= set_default(env, parent, "TORCH_FR_BUFFER_SIZE", "2000");
-    rc |= set_default(env, parent, "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
+    if (old_names)
+        rc |= set_default(env, parent, "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
     rc |= set_default(env, parent, "TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
     rc |= set_default(env, parent, "TORCH_FR_DUMP_TEMP_FILE", "%s/nccl_trace_rank_", e->dir);
     rc |=

@@ -79,9 +79,11 @@ struct agent_evidence {
 int agent_evidence_init(uv_loop_t *loop, struct agent_evidence *e, const char *dir,
                         const char *bundle_dir, unsigned timeout_ms, const char *host);
 
-/* The workers' variables (see above) into env; parent: the agent's environment. Returns 0 or
- * -ENOMEM. */
-int agent_evidence_env(const struct agent_evidence *e, struct agent_env *env, char *const *parent);
+/* The workers' variables (see above) into env; parent: the agent's environment; torch_version:
+ * the workers' PyTorch (100 * major + minor, 0 unknown: launcher/torchver.h), which decides the
+ * Flight Recorder's variable names. Returns 0 or -ENOMEM. */
+int agent_evidence_env(const struct agent_evidence *e, struct agent_env *env, char *const *parent,
+                       int torch_version);
 
 /* A new attempt: its workers' files are new (the old ones are removed, bounded). */
 void agent_evidence_attempt(struct agent_evidence *e, unsigned attempt);
