@@ -1,14 +1,15 @@
 # muster's interpreter start-up hook (agent/evidence.h): muster run puts the directory holding
 # this file first on the workers' PYTHONPATH, so every Python worker imports it as
 # sitecustomize before the script's first line. It changes nothing the script can see, except
-# one idle daemon thread named "muster-evidence":
+# one idle thread:
 #
 # - faulthandler dumps every thread's Python stack into MUSTER_EVIDENCE_DIR/stacks-PID.txt on
 #   MUSTER_EVIDENCE_SIGNAL (a real-time signal nobody else uses). faulthandler writes from the
 #   signal handler itself, without the GIL: a rank blocked in C code or holding the GIL in a
 #   loop still answers. The file exists only once the handler is installed, so muster never
 #   sends the signal to a process that would die of it.
-# - the thread waits on the FIFO trigger-PID; for each byte written there it writes
+# - the thread (a bare _thread, which never holds up the interpreter's exit) waits on the FIFO
+#   trigger-PID; for each byte written there it writes
 #   fr-PID.json: PyTorch's Flight Recorder (the last collectives per process group) when this
 #   process runs an NCCL process group, else a line saying why there is none.
 #
@@ -70,26 +71,21 @@ def _muster_evidence():
     sig = os.environ.get("MUSTER_EVIDENCE_SIGNAL")
     if not d or not sig or not os.path.isdir(d):
         return
+    import _thread  # not threading: its import costs a worker's start-up a few ms
     import faulthandler
-    import threading
 
     pid = os.getpid()
     tmp = os.path.join(d, ".stacks-%d.tmp" % pid)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
     f = os.fdopen(fd, "w", buffering=1)
-    f.write("muster-evidence 1 pid %d main 0x%016x\n" % (pid, threading.main_thread().ident))
+    f.write("muster-evidence 1 pid %d main 0x%016x\n" % (pid, _thread.get_ident()))
     f.flush()
     faulthandler.register(int(sig), file=f, all_threads=True, chain=False)
     globals()["_muster_evidence_file"] = f  # faulthandler writes to its descriptor
     fifo = os.path.join(d, "trigger-%d" % pid)
     try:
         os.mkfifo(fifo, 0o600)
-        threading.Thread(
-            target=_muster_fr_loop,
-            args=(fifo, os.path.join(d, "fr-%d.json" % pid)),
-            name="muster-evidence",
-            daemon=True,
-        ).start()
+        _thread.start_new_thread(_muster_fr_loop, (fifo, os.path.join(d, "fr-%d.json" % pid)))
     except OSError:
         pass
     os.rename(tmp, os.path.join(d, "stacks-%d.txt" % pid))
@@ -98,13 +94,13 @@ def _muster_evidence():
 def _muster_chain():
     here = os.path.dirname(os.path.abspath(__file__))
     path = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    import importlib.machinery
-    import importlib.util
+    import importlib.machinery  # frozen, cheap; importlib.util would cost ~10 ms per start
 
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
         return
-    mod = importlib.util.module_from_spec(spec)
+    mod = type(sys)("sitecustomize")
+    mod.__spec__, mod.__loader__, mod.__file__ = spec, spec.loader, spec.origin
     sys.modules["sitecustomize"] = mod
     spec.loader.exec_module(mod)
 

@@ -77,7 +77,23 @@ OUTF=$T/off.out ERRF=$T/off.err IT_TIMEOUT=150 mrun PYTHON_EXEC="$TORCH_PY" EVID
 grep -q 'root cause: ' "$T/off.err" && fail "evidence off: a verdict was made"
 grep -q 'hung: no progress' "$T/off.err" || { cat "$T/off.err" >&2; fail "evidence off: the hang was not detected"; }
 
-# (6) a bad value: one line, exit 2
+# (6) the hook hides no one's sitecustomize: the user's on PYTHONPATH still runs, after the hook
+mkdir -p "$T/sc"
+echo 'import os; open(os.environ["SC_MARK"], "w").write("ran")' > "$T/sc/sitecustomize.py"
+cat > "$T/probe.py" <<'PY'
+import os, sys
+d = os.environ["MUSTER_EVIDENCE_DIR"]
+print("hooked", os.path.exists(os.path.join(d, "stacks-%d.txt" % os.getpid())))
+print("sitecustomize", sys.modules["sitecustomize"].__file__)
+PY
+IT_TIMEOUT=60 mrun PYTHON_EXEC="$TORCH_PY" PYTHONPATH="$T/sc" SC_MARK="$T/sc.mark" -- run \
+    --standalone --nproc-per-node 1 "$T/probe.py"
+expect_rc "a job with the user's own sitecustomize" 0
+grep -q "hooked True" "$T/out" || { show_output; fail "the hook did not install itself"; }
+grep -q "sitecustomize $T/sc/sitecustomize.py" "$T/out" || { show_output; fail "the user's sitecustomize is not the module"; }
+[ "$(cat "$T/sc.mark" 2>/dev/null)" = ran ] || fail "the user's sitecustomize did not run"
+
+# (7) a bad value: one line, exit 2
 IT_TIMEOUT=10 mrun -- run --standalone --evidence-timeout 500 --no-python true
 expect_rc "--evidence-timeout 500" 2
 grep -q -- "--evidence-timeout must be" "$T/err" || { cat "$T/err" >&2; fail "no error line for --evidence-timeout 500"; }
