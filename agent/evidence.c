@@ -648,7 +648,7 @@ static void collect_work(uv_work_t *w)
     for (int i = 0; i < e->n; i++) {
         struct agent_evidence_target *t = &e->targets[i];
         struct stat st;
-        char *hdr;
+        char *hdr, state;
         int fd;
 
         if (!t->alive || t->pid <= 0)
@@ -657,6 +657,9 @@ static void collect_work(uv_work_t *w)
         /* the file says the handler is in: only then is the signal safe to send */
         if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
             continue;
+        state = task_state(t->pid, t->pid);
+        if (state == 'T' || state == 't' || state == 'Z')
+            continue; /* stopped (SIGSTOP, a debugger) or dead: no handler can run to answer */
         if ((hdr = read_file(path, 0, 128, NULL)) != NULL) {
             const char *m = strstr(hdr, " main 0x");
             p[i].main_id = m != NULL ? strtoul(m + 8, NULL, 16) : 0;
