@@ -85,8 +85,12 @@ void agent__ft_close(struct agent *a)
     if (a->ft.ckpt_on)
         agent_ckptwatch_close(&a->ft.ckpt, NULL); /* what was due is recorded before DONE */
     a->ft.ckpt_on = 0;
-    if (a->ft.ev_on)
+    if (a->ft.ev_on) {
         agent_evidence_close(&a->ft.ev);
+        /* a private log directory goes at exit, unless it holds evidence now */
+        if (a->ft.ev.kept && a->logdir.flat && agent_logdir_keep(&a->logdir) == 0)
+            mc_info("evidence kept in %s/evidence", a->logdir.base);
+    }
     a->ft.ev_on = 0;
 }
 
@@ -424,16 +428,16 @@ int agent__ft_start(struct agent *a, agent_hang_cb hang_cb)
     if (o->ckpt.evidence_timeout_ms > 0) {
         const char *bundle = NULL;
         char live[PATH_MAX];
-        if (a->logdir.base[0] != '\0' && !a->logdir.flat) {
+        /* in the log directory, the private one too: a muster killed with SIGKILL leaves
+         * nothing new in $TMPDIR (the sweep removes a private directory whole) */
+        if (a->logdir.base[0] != '\0') {
             if ((rc = agent_path_fmt(dir, sizeof(dir), "%s/evidence", a->logdir.base)) != 0 ||
                 (rc = agent_path_fmt(live, sizeof(live), "%s/evidence/.live", a->logdir.base)) != 0)
                 return rc;
             bundle = dir;
-        } else if (a->logdir.base[0] != '\0') {
-            bundle = ""; /* private logs: a bundle keeps its own directory */
         }
-        rc = agent_evidence_init(&a->loop, &ft->ev, bundle != NULL && bundle[0] ? live : NULL,
-                                 bundle, o->ckpt.evidence_timeout_ms, a->host);
+        rc = agent_evidence_init(&a->loop, &ft->ev, bundle != NULL ? live : NULL, bundle,
+                                 o->ckpt.evidence_timeout_ms, a->host);
         if (rc != 0)
             return rc;
         ft->ev_on = 1;

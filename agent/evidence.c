@@ -77,8 +77,6 @@ int agent_evidence_init(uv_loop_t *loop, struct agent_evidence *e, const char *d
         }
         e->own_dir = 1;
     }
-    if (bundle_dir != NULL && bundle_dir[0] == '\0')
-        snprintf(e->bundle, sizeof(e->bundle), "%s", e->dir); /* kept when one is written */
     if ((rc = write_hook(e->dir)) != 0) {
         mc_error("cannot write the evidence hook into %s: %s", e->dir, strerror(-rc));
         agent_evidence_close(e);
@@ -169,12 +167,16 @@ void agent_evidence_close(struct agent_evidence *e)
         e->closing = 1; /* collect_done comes back here */
         return;
     }
-    if (e->own_dir && e->kept)
-        mc_info("evidence kept in %s", e->dir);
-    else if (e->own_dir && e->dir[0] != '\0' &&
-             mc_rm_parent_open(e->dir, &dfd, name, sizeof(name)) == 0) {
-        mc_rm_at(dfd, name, 0, NULL, 0);
+    if (e->own_dir && e->dir[0] != '\0' &&
+        mc_rm_parent_open(e->dir, &dfd, name, sizeof(name)) == 0) {
+        mc_rm_at(dfd, name, 0, NULL, 0); /* mkdtemp's: no bundle is ever in it */
         close(dfd);
+    } else if (!e->own_dir && e->dir[0] != '\0' &&
+               mc_rm_parent_open(e->dir, &dfd, name, sizeof(name)) == 0) {
+        mc_rm_at(dfd, name, 0, NULL, 0); /* the hook and the dumps; bundles are beside it */
+        close(dfd);
+        if (!e->kept)
+            rmdir(e->bundle); /* empty now: no evidence was taken */
     }
     e->own_dir = 0;
 }

@@ -51,8 +51,8 @@ struct agent_evidence {
     uv_loop_t *loop;
     char dir[PATH_MAX];    /* the hook's directory: stacks, FIFOs, Flight Recorder answers */
     char bundle[PATH_MAX]; /* where bundles go, "" none (--log-dir /dev/null) */
-    int own_dir;           /* dir was made here (mkdtemp): removed at close, unless kept */
-    int kept;              /* a bundle was written into it */
+    int own_dir;           /* dir was made here (mkdtemp): removed at close */
+    int kept;              /* a bundle was written */
     int closing;           /* close asked while a collection ran */
     int signum;
     unsigned timeout_ms;
@@ -72,9 +72,9 @@ struct agent_evidence {
     void *data;
 };
 
-/* dir: the hook's directory to create (0700), or NULL for a fresh $TMPDIR/muster-evidence-*;
- * bundle_dir: where bundles go (created when the first is written), "" for dir itself (then
- * kept at close once a bundle is in it), NULL for none. Writes the
+/* dir: the hook's directory to create (0700), or NULL for a fresh $TMPDIR/muster-evidence-*
+ * (--log-dir /dev/null); bundle_dir: where bundles go (created when the first is written),
+ * NULL for none. Close removes dir and, when no bundle was written, an empty bundle_dir. Writes the
  * hook. Returns 0 or a negative errno (logged). */
 int agent_evidence_init(uv_loop_t *loop, struct agent_evidence *e, const char *dir,
                         const char *bundle_dir, unsigned timeout_ms, const char *host);

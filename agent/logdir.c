@@ -151,6 +151,20 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return 0;
 }
 
+int agent_logdir_keep(struct agent_logdir *d)
+{
+    char marker[PATH_MAX];
+
+    if (!d->flat || d->base[0] == '\0')
+        return -EINVAL;
+    if (agent_path_fmt(marker, sizeof(marker), "%s/" AGENT_TMPSWEEP_MARKER, d->base) != 0)
+        return -ENAMETOOLONG;
+    if (unlink(marker) != 0 && errno != ENOENT)
+        return -errno;
+    d->flat = 0; /* its lock stays held until we exit: no sweep races the unmarking */
+    return 0;
+}
+
 void agent_logdir_close(struct agent_logdir *d)
 {
     if (d->flat && d->base[0] != '\0')

@@ -36,6 +36,10 @@ int agent_logdir_open(struct agent_logdir *d, const char *log_dir, const char *r
 int agent_logdir_worker(const struct agent_logdir *d, unsigned attempt, int local_rank, int create,
                         char *dir, char *error_file);
 
+/* Keeps a flat private directory after all (it holds evidence, agent/evidence.h): its sweep
+ * marker goes and agent_logdir_close leaves it. Returns 0, or -EINVAL when it is no flat one. */
+int agent_logdir_keep(struct agent_logdir *d);
+
 /* Removes a flat private directory and what is in it; keeps every other kind. */
 void agent_logdir_close(struct agent_logdir *d);
 

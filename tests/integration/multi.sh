@@ -46,7 +46,8 @@ start_server() {
     OUTF=$T/$tag.out ERRF=$SERR mrun_bg ${assigns[@]+"${assigns[@]}"} -- \
         server --listen "$host:$port" "${http[@]}" ${extra[@]+"${extra[@]}"}
     SPID=$MPID
-    if ! wait_for 10 grep -q 'server listening on' "$SERR"; then
+    # the whole line: a line read while it is being written would give a cut port
+    if ! wait_for 10 sh -c "grep -q 'server listening on .*:[0-9][0-9]*\$' '$SERR' && [ -z \"\$(tail -c1 '$SERR')\" ]"; then
         if ! kill -0 "$SPID" 2>/dev/null; then
             wait "$SPID" 2>/dev/null
             local rc=$?

@@ -29,5 +29,10 @@ grep -q "is excluded from job" "$T/a.err" && { cat "$T/a.err" >&2; fail "the vic
 # the job restarted around the liar's failure (without the silent liar): node a runs it
 wait_for 30 files_at_least 2 "$T/w/ready.*.[1-9]" || { show_all; fail "node a did not restart its workers"; }
 release_agents a
+# node a ran without --log-dir: its private log directory stays, holding the bundle
+kept=$(sed -n 's/^muster: evidence kept in //p' "$T/a.err")
+[ -n "$kept" ] && [ -s "$(ls "$kept"/attempt_*/summary.txt 2>/dev/null | head -1)" ] \
+    || { cat "$T/a.err" >&2; fail "no kept evidence bundle: '$kept'"; }
+rm -rf "${kept%/evidence}"
 stop_server
 exit 0
