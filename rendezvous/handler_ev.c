@@ -23,6 +23,7 @@
 
 #define EV_SLACK_MS 3000        /* beyond the agents' own bound: /proc, the network */
 #define EV_DEFAULT_MS 5000      /* a COLLECT's bound when the sender gave none */
+#define EV_MAX_MS 120000        /* the most a sender may ask for (--evidence-timeout's top) */
 #define EV_DEBUG_EVERY_MS 10000 /* one `muster debug` collection per job this often */
 #define EV_DEBUG_MAX_RANKS 256  /* ranks in one answer (it must fit one STATUS frame) */
 
@@ -415,6 +416,8 @@ int rdzv__ev_failed(struct peer *p, const struct rdzv_failure *f)
             timeout_ms = s->rec[r]->timeout_ms;
             break;
         }
+    if (timeout_ms > EV_MAX_MS) /* an agent's word: it must not hold its job's restart for ever */
+        timeout_ms = EV_MAX_MS;
     s->collecting = 1;
     s->first = *f;
     if (s->first.host[0] == '\0')
