@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "cred.h"
 #include "server.h"
@@ -165,23 +166,30 @@ static void conn_release(uv_handle_t *handle)
 
     if (--c->open > 0)
         return;
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        h->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    else
-        h->tail = c->prev;
     free(c->response);
     free(c);
     http_unref(h); /* one count per connection */
 }
 
+/* A closing connection leaves the list at once, not in its close callback: one accept burst
+ * evicts thousands, and evict_oldest() must not walk over the ones still closing (that walk was
+ * quadratic: 96 % of the server's CPU under a flood, and /metrics went unanswered). */
 static void conn_close(struct http_conn *c)
 {
-    if (!c->closed)
-        c->http->n--;
+    struct rdzv_http *h = c->http;
+
+    if (!c->closed) {
+        h->n--;
+        if (c->prev != NULL)
+            c->prev->next = c->next;
+        else
+            h->conns = c->next;
+        if (c->next != NULL)
+            c->next->prev = c->prev;
+        else
+            h->tail = c->prev;
+        c->prev = c->next = NULL;
+    }
     c->closed = 1;
     if (!uv_is_closing((uv_handle_t *)&c->tcp))
         uv_close((uv_handle_t *)&c->tcp, conn_release);
@@ -629,17 +637,34 @@ static void idle_cb(uv_timer_t *t)
     conn_close(t->data); /* slowloris: a head that never completes */
 }
 
+/* Bytes wait in c's socket that the loop has not read yet (a request sent at once). */
+static int has_input(struct http_conn *c)
+{
+    uv_os_fd_t fd;
+    char b;
+
+    return uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+           recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
 /* Over http_max_connections: the oldest connection still reading its head goes (a silent or
  * slow one: a real client sends its request at once), so that silent connections cost nothing
- * beyond the cap and cannot keep the port from answering. Returns 0, or -ENOENT when every one
- * is writing its response already (then the new one is refused). */
+ * beyond the cap and cannot keep the port from answering. One with unread input is kept: a
+ * burst of accepts runs before any read, and a real client accepted early in it must not be
+ * evicted by the silent ones after it before its request is read. Returns 0, or -ENOENT when
+ * every one is writing its response already (then the new one is refused). */
 static int evict_oldest(struct rdzv_http *h)
 {
     char addr[INET6_ADDRSTRLEN];
+    unsigned spared = 0;
 
     for (struct http_conn *c = h->tail; c != NULL; c = c->prev) {
         if (c->done || c->closed)
             continue;
+        if (c->len == 0 && spared < RDZV_HTTP_SPARE_INPUT && has_input(c)) {
+            spared++;
+            continue;
+        }
         rdzv__tcp_addr(&c->tcp, addr, sizeof(addr));
         rdzv__event(h->srv, SRV_EV_HTTP_CONNECTIONS, addr,
                     "HTTP connection evicted: the oldest idle of %u, for a new one", h->n);
@@ -698,8 +723,10 @@ void rdzv__http_close(struct rdzv_http *h)
     if (h == NULL || h->closing)
         return;
     h->closing = 1;
-    for (struct http_conn *c = h->conns; c != NULL; c = c->next)
+    for (struct http_conn *c = h->conns, *next; c != NULL; c = next) {
+        next = c->next;
         conn_close(c);
+    }
     uv_close((uv_handle_t *)&h->listener, listener_closed_cb);
 }
 

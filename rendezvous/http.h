@@ -5,9 +5,10 @@
 
 #include <stddef.h>
 
-#define RDZV_HTTP_HEAD_MAX 8192 /* request line + headers */
-#define RDZV_HTTP_IDLE_MS 5000  /* a connection that sends no complete head is closed */
-#define RDZV_HTTP_CACHE_MS 250  /* /metrics, /status and / are rebuilt at most this often */
+#define RDZV_HTTP_HEAD_MAX 8192  /* request line + headers */
+#define RDZV_HTTP_IDLE_MS 5000   /* a connection that sends no complete head is closed */
+#define RDZV_HTTP_SPARE_INPUT 32 /* eviction passes over at most this many with unread input */
+#define RDZV_HTTP_CACHE_MS 250   /* /metrics, /status and / are rebuilt at most this often */
 #define RDZV_HTTP_METHOD_MAX 15
 #define RDZV_HTTP_PATH_MAX 1023
 

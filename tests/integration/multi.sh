@@ -176,7 +176,9 @@ http_get() {
     local hp=$1 path=$2 now
     now=$(date +%s%3N)
     [ $((now - HTTP_LAST_MS)) -ge 300 ] || sleep "0.$(printf %03d $((300 - (now - HTTP_LAST_MS))))"
-    HTTP_CODE=$(curl -s -m 5 -o "$T/http.body" -w '%{http_code}' "http://$hp$path") || HTTP_CODE=000
+    HTTP_CURL_RC=0
+    HTTP_CODE=$(curl -s -m 5 -o "$T/http.body" -w '%{http_code}' "http://$hp$path") || HTTP_CURL_RC=$?
+    [ "$HTTP_CURL_RC" = 0 ] || HTTP_CODE=000
     HTTP_LAST_MS=$(date +%s%3N)
     return 0
 }

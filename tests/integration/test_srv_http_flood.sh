@@ -28,7 +28,7 @@ counted() {
     [ "${HITS:-0}" -gt 0 ]
 }
 t0=$(now_ms)
-wait_for 20 counted http_connections || fail "/metrics did not answer with http_connections > 0 under the flood (HTTP $HTTP_CODE)"
+wait_for 20 counted http_connections || fail "/metrics did not answer with http_connections > 0 under the flood (HTTP $HTTP_CODE, curl exit $HTTP_CURL_RC)"
 note "/metrics answered under the flood in $(( $(now_ms) - t0 )) ms; http_connections $HITS"
 grep -q '^muster_http_connections_limit 256$' "$T/http.body" || fail "no muster_http_connections_limit 256 in /metrics"
 # /metrics holds counts only: no host name nor address of anyone
