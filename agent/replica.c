@@ -171,6 +171,12 @@ static int send_chunk(struct agent_replica *r, struct agent_replica_out *o)
         return 0;
     if (o->direct && o->link == NULL)
         return 0; /* the receiver has not connected yet (or its link broke: it asks the relay) */
+    if (o->direct && rdzv_conn_unsent(&o->link->conn) + len > AGENT_REPLICA_LINK_QUEUE_MAX) {
+        /* acknowledged is not read: a receiver that acknowledges what it never takes from the
+         * socket would otherwise queue the whole checkpoint here (pump polls the queue) */
+        r->link_full = 1;
+        return 0;
+    }
     if (r->bytes_per_ms > 0 && r->tokens < len)
         return 0;
     if (r->src.dirfd >= 0)
@@ -216,6 +222,7 @@ static void pump(struct agent_replica *r)
     if (r->fd < 0)
         return;
     refill(r);
+    r->link_full = 0;
     while (progress && !sliced) {
         progress = 0;
         for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES && r->fd >= 0 && !sliced; i++) {
@@ -234,6 +241,8 @@ static void pump(struct agent_replica *r)
     }
     if (sliced && r->fd >= 0 && !uv_is_active((uv_handle_t *)&r->pace)) {
         uv_timer_start(&r->pace, on_pace, 0, 0);
+    } else if (r->link_full && r->fd >= 0 && !uv_is_active((uv_handle_t *)&r->pace)) {
+        uv_timer_start(&r->pace, on_pace, AGENT_REPLICA_LINK_POLL_MS, 0);
     } else if (capped && r->fd >= 0 && !uv_is_active((uv_handle_t *)&r->pace)) {
         double need = bucket(r) - r->tokens; /* a whole burst, not the next chunk */
         uint64_t ms = need > 0 ? (uint64_t)(need / r->bytes_per_ms) + 1 : 1;

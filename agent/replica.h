@@ -34,6 +34,11 @@
 /* Unacknowledged bytes per receiver on a direct link (relayed: RDZV_REPL_WINDOW, which bounds
  * what the server buffers); a link's acknowledgements come every quarter of it. */
 #define AGENT_REPLICA_LINK_WINDOW (4u << 20)
+/* Bytes a direct link may hold queued and not yet taken by the socket: acknowledged bytes are
+ * not read bytes when the receiver lies. Past it the sender waits, looking again every
+ * AGENT_REPLICA_LINK_POLL_MS. */
+#define AGENT_REPLICA_LINK_QUEUE_MAX (4u << 20)
+#define AGENT_REPLICA_LINK_POLL_MS 1
 
 /* Attempts at one copy: a copy that fails is started again after 1 s, then 4 s, unless a newer
  * checkpoint supersedes it. */
@@ -110,6 +115,7 @@ struct agent_replica {
     uint64_t started_ms;
     uint32_t next_xfer;
     struct agent_replica_out out[AGENT_REPLICA_MAX_COPIES];
+    int link_full; /* pump: a direct link's queue stopped a chunk (polled by the pace timer) */
     double tokens; /* bytes the cap allows now */
     uint64_t tokens_ms;
     struct rdzv_msg *msg; /* one REPL_DATA (64 KiB: not on the stack) */

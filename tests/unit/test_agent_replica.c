@@ -568,6 +568,98 @@ static void test_hostile_connections(void **state)
     free(content);
 }
 
+/* A receiver that acknowledges what it never reads (same key: a member of the job): it
+ * names the copy, stops reading after the first chunk and acknowledges every byte the sender
+ * says it sent. The sender's queue towards it stays within AGENT_REPLICA_LINK_QUEUE_MAX (it
+ * grew to the size of the checkpoint) and the sender stops sending. */
+#define LIAR_SIZE (96u << 20)
+
+struct liar {
+    struct probe p;
+    struct fixture *fx;
+    uv_timer_t ack;
+    unsigned chunks;
+    int stopped;
+    size_t max_unsent;
+};
+
+static void liar_msg(struct rdzv_conn *c, const struct rdzv_msg *m)
+{
+    struct liar *l = (struct liar *)c->data;
+
+    assert_int_equal(m->type, RDZV_MSG_REPL_DATA);
+    l->chunks++;
+    if (!l->stopped) {
+        l->stopped = 1;
+        uv_read_stop((uv_stream_t *)&c->tcp); /* the kernel's buffers fill, then the sender's */
+    }
+}
+
+static struct agent_replica_out *linked_out(struct fixture *fx)
+{
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
+        if (fx->r[SENDER].out[i].active && fx->r[SENDER].out[i].link != NULL)
+            return &fx->r[SENDER].out[i];
+    return NULL;
+}
+
+static void liar_ack(uv_timer_t *t)
+{
+    struct liar *l = t->data;
+    struct agent_replica_out *o = linked_out(l->fx);
+    struct rdzv_msg a;
+
+    if (o == NULL || !l->stopped)
+        return;
+    if (rdzv_conn_unsent(&o->link->conn) > l->max_unsent)
+        l->max_unsent = rdzv_conn_unsent(&o->link->conn);
+    rdzv_msg_init(&a, RDZV_MSG_REPL_ACK);
+    a.u.repl_ack.xfer = l->fx->src_xfer;
+    a.u.repl_ack.status = RDZV_REPL_PROGRESS;
+    a.u.repl_ack.offset = o->sent; /* "written", all of it */
+    (void)rdzv_conn_send(&l->p.conn, &a);
+}
+
+static void test_liar_receiver_bounded(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_ckpt_entry e = {.name = "ckpt_9.pt", .step = 9, .size = LIAR_SIZE};
+    static struct liar l;
+    struct agent_replica_out *o;
+    char path[512];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/ckpt_9.pt", fx->dir[SENDER]);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, LIAR_SIZE), 0);
+    close(fd);
+    fx->hold = 1; /* the real receiver never hears of the copy */
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    HARNESS_RUN_UNTIL(&fx->h, fx->port != 0);
+    memset(&l, 0, sizeof(l));
+    probe_start(fx, &l.p, fx->key, fx->src_xfer, 0);
+    l.p.conn.msg_cb = liar_msg;
+    l.p.conn.data = &l;
+    l.fx = fx;
+    uv_timer_init(&fx->loop, &l.ack);
+    l.ack.data = &l;
+    uv_timer_start(&l.ack, liar_ack, 1, 1);
+    HARNESS_RUN_UNTIL(&fx->h, l.stopped);
+    harness_run_for(&fx->h, 1500);
+    o = linked_out(fx);
+    assert_non_null(o);
+    assert_true(l.max_unsent > 0);
+    assert_true(l.max_unsent <= AGENT_REPLICA_LINK_QUEUE_MAX + RDZV_REPL_CHUNK_MAX + 4096);
+    assert_true(rdzv_conn_unsent(&o->link->conn) <=
+                AGENT_REPLICA_LINK_QUEUE_MAX + RDZV_REPL_CHUNK_MAX + 4096);
+    assert_true(o->sent < LIAR_SIZE / 2); /* it waits: the socket took nothing more */
+    uv_timer_stop(&l.ack);
+    uv_close((uv_handle_t *)&l.ack, NULL);
+    rdzv_conn_close(&l.p.conn, 0, probe_closed);
+    HARNESS_RUN_UNTIL(&fx->h, l.p.closed);
+}
+
 /* More silent connections than may wait: the extra ones are closed at once, the waiting ones
  * when their set-up time is over; the receiver, turned away meanwhile, gets its copy relayed. */
 static void test_flood_costs_the_relay_not_the_copy(void **state)
@@ -898,6 +990,7 @@ int main(void)
         REPLICA_TEST(test_wrong_key_relays),
         REPLICA_TEST(test_hostile_connections),
         REPLICA_TEST(test_flood_costs_the_relay_not_the_copy),
+        REPLICA_TEST(test_liar_receiver_bounded),
         REPLICA_TEST(test_leftovers_swept),
         REPLICA_TEST(test_fixed_port),
         REPLICA_TEST(test_failed_copy_tried_again),
