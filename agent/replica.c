@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "escape.h"
+#include "replica_bulk.h"
 #include "replica_dir.h"
 #include "replica_link.h"
 #include "replica_store.h"
@@ -29,6 +30,8 @@
 /* A receiver acknowledges every quarter window, so the sender never stalls on a full one. */
 #define WINDOW(direct) ((direct) ? (uint64_t)AGENT_REPLICA_LINK_WINDOW : RDZV_REPL_WINDOW)
 #define ACK_EVERY(direct) (WINDOW(direct) / 4)
+/* On bulk streams the receiver confirms what it wrote every quarter of the bulk window. */
+#define BULK_ACK_EVERY (AGENT_REPLICA_BULK_WINDOW / 4)
 
 static void logf_(struct agent_replica *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -127,6 +130,8 @@ static void out_end(struct agent_replica *r, struct agent_replica_out *o, int te
 {
     if (tell)
         send_ack(r, o->xfer, o->acked, RDZV_REPL_ABORT, why);
+    agent_replica_bulk_close(o->bulk);
+    o->bulk = NULL;
     agent_replica_link_close(o->link);
     o->link = NULL;
     o->active = 0;
@@ -167,7 +172,7 @@ static int send_chunk(struct agent_replica *r, struct agent_replica_out *o)
     ssize_t n;
     int rc;
 
-    if (left == 0 || o->sent + len - o->acked > WINDOW(o->direct))
+    if (left == 0 || o->bulk != NULL || o->sent + len - o->acked > WINDOW(o->direct))
         return 0;
     if (o->direct && o->link == NULL)
         return 0; /* the receiver has not connected yet (or its link broke: it asks the relay) */
@@ -340,6 +345,8 @@ static void out_failed(struct agent_replica *r, struct agent_replica_out *o, con
           "checkpoint %s not replicated to group rank %" PRIu32
           " yet: %s; trying again in %u ms (attempt %u of %u)",
           r->cur.name, o->rank, why, pause_ms[o->tries], o->tries + 1, AGENT_REPLICA_TRIES);
+    agent_replica_bulk_close(o->bulk);
+    o->bulk = NULL;
     agent_replica_link_close(o->link);
     o->link = NULL;
     o->active = 0;
@@ -378,6 +385,7 @@ static void begin_copies(struct agent_replica *r, const struct agent_ckpt_entry 
     memcpy(r->link_key, key, sizeof(key));
     for (unsigned i = 0; i < n; i++) {
         memset(&r->out[i], 0, sizeof(r->out[i]));
+        r->out[i].owner = r;
         r->out[i].rank = (my_rank + 1 + i) % world;
         begin_out(r, &r->out[i]);
     }
@@ -507,6 +515,8 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
             return;
         logf_(r, "checkpoint %s goes to group rank %" PRIu32 " through the server: %s", r->cur.name,
               o->rank, a->text);
+        agent_replica_bulk_close(o->bulk);
+        o->bulk = NULL;
         agent_replica_link_close(o->link);
         o->link = NULL;
         o->direct = 0;
@@ -521,9 +531,10 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
               "checkpoint %s replicated to group rank %" PRIu32 " (%" PRIu64 " bytes in %" PRIu64
               " ms, %s)",
               r->cur.name, o->rank, r->xsize, ms,
-              a->text[0]  ? a->text
-              : o->direct ? "direct link"
-                          : "relayed by the server");
+              a->text[0]        ? a->text
+              : o->bulk != NULL ? "bulk streams"
+              : o->direct       ? "direct link"
+                                : "relayed by the server");
     } else {
         out_failed(r, o, a->text);
         return;
@@ -568,6 +579,7 @@ static void close_target(struct agent_replica_in *in)
 
 static void in_end(struct agent_replica_in *in)
 {
+    agent_replica_bulk_close(in->bulk); /* before the writer it feeds */
     agent_replica_link_close(in->link);
     close_target(in);
     memset(in, 0, sizeof(*in));
@@ -585,6 +597,9 @@ static void ask_relay(struct agent_replica *r, struct agent_replica_in *in, cons
     in->link = NULL;
     if (in->got == in->xsize)
         return; /* every byte is with the writer already: its outcome goes to the server */
+    agent_replica_bulk_close(in->bulk); /* before the writer it feeds */
+    in->bulk = NULL;
+    memset(in->key, 0, sizeof(in->key));
     logf_(r,
           "replica of checkpoint %s from group rank %" PRIu32
           ": no direct link (%s); asking the server to relay it",
@@ -661,6 +676,9 @@ static const char *begin_problem(struct agent_replica *r, const struct rdzv_repl
 }
 
 static void send_link_progress(struct agent_replica *r, struct agent_replica_in *in);
+static void bulk_out(struct agent_replica *r, struct agent_replica_out *o, unsigned slot);
+static void bulk_in(struct agent_replica *r, struct agent_replica_in *in,
+                    const struct rdzv_repl_ack *a);
 
 static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
 {
@@ -705,6 +723,8 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     }
     if (in->direct) {
         in->link_id = b->link;
+        snprintf(in->host, sizeof(in->host), "%s", b->host);
+        memcpy(in->key, b->key, sizeof(in->key));
         rc = agent_replica_link_connect(&r->net, b->host, b->port, b->key, b->link, in, &in->link);
         if (rc != 0)
             ask_relay(r, in, rc < -4095 || rc > 0 ? strerror(-rc) : uv_strerror(rc));
@@ -744,7 +764,8 @@ static void on_written(void *data, enum agent_replica_write_event ev, const char
         in_refuse(r, in, in->xfer, why);
     } else if (ev == AGENT_REPLICA_WRITE_DONE) {
         stored_in(r, in);
-    } else if (written < in->xsize && written - in->acked >= ACK_EVERY(in->direct)) {
+    } else if (written < in->xsize &&
+               written - in->acked >= (in->bulk != NULL ? BULK_ACK_EVERY : ACK_EVERY(in->direct))) {
         in->acked = written;
         if (in->direct)
             send_link_progress(r, in);
@@ -825,6 +846,95 @@ static struct agent_replica_in *link_in(const struct agent_replica_link *l)
     return l->dialed ? l->owner : NULL;
 }
 
+/* --- the bulk streams (replica_bulk.h) ------------------------------------------------------ */
+
+static void on_bulk_out(void *data, enum agent_replica_bulk_event ev, const char *why)
+{
+    struct agent_replica_out *o = data;
+    struct agent_replica *r = o->owner;
+
+    if (ev == AGENT_REPLICA_BULK_SENT) {
+        o->sent = r->xsize; /* the receiver's DONE comes through the server */
+        return;
+    }
+    logf_(r, "checkpoint %s: the bulk streams to group rank %" PRIu32 " failed: %s", r->cur.name,
+          o->rank, why);
+    agent_replica_bulk_close(o->bulk);
+    o->bulk = NULL;
+    agent_replica_link_close(o->link); /* its receiver sees it go and asks for the relay */
+    o->link = NULL;
+}
+
+/* The receiver of o named its copy on the link: the chunks go on bulk streams instead, offered
+ * on the link (the receiver's hello on each proves the key). Where they cannot be served the
+ * chunks go on the link, as before. */
+static void bulk_out(struct agent_replica *r, struct agent_replica_out *o, unsigned slot)
+{
+    unsigned port = r->net.bind_port != 0 ? r->net.bind_port + 1 + slot : 0;
+    struct rdzv_msg m;
+    uint16_t got_port = 0;
+    int rc;
+
+    rdzv_msg_init(&m, RDZV_MSG_REPL_ACK);
+    rc = agent_replica_bulk_serve(r->loop, r->net.bind_addr, port, r->link_key, o->xfer,
+                                  r->bulk_streams, r->xsize, r->fd,
+                                  r->src.dirfd >= 0 ? &r->src : NULL, on_bulk_out, o, &o->bulk,
+                                  &got_port, m.u.repl_ack.bulk_salt);
+    if (rc != 0) {
+        if (!r->bulk_warned)
+            logf_(r, "checkpoint replicas stay on the TLS link: no bulk streams (port %u: %s)",
+                  port, strerror(-rc));
+        r->bulk_warned = 1;
+        o->bulk = NULL;
+        return;
+    }
+    m.u.repl_ack.xfer = o->xfer;
+    m.u.repl_ack.status = RDZV_REPL_BULK;
+    m.u.repl_ack.bulk_port = got_port;
+    m.u.repl_ack.bulk_streams = r->bulk_streams;
+    rc = agent_replica_link_send(o->link, &m);
+    memset(m.u.repl_ack.bulk_salt, 0, sizeof(m.u.repl_ack.bulk_salt));
+    if (rc != 0) {
+        agent_replica_bulk_close(o->bulk);
+        o->bulk = NULL;
+        agent_replica_link_close(o->link);
+        o->link = NULL;
+    }
+}
+
+static void on_bulk_in(void *data, enum agent_replica_bulk_event ev, const char *why)
+{
+    struct agent_replica_in *in = data;
+    struct agent_replica *r = in->r;
+
+    if (ev == AGENT_REPLICA_BULK_RECEIVED) {
+        in->got = in->xsize; /* every byte is with the writer */
+        agent_replica_writer_finish(in->wr);
+        return;
+    }
+    agent_replica_bulk_close(in->bulk);
+    in->bulk = NULL;
+    if (ev == AGENT_REPLICA_BULK_REFUSED)
+        in_refuse(r, in, in->xfer, why);
+    else
+        ask_relay(r, in, why);
+}
+
+static void bulk_in(struct agent_replica *r, struct agent_replica_in *in,
+                    const struct rdzv_repl_ack *a)
+{
+    int rc;
+
+    agent_replica_writer_set_max(in->wr, AGENT_REPLICA_BULK_WINDOW);
+    rc = agent_replica_bulk_fetch(r->loop, in->host, a->bulk_port, in->key, a->bulk_salt,
+                                  in->link_id, a->bulk_streams, in->xsize, in->wr, on_bulk_in, in,
+                                  &in->bulk);
+    if (rc != 0) {
+        in->bulk = NULL;
+        ask_relay(r, in, strerror(-rc));
+    }
+}
+
 static int link_named(void *data, struct agent_replica_link *l, uint32_t xfer)
 {
     struct agent_replica *r = data;
@@ -835,7 +945,10 @@ static int link_named(void *data, struct agent_replica_link *l, uint32_t xfer)
         if (o->active && o->direct && o->link == NULL && o->xfer == xfer) {
             o->link = l;
             l->owner = o;
-            pump(r);
+            if (o->bulk == NULL && o->sent == 0 && r->bulk_streams > 0)
+                bulk_out(r, o, i);
+            if (o->bulk == NULL)
+                pump(r);
             return 0;
         }
     }
@@ -848,13 +961,23 @@ static void link_msg(void *data, struct agent_replica_link *l, const struct rdzv
     struct agent_replica_out *o = link_out(l);
     struct agent_replica_in *in = link_in(l);
 
-    if (o != NULL && m->type == RDZV_MSG_REPL_ACK && m->u.repl_ack.xfer == o->xfer &&
-        m->u.repl_ack.status == RDZV_REPL_PROGRESS && m->u.repl_ack.offset <= o->sent) {
+    if (o != NULL && o->bulk != NULL && m->type == RDZV_MSG_REPL_ACK &&
+        m->u.repl_ack.xfer == o->xfer && m->u.repl_ack.status == RDZV_REPL_PROGRESS &&
+        m->u.repl_ack.offset <= r->xsize) {
+        if (m->u.repl_ack.offset > o->acked)
+            o->acked = m->u.repl_ack.offset;
+        agent_replica_bulk_confirmed(o->bulk, o->acked); /* ignores more than was sent */
+    } else if (o != NULL && m->type == RDZV_MSG_REPL_ACK && m->u.repl_ack.xfer == o->xfer &&
+               m->u.repl_ack.status == RDZV_REPL_PROGRESS && m->u.repl_ack.offset <= o->sent) {
         if (m->u.repl_ack.offset > o->acked)
             o->acked = m->u.repl_ack.offset;
         pump(r);
-    } else if (in != NULL && m->type == RDZV_MSG_REPL_DATA && m->u.repl_data.xfer == in->link_id) {
+    } else if (in != NULL && m->type == RDZV_MSG_REPL_DATA && m->u.repl_data.xfer == in->link_id &&
+               in->bulk == NULL) {
         on_chunk(r, in, &m->u.repl_data);
+    } else if (in != NULL && m->type == RDZV_MSG_REPL_ACK && m->u.repl_ack.xfer == in->link_id &&
+               m->u.repl_ack.status == RDZV_REPL_BULK && in->bulk == NULL && in->got == 0) {
+        bulk_in(r, in, &m->u.repl_ack);
     } else if (in != NULL) {
         ask_relay(r, in, "the sender sent something else than the copy");
     } else if (o != NULL) {
@@ -1019,6 +1142,7 @@ int agent_replica_init(uv_loop_t *loop, struct agent_replica *r, struct agent_ck
     uv_timer_init(loop, &r->drain);
     r->drain.data = r;
     r->tokens_ms = uv_now(loop);
+    r->bulk_streams = agent_replica_bulk_streams();
     r->open = 1;
     return 0;
 }

@@ -62,10 +62,14 @@ struct agent_replica_out { /* one receiver of the checkpoint being sent */
     struct agent_replica_link *link; /* the receiver's connection once it named this copy */
     unsigned tries;                  /* REPL_BEGINs sent for this checkpoint */
     uint64_t retry_ms;               /* not 0: to be started again then (loop time) */
+    struct agent_replica *owner;     /* for the bulk path's callback */
+    struct agent_replica_bulk *bulk; /* the chunks go on bulk streams (replica_bulk.h) */
 };
 
 struct agent_replica_writer; /* replica_write.h */
-struct agent_replica_store;  /* replica_store.h */
+struct agent_replica_bulk;   /* replica_bulk.h */
+struct agent_replica;
+struct agent_replica_store; /* replica_store.h */
 
 struct agent_replica_in { /* one copy being received */
     int active;
@@ -83,6 +87,9 @@ struct agent_replica_in { /* one copy being received */
     uint64_t acked;                    /* bytes written and acknowledged */
     struct agent_replica_writer *wr;   /* writes, hashes and stores it off the loop */
     struct agent_replica_store *store; /* wr's target: read only when wr said DONE */
+    struct agent_replica_bulk *bulk;   /* the sender offered bulk streams: they feed wr */
+    char host[RDZV_HOST_MAX + 1];      /* the sender's, where its link and bulk port are */
+    uint8_t key[32];                   /* the link's key (the bulk key's), wiped at the end */
 };
 
 struct agent_replica {
@@ -116,6 +123,8 @@ struct agent_replica {
     uint32_t next_xfer;
     struct agent_replica_out out[AGENT_REPLICA_MAX_COPIES];
     int link_full; /* pump: a direct link's queue stopped a chunk (polled by the pace timer) */
+    unsigned bulk_streams; /* per copy (replica_bulk.h); 0: chunks on the TLS link */
+    int bulk_warned;
     double tokens; /* bytes the cap allows now */
     uint64_t tokens_ms;
     struct rdzv_msg *msg; /* one REPL_DATA (64 KiB: not on the stack) */

@@ -33,6 +33,31 @@ void agent_replica_src_close(struct agent_replica_src *s)
     agent_replica_src_init(s);
 }
 
+int agent_replica_src_clone(struct agent_replica_src *dst, const struct agent_replica_src *src)
+{
+    agent_replica_src_init(dst);
+    if ((dst->files = calloc(src->n ? src->n : 1, sizeof(*dst->files))) == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < src->n; i++) {
+        dst->files[i] = src->files[i];
+        if ((dst->files[i].rel = strdup(src->files[i].rel)) == NULL) {
+            dst->n = i;
+            agent_replica_src_close(dst);
+            return -ENOMEM;
+        }
+    }
+    dst->n = src->n;
+    dst->total = src->total;
+    dst->content = src->content;
+    if ((dst->dirfd = fcntl(src->dirfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        int rc = -errno;
+
+        agent_replica_src_close(dst);
+        return rc;
+    }
+    return 0;
+}
+
 int agent_replica_src_open(struct agent_replica_src *s, const char *dir, const char *name,
                            char *why, size_t whylen)
 {

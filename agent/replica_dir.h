@@ -44,6 +44,10 @@ int agent_replica_src_open(struct agent_replica_src *s, const char *dir, const c
  * size or vanished meanwhile, or another negative errno. */
 int agent_replica_src_read(struct agent_replica_src *s, uint8_t *buf, size_t len, uint64_t off);
 
+/* A copy of src that reads on its own (its descriptors and list): for another thread. Returns 0
+ * or a negative errno (dst is then closed). */
+int agent_replica_src_clone(struct agent_replica_src *dst, const struct agent_replica_src *src);
+
 /* Releases s; accepts a zeroed or closed one (dirfd must then be -1 or 0 never opened: use
  * agent_replica_src_init first). */
 void agent_replica_src_init(struct agent_replica_src *s);

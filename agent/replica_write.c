@@ -38,8 +38,9 @@ struct agent_replica_writer {
     int finishing; /* every byte was pushed */
     int stopping;  /* closed: the thread cleans up and ends */
     uint64_t written;
-    int outcome; /* RUNNING, DONE, FAILED */
-    int ended;   /* the thread is returning: it touches nothing of w any more */
+    uint64_t fed; /* bytes agent_replica_writer_feed queued */
+    int outcome;  /* RUNNING, DONE, FAILED */
+    int ended;    /* the thread is returning: it touches nothing of w any more */
     char why[PATH_MAX + 128];
     /* loop only */
     uint64_t pushed, seen; /* bytes pushed; written as last reported */
@@ -265,6 +266,43 @@ int agent_replica_writer_push(struct agent_replica_writer *w, const uint8_t *p, 
     uv_mutex_unlock(&w->mu);
     w->pushed += n;
     return 0;
+}
+
+int agent_replica_writer_feed(struct agent_replica_writer *w, const uint8_t *p, size_t n)
+{
+    struct chunk *c = malloc(sizeof(*c) + n);
+    int rc = 0;
+
+    if (c == NULL)
+        return -ENOMEM;
+    c->next = NULL;
+    c->n = n;
+    memcpy(c->data, p, n);
+    uv_mutex_lock(&w->mu);
+    if (w->stopping || w->finishing || w->outcome == FAILED) {
+        rc = -EPIPE;
+    } else if (w->fed + n - w->written > w->max) {
+        rc = -ENOBUFS;
+    } else {
+        if (w->tail != NULL)
+            w->tail->next = c;
+        else
+            w->head = c;
+        w->tail = c;
+        w->fed += n;
+        c = NULL;
+        uv_cond_signal(&w->cv);
+    }
+    uv_mutex_unlock(&w->mu);
+    free(c);
+    return rc;
+}
+
+void agent_replica_writer_set_max(struct agent_replica_writer *w, size_t max)
+{
+    uv_mutex_lock(&w->mu);
+    w->max = max;
+    uv_mutex_unlock(&w->mu);
 }
 
 int agent_replica_writer_finish(struct agent_replica_writer *w)

@@ -63,6 +63,14 @@ int agent_replica_writer_start(uv_loop_t *loop, const struct agent_replica_write
  * (nothing queued), -EPIPE after finish or a failure, or -ENOMEM. */
 int agent_replica_writer_push(struct agent_replica_writer *w, const uint8_t *p, size_t n);
 
+/* Like push, from any thread (replica_bulk.h's), for a writer whose bytes all come this way:
+ * at most max bytes fed and not yet written by the thread. Returns 0, -ENOBUFS (nothing
+ * queued), -EPIPE once finishing, failed or closed, or -ENOMEM. */
+int agent_replica_writer_feed(struct agent_replica_writer *w, const uint8_t *p, size_t n);
+
+/* The bytes allowed queued from now on (a direct link that became a bulk path's). */
+void agent_replica_writer_set_max(struct agent_replica_writer *w, size_t max);
+
 /* Every byte was pushed: verify and finish after the last write (DONE or FAILED follows).
  * Returns 0, or -EPIPE when called twice or after a failure. */
 int agent_replica_writer_finish(struct agent_replica_writer *w);

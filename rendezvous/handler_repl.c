@@ -179,6 +179,11 @@ void rdzv__handle_repl_ack(struct peer *p, const struct rdzv_repl_ack *a)
 
     if (sj == NULL)
         return;
+    if (a->status == RDZV_REPL_BULK) { /* a direct link's own message: never relayed */
+        if ((r = by_dst(sj, p, a->xfer)) != NULL || (r = by_src(sj, p, a->xfer)) != NULL)
+            abort_both(sj, r, "a bulk offer sent through the server");
+        return;
+    }
     rdzv_msg_init(&m, RDZV_MSG_REPL_ACK);
     m.u.repl_ack = *a;
     if ((r = by_dst(sj, p, a->xfer)) != NULL) {

@@ -488,7 +488,20 @@ static void io_repl_ack(struct io *c, struct rdzv_repl_ack *a)
     IO_U64(c, a->offset);
     IO_U8(c, a->status);
     io_text(c, a->text, RDZV_TEXT_MAX);
-    if (c->r != NULL && !c->r->err && a->status > RDZV_REPL_RELAY)
+    if (c->r != NULL && !c->r->err && a->status > RDZV_REPL_BULK)
+        c->r->err = -EPROTO;
+    if (a->status != RDZV_REPL_BULK)
+        return;
+    /* the bulk offer's tail: its port, streams and salt (agent/replica_bulk.h) */
+    IO_U32(c, a->bulk_port);
+    IO_U32(c, a->bulk_streams);
+    io_bytes(c, a->bulk_salt, sizeof(a->bulk_salt));
+    if (c->w != NULL && (a->bulk_port == 0 || a->bulk_port > 65535 || a->bulk_streams == 0 ||
+                         a->bulk_streams > RDZV_REPL_BULK_STREAMS_MAX))
+        c->w->err = -EINVAL;
+    if (c->r != NULL && !c->r->err &&
+        (a->bulk_port == 0 || a->bulk_port > 65535 || a->bulk_streams == 0 ||
+         a->bulk_streams > RDZV_REPL_BULK_STREAMS_MAX))
         c->r->err = -EPROTO;
 }
 

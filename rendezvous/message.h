@@ -426,13 +426,21 @@ enum rdzv_repl_status {
     RDZV_REPL_DONE = 1,     /* receiver: the copy verified and is in place (or was already) */
     RDZV_REPL_ABORT = 2,    /* either side or the server: the transfer ends; text says why */
     RDZV_REPL_RELAY = 3,    /* receiver: the direct link failed (text says why): relay instead */
+    /* sender, on the direct link only (never through the server): the chunks come on bulk
+     * streams (agent/replica_bulk.h) at bulk_port, bulk_streams of them, keyed with bulk_salt */
+    RDZV_REPL_BULK = 4,
 };
+#define RDZV_REPL_BULK_STREAMS_MAX 8
 
 struct rdzv_repl_ack {
     uint32_t xfer;
     uint64_t offset;
     uint8_t status;               /* enum rdzv_repl_status */
     char text[RDZV_TEXT_MAX + 1]; /* why, for ABORT; "" otherwise */
+    /* BULK only (a tail written for it alone) */
+    uint32_t bulk_port;
+    uint32_t bulk_streams;
+    uint8_t bulk_salt[32];
 };
 
 /* PREFLIGHT: one node's pre-flight results, sent by its agent when the node process

@@ -261,10 +261,19 @@ static int setup(void **state)
     assert_int_equal(
         agent_replica_init(&fx.loop, &fx.r[RECEIVER], &fx.w[RECEIVER], 0, 0, &receiver_cbs, &fx),
         0);
+    fx.r[SENDER].bulk_streams = 0; /* the TLS link's chunks; setup_bulk for the bulk path */
     uv_idle_init(&fx.loop, &fx.pump);
     fx.pump.data = &fx;
     uv_idle_start(&fx.pump, on_pump);
     *state = &fx;
+    return 0;
+}
+
+/* The same, with the chunks of a direct link on 2 bulk streams (replica_bulk.h). */
+static int setup_bulk(void **state)
+{
+    setup(state);
+    ((struct fixture *)*state)->r[SENDER].bulk_streams = 2;
     return 0;
 }
 
@@ -780,7 +789,7 @@ static void test_directory_checkpoint(void **state)
     assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-40", &e), 0);
     agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
     HARNESS_RUN_UNTIL(&fx->h, fx->stored == 1 && logged(fx, SENDER, "replicated to group rank 1"));
-    assert_true(logged(fx, SENDER, "direct link"));
+    assert_true(logged(fx, SENDER, fx->r[SENDER].bulk_streams ? "bulk streams" : "direct link"));
     for (size_t i = 0; i < sizeof(members) / sizeof(members[0]); i++) {
         snprintf(a, sizeof(a), "%s/step-40/%s", fx->dir[SENDER], members[i]);
         snprintf(b, sizeof(b), "%s/step-40/%s", fx->dir[RECEIVER], members[i]);
@@ -981,6 +990,24 @@ static void test_modes_old_sender(void **state)
 
 /* every case runs on the two-agent fixture */
 #define REPLICA_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define REPLICA_BULK_TEST(fn, name)                                                                \
+    {                                                                                              \
+        name, fn, setup_bulk, teardown, NULL                                                       \
+    }
+
+/* On bulk streams: the copy went there, not on the link's chunks. */
+static void test_bulk_direct(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t *content;
+
+    offer(fx, &content);
+    check_copy(fx, content);
+    assert_true(logged(fx, SENDER, "bulk streams"));
+    assert_int_equal(fx->relay_asked, 0);
+    assert_int_equal(fx->relayed, 0);
+    free(content);
+}
 
 int main(void)
 {
@@ -1001,6 +1028,12 @@ int main(void)
         REPLICA_TEST(test_drain_waits_for_a_listing),
         REPLICA_TEST(test_modes_travel),
         REPLICA_TEST(test_modes_old_sender),
+        REPLICA_BULK_TEST(test_bulk_direct, "test_bulk_direct"),
+        REPLICA_BULK_TEST(test_wrong_key_relays, "bulk: test_wrong_key_relays"),
+        REPLICA_BULK_TEST(test_fixed_port, "bulk: test_fixed_port"),
+        REPLICA_BULK_TEST(test_failed_copy_tried_again, "bulk: test_failed_copy_tried_again"),
+        REPLICA_BULK_TEST(test_directory_checkpoint, "bulk: test_directory_checkpoint"),
+        REPLICA_BULK_TEST(test_modes_travel, "bulk: test_modes_travel"),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
