@@ -532,7 +532,7 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
               " ms, %s)",
               r->cur.name, o->rank, r->xsize, ms,
               a->text[0]        ? a->text
-              : o->bulk != NULL ? "bulk streams"
+              : o->bulk != NULL ? "direct link, bulk streams"
               : o->direct       ? "direct link"
                                 : "relayed by the server");
     } else {
@@ -701,6 +701,7 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     }
     memset(in, 0, sizeof(*in));
     in->r = r;
+    in->begin_ms = uv_now(r->loop);
     in->xfer = b->xfer;
     in->from = b->rank;
     snprintf(in->e.name, sizeof(in->e.name), "%s", b->name);
@@ -718,6 +719,7 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
         return;
     }
     if (b->size == 0) {
+        in->received_ms = in->begin_ms;
         agent_replica_writer_finish(in->wr); /* an empty file or directory: DONE follows */
         return;
     }
@@ -744,8 +746,11 @@ static void stored_in(struct agent_replica *r, struct agent_replica_in *in)
     agent_ckptwatch_adopt(r->watch, &in->e);
     logf_(r,
           "checkpoint %s stored as a replica from group rank %" PRIu32 " (step %lld, %" PRIu64
-          " bytes, xxh3 %016" PRIx64 ")",
-          in->e.name, in->from, (long long)in->e.step, in->e.size, in->e.checksum);
+          " bytes, xxh3 %016" PRIx64 "; %" PRIu64 " ms: received in %" PRIu64 ", durable %" PRIu64
+          " ms later)",
+          in->e.name, in->from, (long long)in->e.step, in->e.size, in->e.checksum,
+          uv_now(r->loop) - in->begin_ms, in->received_ms - in->begin_ms,
+          uv_now(r->loop) - in->received_ms);
     if (r->cbs.stored != NULL)
         r->cbs.stored(r->data, &in->e);
     send_ack(r, in->xfer, in->got, RDZV_REPL_DONE, "");
@@ -805,8 +810,10 @@ static void on_chunk(struct agent_replica *r, struct agent_replica_in *in,
         return;
     }
     in->got += d->len;
-    if (in->got == in->xsize)
+    if (in->got == in->xsize) {
+        in->received_ms = uv_now(r->loop);
         agent_replica_writer_finish(in->wr); /* verified, made durable, renamed: DONE or FAILED */
+    }
 }
 
 static void on_data(struct agent_replica *r, const struct rdzv_repl_data *d)
@@ -909,6 +916,7 @@ static void on_bulk_in(void *data, enum agent_replica_bulk_event ev, const char 
 
     if (ev == AGENT_REPLICA_BULK_RECEIVED) {
         in->got = in->xsize; /* every byte is with the writer */
+        in->received_ms = uv_now(r->loop);
         agent_replica_writer_finish(in->wr);
         return;
     }

@@ -161,21 +161,21 @@ static int seal(EVP_CIPHER_CTX *c, uint32_t stream, uint64_t seq, uint8_t type, 
     return ok ? 0 : -EIO;
 }
 
-/* Opens a record whose header is in buf (n from it): 0, or -EBADMSG when the tag fails. */
-static int open_rec(EVP_CIPHER_CTX *c, uint32_t stream, uint64_t seq, uint8_t *buf, uint32_t n)
+/* Opens a record: its header hdr, n sealed bytes at data (opened in place) and the tag after
+ * them. 0, or -EBADMSG when the tag fails. */
+static int open_rec(EVP_CIPHER_CTX *c, uint32_t stream, uint64_t seq, const uint8_t *hdr,
+                    uint8_t *data, uint32_t n)
 {
     uint8_t iv[12];
     int len;
 
     nonce(iv, stream, seq);
     if (EVP_DecryptInit_ex(c, NULL, NULL, NULL, iv) <= 0 ||
-        EVP_DecryptUpdate(c, NULL, &len, buf, AGENT_REPLICA_BULK_HDR) <= 0 ||
-        (n > 0 && EVP_DecryptUpdate(c, buf + AGENT_REPLICA_BULK_HDR, &len,
-                                    buf + AGENT_REPLICA_BULK_HDR, (int)n) <= 0) ||
-        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, AGENT_REPLICA_BULK_TAG,
-                            buf + AGENT_REPLICA_BULK_HDR + n) <= 0)
+        EVP_DecryptUpdate(c, NULL, &len, hdr, AGENT_REPLICA_BULK_HDR) <= 0 ||
+        (n > 0 && EVP_DecryptUpdate(c, data, &len, data, (int)n) <= 0) ||
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, AGENT_REPLICA_BULK_TAG, data + n) <= 0)
         return -EIO;
-    return EVP_DecryptFinal_ex(c, buf + AGENT_REPLICA_BULK_HDR + n, &len) > 0 ? 0 : -EBADMSG;
+    return EVP_DecryptFinal_ex(c, data + n, &len) > 0 ? 0 : -EBADMSG;
 }
 
 static EVP_CIPHER_CTX *cipher(const uint8_t key[32], int enc)
@@ -507,7 +507,7 @@ static int accept_stream(struct agent_replica_bulk *b, EVP_CIPHER_CTX *open_c, u
         if (recv_all(s, hello, sizeof(hello), 0) != 1 || get32(hello) != 0 ||
             hello[4] != AGENT_REPLICA_BULK_HELLO ||
             (idx = (uint32_t)get64(hello + 8)) >= b->streams ||
-            open_rec(open_c, HELLO_BIT | idx, 0, hello, 0) != 0) {
+            open_rec(open_c, HELLO_BIT | idx, 0, hello, hello + AGENT_REPLICA_BULK_HDR, 0) != 0) {
             close(s); /* not a receiver of this copy: the next one */
             continue;
         }
@@ -743,9 +743,10 @@ static int dial(struct agent_replica_bulk *b)
     return s;
 }
 
-/* Hands the chunk at off to the writer once every byte before it is there. 0, or -1 when the
- * transfer ended (failed here, or stopped). */
-static int deliver(struct agent_replica_bulk *b, const uint8_t *p, uint32_t len, uint64_t off)
+/* Hands the chunk at off (a buffer of agent_replica_writer_buf's) to the writer once every byte
+ * before it is there: 0 (the writer took p), or -1 when the transfer ended (failed here, or
+ * stopped; p is still the caller's). */
+static int deliver(struct agent_replica_bulk *b, uint8_t *p, uint32_t len, uint64_t off)
 {
     uint64_t limit = now_ns() + (uint64_t)AGENT_REPLICA_BULK_STALL_MS * 1000000u;
     int rc = -1;
@@ -786,16 +787,15 @@ static void *recv_thread(void *arg)
 {
     struct agent_replica_bulk *b = ((struct thread_arg *)arg)->b;
     unsigned stream = ((struct thread_arg *)arg)->index;
-    uint8_t *buf =
-        malloc(AGENT_REPLICA_BULK_HDR + AGENT_REPLICA_BULK_CHUNK + AGENT_REPLICA_BULK_TAG);
-    uint8_t hello[AGENT_REPLICA_BULK_HDR + AGENT_REPLICA_BULK_TAG];
+    uint8_t hdr[AGENT_REPLICA_BULK_HDR], hello[AGENT_REPLICA_BULK_HDR + AGENT_REPLICA_BULK_TAG];
+    uint8_t *data = NULL; /* the next chunk's buffer: the writer takes it, unsealed */
     EVP_CIPHER_CTX *enc = cipher(b->key, 1), *dec = cipher(b->key, 0);
     uint64_t seq = 1, last_end = 0;
     int s = -1, first = 1;
 
     free(arg);
     block_signals();
-    if (buf == NULL || enc == NULL || dec == NULL) {
+    if (enc == NULL || dec == NULL) {
         uv_mutex_lock(&b->mu);
         fail_locked(b, "no memory for a bulk stream");
         uv_mutex_unlock(&b->mu);
@@ -825,7 +825,7 @@ static void *recv_thread(void *arg)
     for (;;) {
         uint32_t len;
         uint64_t off, want;
-        int got = recv_all(s, buf, AGENT_REPLICA_BULK_HDR, 1);
+        int got = recv_all(s, hdr, sizeof(hdr), 1);
         const char *bad = NULL;
 
         if (got == 0)
@@ -838,11 +838,11 @@ static void *recv_thread(void *arg)
             uv_mutex_unlock(&b->mu);
             break;
         }
-        len = get32(buf);
-        off = get64(buf + 8);
+        len = get32(hdr);
+        off = get64(hdr + 8);
         want = off < b->size && b->size - off < AGENT_REPLICA_BULK_CHUNK ? b->size - off
                                                                          : AGENT_REPLICA_BULK_CHUNK;
-        if (buf[4] != AGENT_REPLICA_BULK_DATA)
+        if (hdr[4] != AGENT_REPLICA_BULK_DATA)
             bad = "a record that is not data";
         else if (off >= b->size || off % AGENT_REPLICA_BULK_CHUNK != 0)
             bad = "an offset that is no chunk's";
@@ -850,9 +850,23 @@ static void *recv_thread(void *arg)
             bad = "a chunk of the wrong size";
         else if (!first && off < last_end)
             bad = "chunks out of order";
-        if (bad == NULL &&
-            (recv_all(s, buf + AGENT_REPLICA_BULK_HDR, len + AGENT_REPLICA_BULK_TAG, 0) != 1 ||
-             open_rec(dec, stream, seq++, buf, len) != 0))
+        if (bad == NULL && data == NULL &&
+            (data = agent_replica_writer_buf(AGENT_REPLICA_BULK_CHUNK + AGENT_REPLICA_BULK_TAG)) ==
+                NULL) {
+            uv_mutex_lock(&b->mu);
+            fail_locked(b, "no memory for a bulk chunk");
+            uv_mutex_unlock(&b->mu);
+            break;
+        }
+        if (bad == NULL && recv_all(s, data, len + AGENT_REPLICA_BULK_TAG, 0) != 1) {
+            int err = errno; /* the transport, not a lie: the relay is asked */
+
+            uv_mutex_lock(&b->mu);
+            fail_locked(b, "bulk stream %u: %s in a record", stream, strerror(err));
+            uv_mutex_unlock(&b->mu);
+            break;
+        }
+        if (bad == NULL && open_rec(dec, stream, seq++, hdr, data, len) != 0)
             bad = "a record that does not verify (wrong key, or altered)";
         if (bad != NULL) {
             uv_mutex_lock(&b->mu);
@@ -866,13 +880,14 @@ static void *recv_thread(void *arg)
         }
         first = 0;
         last_end = off + len;
-        if (deliver(b, buf + AGENT_REPLICA_BULK_HDR, len, off) != 0)
+        if (deliver(b, data, len, off) != 0)
             break;
+        data = NULL; /* the writer's now */
     }
 out:
+    agent_replica_writer_buf_free(data);
     EVP_CIPHER_CTX_free(enc);
     EVP_CIPHER_CTX_free(dec);
-    free(buf);
     thread_end(b, s, stream);
     return NULL;
 }

@@ -2,6 +2,7 @@
 #include "replica_write.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -268,16 +269,26 @@ int agent_replica_writer_push(struct agent_replica_writer *w, const uint8_t *p, 
     return 0;
 }
 
-int agent_replica_writer_feed(struct agent_replica_writer *w, const uint8_t *p, size_t n)
+uint8_t *agent_replica_writer_buf(size_t n)
 {
     struct chunk *c = malloc(sizeof(*c) + n);
+
+    return c == NULL ? NULL : c->data;
+}
+
+void agent_replica_writer_buf_free(uint8_t *data)
+{
+    if (data != NULL)
+        free((struct chunk *)(void *)(data - offsetof(struct chunk, data)));
+}
+
+int agent_replica_writer_feed(struct agent_replica_writer *w, uint8_t *data, size_t n)
+{
+    struct chunk *c = (struct chunk *)(void *)(data - offsetof(struct chunk, data));
     int rc = 0;
 
-    if (c == NULL)
-        return -ENOMEM;
     c->next = NULL;
     c->n = n;
-    memcpy(c->data, p, n);
     uv_mutex_lock(&w->mu);
     if (w->stopping || w->finishing || w->outcome == FAILED) {
         rc = -EPIPE;
@@ -290,11 +301,9 @@ int agent_replica_writer_feed(struct agent_replica_writer *w, const uint8_t *p, 
             w->head = c;
         w->tail = c;
         w->fed += n;
-        c = NULL;
         uv_cond_signal(&w->cv);
     }
     uv_mutex_unlock(&w->mu);
-    free(c);
     return rc;
 }
 

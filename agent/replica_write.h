@@ -63,10 +63,17 @@ int agent_replica_writer_start(uv_loop_t *loop, const struct agent_replica_write
  * (nothing queued), -EPIPE after finish or a failure, or -ENOMEM. */
 int agent_replica_writer_push(struct agent_replica_writer *w, const uint8_t *p, size_t n);
 
-/* Like push, from any thread (replica_bulk.h's), for a writer whose bytes all come this way:
- * at most max bytes fed and not yet written by the thread. Returns 0, -ENOBUFS (nothing
- * queued), -EPIPE once finishing, failed or closed, or -ENOMEM. */
-int agent_replica_writer_feed(struct agent_replica_writer *w, const uint8_t *p, size_t n);
+/* Like push, from any thread (replica_bulk.h's), for a writer whose bytes all come this way,
+ * without a copy: data is a buffer of agent_replica_writer_buf's holding the next n bytes,
+ * which the writer takes on success and frees once written. At most max bytes fed and not yet
+ * written by the thread. Returns 0, or -ENOBUFS (nothing queued) or -EPIPE once finishing,
+ * failed or closed: data stays the caller's then. */
+int agent_replica_writer_feed(struct agent_replica_writer *w, uint8_t *data, size_t n);
+
+/* A buffer of n bytes for agent_replica_writer_feed (NULL without memory), and its release
+ * when it was not fed (accepts NULL). */
+uint8_t *agent_replica_writer_buf(size_t n);
+void agent_replica_writer_buf_free(uint8_t *data);
 
 /* The bytes allowed queued from now on (a direct link that became a bulk path's). */
 void agent_replica_writer_set_max(struct agent_replica_writer *w, size_t max);

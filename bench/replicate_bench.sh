@@ -4,17 +4,20 @@
 #      the direct agent-to-agent link (--replicate-bandwidth 0: no cap; the server on host 3
 #      only starts it), against raw TCP on the same links (python sendfile host 1 -> host 2,
 #      and host 1 -> host 3 -> host 2 through a plain-TCP relay, the path of muster's fallback
-#      relay), the median of REPS runs each;
+#      relay, and host 1 -> host 2 into a file on the receiver's disk, fsynced: the ceiling of a
+#      replica, which lands there), the median of REPS runs each;
 #   2. step time of a synthetic trainer (bench/replicate_step.py: 2 ranks, fixed work per step,
 #      a CKPT_MB checkpoint every EVERY steps) without and with --replicate-checkpoints 1 at the
 #      default --replicate-bandwidth.
 # Root needed. Prints one line per figure and a summary:
-#     replicate_bench: relay_mb_s=.. raw_tcp_mb_s=.. raw_relay_mb_s=.. ratio=..% step_ms_off=..
+#     replicate_bench: relay_mb_s=.. raw_tcp_mb_s=.. raw_relay_mb_s=.. raw_tcp_disk_mb_s=..
+#                      ratio=..% ratio_disk=..% streams=.. mb=.. (part 1 only), or step_ms_off=..
 #                      step_ms_on=.. step_slowdown=..%
 #     sudo MUSTER_BIN=build/muster bench/replicate_bench.sh
 # Environment: MB (200), REPS (3), STEPS (60), EVERY (10), CKPT_MB (50), BW (replication cap
 # of part 2 in MB/s; default: muster's), SKIP_THROUGHPUT=1 (part 2 only), SKIP_STEPS=1 (part 1
-# only: no PyTorch needed).
+# only: no PyTorch needed), MUSTER_REPLICATE_STREAMS (bulk streams per copy; 0: the chunks on
+# the TLS link), TMPDIR (where the hosts' directories are: its disk is the receiver's).
 export MUSTER_SRC=${MUSTER_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 . "$MUSTER_SRC/tests/integration/ft.sh"
 . "$MUSTER_SRC/tests/integration/multi.sh"
@@ -30,20 +33,23 @@ ns_job rbench 3 3
 say() { echo "replicate_bench: $*" >&2; }
 median() { sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
-relay=n/a raw=n/a rawrelay=n/a
+relay=n/a raw=n/a rawrelay=n/a rawdisk=n/a
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
 # --- 1a. raw TCP: python's sendfile of the same file, receiver counts bytes -----------------
 head -c ${MB}M /dev/urandom > "$T/blob"
 cat > "$T/sink.py" <<'EOP'
-import socket, sys, time
+import os, socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
 c, _ = s.accept(); n = 0; t = None; buf = bytearray(1 << 20)
+out = open(sys.argv[3], "wb", buffering=0) if len(sys.argv) > 3 else None
 while True:
     k = c.recv_into(buf)
     if t is None: t = time.perf_counter()
     if not k: break
+    if out: out.write(memoryview(buf)[:k])
     n += k
+if out: os.fsync(out.fileno()); out.close(); os.unlink(sys.argv[3])
 print(f"{n} {time.perf_counter() - t:.6f}", flush=True)
 EOP
 cat > "$T/relay.py" <<'EOP'
@@ -64,9 +70,9 @@ o = socket.create_connection((sys.argv[1], int(sys.argv[2])))
 with open(sys.argv[3], "rb") as f: o.sendfile(f)
 o.close()
 EOP
-raw_once() { # raw_once relay(0|1) -> MB/s
+raw_once() { # raw_once relay(0|1) [file] -> MB/s (file: the receiver writes it and fsyncs)
     local port=$((30000 + RANDOM % 20000)) dst=${HOST_ADDR[2]}
-    ns_exec 2 python3 "$T/sink.py" "$dst" $port > "$T/sink.out" &
+    ns_exec 2 python3 "$T/sink.py" "$dst" $port ${2:+"$2"} > "$T/sink.out" &
     local sink=$! to=$dst tport=$port
     sleep 0.3
     if [ "$1" = 1 ]; then
@@ -79,11 +85,16 @@ raw_once() { # raw_once relay(0|1) -> MB/s
     awk '{printf "%.0f\n", $1 / 1e6 / $2}' "$T/sink.out"
 }
 cat "$T/blob" > /dev/null # in the page cache, as a just-written checkpoint is
-raws=() relays=()
-for i in $(seq "$REPS"); do raws+=("$(raw_once 0)"); relays+=("$(raw_once 1)"); done
+raws=() relays=() disks=()
+for i in $(seq "$REPS"); do
+    raws+=("$(raw_once 0)")
+    relays+=("$(raw_once 1)")
+    disks+=("$(raw_once 0 "$T/rawdisk.bin")") # as a replica lands: a file on the same disk
+done
 raw=$(printf '%s\n' "${raws[@]}" | median)
 rawrelay=$(printf '%s\n' "${relays[@]}" | median)
-say "raw TCP host1->host2: ${raws[*]} MB/s (median $raw); through a TCP relay on host 3: ${relays[*]} (median $rawrelay)"
+rawdisk=$(printf '%s\n' "${disks[@]}" | median)
+say "raw TCP host1->host2: ${raws[*]} MB/s (median $raw); through a TCP relay on host 3: ${relays[*]} (median $rawrelay); into a file on the receiver's disk, fsynced: ${disks[*]} (median $rawdisk)"
 
 # --- 1b. muster's replica of the same size -----------------------------------------------------
 cat > "$T/big.sh" <<EOW
@@ -111,12 +122,12 @@ for i in $(seq "$REPS"); do
     agents_exit 30 0 r$i-a1 r$i-a2
 done
 relay=$(printf '%s\n' "${rel[@]}" | median)
-grep -q "ms, direct link)" "$T/r1-a1.err" || fail "the replica did not go on the direct link"
-say "muster replica host1->host2 on the direct link, TLS: ${rel[*]} MB/s (median $relay)"
+grep -q "ms, direct link" "$T/r1-a1.err" || fail "the replica did not go on the direct link"
+say "muster replica host1->host2 on the direct link (bulk streams unless MUSTER_REPLICATE_STREAMS=0): ${rel[*]} MB/s (median $relay)"
 fi
 
 if [ "${SKIP_STEPS:-0}" = 1 ]; then
-    echo "replicate_bench: relay_mb_s=$relay raw_tcp_mb_s=$raw raw_relay_mb_s=$rawrelay ratio=$(awk -v a="$relay" -v b="$raw" 'BEGIN {printf "%.0f", 100 * a / b}')% mb=$MB"
+    echo "replicate_bench: relay_mb_s=$relay raw_tcp_mb_s=$raw raw_relay_mb_s=$rawrelay raw_tcp_disk_mb_s=$rawdisk ratio=$(awk -v a="$relay" -v b="$raw" 'BEGIN {printf "%.0f", 100 * a / b}')% ratio_disk=$(awk -v a="$relay" -v b="$rawdisk" 'BEGIN {printf "%.0f", 100 * a / b}')% streams=${MUSTER_REPLICATE_STREAMS:-default} mb=$MB"
     stop_server
     exit 0
 fi

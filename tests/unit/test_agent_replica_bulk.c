@@ -88,6 +88,7 @@ struct fixture {
     struct mem mem;
     struct agent_replica_writer *wr;
     struct agent_replica_bulk *snd, *rcv;
+    uv_timer_t tick; /* wakes the loop: the raw peers' threads change what the tests wait for */
     int sent, received, snd_failed, rcv_failed, refused, written_done, write_failed;
     char why[256];
 };
@@ -161,6 +162,11 @@ static void start_writer(struct fixture *fx)
                      0);
 }
 
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
 static int setup(void **state)
 {
     static struct fixture fx;
@@ -169,6 +175,8 @@ static int setup(void **state)
     harness_init_tmp(&fx.h, &fx.loop, 30000, fx.tmp, sizeof(fx.tmp), "bulk");
     assert_int_equal(getrandom(fx.key, sizeof(fx.key), 0), (ssize_t)sizeof(fx.key));
     fx.fd = -1;
+    uv_timer_init(&fx.loop, &fx.tick);
+    uv_timer_start(&fx.tick, on_tick, 10, 10);
     *state = &fx;
     return 0;
 }
@@ -181,6 +189,7 @@ static int teardown(void **state)
     agent_replica_bulk_close(fx->rcv);
     agent_replica_writer_close(fx->wr);
     harness_run_for(&fx->h, 50); /* the closes' callbacks */
+    uv_close((uv_handle_t *)&fx->tick, NULL);
     if (fx->fd >= 0)
         close(fx->fd);
     free(fx->content);
