@@ -49,7 +49,7 @@ while True:
     if not k: break
     if out: out.write(memoryview(buf)[:k])
     n += k
-if out: os.fsync(out.fileno()); out.close(); os.unlink(sys.argv[3])
+if out: os.fsync(out.fileno()); out.close()  # kept: a replica is kept, and its pages stay used
 print(f"{n} {time.perf_counter() - t:.6f}", flush=True)
 EOP
 cat > "$T/relay.py" <<'EOP'
@@ -89,7 +89,7 @@ raws=() relays=() disks=()
 for i in $(seq "$REPS"); do
     raws+=("$(raw_once 0)")
     relays+=("$(raw_once 1)")
-    disks+=("$(raw_once 0 "$T/rawdisk.bin")") # as a replica lands: a file on the same disk
+    disks+=("$(raw_once 0 "$T/rawdisk$i.bin")") # as a replica lands: a file on the same disk
 done
 raw=$(printf '%s\n' "${raws[@]}" | median)
 rawrelay=$(printf '%s\n' "${relays[@]}" | median)
@@ -104,6 +104,13 @@ cat > "$T/big.sh" <<EOW
 for i in \$(seq 1200); do [ -e "\$MUSTER_CHECKPOINT_DIR/../release" ] && exit 0; sleep 0.05; done
 EOW
 chmod +x "$T/big.sh"
+replica_or_gone() { # replica_or_gone ERRFILE AGENT... : the replica logged, or no agent left
+    grep_in "$1" "replicated to group rank 1" && return 0
+    shift
+    local a
+    for a in "$@"; do kill -0 "${NS_BGPID[$a]}" 2>/dev/null && return 1; done
+    return 0
+}
 rel=()
 for i in $(seq "$REPS"); do
     d="$T/r$i"
@@ -112,10 +119,12 @@ for i in $(seq "$REPS"); do
         ns_bg $k r$i-a$k -- "$MUSTER_BIN" run --nnodes 2 --nproc-per-node 1 \
             --rdzv-endpoint "${HOST_ADDR[3]}:$P" --rdzv-id "$JOB-$i" --local-addr "${HOST_ADDR[$k]}" \
             --checkpoint-dir "$d/c$k" --replicate-checkpoints 1 --replicate-bandwidth 0 \
-            --no-python "$T/big.sh"
+            --preflight off --no-python "$T/big.sh"
         sleep 0.3
     done
-    wait_for 120 grep_in "$T/r$i-a1.err" "replicated to group rank 1" || { cat "$T/r$i-a"*.err >&2; fail "no replica"; }
+    # the replica, or both agents gone (a pre-flight that refused them, say): no 2-minute poll
+    wait_for 120 replica_or_gone "$T/r$i-a1.err" r$i-a1 r$i-a2
+    grep_in "$T/r$i-a1.err" "replicated to group rank 1" || { cat "$T/r$i-a"*.err >&2; fail "no replica (the agents' output above)"; }
     ms=$(sed -n 's/.*replicated to group rank 1 ([0-9]* bytes in \([0-9]*\) ms.*/\1/p' "$T/r$i-a1.err")
     rel+=("$(( MB * 1048576 / 1000 / ms ))")
     touch "$d/c1/../release"
