@@ -84,9 +84,11 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_REPL_DATA:
     case RDZV_MSG_REPL_ACK:
     case RDZV_MSG_EVIDENCE:
+    case RDZV_MSG_LOG: /* a worker credential must not write its job's log */
     case RDZV_MSG_GOODPUT: /* a worker credential must not rewrite its job's figures */
         return role == RDZV_ROLE_AGENT;
     case RDZV_MSG_DEBUG_REQ:
+    case RDZV_MSG_LOGS_REQ:
         return role == RDZV_ROLE_OBSERVER;
     case RDZV_MSG_ATTACH:
     case RDZV_MSG_KV_PUT:
@@ -190,6 +192,12 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_DEBUG_REQ:
         rdzv__handle_debug_req(p, &m->u.debug_req);
+        break;
+    case RDZV_MSG_LOG:
+        rdzv__handle_log(p, &m->u.log);
+        break;
+    case RDZV_MSG_LOGS_REQ:
+        rdzv__handle_logs_req(p, &m->u.logs_req);
         break;
     default: /* KV_PUT, KV_GET, BARRIER */
         rdzv__handle_kv(p, m);

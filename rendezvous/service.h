@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "ckptlog.h"
+#include "logring.h"
 #include "pfrec.h"
 #include "gprec.h"
 #include "clock.h"
@@ -110,6 +111,9 @@ struct sjob {
     int32_t verdict_culprit;
     uint32_t verdict_round;
     uint64_t debug_last_ms; /* uv_now of the last `muster debug` collection (rate limit) */
+    /* the job's log (handler_log.c): NULL until the first LOG */
+    struct rdzv_logring *logs;
+    uint64_t log_foreign; /* lines of ranks the sender does not hold in the round: dropped */
 };
 
 /* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
@@ -227,6 +231,7 @@ struct rdzv_server {
      * by server.c), so that service.c never calls up into the jobs */
     void (*member_lost)(struct sjob *sj, struct peer *p, const char *reason);
     void (*job_dropped)(struct sjob *sj); /* sjob.c tells the handlers; server.c sets it */
+    struct rdzv_logring_limits log_limits; /* every job's log ring and caps (0: defaults) */
 };
 
 /* service.c */
