@@ -388,7 +388,7 @@ static void report_done_now(void *data)
     struct agent *a = data;
 
     if (a->state != a->done_state || a->client == NULL)
-        return; /* something else happened meanwhile (a signal, the server gone) */
+        return;             /* something else happened meanwhile (a signal, the server gone) */
     agent__logfwd_flush(a); /* the last lines before the job may end */
     if (rdzv_client_report_done(a->client, a->as.round) != 0)
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
@@ -977,9 +977,9 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     uv_timer_init(&a->loop, &a->health.timer);
     a->health.timer.data = a;
     agent_goodput_init(&a->gp, &a->loop, NULL);
-    a->logfwd = agent_logfwd_new(&a->loop, &(struct agent_logfwd_io){.send = logfwd_send,
-                                                                     .unsent = logfwd_unsent,
-                                                                     .ctx = a});
+    a->logfwd = agent_logfwd_new(
+        &a->loop,
+        &(struct agent_logfwd_io){.send = logfwd_send, .unsent = logfwd_unsent, .ctx = a});
     for (int i = 0; i < NSIGHANDLES; i++) {
         int signum = handle_signum(&o->restart, i), dup = 0;
         uv_signal_init(&a->loop, &a->sig[i]);

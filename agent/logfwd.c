@@ -27,8 +27,8 @@ struct agent_logfwd {
     uv_loop_t *loop;
     uv_timer_t timer;
     struct agent_logfwd_io io;
-    struct rdzv_msg *msg; /* one batch being built (54 KiB: not on the stack) */
-    struct part *parts;   /* 2 per local worker */
+    struct rdzv_msg *msg;     /* one batch being built (54 KiB: not on the stack) */
+    struct part *parts;       /* 2 per local worker */
     struct rdzv_bucket *caps; /* 1 per local worker */
     int n;
     struct qline *q; /* circular: q[head] is the oldest of qn */

@@ -57,17 +57,67 @@ void rdzv__handle_log(struct peer *p, const struct rdzv_log *l)
     }
     if (foreign >= 0)
         rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE,
-                         "LOG for rank %d of job %s from the node of ranks %u-%u: dropped",
-                         foreign, sj->job->id, lo, hi - 1);
+                         "LOG for rank %d of job %s from the node of ranks %u-%u: dropped", foreign,
+                         sj->job->id, lo, hi - 1);
+}
+
+/* Forgets ended logs past RDZV_LOG_KEEP_MS, and beyond the newest keep ones. */
+static void prune(struct rdzv_server *srv, unsigned keep)
+{
+    uint64_t now = uv_now(srv->loop);
+    unsigned n = 0;
+
+    for (struct rdzv__ended_log **pp = &srv->ended_logs; *pp != NULL;) {
+        struct rdzv__ended_log *e = *pp;
+
+        if (n++ < keep && now - e->at_ms < RDZV_LOG_KEEP_MS) {
+            pp = &e->next;
+            continue;
+        }
+        *pp = e->next;
+        rdzv_logring_free(e->ring);
+        free(e);
+    }
+}
+
+void rdzv__log_keep(struct sjob *sj)
+{
+    struct rdzv_server *srv = sj->srv;
+    struct rdzv__ended_log *e;
+
+    if (sj->logs == NULL || srv->closing)
+        return;
+    prune(srv, RDZV_LOG_KEEP_JOBS - 1);
+    if ((e = calloc(1, sizeof(*e))) == NULL)
+        return;
+    snprintf(e->id, sizeof(e->id), "%s", sj->job->id);
+    e->world_size = sj->job->world_size;
+    e->at_ms = uv_now(srv->loop);
+    e->ring = sj->logs;
+    sj->logs = NULL;
+    e->next = srv->ended_logs;
+    srv->ended_logs = e;
+}
+
+static struct rdzv__ended_log *ended(struct rdzv_server *srv, const char *id)
+{
+    prune(srv, RDZV_LOG_KEEP_JOBS);
+    for (struct rdzv__ended_log *e = srv->ended_logs; e != NULL; e = e->next)
+        if (strcmp(e->id, id) == 0)
+            return e;
+    return NULL;
 }
 
 void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q)
 {
     struct sjob *sj;
+    struct rdzv__ended_log *old = NULL;
+    struct rdzv_logring *r;
+    uint32_t world;
     struct rdzv_msg *m;
 
-    if (p->role != RDZV_ROLE_OBSERVER || p->cred.kind == RDZV_CRED_WORKER ||
-        q->job_id[0] == '\0' || !rdzv_cred_may_status(&p->cred, q->job_id)) {
+    if (p->role != RDZV_ROLE_OBSERVER || p->cred.kind == RDZV_CRED_WORKER || q->job_id[0] == '\0' ||
+        !rdzv_cred_may_status(&p->cred, q->job_id)) {
         rdzv__peer_event(p, SRV_EV_AUTH_JOB_SCOPE, "LOGS_REQ for job %s refused", q->job_id);
         rdzv__send_error(p, RDZV_ERR_AUTH,
                          "this credential may not read the log of job %s (an observer "
@@ -75,14 +125,16 @@ void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q)
                          q->job_id);
         return;
     }
-    if ((sj = rdzv__sjob_find(p->srv, q->job_id)) == NULL) {
+    if ((sj = rdzv__sjob_find(p->srv, q->job_id)) == NULL &&
+        (old = ended(p->srv, q->job_id)) == NULL) {
         rdzv__send_error(p, RDZV_ERR_CLOSED, "no job %s on this server", q->job_id);
         return;
     }
-    if (q->rank < -1 || (q->rank >= 0 && sj->job->world_size > 0 &&
-                         (uint32_t)q->rank >= sj->job->world_size)) {
-        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "job %s has no rank %d (world size %u)",
-                         q->job_id, q->rank, sj->job->world_size);
+    r = sj != NULL ? sj->logs : old->ring;
+    world = sj != NULL ? sj->job->world_size : old->world_size;
+    if (q->rank < -1 || (q->rank >= 0 && world > 0 && (uint32_t)q->rank >= world)) {
+        rdzv__send_error(p, RDZV_ERR_PROTOCOL, "job %s has no rank %d (world size %u)", q->job_id,
+                         q->rank, world);
         return;
     }
     if ((m = malloc(sizeof(*m))) == NULL) {
@@ -90,12 +142,11 @@ void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q)
         return;
     }
     rdzv_msg_init(m, RDZV_MSG_LOGS);
-    if (sj->logs != NULL) {
-        rdzv_logring_read(sj->logs, q, &m->u.log);
-    } else {
+    if (r != NULL)
+        rdzv_logring_read(r, q, &m->u.log);
+    else
         m->u.log.next = q->after;
-    }
-    if (sj->job->state == RDZV_JOB_FINISHED)
+    if (sj == NULL || sj->job->state == RDZV_JOB_FINISHED)
         m->u.log.state |= RDZV_LOGS_ENDED;
     rdzv__send(p, m);
     free(m);

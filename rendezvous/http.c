@@ -391,9 +391,10 @@ static void log_families(FILE *f, struct rdzv_server *srv)
             }
             fprintf(f, "%s{job=\"", fam[i].name);
             job_label(f, sj->job->id);
-            fprintf(f, "\"} %llu\n", (unsigned long long)(i == 0   ? st.lines
-                                                           : i == 1 ? st.bytes
-                                                                    : st.held_bytes));
+            fprintf(f, "\"} %llu\n",
+                    (unsigned long long)(i == 0   ? st.lines
+                                         : i == 1 ? st.bytes
+                                                  : st.held_bytes));
         }
     }
 }

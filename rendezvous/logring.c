@@ -45,8 +45,8 @@ struct rdzv_logring {
     struct rdzv_logring_limits lim;
     struct entry *e; /* circular: e[head] is the oldest of n */
     size_t cap, head, n;
-    size_t bytes;       /* held text + RDZV_LOG_ENTRY_COST per line */
-    uint64_t next_seq;  /* the number the next line gets; the oldest held is next_seq - n */
+    size_t bytes;      /* held text + RDZV_LOG_ENTRY_COST per line */
+    uint64_t next_seq; /* the number the next line gets; the oldest held is next_seq - n */
     struct rdzv_bucket job;
     struct rdzv_bucket rank[RDZV_LOG_RANK_BUCKETS];
     struct rdzv_logring_stats st;
@@ -243,7 +243,7 @@ size_t rdzv_ranks_fmt(const int32_t *ranks, size_t n, char *buf, size_t len)
 }
 
 struct group {
-    uint32_t line;  /* the first line's index */
+    uint32_t line; /* the first line's index */
     uint32_t nranks;
     int32_t *ranks; /* into the shared array: at most n per batch in all */
 };

@@ -24,7 +24,7 @@
 #define RDZV_LOG_JOB_BYTES_PER_S (2u << 20)
 #define RDZV_LOG_RANK_LINES_PER_S (RDZV_LOG_JOB_LINES_PER_S / 4)
 #define RDZV_LOG_RANK_BYTES_PER_S (RDZV_LOG_JOB_BYTES_PER_S / 4)
-#define RDZV_LOG_BURST_S 2 /* a bucket holds this many seconds of its rate */
+#define RDZV_LOG_BURST_S 2         /* a bucket holds this many seconds of its rate */
 #define RDZV_LOG_RANK_BUCKETS 4096 /* ranks r and r + 4096 share a per-rank bucket */
 #define RDZV_LOG_ENTRY_COST 48     /* bytes a held line costs besides its text */
 /* A LOGS answer looks at most this many held lines (a --rank filter skips the others). */
@@ -41,16 +41,16 @@ int rdzv_bucket_take(struct rdzv_bucket *b, uint64_t now_ms, unsigned lines_per_
                      size_t bytes_per_s, size_t len);
 
 struct rdzv_logring_limits {
-    size_t ring_bytes;        /* 0: RDZV_LOG_RING_BYTES */
-    unsigned lines_per_s;     /* the job's rate; 0: RDZV_LOG_JOB_LINES_PER_S */
-    size_t bytes_per_s;       /* 0: RDZV_LOG_JOB_BYTES_PER_S */
+    size_t ring_bytes;    /* 0: RDZV_LOG_RING_BYTES */
+    unsigned lines_per_s; /* the job's rate; 0: RDZV_LOG_JOB_LINES_PER_S */
+    size_t bytes_per_s;   /* 0: RDZV_LOG_JOB_BYTES_PER_S */
 };
 
 struct rdzv_logring_stats {
-    uint64_t lines, bytes;   /* lines (and their bytes) taken into the ring */
-    uint64_t dropped_ring;   /* taken, then pushed out by newer ones before anyone asked... */
-    uint64_t dropped_rate;   /* over the job's or a rank's rate: never taken */
-    uint64_t dropped_agents; /* the agents' own drops, as their LOGs said */
+    uint64_t lines, bytes;     /* lines (and their bytes) taken into the ring */
+    uint64_t dropped_ring;     /* taken, then pushed out by newer ones before anyone asked... */
+    uint64_t dropped_rate;     /* over the job's or a rank's rate: never taken */
+    uint64_t dropped_agents;   /* the agents' own drops, as their LOGs said */
     uint64_t held, held_bytes; /* in the ring now */
 };
 

@@ -478,9 +478,9 @@ struct rdzv_preflight {
  * stream (up to '\n' or '\r', without it), raw bytes (any but a NUL, which the agent shows as
  * '?'), at most RDZV_LOG_LINE_MAX (longer ones are cut into parts). text[] holds the lines'
  * bytes one after the other; line i is text[lines[i].off .. + lines[i].len]. */
-#define RDZV_LOG_LINE_MAX 4096          /* bytes of one line */
-#define RDZV_LOG_LINES_MAX 256          /* lines in one message */
-#define RDZV_LOG_BYTES_MAX (48 * 1024)  /* bytes of all lines of one message */
+#define RDZV_LOG_LINE_MAX 4096         /* bytes of one line */
+#define RDZV_LOG_LINES_MAX 256         /* lines in one message */
+#define RDZV_LOG_BYTES_MAX (48 * 1024) /* bytes of all lines of one message */
 struct rdzv_log_line {
     int32_t rank;     /* global rank */
     uint8_t stream;   /* 0 stdout, 1 stderr */

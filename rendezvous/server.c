@@ -66,6 +66,13 @@ static void member_lost(struct sjob *sj, struct peer *p, const char *reason)
     rdzv__sjob_detach(sj, p, reason);
 }
 
+/* A job goes: its evidence with it; its log is kept a while (handler_log.c). */
+static void job_dropped(struct sjob *sj)
+{
+    rdzv__ev_free(sj);
+    rdzv__log_keep(sj);
+}
+
 /* --- dispatch ---------------------------------------------------------------------------- */
 
 /* Which role may send which message; anything else is out of order. */
@@ -84,7 +91,7 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_REPL_DATA:
     case RDZV_MSG_REPL_ACK:
     case RDZV_MSG_EVIDENCE:
-    case RDZV_MSG_LOG: /* a worker credential must not write its job's log */
+    case RDZV_MSG_LOG:     /* a worker credential must not write its job's log */
     case RDZV_MSG_GOODPUT: /* a worker credential must not rewrite its job's figures */
         return role == RDZV_ROLE_AGENT;
     case RDZV_MSG_DEBUG_REQ:
@@ -510,7 +517,7 @@ static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct
     srv->loop = loop;
     srv->tls = tls;
     srv->member_lost = member_lost;
-    srv->job_dropped = rdzv__ev_free;
+    srv->job_dropped = job_dropped;
     srv->start_ms = uv_now(loop);
     srv->limits = rdzv_limits_default();
     srv->kv_pool.max_bytes = srv->limits.kv_max_total_bytes;
