@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uv.h>
 
 #include "agent.h"
@@ -47,7 +48,7 @@ struct status_cmd {
     int exit_code;
     char *answer; /* the STATUS JSON text */
     /* muster logs */
-    int logs, follow, dedup;
+    int logs, follow, dedup, stamps;
     long logs_rank;    /* --rank, -1: all */
     uint64_t since_ms; /* --since as wall clock, 0: all */
     uint64_t after;    /* the last line printed */
@@ -75,10 +76,19 @@ static void finish(struct status_cmd *c, int code)
 static void print_line(void *ctx, const struct rdzv_log_line *ln, const char *text,
                        const char *ranks)
 {
+    const struct status_cmd *c = ctx;
     char shown[MC_ESCAPE_SIZE(RDZV_LOG_LINE_MAX)];
     size_t i = 0;
 
-    (void)ctx;
+    if (c->stamps) {
+        time_t s = (time_t)(ln->time_ms / 1000);
+        struct tm tm;
+        char when[32];
+
+        gmtime_r(&s, &tm);
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+        printf("%s.%03uZ ", when, (unsigned)(ln->time_ms % 1000));
+    }
     if (ranks != NULL)
         printf("[ranks %s]: ", ranks);
     else
@@ -514,7 +524,7 @@ static int parse_since(const char *s, uint64_t *out)
 
 static const char logs_usage[] =
     "usage: muster logs --rdzv-endpoint HOST:PORT --rdzv-id ID [--follow] [--rank R]\n"
-    "                   [--since T] [--dedup]\n"
+    "                   [--since T] [--dedup] [--timestamps]\n"
     "                   [--token-file FILE | --tls-cert F --tls-key F --tls-ca F]\n"
     "Prints the job's one log: every rank's output lines as the agents forwarded them to\n"
     "the server, prefixed as on muster's console ([rankN]: ). The server keeps the newest\n"
@@ -525,6 +535,8 @@ static const char logs_usage[] =
     "  --since T      only lines of the last T (30s, 5m, 2h, 1d; a number: seconds)\n"
     "  --dedup        a line said identically by several ranks is printed once:\n"
     "                 [ranks 0-63]: loss 2.31\n"
+    "  -t, --timestamps  each line's time first (UTC, when its agent read it):\n"
+    "                 2026-12-03T14:30:00.123Z [rank3]: ...\n"
     "Credentials as for muster status: the job's credential, the observer credential or\n"
     "the token; a worker credential or another job's gets nothing.\n";
 
@@ -546,6 +558,10 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
         }
         if (c->logs && strcmp(o, "--dedup") == 0) {
             c->dedup = 1;
+            continue;
+        }
+        if (c->logs && (strcmp(o, "--timestamps") == 0 || strcmp(o, "-t") == 0)) {
+            c->stamps = 1;
             continue;
         }
         if (c->logs && strcmp(o, "--since") == 0 && i + 1 < argc) {
@@ -711,10 +727,11 @@ static int start(struct status_cmd *c)
         if (c->logs) {
             uv_timer_init(&c->loop, &c->poll);
             c->poll.data = c;
-            uv_timer_set_repeat(&c->timer, STATUS_TIMEOUT_MS * 3); /* --follow: per answer */
         }
         c->gai.data = c->connect.data = c;
         uv_timer_start(&c->timer, on_timeout, c->debug ? DEBUG_TIMEOUT_MS : STATUS_TIMEOUT_MS, 0);
+        if (c->logs) /* --follow: the deadline runs again from each answer (on_logs) */
+            uv_timer_set_repeat(&c->timer, STATUS_TIMEOUT_MS * 3);
         rc = uv_getaddrinfo(&c->loop, &c->gai, on_resolved, host, port, &hints);
         if (rc != 0) {
             mc_error("%s: %s", c->endpoint, uv_strerror(rc));

@@ -16,8 +16,8 @@
 #include "message.h"
 
 struct sink {
-    int refuse;      /* send fails (away) */
-    size_t unsent;   /* what the link holds */
+    int refuse;    /* send fails (away) */
+    size_t unsent; /* what the link holds */
     int batches;
     uint64_t dropped; /* sum of LOG.dropped */
     char out[1 << 16];

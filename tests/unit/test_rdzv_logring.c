@@ -181,8 +181,7 @@ struct rec {
     size_t len;
 };
 
-static void rec_emit(void *ctx, const struct rdzv_log_line *ln, const char *text,
-                     const char *ranks)
+static void rec_emit(void *ctx, const struct rdzv_log_line *ln, const char *text, const char *ranks)
 {
     struct rec *r = ctx;
     char one[16];
