@@ -597,7 +597,10 @@ struct rdzv_limits rdzv_limits_default(void)
         .kv_max_held_per_credential = RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL,
         .preauth_max = RDZV_LIMIT_PREAUTH_MAX,
         .first_byte_ms = RDZV_LIMIT_FIRST_BYTE_MS,
-        .http_max_connections = RDZV_LIMIT_HTTP_MAX_CONNECTIONS};
+        .http_max_connections = RDZV_LIMIT_HTTP_MAX_CONNECTIONS,
+        .log_ring_bytes = RDZV_LOG_RING_BYTES,
+        .log_lines_per_sec = RDZV_LOG_JOB_LINES_PER_S,
+        .log_bytes_per_sec = RDZV_LOG_JOB_BYTES_PER_S};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -630,11 +633,17 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     DEFAULT_IF_0(preauth_max);
     DEFAULT_IF_0(first_byte_ms);
     DEFAULT_IF_0(http_max_connections);
+    DEFAULT_IF_0(log_ring_bytes);
+    DEFAULT_IF_0(log_lines_per_sec);
+    DEFAULT_IF_0(log_bytes_per_sec);
 #undef DEFAULT_IF_0
     /* the pool is what unauthenticated connections may take; the rest stays the agents' */
     if (l.preauth_max > l.max_connections)
         l.preauth_max = l.max_connections;
     s->limits = l;
+    s->log_limits = (struct rdzv_logring_limits){.ring_bytes = l.log_ring_bytes,
+                                                 .lines_per_s = l.log_lines_per_sec,
+                                                 .bytes_per_s = l.log_bytes_per_sec};
     s->kv_pool.max_bytes = l.kv_max_total_bytes;
     s->kv_pool.max_held = l.kv_max_held_total;
     hs_configure(s);
