@@ -4,7 +4,8 @@
 # --log-lines-per-sec 40 a rank may pass 10 lines a second (a burst of 20): rank 0's burst is
 # cut to ~20 lines (counted as reason "rate" in /metrics while the job runs), rank 1 keeps every
 # line, and rank 0's last line, printed 2.5 s later, is there; muster logs ends with the
-# dropped count. (The agent's own cap, 1000 lines/s, lets the 600 through: the server cuts.)
+# dropped count; a worker's ESC and C1 controls are shown escaped (\x1b), its tab as it is.
+# (The agent's own cap, 1000 lines/s, lets the 600 through: the server cuts.)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
 
@@ -20,6 +21,7 @@ if r == 0:
     time.sleep(2.5)
     print("last rank 0", flush=True)
 else:
+    print("evil \x1b[2J\tcol \x9b31m end", flush=True)  # controls are escaped, tabs kept
     for i in range(30):
         print("tick %d" % i, flush=True)
         time.sleep(0.1)
@@ -42,3 +44,7 @@ note "rank 0's burst: $n0 of 600 lines kept; rank 1: $n1 of 30"
 expect_eq "rank 1's ticks" 30 "$n1"
 grep -q '^\[rank0\]: last rank 0$' "$T/l.out" || fail "rank 0's line after the burst is missing"
 grep -q "the server dropped [0-9]* lines of job $JOB" "$T/l.err" || { cat "$T/l.err" >&2; fail "no dropped line"; }
+grep -qF "$(printf '[rank1]: evil \\x1b[2J\tcol \\xc2\\x9b31m end')" "$T/l.out" \
+    || { grep evil "$T/l.out" | od -c | head >&2; fail "a worker's terminal escapes were not escaped"; }
+LC_ALL=C grep -q "$(printf '\033')" "$T/l.out" && fail "an ESC byte reached muster logs' output"
+exit 0
