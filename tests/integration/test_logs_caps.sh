@@ -47,4 +47,5 @@ grep -q "the server dropped [0-9]* lines of job $JOB" "$T/l.err" || { cat "$T/l.
 grep -qF "$(printf '[rank1]: evil \\x1b[2J\tcol \\xc2\\x9b31m end')" "$T/l.out" \
     || { grep evil "$T/l.out" | od -c | head >&2; fail "a worker's terminal escapes were not escaped"; }
 LC_ALL=C grep -q "$(printf '\033')" "$T/l.out" && fail "an ESC byte reached muster logs' output"
+stop_server
 exit 0
