@@ -66,6 +66,8 @@ struct rdzv_logring *rdzv_logring_new(const struct rdzv_logring_limits *l)
         r->lim.lines_per_s = RDZV_LOG_JOB_LINES_PER_S;
     if (r->lim.bytes_per_s == 0)
         r->lim.bytes_per_s = RDZV_LOG_JOB_BYTES_PER_S;
+    if (r->lim.pool_max == 0)
+        r->lim.pool_max = RDZV_LOG_TOTAL_BYTES;
     r->next_seq = 1;
     return r;
 }
@@ -76,6 +78,8 @@ void rdzv_logring_free(struct rdzv_logring *r)
         return;
     for (size_t i = 0; i < r->n; i++)
         free(r->e[(r->head + i) % r->cap].text);
+    if (r->lim.pool_used != NULL)
+        *r->lim.pool_used -= r->bytes;
     free(r->e);
     free(r);
 }
@@ -85,11 +89,18 @@ static void drop_oldest(struct rdzv_logring *r)
     struct entry *o = &r->e[r->head];
 
     r->bytes -= o->len + RDZV_LOG_ENTRY_COST;
+    if (r->lim.pool_used != NULL)
+        *r->lim.pool_used -= o->len + RDZV_LOG_ENTRY_COST;
     free(o->text);
     o->text = NULL;
     r->head = (r->head + 1) % r->cap;
     r->n--;
     r->st.dropped_ring++;
+}
+
+static int over_pool(const struct rdzv_logring *r, size_t cost)
+{
+    return r->lim.pool_used != NULL && *r->lim.pool_used + cost > r->lim.pool_max;
 }
 
 static int grow(struct rdzv_logring *r)
@@ -130,8 +141,14 @@ int rdzv_logring_add(struct rdzv_logring *r, uint64_t now_ms, const struct rdzv_
         return -ENOMEM;
     }
     memcpy(copy, text, len);
-    while (r->n > 0 && r->bytes + len + RDZV_LOG_ENTRY_COST > r->lim.ring_bytes)
+    while (r->n > 0 && (r->bytes + len + RDZV_LOG_ENTRY_COST > r->lim.ring_bytes ||
+                        over_pool(r, len + RDZV_LOG_ENTRY_COST)))
         drop_oldest(r);
+    if (over_pool(r, len + RDZV_LOG_ENTRY_COST)) { /* the other jobs hold the budget */
+        free(copy);
+        r->st.dropped_ring++;
+        return 1;
+    }
     if (r->n == r->cap && grow(r) != 0) {
         free(copy);
         return -ENOMEM;
@@ -145,6 +162,8 @@ int rdzv_logring_add(struct rdzv_logring *r, uint64_t now_ms, const struct rdzv_
                         .text = copy};
     r->n++;
     r->bytes += len + RDZV_LOG_ENTRY_COST;
+    if (r->lim.pool_used != NULL)
+        *r->lim.pool_used += len + RDZV_LOG_ENTRY_COST;
     r->st.lines++;
     r->st.bytes += len;
     return 0;

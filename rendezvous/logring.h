@@ -20,6 +20,10 @@
  * job's rate, so that one rank's flood leaves room for the others' lines. The agent caps each
  * of its ranks at the per-rank rate too, so that a flood is mostly dropped where it starts. */
 #define RDZV_LOG_RING_BYTES (8u << 20)
+/* Every job's ring together (ended jobs' kept ones included): a job credential holding 256
+ * jobs must not take the server's memory with their logs. At the cap a job's new line pushes
+ * out its own oldest ones, and is dropped when its ring is empty. */
+#define RDZV_LOG_TOTAL_BYTES ((size_t)256 << 20)
 #define RDZV_LOG_JOB_LINES_PER_S 4000u
 #define RDZV_LOG_JOB_BYTES_PER_S (2u << 20)
 #define RDZV_LOG_RANK_LINES_PER_S (RDZV_LOG_JOB_LINES_PER_S / 4)
@@ -44,6 +48,9 @@ struct rdzv_logring_limits {
     size_t ring_bytes;    /* 0: RDZV_LOG_RING_BYTES */
     unsigned lines_per_s; /* the job's rate; 0: RDZV_LOG_JOB_LINES_PER_S */
     size_t bytes_per_s;   /* 0: RDZV_LOG_JOB_BYTES_PER_S */
+    /* the rings' shared budget: *pool_used is charged what this ring holds (NULL: none) */
+    size_t *pool_used;
+    size_t pool_max; /* 0: RDZV_LOG_TOTAL_BYTES */
 };
 
 struct rdzv_logring_stats {

@@ -520,6 +520,7 @@ static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct
     srv->job_dropped = job_dropped;
     srv->start_ms = uv_now(loop);
     srv->limits = rdzv_limits_default();
+    srv->log_limits.pool_used = &srv->log_pool_used; /* the rest: logring.h's defaults */
     srv->kv_pool.max_bytes = srv->limits.kv_max_total_bytes;
     srv->kv_pool.max_held = srv->limits.kv_max_held_total;
     if (rdzv_hslimit_new(RDZV_LIMIT_MAX_CONNECTIONS, &srv->hslimit) < 0) {
@@ -600,7 +601,8 @@ struct rdzv_limits rdzv_limits_default(void)
         .http_max_connections = RDZV_LIMIT_HTTP_MAX_CONNECTIONS,
         .log_ring_bytes = RDZV_LOG_RING_BYTES,
         .log_lines_per_sec = RDZV_LOG_JOB_LINES_PER_S,
-        .log_bytes_per_sec = RDZV_LOG_JOB_BYTES_PER_S};
+        .log_bytes_per_sec = RDZV_LOG_JOB_BYTES_PER_S,
+        .log_max_total_bytes = RDZV_LOG_TOTAL_BYTES};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -636,6 +638,7 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     DEFAULT_IF_0(log_ring_bytes);
     DEFAULT_IF_0(log_lines_per_sec);
     DEFAULT_IF_0(log_bytes_per_sec);
+    DEFAULT_IF_0(log_max_total_bytes);
 #undef DEFAULT_IF_0
     /* the pool is what unauthenticated connections may take; the rest stays the agents' */
     if (l.preauth_max > l.max_connections)
@@ -643,7 +646,9 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     s->limits = l;
     s->log_limits = (struct rdzv_logring_limits){.ring_bytes = l.log_ring_bytes,
                                                  .lines_per_s = l.log_lines_per_sec,
-                                                 .bytes_per_s = l.log_bytes_per_sec};
+                                                 .bytes_per_s = l.log_bytes_per_sec,
+                                                 .pool_used = &s->log_pool_used,
+                                                 .pool_max = l.log_max_total_bytes};
     s->kv_pool.max_bytes = l.kv_max_total_bytes;
     s->kv_pool.max_held = l.kv_max_held_total;
     hs_configure(s);

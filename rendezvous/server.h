@@ -120,6 +120,7 @@ struct rdzv_limits {
     size_t log_ring_bytes;
     unsigned log_lines_per_sec;
     size_t log_bytes_per_sec;
+    size_t log_max_total_bytes; /* every job's ring together; 0 = RDZV_LOG_TOTAL_BYTES */
 };
 
 /* The defaults above, spelled out. */

@@ -232,6 +232,7 @@ struct rdzv_server {
     void (*member_lost)(struct sjob *sj, struct peer *p, const char *reason);
     void (*job_dropped)(struct sjob *sj);  /* sjob.c tells the handlers; server.c sets it */
     struct rdzv_logring_limits log_limits; /* every job's log ring and caps (0: defaults) */
+    size_t log_pool_used;                  /* bytes every job's ring holds (log_limits) */
     struct rdzv__ended_log *ended_logs;    /* newest first (handler_log.c) */
 };
 

@@ -161,6 +161,38 @@ static void test_flood_does_not_cost_others(void **state)
     rdzv_logring_free(r);
 }
 
+/* Two jobs share a budget of 20 lines' worth: the second job's lines push out its own oldest
+ * ones, never the first job's; a job whose ring is empty at the cap drops the new line; freeing
+ * a ring gives its bytes back. */
+static void test_pool(void **state)
+{
+    size_t used = 0, cost = RDZV_LOG_ENTRY_COST + 10;
+    struct rdzv_logring_limits lim = {
+        .lines_per_s = 1000000, .bytes_per_s = 1 << 30, .pool_used = &used, .pool_max = 20 * cost};
+    struct rdzv_logring *a = rdzv_logring_new(&lim), *b = rdzv_logring_new(&lim), *c;
+    struct rdzv_logring_stats st;
+
+    (void)state;
+    for (int i = 0; i < 15; i++)
+        assert_int_equal(add(a, 1, 0, "0123456789"), 0);
+    for (int i = 0; i < 15; i++)
+        assert_int_equal(add(b, 1, 0, "0123456789"), 0);
+    assert_int_equal(used, 20 * cost);
+    rdzv_logring_stats(a, &st);
+    assert_int_equal(st.held, 15); /* a kept all of its lines */
+    rdzv_logring_stats(b, &st);
+    assert_int_equal(st.held, 5);
+    assert_int_equal(st.dropped_ring, 10);
+    c = rdzv_logring_new(&lim);
+    assert_int_equal(add(c, 1, 0, "0123456789"), 1); /* nothing of its own to push out */
+    rdzv_logring_free(b);
+    assert_int_equal(used, 15 * cost);
+    assert_int_equal(add(c, 1, 0, "0123456789"), 0);
+    rdzv_logring_free(a);
+    rdzv_logring_free(c);
+    assert_int_equal(used, 0);
+}
+
 static void test_ranks_fmt(void **state)
 {
     int32_t a[] = {0, 1, 2, 3, 5, 7, 8};
@@ -245,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_ring_bounded),
         cmocka_unit_test(test_read_filters_and_more),
         cmocka_unit_test(test_flood_does_not_cost_others),
+        cmocka_unit_test(test_pool),
         cmocka_unit_test(test_ranks_fmt),
         cmocka_unit_test(test_dedup),
     };
