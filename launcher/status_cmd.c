@@ -55,6 +55,7 @@ struct status_cmd {
     uint64_t ended_at; /* --follow: uv_now when the job was seen ended, 0: not yet */
     uint64_t dropped;  /* the server's count in the last LOGS */
     int seen;          /* a LOGS came: the job existed */
+    int waiting;       /* --follow: the job was not there yet (said once) */
     uv_timer_t poll;
 };
 
@@ -121,6 +122,7 @@ static void logs_request(struct status_cmd *c)
     req->u.logs_req.rank = (int32_t)c->logs_rank;
     req->u.logs_req.after = c->after;
     req->u.logs_req.since_ms = c->since_ms;
+    req->u.logs_req.flags = c->follow ? RDZV_LOGS_REQ_FOLLOW : 0;
     if (rdzv_conn_send(&c->conn, req) != 0)
         finish(c, AGENT_EXIT_RDZV);
     free(req);
@@ -135,6 +137,13 @@ static void on_logs(struct status_cmd *c, const struct rdzv_log *l)
 {
     uint64_t now = uv_now(&c->loop);
 
+    if (l->state & RDZV_LOGS_NONE) { /* --follow before the job's first node joined */
+        if (!c->waiting++)
+            mc_info("job %s is not on the server yet: waiting for it (Ctrl-C to stop)", c->job_id);
+        uv_timer_again(&c->timer);
+        uv_timer_start(&c->poll, on_poll, LOGS_POLL_MS, 0);
+        return;
+    }
     c->seen = 1;
     if (l->state & RDZV_LOGS_GAP)
         mc_warn("lines of job %s were lost before the next one shown: the server's ring holds "
@@ -530,9 +539,11 @@ static const char logs_usage[] =
     "the server, prefixed as on muster's console ([rankN]: ). The server keeps the newest\n"
     "lines of a job (8 MiB by default) while it exists and for 10 minutes after it ended,\n"
     "and caps each job at 4000 lines and 2 MiB a second, a rank at a quarter of that\n"
-    "(muster server --log-*); what is dropped is counted (/metrics) and said here. Before\n"
-    "the job's first node joined the server knows no such job (exit 3).\n"
-    "  -f, --follow   keep printing new lines until the job ends (or Ctrl-C)\n"
+    "(muster server --log-*); what is dropped is counted (/metrics) and said here.\n"
+    "Without --follow a job the server does not know is an error (exit 3); with it,\n"
+    "muster logs waits for the job to start.\n"
+    "  -f, --follow   keep printing new lines until the job ends (or Ctrl-C); a job\n"
+    "                 not started yet is waited for\n"
     "  --rank R       only rank R's lines\n"
     "  --since T      only lines of the last T (30s, 5m, 2h, 1d; a number: seconds)\n"
     "  --dedup        a line said identically by several ranks is printed once:\n"

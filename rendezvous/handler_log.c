@@ -126,12 +126,12 @@ void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q)
         return;
     }
     if ((sj = rdzv__sjob_find(p->srv, q->job_id)) == NULL &&
-        (old = ended(p->srv, q->job_id)) == NULL) {
+        (old = ended(p->srv, q->job_id)) == NULL && !(q->flags & RDZV_LOGS_REQ_FOLLOW)) {
         rdzv__send_error(p, RDZV_ERR_CLOSED, "no job %s on this server", q->job_id);
         return;
     }
-    r = sj != NULL ? sj->logs : old->ring;
-    world = sj != NULL ? sj->job->world_size : old->world_size;
+    r = sj != NULL ? sj->logs : old != NULL ? old->ring : NULL;
+    world = sj != NULL ? sj->job->world_size : old != NULL ? old->world_size : 0;
     if (q->rank < -1 || (q->rank >= 0 && world > 0 && (uint32_t)q->rank >= world)) {
         rdzv__send_error(p, RDZV_ERR_PROTOCOL, "job %s has no rank %d (world size %u)", q->job_id,
                          q->rank, world);
@@ -146,8 +146,10 @@ void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q)
         rdzv_logring_read(r, q, &m->u.log);
     else
         m->u.log.next = q->after;
-    if (sj == NULL || sj->job->state == RDZV_JOB_FINISHED)
+    if (old != NULL || (sj != NULL && sj->job->state == RDZV_JOB_FINISHED))
         m->u.log.state |= RDZV_LOGS_ENDED;
+    else if (sj == NULL)
+        m->u.log.state |= RDZV_LOGS_NONE; /* --follow of a job not started yet: waiting */
     rdzv__send(p, m);
     free(m);
 }

@@ -784,7 +784,8 @@ static void io_log(struct io *c, struct rdzv_log *l, int logs)
         if (c->r->err)
             return;
         if (count > RDZV_LOG_LINES_MAX || (!logs && l->state != 0) ||
-            (l->state & ~(RDZV_LOGS_ENDED | RDZV_LOGS_MORE | RDZV_LOGS_GAP)) != 0) {
+            (l->state & ~(RDZV_LOGS_ENDED | RDZV_LOGS_MORE | RDZV_LOGS_GAP | RDZV_LOGS_NONE)) !=
+                0) {
             c->r->err = -EPROTO;
             return;
         }
@@ -899,6 +900,9 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
         IO_I32(c, m->u.logs_req.rank);
         IO_U64(c, m->u.logs_req.after);
         IO_U64(c, m->u.logs_req.since_ms);
+        IO_U8(c, m->u.logs_req.flags);
+        if (c->r != NULL && !c->r->err && (m->u.logs_req.flags & ~RDZV_LOGS_REQ_FOLLOW) != 0)
+            c->r->err = -EPROTO;
         return 1;
     default: /* ATTACH_OK carries no payload */
         return 0;

@@ -502,6 +502,7 @@ struct rdzv_log {
 #define RDZV_LOGS_ENDED 1u /* the job is done or failed: no more lines will come */
 #define RDZV_LOGS_MORE 2u  /* more lines after `next` are held now: ask again at once */
 #define RDZV_LOGS_GAP 4u   /* lines between the asked sequence number and the first were lost */
+#define RDZV_LOGS_NONE 8u  /* (a FOLLOW request) the server knows no such job yet */
 
 /* LOGS_REQ: `muster logs`; answered with LOGS (or ERROR). */
 struct rdzv_logs_req {
@@ -509,7 +510,10 @@ struct rdzv_logs_req {
     int32_t rank;      /* -1: every rank */
     uint64_t after;    /* lines numbered after this (0: from the oldest held) */
     uint64_t since_ms; /* wall clock: lines read at or after it (0: any) */
+    uint8_t flags;     /* RDZV_LOGS_REQ_* */
 };
+/* --follow: a job the server does not know (yet) is answered with an empty LOGS, not ERROR */
+#define RDZV_LOGS_REQ_FOLLOW 1u
 
 /* One decoded message. `type` selects the member. */
 struct rdzv_msg {

@@ -1,8 +1,8 @@
 #!/bin/bash
 # One log for the job (`muster logs`): three hosts (network namespaces) run one job of 4 ranks
-# (nproc 1/2/1) on a `muster server` with a token file in a fourth host. While it runs,
-# `muster logs --follow` (the job's credential) prints every rank's lines, in order per rank,
-# until the job ends. Host 2's local rank 0 prints as fast as it can for 3 s (~100 MB/s where
+# (nproc 1/2/1) on a `muster server` with a token file in a fourth host. `muster logs
+# --follow` (the job's credential), started before the job, waits for it, then prints every
+# rank's lines, in order per rank, until the job ends. Host 2's local rank 0 prints as fast as it can for 3 s (~100 MB/s where
 # the host allows): it is capped (dropped and counted: /metrics, and muster logs says so), and
 # the other ranks' lines, host 2's other rank among them, all arrive, each within 2 s of being
 # printed (the ticks carry their own time; the follower stamps when it got them). Then: --rank,
@@ -45,6 +45,20 @@ logs() {
         --rdzv-id "${LJOB:-$JOB}" --token-file "$tok" "$@" > "$out" 2> "$err" || RC=$?
 }
 
+# the follower, from host 1, before the job exists (it waits for it), stamping each line when
+# it reads it
+{
+    ns_exec 1 env -u MUSTER_TOKEN timeout -k 5 90 "$MUSTER_BIN" logs --rdzv-endpoint "$EP" \
+        --rdzv-id "$JOB" --token-file "$T/job.tok" --follow 2> "$T/follow.err"
+    echo $? > "$T/follow.rc"
+} | "$PYBIN" -c 'import sys, time
+for l in sys.stdin:
+    sys.stdout.write("%.3f %s" % (time.time(), l))
+    sys.stdout.flush()' > "$T/follow.out" &
+FPID=$!
+IT_BG_PIDS="$IT_BG_PIDS $FPID"
+wait_for 10 grep -q "job $JOB is not on the server yet: waiting" "$T/follow.err" \
+    || { cat "$T/follow.err" >&2; fail "muster logs --follow did not wait for the job"; }
 TICKS=120 # 6 s of ticks, every 50 ms: before, during and after the flood
 ln -s /dev/null "$T/a2.out" # host 2's console gets the flood: not onto the disk
 for k in 1 2 3; do
@@ -55,21 +69,9 @@ for k in 1 2 3; do
         --rdzv-endpoint $EP --rdzv-id $JOB --token-file "$T/job.tok" --rdzv-conf join_timeout=30 \
         "$PY"
 done
-# the follower, from host 1, once the job exists (before, the server says "no job"), stamping
-# each line when it reads it
-wait_for 30 grep -q '^\[rank[0-9]\]: all ranks say hello' "$T/a1.out" "$T/a3.out" \
-    || { tail "$T"/a*.err >&2; fail "the job did not start"; }
-ns_exec 1 env -u MUSTER_TOKEN timeout -k 5 90 "$MUSTER_BIN" logs --rdzv-endpoint "$EP" \
-    --rdzv-id "$JOB" --token-file "$T/job.tok" --follow 2> "$T/follow.err" |
-    "$PYBIN" -c 'import sys, time
-for l in sys.stdin:
-    sys.stdout.write("%.3f %s" % (time.time(), l))
-    sys.stdout.flush()' > "$T/follow.out" &
-FPID=$!
-IT_BG_PIDS="$IT_BG_PIDS $FPID"
 agents_exit 120 0 a1 a2 a3
 wait_rc $FPID 30
-expect_eq "muster logs --follow after the job ended" 0 "$RC"
+expect_eq "muster logs --follow after the job ended" 0 "$(cat "$T/follow.rc" 2>/dev/null)"
 [ -s "$T/follow.out" ] || { cat "$T/follow.err" >&2; fail "muster logs --follow printed nothing"; }
 grep -q "flood rank" "$T"/a2.err || { tail "$T/a2.err" >&2; fail "the flooding rank did not report"; }
 note "$(grep -h 'flood rank' "$T"/a2.err)"

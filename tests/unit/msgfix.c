@@ -224,7 +224,7 @@ static void example3(uint8_t type, struct rdzv_msg *m)
 
         l->dropped = 12;
         l->next = logs ? 0x1122334455ull : 0;
-        l->state = logs ? RDZV_LOGS_MORE | RDZV_LOGS_GAP : 0;
+        l->state = logs ? RDZV_LOGS_MORE | RDZV_LOGS_GAP | RDZV_LOGS_NONE : 0;
         for (uint32_t i = 0; i < 3; i++) {
             size_t n = strlen(text[i]);
             l->lines[i] = (struct rdzv_log_line){.rank = (int32_t)(i * 7),
@@ -240,8 +240,8 @@ static void example3(uint8_t type, struct rdzv_msg *m)
         break;
     }
     case RDZV_MSG_LOGS_REQ:
-        m->u.logs_req =
-            (struct rdzv_logs_req){.rank = 5, .after = 77, .since_ms = 1700000000000ull};
+        m->u.logs_req = (struct rdzv_logs_req){
+            .rank = 5, .after = 77, .since_ms = 1700000000000ull, .flags = RDZV_LOGS_REQ_FOLLOW};
         strcpy(m->u.logs_req.job_id, "job-1");
         break;
     default:
