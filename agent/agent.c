@@ -30,6 +30,27 @@
 #include "proctree.h"
 #include "tls.h"
 
+/* The job's log (logfwd.h): LOG batches over the agent's connection, when there is one. */
+static int logfwd_send(void *ctx, const struct rdzv_msg *m)
+{
+    struct agent *a = ctx;
+
+    return a->client != NULL ? rdzv_client_send_log(a->client, m) : UV_ENOTCONN;
+}
+
+static size_t logfwd_unsent(void *ctx)
+{
+    struct agent *a = ctx;
+
+    return a->client != NULL ? rdzv_client_unsent(a->client) : 0;
+}
+
+static void agent__logfwd_flush(struct agent *a)
+{
+    if (a->logfwd != NULL)
+        agent_logfwd_flush(a->logfwd);
+}
+
 static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define NSIGNALS ((int)(sizeof(handled_signals) / sizeof(handled_signals[0])))
 #define NSIGHANDLES AGENT_NSIGHANDLES
@@ -141,6 +162,9 @@ static void finish_now(struct agent *a)
     agent_goodput_state(&a->gp, AGENT_S_FINISHED);
     agent__goodput_report(a); /* the job's final figures */
     print_goodput(a);
+    agent__logfwd_flush(a);
+    agent_logfwd_close(a->logfwd);
+    a->logfwd = NULL;
     rdzv_client_close(a->client, NULL, NULL);
     a->client = NULL;
     rdzv_server_close(a->server, NULL, NULL);
@@ -254,6 +278,8 @@ static void start_workers(struct agent *a)
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_INTERNAL);
         return;
     }
+    if (a->logfwd != NULL && agent_logfwd_reset(a->logfwd, (int)a->o->work.nproc) != 0)
+        mc_warn("the workers' lines are not forwarded to the server this attempt: out of memory");
     a->have_local_failure = 0;
     a->attempt_unclean = 0;
     a->health.done = 0; /* this attempt's failures are checked before the next round */
@@ -339,6 +365,7 @@ static void log_local_failure(const struct agent *a)
 static void report_failure(struct agent *a, int final, int code_if_lost)
 {
     a->have_local_failure = 1;
+    agent__logfwd_flush(a); /* the failing rank's last lines first */
     if (rdzv_client_report_failure(a->client, &a->local_failure, final) != 0)
         fire(a, AGENT_EV_REPORT_FAILED, code_if_lost);
 }
@@ -361,7 +388,8 @@ static void report_done_now(void *data)
     struct agent *a = data;
 
     if (a->state != a->done_state || a->client == NULL)
-        return; /* something else happened meanwhile (a signal, the server gone) */
+        return;             /* something else happened meanwhile (a signal, the server gone) */
+    agent__logfwd_flush(a); /* the last lines before the job may end */
     if (rdzv_client_report_done(a->client, a->as.round) != 0)
         fire(a, AGENT_EV_FATAL, AGENT_EXIT_RDZV);
 }
@@ -583,10 +611,22 @@ static void on_worker_output(struct agent_group *g, struct agent_worker *w, int 
         agent__goodput_report(a);
 }
 
+/* The job's one log (logfwd.h): every line of every rank to the server. */
+static void on_worker_data(struct agent_group *g, struct agent_worker *w, int stream,
+                           const char *data, size_t n)
+{
+    struct agent *a = g->data;
+
+    if (a->logfwd != NULL)
+        agent_logfwd_feed(a->logfwd, w->local_rank, w->rank, stream, data, n, uv_now(&a->loop),
+                          mc_wall_ms());
+}
+
 static const struct agent_group_cbs group_cbs = {
     .exit_cb = on_worker_exit,
     .all_exited_cb = on_all_exited,
     .output_cb = on_worker_output,
+    .data_cb = on_worker_data,
 };
 
 /* The health check's group is closed already (health.c); a->health.failed says how it went. */
@@ -937,6 +977,9 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     uv_timer_init(&a->loop, &a->health.timer);
     a->health.timer.data = a;
     agent_goodput_init(&a->gp, &a->loop, NULL);
+    a->logfwd = agent_logfwd_new(
+        &a->loop,
+        &(struct agent_logfwd_io){.send = logfwd_send, .unsent = logfwd_unsent, .ctx = a});
     for (int i = 0; i < NSIGHANDLES; i++) {
         int signum = handle_signum(&o->restart, i), dup = 0;
         uv_signal_init(&a->loop, &a->sig[i]);

@@ -26,6 +26,7 @@
 #include "group.h"
 #include "hang.h"
 #include "logdir.h"
+#include "logfwd.h"
 #include "machine.h"
 #include "message.h"
 #include "progress.h"
@@ -109,6 +110,7 @@ struct agent {
     int finish_asked, finished;  /* FINISH: waiting for the last flush; handles closed */
     struct rdzv_server *server;
     struct rdzv_client *client;
+    struct agent_logfwd *logfwd; /* the job's one log (logfwd.h); NULL: not forwarded */
     /* this attempt's workers or the pre-flight process; NULL between them */
     struct agent_group *group;
     uv_signal_t sig[AGENT_NSIGHANDLES];

@@ -18,6 +18,9 @@ struct agent_group_cbs {
     void (*all_exited_cb)(struct agent_group *g);
     /* optional: worker w's stream (0 stdout, 1 stderr) delivered bytes through its pipe */
     void (*output_cb)(struct agent_group *g, struct agent_worker *w, int stream);
+    /* optional: the bytes themselves, as read (n == 0: the stream ended); the job's log */
+    void (*data_cb)(struct agent_group *g, struct agent_worker *w, int stream, const char *data,
+                    size_t n);
 };
 
 struct agent_group {

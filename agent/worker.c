@@ -38,11 +38,18 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = sizeof(read_buf);
 }
 
+static void data(struct agent_worker *w, int i, const char *buf, size_t n)
+{
+    if (w->group != NULL && w->group->cbs->data_cb != NULL)
+        w->group->cbs->data_cb(w->group, w, i, buf, n);
+}
+
 static void close_pipe(struct agent_worker *w, int i)
 {
     if (!w->pipe_open[i])
         return;
     w->pipe_open[i] = 0;
+    data(w, i, NULL, 0);
     agent_output_close(&w->out[i]);
     uv_read_stop((uv_stream_t *)&w->pipe[i]);
     uv_close((uv_handle_t *)&w->pipe[i], on_handle_closed);
@@ -56,6 +63,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread > 0) {
         if (w->group != NULL && w->group->cbs->output_cb != NULL) /* progress: goodput, hangs */
             w->group->cbs->output_cb(w->group, w, i);
+        data(w, i, buf->base, (size_t)nread);
         /* the console or the log file holds its budget: the worker waits in its own write()
          * until they drain (resume_reading), never the agent */
         if (agent_output_feed(&w->out[i], buf->base, (size_t)nread))
@@ -79,6 +87,7 @@ static void drain_pipe(struct agent_worker *w, int i)
     while (total < DRAIN_MAX &&
            ((n = read(fd, read_buf, sizeof(read_buf))) > 0 || (n < 0 && errno == EINTR)))
         if (n > 0) {
+            data(w, i, read_buf, (size_t)n);
             agent_output_feed(&w->out[i], read_buf, (size_t)n);
             total += (size_t)n;
         }

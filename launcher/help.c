@@ -57,6 +57,8 @@ static const char main_help[] =
     "                                   checkpoints (see muster status --help)\n"
     "  debug --rdzv-id ID               every rank's stack of a running job, without\n"
     "                                   stopping it (see muster debug --help)\n"
+    "  logs --rdzv-id ID [--follow]     the job's one log: every rank's lines, --dedup\n"
+    "                                   across ranks (see muster logs --help)\n"
     "  token --job ID | --read-only     mint a job-scoped or read-only credential from the\n"
     "                                   server's secret (see muster token --help)\n"
     "  preflight [run's node options]   only the pre-flight checks: GPUs, links, NCCL\n"

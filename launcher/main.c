@@ -26,6 +26,8 @@ int main(int argc, char **argv)
         return launcher_status(argc - 2, argv + 2);
     if (strcmp(argv[1], "debug") == 0)
         return launcher_debug(argc - 2, argv + 2);
+    if (strcmp(argv[1], "logs") == 0)
+        return launcher_logs(argc - 2, argv + 2);
     if (strcmp(argv[1], "preflight") == 0)
         return launcher_preflight(argc - 2, argv + 2);
     if (strcmp(argv[1], "token") == 0)

@@ -17,6 +17,7 @@
 #include "conn.h"
 #include "endpoint.h"
 #include "kv.h"
+#include "logring.h"
 #include "log.h"
 #include "message.h"
 #include "safefile.h"

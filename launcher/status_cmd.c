@@ -1,7 +1,9 @@
 /* `muster status`: an observer connection that asks the server for its jobs (STATUS_REQ) and
  * prints the answer as a table, or as the raw JSON with --json.
  * `muster debug`: the same connection asks for a running job's evidence (DEBUG_REQ): every
- * rank's stack, taken while the job goes on (rendezvous/handler_ev.c). */
+ * rank's stack, taken while the job goes on (rendezvous/handler_ev.c).
+ * `muster logs`: the same connection reads the job's one log (LOGS_REQ, answered with LOGS:
+ * rendezvous/handler_log.c), again and again with --follow, until the job ends. */
 #include "status_cmd.h"
 
 #include <errno.h>
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uv.h>
 
 #include "agent.h"
@@ -18,6 +21,8 @@
 #include "ids.h"
 #include "json.h"
 #include "log.h"
+#include "logring.h"
+#include "clock.h"
 #include "secret.h"
 #include "tls.h"
 #include "token.h"
@@ -25,6 +30,8 @@
 
 #define STATUS_TIMEOUT_MS 5000
 #define DEBUG_TIMEOUT_MS 15000 /* the agents' 5 s and the server's slack, and some */
+#define LOGS_POLL_MS 200       /* --follow: the next LOGS_REQ when nothing more was held */
+#define LOGS_LINGER_MS 2000    /* --follow: lines that the ended job's agents still send */
 
 struct status_cmd {
     uv_loop_t loop;
@@ -40,6 +47,16 @@ struct status_cmd {
     long debug_rank; /* --rank, -1: all */
     int exit_code;
     char *answer; /* the STATUS JSON text */
+    /* muster logs */
+    int logs, follow, dedup, stamps;
+    long logs_rank;    /* --rank, -1: all */
+    uint64_t since_ms; /* --since as wall clock, 0: all */
+    uint64_t after;    /* the last line printed */
+    uint64_t ended_at; /* --follow: uv_now when the job was seen ended, 0: not yet */
+    uint64_t dropped;  /* the server's count in the last LOGS */
+    int seen;          /* a LOGS came: the job existed */
+    int waiting;       /* --follow: the job was not there yet (said once) */
+    uv_timer_t poll;
 };
 
 static void finish(struct status_cmd *c, int code)
@@ -48,8 +65,114 @@ static void finish(struct status_cmd *c, int code)
     uv_timer_stop(&c->timer);
     if (!uv_is_closing((uv_handle_t *)&c->timer))
         uv_close((uv_handle_t *)&c->timer, NULL);
+    if (c->logs && !uv_is_closing((uv_handle_t *)&c->poll))
+        uv_close((uv_handle_t *)&c->poll, NULL);
     if (!c->conn.closing)
         rdzv_conn_close(&c->conn, 0, NULL);
+}
+
+/* One line as muster's console shows it ("[rankN]: ", docs/OUTPUT.md), or with the ranks
+ * that said it ("[ranks 0-63]: "). The text is a peer's: controls and invalid UTF-8 are shown
+ * escaped (tabs kept), so that it cannot forge lines or drive the terminal. */
+static void print_line(void *ctx, const struct rdzv_log_line *ln, const char *text,
+                       const char *ranks)
+{
+    const struct status_cmd *c = ctx;
+    char shown[MC_ESCAPE_SIZE(RDZV_LOG_LINE_MAX)];
+    size_t i = 0;
+
+    if (c->stamps) {
+        time_t s = (time_t)(ln->time_ms / 1000);
+        struct tm tm;
+        char when[32];
+
+        gmtime_r(&s, &tm);
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+        printf("%s.%03uZ ", when, (unsigned)(ln->time_ms % 1000));
+    }
+    if (ranks != NULL)
+        printf("[ranks %s]: ", ranks);
+    else
+        printf("[rank%d]: ", (int)ln->rank);
+    while (i < ln->len) {
+        const char *tab = memchr(text + i, '\t', ln->len - i);
+        size_t k = tab ? (size_t)(tab - (text + i)) : ln->len - i;
+
+        mc_escape_n(text + i, k, shown, sizeof(shown), 0);
+        fputs(shown, stdout);
+        i += k;
+        if (tab != NULL) {
+            putchar('\t');
+            i++;
+        }
+    }
+    putchar('\n');
+}
+
+static void logs_request(struct status_cmd *c)
+{
+    struct rdzv_msg *req = malloc(sizeof(*req));
+
+    if (req == NULL) {
+        finish(c, AGENT_EXIT_INTERNAL);
+        return;
+    }
+    rdzv_msg_init(req, RDZV_MSG_LOGS_REQ);
+    snprintf(req->u.logs_req.job_id, sizeof(req->u.logs_req.job_id), "%s", c->job_id);
+    req->u.logs_req.rank = (int32_t)c->logs_rank;
+    req->u.logs_req.after = c->after;
+    req->u.logs_req.since_ms = c->since_ms;
+    req->u.logs_req.flags = c->follow ? RDZV_LOGS_REQ_FOLLOW : 0;
+    if (rdzv_conn_send(&c->conn, req) != 0)
+        finish(c, AGENT_EXIT_RDZV);
+    free(req);
+}
+
+static void on_poll(uv_timer_t *t)
+{
+    logs_request(t->data);
+}
+
+static void on_logs(struct status_cmd *c, const struct rdzv_log *l)
+{
+    uint64_t now = uv_now(&c->loop);
+
+    if (l->state & RDZV_LOGS_NONE) { /* --follow before the job's first node joined */
+        if (!c->waiting++)
+            mc_info("job %s is not on the server yet: waiting for it (Ctrl-C to stop)", c->job_id);
+        uv_timer_again(&c->timer);
+        uv_timer_start(&c->poll, on_poll, LOGS_POLL_MS, 0);
+        return;
+    }
+    c->seen = 1;
+    if (l->state & RDZV_LOGS_GAP)
+        mc_warn("lines of job %s were lost before the next one shown: the server's ring holds "
+                "only the newest",
+                c->job_id);
+    if (c->dedup)
+        rdzv_logs_dedup(l, print_line, c);
+    else
+        for (uint32_t i = 0; i < l->count; i++)
+            print_line(c, &l->lines[i], l->text + l->lines[i].off, NULL);
+    fflush(stdout);
+    c->after = l->next;
+    c->dropped = l->dropped;
+    if (l->state & RDZV_LOGS_MORE) {
+        logs_request(c);
+        return;
+    }
+    if (!c->follow) {
+        finish(c, 0);
+        return;
+    }
+    if ((l->state & RDZV_LOGS_ENDED) && c->ended_at == 0)
+        c->ended_at = now;
+    if (c->ended_at != 0 && now - c->ended_at >= LOGS_LINGER_MS) {
+        finish(c, 0);
+        return;
+    }
+    uv_timer_again(&c->timer); /* a server that stops answering is still found out */
+    uv_timer_start(&c->poll, on_poll, LOGS_POLL_MS, 0);
 }
 
 static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
@@ -59,7 +182,14 @@ static void on_msg(struct rdzv_conn *conn, const struct rdzv_msg *m)
 
     rdzv_msg_init(&req, RDZV_MSG_STATUS_REQ);
 
-    if (m->type == RDZV_MSG_WELCOME && c->debug) {
+    if (m->type == RDZV_MSG_WELCOME && c->logs) {
+        logs_request(c);
+    } else if (m->type == RDZV_MSG_LOGS && c->logs) {
+        on_logs(c, &m->u.log);
+    } else if (m->type == RDZV_MSG_ERROR && c->logs && c->follow && c->seen &&
+               m->u.error.code == RDZV_ERR_CLOSED) {
+        finish(c, 0); /* the job ended and the server let it go: its last lines were shown */
+    } else if (m->type == RDZV_MSG_WELCOME && c->debug) {
         rdzv_msg_init(&req, RDZV_MSG_DEBUG_REQ);
         snprintf(req.u.debug_req.job_id, sizeof(req.u.debug_req.job_id), "%s", c->job_id);
         req.u.debug_req.rank = (int32_t)c->debug_rank;
@@ -364,13 +494,107 @@ static int print_answer(const struct status_cmd *c)
     return 0;
 }
 
+/* --since T: T seconds ago; T is a number with s, m, h or d (30s, 5m, 1.5h; a bare number:
+ * seconds). Returns 0 and the wall clock in ms, or -EINVAL. */
+static int parse_since(const char *s, uint64_t *out)
+{
+    char *end;
+    double v, unit = 1;
+    uint64_t now = mc_wall_ms();
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno != 0 || end == s || !(v >= 0) || v > 1e9)
+        return -EINVAL;
+    if (*end != '\0') {
+        if (end[1] != '\0')
+            return -EINVAL;
+        switch (*end) {
+        case 's':
+            unit = 1;
+            break;
+        case 'm':
+            unit = 60;
+            break;
+        case 'h':
+            unit = 3600;
+            break;
+        case 'd':
+            unit = 86400;
+            break;
+        default:
+            return -EINVAL;
+        }
+    }
+    v *= unit * 1000;
+    *out = v >= (double)now ? 1 : now - (uint64_t)v;
+    return 0;
+}
+
+static const char logs_usage[] =
+    "usage: muster logs --rdzv-endpoint HOST:PORT --rdzv-id ID [--follow] [--rank R]\n"
+    "                   [--since T] [--dedup] [--timestamps]\n"
+    "                   [--token-file FILE | --tls-cert F --tls-key F --tls-ca F]\n"
+    "Prints the job's one log: every rank's output lines as the agents forwarded them to\n"
+    "the server, prefixed as on muster's console ([rankN]: ). The server keeps the newest\n"
+    "lines of a job (8 MiB by default) while it exists and for 10 minutes after it ended,\n"
+    "and caps each job at 4000 lines and 2 MiB a second, a rank at a quarter of that\n"
+    "(muster server --log-*); what is dropped is counted (/metrics) and said here.\n"
+    "Without --follow a job the server does not know is an error (exit 3); with it,\n"
+    "muster logs waits for the job to start.\n"
+    "  -f, --follow   keep printing new lines until the job ends (or Ctrl-C); a job\n"
+    "                 not started yet is waited for\n"
+    "  --rank R       only rank R's lines\n"
+    "  --since T      only lines of the last T (30s, 5m, 2h, 1d; a number: seconds)\n"
+    "  --dedup        a line said identically by several ranks is printed once:\n"
+    "                 [ranks 0-63]: loss 2.31\n"
+    "  -t, --timestamps  each line's time first (UTC, when its agent read it):\n"
+    "                 2026-12-03T14:30:00.123Z [rank3]: ...\n"
+    "Credentials as for muster status: the job's credential, the observer credential or\n"
+    "the token; a worker credential or another job's gets nothing.\n";
+
 static int parse_args(int argc, char **argv, struct status_cmd *c)
 {
     char why[512];
+    const char *cmd = c->logs ? "logs" : c->debug ? "debug" : "status";
 
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i];
         const char **slot = NULL;
+        if ((strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) && c->logs) {
+            fputs(logs_usage, stdout);
+            return 1;
+        }
+        if (c->logs && (strcmp(o, "--follow") == 0 || strcmp(o, "-f") == 0)) {
+            c->follow = 1;
+            continue;
+        }
+        if (c->logs && strcmp(o, "--dedup") == 0) {
+            c->dedup = 1;
+            continue;
+        }
+        if (c->logs && (strcmp(o, "--timestamps") == 0 || strcmp(o, "-t") == 0)) {
+            c->stamps = 1;
+            continue;
+        }
+        if (c->logs && strcmp(o, "--since") == 0 && i + 1 < argc) {
+            if (parse_since(argv[++i], &c->since_ms) != 0) {
+                mc_error("--since must be a duration such as 30s, 5m, 2h or 1d, not '%s'", argv[i]);
+                return -EINVAL;
+            }
+            continue;
+        }
+        if (c->logs && strcmp(o, "--rank") == 0 && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            c->logs_rank = strtol(argv[++i], &end, 10);
+            if (errno != 0 || *end != '\0' || end == argv[i] || c->logs_rank < 0 ||
+                c->logs_rank > INT32_MAX) {
+                mc_error("--rank must be a rank number, not '%s'", argv[i]);
+                return -EINVAL;
+            }
+            continue;
+        }
         if ((strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) && c->debug) {
             fputs("usage: muster debug --rdzv-endpoint HOST:PORT --rdzv-id ID [--rank R] [--json]\n"
                   "                    [--token-file FILE | --tls-cert F --tls-key F --tls-ca F]\n"
@@ -393,7 +617,7 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
                   stdout);
             return 1;
         }
-        if (strcmp(o, "--json") == 0) {
+        if (strcmp(o, "--json") == 0 && !c->logs) {
             c->json = 1;
             continue;
         }
@@ -424,8 +648,11 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
         }
         if (slot == NULL || i + 1 >= argc) {
             mc_error("%s '%s' (see 'muster %s --help')",
-                     slot || strcmp(o, "--rank") == 0 ? "missing value for" : "unknown option", o,
-                     c->debug ? "debug" : "status");
+                     slot || (!c->json &&
+                              (strcmp(o, "--rank") == 0 || (c->logs && strcmp(o, "--since") == 0)))
+                         ? "missing value for"
+                         : "unknown option",
+                     o, cmd);
             return -EINVAL;
         }
         *slot = argv[++i];
@@ -434,12 +661,12 @@ static int parse_args(int argc, char **argv, struct status_cmd *c)
         mc_error("--rdzv-id %s", why);
         return -EINVAL;
     }
-    if (c->debug && c->job_id == NULL) {
-        mc_error("muster debug needs --rdzv-id ID: the job to look at");
+    if ((c->debug || c->logs) && c->job_id == NULL) {
+        mc_error("muster %s needs --rdzv-id ID: the job to look at", cmd);
         return -EINVAL;
     }
     if (c->endpoint == NULL && (c->endpoint = getenv("PET_RDZV_ENDPOINT")) == NULL) {
-        mc_error("muster %s needs --rdzv-endpoint HOST:PORT", c->debug ? "debug" : "status");
+        mc_error("muster %s needs --rdzv-endpoint HOST:PORT", cmd);
         return -EINVAL;
     }
     return 0;
@@ -510,8 +737,14 @@ static int start(struct status_cmd *c)
     if (rc == 0) {
         uv_timer_init(&c->loop, &c->timer);
         c->timer.data = c;
+        if (c->logs) {
+            uv_timer_init(&c->loop, &c->poll);
+            c->poll.data = c;
+        }
         c->gai.data = c->connect.data = c;
         uv_timer_start(&c->timer, on_timeout, c->debug ? DEBUG_TIMEOUT_MS : STATUS_TIMEOUT_MS, 0);
+        if (c->logs) /* --follow: the deadline runs again from each answer (on_logs) */
+            uv_timer_set_repeat(&c->timer, STATUS_TIMEOUT_MS * 3);
         rc = uv_getaddrinfo(&c->loop, &c->gai, on_resolved, host, port, &hints);
         if (rc != 0) {
             mc_error("%s: %s", c->endpoint, uv_strerror(rc));
@@ -524,7 +757,11 @@ static int start(struct status_cmd *c)
 
 static int run(int argc, char **argv, int debug)
 {
-    struct status_cmd c = {.token = getenv("MUSTER_TOKEN"), .debug = debug, .debug_rank = -1};
+    struct status_cmd c = {.token = getenv("MUSTER_TOKEN"),
+                           .debug = debug == 1,
+                           .logs = debug == 2,
+                           .debug_rank = -1,
+                           .logs_rank = -1};
     int rc = parse_args(argc, argv, &c);
 
     if (rc != 0)
@@ -541,6 +778,10 @@ static int run(int argc, char **argv, int debug)
         rc = c.exit_code;
     if (rc == 0 && c.answer != NULL)
         rc = print_answer(&c);
+    if (c.logs && c.dropped > 0)
+        mc_warn("the server dropped %llu lines of job %s so far (rate caps, its ring, the agents' "
+                "queues: docs/OUTPUT.md)",
+                (unsigned long long)c.dropped, c.job_id);
     free(c.answer);
     return rc;
 }
@@ -553,4 +794,9 @@ int launcher_status(int argc, char **argv)
 int launcher_debug(int argc, char **argv)
 {
     return run(argc, argv, 1);
+}
+
+int launcher_logs(int argc, char **argv)
+{
+    return run(argc, argv, 2);
 }

@@ -9,4 +9,8 @@ int launcher_status(int argc, char **argv);
  * running job's evidence (every rank's stack) and prints it. Returns the exit code. */
 int launcher_debug(int argc, char **argv);
 
+/* `muster logs --rdzv-endpoint HOST:PORT --rdzv-id ID [--follow] [--rank R] [--since T]
+ * [--dedup]`: prints the job's one log (LOGS_REQ). Returns the exit code. */
+int launcher_logs(int argc, char **argv);
+
 #endif

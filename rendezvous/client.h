@@ -148,6 +148,11 @@ int rdzv_client_send_repl(struct rdzv_client *c, const struct rdzv_msg *m);
  * is of the moment. Returns 0, UV_ENOTCONN, UV_ENOMEM or the connection's error. */
 int rdzv_client_send_evidence(struct rdzv_client *c, const struct rdzv_evidence *e);
 
+/* Sends one batch of this node's ranks' output lines (LOG; m borrowed, type RDZV_MSG_LOG). Not
+ * queued while the server is away: the caller keeps its lines (agent/logfwd.h). Returns 0,
+ * UV_EINVAL for another type, UV_ENOTCONN, or the connection's error. */
+int rdzv_client_send_log(struct rdzv_client *c, const struct rdzv_msg *m);
+
 /* Bytes handed to rdzv_client_send_repl and friends that the socket has not taken yet. */
 size_t rdzv_client_unsent(const struct rdzv_client *c);
 

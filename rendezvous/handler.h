@@ -27,6 +27,12 @@ void rdzv__handle_attach(struct peer *p, const struct rdzv_attach *a);
 void rdzv__handle_kv(struct peer *p, const struct rdzv_msg *m);
 void rdzv__handle_status_req(struct peer *p, const struct rdzv_status_req *r);
 
+/* handler_log.c: one log for the job */
+void rdzv__handle_log(struct peer *p, const struct rdzv_log *l);
+void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q);
+/* sj is dropped: its log moves to the server's ended logs (RDZV_LOG_KEEP_*). */
+void rdzv__log_keep(struct sjob *sj);
+
 /* handler_ev.c: evidence of failures and hangs, `muster debug` */
 void rdzv__handle_evidence(struct peer *p, const struct rdzv_evidence *e);
 void rdzv__handle_debug_req(struct peer *p, const struct rdzv_debug_req *r);

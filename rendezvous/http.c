@@ -341,6 +341,64 @@ static void goodput_families(FILE *f, struct rdzv_server *srv)
             rdzv_goodput_metrics(f, sj->job->id, &sj->gp, 1);
 }
 
+static void job_label(FILE *f, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '\\' || *s == '"')
+            fputc('\\', f);
+        if (*s == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+/* Each job's log (handler_log.c, docs/OUTPUT.md "One log for the job"). */
+static void log_families(FILE *f, struct rdzv_server *srv)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"muster_job_log_lines_total", "counter", "Output lines taken into the job's log."},
+        {"muster_job_log_bytes_total", "counter", "Bytes of those lines."},
+        {"muster_job_log_dropped_total", "counter",
+         "Output lines dropped: reason rate (over the job's or a rank's rate cap), ring (pushed "
+         "out of the job's ring by newer lines), agent (the agents' own queues and per-rank "
+         "caps), foreign (of ranks the sending node does not hold)."},
+        {"muster_job_log_held_bytes", "gauge", "Bytes the job's ring holds now."},
+    };
+
+    for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", fam[i].name, fam[i].help, fam[i].name,
+                fam[i].type);
+        for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next) {
+            struct rdzv_logring_stats st = {0};
+
+            if (sj->logs == NULL && sj->log_foreign == 0)
+                continue;
+            if (sj->logs != NULL)
+                rdzv_logring_stats(sj->logs, &st);
+            if (i == 2) {
+                const char *why[] = {"rate", "ring", "agent", "foreign"};
+                uint64_t v[] = {st.dropped_rate, st.dropped_ring, st.dropped_agents,
+                                sj->log_foreign};
+                for (size_t k = 0; k < 4; k++) {
+                    fprintf(f, "%s{job=\"", fam[i].name);
+                    job_label(f, sj->job->id);
+                    fprintf(f, "\",reason=\"%s\"} %llu\n", why[k], (unsigned long long)v[k]);
+                }
+                continue;
+            }
+            fprintf(f, "%s{job=\"", fam[i].name);
+            job_label(f, sj->job->id);
+            fprintf(f, "\"} %llu\n",
+                    (unsigned long long)(i == 0   ? st.lines
+                                         : i == 1 ? st.bytes
+                                                  : st.held_bytes));
+        }
+    }
+}
+
 static char *metrics_text(struct rdzv_server *srv, size_t *len)
 {
     const struct rdzv_server_stats *st = &srv->stats;
@@ -399,6 +457,7 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
            (double)srv->stats.log_suppressed);
     preflight_families(f, srv);
     goodput_families(f, srv);
+    log_families(f, srv);
     return fclose(f) == 0 ? text : (free(text), NULL);
 }
 

@@ -43,6 +43,9 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_COLLECT] = "COLLECT",
     [RDZV_MSG_EVIDENCE] = "EVIDENCE",
     [RDZV_MSG_DEBUG_REQ] = "DEBUG_REQ",
+    [RDZV_MSG_LOG] = "LOG",
+    [RDZV_MSG_LOGS_REQ] = "LOGS_REQ",
+    [RDZV_MSG_LOGS] = "LOGS",
 };
 
 const char *rdzv_msg_name(unsigned type)
@@ -776,6 +779,70 @@ static void io_preflight(struct io *c, struct rdzv_preflight *pf)
 }
 
 /* The messages added after the first protocol version; returns 0 when `m` is none of them. */
+/* LOG and LOGS: dropped, next, state, count (u16), then per line rank (i32), stream (u8),
+ * time_ms (u64), [LOGS: seq (u64)], len (u16) and the bytes (no NUL). */
+static void io_log(struct io *c, struct rdzv_log *l, int logs)
+{
+    uint16_t count = (uint16_t)l->count;
+
+    IO_U64(c, l->dropped);
+    IO_U64(c, l->next);
+    IO_U8(c, l->state);
+    if (c->w != NULL && (l->count > RDZV_LOG_LINES_MAX || l->bytes > RDZV_LOG_BYTES_MAX)) {
+        c->w->err = -EINVAL;
+        return;
+    }
+    IO_INT(c, u16, count);
+    if (c->r != NULL) {
+        if (c->r->err)
+            return;
+        if (count > RDZV_LOG_LINES_MAX || (!logs && l->state != 0) ||
+            (l->state & ~(RDZV_LOGS_ENDED | RDZV_LOGS_MORE | RDZV_LOGS_GAP | RDZV_LOGS_NONE)) !=
+                0) {
+            c->r->err = -EPROTO;
+            return;
+        }
+        l->count = count;
+        l->bytes = 0;
+    }
+    for (uint32_t i = 0; i < l->count; i++) {
+        struct rdzv_log_line *ln = &l->lines[i];
+        uint16_t len = (uint16_t)ln->len;
+
+        IO_I32(c, ln->rank);
+        IO_U8(c, ln->stream);
+        IO_U64(c, ln->time_ms);
+        if (logs)
+            IO_U64(c, ln->seq);
+        else if (c->r != NULL)
+            ln->seq = 0;
+        if (c->w != NULL) {
+            if (ln->len > RDZV_LOG_LINE_MAX || ln->off > l->bytes || l->bytes - ln->off < ln->len ||
+                ln->stream > 1 || memchr(l->text + ln->off, '\0', ln->len) != NULL) {
+                c->w->err = -EINVAL;
+                return;
+            }
+            put_u16(c->w, len);
+            if (c->w->pos <= c->w->cap && c->w->cap - c->w->pos >= len && len > 0)
+                memcpy(c->w->buf + c->w->pos, l->text + ln->off, len);
+            c->w->pos += len;
+            continue;
+        }
+        len = get_u16(c->r);
+        if (c->r->err || len > RDZV_LOG_LINE_MAX || ln->stream > 1 || ln->rank < 0 ||
+            RDZV_LOG_BYTES_MAX - l->bytes < len || !need(c->r, len) ||
+            memchr(c->r->p + c->r->pos, '\0', len) != NULL) {
+            c->r->err = -EPROTO;
+            return;
+        }
+        ln->off = l->bytes;
+        ln->len = len;
+        memcpy(l->text + l->bytes, c->r->p + c->r->pos, len);
+        c->r->pos += len;
+        l->bytes += len;
+    }
+}
+
 static int io_payload3(struct io *c, struct rdzv_msg *m)
 {
     switch (m->type) {
@@ -837,6 +904,19 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
         io_str(c, m->u.debug_req.job_id, RDZV_ID_MAX);
         IO_I32(c, m->u.debug_req.rank);
         return 1;
+    case RDZV_MSG_LOG:
+    case RDZV_MSG_LOGS:
+        io_log(c, &m->u.log, m->type == RDZV_MSG_LOGS);
+        return 1;
+    case RDZV_MSG_LOGS_REQ:
+        io_str(c, m->u.logs_req.job_id, RDZV_ID_MAX);
+        IO_I32(c, m->u.logs_req.rank);
+        IO_U64(c, m->u.logs_req.after);
+        IO_U64(c, m->u.logs_req.since_ms);
+        IO_U8(c, m->u.logs_req.flags);
+        if (c->r != NULL && !c->r->err && (m->u.logs_req.flags & ~RDZV_LOGS_REQ_FOLLOW) != 0)
+            c->r->err = -EPROTO;
+        return 1;
     default: /* ATTACH_OK carries no payload */
         return 0;
     }
@@ -889,9 +969,10 @@ static void io_payload(struct io *c, struct rdzv_msg *m)
     }
 }
 
+/* A number without a name is reserved (33: GPU telemetry, not in this build). */
 static int type_known(unsigned type)
 {
-    return type > 0 && type < RDZV_MSG_TYPE_MAX_;
+    return type > 0 && type < RDZV_MSG_TYPE_MAX_ && msg_names[type] != NULL;
 }
 
 int rdzv_msg_encode(const struct rdzv_msg *msg, uint8_t *buf, size_t cap, size_t *len)
@@ -1000,6 +1081,11 @@ size_t rdzv_msg_body_size(unsigned type)
         return sizeof(m->u.evidence);
     case RDZV_MSG_DEBUG_REQ:
         return sizeof(m->u.debug_req);
+    case RDZV_MSG_LOG:
+    case RDZV_MSG_LOGS:
+        return sizeof(m->u.log);
+    case RDZV_MSG_LOGS_REQ:
+        return sizeof(m->u.logs_req);
     default: /* WELCOME, JOB_DONE, ATTACH_OK: no body */
         return 0;
     }

@@ -61,6 +61,11 @@ enum rdzv_msg_type {
     RDZV_MSG_COLLECT = 30,   /* S->agent collect your ranks' evidence (the workers go on) */
     RDZV_MSG_EVIDENCE = 31,  /* agent->S one rank's evidence; no reply */
     RDZV_MSG_DEBUG_REQ = 32, /* observer->S evidence of a running job; S answers STATUS */
+    /* 33 is reserved (GPU telemetry) */
+    /* --- one log for the job (docs/OUTPUT.md "One log for the job") --------------------- */
+    RDZV_MSG_LOG = 34,      /* agent->S a batch of its ranks' output lines; no reply */
+    RDZV_MSG_LOGS_REQ = 35, /* observer->S lines of a job after a sequence number */
+    RDZV_MSG_LOGS = 36,     /* S->observer the lines asked for */
     RDZV_MSG_TYPE_MAX_
 };
 
@@ -477,6 +482,47 @@ struct rdzv_preflight {
     struct rdzv_pf_gpu gpus[RDZV_PF_GPUS_MAX];
 };
 
+/* LOG and LOGS: output lines of a job's ranks. A line is the text of one update of a worker's
+ * stream (up to '\n' or '\r', without it), raw bytes (any but a NUL, which the agent shows as
+ * '?'), at most RDZV_LOG_LINE_MAX (longer ones are cut into parts). text[] holds the lines'
+ * bytes one after the other; line i is text[lines[i].off .. + lines[i].len]. */
+#define RDZV_LOG_LINE_MAX 4096         /* bytes of one line */
+#define RDZV_LOG_LINES_MAX 256         /* lines in one message */
+#define RDZV_LOG_BYTES_MAX (48 * 1024) /* bytes of all lines of one message */
+struct rdzv_log_line {
+    int32_t rank;     /* global rank */
+    uint8_t stream;   /* 0 stdout, 1 stderr */
+    uint64_t time_ms; /* wall clock when the agent read it; display and --since only */
+    uint64_t seq;     /* LOGS: the server's number of the line (LOG: 0, not on the wire) */
+    uint32_t off, len;
+};
+struct rdzv_log {
+    /* LOG: lines the agent dropped since its previous LOG (its queue, its per-rank cap);
+     * LOGS: lines the server dropped for this job so far (ring, rate caps, agents' drops) */
+    uint64_t dropped;
+    uint64_t next;  /* LOGS: ask after this sequence number next (LOG: 0) */
+    uint8_t state;  /* LOGS: RDZV_LOGS_* flags (LOG: 0) */
+    uint32_t count; /* 0..RDZV_LOG_LINES_MAX */
+    uint32_t bytes; /* used of text */
+    struct rdzv_log_line lines[RDZV_LOG_LINES_MAX];
+    char text[RDZV_LOG_BYTES_MAX];
+};
+#define RDZV_LOGS_ENDED 1u /* the job is done or failed: no more lines will come */
+#define RDZV_LOGS_MORE 2u  /* more lines after `next` are held now: ask again at once */
+#define RDZV_LOGS_GAP 4u   /* lines between the asked sequence number and the first were lost */
+#define RDZV_LOGS_NONE 8u  /* (a FOLLOW request) the server knows no such job yet */
+
+/* LOGS_REQ: `muster logs`; answered with LOGS (or ERROR). */
+struct rdzv_logs_req {
+    char job_id[RDZV_ID_MAX + 1];
+    int32_t rank;      /* -1: every rank */
+    uint64_t after;    /* lines numbered after this (0: from the oldest held) */
+    uint64_t since_ms; /* wall clock: lines read at or after it (0: any) */
+    uint8_t flags;     /* RDZV_LOGS_REQ_* */
+};
+/* --follow: a job the server does not know (yet) is answered with an empty LOGS, not ERROR */
+#define RDZV_LOGS_REQ_FOLLOW 1u
+
 /* One decoded message. `type` selects the member. */
 struct rdzv_msg {
     uint8_t type;
@@ -506,6 +552,8 @@ struct rdzv_msg {
         struct rdzv_collect collect;
         struct rdzv_evidence evidence;
         struct rdzv_debug_req debug_req;
+        struct rdzv_log log; /* LOG and LOGS */
+        struct rdzv_logs_req logs_req;
     } u;
 };
 

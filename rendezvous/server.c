@@ -66,6 +66,13 @@ static void member_lost(struct sjob *sj, struct peer *p, const char *reason)
     rdzv__sjob_detach(sj, p, reason);
 }
 
+/* A job goes: its evidence with it; its log is kept a while (handler_log.c). */
+static void job_dropped(struct sjob *sj)
+{
+    rdzv__ev_free(sj);
+    rdzv__log_keep(sj);
+}
+
 /* --- dispatch ---------------------------------------------------------------------------- */
 
 /* Which role may send which message; anything else is out of order. */
@@ -84,9 +91,11 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_REPL_DATA:
     case RDZV_MSG_REPL_ACK:
     case RDZV_MSG_EVIDENCE:
+    case RDZV_MSG_LOG:     /* a worker credential must not write its job's log */
     case RDZV_MSG_GOODPUT: /* a worker credential must not rewrite its job's figures */
         return role == RDZV_ROLE_AGENT;
     case RDZV_MSG_DEBUG_REQ:
+    case RDZV_MSG_LOGS_REQ:
         return role == RDZV_ROLE_OBSERVER;
     case RDZV_MSG_ATTACH:
     case RDZV_MSG_KV_PUT:
@@ -190,6 +199,12 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_DEBUG_REQ:
         rdzv__handle_debug_req(p, &m->u.debug_req);
+        break;
+    case RDZV_MSG_LOG:
+        rdzv__handle_log(p, &m->u.log);
+        break;
+    case RDZV_MSG_LOGS_REQ:
+        rdzv__handle_logs_req(p, &m->u.logs_req);
         break;
     default: /* KV_PUT, KV_GET, BARRIER */
         rdzv__handle_kv(p, m);
@@ -502,9 +517,10 @@ static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct
     srv->loop = loop;
     srv->tls = tls;
     srv->member_lost = member_lost;
-    srv->job_dropped = rdzv__ev_free;
+    srv->job_dropped = job_dropped;
     srv->start_ms = uv_now(loop);
     srv->limits = rdzv_limits_default();
+    srv->log_limits.pool_used = &srv->log_pool_used; /* the rest: logring.h's defaults */
     srv->kv_pool.max_bytes = srv->limits.kv_max_total_bytes;
     srv->kv_pool.max_held = srv->limits.kv_max_held_total;
     if (rdzv_hslimit_new(RDZV_LIMIT_MAX_CONNECTIONS, &srv->hslimit) < 0) {
@@ -582,7 +598,11 @@ struct rdzv_limits rdzv_limits_default(void)
         .kv_max_held_per_credential = RDZV_LIMIT_KV_MAX_HELD_PER_CREDENTIAL,
         .preauth_max = RDZV_LIMIT_PREAUTH_MAX,
         .first_byte_ms = RDZV_LIMIT_FIRST_BYTE_MS,
-        .http_max_connections = RDZV_LIMIT_HTTP_MAX_CONNECTIONS};
+        .http_max_connections = RDZV_LIMIT_HTTP_MAX_CONNECTIONS,
+        .log_ring_bytes = RDZV_LOG_RING_BYTES,
+        .log_lines_per_sec = RDZV_LOG_JOB_LINES_PER_S,
+        .log_bytes_per_sec = RDZV_LOG_JOB_BYTES_PER_S,
+        .log_max_total_bytes = RDZV_LOG_TOTAL_BYTES};
 }
 
 void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *limits)
@@ -615,11 +635,20 @@ void rdzv_server_set_limits(struct rdzv_server *s, const struct rdzv_limits *lim
     DEFAULT_IF_0(preauth_max);
     DEFAULT_IF_0(first_byte_ms);
     DEFAULT_IF_0(http_max_connections);
+    DEFAULT_IF_0(log_ring_bytes);
+    DEFAULT_IF_0(log_lines_per_sec);
+    DEFAULT_IF_0(log_bytes_per_sec);
+    DEFAULT_IF_0(log_max_total_bytes);
 #undef DEFAULT_IF_0
     /* the pool is what unauthenticated connections may take; the rest stays the agents' */
     if (l.preauth_max > l.max_connections)
         l.preauth_max = l.max_connections;
     s->limits = l;
+    s->log_limits = (struct rdzv_logring_limits){.ring_bytes = l.log_ring_bytes,
+                                                 .lines_per_s = l.log_lines_per_sec,
+                                                 .bytes_per_s = l.log_bytes_per_sec,
+                                                 .pool_used = &s->log_pool_used,
+                                                 .pool_max = l.log_max_total_bytes};
     s->kv_pool.max_bytes = l.kv_max_total_bytes;
     s->kv_pool.max_held = l.kv_max_held_total;
     hs_configure(s);

@@ -115,6 +115,12 @@ struct rdzv_limits {
     unsigned preauth_max;          /* 0 = RDZV_LIMIT_PREAUTH_MAX (at most max_connections) */
     unsigned first_byte_ms;        /* 0 = RDZV_LIMIT_FIRST_BYTE_MS */
     unsigned http_max_connections; /* 0 = RDZV_LIMIT_HTTP_MAX_CONNECTIONS */
+    /* each job's log (logring.h): 0 = RDZV_LOG_RING_BYTES, RDZV_LOG_JOB_LINES_PER_S,
+     * RDZV_LOG_JOB_BYTES_PER_S */
+    size_t log_ring_bytes;
+    unsigned log_lines_per_sec;
+    size_t log_bytes_per_sec;
+    size_t log_max_total_bytes; /* every job's ring together; 0 = RDZV_LOG_TOTAL_BYTES */
 };
 
 /* The defaults above, spelled out. */

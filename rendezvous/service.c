@@ -31,6 +31,12 @@ void rdzv__handle_closed(struct rdzv_server *srv)
     rdzv_tls_free(srv->tls); /* every connection is closed by now */
     rdzv_hslimit_free(srv->hslimit);
     rdzv__scopes_free(&srv->scopes); /* empty by now: every peer and job let go */
+    while (srv->ended_logs != NULL) {
+        struct rdzv__ended_log *e = srv->ended_logs;
+        srv->ended_logs = e->next;
+        rdzv_logring_free(e->ring);
+        free(e);
+    }
     free(srv);
     if (cb != NULL)
         cb(data);

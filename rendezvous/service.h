@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "ckptlog.h"
+#include "logring.h"
 #include "pfrec.h"
 #include "gprec.h"
 #include "clock.h"
@@ -110,6 +111,9 @@ struct sjob {
     int32_t verdict_culprit;
     uint32_t verdict_round;
     uint64_t debug_last_ms; /* uv_now of the last `muster debug` collection (rate limit) */
+    /* the job's log (handler_log.c): NULL until the first LOG */
+    struct rdzv_logring *logs;
+    uint64_t log_foreign; /* lines of ranks the sender does not hold in the round: dropped */
 };
 
 /* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
@@ -226,7 +230,22 @@ struct rdzv_server {
     /* the job layer's: a member connection of sj goes (sjob.c rdzv__sjob_detach, registered
      * by server.c), so that service.c never calls up into the jobs */
     void (*member_lost)(struct sjob *sj, struct peer *p, const char *reason);
-    void (*job_dropped)(struct sjob *sj); /* sjob.c tells the handlers; server.c sets it */
+    void (*job_dropped)(struct sjob *sj);  /* sjob.c tells the handlers; server.c sets it */
+    struct rdzv_logring_limits log_limits; /* every job's log ring and caps (0: defaults) */
+    size_t log_pool_used;                  /* bytes every job's ring holds (log_limits) */
+    struct rdzv__ended_log *ended_logs;    /* newest first (handler_log.c) */
+};
+
+/* The log of a job that ended (dropped), kept a while for `muster logs` (handler_log.c): at
+ * most RDZV_LOG_KEEP_JOBS of them, none past RDZV_LOG_KEEP_MS. */
+#define RDZV_LOG_KEEP_JOBS 8
+#define RDZV_LOG_KEEP_MS 600000
+struct rdzv__ended_log {
+    struct rdzv__ended_log *next;
+    char id[RDZV_ID_MAX + 1];
+    uint32_t world_size;
+    uint64_t at_ms; /* uv_now when the job was dropped */
+    struct rdzv_logring *ring;
 };
 
 /* service.c */

@@ -17,6 +17,7 @@ static void sjob_closed_cb(uv_handle_t *handle)
 
     rdzv_kv_free(sj->kv);
     rdzv_ckptlog_free(sj->ckpts);
+    rdzv_logring_free(sj->logs);
     rdzv_pfrec_clear(&sj->pfrec);
     rdzv_job_free(sj->job);
     if (sj->scope != NULL)

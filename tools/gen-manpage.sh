@@ -95,7 +95,7 @@ EOT
     help_block
     echo ".SH COMMANDS"
     main=$("$bin" --help)
-    for cmd in run server status token preflight plan; do
+    for cmd in run server status debug logs token preflight plan; do
         # the main help already holds run's
         if [ "$cmd" = run ] && printf '%s\n' "$main" | grep -q '^usage: muster run '; then
             continue

@@ -25,6 +25,11 @@
  *   goodput JOB NNODES WALL TRAIN LOST  agent: JOIN JOB, then GOODPUT of WALL ms (TRAIN of it
  *                                    training, the rest rendezvous) and LOST ms lost; prints
  *                                    the ERROR it drew, or "SENT GOODPUT" after 1.5 s of silence
+ *   logflood JOB MODE N              N LOG batches of 256 lines "FORGED n" claiming rank 0: MODE
+ *                                    nojoin (agent, no JOIN), worker (HELLO + ATTACH JOB) or
+ *                                    joinedK (JOIN JOB as a K-node job, after its round closed: a
+ *                                    node outside the round); prints the ERROR it drew, or
+ *                                    "SENT LOG" after 1.5 s of silence
  *   evidencelie JOB NNODES VICTIM    agent: JOIN JOB (1:NNODES), wait for ASSIGN, then EVIDENCE
  * claiming rank VICTIM (another node's) sleeps in liar.py, its own rank's in all_reduce, and FAILED
  * asking for evidence; prints "SENT EVIDENCE" (the server must drop the lie) MUSTER_POKE_HOLD=S
@@ -191,6 +196,32 @@ static int send_goodput(unsigned long long wall, unsigned long long train, unsig
     return 0;
 }
 
+/* n LOG batches of forged lines for rank 0, then the server's answer (see usage). */
+static int send_logs(long n)
+{
+    struct timeval tv = {.tv_sec = 1, .tv_usec = 500000};
+    static struct rdzv_msg m;
+
+    for (long k = 0; k < n; k++) {
+        rdzv_msg_init(&m, RDZV_MSG_LOG);
+        for (int i = 0; i < RDZV_LOG_LINES_MAX; i++) {
+            int len = snprintf(m.u.log.text + m.u.log.bytes, 32, "FORGED %ld", k * 256 + i);
+            m.u.log.lines[i] = (struct rdzv_log_line){
+                .rank = 0, .time_ms = 1, .off = m.u.log.bytes, .len = (uint32_t)len};
+            m.u.log.bytes += (uint32_t)len;
+        }
+        m.u.log.count = RDZV_LOG_LINES_MAX;
+        if (put(&m) < 0)
+            break; /* the server closed: its ERROR is read below */
+    }
+    setsockopt(peer.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (get() == 0)
+        if (msg.type == RDZV_MSG_ERROR)
+            return answer_was(msg.type);
+    printf("SENT LOG\n");
+    return 0;
+}
+
 /* A node that lies about another node's rank in its evidence, then fails asking for a
  * verdict: the culprit must not be the victim it named. */
 static int evidence_lie(const char *job, unsigned nnodes, int victim)
@@ -295,6 +326,23 @@ static int act(int argc, char **argv)
         return send_goodput(strtoull(argv[5], NULL, 10), strtoull(argv[6], NULL, 10),
                             strtoull(argv[7], NULL, 10));
     }
+    if (strcmp(a, "logflood") == 0 && argc == 6) {
+        const char *mode = argv[4];
+        if ((rc = hello(strcmp(mode, "worker") == 0 ? RDZV_ROLE_WORKER : RDZV_ROLE_AGENT)) != 0)
+            return rc;
+        if (strcmp(mode, "worker") == 0) {
+            rdzv_msg_init(&msg, RDZV_MSG_ATTACH);
+            snprintf(msg.u.attach.job_id, sizeof(msg.u.attach.job_id), "%s", argv[3]);
+            if (put(&msg) < 0 || get() < 0 || msg.type != RDZV_MSG_ATTACH_OK)
+                return fail("ATTACH refused");
+        } else if (strncmp(mode, "joined", 6) == 0) {
+            msg = (struct rdzv_msg){.type = RDZV_MSG_JOIN};
+            fill_join(&msg.u.join, argv[3], (unsigned)atoi(mode + 6));
+            if (put(&msg) < 0)
+                return fail("send");
+        }
+        return send_logs(atol(argv[5]));
+    }
     if (strcmp(a, "evidencelie") == 0 && argc == 6) {
         if ((rc = hello(RDZV_ROLE_AGENT)) != 0)
             return rc;
@@ -362,7 +410,7 @@ static int act(int argc, char **argv)
         return put(&msg) < 0 ? fail("send") : answer();
     }
     return fail("usage: rdzv_poke HOST:PORT hello|attach|join|rejoin|joinas|failfinal|joinfail|"
-                "badhost|status|workerstatus|workergoodput|goodput|evidencelie ...");
+                "badhost|status|workerstatus|workergoodput|goodput|logflood|evidencelie ...");
 }
 
 int main(int argc, char **argv)

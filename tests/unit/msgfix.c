@@ -216,6 +216,34 @@ static void example3(uint8_t type, struct rdzv_msg *m)
         m->u.debug_req = (struct rdzv_debug_req){.rank = -1};
         strcpy(m->u.debug_req.job_id, "job-1");
         break;
+    case RDZV_MSG_LOG:
+    case RDZV_MSG_LOGS: {
+        static const char *const text[] = {"step 10 loss 2.31", "", "\xff\x1b[2J warn\r"};
+        struct rdzv_log *l = &m->u.log;
+        int logs = type == RDZV_MSG_LOGS;
+
+        l->dropped = 12;
+        l->next = logs ? 0x1122334455ull : 0;
+        l->state = logs ? RDZV_LOGS_MORE | RDZV_LOGS_GAP | RDZV_LOGS_NONE : 0;
+        for (uint32_t i = 0; i < 3; i++) {
+            size_t n = strlen(text[i]);
+            l->lines[i] = (struct rdzv_log_line){.rank = (int32_t)(i * 7),
+                                                 .stream = (uint8_t)(i == 2),
+                                                 .time_ms = 1700000000000ull + i,
+                                                 .seq = logs ? 100 + i : 0,
+                                                 .off = l->bytes,
+                                                 .len = (uint32_t)n};
+            memcpy(l->text + l->bytes, text[i], n);
+            l->bytes += (uint32_t)n;
+        }
+        l->count = 3;
+        break;
+    }
+    case RDZV_MSG_LOGS_REQ:
+        m->u.logs_req = (struct rdzv_logs_req){
+            .rank = 5, .after = 77, .since_ms = 1700000000000ull, .flags = RDZV_LOGS_REQ_FOLLOW};
+        strcpy(m->u.logs_req.job_id, "job-1");
+        break;
     default:
         break;
     }

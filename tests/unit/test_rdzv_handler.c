@@ -51,6 +51,8 @@ struct raw {
     uint32_t kv_status[16]; /* by req_id */
     char kv_value[16][32];
     char *status_json;
+    char logs[4096]; /* LOGS received: "rank|text\n" per line */
+    uint8_t logs_state;
     struct rdzv_repl_begin repl_begin; /* the last of each replica message */
     struct rdzv_repl_ack repl_ack;
     uint64_t repl_bytes; /* REPL_DATA bytes received */
@@ -101,7 +103,15 @@ static void record(struct raw *r, const struct rdzv_msg *m)
         r->repl_ack = m->u.repl_ack;
     else if (m->type == RDZV_MSG_REPL_DATA)
         r->repl_bytes += m->u.repl_data.len;
-    else if (m->type == RDZV_MSG_STATUS) {
+    else if (m->type == RDZV_MSG_LOGS) {
+        size_t n = strlen(r->logs);
+        r->logs_state = m->u.log.state;
+        for (uint32_t i = 0; i < m->u.log.count; i++) {
+            const struct rdzv_log_line *ln = &m->u.log.lines[i];
+            n += (size_t)snprintf(r->logs + n, sizeof(r->logs) - n, "%d|%.*s\n", (int)ln->rank,
+                                  (int)ln->len, m->u.log.text + ln->off);
+        }
+    } else if (m->type == RDZV_MSG_STATUS) {
         free(r->status_json);
         r->status_json = strdup(m->u.status.json);
     } else if (m->type == RDZV_MSG_KV_REPLY && m->u.kv.req_id < 16) {
@@ -903,6 +913,82 @@ static void test_goodput_status(void **state)
     assert_string_equal(R(r0)->error.text, "GOODPUT refused: lost_ms over training_ms");
 }
 
+/* --- the job's log ------------------------------------------------------------------------------
+ */
+static void log_line(struct raw *r, int32_t rank, const char *text)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_LOG);
+    struct rdzv_log *l = &m->u.log;
+    size_t n = strlen(text);
+
+    l->lines[0] = (struct rdzv_log_line){.rank = rank, .time_ms = 1, .len = (uint32_t)n};
+    memcpy(l->text, text, n);
+    l->bytes = (uint32_t)n;
+    l->count = 1;
+    l->dropped = 3;
+    send_msg(r, m);
+}
+
+static void logs_req(struct fixture *fx, int i, uint8_t role, const char *job, int32_t rank)
+{
+    struct rdzv_msg *m;
+
+    raw_new(fx, i, role);
+    m = sendq_msg(RDZV_MSG_LOGS_REQ);
+    snprintf(m->u.logs_req.job_id, sizeof(m->u.logs_req.job_id), "%s", job);
+    m->u.logs_req.rank = rank;
+    send_msg(fx->raw[i], m);
+}
+
+static int logs_answered(struct fixture *fx)
+{
+    (void)fx;
+    return N(2, LOGS) == 1 && N(3, ERROR) == 1 && N(4, ERROR) == 1 && N(5, LOGS) == 1;
+}
+
+/* A member's lines of its own ranks are the job's log; a line it sends for another node's rank
+ * is dropped; LOG from an agent that never joined is refused (closed), so is LOGS_REQ from a
+ * worker; an observer reads the lines (--rank filters), the member's connection stays. */
+static void test_log(void **state)
+{
+    struct fixture *fx = *state;
+    char want[128];
+    int a, b;
+
+    agent(fx, 0, "lg", 2, 2);
+    agent(fx, 1, "lg", 2, 2);
+    run_until(fx, both_assigned);
+    a = (int)R(0)->assign.rank_offset; /* node 0's ranks a, a+1; node 1's b, b+1 */
+    b = (int)R(1)->assign.rank_offset;
+    log_line(R(0), a, "mine");
+    log_line(R(0), b, "theirs"); /* another node's rank: dropped */
+    log_line(R(1), b + 1, "node 1 says");
+    handled(fx, 0);
+    handled(fx, 1);
+    raw_new(fx, 4, RDZV_ROLE_AGENT); /* no JOIN */
+    log_line(R(4), 0, "forged");
+    logs_req(fx, 3, RDZV_ROLE_WORKER, "lg", -1);
+    logs_req(fx, 2, RDZV_ROLE_OBSERVER, "lg", -1);
+    logs_req(fx, 5, RDZV_ROLE_OBSERVER, "lg", b + 1);
+    run_until(fx, logs_answered);
+    snprintf(want, sizeof(want), "%d|mine\n%d|node 1 says\n", a, b + 1);
+    assert_string_equal(R(2)->logs, want);
+    snprintf(want, sizeof(want), "%d|node 1 says\n", b + 1);
+    assert_string_equal(R(5)->logs, want);
+    assert_int_equal(R(2)->logs_state, 0);
+    assert_non_null(strstr(R(4)->error.text, "LOG before JOIN"));
+    assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL); /* a worker may not ask */
+    assert_false(R(0)->closed);
+    assert_false(R(1)->closed);
+    /* an unknown job: ERROR CLOSED; a rank outside the world: ERROR PROTOCOL */
+    HARNESS_RUN_UNTIL(&fx->h, R(3)->closed && R(4)->closed);
+    logs_req(fx, 3, RDZV_ROLE_OBSERVER, "nosuch", -1);
+    logs_req(fx, 4, RDZV_ROLE_OBSERVER, "lg", 4);
+    HARNESS_RUN_UNTIL(&fx->h, N(3, ERROR) == 1 && N(4, ERROR) == 1);
+    assert_int_equal(R(3)->error.code, RDZV_ERR_CLOSED);
+    assert_non_null(strstr(R(4)->error.text, "has no rank 4"));
+}
+
 /* --- PREFLIGHT -------------------------------------------------------------------------------- */
 static void preflight(struct raw *r, const char *uuid0, uint32_t index1)
 {
@@ -1340,6 +1426,7 @@ int main(void)
         T(test_status),
         T(test_ckpt_status),
         T(test_goodput_status),
+        T(test_log),
         T(test_preflight_status),
         T(test_preflight_duplicate_gpu),
         cmocka_unit_test(test_preflight_metrics),

@@ -184,6 +184,8 @@ static void test_roundtrip_all(void **state)
         uint32_t plen;
         size_t len;
 
+        if (strcmp(rdzv_msg_name(t), "UNKNOWN") == 0)
+            continue; /* a reserved number (33) */
         msgfix_example((uint8_t)t, &in);
         assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
         assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
@@ -262,6 +264,8 @@ static void test_truncated_and_trailing(void **state)
         static struct rdzv_msg in, out;
         size_t len, plen;
 
+        if (strcmp(rdzv_msg_name(t), "UNKNOWN") == 0)
+            continue; /* a reserved number (33) */
         msgfix_example((uint8_t)t, &in);
         assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
         plen = len - RDZV_HEADER_SIZE;
