@@ -86,8 +86,8 @@ static json_t *ckpt_json(const struct rdzv_ckptlog_rec *rec, uint64_t wall_now)
                      "step", (json_int_t)ck->step, "size", (json_int_t)ck->size, "checksum", sum,
                      "time_ms", (json_int_t)ck->time_ms, "age_s",
                      wall_now > ck->time_ms ? (wall_now - ck->time_ms) / 1000.0 : 0.0, "state",
-                     ck->verified_bad ? "bad" : "recorded", "reason", ck->reason, "host",
-                     rec->host, "replicas", reps);
+                     ck->verified_bad ? "bad" : "recorded", "reason", ck->reason, "host", rec->host,
+                     "replicas", reps);
 }
 
 /* Newest first, as the log keeps them. */
@@ -109,14 +109,13 @@ static json_t *restart_json(struct rdzv_server *srv, const struct sjob_restart *
     const struct rdzv_failure *f = &r->cause;
 
     return json_pack("{s:I, s:I, s:b, s:b, s:f, s:I, s:s, s:I, s:I, s:I, s:I, s:s, s:s?, s:s?}",
-                     "round", (json_int_t)f->round, "restart_count",
-                     (json_int_t)r->restart_count, "counted", r->counted, "final", r->final,
-                     "age_s", (uv_now(srv->loop) - r->at_ms) / 1000.0, "time_ms",
-                     (json_int_t)r->wall_ms, "host", f->host, "rank", (json_int_t)f->rank,
-                     "local_rank", (json_int_t)f->local_rank, "exit_code",
-                     (json_int_t)f->exit_code, "signal", (json_int_t)f->signal, "text", f->text,
-                     "signature", f->sig_class != RDZV_SIG_NONE ? f->sig : NULL, "root_cause",
-                     verdict);
+                     "round", (json_int_t)f->round, "restart_count", (json_int_t)r->restart_count,
+                     "counted", r->counted, "final", r->final, "age_s",
+                     (uv_now(srv->loop) - r->at_ms) / 1000.0, "time_ms", (json_int_t)r->wall_ms,
+                     "host", f->host, "rank", (json_int_t)f->rank, "local_rank",
+                     (json_int_t)f->local_rank, "exit_code", (json_int_t)f->exit_code, "signal",
+                     (json_int_t)f->signal, "text", f->text, "signature",
+                     f->sig_class != RDZV_SIG_NONE ? f->sig : NULL, "root_cause", verdict);
 }
 
 /* The newest SJOB_RESTARTS_KEPT round changes, newest first. */
@@ -126,8 +125,7 @@ static json_t *restarts_json(struct rdzv_server *srv, const struct sjob *sj)
     uint32_t kept = sj->n_restarts < SJOB_RESTARTS_KEPT ? sj->n_restarts : SJOB_RESTARTS_KEPT;
 
     for (uint32_t i = 0; a != NULL && sj->restarts != NULL && i < kept; i++) {
-        const struct sjob_restart *r =
-            &sj->restarts[(sj->n_restarts - 1 - i) % SJOB_RESTARTS_KEPT];
+        const struct sjob_restart *r = &sj->restarts[(sj->n_restarts - 1 - i) % SJOB_RESTARTS_KEPT];
         const char *v =
             sj->verdict[0] != '\0' && sj->verdict_round == r->cause.round ? sj->verdict : NULL;
 
