@@ -502,6 +502,12 @@ static int status_allowed(struct http_conn *c, const char *head, size_t hlen, in
     return 0;
 }
 
+/* the page's icon (without one a browser asks for /favicon.ico and logs the 404) */
+static const char favicon_svg[] =
+    "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\"><rect width=\"16\" "
+    "height=\"16\" rx=\"3\" fill=\"#1e5fb3\"/><path d=\"M3 12V4l5 5 5-5v8\" fill=\"none\" "
+    "stroke=\"#fff\" stroke-width=\"2\"/></svg>\n";
+
 /* The dashboard's files: fixed text, public (no data; the page asks /status for it). */
 static const struct {
     const char *path, *ctype, *body;
@@ -511,6 +517,7 @@ static const struct {
     {"/index.html", "text/html; charset=utf-8", dash_index_html, sizeof(dash_index_html) - 1},
     {"/app.js", "text/javascript; charset=utf-8", dash_app_js, sizeof(dash_app_js) - 1},
     {"/style.css", "text/css; charset=utf-8", dash_style_css, sizeof(dash_style_css) - 1},
+    {"/favicon.svg", "image/svg+xml", favicon_svg, sizeof(favicon_svg) - 1},
 };
 
 static void serve(struct http_conn *c, const struct rdzv_http_req *req, const char *head,

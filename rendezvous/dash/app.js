@@ -82,6 +82,14 @@
     if (n.nproc <= 1) return String(n.rank_offset);
     return n.rank_offset + '–' + (n.rank_offset + n.nproc - 1);
   }
+  /* what happened, where the failure's own text is empty (a worker killed by a signal) */
+  function causeText(r) {
+    if (r.text) return r.text;
+    var who = r.rank >= 0 ? 'rank ' + r.rank : 'a worker';
+    if (r.signal > 0) return who + ' was killed by signal ' + r.signal;
+    if (r.exit_code >= 0) return who + ' exited with code ' + r.exit_code;
+    return 'no cause given';
+  }
   function exitText(r) {
     if (r.signal > 0) return 'signal ' + r.signal;
     if (r.exit_code >= 0) return 'exit ' + r.exit_code;
@@ -172,8 +180,8 @@
     var title = 'Restarts (' + num(job.restart_count) + ' of ' + num(job.max_restarts) + ')';
     if (list.length === 0) return section(title, el('p', 'empty', 'none'));
     var rows = list.map(function (r) {
-      var cause = el('td', 'cause', r.text);
-      if (r.signature) add(cause, [el('br'), el('span', 'muted', r.signature)]);
+      var cause = el('td', 'cause', causeText(r));
+      if (r.signature && r.signature !== r.text) add(cause, [el('br'), el('span', 'muted', r.signature)]);
       if (r.root_cause) add(cause, [el('br'), el('span', 'verdict', 'root cause: ' + r.root_cause)]);
       return el('tr', 'restart', td(r.round, 'num'),
         td(r.final ? 'job ended' : r.counted ? 'restart ' + r.restart_count : 'not counted'),

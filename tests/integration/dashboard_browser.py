@@ -91,8 +91,10 @@ try:
         "var r=document.querySelector('tr.restart'); return r ? Array.from(r.cells)"
         ".map(e => e.textContent) : [];")
     print("     restart row: %r" % row)
-    check(got is not None and ("SIGKILL" in got or "signal 9" in got or "killed" in got),
+    check(got is not None and "rank 1 was killed by signal 9" in got and "SIGKILL" in got,
           "its root cause names the kill")
+    check(driver.execute_script("return document.getElementById('login').offsetParent === null;"),
+          "the credential form is hidden once the credential was taken")
     check(len(row) > 4 and row[4] == "1", "... and rank 1")
     check(driver.execute_script("return window.__dashMarker;") == "kept",
           "the page was not reloaded")
