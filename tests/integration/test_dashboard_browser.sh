@@ -8,7 +8,8 @@
 # rank 1) within 2 s of the kill without a reload; a checkpoint appears with its step (120); at
 # phone width the page does not scroll sideways; the console has no error. Screenshots are kept
 # (their paths are printed). Before the browser, /status over HTTP is refused without a
-# credential, with another job's credential and with the job's worker credential.
+# credential, with another job's credential and with the job's worker credential; after it,
+# /status holds that restart (round 0, rank 1, signal 9, counted) and the checkpoint's age.
 # Skips (77) without root (the UTS namespace), Chromium, chromedriver or python3-selenium.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
@@ -77,6 +78,17 @@ sed 's/^/  browser: /' "$T/browser.out" >&2
     note "screenshots: $keep/dashboard_browser.png $keep/dashboard_browser-phone.png"
 }
 [ "$brc" = 0 ] || { show_all; fail "the browser checks failed (exit $brc)"; }
+
+# what the page showed, in /status: the restart history and the checkpoint's age
+if command -v jq >/dev/null 2>&1; then
+    http_status "$T/obs.tok"
+    jq -e --arg j "$JOB" '.server.time_ms > 0 and (.jobs[] | select(.id == $j) |
+        .restarts_seen == 1 and (.restarts | length) == 1 and
+        (.restarts[0] | .round == 0 and .rank == 1 and .signal == 9 and .counted and
+            (.final | not) and .restart_count == 1 and .age_s >= 0 and .time_ms > 0) and
+        (.checkpoints[0] | .step == 120 and .age_s >= 0))' "$T/http.body" >/dev/null ||
+        { head -c 3000 "$T/http.body" >&2; fail "/status lacks the restart history or checkpoint age"; }
+fi
 
 : > "$T/w/release"
 agents_exit 30 0 a1 a2
