@@ -286,7 +286,7 @@
         job.evidence.root_cause));
     add(sec, warningsPart(job));
     if (job.truncated || !job.nodes) {
-      add(sec, el('p', 'muted', 'details left out: the status document is too large'));
+      add(sec, el('p', 'muted', 'no details: the status document left them out (too large)'));
       return sec;
     }
     add(sec, nodesPart(job));
