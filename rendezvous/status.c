@@ -108,7 +108,7 @@ static json_t *restart_json(struct rdzv_server *srv, const struct sjob_restart *
 {
     const struct rdzv_failure *f = &r->cause;
 
-    return json_pack("{s:I, s:I, s:b, s:b, s:f, s:I, s:s, s:I, s:I, s:I, s:I, s:s, s:s?, s:s?}",
+    return json_pack("{s:I, s:I, s:b, s:b, s:f, s:I, s:s, s:I, s:I, s:I, s:I, s:s, s:s*, s:s*}",
                      "round", (json_int_t)f->round, "restart_count", (json_int_t)r->restart_count,
                      "counted", r->counted, "final", r->final, "age_s",
                      (uv_now(srv->loop) - r->at_ms) / 1000.0, "time_ms", (json_int_t)r->wall_ms,
