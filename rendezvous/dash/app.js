@@ -76,6 +76,7 @@
     if (s < 86400) return Math.floor(s / 3600) + ' h ' + Math.round((s % 3600) / 60) + ' min';
     return Math.floor(s / 86400) + ' d ' + Math.round((s % 86400) / 3600) + ' h';
   }
+  function plural(n, word) { return num(n) + ' ' + word + (n === 1 ? '' : 's'); }
   function ago(s) { return typeof s === 'number' ? dur(s) + ' ago' : '–'; }
   function ranks(n) {
     if (typeof n.rank_offset !== 'number' || typeof n.nproc !== 'number') return '–';
@@ -185,7 +186,7 @@
       if (r.root_cause) add(cause, [el('br'), el('span', 'verdict', 'root cause: ' + r.root_cause)]);
       return el('tr', 'restart', td(r.round, 'num'),
         td(r.final ? 'job ended' : r.counted ? 'restart ' + r.restart_count : 'not counted'),
-        td(ago(r.age_s), 'num'), td(r.host), td(r.rank >= 0 ? r.rank : '–', 'num'),
+        td(ago(r.age_s), 'num'), td(r.host, 'host'), td(r.rank >= 0 ? r.rank : '–', 'num'),
         td(exitText(r), 'num hide-narrow'), cause);
     });
     var more = job.restarts_seen > list.length ?
@@ -213,7 +214,7 @@
     var list = job.node_failures || [];
     if (list.length === 0) return null;
     var rows = list.map(function (f) {
-      return el('tr', 'failure', td(f.host), td(f.seen || f.addr, 'hide-narrow'),
+      return el('tr', 'failure', td(f.host, 'host'), td(f.seen || f.addr, 'hide-narrow'),
         td(f.failures, 'num'), el('td', null, f.excluded ? pill('down') : '–'),
         td(f.reason || ''));
     });
@@ -317,7 +318,7 @@
     var s = doc.server || {};
     var sum = document.getElementById('summary');
     clear(sum);
-    add(sum, num(s.jobs) + ' jobs · ' + num(s.connections) + ' connections · up ' +
+    add(sum, plural(s.jobs, 'job') + ' · ' + plural(s.connections, 'connection') + ' · up ' +
       dur(s.uptime_s) + (doc.truncated ? ' · details left out (too large)' : ''));
     /* forget sparklines of GPUs not seen for a minute */
     var now = Date.now();
