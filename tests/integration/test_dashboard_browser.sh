@@ -38,11 +38,12 @@ RUN=(--nnodes 2 --nproc-per-node 1 --rdzv-endpoint "127.0.0.1:$SPORT" --rdzv-id 
 agent a1 -- "${RUN[@]}" --checkpoint-dir "$T/c1" --no-python "$DW" "$T/w"
 sleep 0.3 # a1 first: group rank 0
 # a2 in a UTS namespace of its own, named EVIL (sethostname takes any bytes)
+# shellcheck disable=SC2016 # expanded by that sh, not here
 env --default-signal=INT,QUIT,TERM MUSTER_IT_MARK="$MARK" unshare --uts sh -c \
     'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"' "$EVIL" \
     "$MUSTER_BIN" run "${RUN[@]}" --checkpoint-dir "$T/c2" --no-python "$DW" "$T/w" \
     > "$T/a2.out" 2> "$T/a2.err" &
-APID[a2]=$!
+APID["a2"]=$!
 IT_BG_PIDS="$IT_BG_PIDS $!"
 wait_for 30 files_at_least 2 "$T/w/ready.*.0" || { show_all; fail "the 2 workers did not start"; }
 
