@@ -1,10 +1,11 @@
-/* HTTP/1.0 port of the rendezvous server: /metrics, /status and /. One request per connection;
- * the response is written whole and the connection closed. Read-only by design: nothing here
- * can change a job. /metrics is public (counts only, no host or address); /status and / show
- * hosts and addresses, so they need an observer credential unless the operator made them
- * public. HTTP has no TLS here: the credential crosses the network in clear, which
- * is why the port binds loopback unless told otherwise and why only a read-only credential
- * belongs in it. */
+/* HTTP/1.0 port of the rendezvous server: /metrics, /status and the dashboard (/, /app.js,
+ * /style.css: docs/DASHBOARD.md). One request per connection; the response is written whole and
+ * the connection closed. Read-only by design: nothing here can change a job. /metrics is public
+ * (counts only, no host or address), and so are the dashboard's files (fixed text compiled in,
+ * no data: the page fetches /status); /status shows hosts and addresses, so it needs an observer
+ * credential unless the operator made it public. HTTP has no TLS here: the credential crosses
+ * the network in clear, which is why the port binds loopback unless told otherwise and why only
+ * a read-only credential belongs in it. */
 #include "http.h"
 
 #include <ctype.h>
@@ -20,6 +21,11 @@
 #include "service.h"
 #include "status.h"
 #include "tls.h"
+
+/* rendezvous/dash/ as C strings (cmake/embed.cmake) */
+#include "dash_app_js.inc"
+#include "dash_index_html.inc"
+#include "dash_style_css.inc"
 
 /* --- parser ---------------------------------------------------------------------------------- */
 
@@ -115,7 +121,7 @@ struct http_doc {
     uint64_t built_ms;
 };
 
-enum { DOC_METRICS, DOC_STATUS, DOC_HTML, DOC_COUNT_ };
+enum { DOC_METRICS, DOC_STATUS, DOC_COUNT_ };
 
 struct rdzv_http {
     uv_tcp_t listener;
@@ -225,10 +231,14 @@ static void respond(struct http_conn *c, int code, const char *reason, const cha
         conn_close(c);
         return;
     }
+    /* every response: never cached (the JSON is live), never sniffed as another type, never
+     * framed, and no script but the dashboard's own file (CSP: no inline script or style) */
     fprintf(f,
             "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            code, reason, ctype, blen);
+            "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+            "Content-Security-Policy: %s\r\nReferrer-Policy: no-referrer\r\n"
+            "X-Frame-Options: DENY\r\nConnection: close\r\n\r\n",
+            code, reason, ctype, blen, RDZV_HTTP_CSP);
     if (!head_only)
         fwrite(body, 1, blen, f);
     if (fclose(f) != 0) {
@@ -461,73 +471,6 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
     return fclose(f) == 0 ? text : (free(text), NULL);
 }
 
-static void html_escaped(FILE *f, const char *s)
-{
-    for (; *s != '\0'; s++) {
-        switch (*s) {
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
-        case '\'':
-            fputs("&#39;", f);
-            break;
-        default:
-            fputc(*s, f);
-            break;
-        }
-    }
-}
-
-static void html_job(FILE *f, const struct rdzv_job *job)
-{
-    fputs("<h2>", f);
-    html_escaped(f, job->id);
-    fprintf(f,
-            "</h2><p>round %u, restarts %u of %u, nodes %u:%u</p>\n<table><tr><th>host"
-            "<th>addr<th>group rank<th>nproc</tr>\n",
-            job->round, job->restart_count, job->max_restarts, job->min_nodes, job->max_nodes);
-    for (size_t i = 0; i < job->n_members; i++) {
-        const struct rdzv_job_member *m = &job->members[i];
-
-        fputs("<tr><td>", f);
-        html_escaped(f, m->host);
-        fputs("<td>", f);
-        html_escaped(f, m->addr);
-        if (job->state == RDZV_JOB_FILLING)
-            fprintf(f, "<td>-<td>%u</tr>\n", m->nproc);
-        else
-            fprintf(f, "<td>%u<td>%u</tr>\n", m->group_rank, m->nproc);
-    }
-    fputs("</table>\n", f);
-}
-
-static char *html_page(struct rdzv_server *srv, size_t *len)
-{
-    char *text = NULL;
-    FILE *f = open_memstream(&text, len);
-
-    if (f == NULL)
-        return NULL;
-    fprintf(f,
-            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>muster</title>"
-            "</head><body>\n<h1>muster rendezvous</h1><p>%u jobs, %u connections. "
-            "<a href=\"/status\">status</a> <a href=\"/metrics\">metrics</a></p>\n",
-            srv->n_jobs, srv->n_peers);
-    for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next)
-        html_job(f, sj->job);
-    fputs("</body></html>\n", f);
-    return fclose(f) == 0 ? text : (free(text), NULL);
-}
-
 static char *status_text(struct rdzv_server *srv, size_t *len)
 {
     size_t cap = 16u << 20; /* no frame limit here; nodes are dropped only past 16 MiB */
@@ -553,9 +496,7 @@ static const struct http_doc *doc_get(struct rdzv_http *h, int which)
 
     if (d->body != NULL && now - d->built_ms < RDZV_HTTP_CACHE_MS)
         return d;
-    body = which == DOC_METRICS  ? metrics_text(h->srv, &len)
-           : which == DOC_STATUS ? status_text(h->srv, &len)
-                                 : html_page(h->srv, &len);
+    body = which == DOC_METRICS ? metrics_text(h->srv, &len) : status_text(h->srv, &len);
     if (body == NULL)
         return d->body != NULL ? d : NULL; /* the older one rather than none */
     free(d->body);
@@ -593,7 +534,7 @@ static int observer_ok(struct rdzv_server *srv, const char *head, size_t hlen)
     return ok;
 }
 
-/* /status and / without a credential: 401 with the way to get one, or 403 on a server that has
+/* /status without a credential: 401 with the way to get one, or 403 on a server that has
  * no secret (certificate mode without a token: no observer credential exists). Returns 1 when
  * the request may be served. */
 static int status_allowed(struct http_conn *c, const char *head, size_t hlen, int head_only)
@@ -620,6 +561,24 @@ static int status_allowed(struct http_conn *c, const char *head, size_t hlen, in
     return 0;
 }
 
+/* the page's icon (without one a browser asks for /favicon.ico and logs the 404) */
+static const char favicon_svg[] =
+    "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\"><rect width=\"16\" "
+    "height=\"16\" rx=\"3\" fill=\"#1e5fb3\"/><path d=\"M3 12V4l5 5 5-5v8\" fill=\"none\" "
+    "stroke=\"#fff\" stroke-width=\"2\"/></svg>\n";
+
+/* The dashboard's files: fixed text, public (no data; the page asks /status for it). */
+static const struct {
+    const char *path, *ctype, *body;
+    size_t len;
+} assets[] = {
+    {"/", "text/html; charset=utf-8", dash_index_html, sizeof(dash_index_html) - 1},
+    {"/index.html", "text/html; charset=utf-8", dash_index_html, sizeof(dash_index_html) - 1},
+    {"/app.js", "text/javascript; charset=utf-8", dash_app_js, sizeof(dash_app_js) - 1},
+    {"/style.css", "text/css; charset=utf-8", dash_style_css, sizeof(dash_style_css) - 1},
+    {"/favicon.svg", "image/svg+xml", favicon_svg, sizeof(favicon_svg) - 1},
+};
+
 static void serve(struct http_conn *c, const struct rdzv_http_req *req, const char *head,
                   size_t hlen)
 {
@@ -639,10 +598,12 @@ static void serve(struct http_conn *c, const struct rdzv_http_req *req, const ch
     } else if (strcmp(req->path, "/status") == 0) {
         which = DOC_STATUS;
         ctype = "application/json";
-    } else if (strcmp(req->path, "/") == 0) {
-        which = DOC_HTML; /* its tables show hosts and addresses, like /status */
-        ctype = "text/html; charset=utf-8";
     } else {
+        for (size_t i = 0; i < sizeof(assets) / sizeof(assets[0]); i++)
+            if (strcmp(req->path, assets[i].path) == 0) {
+                respond(c, 200, "OK", assets[i].ctype, assets[i].body, assets[i].len, only);
+                return;
+            }
         respond_text(c, 404, "Not Found", only);
         return;
     }

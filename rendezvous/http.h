@@ -8,9 +8,16 @@
 #define RDZV_HTTP_HEAD_MAX 8192  /* request line + headers */
 #define RDZV_HTTP_IDLE_MS 5000   /* a connection that sends no complete head is closed */
 #define RDZV_HTTP_SPARE_INPUT 32 /* eviction passes over at most this many with unread input */
-#define RDZV_HTTP_CACHE_MS 250   /* /metrics, /status and / are rebuilt at most this often */
+#define RDZV_HTTP_CACHE_MS 250   /* /metrics and /status are rebuilt at most this often */
 #define RDZV_HTTP_METHOD_MAX 15
 #define RDZV_HTTP_PATH_MAX 1023
+/* The Content-Security-Policy of every response: the dashboard's own script and style sheet
+ * only (no inline script, style or event handler, nothing from elsewhere), fetches to this
+ * origin, no framing, no form posting anywhere. */
+#define RDZV_HTTP_CSP                                                                              \
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "                    \
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "                 \
+    "frame-ancestors 'none'"
 
 struct rdzv_http_req {
     char method[RDZV_HTTP_METHOD_MAX + 1];

@@ -79,6 +79,18 @@ struct rdzv__repl {
 };
 
 /* Server side of one job: the round logic, its deadline timer and the workers' KV store. */
+/* One round change of a job for STATUS (the dashboard's restart history): the cause as the job
+ * recorded it (job->cause), when the server saw it, and whether it counted against max_restarts
+ * (a scale-up does not) or ended the job. */
+struct sjob_restart {
+    struct rdzv_failure cause;
+    uint64_t at_ms;         /* uv_now() */
+    uint64_t wall_ms;       /* the server's wall clock then */
+    uint32_t restart_count; /* the job's count after it */
+    uint8_t counted, final;
+};
+#define SJOB_RESTARTS_KEPT 16 /* the newest kept per job; older ones are only counted */
+
 struct sjob {
     struct rdzv_server *srv;
     struct rdzv_job *job;
@@ -96,6 +108,10 @@ struct sjob {
     unsigned nworkers; /* worker connections with peer->kvjob == this (job_workers_* limit) */
     int dropped;
     uint32_t last_restart_count; /* to count restarts in the metrics */
+    /* the newest SJOB_RESTARTS_KEPT round changes (RESTART or FAILED), a ring allocated at the
+     * first; n_restarts counts every one, restarts[(n_restarts - 1) % KEPT] is the newest */
+    struct sjob_restart *restarts;
+    uint32_t n_restarts;
     /* WAITING broadcasts are coalesced: one per sjob_waiting_every_ms at most. Sending one per
      * JOIN to every member made a round of N agents cost N^2 messages (10,000 agents: 50
      * million), measured by bench/rdzv_bench.sh. */

@@ -18,6 +18,7 @@ static void sjob_closed_cb(uv_handle_t *handle)
     rdzv_kv_free(sj->kv);
     rdzv_ckptlog_free(sj->ckpts);
     rdzv_logring_free(sj->logs);
+    free(sj->restarts);
     rdzv_pfrec_clear(&sj->pfrec);
     rdzv_job_free(sj->job);
     if (sj->scope != NULL)
@@ -289,11 +290,32 @@ static void sjob_timeout(struct sjob *sj)
     rdzv__sjob_drop(sj);
 }
 
-/* Counters for /metrics, and the KV store follows the job into its new round. */
+/* A restart or the job's end into the history STATUS shows (its memory: ~1.6 KB an entry, at
+ * most SJOB_RESTARTS_KEPT a job, only for jobs that restarted). Out of memory: not kept. */
+static void note_restart(struct sjob *sj, enum rdzv_job_event ev)
+{
+    struct sjob_restart *r;
+
+    if (sj->restarts == NULL &&
+        (sj->restarts = calloc(SJOB_RESTARTS_KEPT, sizeof(*sj->restarts))) == NULL)
+        return;
+    r = &sj->restarts[sj->n_restarts++ % SJOB_RESTARTS_KEPT];
+    r->cause = sj->job->cause;
+    r->at_ms = uv_now(sj->srv->loop);
+    r->wall_ms = mc_wall_ms();
+    r->restart_count = sj->job->restart_count;
+    r->counted = sj->job->restart_count > sj->last_restart_count;
+    r->final = ev == RDZV_JOB_EV_FAILED;
+}
+
+/* Counters for /metrics, the restart history, and the KV store follows the job into its new
+ * round. */
 static void account(struct sjob *sj, enum rdzv_job_event ev)
 {
     struct rdzv_job *job = sj->job;
 
+    if (ev == RDZV_JOB_EV_RESTART || ev == RDZV_JOB_EV_FAILED)
+        note_restart(sj, ev);
     if (job->restart_count > sj->last_restart_count)
         sj->srv->stats.restarts_total += job->restart_count - sj->last_restart_count;
     sj->last_restart_count = job->restart_count;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "cred.h"
 #include "service.h"
 
@@ -70,7 +71,7 @@ static json_int_t count_pending(const struct rdzv_job *job, int spare)
     return n;
 }
 
-static json_t *ckpt_json(const struct rdzv_ckptlog_rec *rec)
+static json_t *ckpt_json(const struct rdzv_ckptlog_rec *rec, uint64_t wall_now)
 {
     const struct rdzv_ckpt *ck = &rec->ck;
     json_t *reps = json_array();
@@ -80,19 +81,56 @@ static json_t *ckpt_json(const struct rdzv_ckptlog_rec *rec)
         json_array_append_new(reps, json_string(rec->replicas[i]));
     snprintf(sum, sizeof(sum), "%016" PRIx64, ck->checksum);
     /* host: the node that recorded it; replicas: hosts holding a verified copy */
-    return json_pack("{s:s, s:I, s:I, s:s, s:I, s:s, s:s, s:s, s:o*}", "name", ck->name, "step",
-                     (json_int_t)ck->step, "size", (json_int_t)ck->size, "checksum", sum, "time_ms",
-                     (json_int_t)ck->time_ms, "state", ck->verified_bad ? "bad" : "recorded",
-                     "reason", ck->reason, "host", rec->host, "replicas", reps);
+    /* age_s: the server's wall clock minus the agent's time_ms, floored at 0 (clocks differ) */
+    return json_pack("{s:s, s:I, s:I, s:s, s:I, s:f, s:s, s:s, s:s, s:o*}", "name", ck->name,
+                     "step", (json_int_t)ck->step, "size", (json_int_t)ck->size, "checksum", sum,
+                     "time_ms", (json_int_t)ck->time_ms, "age_s",
+                     wall_now > ck->time_ms ? (wall_now - ck->time_ms) / 1000.0 : 0.0, "state",
+                     ck->verified_bad ? "bad" : "recorded", "reason", ck->reason, "host", rec->host,
+                     "replicas", reps);
 }
 
 /* Newest first, as the log keeps them. */
 static json_t *ckpts_json(const struct rdzv_ckptlog *log)
 {
     json_t *a = json_array();
+    uint64_t wall_now = mc_wall_ms();
 
     for (size_t i = 0; a != NULL && log != NULL && i < log->n; i++)
-        json_array_append_new(a, ckpt_json(&log->recs[i]));
+        json_array_append_new(a, ckpt_json(&log->recs[i], wall_now));
+    return a;
+}
+
+/* One round change of the history (service.h struct sjob_restart); verdict: the evidence's root
+ * cause when it was made for this round, else NULL. */
+static json_t *restart_json(struct rdzv_server *srv, const struct sjob_restart *r,
+                            const char *verdict)
+{
+    const struct rdzv_failure *f = &r->cause;
+
+    return json_pack("{s:I, s:I, s:b, s:b, s:f, s:I, s:s, s:I, s:I, s:I, s:I, s:s, s:s*, s:s*}",
+                     "round", (json_int_t)f->round, "restart_count", (json_int_t)r->restart_count,
+                     "counted", r->counted, "final", r->final, "age_s",
+                     (uv_now(srv->loop) - r->at_ms) / 1000.0, "time_ms", (json_int_t)r->wall_ms,
+                     "host", f->host, "rank", (json_int_t)f->rank, "local_rank",
+                     (json_int_t)f->local_rank, "exit_code", (json_int_t)f->exit_code, "signal",
+                     (json_int_t)f->signal, "text", f->text, "signature",
+                     f->sig_class != RDZV_SIG_NONE ? f->sig : NULL, "root_cause", verdict);
+}
+
+/* The newest SJOB_RESTARTS_KEPT round changes, newest first. */
+static json_t *restarts_json(struct rdzv_server *srv, const struct sjob *sj)
+{
+    json_t *a = json_array();
+    uint32_t kept = sj->n_restarts < SJOB_RESTARTS_KEPT ? sj->n_restarts : SJOB_RESTARTS_KEPT;
+
+    for (uint32_t i = 0; a != NULL && sj->restarts != NULL && i < kept; i++) {
+        const struct sjob_restart *r = &sj->restarts[(sj->n_restarts - 1 - i) % SJOB_RESTARTS_KEPT];
+        const char *v =
+            sj->verdict[0] != '\0' && sj->verdict_round == r->cause.round ? sj->verdict : NULL;
+
+        json_array_append_new(a, restart_json(srv, r, v));
+    }
     return a;
 }
 
@@ -140,6 +178,8 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
     if (o != NULL && with_nodes) {
         json_object_set_new(o, "nodes", nodes_json(srv, job));
         json_object_set_new(o, "checkpoints", ckpts_json(sj->ckpts));
+        json_object_set_new(o, "restarts", restarts_json(srv, sj));
+        json_object_set_new(o, "restarts_seen", json_integer(sj->n_restarts));
         json_object_set_new(o, "node_failures", failures_json(job));
         json_object_set_new(o, "preflight", rdzv_pfrec_json(&sj->pfrec));
     }
@@ -172,9 +212,10 @@ static json_t *doc_json(struct rdzv_server *srv, const char *job_id, int with_no
     for (struct sjob *sj = srv->jobs; jobs != NULL && sj != NULL; sj = sj->next)
         if (job_id == NULL || job_id[0] == '\0' || rdzv_cred_scope_covers(job_id, sj->job->id))
             json_array_append_new(jobs, job_json(srv, sj, with_nodes));
-    doc = json_pack("{s:{s:f, s:I, s:I}, s:o}", "server", "uptime_s",
-                    (uv_now(srv->loop) - srv->start_ms) / 1000.0, "connections",
-                    (json_int_t)srv->n_peers, "jobs", (json_int_t)srv->n_jobs, "jobs", jobs);
+    doc = json_pack("{s:{s:f, s:I, s:I, s:I}, s:o}", "server", "uptime_s",
+                    (uv_now(srv->loop) - srv->start_ms) / 1000.0, "time_ms",
+                    (json_int_t)mc_wall_ms(), "connections", (json_int_t)srv->n_peers, "jobs",
+                    (json_int_t)srv->n_jobs, "jobs", jobs);
     if (doc != NULL && !with_nodes)
         json_object_set_new(doc, "truncated", json_true());
     return doc;

@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential cmake pkg-config libuv1-dev libmbedtls-dev libcmocka-dev libjansson-dev
 libxxhash-dev libssl-dev python3-torch iproute2 iptables procps clang clang-format libclang-rt-14-dev
-dpkg-dev file lintian slurmctld slurmd slurm-client munge"
+dpkg-dev file lintian slurmctld slurmd slurm-client munge chromium chromium-driver python3-selenium"
 
 missing=""
 for p in $PKGS; do

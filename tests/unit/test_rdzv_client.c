@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 #include <uv.h>
 
 #include "harness.h"
@@ -41,6 +42,7 @@ struct fixture {
     struct rdzv_join join;
     int waiting, assigned, restarts, job_done, job_failed, errors, disconnected, reconnected;
     int server_waits; /* server_wait_cb: the first connection was refused */
+    int want;         /* assigned_n, restarted_n */
     struct rdzv_assign assign;
     struct rdzv_job_failed jf;
     int err;
@@ -356,6 +358,74 @@ static int job_failed(struct fixture *fx)
     return fx->job_failed == 1;
 }
 
+static int assigned_n(struct fixture *fx)
+{
+    return fx->assigned == fx->want;
+}
+
+static int restarted_n(struct fixture *fx)
+{
+    return fx->restarts == fx->want;
+}
+
+/* The status document's restart history (the dashboard's): 18 failures in 18 rounds; the newest
+ * SJOB_RESTARTS_KEPT (16) are listed newest first with their causes, all 18 counted; the last
+ * FAILED with no restart left is listed as final. */
+static void test_restart_history(void **state)
+{
+    struct fixture *fx = *state;
+    static char json[RDZV_STATUS_MAX + 1];
+    json_t *doc, *job, *list, *r;
+    size_t len;
+
+    fx->join.max_restarts = 18;
+    start_client(fx);
+    for (int i = 0; i < 19; i++) {
+        struct rdzv_failure f = {.round = 0, .rank = 1, .local_rank = 1, .exit_code = i + 1};
+
+        fx->want = i + 1;
+        run_until(fx, assigned_n);
+        f.round = fx->assign.round;
+        snprintf(f.text, sizeof(f.text), "boom %d", i);
+        assert_int_equal(rdzv_client_report_failure(fx->c, &f, 0), 0);
+        if (i == 18)
+            break;
+        run_until(fx, restarted_n);
+        assert_int_equal(rdzv_client_join(fx->c, &fx->join), 0);
+    }
+    run_until(fx, job_failed);
+    assert_int_equal(rdzv_status_json(fx->srv, "job", json, sizeof(json), &len), 0);
+    doc = json_loads(json, 0, NULL);
+    assert_non_null(doc);
+    assert_true(json_integer_value(json_object_get(json_object_get(doc, "server"), "time_ms")) >
+                1600000000000);
+    job = json_array_get(json_object_get(doc, "jobs"), 0);
+    assert_non_null(job);
+    assert_int_equal(json_integer_value(json_object_get(job, "restarts_seen")), 19);
+    list = json_object_get(job, "restarts");
+    assert_int_equal(json_array_size(list), 16);
+    r = json_array_get(list, 0); /* the newest: the FAILED that ended the job */
+    assert_string_equal(json_string_value(json_object_get(r, "text")), "boom 18");
+    assert_int_equal(json_integer_value(json_object_get(r, "round")), 18);
+    assert_int_equal(json_integer_value(json_object_get(r, "exit_code")), 19);
+    assert_true(json_is_true(json_object_get(r, "final")));
+    assert_true(json_is_false(json_object_get(r, "counted")));
+    r = json_array_get(list, 1);
+    assert_string_equal(json_string_value(json_object_get(r, "text")), "boom 17");
+    assert_int_equal(json_integer_value(json_object_get(r, "restart_count")), 18);
+    assert_true(json_is_true(json_object_get(r, "counted")));
+    assert_true(json_is_false(json_object_get(r, "final")));
+    assert_int_equal(json_integer_value(json_object_get(r, "rank")), 1);
+    assert_string_equal(json_string_value(json_object_get(r, "host")), "host0");
+    assert_true(json_real_value(json_object_get(r, "age_s")) >= 0);
+    assert_null(json_object_get(r, "root_cause")); /* no evidence was collected */
+    r = json_array_get(list, 15);                  /* the oldest kept: boom 0 .. boom 2 fell off */
+    assert_string_equal(json_string_value(json_object_get(r, "text")), "boom 3");
+    assert_int_equal(json_integer_value(json_object_get(r, "round")), 3);
+    json_decref(doc);
+    assert_int_equal(fx->errors, 0);
+}
+
 /* A worker failure reported during the outage reaches the restarted server after the REJOIN:
  * with no restarts left the job fails with that very cause. */
 static void test_failure_while_away(void **state)
@@ -513,6 +583,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_silent_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_is_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_starts_late, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_history, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -223,18 +223,51 @@ static void test_other_paths(void **state)
     assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
     assert_non_null(strstr(r, "application/json"));
     assert_non_null(strstr(r, "\"jobs\":[]"));
+    assert_non_null(strstr(r, "\"time_ms\":"));
     r = http(fx, "GET / HTTP/1.0\r\n\r\n");
-    assert_non_null(strstr(r, "<h1>muster rendezvous</h1>"));
+    assert_non_null(strstr(r, "<script src=\"/app.js\" defer></script>"));
     r = http(fx, "HEAD / HTTP/1.0\r\n\r\n");
     assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
-    assert_null(strstr(r, "<h1>"));
+    assert_null(strstr(r, "<script"));
     assert_true(strncmp(http(fx, "POST /metrics HTTP/1.0\r\n\r\n"), "HTTP/1.0 405", 12) == 0);
     assert_true(strncmp(http(fx, "GET /nope HTTP/1.0\r\n\r\n"), "HTTP/1.0 404", 12) == 0);
     assert_true(strncmp(http(fx, "hello\r\n\r\n"), "HTTP/1.0 400", 12) == 0);
 }
 
-/* /status and / show hosts and addresses: only with the observer credential (or the server's
- * secret) in "Authorization: Bearer", unless made public. */
+/* The dashboard's files: public, each with its type, the CSP, nosniff and no caching. */
+static void test_dashboard_assets(void **state)
+{
+    struct fixture *fx = *state;
+    static const char *const paths[][2] = {
+        {"/", "text/html; charset=utf-8"},
+        {"/index.html", "text/html; charset=utf-8"},
+        {"/app.js", "text/javascript; charset=utf-8"},
+        {"/style.css", "text/css; charset=utf-8"},
+        {"/favicon.svg", "image/svg+xml"},
+    };
+    char req[128], want[128];
+    const char *r;
+
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", paths[i][0]);
+        r = http(fx, req);
+        assert_true(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0);
+        snprintf(want, sizeof(want), "\r\nContent-Type: %s\r\n", paths[i][1]);
+        assert_non_null(strstr(r, want));
+        assert_non_null(strstr(r, "\r\nContent-Security-Policy: " RDZV_HTTP_CSP "\r\n"));
+        assert_non_null(strstr(r, "\r\nX-Content-Type-Options: nosniff\r\n"));
+        assert_non_null(strstr(r, "\r\nCache-Control: no-store\r\n"));
+    }
+    assert_null(strstr(RDZV_HTTP_CSP, "unsafe"));
+    assert_non_null(strstr(RDZV_HTTP_CSP, "default-src 'self'"));
+    r = http(fx, "GET /app.js HTTP/1.0\r\n\r\n");
+    assert_non_null(strstr(r, "fetch('/status'"));
+    assert_true(strncmp(http(fx, "GET /app.js/ HTTP/1.0\r\n\r\n"), "HTTP/1.0 404", 12) == 0);
+    assert_true(strncmp(http(fx, "GET /../app.js HTTP/1.0\r\n\r\n"), "HTTP/1.0 404", 12) == 0);
+}
+
+/* /status shows hosts and addresses: only with the observer credential (or the server's
+ * secret) in "Authorization: Bearer", unless made public; the dashboard's files are public. */
 static void test_status_auth(void **state)
 {
     struct fixture *fx = *state;
@@ -247,7 +280,8 @@ static void test_status_auth(void **state)
     assert_true(strncmp(r, "HTTP/1.0 401 Unauthorized\r\n", 27) == 0);
     assert_non_null(strstr(r, "muster token --read-only"));
     assert_null(strstr(r, "\"jobs\""));
-    assert_true(strncmp(http(fx, "GET / HTTP/1.0\r\n\r\n"), "HTTP/1.0 401", 12) == 0);
+    assert_true(strncmp(http(fx, "GET / HTTP/1.0\r\n\r\n"), "HTTP/1.0 200", 12) == 0);
+    assert_true(strncmp(http(fx, "GET /app.js HTTP/1.0\r\n\r\n"), "HTTP/1.0 200", 12) == 0);
     assert_true(strncmp(http(fx, "GET /metrics HTTP/1.0\r\n\r\n"), "HTTP/1.0 200", 12) == 0);
     rdzv_cred_master("http-test-token", master);
     assert_int_equal(rdzv_cred_derive(master, RDZV_CRED_OBSERVER, NULL, &obs), 0);
@@ -265,7 +299,7 @@ static void test_status_auth(void **state)
     assert_true(strncmp(http(fx, req), "HTTP/1.0 401", 12) == 0);
     r = http(fx, "GET /status HTTP/1.0\r\nAuthorization: Bearer other-token\r\n\r\n");
     assert_true(strncmp(r, "HTTP/1.0 401", 12) == 0);
-    assert_true(fx->srv->stats.events[SRV_EV_HTTP_STATUS_AUTH] == 4);
+    assert_true(fx->srv->stats.events[SRV_EV_HTTP_STATUS_AUTH] == 3); /* / is not counted */
     rdzv_server_set_http_public_status(fx->srv, 1);
     assert_true(strncmp(http(fx, "GET /status HTTP/1.0\r\n\r\n"), "HTTP/1.0 200", 12) == 0);
 }
@@ -349,6 +383,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dashboard_assets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_open_connection, setup, teardown),
     };
