@@ -31,7 +31,7 @@ grep -q "\"checksum\": *\"$sum1\"" "$T/c2/.muster/registry.json" ||
 [ -z "$(ls -A "$T/c2" | grep '^\.muster-replica')" ] || fail "temporary files left on host 2: $(ls -A "$T/c2")"
 line=$(grep "ckpt_1.bin replicated to group rank 1" "$T/a1.err")
 ms=$(sed -n 's/.* bytes in \([0-9]*\) ms.*/\1/p' <<<"$line")
-grep -q "ms, direct link)" <<<"$line" || fail "the copy did not go on the direct link: $line"
+grep -q "ms, direct link, bulk streams)" <<<"$line" || fail "the copy did not go on the direct link's bulk streams: $line"
 note "${MB} MB replicated in ${ms} ms ($(( MB * 1000 / (ms > 0 ? ms : 1) )) MB/s) on the direct link"
 # muster status shows where the copies are: the writer's host and the replica's
 st=$(ns_exec 1 "$MUSTER_BIN" status --rdzv-endpoint "${HOST_ADDR[3]}:$P" --rdzv-id "$JOB" --json 2>&1)
