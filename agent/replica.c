@@ -880,13 +880,17 @@ static void bulk_out(struct agent_replica *r, struct agent_replica_out *o, unsig
     unsigned port = r->net.bind_port != 0 ? r->net.bind_port + 1 + slot : 0;
     struct rdzv_msg m;
     uint16_t got_port = 0;
+    unsigned copies = 0;
     int rc;
 
     rdzv_msg_init(&m, RDZV_MSG_REPL_ACK);
-    rc = agent_replica_bulk_serve(r->loop, r->net.bind_addr, port, r->link_key, o->xfer,
-                                  r->bulk_streams, r->xsize, r->fd,
-                                  r->src.dirfd >= 0 ? &r->src : NULL, on_bulk_out, o, &o->bulk,
-                                  &got_port, m.u.repl_ack.bulk_salt);
+    for (unsigned i = 0; i < AGENT_REPLICA_MAX_COPIES; i++)
+        copies += r->out[i].active;
+    /* --replicate-bandwidth is the node's: each copy on bulk streams gets its share */
+    rc = agent_replica_bulk_serve(
+        r->loop, r->net.bind_addr, port, r->link_key, o->xfer, r->bulk_streams, r->xsize,
+        r->bytes_per_ms / (copies > 0 ? copies : 1), r->fd, r->src.dirfd >= 0 ? &r->src : NULL,
+        on_bulk_out, o, &o->bulk, &got_port, m.u.repl_ack.bulk_salt);
     if (rc != 0) {
         if (!r->bulk_warned)
             logf_(r, "checkpoint replicas stay on the TLS link: no bulk streams (port %u: %s)",

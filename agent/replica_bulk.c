@@ -39,6 +39,8 @@ struct agent_replica_bulk {
     agent_replica_bulk_cb cb;
     void *data;
     uint64_t setup_deadline_ns;
+    double ns_per_byte; /* the cap: 0 none */
+    uint64_t pace_ns;   /* under mu: when the next chunk may go */
     /* sender */
     int lfd;                      /* the listening socket */
     int fd;                       /* a file checkpoint (dup), -1 for a directory */
@@ -589,6 +591,13 @@ static void *send_thread(void *arg)
         len = b->size - off < AGENT_REPLICA_BULK_CHUNK ? (uint32_t)(b->size - off)
                                                        : AGENT_REPLICA_BULK_CHUNK;
         b->next_off += len;
+        if (b->ns_per_byte > 0) { /* --replicate-bandwidth: this chunk's turn */
+            uint64_t due = b->pace_ns > now_ns() ? b->pace_ns : now_ns();
+
+            b->pace_ns = due + (uint64_t)(b->ns_per_byte * len);
+            while (!b->stop && now_ns() < due)
+                uv_cond_timedwait(&b->cv, &b->mu, due - now_ns());
+        }
         uv_mutex_unlock(&b->mu);
         if ((rc = read_chunk(b, buf + AGENT_REPLICA_BULK_HDR, len, off)) != 0 ||
             (rc = seal(enc, stream, seq++, AGENT_REPLICA_BULK_DATA, off, buf, len)) != 0 ||
@@ -648,15 +657,17 @@ static int listen_on(const char *addr, unsigned port, uint16_t *port_out)
 
 int agent_replica_bulk_serve(uv_loop_t *loop, const char *bind_addr, unsigned port,
                              const uint8_t link_key[32], uint32_t xfer, unsigned streams,
-                             uint64_t size, int fd, const struct agent_replica_src *src,
-                             agent_replica_bulk_cb cb, void *data, struct agent_replica_bulk **out,
-                             uint16_t *port_out, uint8_t salt_out[32])
+                             uint64_t size, double bytes_per_ms, int fd,
+                             const struct agent_replica_src *src, agent_replica_bulk_cb cb,
+                             void *data, struct agent_replica_bulk **out, uint16_t *port_out,
+                             uint8_t salt_out[32])
 {
     struct agent_replica_bulk *b = bulk_new(loop, 1, streams, xfer, size, cb, data);
     int rc;
 
     if (b == NULL)
         return -ENOMEM;
+    b->ns_per_byte = bytes_per_ms > 0 ? 1e6 / bytes_per_ms : 0;
     if (getrandom(salt_out, 32, 0) != 32 || derive(link_key, salt_out, xfer, b->key) != 0) {
         rc = -EIO;
         goto fail;

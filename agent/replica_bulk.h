@@ -58,13 +58,15 @@ unsigned agent_replica_bulk_streams(void);
 
 /* Sender: listens on bind_addr ("" every address) port (0 ephemeral) for `streams`
  * connections and sends size bytes read from fd (a file; dup'ed) or from src (a directory
- * checkpoint's stream; cloned), which the caller may close at once. Returns 0 with *out, the
- * port and the salt to offer on the link, or a negative errno. */
+ * checkpoint's stream; cloned), which the caller may close at once, at most bytes_per_ms
+ * (0: no cap; --replicate-bandwidth's share of this copy). Returns 0 with *out, the port and
+ * the salt to offer on the link, or a negative errno. */
 int agent_replica_bulk_serve(uv_loop_t *loop, const char *bind_addr, unsigned port,
                              const uint8_t link_key[32], uint32_t xfer, unsigned streams,
-                             uint64_t size, int fd, const struct agent_replica_src *src,
-                             agent_replica_bulk_cb cb, void *data, struct agent_replica_bulk **out,
-                             uint16_t *port_out, uint8_t salt_out[32]);
+                             uint64_t size, double bytes_per_ms, int fd,
+                             const struct agent_replica_src *src, agent_replica_bulk_cb cb,
+                             void *data, struct agent_replica_bulk **out, uint16_t *port_out,
+                             uint8_t salt_out[32]);
 
 /* Sender: the receiver confirmed this many bytes written (its PROGRESS on the link). */
 void agent_replica_bulk_confirmed(struct agent_replica_bulk *b, uint64_t written);

@@ -88,7 +88,8 @@ struct fixture {
     struct mem mem;
     struct agent_replica_writer *wr;
     struct agent_replica_bulk *snd, *rcv;
-    uv_timer_t tick; /* wakes the loop: the raw peers' threads change what the tests wait for */
+    double bytes_per_ms; /* the sender's cap, 0: none */
+    uv_timer_t tick;     /* wakes the loop: the raw peers' threads change what the tests wait for */
     int sent, received, snd_failed, rcv_failed, refused, written_done, write_failed;
     char why[256];
 };
@@ -205,8 +206,8 @@ static uint16_t serve(struct fixture *fx, unsigned streams, uint8_t salt[32])
     uint16_t port = 0;
 
     assert_int_equal(agent_replica_bulk_serve(&fx->loop, "127.0.0.1", 0, fx->key, XFER, streams,
-                                              fx->size, fx->fd, NULL, on_snd, fx, &fx->snd, &port,
-                                              salt),
+                                              fx->size, fx->bytes_per_ms, fx->fd, NULL, on_snd, fx,
+                                              &fx->snd, &port, salt),
                      0);
     assert_true(port != 0);
     return port;
@@ -290,6 +291,24 @@ static void test_small_copy_one_stream(void **state)
     port = serve(fx, 1, salt);
     fetch(fx, port, salt, 1);
     check_copy(fx);
+}
+
+/* --replicate-bandwidth's share: 8 MiB at 20 MB/s take at least ~0.37 s (the first chunk goes
+ * at once), and arrive whole. */
+static void test_capped(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t salt[32];
+    uint64_t t0;
+    uint16_t port;
+
+    make_file(fx, 8 * (uint64_t)CHUNK);
+    fx->bytes_per_ms = 20000; /* 20 MB/s */
+    t0 = uv_hrtime();
+    port = serve(fx, 2, salt);
+    fetch(fx, port, salt, 2);
+    check_copy(fx);
+    assert_true(uv_hrtime() - t0 >= 7ull * CHUNK * 1000000 / 20000 - 20000000ull);
 }
 
 /* Strangers on the sender's port: another key's hello, garbage, a hello naming a stream that
@@ -550,9 +569,13 @@ static void test_receiver_never_comes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        BULK_TEST(test_copy_on_three_streams), BULK_TEST(test_small_copy_one_stream),
-        BULK_TEST(test_strangers_closed),      BULK_TEST(test_window_bounds_the_sender),
-        BULK_TEST(test_lying_sender_refused),  BULK_TEST(test_receiver_never_comes),
+        BULK_TEST(test_copy_on_three_streams),
+        BULK_TEST(test_small_copy_one_stream),
+        BULK_TEST(test_capped),
+        BULK_TEST(test_strangers_closed),
+        BULK_TEST(test_window_bounds_the_sender),
+        BULK_TEST(test_lying_sender_refused),
+        BULK_TEST(test_receiver_never_comes),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
