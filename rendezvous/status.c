@@ -70,7 +70,7 @@ static json_t *telemetry_json(const struct rdzv_telemetry *t)
 
 /* One member or pending joiner; state == NULL derives it from the job. */
 static json_t *node_json(struct rdzv_server *srv, const struct rdzv_job *job,
-                         const struct rdzv_job_member *m, const char *state)
+                         const struct rdzv_job_member *m, const char *state, int tel)
 {
     const struct peer *p = m->peer;
     int placed = state == NULL && job->state != RDZV_JOB_FILLING;
@@ -84,19 +84,19 @@ static json_t *node_json(struct rdzv_server *srv, const struct rdzv_job *job,
         "state", state ? state : node_state(job, m), "last_seen_ms_ago",
         p ? json_integer((json_int_t)(uv_now(srv->loop) - p->last_seen_ms)) : json_null(),
         "heartbeat_gap_max_ms", p ? json_integer((json_int_t)p->gap_max_ms) : json_null(),
-        "telemetry", p && p->tel ? telemetry_json(p->tel) : json_null());
+        "telemetry", tel && p && p->tel ? telemetry_json(p->tel) : json_null());
 }
 
-static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job)
+static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job, int tel)
 {
     json_t *a = json_array();
 
     for (size_t i = 0; a != NULL && i < job->n_members; i++)
-        json_array_append_new(a, node_json(srv, job, &job->members[i], NULL));
+        json_array_append_new(a, node_json(srv, job, &job->members[i], NULL, tel));
     /* pending joiners: spares apart from nodes waiting to grow the job */
     for (size_t i = 0; a != NULL && i < job->n_pending; i++)
-        json_array_append_new(
-            a, node_json(srv, job, &job->pending[i], job->pending[i].spare ? "spare" : "waiting"));
+        json_array_append_new(a, node_json(srv, job, &job->pending[i],
+                                           job->pending[i].spare ? "spare" : "waiting", 0));
     return a;
 }
 
@@ -198,6 +198,8 @@ static json_t *failures_json(const struct rdzv_job *job)
     return a;
 }
 
+/* with_nodes: 2 everything, 1 the nodes without their telemetry, 0 no lists (see
+ * rdzv_status_json) */
 static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with_nodes)
 {
     const struct rdzv_job *job = sj->job;
@@ -214,7 +216,7 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
         json_object_set_new(o, "resume_step", json_integer(job->resume_step));
     }
     if (o != NULL && with_nodes) {
-        json_object_set_new(o, "nodes", nodes_json(srv, job));
+        json_object_set_new(o, "nodes", nodes_json(srv, job, with_nodes > 1));
         json_object_set_new(o, "checkpoints", ckpts_json(sj->ckpts));
         json_object_set_new(o, "restarts", restarts_json(srv, sj));
         json_object_set_new(o, "restarts_seen", json_integer(sj->n_restarts));
@@ -263,13 +265,17 @@ static json_t *doc_json(struct rdzv_server *srv, const char *job_id, int with_no
                     (json_int_t)srv->n_jobs, "jobs", jobs);
     if (doc != NULL && !with_nodes)
         json_object_set_new(doc, "truncated", json_true());
+    if (doc != NULL && with_nodes == 1)
+        json_object_set_new(doc, "telemetry_truncated", json_true());
     return doc;
 }
 
 int rdzv_status_json(struct rdzv_server *srv, const char *job_id, char *buf, size_t cap,
                      size_t *len)
 {
-    for (int with_nodes = 1; with_nodes >= 0; with_nodes--) {
+    /* what does not fit goes: first the nodes' telemetry (large, and only a display), then the
+     * lists */
+    for (int with_nodes = 2; with_nodes >= 0; with_nodes--) {
         json_t *doc = doc_json(srv, job_id, with_nodes);
         size_t n;
 
