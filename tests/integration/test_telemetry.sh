@@ -5,8 +5,10 @@
 #   GPU 1 idle and throttled (power cap, HW thermal): /status has the node's telemetry with the
 #   processes mapped to ranks 0 and 1, /metrics the series per job, node and GPU; the job's
 #   warnings and the agent's console say "ranks 0-1 all run on GPU 0 ... ignores LOCAL_RANK"
-#   and "GPU 1 ... is throttled", each once.
-# healthy: rank 0 on GPU 0, rank 1 on GPU 1, no throttle: telemetry, and no warning at all.
+#   and "GPU 1 ... is throttled", each once, and (the grace cut to 1.5 s by
+#   MUSTER_TELEMETRY_GRACE_MS) "GPU 1 ... has no process of rank 1".
+# healthy: rank 0 on GPU 0, rank 1 on GPU 1, no throttle, the same grace: telemetry, and no
+#   warning at all.
 # off: --gpu-telemetry off sends nothing (telemetry null); a bad value is a usage error.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
@@ -49,7 +51,7 @@ run_job() {
     local job=$1
     shift
     agent "$job" MUSTER_NVML_LIBRARY="$FAKE_NVML" FAKE_NVML_SCENARIO="$T/$job.scn" \
-        WDIR="$T/w" JOB="$job" "$@" -- --nnodes 1 --nproc-per-node 2 --no-python \
+        WDIR="$T/w" JOB="$job" MUSTER_TELEMETRY_GRACE_MS=1500 "$@" -- --nnodes 1 --nproc-per-node 2 --no-python \
         --gpu-telemetry 0.5 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id "$job" "$T/w.sh"
 }
 
@@ -75,7 +77,7 @@ finish_job() {
 scenario bad 0 0 0x44
 run_job bad CHILD=1
 wait_for 30 procs_mapped bad || { show_all; cat "$T/job.json" >&2; fail "/status never showed both ranks' processes"; }
-wait_for 10 sh -c "grep -q 'ignores LOCAL_RANK' '$T/bad.err' && grep -q 'is throttled' '$T/bad.err'" \
+wait_for 10 sh -c "grep -q 'ignores LOCAL_RANK' '$T/bad.err' && grep -q 'is throttled' '$T/bad.err' && grep -q 'has no process of rank 1 ' '$T/bad.err'" \
     || { show_agent bad; fail "the agent did not warn"; }
 sleep 1.2 # the warnings travel with the next sample
 job_status bad
@@ -92,7 +94,9 @@ grep -q '^ranks 0-1 all run on GPU 0 of .*: the script ignores LOCAL_RANK$' "$T/
     || { cat "$T/job.json" >&2; fail "/status lacks the LOCAL_RANK warning"; }
 grep -q '^GPU 1 of .* is throttled: power cap, thermal (hardware)' "$T/warn.txt" \
     || { cat "$T/warn.txt" >&2; fail "/status lacks the throttle warning"; }
-expect_eq "warnings in /status" 2 "$(wc -l < "$T/warn.txt")"
+grep -q '^GPU 1 of .* has no process of rank 1 (local rank 1) after [0-9]* s$' "$T/warn.txt" \
+    || { cat "$T/warn.txt" >&2; fail "/status lacks the no-process warning"; }
+expect_eq "warnings in /status" 3 "$(wc -l < "$T/warn.txt")"
 http_get "$SHTTP" /metrics
 for series in "muster_gpu_utilization_ratio{job=\"bad\",node=\"[^\"]*\",gpu=\"0\"} 0.97" \
     "muster_gpu_memory_used_bytes{job=\"bad\",node=\"[^\"]*\",gpu=\"0\"} $((30 * GiB))" \
@@ -104,12 +108,13 @@ done
 finish_job bad
 expect_eq "LOCAL_RANK warnings on the console" 1 "$(grep -c 'ignores LOCAL_RANK' "$T/bad.err")"
 expect_eq "throttle warnings on the console" 1 "$(grep -c 'is throttled' "$T/bad.err")"
+expect_eq "no-process warnings on the console" 1 "$(grep -c 'has no process' "$T/bad.err")"
 
 # --- healthy: one GPU per rank, nothing throttled ---
 scenario good 0 1 0
 run_job good
 wait_for 30 procs_mapped good || { show_all; cat "$T/job.json" >&2; fail "/status never showed the healthy job's processes"; }
-sleep 1.5 # a few more samples
+sleep 2 # a few more samples, past the grace
 job_status good
 expect_eq "the healthy job's warnings" "[]" "$(jq -c '.warnings' "$T/job.json")"
 expect_eq "GPU 1's process" 1 "$(jq -c '[.nodes[0].telemetry.gpus[1].procs[].rank]|.[0]' "$T/job.json")"
