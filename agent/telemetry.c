@@ -284,7 +284,7 @@ int agent_telem_findings(const struct rdzv_telemetry *s, const struct agent_tele
     for (uint32_t i = 0; i < s->ngpus && n < cap; i++) {
         const struct rdzv_tel_gpu *g = &s->gpus[i];
         int r[RDZV_TEL_PROCS_MAX], nr = 0, want = nw < (int)s->ngpus ? nw : (int)s->ngpus;
-        char list[96];
+        char list[96], idle[48];
 
         for (uint32_t k = 0; k < g->nprocs; k++)
             if (g->procs[k].rank >= 0)
@@ -293,10 +293,13 @@ int agent_telem_findings(const struct rdzv_telemetry *s, const struct agent_tele
             continue;
         ranks_text(r, nr, list, sizeof(list));
         snprintf(out[n].key, sizeof(out[n].key), "shared:%u", g->gpu);
+        if ((int)s->ngpus - used == 1)
+            snprintf(idle, sizeof(idle), "another of its GPUs has none");
+        else
+            snprintf(idle, sizeof(idle), "%d of its GPUs have none", (int)s->ngpus - used);
         snprintf(out[n].text, sizeof(out[n].text),
-                 "ranks %s all run on GPU %u of %s while %d of its GPUs have none: the script "
-                 "ignores LOCAL_RANK",
-                 list, g->gpu, host, (int)s->ngpus - used);
+                 "ranks %s all run on GPU %u of %s while %s: the script ignores LOCAL_RANK", list,
+                 g->gpu, host, idle);
         n++;
     }
     /* a GPU without the process of its rank (one GPU per local rank, in NVML's order), once

@@ -74,6 +74,10 @@ static void test_ignores_local_rank(void **state)
     node(2, 2);
     on(0, 10);
     assert_int_equal(findings(2, 0), 0);
+    on(0, 11);
+    assert_int_equal(findings(2, 0), 1);
+    assert_string_equal(f[0].text, "ranks 10-11 all run on GPU 0 of n1 while another of its GPUs "
+                                   "has none: the script ignores LOCAL_RANK");
 }
 
 static void test_no_process(void **state)
