@@ -45,6 +45,29 @@ static size_t logfwd_unsent(void *ctx)
     return a->client != NULL ? rdzv_client_unsent(a->client) : 0;
 }
 
+/* GPU telemetry (telemetry.h): TELEMETRY over the agent's connection; the running workers. */
+static int telem_send(void *ctx, const struct rdzv_msg *m)
+{
+    struct agent *a = ctx;
+
+    return a->client != NULL ? rdzv_client_send_telemetry(a->client, m) : UV_ENOTCONN;
+}
+
+static int telem_workers(void *ctx, struct agent_telem_worker *w, int cap)
+{
+    struct agent *a = ctx;
+    int n = 0;
+
+    if (a->state != AGENT_S_RUNNING || a->group == NULL)
+        return 0;
+    for (int i = 0; i < a->group->n && n < cap; i++)
+        if (a->group->workers[i].alive)
+            w[n++] =
+                (struct agent_telem_worker){a->group->workers[i].pid, a->group->workers[i].rank,
+                                            a->group->workers[i].local_rank};
+    return n;
+}
+
 static void agent__logfwd_flush(struct agent *a)
 {
     if (a->logfwd != NULL)
@@ -165,6 +188,8 @@ static void finish_now(struct agent *a)
     agent__logfwd_flush(a);
     agent_logfwd_close(a->logfwd);
     a->logfwd = NULL;
+    agent_telem_close(a->telem);
+    a->telem = NULL;
     rdzv_client_close(a->client, NULL, NULL);
     a->client = NULL;
     rdzv_server_close(a->server, NULL, NULL);
@@ -280,6 +305,7 @@ static void start_workers(struct agent *a)
     }
     if (a->logfwd != NULL && agent_logfwd_reset(a->logfwd, (int)a->o->work.nproc) != 0)
         mc_warn("the workers' lines are not forwarded to the server this attempt: out of memory");
+    agent_telem_attempt(a->telem, uv_now(&a->loop));
     a->have_local_failure = 0;
     a->attempt_unclean = 0;
     a->health.done = 0; /* this attempt's failures are checked before the next round */
@@ -980,6 +1006,10 @@ static int agent_init(struct agent *a, const struct agent_options *o)
     a->logfwd = agent_logfwd_new(
         &a->loop,
         &(struct agent_logfwd_io){.send = logfwd_send, .unsent = logfwd_unsent, .ctx = a});
+    if (o->health.telemetry_ms > 0)
+        a->telem = agent_telem_new(
+            &a->loop, o->health.telemetry_ms, a->host,
+            &(struct agent_telem_io){.send = telem_send, .workers = telem_workers, .ctx = a});
     for (int i = 0; i < NSIGHANDLES; i++) {
         int signum = handle_signum(&o->restart, i), dup = 0;
         uv_signal_init(&a->loop, &a->sig[i]);

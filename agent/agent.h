@@ -147,10 +147,11 @@ enum agent_health_mode {
 };
 
 struct agent_health_opts {
-    int mode;            /* enum agent_health_mode */
-    unsigned ngpus;      /* GPUs to check: 0 = a CPU job, the check is skipped */
-    unsigned timeout_ms; /* the whole check, drain included; then it is killed and fails */
-    unsigned drain_ms;   /* at most this long for the killed workers' GPU memory */
+    int mode;              /* enum agent_health_mode */
+    unsigned ngpus;        /* GPUs to check: 0 = a CPU job, the check is skipped */
+    unsigned timeout_ms;   /* the whole check, drain included; then it is killed and fails */
+    unsigned drain_ms;     /* at most this long for the killed workers' GPU memory */
+    unsigned telemetry_ms; /* --gpu-telemetry: NVML sample period (telemetry.h); 0 = off */
 };
 
 struct agent_options {

@@ -27,6 +27,7 @@
 #include "hang.h"
 #include "logdir.h"
 #include "logfwd.h"
+#include "telemetry.h"
 #include "machine.h"
 #include "message.h"
 #include "progress.h"
@@ -111,6 +112,7 @@ struct agent {
     struct rdzv_server *server;
     struct rdzv_client *client;
     struct agent_logfwd *logfwd; /* the job's one log (logfwd.h); NULL: not forwarded */
+    struct agent_telem *telem;   /* GPU telemetry (telemetry.h); NULL: --gpu-telemetry off */
     /* this attempt's workers or the pre-flight process; NULL between them */
     struct agent_group *group;
     uv_signal_t sig[AGENT_NSIGHANDLES];

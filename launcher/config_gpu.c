@@ -124,6 +124,19 @@ static int parse_preflight(struct parse *p)
         cfg->health.mode = AGENT_HEALTH_OFF;
     else
         return launcher__cfg_fail(p, "--health-check must be auto, always or off, not '%s'", v);
+    v = launcher__opt_value(p, O_GPU_TELEMETRY);
+    if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
+        cfg->health.telemetry_ms = 0;
+    else {
+        char *end = NULL;
+        double s = strtod(v, &end);
+
+        if (end == v || *end != '\0' || !(s >= 0.5 && s <= 60))
+            return launcher__cfg_fail(
+                p, "--gpu-telemetry must be off or a number of seconds from 0.5 to 60, not '%s'",
+                v);
+        cfg->health.telemetry_ms = (unsigned)(s * 1000 + 0.5);
+    }
     if ((v = p->val[O_PREFLIGHT_MAX_BYTES]) != NULL) {
         if (launcher_parse_mem(v, &bytes) != 0 || bytes < 4096 || bytes > 64 * LAUNCHER_PLAN_GIB)
             return launcher__cfg_fail(p,

@@ -708,6 +708,15 @@ int rdzv_client_send_log(struct rdzv_client *c, const struct rdzv_msg *m)
     return rdzv_conn_send(&c->conn, m);
 }
 
+int rdzv_client_send_telemetry(struct rdzv_client *c, const struct rdzv_msg *m)
+{
+    if (m->type != RDZV_MSG_TELEMETRY)
+        return UV_EINVAL;
+    if (c->closing || c->state != CLIENT_READY || c->away)
+        return UV_ENOTCONN;
+    return rdzv_conn_send(&c->conn, m);
+}
+
 size_t rdzv_client_unsent(const struct rdzv_client *c)
 {
     return c->conn_open ? rdzv_conn_unsent(&c->conn) : 0;

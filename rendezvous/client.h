@@ -153,6 +153,11 @@ int rdzv_client_send_evidence(struct rdzv_client *c, const struct rdzv_evidence 
  * UV_EINVAL for another type, UV_ENOTCONN, or the connection's error. */
 int rdzv_client_send_log(struct rdzv_client *c, const struct rdzv_msg *m);
 
+/* Sends one TELEMETRY of this node's GPUs (m borrowed). Not queued while the server is away:
+ * the next sample follows. Returns 0, UV_EINVAL for another type, UV_ENOTCONN, or the
+ * connection's error. */
+int rdzv_client_send_telemetry(struct rdzv_client *c, const struct rdzv_msg *m);
+
 /* Bytes handed to rdzv_client_send_repl and friends that the socket has not taken yet. */
 size_t rdzv_client_unsent(const struct rdzv_client *c);
 

@@ -33,6 +33,9 @@ void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q);
 /* sj is dropped: its log moves to the server's ended logs (RDZV_LOG_KEEP_*). */
 void rdzv__log_keep(struct sjob *sj);
 
+/* handler_tel.c: GPU telemetry of a member's node */
+void rdzv__handle_telemetry(struct peer *p, const struct rdzv_telemetry *t);
+
 /* handler_ev.c: evidence of failures and hangs, `muster debug` */
 void rdzv__handle_evidence(struct peer *p, const struct rdzv_evidence *e);
 void rdzv__handle_debug_req(struct peer *p, const struct rdzv_debug_req *r);

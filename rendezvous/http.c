@@ -409,6 +409,51 @@ static void log_families(FILE *f, struct rdzv_server *srv)
     }
 }
 
+/* The latest TELEMETRY of each member (handler_tel.c, docs/TELEMETRY.md): per job, node, GPU. */
+static void gpu_families(FILE *f, struct rdzv_server *srv)
+{
+    static const struct {
+        const char *name, *help;
+    } fam[] = {
+        {"muster_gpu_utilization_ratio", "GPU utilisation, 0 to 1, as NVML last reported it."},
+        {"muster_gpu_memory_used_bytes", "GPU memory in use."},
+        {"muster_gpu_memory_total_bytes", "GPU memory in all."},
+        {"muster_gpu_sm_clock_mhz", "SM clock."},
+        {"muster_gpu_memory_clock_mhz", "Memory clock."},
+        {"muster_gpu_temperature_celsius", "GPU temperature."},
+        {"muster_gpu_power_watts", "Power draw."},
+        {"muster_gpu_throttle_reasons", "NVML clocks event reasons (bits; 0: none)."},
+        {"muster_gpu_processes", "Compute processes on the GPU."},
+    };
+
+    for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", fam[i].name, fam[i].help, fam[i].name);
+        for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next) {
+            for (size_t m = 0; m < sj->job->n_members; m++) {
+                const struct peer *p = sj->job->members[m].peer;
+                const struct rdzv_telemetry *t = p != NULL ? p->tel : NULL;
+
+                for (uint32_t g = 0; t != NULL && g < t->ngpus; g++) {
+                    const struct rdzv_tel_gpu *x = &t->gpus[g];
+                    double v[] = {x->util / 100.0,   (double)x->mem_used, (double)x->mem_total,
+                                  x->sm_clock,       x->mem_clock,        x->temp,
+                                  x->power_mw / 1e3, (double)x->throttle, x->nprocs};
+                    int64_t known[] = {x->util,     0, 0, x->sm_clock, x->mem_clock, x->temp,
+                                       x->power_mw, 0, 0};
+
+                    if (known[i] < 0)
+                        continue;
+                    fprintf(f, "%s{job=\"", fam[i].name);
+                    job_label(f, sj->job->id);
+                    fprintf(f, "\",node=\"");
+                    job_label(f, sj->job->members[m].host);
+                    fprintf(f, "\",gpu=\"%u\"} %.15g\n", x->gpu, v[i]);
+                }
+            }
+        }
+    }
+}
+
 static char *metrics_text(struct rdzv_server *srv, size_t *len)
 {
     const struct rdzv_server_stats *st = &srv->stats;
@@ -468,6 +513,7 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
     preflight_families(f, srv);
     goodput_families(f, srv);
     log_families(f, srv);
+    gpu_families(f, srv);
     return fclose(f) == 0 ? text : (free(text), NULL);
 }
 

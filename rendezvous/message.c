@@ -43,6 +43,7 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_COLLECT] = "COLLECT",
     [RDZV_MSG_EVIDENCE] = "EVIDENCE",
     [RDZV_MSG_DEBUG_REQ] = "DEBUG_REQ",
+    [RDZV_MSG_TELEMETRY] = "TELEMETRY",
     [RDZV_MSG_LOG] = "LOG",
     [RDZV_MSG_LOGS_REQ] = "LOGS_REQ",
     [RDZV_MSG_LOGS] = "LOGS",
@@ -778,6 +779,72 @@ static void io_preflight(struct io *c, struct rdzv_preflight *pf)
         io_pf_gpu(c, &pf->gpus[i]);
 }
 
+/* TELEMETRY: t_ms, ngpus (u8), per GPU its fields in struct order and nprocs (u8) with
+ * pid, rank, mem each, then nwarn (u8) and the warnings (text). Counts over the maxima are
+ * refused both ways. */
+static int tel_bad(struct io *c, uint32_t n, uint32_t max)
+{
+    if (n <= max)
+        return 0;
+    if (c->w != NULL)
+        c->w->err = -EINVAL;
+    else
+        c->r->err = -EPROTO;
+    return 1;
+}
+
+static void io_telemetry(struct io *c, struct rdzv_telemetry *t)
+{
+    uint8_t n = (uint8_t)t->ngpus;
+
+    IO_U64(c, t->t_ms);
+    if (tel_bad(c, t->ngpus, RDZV_TEL_GPUS_MAX))
+        return;
+    IO_U8(c, n);
+    if (c->r != NULL)
+        t->ngpus = n;
+    if (tel_bad(c, t->ngpus, RDZV_TEL_GPUS_MAX))
+        return;
+    for (uint32_t i = 0; i < t->ngpus; i++) {
+        struct rdzv_tel_gpu *g = &t->gpus[i];
+        uint8_t np = (uint8_t)g->nprocs;
+
+        IO_U32(c, g->gpu);
+        IO_I32(c, g->util);
+        IO_U64(c, g->mem_used);
+        IO_U64(c, g->mem_total);
+        IO_I32(c, g->sm_clock);
+        IO_I32(c, g->mem_clock);
+        IO_I32(c, g->temp);
+        IO_I32(c, g->power_mw);
+        IO_U64(c, g->throttle);
+        IO_U32(c, g->xid);
+        IO_U64(c, g->ecc);
+        if (tel_bad(c, g->nprocs, RDZV_TEL_PROCS_MAX))
+            return;
+        IO_U8(c, np);
+        if (c->r != NULL)
+            g->nprocs = np;
+        if (tel_bad(c, g->nprocs, RDZV_TEL_PROCS_MAX))
+            return;
+        for (uint32_t k = 0; k < g->nprocs; k++) {
+            IO_U32(c, g->procs[k].pid);
+            IO_I32(c, g->procs[k].rank);
+            IO_U64(c, g->procs[k].mem);
+        }
+    }
+    n = (uint8_t)t->nwarn;
+    if (tel_bad(c, t->nwarn, RDZV_TEL_WARN_MAX))
+        return;
+    IO_U8(c, n);
+    if (c->r != NULL)
+        t->nwarn = n;
+    if (tel_bad(c, t->nwarn, RDZV_TEL_WARN_MAX))
+        return;
+    for (uint32_t i = 0; i < t->nwarn; i++)
+        io_text(c, t->warn[i], RDZV_TEL_WARN_LEN);
+}
+
 /* The messages added after the first protocol version; returns 0 when `m` is none of them. */
 /* LOG and LOGS: dropped, next, state, count (u16), then per line rank (i32), stream (u8),
  * time_ms (u64), [LOGS: seq (u64)], len (u16) and the bytes (no NUL). */
@@ -904,6 +971,9 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
         io_str(c, m->u.debug_req.job_id, RDZV_ID_MAX);
         IO_I32(c, m->u.debug_req.rank);
         return 1;
+    case RDZV_MSG_TELEMETRY:
+        io_telemetry(c, &m->u.telemetry);
+        return 1;
     case RDZV_MSG_LOG:
     case RDZV_MSG_LOGS:
         io_log(c, &m->u.log, m->type == RDZV_MSG_LOGS);
@@ -969,7 +1039,7 @@ static void io_payload(struct io *c, struct rdzv_msg *m)
     }
 }
 
-/* A number without a name is reserved (33: GPU telemetry, not in this build). */
+/* A number without a name is reserved. */
 static int type_known(unsigned type)
 {
     return type > 0 && type < RDZV_MSG_TYPE_MAX_ && msg_names[type] != NULL;
@@ -1081,6 +1151,8 @@ size_t rdzv_msg_body_size(unsigned type)
         return sizeof(m->u.evidence);
     case RDZV_MSG_DEBUG_REQ:
         return sizeof(m->u.debug_req);
+    case RDZV_MSG_TELEMETRY:
+        return sizeof(m->u.telemetry);
     case RDZV_MSG_LOG:
     case RDZV_MSG_LOGS:
         return sizeof(m->u.log);

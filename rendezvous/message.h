@@ -61,7 +61,8 @@ enum rdzv_msg_type {
     RDZV_MSG_COLLECT = 30,   /* S->agent collect your ranks' evidence (the workers go on) */
     RDZV_MSG_EVIDENCE = 31,  /* agent->S one rank's evidence; no reply */
     RDZV_MSG_DEBUG_REQ = 32, /* observer->S evidence of a running job; S answers STATUS */
-    /* 33 is reserved (GPU telemetry) */
+    /* --- GPU telemetry (docs/TELEMETRY.md) ----------------------------------------------- */
+    RDZV_MSG_TELEMETRY = 33, /* agent->S its node's GPUs and warnings; no reply */
     /* --- one log for the job (docs/OUTPUT.md "One log for the job") --------------------- */
     RDZV_MSG_LOG = 34,      /* agent->S a batch of its ranks' output lines; no reply */
     RDZV_MSG_LOGS_REQ = 35, /* observer->S lines of a job after a sequence number */
@@ -523,6 +524,38 @@ struct rdzv_logs_req {
 /* --follow: a job the server does not know (yet) is answered with an empty LOGS, not ERROR */
 #define RDZV_LOGS_REQ_FOLLOW 1u
 
+/* TELEMETRY: one sample of the sending node's GPUs (agent/telemetry.h) and the warnings its
+ * agent has found so far for the job. Integer facts NVML did not answer are -1. */
+#define RDZV_TEL_GPUS_MAX 16  /* GPUs of one node in one message */
+#define RDZV_TEL_PROCS_MAX 16 /* processes of one GPU */
+#define RDZV_TEL_WARN_MAX 8   /* warnings of one node (each sent once per job is enough) */
+#define RDZV_TEL_WARN_LEN 200 /* bytes of one warning */
+struct rdzv_tel_proc {
+    uint32_t pid; /* as the node sees it */
+    int32_t rank; /* global rank whose worker (or a descendant) it is; -1 none */
+    uint64_t mem; /* bytes; ~0: NVML could not say */
+};
+struct rdzv_tel_gpu {
+    uint32_t gpu;                 /* NVML index */
+    int32_t util;                 /* % */
+    uint64_t mem_used, mem_total; /* bytes */
+    int32_t sm_clock, mem_clock;  /* MHz */
+    int32_t temp;                 /* degrees C */
+    int32_t power_mw;             /* milliwatts */
+    uint64_t throttle;            /* NVML clocks event reasons (bits) */
+    uint32_t xid;                 /* the last Xid seen (0: none; not sampled yet) */
+    uint64_t ecc;                 /* volatile uncorrected ECC errors (0 where unknown) */
+    uint32_t nprocs;
+    struct rdzv_tel_proc procs[RDZV_TEL_PROCS_MAX];
+};
+struct rdzv_telemetry {
+    uint64_t t_ms; /* the agent's wall clock at the sample */
+    uint32_t ngpus;
+    struct rdzv_tel_gpu gpus[RDZV_TEL_GPUS_MAX];
+    uint32_t nwarn;
+    char warn[RDZV_TEL_WARN_MAX][RDZV_TEL_WARN_LEN + 1];
+};
+
 /* One decoded message. `type` selects the member. */
 struct rdzv_msg {
     uint8_t type;
@@ -554,6 +587,7 @@ struct rdzv_msg {
         struct rdzv_debug_req debug_req;
         struct rdzv_log log; /* LOG and LOGS */
         struct rdzv_logs_req logs_req;
+        struct rdzv_telemetry telemetry;
     } u;
 };
 

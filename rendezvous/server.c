@@ -91,8 +91,9 @@ static int allowed(uint8_t role, uint8_t type)
     case RDZV_MSG_REPL_DATA:
     case RDZV_MSG_REPL_ACK:
     case RDZV_MSG_EVIDENCE:
-    case RDZV_MSG_LOG:     /* a worker credential must not write its job's log */
-    case RDZV_MSG_GOODPUT: /* a worker credential must not rewrite its job's figures */
+    case RDZV_MSG_TELEMETRY: /* nor report its node's GPUs */
+    case RDZV_MSG_LOG:       /* a worker credential must not write its job's log */
+    case RDZV_MSG_GOODPUT:   /* a worker credential must not rewrite its job's figures */
         return role == RDZV_ROLE_AGENT;
     case RDZV_MSG_DEBUG_REQ:
     case RDZV_MSG_LOGS_REQ:
@@ -199,6 +200,9 @@ static void dispatch(struct peer *p, const struct rdzv_msg *m)
         break;
     case RDZV_MSG_DEBUG_REQ:
         rdzv__handle_debug_req(p, &m->u.debug_req);
+        break;
+    case RDZV_MSG_TELEMETRY:
+        rdzv__handle_telemetry(p, &m->u.telemetry);
         break;
     case RDZV_MSG_LOG:
         rdzv__handle_log(p, &m->u.log);

@@ -282,6 +282,7 @@ static void peer_release(struct peer *p)
         p->scope->connections--;
     rdzv__scope_put(&srv->scopes, p->scope);
     free(p->local_addr);
+    free(p->tel);
     free(p);
     rdzv__handle_closed(srv);
 }

@@ -65,6 +65,8 @@ struct peer {
     /* observer waiting for a `muster debug` answer: the slot that names it, cleared when it
      * goes (handler_ev.c) */
     struct peer **debug_slot;
+    /* agent in a job: its node's latest TELEMETRY (handler_tel.c); NULL before one */
+    struct rdzv_telemetry *tel;
 };
 
 /* One checkpoint replica being relayed (handler_repl.c). */
@@ -130,7 +132,11 @@ struct sjob {
     /* the job's log (handler_log.c): NULL until the first LOG */
     struct rdzv_logring *logs;
     uint64_t log_foreign; /* lines of ranks the sender does not hold in the round: dropped */
+    /* the warnings its agents' telemetry found (handler_tel.c), each once, in arrival order */
+    char (*warnings)[RDZV_TEL_WARN_LEN + 1];
+    unsigned n_warnings;
 };
+#define SJOB_WARN_MAX 32 /* warnings one job keeps; later ones are not shown */
 
 /* The shortest interval between two WAITING broadcasts of a job; it grows with the number of
  * members (sjob.c sjob_waiting_every_ms), so that progress costs at most ~SJOB_WAITING_PER_S

@@ -19,6 +19,7 @@ static void sjob_closed_cb(uv_handle_t *handle)
     rdzv_ckptlog_free(sj->ckpts);
     rdzv_logring_free(sj->logs);
     free(sj->restarts);
+    free(sj->warnings);
     rdzv_pfrec_clear(&sj->pfrec);
     rdzv_job_free(sj->job);
     if (sj->scope != NULL)

@@ -31,9 +31,46 @@ static const char *node_state(const struct rdzv_job *job, const struct rdzv_job_
     return m->done ? "done" : "running";
 }
 
+/* An integer NVML did not answer (-1) is null. */
+static json_t *opt_int(int64_t v)
+{
+    return v < 0 ? json_null() : json_integer((json_int_t)v);
+}
+
+/* The node's latest TELEMETRY (handler_tel.c), as the dashboard reads it. */
+static json_t *telemetry_json(const struct rdzv_telemetry *t)
+{
+    json_t *gpus = json_array();
+
+    for (uint32_t i = 0; gpus != NULL && i < t->ngpus; i++) {
+        const struct rdzv_tel_gpu *g = &t->gpus[i];
+        json_t *procs = json_array();
+
+        for (uint32_t k = 0; procs != NULL && k < g->nprocs; k++) {
+            const struct rdzv_tel_proc *q = &g->procs[k];
+
+            json_array_append_new(
+                procs,
+                json_pack("{s:I, s:o, s:o}", "pid", (json_int_t)q->pid, "rank", opt_int(q->rank),
+                          "mem",
+                          q->mem == UINT64_MAX ? json_null() : json_integer((json_int_t)q->mem)));
+        }
+        json_array_append_new(
+            gpus, json_pack("{s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o}", "gpu",
+                            (json_int_t)g->gpu, "util", opt_int(g->util), "mem_used",
+                            (json_int_t)g->mem_used, "mem_total", (json_int_t)g->mem_total,
+                            "sm_clock", opt_int(g->sm_clock), "mem_clock", opt_int(g->mem_clock),
+                            "temp", opt_int(g->temp), "power_w",
+                            g->power_mw < 0 ? json_null() : json_real(g->power_mw / 1000.0),
+                            "throttle", (json_int_t)g->throttle, "xid", (json_int_t)g->xid, "ecc",
+                            (json_int_t)g->ecc, "procs", procs));
+    }
+    return json_pack("{s:I, s:o}", "t_ms", (json_int_t)t->t_ms, "gpus", gpus);
+}
+
 /* One member or pending joiner; state == NULL derives it from the job. */
 static json_t *node_json(struct rdzv_server *srv, const struct rdzv_job *job,
-                         const struct rdzv_job_member *m, const char *state)
+                         const struct rdzv_job_member *m, const char *state, int tel)
 {
     const struct peer *p = m->peer;
     int placed = state == NULL && job->state != RDZV_JOB_FILLING;
@@ -41,24 +78,25 @@ static json_t *node_json(struct rdzv_server *srv, const struct rdzv_job *job,
 
     snprintf(id, sizeof(id), "%016" PRIx64, m->node_id);
     return json_pack(
-        "{s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:o, s:o}", "host", m->host, "addr", m->addr,
+        "{s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:o, s:o, s:o}", "host", m->host, "addr", m->addr,
         "node_id", id, "group_rank", placed ? json_integer(m->group_rank) : json_null(), "nproc",
         (json_int_t)m->nproc, "rank_offset", placed ? json_integer(m->rank_offset) : json_null(),
         "state", state ? state : node_state(job, m), "last_seen_ms_ago",
         p ? json_integer((json_int_t)(uv_now(srv->loop) - p->last_seen_ms)) : json_null(),
-        "heartbeat_gap_max_ms", p ? json_integer((json_int_t)p->gap_max_ms) : json_null());
+        "heartbeat_gap_max_ms", p ? json_integer((json_int_t)p->gap_max_ms) : json_null(),
+        "telemetry", tel && p && p->tel ? telemetry_json(p->tel) : json_null());
 }
 
-static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job)
+static json_t *nodes_json(struct rdzv_server *srv, const struct rdzv_job *job, int tel)
 {
     json_t *a = json_array();
 
     for (size_t i = 0; a != NULL && i < job->n_members; i++)
-        json_array_append_new(a, node_json(srv, job, &job->members[i], NULL));
+        json_array_append_new(a, node_json(srv, job, &job->members[i], NULL, tel));
     /* pending joiners: spares apart from nodes waiting to grow the job */
     for (size_t i = 0; a != NULL && i < job->n_pending; i++)
-        json_array_append_new(
-            a, node_json(srv, job, &job->pending[i], job->pending[i].spare ? "spare" : "waiting"));
+        json_array_append_new(a, node_json(srv, job, &job->pending[i],
+                                           job->pending[i].spare ? "spare" : "waiting", 0));
     return a;
 }
 
@@ -160,6 +198,8 @@ static json_t *failures_json(const struct rdzv_job *job)
     return a;
 }
 
+/* with_nodes: 2 everything, 1 the nodes without their telemetry, 0 no lists (see
+ * rdzv_status_json) */
 static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with_nodes)
 {
     const struct rdzv_job *job = sj->job;
@@ -176,12 +216,19 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
         json_object_set_new(o, "resume_step", json_integer(job->resume_step));
     }
     if (o != NULL && with_nodes) {
-        json_object_set_new(o, "nodes", nodes_json(srv, job));
+        json_object_set_new(o, "nodes", nodes_json(srv, job, with_nodes > 1));
         json_object_set_new(o, "checkpoints", ckpts_json(sj->ckpts));
         json_object_set_new(o, "restarts", restarts_json(srv, sj));
         json_object_set_new(o, "restarts_seen", json_integer(sj->n_restarts));
         json_object_set_new(o, "node_failures", failures_json(job));
         json_object_set_new(o, "preflight", rdzv_pfrec_json(&sj->pfrec));
+    }
+    if (o != NULL) {
+        json_t *w = json_array();
+
+        for (unsigned i = 0; w != NULL && i < sj->n_warnings; i++)
+            json_array_append_new(w, json_string(sj->warnings[i]));
+        json_object_set_new(o, "warnings", w);
     }
     /* where the job's time went, as the node of group rank 0 last reported it (gprec.h) */
     if (o != NULL)
@@ -218,13 +265,17 @@ static json_t *doc_json(struct rdzv_server *srv, const char *job_id, int with_no
                     (json_int_t)srv->n_jobs, "jobs", jobs);
     if (doc != NULL && !with_nodes)
         json_object_set_new(doc, "truncated", json_true());
+    if (doc != NULL && with_nodes == 1)
+        json_object_set_new(doc, "telemetry_truncated", json_true());
     return doc;
 }
 
 int rdzv_status_json(struct rdzv_server *srv, const char *job_id, char *buf, size_t cap,
                      size_t *len)
 {
-    for (int with_nodes = 1; with_nodes >= 0; with_nodes--) {
+    /* what does not fit goes: first the nodes' telemetry (large, and only a display), then the
+     * lists */
+    for (int with_nodes = 2; with_nodes >= 0; with_nodes--) {
         json_t *doc = doc_json(srv, job_id, with_nodes);
         size_t n;
 

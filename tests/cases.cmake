@@ -15,7 +15,8 @@ set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEP
 # The built tools the scripts run (tests/peers/, bench/), and where cached references go.
 set(MUSTER_CASE_TOOLS_ENV
     "RDZV_POKE=$<TARGET_FILE:rdzv_poke>" "RDZV_KVFLOOD=$<TARGET_FILE:rdzv_kvflood>"
-    "SILENT_CONNS=$<TARGET_FILE:silent_conns>" "MUSTER_CACHE=${PROJECT_BINARY_DIR}/tests/cache")
+    "SILENT_CONNS=$<TARGET_FILE:silent_conns>" "FAKE_NVML=$<TARGET_FILE:fake_nvml>"
+    "MUSTER_CACHE=${PROJECT_BINARY_DIR}/tests/cache")
 
 # The files of SUITE that must each have a line, relative to tests/.
 function(muster__case_files suite out)

@@ -17,6 +17,31 @@ void msgfix_failure(struct rdzv_failure *f)
     strcpy(f->text, "worker 7 exited with code 1: CUDA error");
 }
 
+void msgfix_telemetry(struct rdzv_telemetry *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->t_ms = 1700000000123ull;
+    t->ngpus = 2;
+    for (uint32_t i = 0; i < 2; i++)
+        t->gpus[i] = (struct rdzv_tel_gpu){.gpu = i,
+                                           .util = i ? 0 : 97,
+                                           .mem_used = (30ull - 29 * i) << 30,
+                                           .mem_total = 80ull << 30,
+                                           .sm_clock = 1980 - 880 * (int32_t)i,
+                                           .mem_clock = 2619,
+                                           .temp = i ? 91 : 61,
+                                           .power_mw = i ? 180000 : 412000,
+                                           .throttle = i ? 0x44 : 0,
+                                           .xid = i ? 79 : 0,
+                                           .ecc = i ? 3 : 0};
+    t->gpus[0].nprocs = 3;
+    t->gpus[0].procs[0] = (struct rdzv_tel_proc){4242, 0, 12ull << 30};
+    t->gpus[0].procs[1] = (struct rdzv_tel_proc){4243, 1, 11ull << 30};
+    t->gpus[0].procs[2] = (struct rdzv_tel_proc){999, -1, UINT64_MAX};
+    t->nwarn = 1;
+    strcpy(t->warn[0], "ranks 0-1 all run on GPU 0 of node1: the script ignores LOCAL_RANK");
+}
+
 void msgfix_preflight(struct rdzv_preflight *pf)
 {
     pf->round = 4;
@@ -215,6 +240,9 @@ static void example3(uint8_t type, struct rdzv_msg *m)
     case RDZV_MSG_DEBUG_REQ:
         m->u.debug_req = (struct rdzv_debug_req){.rank = -1};
         strcpy(m->u.debug_req.job_id, "job-1");
+        break;
+    case RDZV_MSG_TELEMETRY:
+        msgfix_telemetry(&m->u.telemetry);
         break;
     case RDZV_MSG_LOG:
     case RDZV_MSG_LOGS: {

@@ -22,4 +22,8 @@ void msgfix_failure(struct rdzv_failure *f);
  * GPU 1 slow (FAILURE, 474 TFLOP/s) with a note. */
 void msgfix_preflight(struct rdzv_preflight *pf);
 
+/* The TELEMETRY example: 2 GPUs, GPU 0 with the processes of ranks 0 and 1 (one of them no
+ * rank's), GPU 1 throttled (power cap, HW thermal), one warning. */
+void msgfix_telemetry(struct rdzv_telemetry *t);
+
 #endif

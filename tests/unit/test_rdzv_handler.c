@@ -989,6 +989,115 @@ static void test_log(void **state)
     assert_non_null(strstr(R(4)->error.text, "has no rank 4"));
 }
 
+/* --- TELEMETRY ---------------------------------------------------------------------------- */
+static void telemetry(struct raw *r, const char *warn2)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_TELEMETRY);
+
+    msgfix_telemetry(&m->u.telemetry); /* 2 GPUs, ranks 0 and 1 on GPU 0, one warning */
+    if (warn2 != NULL) {
+        snprintf(m->u.telemetry.warn[1], sizeof(m->u.telemetry.warn[1]), "%s", warn2);
+        m->u.telemetry.nwarn = 2;
+    }
+    send_msg(r, m);
+}
+
+static void telemetry_forged(struct raw *r)
+{
+    telemetry(r, "forged");
+}
+
+static int tel_other_assigned(struct fixture *fx)
+{
+    (void)fx;
+    return N(5, ASSIGN) == 1;
+}
+
+static int tel_refused(struct fixture *fx)
+{
+    (void)fx;
+    return N(2, STATUS) == 1 && N(3, ERROR) == 1 && N(4, ERROR) == 1 && R(3)->closed &&
+           R(4)->closed;
+}
+
+static json_t *node_of(json_t *job, const char *host)
+{
+    json_t *nodes = json_object_get(job, "nodes");
+
+    for (size_t i = 0; i < json_array_size(nodes); i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(nodes, i), "host")), host) == 0)
+            return json_array_get(nodes, i);
+    return NULL;
+}
+
+/* A member's TELEMETRY is its node's in STATUS (the message names no node), the latest one
+ * kept; the job's warnings are each kept once and at most SJOB_WARN_MAX however many a member
+ * floods; another job's agent cannot add to this job's; a worker and an agent that never
+ * joined are refused (ERROR PROTOCOL, closed) and recorded nowhere. */
+static void test_telemetry_status(void **state)
+{
+    struct fixture *fx = *state;
+    json_t *doc, *job, *n0, *g0, *g1, *warn;
+    json_error_t jerr;
+    char flood[32];
+
+    agent(fx, 0, "tl", 2, 2);
+    agent(fx, 1, "tl", 2, 2);
+    run_until(fx, both_assigned);
+    agent(fx, 5, "other", 1, 1);
+    run_until(fx, tel_other_assigned);
+    telemetry(R(5), "forged"); /* its own job's: not tl's */
+    telemetry(R(0), NULL);
+    telemetry(R(0), NULL); /* again: replaces the node's sample, the warning is there once */
+    for (int i = 0; i < 40; i++) {
+        snprintf(flood, sizeof(flood), "flood %d", i);
+        telemetry(R(1), flood);
+    }
+    handled(fx, 0);
+    handled(fx, 1);
+    handled(fx, 5);
+    refused_senders(fx, "tl", telemetry_forged);
+    run_until(fx, tel_refused);
+    assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
+    assert_non_null(strstr(R(3)->error.text, "TELEMETRY is not a message"));
+    assert_int_equal(R(4)->error.code, RDZV_ERR_PROTOCOL);
+    assert_non_null(strstr(R(4)->error.text, "TELEMETRY before JOIN"));
+    assert_false(R(0)->closed);
+    assert_false(R(1)->closed);
+    doc = json_loads(R(2)->status_json, 0, &jerr);
+    assert_non_null(doc);
+    job = json_array_get(json_object_get(doc, "jobs"), 0);
+    assert_string_equal(json_string_value(json_object_get(job, "id")), "tl");
+    n0 = json_object_get(node_of(job, "host0"), "telemetry");
+    assert_non_null(n0);
+    assert_int_equal(json_integer_value(json_object_get(n0, "t_ms")), 1700000000123ll);
+    assert_int_equal(json_array_size(json_object_get(n0, "gpus")), 2);
+    g0 = json_array_get(json_object_get(n0, "gpus"), 0);
+    g1 = json_array_get(json_object_get(n0, "gpus"), 1);
+    assert_int_equal(json_integer_value(json_object_get(g0, "util")), 97);
+    assert_int_equal(json_integer_value(json_object_get(g0, "mem_used")), 30ll << 30);
+    assert_int_equal(json_array_size(json_object_get(g0, "procs")), 3);
+    assert_int_equal(json_integer_value(
+                         json_object_get(json_array_get(json_object_get(g0, "procs"), 1), "rank")),
+                     1);
+    assert_true(
+        json_is_null(json_object_get(json_array_get(json_object_get(g0, "procs"), 2), "rank")));
+    assert_true(
+        json_is_null(json_object_get(json_array_get(json_object_get(g0, "procs"), 2), "mem")));
+    assert_int_equal(json_integer_value(json_object_get(g1, "throttle")), 0x44);
+    assert_true(json_real_value(json_object_get(g1, "power_w")) == 180.0);
+    assert_int_equal(json_integer_value(json_object_get(g1, "xid")), 79);
+    assert_non_null(json_object_get(json_object_get(node_of(job, "host1"), "telemetry"), "gpus"));
+    warn = json_object_get(job, "warnings");
+    assert_int_equal(json_array_size(warn), 32); /* 41 distinct, SJOB_WARN_MAX kept */
+    assert_string_equal(json_string_value(json_array_get(warn, 0)),
+                        "ranks 0-1 all run on GPU 0 of node1: the script ignores LOCAL_RANK");
+    assert_string_equal(json_string_value(json_array_get(warn, 1)), "flood 0");
+    for (size_t i = 0; i < json_array_size(warn); i++)
+        assert_null(strstr(json_string_value(json_array_get(warn, i)), "forged"));
+    json_decref(doc);
+}
+
 /* --- PREFLIGHT -------------------------------------------------------------------------------- */
 static void preflight(struct raw *r, const char *uuid0, uint32_t index1)
 {
@@ -1427,6 +1536,7 @@ int main(void)
         T(test_ckpt_status),
         T(test_goodput_status),
         T(test_log),
+        T(test_telemetry_status),
         T(test_preflight_status),
         T(test_preflight_duplicate_gpu),
         cmocka_unit_test(test_preflight_metrics),

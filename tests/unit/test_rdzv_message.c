@@ -20,6 +20,62 @@ static uint8_t buf[BUF_CAP];
 /* PREFLIGHT: the GPU count is checked before any GPU is read (a hostile count
  * cannot walk past the array), levels beyond FAILURE and over-long strings are refused both
  * ways. */
+/* TELEMETRY's counts are bounded both ways: the largest message fits a frame and round-trips,
+ * one GPU, process or warning over a maximum is refused by the sender (-EINVAL) and, forged
+ * into the bytes, by the receiver (-EPROTO). */
+static void test_telemetry_limits(void **state)
+{
+    static struct rdzv_msg m, out;
+    struct rdzv_telemetry *t = &m.u.telemetry;
+    uint8_t *p = buf + RDZV_HEADER_SIZE;
+    size_t len;
+
+    (void)state;
+    rdzv_msg_init(&m, RDZV_MSG_TELEMETRY);
+    t->ngpus = RDZV_TEL_GPUS_MAX;
+    for (uint32_t i = 0; i < RDZV_TEL_GPUS_MAX; i++) {
+        t->gpus[i].gpu = i;
+        t->gpus[i].nprocs = RDZV_TEL_PROCS_MAX;
+        for (uint32_t k = 0; k < RDZV_TEL_PROCS_MAX; k++)
+            t->gpus[i].procs[k] = (struct rdzv_tel_proc){1000 + k, (int32_t)k, k << 20};
+    }
+    t->nwarn = RDZV_TEL_WARN_MAX;
+    for (uint32_t i = 0; i < RDZV_TEL_WARN_MAX; i++)
+        memset(t->warn[i], 'w', RDZV_TEL_WARN_LEN);
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_true(len < RDZV_MAX_PAYLOAD / 4);
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_TELEMETRY, p, len - RDZV_HEADER_SIZE, &out), 0);
+    assert_memory_equal(&out.u.telemetry, t, sizeof(*t));
+    t->warn[2][RDZV_TEL_WARN_LEN] = 'x'; /* a warning one byte too long */
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    t->warn[2][RDZV_TEL_WARN_LEN] = '\0';
+    t->nwarn = RDZV_TEL_WARN_MAX + 1;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    t->nwarn = 0;
+    t->gpus[7].nprocs = RDZV_TEL_PROCS_MAX + 1;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    t->gpus[7].nprocs = 0;
+    t->ngpus = RDZV_TEL_GPUS_MAX + 1;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), -EINVAL);
+    /* forged: one GPU without processes or warnings, then each count over its maximum; the
+     * payload is t_ms (8), ngpus (1), the GPU's 60 bytes, nprocs (1), nwarn (1) */
+    t->ngpus = 1;
+    t->gpus[0].nprocs = 0;
+    assert_int_equal(rdzv_msg_encode(&m, buf, sizeof(buf), &len), 0);
+    assert_int_equal(len - RDZV_HEADER_SIZE, 8 + 1 + 60 + 1 + 1);
+    p[8] = RDZV_TEL_GPUS_MAX + 1;
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_TELEMETRY, p, len - RDZV_HEADER_SIZE, &out), -EPROTO);
+    p[8] = 1;
+    p[69] = RDZV_TEL_PROCS_MAX + 1;
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_TELEMETRY, p, len - RDZV_HEADER_SIZE, &out), -EPROTO);
+    p[69] = 0;
+    p[70] = RDZV_TEL_WARN_MAX + 1;
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_TELEMETRY, p, len - RDZV_HEADER_SIZE, &out), -EPROTO);
+    p[70] = 0;
+    assert_int_equal(rdzv_msg_decode(RDZV_MSG_TELEMETRY, p, len - RDZV_HEADER_SIZE, &out), 0);
+    assert_int_equal(out.u.telemetry.ngpus, 1);
+}
+
 static void test_preflight_limits(void **state)
 {
     static struct rdzv_msg m, out;
@@ -185,7 +241,7 @@ static void test_roundtrip_all(void **state)
         size_t len;
 
         if (strcmp(rdzv_msg_name(t), "UNKNOWN") == 0)
-            continue; /* a reserved number (33) */
+            continue; /* a reserved number */
         msgfix_example((uint8_t)t, &in);
         assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
         assert_int_equal(rdzv_header_decode(buf, &type, &plen), 0);
@@ -265,7 +321,7 @@ static void test_truncated_and_trailing(void **state)
         size_t len, plen;
 
         if (strcmp(rdzv_msg_name(t), "UNKNOWN") == 0)
-            continue; /* a reserved number (33) */
+            continue; /* a reserved number */
         msgfix_example((uint8_t)t, &in);
         assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), 0);
         plen = len - RDZV_HEADER_SIZE;
@@ -729,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_blob_limits),
         cmocka_unit_test(test_ckpt_names),
         cmocka_unit_test(test_preflight_limits),
+        cmocka_unit_test(test_telemetry_limits),
         cmocka_unit_test(test_utf8),
     };
 
