@@ -1,6 +1,7 @@
 #!/bin/bash
 # A checkpoint far larger than a frame (200 MB vs 64 KiB) replicates between two namespace
-# hosts with separate --checkpoint-dir, on the direct agent-to-agent link: byte-identical, recorded in the receiver's
+# hosts with separate --checkpoint-dir, on the direct agent-to-agent link's bulk streams: byte-identical, both agents'
+# heartbeats on time meanwhile, recorded in the receiver's
 # registry with the sender's checksum, shown as a replica by `muster status`, with
 # --replicate-bandwidth 0 (no cap). A synthetic trainer: rank 0 writes the file atomically.
 . "$(dirname "$0")/ft.sh"
@@ -37,6 +38,18 @@ note "${MB} MB replicated in ${ms} ms ($(( MB * 1000 / (ms > 0 ? ms : 1) )) MB/s
 st=$(ns_exec 1 "$MUSTER_BIN" status --rdzv-endpoint "${HOST_ADDR[3]}:$P" --rdzv-id "$JOB" --json 2>&1)
 grep -q '"replicas": *\[ *"[^"]' <<<"$st" || grep -q '"replicas":\["' <<<"$st" ||
     fail "muster status lists no replica host for ckpt_1.bin: $st"
+# neither agent's loop went silent while the bulk streams' threads read, sealed, opened and
+# wrote the copy (heartbeats every second; a blocked loop would be silent for the whole copy)
+gap=$(python3 -c '
+import json, sys
+doc = json.loads(sys.stdin.read())
+jobs = doc["jobs"] if "jobs" in doc else [doc]
+gaps = [n.get("heartbeat_gap_max_ms") for j in jobs for n in j.get("nodes", [])]
+gaps = [g for g in gaps if g is not None]
+print(max(gaps) if gaps else "")' <<<"$st")
+[ -n "$gap" ] || fail "no heartbeat_gap_max_ms in muster status: $st"
+note "largest silence of either agent during the copy: $gap ms (heartbeat every 1000 ms)"
+[ "$gap" -le 1500 ] || fail "an agent was silent for $gap ms during the copy (limit 1500: interval + 500 ms)"
 : > "$T/release"
 agents_exit 30 0 a1 a2
 stop_server
