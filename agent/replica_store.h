@@ -32,6 +32,7 @@ struct agent_replica_store {
     char parent[PATH_MAX]; /* --checkpoint-dir, fsynced after the rename */
     int fd;                /* a file copy, -1 none */
     uint64_t off;
+    uint64_t flushed; /* written back up to here (sync_file_range), the writer thread's */
     struct agent_replica_sink sink; /* a directory copy */
     /* results of finish, for the loop once the writer said DONE */
     int64_t mtime_ns; /* of the copy in place */
