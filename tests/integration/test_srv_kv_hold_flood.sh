@@ -46,8 +46,10 @@ MUSTER_TOKEN=$AW MUSTER_IT_MARK="$MARK" timeout 90 "$FLOOD" "$EP" $A 16 200000 1
     > "$T/flood.out" 2>&1 &
 FPID=$!
 IT_BG_PIDS="$IT_BG_PIDS $FPID"
-# While it runs: /metrics must answer promptly, every time (2 s: a loaded 2-core VM; ~0.1 s
-# seen, 3.6 s before the fix).
+# While it runs: /metrics must answer promptly (before the fix every answer took ~3.6 s). On
+# this project's 2-core VMs the slowest of ~15 answers is 1.3-1.8 s with the flood on the same
+# cores (2026-12-03, the code before and after that session alike) and once 2.1 s: at most one
+# answer over 2 s, none over 3 s.
 slow=0 worst=0
 while kill -0 $FPID 2>/dev/null && ! grep -q '^SENT\|^FAIL' "$T/flood.out"; do
     s=$(curl -s -m 10 -o /dev/null -w '%{time_total}' "http://$SHTTP/metrics") || s=10
@@ -69,7 +71,8 @@ t1=$(now_ms)
 http_get "$SHTTP" /metrics
 note "/metrics with the holds in place: $(( $(now_ms) - t1 )) ms"
 [ "$HTTP_CODE" = 200 ] || fail "/metrics answered $HTTP_CODE"
-[ "$slow" = 0 ] || fail "/metrics took over 2 s $slow times during the flood (slowest $worst ms)"
+[ "$slow" -le 1 ] && [ "$worst" -le 3000 ] ||
+    fail "/metrics took over 2 s $slow times during the flood (slowest $worst ms; at most once, never 3 s)"
 n=$(sed -n 's/^muster_limit_hits_total{limit="kv_held_per_job"} \([0-9]*\)$/\1/p' "$T/http.body")
 m=$(sed -n 's/^muster_limit_hits_total{limit="kv_held_per_conn"} \([0-9]*\)$/\1/p' "$T/http.body")
 [ $(( ${n:-0} + ${m:-0} )) = "$limit" ] ||
