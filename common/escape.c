@@ -154,3 +154,15 @@ int mc_escape(const char *in, char *out, size_t outlen)
 {
     return mc_escape_n(in, in != NULL ? strlen(in) : 0, out, outlen, 0);
 }
+
+void mc_prom_label(FILE *f, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '\\' || *s == '"')
+            fputc('\\', f);
+        if (*s == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*s, f);
+    }
+}

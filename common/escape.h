@@ -15,6 +15,7 @@
 #define MUSTER_COMMON_ESCAPE_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define MC_ESCAPE_QUOTES 1u
 
@@ -42,5 +43,9 @@ int mc_utf8_valid(const char *s, size_t n);
  * texts): a sequence cut short at the end (a fixed-size snprintf that stopped mid-character) is
  * removed, every other byte of an invalid sequence becomes '?'. Valid text is unchanged. */
 void mc_utf8_sanitize(char *s);
+
+/* Writes s to f as a Prometheus label value: backslash, quote and newline escaped (the text
+ * exposition format). */
+void mc_prom_label(FILE *f, const char *s);
 
 #endif

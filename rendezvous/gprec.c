@@ -1,5 +1,7 @@
 #include "gprec.h"
 
+#include "escape.h"
+
 static const char *const phase_names[RDZV_GP_NPHASES] = {
     [RDZV_GP_RENDEZVOUS] = "rendezvous", [RDZV_GP_PREFLIGHT] = "preflight",
     [RDZV_GP_STARTUP] = "startup",       [RDZV_GP_TRAINING] = "training",
@@ -55,23 +57,10 @@ json_t *rdzv_goodput_json(const struct rdzv_goodput *g, const char *host)
     return o;
 }
 
-/* Prometheus label value: backslash, quote and newline escaped (the exposition format). */
-static void label(FILE *f, const char *s)
-{
-    for (; *s != '\0'; s++) {
-        if (*s == '\\' || *s == '"')
-            fputc('\\', f);
-        if (*s == '\n')
-            fputs("\\n", f);
-        else
-            fputc(*s, f);
-    }
-}
-
 static void sample(FILE *f, const char *job_id, const char *phase, double v)
 {
     fputs("muster_job_seconds{job=\"", f);
-    label(f, job_id);
+    mc_prom_label(f, job_id);
     fprintf(f, "\",phase=\"%s\"} %.15g\n", phase, v);
 }
 
@@ -79,7 +68,7 @@ void rdzv_goodput_metrics(FILE *f, const char *job_id, const struct rdzv_goodput
 {
     if (ratio) {
         fputs("muster_job_goodput_ratio{job=\"", f);
-        label(f, job_id);
+        mc_prom_label(f, job_id);
         fprintf(f, "\"} %.6g\n", rdzv_goodput_ratio(g));
         return;
     }

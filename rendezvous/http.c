@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "escape.h"
 #include "cred.h"
 #include "server.h"
 #include "service.h"
@@ -351,18 +352,6 @@ static void goodput_families(FILE *f, struct rdzv_server *srv)
             rdzv_goodput_metrics(f, sj->job->id, &sj->gp, 1);
 }
 
-static void job_label(FILE *f, const char *s)
-{
-    for (; *s != '\0'; s++) {
-        if (*s == '\\' || *s == '"')
-            fputc('\\', f);
-        if (*s == '\n')
-            fputs("\\n", f);
-        else
-            fputc(*s, f);
-    }
-}
-
 /* Each job's log (handler_log.c, docs/OUTPUT.md "One log for the job"). */
 static void log_families(FILE *f, struct rdzv_server *srv)
 {
@@ -394,13 +383,13 @@ static void log_families(FILE *f, struct rdzv_server *srv)
                                 sj->log_foreign};
                 for (size_t k = 0; k < 4; k++) {
                     fprintf(f, "%s{job=\"", fam[i].name);
-                    job_label(f, sj->job->id);
+                    mc_prom_label(f, sj->job->id);
                     fprintf(f, "\",reason=\"%s\"} %llu\n", why[k], (unsigned long long)v[k]);
                 }
                 continue;
             }
             fprintf(f, "%s{job=\"", fam[i].name);
-            job_label(f, sj->job->id);
+            mc_prom_label(f, sj->job->id);
             fprintf(f, "\"} %llu\n",
                     (unsigned long long)(i == 0   ? st.lines
                                          : i == 1 ? st.bytes
@@ -444,9 +433,9 @@ static void gpu_families(FILE *f, struct rdzv_server *srv)
                     if (known[i] < 0)
                         continue;
                     fprintf(f, "%s{job=\"", fam[i].name);
-                    job_label(f, sj->job->id);
+                    mc_prom_label(f, sj->job->id);
                     fprintf(f, "\",node=\"");
-                    job_label(f, sj->job->members[m].host);
+                    mc_prom_label(f, sj->job->members[m].host);
                     fprintf(f, "\",gpu=\"%u\"} %.15g\n", x->gpu, v[i]);
                 }
             }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
+
 static int printable(const char *s)
 {
     for (; *s != '\0'; s++)
@@ -119,19 +121,6 @@ json_t *rdzv_pfrec_json(const struct rdzv_pfrec *r)
     return a;
 }
 
-/* A label value in the text format: backslash, double quote and newline escaped. */
-static void label(FILE *f, const char *s)
-{
-    for (; *s != '\0'; s++) {
-        if (*s == '\\' || *s == '"')
-            fputc('\\', f);
-        if (*s == '\n')
-            fputs("\\n", f);
-        else
-            fputc(*s, f);
-    }
-}
-
 void rdzv_pfrec_metrics(FILE *f, const char *job_id, const struct rdzv_pfrec *r, const char *which)
 {
     for (size_t i = 0; r != NULL && i < r->n; i++) {
@@ -141,9 +130,9 @@ void rdzv_pfrec_metrics(FILE *f, const char *job_id, const struct rdzv_pfrec *r,
             if (pf->p2p_pairs == 0)
                 continue;
             fputs("muster_preflight_p2p_min_gbps{job=\"", f);
-            label(f, job_id);
+            mc_prom_label(f, job_id);
             fputs("\",host=\"", f);
-            label(f, n->host);
+            mc_prom_label(f, n->host);
             fprintf(f, "\"} %.15g\n", pf->p2p_min_mbps / 1000.0);
             continue;
         }
@@ -158,11 +147,11 @@ void rdzv_pfrec_metrics(FILE *f, const char *job_id, const struct rdzv_pfrec *r,
             if (strcmp(which, "level") != 0 && v <= 0)
                 continue; /* not measured: no sample rather than a fake 0 */
             fprintf(f, "%s{job=\"", name);
-            label(f, job_id);
+            mc_prom_label(f, job_id);
             fputs("\",host=\"", f);
-            label(f, n->host);
+            mc_prom_label(f, n->host);
             fprintf(f, "\",gpu=\"%" PRIu32 "\",uuid=\"", g->index);
-            label(f, g->uuid);
+            mc_prom_label(f, g->uuid);
             fprintf(f, "\"} %.15g\n", v);
         }
     }
