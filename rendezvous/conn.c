@@ -62,6 +62,17 @@ struct rdzv_conn_tls {
  * tls_trim) are per conn. */
 static _Thread_local uint8_t tls_in[65536];
 
+/* Records written while one read's messages are handled are held here and written with one
+ * send(2) after the read (tls_read): a peer's 64 KiB of requests used to cost one send(2) per
+ * reply, half of the server's loop under a KV flood (integration.srv_kv_hold_flood). Only one
+ * conn pumps at a time on a thread, so one buffer per thread; a reply to another conn, or a
+ * record larger than the buffer, is written as before. */
+static _Thread_local struct {
+    struct rdzv_conn_tls *owner; /* the conn whose read is being handled, or NULL */
+    size_t len;
+    uint8_t buf[65536];
+} cork;
+
 /* The encoded frame lives right after the request; freed by write_cb. */
 struct write_req {
     uv_write_t req; /* first: write_cb casts back */
@@ -166,6 +177,7 @@ static void dispatch(struct rdzv_conn *conn)
         stop(conn, err);
         return;
     }
+    conn->burst++;
     conn->msg_cb(conn, &decoded);
 }
 
@@ -208,6 +220,82 @@ static void consumed(struct rdzv_conn *conn, size_t n)
 }
 
 static void tls_read(struct rdzv_conn *conn, ssize_t nread);
+static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+
+/* --- fair reading ----------------------------------------------------------------------------
+ * libuv reads a readable socket up to 32 times in a row before it looks at the next, and one
+ * read holds up to 64 KiB of messages: a peer with a backlog (a worker sending 12,500 KV_GETs at
+ * once) kept the server's loop on its connection for seconds while other jobs' heartbeats
+ * waited. So a conn of a server (rdzv_conn_set_fair) that has delivered RDZV_CONN_BURST
+ * messages stops reading until the loop's next turn, after every other ready socket had its
+ * turn; the idle handle keeps that turn from waiting in poll. A conn rarely sends that many in a
+ * row: a heartbeat-only agent is never paused. */
+static void fair_unlink(struct rdzv_conn *conn)
+{
+    if (!conn->deferred)
+        return;
+    if (conn->fair_prev != NULL)
+        conn->fair_prev->fair_next = conn->fair_next;
+    else
+        conn->fair->head = conn->fair_next;
+    if (conn->fair_next != NULL)
+        conn->fair_next->fair_prev = conn->fair_prev;
+    conn->fair_prev = conn->fair_next = NULL;
+    conn->deferred = 0;
+}
+
+static void fair_resume(uv_idle_t *idle)
+{
+    struct rdzv_conn_fair *f = idle->data;
+    struct rdzv_conn *conn;
+
+    uv_idle_stop(idle);
+    while ((conn = f->head) != NULL) {
+        fair_unlink(conn);
+        if (!conn->reading || conn->closing || (conn->tls != NULL && conn->tls->paused))
+            continue;
+        int err = uv_read_start((uv_stream_t *)&conn->tcp, alloc_cb, read_cb);
+
+        if (err < 0)
+            stop(conn, err);
+    }
+}
+
+static void fair_defer(struct rdzv_conn *conn)
+{
+    conn->burst = 0;
+    if (conn->deferred || !conn->reading || conn->closing ||
+        (conn->tls != NULL && conn->tls->paused))
+        return;
+    uv_read_stop((uv_stream_t *)&conn->tcp); /* ends libuv's run of reads on this socket */
+    conn->fair->deferrals++;
+    conn->deferred = 1;
+    conn->fair_prev = NULL;
+    conn->fair_next = conn->fair->head;
+    if (conn->fair->head != NULL)
+        conn->fair->head->fair_prev = conn;
+    conn->fair->head = conn;
+    (void)uv_idle_start(&conn->fair->idle, fair_resume); /* no-op when active */
+}
+
+void rdzv_conn_fair_init(uv_loop_t *loop, struct rdzv_conn_fair *f)
+{
+    *f = (struct rdzv_conn_fair){0};
+    uv_idle_init(loop, &f->idle); /* cannot fail on unix */
+    f->idle.data = f;
+}
+
+void rdzv_conn_fair_close(struct rdzv_conn_fair *f, uv_close_cb cb)
+{
+    while (f->head != NULL)
+        fair_unlink(f->head);
+    uv_close((uv_handle_t *)&f->idle, cb);
+}
+
+void rdzv_conn_set_fair(struct rdzv_conn *conn, struct rdzv_conn_fair *f)
+{
+    conn->fair = f;
+}
 
 static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
@@ -222,13 +310,14 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     if (conn->tls != NULL) {
         tls_read(conn, nread);
-        return;
-    }
-    if (nread < 0) {
+    } else if (nread < 0) {
         stop(conn, (int)nread);
         return;
+    } else {
+        consumed(conn, (size_t)nread);
     }
-    consumed(conn, (size_t)nread);
+    if (conn->fair != NULL && conn->burst >= RDZV_CONN_BURST)
+        fair_defer(conn);
 }
 
 int rdzv_conn_start(struct rdzv_conn *conn)
@@ -314,6 +403,22 @@ static int hs_out_append(struct rdzv_conn_tls *t, const unsigned char *buf, size
     return (int)len;
 }
 
+/* Writes what t's records left in the cork (a conn that closed meanwhile: drops it, as its queue
+ * would be); with keep, t stays the owner. Returns 0 or write_copy's error. */
+static int uncork(struct rdzv_conn_tls *t, int keep)
+{
+    int err = 0;
+
+    if (cork.owner != t)
+        return 0;
+    if (cork.len > 0 && t->conn != NULL && !uv_is_closing((uv_handle_t *)&t->conn->tcp))
+        err = write_copy(t->conn, cork.buf, cork.len);
+    cork.len = 0;
+    if (!keep)
+        cork.owner = NULL;
+    return err;
+}
+
 /* Never WANT_WRITE: libuv queues without limit, as for plaintext sends. ctx is the conn's TLS
  * state, not the conn: a step still running when the conn closed must find only its own. */
 static int bio_send(void *ctx, const unsigned char *buf, size_t len)
@@ -322,8 +427,18 @@ static int bio_send(void *ctx, const unsigned char *buf, size_t len)
 
     if (t->offload && !t->done)
         return hs_out_append(t, buf, len);
-    if (t->conn == NULL || uv_is_closing((uv_handle_t *)&t->conn->tcp) ||
-        write_copy(t->conn, buf, len) < 0)
+    if (t->conn == NULL || uv_is_closing((uv_handle_t *)&t->conn->tcp))
+        return MBEDTLS_ERR_NET_SEND_FAILED;
+    if (cork.owner == t) {
+        if (cork.len + len > sizeof(cork.buf) && uncork(t, 1) < 0)
+            return MBEDTLS_ERR_NET_SEND_FAILED;
+        if (len <= sizeof(cork.buf)) {
+            memcpy(cork.buf + cork.len, buf, len);
+            cork.len += len;
+            return (int)len;
+        }
+    }
+    if (write_copy(t->conn, buf, len) < 0)
         return MBEDTLS_ERR_NET_SEND_FAILED;
     return (int)len;
 }
@@ -831,7 +946,11 @@ static void tls_read(struct rdzv_conn *conn, ssize_t nread)
     t->in = tls_in;
     t->in_len = (size_t)nread;
     t->in_off = 0;
+    cork.owner = t; /* NULL before: uncork() below and rdzv_conn_close() always clear it */
+    cork.len = 0;
     tls_pump(conn);
+    if (uncork(t, 0) < 0)
+        t->dead = 1;           /* as a failed write in tls_send: the read side reports it */
     t->in_len = t->in_off = 0; /* drained, or abandoned with the connection */
 }
 
@@ -1003,7 +1122,9 @@ size_t rdzv_conn_unsent(const struct rdzv_conn *conn)
 {
     size_t n = uv_stream_get_write_queue_size((const uv_stream_t *)&conn->tcp);
 
-    return conn->tls != NULL ? n + conn->tls->pending_len : n;
+    if (conn->tls == NULL)
+        return n;
+    return n + conn->tls->pending_len + (cork.owner == conn->tls ? cork.len : 0);
 }
 
 /* The cap on unsent bytes (STYLE.md "Every client bounded", like Redis's output buffer
@@ -1082,7 +1203,10 @@ void rdzv_conn_close(struct rdzv_conn *conn, int flush, rdzv_conn_close_cb close
         conn->reading = 0;
         uv_read_stop((uv_stream_t *)&conn->tcp);
     }
+    fair_unlink(conn);
     tls_close_notify(conn);
+    if (conn->tls != NULL)
+        (void)uncork(conn->tls, 0); /* the replies held so far, close_notify last, then shutdown */
     if (flush && conn->shutting)
         return;
     /* uv_shutdown fails (UV_ENOTCONN) on a handle that never connected: close it at once. */

@@ -65,7 +65,30 @@ struct rdzv_conn {
      * pre-authentication pool tells a handshake in progress from a silent or stalled connection
      * by them (bytes_in stays 0 until the handshake is over). */
     uint64_t raw_in, raw_in_ms;
+    /* fair reading (rdzv_conn_set_fair): messages since the last pause, and the list of conns
+     * paused until the loop's next turn */
+    struct rdzv_conn_fair *fair;
+    uint32_t burst;
+    int deferred;
+    struct rdzv_conn *fair_prev, *fair_next;
 };
+
+/* Messages a fair conn delivers before it lets the loop's other sockets go first. */
+#define RDZV_CONN_BURST 128
+
+/* A server's fair reading: its conns (rdzv_conn_set_fair) pause after RDZV_CONN_BURST messages
+ * in a row until the loop's next turn, so that no peer's backlog holds the loop (conn.c "fair
+ * reading"). Embedded in the server; uv_close_cb gets the idle handle, whose data is f. */
+struct rdzv_conn_fair {
+    uv_idle_t idle;
+    struct rdzv_conn *head; /* paused conns */
+    uint64_t deferrals;     /* pauses so far */
+};
+void rdzv_conn_fair_init(uv_loop_t *loop, struct rdzv_conn_fair *f);
+/* Forgets the paused conns (each is closed or about to be) and closes the handle. */
+void rdzv_conn_fair_close(struct rdzv_conn_fair *f, uv_close_cb cb);
+/* Before rdzv_conn_start*: f must outlive conn. */
+void rdzv_conn_set_fair(struct rdzv_conn *conn, struct rdzv_conn_fair *f);
 
 /* Initialises conn and its TCP handle on loop. Borrows the callbacks and data. Returns 0 or a
  * UV_E* error; on error nothing needs closing. After success, rdzv_conn_close() must be called

@@ -499,6 +499,10 @@ static char *metrics_text(struct rdzv_server *srv, size_t *len)
     metric(f, "muster_log_suppressed_total", "counter",
            "Refusals not logged because their address was logged already.",
            (double)srv->stats.log_suppressed);
+    metric(f, "muster_read_pauses_total", "counter",
+           "Times a connection stopped reading for a turn after 128 messages in a row, so that "
+           "other peers were read first.",
+           (double)srv->fair.deferrals);
     preflight_families(f, srv);
     goodput_families(f, srv);
     log_families(f, srv);

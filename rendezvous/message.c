@@ -1163,9 +1163,35 @@ size_t rdzv_msg_body_size(unsigned type)
     }
 }
 
+/* All of a body but the large byte buffer at the end of the types that have one. Their readers go
+ * only as far as the length beside it, which the decoder and every sender set, and the buffer is
+ * most of the body (60 KiB of a KV value, 64 KiB of STATUS text). Zeroing it was the cost of a
+ * message: a KV_GET and its KV_REPLY memset 120 KiB, and a job's worker flooding the server with
+ * 200,000 GETs kept its loop in memset for ~2 s, long enough for another job's heartbeats to arrive
+ * late (integration.srv_kv_hold_flood). */
+size_t rdzv_msg_clear_size(unsigned type)
+{
+    switch (type) {
+    case RDZV_MSG_KV_PUT:
+    case RDZV_MSG_KV_GET:
+    case RDZV_MSG_KV_REPLY:
+    case RDZV_MSG_BARRIER:
+        return offsetof(struct rdzv_kv, value);
+    case RDZV_MSG_STATUS:
+        return offsetof(struct rdzv_status, json) + 1; /* "" until written */
+    case RDZV_MSG_REPL_DATA:
+        return offsetof(struct rdzv_repl_data, data);
+    case RDZV_MSG_LOG:
+    case RDZV_MSG_LOGS:
+        return offsetof(struct rdzv_log, lines);
+    default:
+        return rdzv_msg_body_size(type);
+    }
+}
+
 void rdzv_msg_init(struct rdzv_msg *msg, unsigned type)
 {
-    memset(msg, 0, offsetof(struct rdzv_msg, u) + rdzv_msg_body_size(type));
+    memset(msg, 0, offsetof(struct rdzv_msg, u) + rdzv_msg_clear_size(type));
     msg->type = (uint8_t)type;
 }
 

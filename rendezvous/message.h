@@ -592,10 +592,13 @@ struct rdzv_msg {
 };
 
 /* Zeroes the part of msg that a message of this type uses (the header and its member of the
- * union) and sets the type. The union is ~64 KiB for KV values: zeroing all of it for every
- * message (`= {.type = ...}`, or a memset) cost a 64 KiB memset per message and 64 KiB of
- * stack pages per frame holding one. Unknown types: the header only. */
+ * union, but a trailing buffer: rdzv_msg_clear_size) and sets the type. The union is ~64 KiB for KV
+ * values: zeroing all of it for every message (`= {.type = ...}`, or a memset) cost a 64 KiB memset
+ * per message and 64 KiB of stack pages per frame holding one. Unknown types: the header only. */
 void rdzv_msg_init(struct rdzv_msg *msg, unsigned type);
+/* How many bytes of the union rdzv_msg_init zeroes: the body, less the byte buffer at the end of
+ * KV, STATUS, REPL_DATA, LOG and LOGS messages (beyond the length beside it nothing is read). */
+size_t rdzv_msg_clear_size(unsigned type);
 /* How many bytes of the union a message of this type uses (0 for none or unknown). */
 size_t rdzv_msg_body_size(unsigned type);
 

@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +29,13 @@
 static void listener_closed_cb(uv_handle_t *handle)
 {
     rdzv__handle_closed(handle->data);
+}
+
+static void fair_closed_cb(uv_handle_t *handle)
+{
+    struct rdzv_conn_fair *f = handle->data;
+
+    rdzv__handle_closed((struct rdzv_server *)((char *)f - offsetof(struct rdzv_server, fair)));
 }
 
 /* --- TLS handshakes per source address (hslimit.h) --------------------------------- */
@@ -390,6 +398,7 @@ static struct peer *new_peer(struct rdzv_server *srv)
         free(p);
         return NULL;
     }
+    rdzv_conn_set_fair(&p->conn, &srv->fair);
     uv_timer_init(srv->loop, &p->timer); /* cannot fail on unix */
     p->timer.data = p;
     p->open = 2;
@@ -539,7 +548,8 @@ static int server_start(uv_loop_t *loop, const char *host, unsigned port, struct
     }
     uv_tcp_init(loop, &srv->listener); /* cannot fail on unix */
     srv->listener.data = srv;
-    srv->handles = 1;
+    rdzv_conn_fair_init(loop, &srv->fair);
+    srv->handles = 2; /* the listener and the fair-reading handle */
     err = rdzv_server_listen_tcp(&srv->listener, &ss, on_connection, &srv->port);
     if (err < 0)
         rdzv_server_close(srv, NULL, NULL); /* memory goes back once the loop runs */
@@ -724,5 +734,6 @@ void rdzv_server_close(struct rdzv_server *s, void (*close_cb)(void *data), void
     }
     if (s->http != NULL)
         rdzv__http_close(s->http);
+    rdzv_conn_fair_close(&s->fair, fair_closed_cb);
     uv_close((uv_handle_t *)&s->listener, listener_closed_cb);
 }

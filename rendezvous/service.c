@@ -667,6 +667,15 @@ void rdzv__peer_event(struct peer *p, enum rdzv__event ev, const char *fmt, ...)
     char addr[INET6_ADDRSTRLEN];
     va_list ap;
 
+    /* A flood repeats one refusal per message: 200,000 KV_GETs over the cap spent 15 % of the
+     * server's loop in getpeername and formatting the address only to find it logged already. */
+    if ((unsigned)ev < 64 && (p->ev_seen & (UINT64_C(1) << ev)) != 0) {
+        p->srv->stats.events[ev]++;
+        p->srv->stats.log_suppressed++;
+        return;
+    }
+    if ((unsigned)ev < 64)
+        p->ev_seen |= UINT64_C(1) << ev;
     rdzv__peer_addr(p, addr, sizeof(addr));
     va_start(ap, fmt);
     event_va(p->srv, ev, addr, fmt, ap);

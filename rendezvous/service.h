@@ -53,6 +53,8 @@ struct peer {
                              * its JOIN (/status heartbeat_gap_max_ms: a stalled agent loop) */
     struct rdzv__source *source; /* its address's connection count; NULL if never counted */
     int send_err;        /* a send failed (-ENOBUFS: over send_queue_max): the timer closes it */
+    uint64_t ev_seen;    /* bit ev: rdzv__peer_event(ev) came before (its address is known to
+                          * the once-per-address log: no address to look up again) */
     int hs_counted;      /* in srv->hslimit's handshakes in flight, under hs_addr */
     uint8_t hs_addr[16]; /* its source address, as source_key() makes it */
     char *local_addr;    /* in-process channel: the address it stands for; else NULL */
@@ -217,6 +219,7 @@ struct rdzv_server_stats {
 struct rdzv_server {
     uv_loop_t *loop;
     uv_tcp_t listener;
+    struct rdzv_conn_fair fair;     /* every peer's conn reads fairly (conn.h); a handle */
     struct rdzv_tls *tls;           /* every connection's TLS configuration; owned */
     char token[RDZV_TOKEN_MAX + 1]; /* zero padded: compared over its whole size */
     int has_token;

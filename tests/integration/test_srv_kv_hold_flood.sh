@@ -17,7 +17,7 @@ need_tool FLOOD RDZV_KVFLOOD rdzv_kvflood
 need_cmd curl "for /status and /metrics"
 need_cmd jq "to read /status"
 
-GAP_MAX=2000 # keep_alive_interval 1000 ms + 1000 ms for a loaded 2-core VM
+GAP_MAX=1500 # keep_alive_interval 1000 ms + 500 ms for a loaded 2-core VM (1,000-1,004 ms seen)
 start_token_server --kv-max-held-per-job 512
 A=fa-$$ B=fb-$$
 for name in a b; do
@@ -46,16 +46,15 @@ MUSTER_TOKEN=$AW MUSTER_IT_MARK="$MARK" timeout 90 "$FLOOD" "$EP" $A 16 200000 1
     > "$T/flood.out" 2>&1 &
 FPID=$!
 IT_BG_PIDS="$IT_BG_PIDS $FPID"
-# While it runs: /metrics must answer promptly (before the fix every answer took ~3.6 s). On
-# this project's 2-core VMs the slowest of ~15 answers is 1.3-1.8 s with the flood on the same
-# cores (2026-12-03, the code before and after that session alike) and once 2.1 s: at most one
-# answer over 2 s, none over 3 s.
-slow=0 worst=0
+# While it runs: /metrics must answer promptly. Before the held requests were indexed every
+# answer took ~3.6 s; before fair reading (conn.c: a connection yields after 128 messages, the
+# replies to one read go out in one write) the slowest of ~15 was 1.3-2.4 s, with the other
+# job's heartbeats up to 2.4 s apart; since, 8 ms and 1,000 ms. None may take a second.
+worst=0
 while kill -0 $FPID 2>/dev/null && ! grep -q '^SENT\|^FAIL' "$T/flood.out"; do
     s=$(curl -s -m 10 -o /dev/null -w '%{time_total}' "http://$SHTTP/metrics") || s=10
     ms=$(awk -v s="$s" 'BEGIN { printf "%d", s * 1000 }')
     [ "$ms" -gt "$worst" ] && worst=$ms
-    [ "$ms" -gt 2000 ] && slow=$((slow + 1))
     sleep 0.2
 done
 note "slowest /metrics during the flood: $worst ms"
@@ -71,13 +70,15 @@ t1=$(now_ms)
 http_get "$SHTTP" /metrics
 note "/metrics with the holds in place: $(( $(now_ms) - t1 )) ms"
 [ "$HTTP_CODE" = 200 ] || fail "/metrics answered $HTTP_CODE"
-[ "$slow" -le 1 ] && [ "$worst" -le 3000 ] ||
-    fail "/metrics took over 2 s $slow times during the flood (slowest $worst ms; at most once, never 3 s)"
+[ "$worst" -le 1000 ] || fail "/metrics took $worst ms during the flood (at most 1 s)"
 n=$(sed -n 's/^muster_limit_hits_total{limit="kv_held_per_job"} \([0-9]*\)$/\1/p' "$T/http.body")
 m=$(sed -n 's/^muster_limit_hits_total{limit="kv_held_per_conn"} \([0-9]*\)$/\1/p' "$T/http.body")
 [ $(( ${n:-0} + ${m:-0} )) = "$limit" ] ||
     fail "limit hits kv_held_per_job '${n:-}' + kv_held_per_conn '${m:-}' != $limit refusals"
 [ "${n:-0}" -gt 0 ] || fail "no kv_held_per_job hit counted"
+pauses=$(sed -n 's/^muster_read_pauses_total \([0-9]*\)$/\1/p' "$T/http.body")
+[ "${pauses:-0}" -gt 0 ] || fail "the flood's connections never paused for the others (muster_read_pauses_total '${pauses:-}')"
+note "read pauses: $pauses"
 lines=$(grep -c "kv_held" "$SERR")
 [ "$lines" -le 2 ] || fail "the refusals were logged $lines times (once per address and kind)"
 
