@@ -2,27 +2,221 @@
  * TELEMETRY; the server keeps the latest sample per connection (the node) for /status and
  * /metrics, and the job's warnings, each once. The message names no node: the sender's
  * connection is the node, so an agent cannot speak for another one. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "handler.h"
 #include "sjob.h"
 
-/* Adds w to the job's warnings unless it is there already (at most SJOB_WARN_MAX). */
-static void add_warning(struct sjob *sj, const char *w)
+/* Adds w to the job's warnings unless it is there already (at most SJOB_WARN_MAX). Returns 1
+ * when it was added. */
+static int add_warning(struct sjob *sj, const char *w)
 {
     if (w[0] == '\0')
-        return;
+        return 0;
     for (unsigned i = 0; i < sj->n_warnings; i++)
         if (strcmp(sj->warnings[i], w) == 0)
-            return;
+            return 0;
     if (sj->n_warnings >= SJOB_WARN_MAX)
-        return;
+        return 0;
     if (sj->warnings == NULL &&
         (sj->warnings = calloc(SJOB_WARN_MAX, sizeof(sj->warnings[0]))) == NULL)
-        return;
+        return 0;
     memcpy(sj->warnings[sj->n_warnings], w, strnlen(w, RDZV_TEL_WARN_LEN));
     sj->n_warnings++;
+    return 1;
+}
+
+/* --- warnings only the server can give: the job's nodes compared -----------------------------
+ * Each node's agent warns of what its own node shows (agent/telemetry.c). What needs every
+ * node's latest sample is judged here, at most once a second per job, and said once, in /status
+ * and in the server's log, after it held for the grace (MUSTER_TELEMETRY_GRACE_MS, as the
+ * agents': 60 s, so that ranks still loading or warming up are not named):
+ * - memory far apart: the rank processes' GPU memory, largest >= TEL_APART_RATIO x smallest and
+ *   TEL_APART_MIN_BYTES more (uneven shards, a leak in one rank);
+ * - a straggler: a GPU holding a rank whose utilisation is under half its peers' median and
+ *   TEL_SLOW_UTIL_POINTS below it, or whose SM clock is under TEL_SLOW_CLOCK_PCT % of theirs
+ *   (its peers: every other GPU of the job that holds a rank). */
+#define TEL_EVAL_MS 1000
+#define TEL_APART_RATIO 2
+#define TEL_APART_MIN_BYTES (1ull << 30)
+#define TEL_SLOW_UTIL_POINTS 30
+#define TEL_SLOW_CLOCK_PCT 75
+
+static uint64_t grace_ms(void)
+{
+    static uint64_t g = UINT64_MAX;
+
+    if (g == UINT64_MAX) {
+        const char *e = getenv("MUSTER_TELEMETRY_GRACE_MS");
+
+        g = e != NULL && e[0] != '\0' ? strtoull(e, NULL, 10) : 60000;
+    }
+    return g;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The median of the n sorted values a[] less one instance of v (n >= 2). */
+static double median_without(const int32_t *a, size_t n, int32_t v)
+{
+    size_t k = 0, m = n - 1;
+
+    while (k < n && a[k] != v)
+        k++;
+#define AT(i) ((i) < k ? a[(i)] : a[(i) + 1])
+    double r = m % 2 ? AT(m / 2) : (AT(m / 2 - 1) + AT(m / 2)) / 2.0;
+#undef AT
+    return r;
+}
+
+static int holds_rank(const struct rdzv_tel_gpu *x)
+{
+    for (uint32_t k = 0; k < x->nprocs; k++)
+        if (x->procs[k].rank >= 0)
+            return 1;
+    return 0;
+}
+
+struct tel_gpu_ref {
+    struct peer *p;
+    const struct rdzv_job_member *m;
+    uint32_t i; /* index in p->tel->gpus */
+};
+
+/* w cut to what a warning holds (host names are up to 255 bytes), so that it compares equal to
+ * itself next time */
+static void say(struct rdzv_server *srv, struct sjob *sj, const char *w)
+{
+    char cut[RDZV_TEL_WARN_LEN + 1];
+    size_t n = strnlen(w, RDZV_TEL_WARN_LEN);
+
+    memcpy(cut, w, n);
+    cut[n] = '\0';
+    if (add_warning(sj, cut))
+        rdzv__log(srv, "job %s: %s", sj->job->id, cut);
+}
+
+static void judge_memory(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
+{
+    const struct rdzv_job *job = sj->job;
+    const struct rdzv_job_member *lo_m = NULL, *hi_m = NULL;
+    const struct rdzv_tel_proc *lo = NULL, *hi = NULL;
+    uint32_t lo_g = 0, hi_g = 0;
+    char w[640];
+
+    for (size_t n = 0; n < job->n_members; n++) {
+        const struct rdzv_job_member *m = &job->members[n];
+        const struct peer *mp = m->peer;
+        const struct rdzv_telemetry *t = mp != NULL ? mp->tel : NULL;
+
+        for (uint32_t i = 0; t != NULL && i < t->ngpus; i++)
+            for (uint32_t k = 0; k < t->gpus[i].nprocs; k++) {
+                const struct rdzv_tel_proc *q = &t->gpus[i].procs[k];
+
+                if (q->rank < 0 || q->mem == UINT64_MAX)
+                    continue;
+                if (lo == NULL || q->mem < lo->mem)
+                    lo = q, lo_m = m, lo_g = t->gpus[i].gpu;
+                if (hi == NULL || q->mem > hi->mem)
+                    hi = q, hi_m = m, hi_g = t->gpus[i].gpu;
+            }
+    }
+    if (lo == NULL || hi->mem < TEL_APART_RATIO * lo->mem ||
+        hi->mem - lo->mem < TEL_APART_MIN_BYTES) {
+        sj->mem_apart_since = 0;
+        return;
+    }
+    if (sj->mem_apart_since == 0)
+        sj->mem_apart_since = now;
+    if (now - sj->mem_apart_since < grace_ms())
+        return;
+    snprintf(w, sizeof(w),
+             "GPU memory far apart across the ranks: rank %d holds %.1f GiB (GPU %u of %s), "
+             "rank %d %.1f GiB (GPU %u of %s)",
+             (int)hi->rank, (double)hi->mem / (1 << 30), hi_g, hi_m->host, (int)lo->rank,
+             (double)lo->mem / (1 << 30), lo_g, lo_m->host);
+    say(srv, sj, w);
+}
+
+static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
+{
+    const struct rdzv_job *job = sj->job;
+    struct tel_gpu_ref *g = NULL;
+    int32_t *util = NULL, *clk = NULL;
+    size_t n = 0, nu = 0, nc = 0, cap = 0;
+    char w[640];
+
+    for (size_t k = 0; k < job->n_members; k++) {
+        struct peer *p = job->members[k].peer;
+
+        for (uint32_t i = 0; p != NULL && p->tel != NULL && i < p->tel->ngpus; i++) {
+            if (!holds_rank(&p->tel->gpus[i]))
+                continue;
+            if (n == cap) {
+                size_t c = cap ? 2 * cap : 16;
+                void *a = realloc(g, c * sizeof(*g)), *b = NULL, *d = NULL;
+
+                if (a != NULL)
+                    g = a;
+                if (a == NULL || (b = realloc(util, c * sizeof(*util))) == NULL)
+                    goto out;
+                util = b;
+                if ((d = realloc(clk, c * sizeof(*clk))) == NULL)
+                    goto out;
+                clk = d;
+                cap = c;
+            }
+            g[n++] = (struct tel_gpu_ref){p, &job->members[k], i};
+            if (p->tel->gpus[i].util >= 0)
+                util[nu++] = p->tel->gpus[i].util;
+            if (p->tel->gpus[i].sm_clock > 0)
+                clk[nc++] = p->tel->gpus[i].sm_clock;
+        }
+    }
+    qsort(util, nu, sizeof(*util), cmp_i32);
+    qsort(clk, nc, sizeof(*clk), cmp_i32);
+    for (size_t k = 0; k < n; k++) {
+        struct peer *p = g[k].p;
+        const struct rdzv_tel_gpu *x = &p->tel->gpus[g[k].i];
+        double mu = nu >= 2 && x->util >= 0 ? median_without(util, nu, x->util) : -1;
+        double mc = nc >= 2 && x->sm_clock > 0 ? median_without(clk, nc, x->sm_clock) : -1;
+        int by_util = mu >= 0 && x->util < mu / 2 && mu - x->util >= TEL_SLOW_UTIL_POINTS;
+        int by_clock = mc > 0 && x->sm_clock * 100.0 < mc * TEL_SLOW_CLOCK_PCT;
+
+        if (p->tel_slow_since == NULL)
+            continue;
+        if (!by_util && !by_clock) {
+            p->tel_slow_since[g[k].i] = 0;
+            continue;
+        }
+        if (p->tel_slow_since[g[k].i] == 0)
+            p->tel_slow_since[g[k].i] = now;
+        if (now - p->tel_slow_since[g[k].i] < grace_ms())
+            continue;
+        if (by_util)
+            snprintf(w, sizeof(w),
+                     "GPU %u of %s (node %u) is a straggler: %d %% busy while its peers' median "
+                     "is %.0f %%",
+                     x->gpu, g[k].m->host, g[k].m->group_rank, (int)x->util, mu);
+        else
+            snprintf(w, sizeof(w),
+                     "GPU %u of %s (node %u) is a straggler: SM clock %d MHz while its peers' "
+                     "median is %.0f MHz",
+                     x->gpu, g[k].m->host, g[k].m->group_rank, (int)x->sm_clock, mc);
+        say(srv, sj, w);
+    }
+out:
+    free(g);
+    free(util);
+    free(clk);
 }
 
 void rdzv__handle_telemetry(struct peer *p, const struct rdzv_telemetry *t)
@@ -39,7 +233,16 @@ void rdzv__handle_telemetry(struct peer *p, const struct rdzv_telemetry *t)
         return; /* a spare or a node waiting for a round: it holds no ranks to report on */
     if (p->tel == NULL && (p->tel = malloc(sizeof(*p->tel))) == NULL)
         return; /* out of memory: telemetry is display only */
+    if (p->tel_slow_since == NULL)
+        p->tel_slow_since = calloc(RDZV_TEL_GPUS_MAX, sizeof(*p->tel_slow_since));
     memcpy(p->tel, t, sizeof(*t));
     for (uint32_t i = 0; i < t->nwarn; i++)
-        add_warning(sj, t->warn[i]);
+        (void)add_warning(sj, t->warn[i]);
+    uint64_t now = uv_now(p->srv->loop);
+
+    if (now - sj->tel_judged_ms < TEL_EVAL_MS)
+        return;
+    sj->tel_judged_ms = now;
+    judge_memory(p->srv, sj, now);
+    judge_stragglers(p->srv, sj, now);
 }

@@ -69,6 +69,9 @@ struct peer {
     struct peer **debug_slot;
     /* agent in a job: its node's latest TELEMETRY (handler_tel.c); NULL before one */
     struct rdzv_telemetry *tel;
+    /* uv_now since which each of its GPUs has lagged its peers in the job (0: it does not),
+     * allocated with tel (handler_tel.c "stragglers") */
+    uint64_t *tel_slow_since;
 };
 
 /* One checkpoint replica being relayed (handler_repl.c). */
@@ -137,6 +140,8 @@ struct sjob {
     /* the warnings its agents' telemetry found (handler_tel.c), each once, in arrival order */
     char (*warnings)[RDZV_TEL_WARN_LEN + 1];
     unsigned n_warnings;
+    uint64_t mem_apart_since; /* uv_now since which its ranks' GPU memory is far apart; 0 not */
+    uint64_t tel_judged_ms;   /* uv_now of the last comparison of its nodes' telemetry */
 };
 #define SJOB_WARN_MAX 32 /* warnings one job keeps; later ones are not shown */
 
