@@ -399,6 +399,46 @@ static void log_families(FILE *f, struct rdzv_server *srv)
 }
 
 /* The latest TELEMETRY of each member (handler_tel.c, docs/TELEMETRY.md): per job, node, GPU. */
+/* Per rank: the GPU memory of its processes (a rank's worker and its descendants) and the
+ * utilisation of the GPUs they are on, from its node's latest sample. A process on two GPUs,
+ * or two of a rank's on one, add up to the one series of (job, rank, node, gpu). */
+static void rank_families(FILE *f, struct rdzv_server *srv)
+{
+    fputs("# HELP muster_rank_gpu_memory_bytes GPU memory held by a rank's processes, per GPU.\n"
+          "# TYPE muster_rank_gpu_memory_bytes gauge\n",
+          f);
+    for (struct sjob *sj = srv->jobs; sj != NULL; sj = sj->next) {
+        for (size_t m = 0; m < sj->job->n_members; m++) {
+            const struct peer *p = sj->job->members[m].peer;
+            const struct rdzv_telemetry *t = p != NULL ? p->tel : NULL;
+
+            for (uint32_t g = 0; t != NULL && g < t->ngpus; g++) {
+                const struct rdzv_tel_gpu *x = &t->gpus[g];
+
+                for (uint32_t k = 0; k < x->nprocs; k++) {
+                    uint64_t sum = 0;
+                    int first = 1, rank = x->procs[k].rank;
+
+                    if (rank < 0)
+                        continue;
+                    for (uint32_t j = 0; j < x->nprocs && first; j++)
+                        first = !(j < k && x->procs[j].rank == rank);
+                    if (!first)
+                        continue; /* that rank's series is out already */
+                    for (uint32_t j = k; j < x->nprocs; j++)
+                        if (x->procs[j].rank == rank && x->procs[j].mem != UINT64_MAX)
+                            sum += x->procs[j].mem;
+                    fprintf(f, "muster_rank_gpu_memory_bytes{job=\"");
+                    mc_prom_label(f, sj->job->id);
+                    fprintf(f, "\",rank=\"%d\",node=\"", rank);
+                    mc_prom_label(f, sj->job->members[m].host);
+                    fprintf(f, "\",gpu=\"%u\"} %.15g\n", x->gpu, (double)sum);
+                }
+            }
+        }
+    }
+}
+
 static void gpu_families(FILE *f, struct rdzv_server *srv)
 {
     static const struct {
@@ -441,6 +481,7 @@ static void gpu_families(FILE *f, struct rdzv_server *srv)
             }
         }
     }
+    rank_families(f, srv);
 }
 
 static char *metrics_text(struct rdzv_server *srv, size_t *len)

@@ -102,7 +102,9 @@ for series in "muster_gpu_utilization_ratio{job=\"bad\",node=\"[^\"]*\",gpu=\"0\
     "muster_gpu_memory_used_bytes{job=\"bad\",node=\"[^\"]*\",gpu=\"0\"} $((30 * GiB))" \
     "muster_gpu_throttle_reasons{job=\"bad\",node=\"[^\"]*\",gpu=\"1\"} 68" \
     "muster_gpu_processes{job=\"bad\",node=\"[^\"]*\",gpu=\"0\"} 2" \
-    "muster_gpu_power_watts{job=\"bad\",node=\"[^\"]*\",gpu=\"1\"} 180"; do
+    "muster_gpu_power_watts{job=\"bad\",node=\"[^\"]*\",gpu=\"1\"} 180" \
+    "muster_rank_gpu_memory_bytes{job=\"bad\",rank=\"0\",node=\"[^\"]*\",gpu=\"0\"} $((12 * GiB))" \
+    "muster_rank_gpu_memory_bytes{job=\"bad\",rank=\"1\",node=\"[^\"]*\",gpu=\"0\"} $((11 * GiB))"; do
     grep -q "^$series\$" "$T/http.body" || { grep '^muster_gpu' "$T/http.body" >&2; fail "/metrics lacks $series"; }
 done
 finish_job bad
