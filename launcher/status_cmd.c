@@ -343,6 +343,55 @@ static void print_job(json_t *job)
     print_pending(job, "waiting", "WAITING HOST");
 }
 
+/* The nodes' GPUs from their latest telemetry (docs/TELEMETRY.md), when any node sent one, and the
+ * job's warnings. Facts NVML did not give are "-". */
+static void print_gpus(json_t *job)
+{
+    json_t *n, *g, *q, *w;
+    size_t i, k, j;
+    int head = 0;
+
+    json_array_foreach(json_object_get(job, "nodes"), i, n)
+    {
+        json_array_foreach(json_object_get(json_object_get(n, "telemetry"), "gpus"), k, g)
+        {
+            char ranks[96] = "-", util[16] = "-", clk[16] = "-", temp[16] = "-", power[16] = "-";
+            size_t used = 0;
+
+            if (!head++)
+                printf("  %-24s %-4s %-6s %-17s %-7s %-6s %-7s %s\n", "GPU HOST", "GPU", "UTIL",
+                       "MEMORY", "SM MHZ", "TEMP", "POWER", "RANKS");
+            json_array_foreach(json_object_get(g, "procs"), j, q)
+            {
+                long r = num(q, "rank");
+
+                if (r < 0 || used >= sizeof(ranks) - 16)
+                    continue;
+                used += (size_t)snprintf(ranks + used, sizeof(ranks) - used, "%s%ld",
+                                         used ? "," : "", r);
+            }
+            if (num(g, "util") >= 0)
+                snprintf(util, sizeof(util), "%ld %%", num(g, "util"));
+            if (num(g, "sm_clock") > 0)
+                snprintf(clk, sizeof(clk), "%ld", num(g, "sm_clock"));
+            if (num(g, "temp") >= 0)
+                snprintf(temp, sizeof(temp), "%ld C", num(g, "temp"));
+            if (mc_json_num(g, "power_w", -1) >= 0)
+                snprintf(power, sizeof(power), "%.0f W", mc_json_num(g, "power_w", -1));
+            printf("  %-24s %-4ld %-6s %5.1f/%5.1f GiB   %-7s %-6s %-7s %s\n", str(n, "host"),
+                   num(g, "gpu"), util, mc_json_num(g, "mem_used", 0) / 1073741824.0,
+                   mc_json_num(g, "mem_total", 0) / 1073741824.0, clk, temp, power, ranks);
+        }
+    }
+    json_array_foreach(json_object_get(job, "warnings"), i, w)
+    {
+        char shown[MC_ESCAPE_SIZE(RDZV_TEL_WARN_LEN)];
+
+        mc_escape(json_is_string(w) ? json_string_value(w) : "", shown, sizeof(shown));
+        printf("  warning: %s\n", shown);
+    }
+}
+
 /* Nodes charged with failures (docs/FAULT_TOLERANCE.md "Restart policy"), and which of them are
  * excluded and why. */
 static void print_node_failures(json_t *job)
@@ -482,6 +531,7 @@ static int print_answer(const struct status_cmd *c)
     json_array_foreach(json_object_get(root, "jobs"), i, job)
     {
         print_job(job);
+        print_gpus(job);
         print_node_failures(job);
         print_checkpoints(job);
         if (json_is_object(json_object_get(job, "evidence")))

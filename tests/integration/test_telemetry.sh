@@ -107,6 +107,14 @@ for series in "muster_gpu_utilization_ratio{job=\"bad\",node=\"[^\"]*\",gpu=\"0\
     "muster_rank_gpu_memory_bytes{job=\"bad\",rank=\"1\",node=\"[^\"]*\",gpu=\"0\"} $((11 * GiB))"; do
     grep -q "^$series\$" "$T/http.body" || { grep '^muster_gpu' "$T/http.body" >&2; fail "/metrics lacks $series"; }
 done
+# muster status: a row per GPU (its ranks), and the warnings
+OUTF=$T/st.out ERRF=$T/st.err IT_TIMEOUT=10 mrun -- status --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id bad
+expect_eq "muster status's exit" 0 "$RC"
+grep -Eq '^  [^ ]+ +0 +97 % +30.0/ 80.0 GiB +1980 +61 C +412 W +0,1$' "$T/st.out" ||
+    { cat "$T/st.out" >&2; fail "muster status lacks GPU 0's row"; }
+grep -Eq '^  [^ ]+ +1 +0 % +1.0/ 80.0 GiB +1100 +91 C +180 W +-$' "$T/st.out" ||
+    { cat "$T/st.out" >&2; fail "muster status lacks GPU 1's row"; }
+expect_eq "warnings in muster status" 3 "$(grep -c '^  warning: ' "$T/st.out")"
 finish_job bad
 expect_eq "LOCAL_RANK warnings on the console" 1 "$(grep -c 'ignores LOCAL_RANK' "$T/bad.err")"
 expect_eq "throttle warnings on the console" 1 "$(grep -c 'is throttled' "$T/bad.err")"
