@@ -32,6 +32,11 @@ void rdzv__handle_log(struct peer *p, const struct rdzv_log *l);
 void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q);
 /* sj is dropped: its log moves to the server's ended logs (RDZV_LOG_KEEP_*). */
 void rdzv__log_keep(struct sjob *sj);
+/* GET /logs: the newest n lines of rank (-1 all) of job job_id, running or ended, as JSON
+ * {"job", "rank", "dropped", "ended", "lines": [{"seq", "time_ms", "rank", "stream", "text"}]}
+ * (malloc'd; free() it). NULL with *status 404 (no such job), 400 (no such rank) or 500. */
+char *rdzv__log_tail(struct rdzv_server *srv, const char *job_id, int32_t rank, size_t n,
+                     int *status);
 
 /* handler_tel.c: GPU telemetry of a member's node */
 void rdzv__handle_telemetry(struct peer *p, const struct rdzv_telemetry *t);

@@ -3,10 +3,12 @@
  * the job's credential, the observer credential or the server's token). An agent may only
  * speak for the ranks its node holds in the current round: lines of other ranks are dropped and
  * the refusal counted; a connection that is not in a job gets ERROR. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
 #include "handler.h"
 #include "logring.h"
 #include "sjob.h"
@@ -152,4 +154,61 @@ void rdzv__handle_logs_req(struct peer *p, const struct rdzv_logs_req *q)
         m->u.log.state |= RDZV_LOGS_NONE; /* --follow of a job not started yet: waiting */
     rdzv__send(p, m);
     free(m);
+}
+
+/* --- the dashboard's tail (GET /logs) -------------------------------------------------------- */
+
+static void tail_line(void *ctx, uint64_t seq, uint64_t time_ms, int32_t rank, uint8_t stream,
+                      const char *text, size_t len)
+{
+    char line[RDZV_LOG_LINE_MAX + 1];
+
+    memcpy(line, text, len);
+    line[len] = '\0';
+    mc_utf8_sanitize(line); /* JSON strings are UTF-8; a line's bytes need not be */
+    json_array_append_new(ctx, json_pack("{s:I, s:I, s:i, s:s, s:s}", "seq", (json_int_t)seq,
+                                         "time_ms", (json_int_t)time_ms, "rank", (int)rank,
+                                         "stream", stream ? "stderr" : "stdout", "text", line));
+}
+
+char *rdzv__log_tail(struct rdzv_server *srv, const char *job_id, int32_t rank, size_t n,
+                     int *status)
+{
+    struct sjob *sj = rdzv__sjob_find(srv, job_id);
+    struct rdzv__ended_log *old = sj == NULL ? ended(srv, job_id) : NULL;
+    struct rdzv_logring *r = sj != NULL ? sj->logs : old != NULL ? old->ring : NULL;
+    uint32_t world = sj != NULL ? sj->job->world_size : old != NULL ? old->world_size : 0;
+    struct rdzv_logring_stats st = {0};
+    json_t *lines, *doc;
+    char *text;
+
+    *status = 200;
+    if (sj == NULL && old == NULL) {
+        *status = 404;
+        return NULL;
+    }
+    if (rank < -1 || (rank >= 0 && world > 0 && (uint32_t)rank >= world)) {
+        *status = 400;
+        return NULL;
+    }
+    if ((lines = json_array()) == NULL)
+        goto oom;
+    if (r != NULL) {
+        rdzv_logring_tail(r, rank, n, tail_line, lines);
+        rdzv_logring_stats(r, &st);
+    }
+    doc = json_pack("{s:s, s:i, s:I, s:b, s:o}", "job", job_id, "rank", (int)rank, "dropped",
+                    (json_int_t)(st.dropped_ring + st.dropped_rate + st.dropped_agents), "ended",
+                    old != NULL || (sj != NULL && sj->job->state == RDZV_JOB_FINISHED), "lines",
+                    lines);
+    if (doc == NULL)
+        goto oom;
+    text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (text == NULL)
+        goto oom;
+    return text;
+oom:
+    *status = 500;
+    return NULL;
 }

@@ -10,6 +10,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 
 #include "escape.h"
 #include "cred.h"
+#include "handler.h"
 #include "server.h"
 #include "service.h"
 #include "status.h"
@@ -80,9 +82,58 @@ int rdzv_http_parse(const char *buf, size_t len, struct rdzv_http_req *req)
     if (*p != '\n' || req->path[0] != '/')
         return -EINVAL;
     q = strchr(req->path, '?');
-    if (q != NULL)
+    req->query[0] = '\0';
+    if (q != NULL) {
+        memcpy(req->query, q + 1, strlen(q + 1) + 1);
         req->path[q - req->path] = '\0';
+    }
     return 0;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+int rdzv_http_query(const char *q, const char *name, char *out, size_t outlen)
+{
+    size_t n = strlen(name);
+
+    while (q != NULL && *q != '\0') {
+        const char *end = strchr(q, '&');
+        size_t len = end != NULL ? (size_t)(end - q) : strlen(q);
+
+        if (len > n && strncmp(q, name, n) == 0 && q[n] == '=') {
+            size_t o = 0;
+
+            for (size_t i = n + 1; i < len; i++) {
+                int c = (unsigned char)q[i];
+
+                if (c == '+') {
+                    c = ' ';
+                } else if (c == '%') {
+                    if (i + 2 >= len)
+                        return -EINVAL; /* fewer than two hex digits left */
+                    int h = hexval(q[i + 1]), l = hexval(q[i + 2]);
+
+                    if (h < 0 || l < 0)
+                        return -EINVAL;
+                    c = h * 16 + l;
+                    i += 2;
+                }
+                if (c == 0 || o + 1 >= outlen)
+                    return -EINVAL;
+                out[o++] = (char)c;
+            }
+            out[o] = '\0';
+            return 0;
+        }
+        q = end != NULL ? end + 1 : NULL;
+    }
+    return -ENOENT;
 }
 
 int rdzv_http_header(const char *buf, size_t len, const char *name, char *out, size_t outlen)
@@ -136,6 +187,9 @@ struct rdzv_http {
      * unlink themselves from it (libuv runs close callbacks newest first): a use-after-free
      * on every server close with an HTTP connection open (SIGTERM to `muster server`). */
     unsigned refs;
+    /* GET /logs is built per request (a tail of a job's ring): at most LOGS_PER_S a second */
+    uint64_t logs_window_ms;
+    unsigned logs_in_window;
 };
 
 struct http_conn {
@@ -219,9 +273,10 @@ static void write_cb(uv_write_t *req, int status)
         conn_close(c);
 }
 
-/* Queues the whole response (head + body unless HEAD) and closes once it is written. */
-static void respond(struct http_conn *c, int code, const char *reason, const char *ctype,
-                    const char *body, size_t blen, int head_only)
+/* Queues the whole response (head + body unless HEAD) and closes once it is written; extra: more
+ * header lines, each ending in CRLF ("" none). */
+static void respond_extra(struct http_conn *c, int code, const char *reason, const char *ctype,
+                          const char *extra, const char *body, size_t blen, int head_only)
 {
     FILE *f = open_memstream(&c->response, &c->len);
     uv_buf_t buf;
@@ -238,8 +293,8 @@ static void respond(struct http_conn *c, int code, const char *reason, const cha
             "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
             "Content-Security-Policy: %s\r\nReferrer-Policy: no-referrer\r\n"
-            "X-Frame-Options: DENY\r\nConnection: close\r\n\r\n",
-            code, reason, ctype, blen, RDZV_HTTP_CSP);
+            "X-Frame-Options: DENY\r\nConnection: close\r\n%s\r\n",
+            code, reason, ctype, blen, RDZV_HTTP_CSP, extra);
     if (!head_only)
         fwrite(body, 1, blen, f);
     if (fclose(f) != 0) {
@@ -250,6 +305,12 @@ static void respond(struct http_conn *c, int code, const char *reason, const cha
     c->write.data = c;
     if (uv_write(&c->write, (uv_stream_t *)&c->tcp, &buf, 1, write_cb) < 0)
         conn_close(c);
+}
+
+static void respond(struct http_conn *c, int code, const char *reason, const char *ctype,
+                    const char *body, size_t blen, int head_only)
+{
+    respond_extra(c, code, reason, ctype, "", body, blen, head_only);
 }
 
 static void respond_text(struct http_conn *c, int code, const char *reason, int head_only)
@@ -659,6 +720,64 @@ static const struct {
     {"/favicon.svg", "image/svg+xml", favicon_svg, sizeof(favicon_svg) - 1},
 };
 
+/* GET /logs?job=J[&rank=R][&n=N]: the newest N (1..LOGS_MAX_LINES, default 50) lines of rank R
+ * (default: every rank) of job J, as JSON (rdzv__log_tail). Built per request, so at most
+ * LOGS_PER_S a second over all connections: more get 429 with Retry-After. */
+#define LOGS_PER_S 50
+#define LOGS_MAX_LINES 200
+
+static void serve_logs(struct http_conn *c, const struct rdzv_http_req *req, int only)
+{
+    struct rdzv_http *h = c->http;
+    uint64_t now = uv_now(h->srv->loop);
+    char job[RDZV_ID_MAX + 1], v[32], *end, *text;
+    long rank = -1, n = 50;
+    int status;
+
+    if (now - h->logs_window_ms >= 1000) {
+        h->logs_window_ms = now;
+        h->logs_in_window = 0;
+    }
+    if (++h->logs_in_window > LOGS_PER_S) {
+        static const char busy[] = "429 Too Many Requests: /logs at most 50 times a second\n";
+
+        respond_extra(c, 429, "Too Many Requests", "text/plain; charset=utf-8",
+                      "Retry-After: 1\r\n", busy, sizeof(busy) - 1, only);
+        return;
+    }
+    if (rdzv_http_query(req->query, "job", job, sizeof(job)) != 0 || job[0] == '\0') {
+        respond_text(c, 400, "Bad Request", only);
+        return;
+    }
+    if (rdzv_http_query(req->query, "rank", v, sizeof(v)) == 0) {
+        errno = 0;
+        rank = strtol(v, &end, 10);
+        if (errno != 0 || end == v || *end != '\0' || rank < -1 || rank > INT32_MAX) {
+            respond_text(c, 400, "Bad Request", only);
+            return;
+        }
+    }
+    if (rdzv_http_query(req->query, "n", v, sizeof(v)) == 0) {
+        errno = 0;
+        n = strtol(v, &end, 10);
+        if (errno != 0 || end == v || *end != '\0' || n < 1 || n > LOGS_MAX_LINES) {
+            respond_text(c, 400, "Bad Request", only);
+            return;
+        }
+    }
+    if ((text = rdzv__log_tail(h->srv, job, (int32_t)rank, (size_t)n, &status)) == NULL) {
+        if (status == 404)
+            respond_text(c, 404, "Not Found", only);
+        else if (status == 400)
+            respond_text(c, 400, "Bad Request", only);
+        else
+            respond_text(c, 500, "Internal Server Error", only);
+        return;
+    }
+    respond(c, 200, "OK", "application/json", text, strlen(text), only);
+    free(text);
+}
+
 static void serve(struct http_conn *c, const struct rdzv_http_req *req, const char *head,
                   size_t hlen)
 {
@@ -670,6 +789,11 @@ static void serve(struct http_conn *c, const struct rdzv_http_req *req, const ch
     srv->stats.http_requests_total++;
     if (!only && strcmp(req->method, "GET") != 0) {
         respond_text(c, 405, "Method Not Allowed", 0);
+        return;
+    }
+    if (strcmp(req->path, "/logs") == 0) {
+        if (status_allowed(c, head, hlen, only))
+            serve_logs(c, req, only);
         return;
     }
     if (strcmp(req->path, "/metrics") == 0) {

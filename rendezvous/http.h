@@ -21,8 +21,14 @@
 
 struct rdzv_http_req {
     char method[RDZV_HTTP_METHOD_MAX + 1];
-    char path[RDZV_HTTP_PATH_MAX + 1]; /* without "?query" */
+    char path[RDZV_HTTP_PATH_MAX + 1];  /* without "?query" */
+    char query[RDZV_HTTP_PATH_MAX + 1]; /* after the '?', still %-encoded; "" none */
 };
+
+/* The value of name in the query q ("a=1&b=x%20y"), %-decoded ('+' is a space) into out (at most
+ * outlen - 1 bytes). Returns 0, -ENOENT when absent, -EINVAL for a bad %-escape, a NUL or a
+ * value that does not fit. */
+int rdzv_http_query(const char *q, const char *name, char *out, size_t outlen);
 
 /* Parses the request head in buf[0..len). Returns 0 when a complete, well-formed head (request
  * line "METHOD SP PATH SP HTTP/1.x", headers up to an empty line; CRLF or LF) was found and

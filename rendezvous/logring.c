@@ -217,6 +217,28 @@ void rdzv_logring_read(const struct rdzv_logring *r, const struct rdzv_logs_req 
     }
 }
 
+size_t rdzv_logring_tail(const struct rdzv_logring *r, int32_t rank, size_t k,
+                         rdzv_logring_tail_fn fn, void *ctx)
+{
+    size_t *pick, found = 0;
+
+    if (r == NULL || k == 0 || r->n == 0 || (pick = malloc(k * sizeof(*pick))) == NULL)
+        return 0;
+    for (size_t back = 0; back < r->n && back < RDZV_LOG_SCAN_MAX && found < k; back++) {
+        size_t i = (r->head + r->n - 1 - back) % r->cap;
+
+        if (rank < 0 || r->e[i].rank == rank)
+            pick[found++] = i;
+    }
+    for (size_t j = found; j-- > 0;) {
+        const struct entry *e = &r->e[pick[j]];
+
+        fn(ctx, e->seq, e->time_ms, e->rank, e->stream, e->text, e->len);
+    }
+    free(pick);
+    return found;
+}
+
 void rdzv_logring_stats(const struct rdzv_logring *r, struct rdzv_logring_stats *s)
 {
     *s = r->st;

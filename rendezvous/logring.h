@@ -83,6 +83,13 @@ void rdzv_logring_read(const struct rdzv_logring *r, const struct rdzv_logs_req 
 
 void rdzv_logring_stats(const struct rdzv_logring *r, struct rdzv_logring_stats *s);
 
+/* The newest lines: up to k of rank (-1: any rank), found among the newest RDZV_LOG_SCAN_MAX
+ * held, given to fn oldest first (text is not NUL-terminated: len bytes). Returns how many. */
+typedef void (*rdzv_logring_tail_fn)(void *ctx, uint64_t seq, uint64_t time_ms, int32_t rank,
+                                     uint8_t stream, const char *text, size_t len);
+size_t rdzv_logring_tail(const struct rdzv_logring *r, int32_t rank, size_t k,
+                         rdzv_logring_tail_fn fn, void *ctx);
+
 /* --dedup: prints the n lines of l (in order) through emit: a line that several ranks said
  * identically (same stream and text) comes once, with ranks "0-3,5" (emit's ranks; NULL for a
  * line of one rank, which keeps its rank). A rank joins an earlier identical line only when it

@@ -12,6 +12,8 @@
   var sparks = {}; /* "job\u0000host\u0000gpu" -> {t, util: [], mem: []} */
   var lastOk = 0;
   var timer = null;
+  var LOG_LINES = 50;
+  var logs = {}; /* job id -> {open, rank ('' = every rank), doc (the last /logs answer), error} */
 
   /* --- DOM helpers: text only ----------------------------------------------------------- */
   function el(tag, cls) {
@@ -264,6 +266,87 @@
     return out;
   }
 
+  /* The tail of the job's log, per rank (GET /logs): asked only while the panel is open. The
+   * panel is rebuilt with the page each second; its state lives in logs[job]. */
+  function logsPart(job) {
+    var st = logs[job.id] || (logs[job.id] = {open: false, rank: '', doc: null, error: null});
+    var det = el('details', 'logs');
+    det.open = st.open;
+    det.addEventListener('toggle', function () {
+      st.open = det.open;
+      if (det.open) fetchLogs(job.id);
+    });
+    var sel = el('select', 'logrank');
+    sel.setAttribute('aria-label', 'rank');
+    add(sel, el('option', null, 'every rank'));
+    sel.options[0].value = '';
+    for (var r = 0; r < (job.world_size || 0) && r < 4096; r++) {
+      var o = el('option', null, 'rank ' + r);
+      o.value = String(r);
+      add(sel, o);
+    }
+    sel.value = st.rank;
+    sel.addEventListener('change', function () {
+      st.rank = sel.value;
+      st.doc = null;
+      fetchLogs(job.id);
+    });
+    var body;
+    if (st.error) body = el('p', 'muted', st.error);
+    else if (!st.doc) body = el('p', 'muted', st.open ? 'loading' : '');
+    else if (st.doc.lines.length === 0) body = el('p', 'empty', 'no lines yet');
+    else {
+      body = el('pre', 'loglines', st.doc.lines.map(function (l) {
+        return el('span', 'logline' + (l.stream === 'stderr' ? ' stderr' : ''),
+          '[rank' + l.rank + ']: ' + l.text + '\n');
+      }));
+    }
+    var dropped = st.doc && st.doc.dropped ? el('p', 'muted', st.doc.dropped + ' lines dropped by ' +
+      'the caps (muster logs says which)') : null;
+    add(det, el('summary', null, 'Log (newest ' + LOG_LINES + ' lines)'), el('div', 'logbar', sel),
+      body, dropped);
+    return det;
+  }
+
+  function fetchLogs(id) {
+    var st = logs[id];
+    if (!st || !st.open) return;
+    var headers = {};
+    var cred = sessionStorage.getItem(KEY);
+    if (cred) headers.Authorization = 'Bearer ' + cred;
+    var q = '/logs?job=' + encodeURIComponent(id) + '&n=' + LOG_LINES +
+      (st.rank !== '' ? '&rank=' + encodeURIComponent(st.rank) : '');
+    var asked = st.rank;
+    fetch(q, {headers: headers, cache: 'no-store', credentials: 'omit'})
+      .then(function (r) {
+        if (r.status === 429) return null; /* the server's cap: the next poll asks again */
+        if (!r.ok) throw new Error('HTTP ' + r.status);
+        return r.json();
+      })
+      .then(function (doc) {
+        if (doc === null || st.rank !== asked) return;
+        if (!doc || !Array.isArray(doc.lines)) throw new Error('not a log');
+        st.doc = doc;
+        st.error = null;
+        redrawLogs(id);
+      })
+      .catch(function (e) {
+        st.error = 'the log could not be read (' + e.message + ')';
+        redrawLogs(id);
+      });
+  }
+
+  /* only the job's log panel: the rest of the page waits for the next /status */
+  function redrawLogs(id) {
+    var secs = document.querySelectorAll('section.job');
+    for (var i = 0; i < secs.length; i++) {
+      if (secs[i].getAttribute('data-job') !== id || !lastJobs[id]) continue;
+      var old = secs[i].querySelector('details.logs');
+      if (old) secs[i].replaceChild(logsPart(lastJobs[id]), old);
+    }
+  }
+  var lastJobs = {};
+
   function jobPart(job) {
     var sec = el('section', 'job');
     sec.setAttribute('data-job', job.id);
@@ -291,6 +374,7 @@
       return sec;
     }
     add(sec, nodesPart(job));
+    add(sec, logsPart(job));
     add(sec, gpusPart(job));
     add(sec, restartsPart(job));
     add(sec, ckptsPart(job));
@@ -311,7 +395,8 @@
     var main = document.getElementById('jobs');
     var jobs = Array.isArray(doc.jobs) ? doc.jobs : [];
     var frag = document.createDocumentFragment();
-    jobs.forEach(function (j) { frag.appendChild(jobPart(j)); });
+    lastJobs = {};
+    jobs.forEach(function (j) { lastJobs[j.id] = j; frag.appendChild(jobPart(j)); });
     if (jobs.length === 0) frag.appendChild(el('p', 'empty', 'no jobs'));
     clear(main);
     main.appendChild(frag);
@@ -364,6 +449,10 @@
         lastOk = Date.now();
         setConn('live', 'live');
         render(doc);
+        Object.keys(logs).forEach(function (id) {
+          if (lastJobs[id]) fetchLogs(id);
+          else delete logs[id]; /* a job gone from the server: forget its panel */
+        });
       })
       .catch(function (e) {
         setConn(lastOk ? 'stale' : 'bad', 'no answer' + (lastOk ? ' for ' +

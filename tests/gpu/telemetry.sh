@@ -34,14 +34,14 @@ job() {
         curl -s -m 5 http://127.0.0.1:29582/metrics > "$OUT/metrics.txt"
     fi
     while kill -0 $apid 2>/dev/null; do
-        last="$(awk '{print $14 + $15}' /proc/$apid/stat 2>/dev/null) $(awk '/VmHWM/ {print $2}' /proc/$apid/status 2>/dev/null)"
+        last="$(awk '{print $14 + $15}' /proc/$apid/stat 2>/dev/null) $(awk '/VmHWM/ {print $2}' /proc/$apid/status 2>/dev/null) $(awk '/^Anonymous:/ {a = $2} /^Private_Dirty:/ {d = $2} /^Rss:/ {r = $2} END {print a, d, r}' /proc/$apid/smaps_rollup 2>/dev/null)"
         sleep 0.2
     done
     wait $apid
     echo "$? $last"
 }
-read -r rc_on cpu_on hwm_on <<<"$(job tel1 1)"
-read -r rc_off cpu_off hwm_off <<<"$(job tel0 off)"
+read -r rc_on cpu_on hwm_on anon_on dirty_on rss_on <<<"$(job tel1 1)"
+read -r rc_off cpu_off hwm_off anon_off dirty_off rss_off <<<"$(job tel0 off)"
 check "$rc_on" 0 "the job with --gpu-telemetry 1 ended well"
 check "$rc_off" 0 "the job with --gpu-telemetry off ended well"
 python3 - "$OUT/status.json" <<'EOP' | while read -r l; do log "$l"; done
@@ -62,6 +62,11 @@ EOP
 grep -q '^muster_gpu_utilization_ratio{' "$OUT/metrics.txt" && log "PASS /metrics has muster_gpu_utilization_ratio" || log "FAIL /metrics lacks muster_gpu_utilization_ratio"
 grep '^muster_gpu' "$OUT/metrics.txt" | head -12 | while read -r l; do log "  $l"; done
 log "agent CPU over the job (ticks of 10 ms): telemetry 1 s: $cpu_on, off: $cpu_off; peak RSS kB: $hwm_on vs $hwm_off"
+# what the RSS is made of at the job's end (smaps_rollup): anonymous memory and private dirty
+# pages are the agent's own; the rest is file-backed pages of mapped libraries (NVML's text),
+# clean and shared with every other process that maps them
+log "agent memory at the end, kB (telemetry 1 s vs off): RSS $rss_on vs $rss_off, anonymous $anon_on vs $anon_off, private dirty $dirty_on vs $dirty_off"
+grep -q '^muster_rank_gpu_memory_bytes{job="tel1",rank="1"' "$OUT/metrics.txt" && log "PASS /metrics has rank 1's muster_rank_gpu_memory_bytes" || log "FAIL /metrics lacks rank 1's muster_rank_gpu_memory_bytes"
 grep -h 'warning\|GPU' "$W/tel1.err" | head -5 | while read -r l; do log "  agent: $l"; done
 kill $spid; wait $spid 2>/dev/null
 FAILS=$(grep -c "^FAIL" "$OUT/summary.txt")

@@ -11,6 +11,7 @@ env > "$dir/.env.$r.$n.$$" && mv "$dir/.env.$r.$n.$$" "$dir/env.$r.$n"
 echo $$ > "$dir/.pid.$r.$n" && mv "$dir/.pid.$r.$n" "$dir/pid.$r.$n"
 : > "$dir/ready.$r.$n"
 echo "dash_worker rank $r attempt $n ready"
+echo "dash_worker rank $r says <b id=\"logevil\">bold</b><img src=x onerror=\"window.__pwned=2\">"
 while [ ! -e "$dir/release" ]; do
     if [ "$r" = 0 ] && [ -e "$dir/ckpt.go" ] && [ ! -e "$dir/ckpt.done" ]; then
         c=${MUSTER_CHECKPOINT_DIR:?MUSTER_CHECKPOINT_DIR is not set}

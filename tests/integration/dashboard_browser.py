@@ -76,6 +76,29 @@ try:
     check(driver.execute_script("return document.querySelectorAll('tr.restart').length;") == 0,
           "no restart before the kill")
 
+    # the job's log: opened, every rank's lines; then one rank's; a worker's HTML stays text
+    driver.execute_script("document.querySelector('section.job details.logs summary').click();")
+    LOG = "(function(){var p=document.querySelector('section.job details.logs pre.loglines');" \
+          "return p ? p.textContent : '';})()"
+    text = wait(driver, "(function(){var t=" + LOG + "; return t.indexOf('rank 0 attempt 0 ready')"
+                " >= 0 && t.indexOf('rank 1 attempt 0 ready') >= 0 ? t : '';})()", 10)
+    check(text is not None, "the log panel shows both ranks' lines")
+    check(text is not None and '[rank1]: dash_worker rank 1 says <b id="logevil">bold</b>' in text,
+          "a worker's HTML is shown as text in the log")
+    check(driver.execute_script("return document.getElementById('logevil') === null && "
+                                "document.querySelectorAll('img').length === 0;"),
+          "no element was made from the worker's line")
+    driver.execute_script("var s=document.querySelector('section.job details.logs select');"
+                          "s.value='1'; s.dispatchEvent(new Event('change'));")
+    one = wait(driver, "(function(){var l=Array.from(document.querySelectorAll("
+               "'section.job details.logs .logline')).map(e => e.textContent);"
+               "return l.length > 0 && l.every(x => x.indexOf('[rank1]: ') === 0) ? l : null;})()", 10)
+    check(one is not None, "rank 1 chosen: only rank 1's lines (%r)" % (one[:3] if one else one))
+    time.sleep(1.5)  # the page redraws every second: the panel stays open, rank 1 chosen
+    check(driver.execute_script("var d=document.querySelector('section.job details.logs');"
+                                "return d.open && d.querySelector('select').value === '1';"),
+          "the log panel stays open on rank 1 across redraws")
+
     # a forced restart: SIGKILL to rank 1's worker
     with open(os.path.join(WORK, "pid.1.0")) as f:
         pid = int(f.read().strip())

@@ -32,6 +32,9 @@ static void test_parse(void **state)
     assert_int_equal(rdzv_http_parse("HEAD /status?x=1 HTTP/1.1\nHost: a\n\n", 35, &r), 0);
     assert_string_equal(r.method, "HEAD");
     assert_string_equal(r.path, "/status");
+    assert_string_equal(r.query, "x=1");
+    assert_int_equal(rdzv_http_parse("GET /metrics HTTP/1.0\r\n\r\n", 25, &r), 0);
+    assert_string_equal(r.query, "");
     assert_int_equal(rdzv_http_parse("GET / HTTP/1.0\r\n", 16, &r), -EAGAIN);
     assert_int_equal(rdzv_http_parse("", 0, &r), -EAGAIN);
     assert_int_equal(rdzv_http_parse("GET / HTTP/2.0\r\n\r\n", 18, &r), -EINVAL);
@@ -43,6 +46,30 @@ static void test_parse(void **state)
     memset(big, 'a', sizeof(big));
     assert_int_equal(rdzv_http_parse(big, RDZV_HTTP_HEAD_MAX, &r), -EMSGSIZE);
     assert_int_equal(rdzv_http_parse(big, 100, &r), -EAGAIN);
+}
+
+/* the query's values, %-decoded; bad escapes, NULs and values too long refused */
+static void test_query(void **state)
+{
+    char v[8];
+
+    (void)state;
+    assert_int_equal(rdzv_http_query("job=a%2Db&rank=1&n=", "job", v, sizeof(v)), 0);
+    assert_string_equal(v, "a-b");
+    assert_int_equal(rdzv_http_query("job=a%2Db&rank=1&n=", "rank", v, sizeof(v)), 0);
+    assert_string_equal(v, "1");
+    assert_int_equal(rdzv_http_query("job=a%2Db&rank=1&n=", "n", v, sizeof(v)), 0);
+    assert_string_equal(v, "");
+    assert_int_equal(rdzv_http_query("jobs=x&job=y+z", "job", v, sizeof(v)), 0);
+    assert_string_equal(v, "y z");
+    assert_int_equal(rdzv_http_query("job=x", "jo", v, sizeof(v)), -ENOENT);
+    assert_int_equal(rdzv_http_query("", "job", v, sizeof(v)), -ENOENT);
+    assert_int_equal(rdzv_http_query("job=%4", "job", v, sizeof(v)), -EINVAL);
+    assert_int_equal(rdzv_http_query("job=%4&n=1", "job", v, sizeof(v)), -EINVAL);
+    assert_int_equal(rdzv_http_query("job=%zz", "job", v, sizeof(v)), -EINVAL);
+    assert_int_equal(rdzv_http_query("job=a%00b", "job", v, sizeof(v)), -EINVAL);
+    assert_int_equal(rdzv_http_query("job=12345678", "job", v, sizeof(v)), -EINVAL);
+    assert_int_equal(rdzv_http_query("job=1234567", "job", v, sizeof(v)), 0);
 }
 
 /* --- loopback ------------------------------------------------------------------------------- */
@@ -379,6 +406,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_query),
         cmocka_unit_test(test_header),
         cmocka_unit_test_setup_teardown(test_status_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
