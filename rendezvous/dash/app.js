@@ -273,6 +273,8 @@
     var det = el('details', 'logs');
     det.open = st.open;
     det.addEventListener('toggle', function () {
+      /* a panel built open fires toggle too: only a change of the user's counts */
+      if (det.open === st.open) return;
       st.open = det.open;
       if (det.open) fetchLogs(job.id);
     });
@@ -303,8 +305,8 @@
     }
     var dropped = st.doc && st.doc.dropped ? el('p', 'muted', st.doc.dropped + ' lines dropped by ' +
       'the caps (muster logs says which)') : null;
-    add(det, el('summary', null, 'Log (newest ' + LOG_LINES + ' lines)'), el('div', 'logbar', sel),
-      body, dropped);
+    add(det, [el('summary', null, 'Log (newest ' + LOG_LINES + ' lines)'), el('div', 'logbar', sel),
+      body, dropped]);
     return det;
   }
 
