@@ -91,7 +91,8 @@ static int setup(void **state)
     static struct fixture fx;
 
     memset(&fx, 0, sizeof(fx));
-    harness_init_tmp(&fx.h, &fx.loop, 10000, fx.tmp, sizeof(fx.tmp), "ckptwatch");
+    /* 40 s a wait: hashing test_superseded's 2 GiB took over 10 s on a loaded 2-core VM */
+    harness_init_tmp(&fx.h, &fx.loop, 40000, fx.tmp, sizeof(fx.tmp), "ckptwatch");
     snprintf(fx.dir, sizeof(fx.dir), "%s/ck", fx.tmp);
     *state = &fx;
     return 0;
