@@ -28,6 +28,7 @@
 #include "path.h"
 #include "port.h"
 #include "proctree.h"
+#include "safefile.h"
 #include "tls.h"
 
 /* The job's log (logfwd.h): LOG batches over the agent's connection, when there is one. */
@@ -194,6 +195,9 @@ static void finish_now(struct agent *a)
     a->client = NULL;
     rdzv_server_close(a->server, NULL, NULL);
     a->server = NULL;
+    if (a->http_cred[0] != '\0')
+        (void)unlink(a->http_cred);
+    a->http_cred[0] = '\0';
     agent__store_stop(a);
     for (int i = 0; i < NSIGHANDLES; i++)
         uv_close((uv_handle_t *)&a->sig[i], close_handle_cb);
@@ -946,6 +950,51 @@ static int new_client(struct agent *a, const char *host, unsigned port)
     return rc;
 }
 
+/* --http on the server this node hosts: the dashboard, /status, /logs and /metrics, as `muster
+ * server --http`. The pages need the observer credential of the job's secret: it goes to a new
+ * private file (0600, never shown on the console) whose name is logged; the file goes at exit. */
+static void start_http(struct agent *a)
+{
+    const struct agent_rdzv_opts *r = &a->o->rdzv;
+    unsigned char master[RDZV_KEY_LEN];
+    char text[RDZV_CRED_TEXT_MAX + 1], shown[300];
+    struct rdzv_cred c = {0};
+    const char *tmp = getenv("TMPDIR");
+    unsigned bound = 0;
+    int rc;
+
+    if ((rc = rdzv_server_http_listen(a->server, r->http_host, r->http_port, &bound)) != 0) {
+        mc_warn("--http %s:%u: %s: no dashboard", r->http_host, r->http_port, uv_strerror(rc));
+        return;
+    }
+    snprintf(shown, sizeof(shown), strchr(r->http_host, ':') ? "[%s]:%u" : "%s:%u", r->http_host,
+             bound);
+    if (r->token == NULL) {
+        mc_info("dashboard on http://%s/ (certificate mode without a token: no observer "
+                "credential exists, so /status and /logs answer 403)",
+                shown);
+        return;
+    }
+    rdzv_cred_master(r->token, master);
+    rc = rdzv_cred_derive(master, RDZV_CRED_OBSERVER, "", &c);
+    if (rc == 0)
+        rc = rdzv_cred_format(&c, text, sizeof(text));
+    explicit_bzero(master, sizeof(master));
+    rdzv_cred_wipe(&c);
+    snprintf(a->http_cred, sizeof(a->http_cred), "%s/muster-dashboard-%d.cred",
+             tmp != NULL && tmp[0] == '/' ? tmp : "/tmp", (int)getpid());
+    if (rc != 0 || (rc = mc_secret_write_new(a->http_cred, text)) != 0) {
+        mc_warn("dashboard on http://%s/, but its credential could not be written to %s: %s", shown,
+                a->http_cred, strerror(rc < 0 ? -rc : EIO));
+        a->http_cred[0] = '\0';
+    } else {
+        mc_info("dashboard on http://%s/ (read-only credential in %s: open "
+                "http://%s/#cred=$(cat %s))",
+                shown, a->http_cred, shown, a->http_cred);
+    }
+    explicit_bzero(text, sizeof(text));
+}
+
 static int start_rendezvous(struct agent *a)
 {
     const struct agent_rdzv_opts *r = &a->o->rdzv;
@@ -964,6 +1013,8 @@ static int start_rendezvous(struct agent *a)
         if (rc == 0) {
             rdzv_server_set_auth_hint(a->server, r->token_hint_host);
             port = rdzv_server_port(a->server);
+            if (r->http_host != NULL)
+                start_http(a);
             if (strcmp(bind_host, "0.0.0.0") == 0 || strcmp(bind_host, "::") == 0)
                 connect_host = "127.0.0.1";
         } else if (r->host_mode == AGENT_HOST_ALWAYS) {
@@ -973,6 +1024,10 @@ static int start_rendezvous(struct agent *a)
         }
         /* AGENT_HOST_IF_LOCAL: not this machine's address, or a server already runs there */
     }
+    if (r->http_host != NULL && a->server == NULL)
+        mc_warn("--http: this node does not host the rendezvous server (%s:%u): no dashboard "
+                "here; `muster server --http` has the jobs' one",
+                r->host, r->port);
     snprintf(a->endpoint, sizeof(a->endpoint), strchr(connect_host, ':') ? "[%s]:%u" : "%s:%u",
              connect_host, port);
     return new_client(a, connect_host, port);

@@ -44,7 +44,9 @@ struct agent_rdzv_opts {
     unsigned join_timeout_ms, last_call_ms;
     unsigned keep_alive_ms, heartbeat_timeout_ms, reconnect_grace_ms;
     const char *local_addr; /* NULL: the server uses the address this agent connects from */
-    unsigned master_port;   /* 0: reserve a free port for every round */
+    const char *http_host;  /* --http: the hosted server's HTTP port on it (NULL: none) */
+    unsigned http_port;
+    unsigned master_port; /* 0: reserve a free port for every round */
 };
 
 /* --rdzv-backend static across nodes: no shared rendezvous. Ranks come from --node-rank and

@@ -141,6 +141,8 @@ struct agent {
     struct agent_health health;
     char host[256];
     char endpoint[300];            /* the server as workers reach it: MUSTER_ENDPOINT */
+    char http_cred[PATH_MAX];      /* --http: the read-only credential's file ("" none), removed
+                                    * at the end */
     uint64_t node_id;              /* commits to node_secret (rendezvous/cred.h) */
     unsigned char node_secret[32]; /* proves node_id to the server in JOIN and REJOIN */
     /* MUSTER_TOKEN of the workers: the job's worker credential from ASSIGN (cred.h string

@@ -331,6 +331,23 @@ static int check_rdzv_id(struct parse *p, const char *id)
     return launcher__cfg_fail(p, "%s %s", src, why);
 }
 
+/* --http [HOST:]PORT: PORT or :PORT alone is loopback, as muster server's */
+static int parse_http(struct parse *p)
+{
+    const char *v = p->val[O_HTTP];
+    char full[300];
+    int digits;
+
+    if (v == NULL)
+        return 0;
+    digits = v[0] != '\0' && v[strspn(v, "0123456789")] == '\0';
+    snprintf(full, sizeof(full), "%s%s", digits ? "127.0.0.1:" : v[0] == ':' ? "127.0.0.1" : "", v);
+    if (strlen(v) > 255 ||
+        launcher_parse_endpoint(full, 8080, &p->cfg->http_host, &p->cfg->http_port) != 0)
+        return launcher__cfg_fail(p, "--http must be PORT or HOST:PORT ([IPV6]:PORT), not '%s'", v);
+    return 0;
+}
+
 static int parse_rdzv(struct parse *p)
 {
     struct launcher_config *cfg = p->cfg;
@@ -840,8 +857,8 @@ static int parse_options(struct parse *p)
     if (cfg->run_path)
         cfg->no_python = 0; /* torchrun: --run-path takes precedence over --no-python */
     if ((rc = parse_nnodes(p)) != 0 || (rc = parse_nproc(p)) != 0 || (rc = parse_rdzv(p)) != 0 ||
-        (rc = launcher__cfg_parse_rdzv_conf(p)) != 0 || (rc = parse_numbers(p)) != 0 ||
-        (rc = parse_environment(p)) != 0 ||
+        (rc = parse_http(p)) != 0 || (rc = launcher__cfg_parse_rdzv_conf(p)) != 0 ||
+        (rc = parse_numbers(p)) != 0 || (rc = parse_environment(p)) != 0 ||
         (rc = parse_std_spec(p, O_REDIRECTS, &cfg->redirects)) ||
         (rc = parse_std_spec(p, O_TEE, &cfg->tee)) != 0 || (rc = parse_ranks_filter(p)) != 0 ||
         (rc = parse_output(p)) != 0 || (rc = parse_fault_tolerance(p)) != 0)
@@ -927,6 +944,7 @@ void launcher_config_free(struct launcher_config *cfg)
         return;
     free(cfg->rdzv_endpoint);
     free(cfg->rdzv_host);
+    free(cfg->http_host);
     free(cfg->rdzv_id);
     launcher__opt_free_strings(cfg);
     free(cfg->python_exec);

@@ -30,7 +30,9 @@ struct launcher_config {
     char *rdzv_endpoint; /* "host:port" or NULL */
     char *rdzv_host;     /* parsed from endpoint (brackets stripped for IPv6) */
     unsigned rdzv_port;
-    char *rdzv_id; /* job id; random uuid for --standalone */
+    char *rdzv_id;   /* job id; random uuid for --standalone */
+    char *http_host; /* --http: the hosted server's HTTP port (NULL: none) */
+    unsigned http_port;
     int standalone;
     /* --rdzv-conf, milliseconds */
     unsigned join_timeout_ms, last_call_timeout_ms, close_timeout_ms;

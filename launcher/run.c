@@ -376,6 +376,8 @@ static void rdzv_opts(const struct launcher_config *cfg, struct agent_rdzv_opts 
         .token = cfg->token,
         .token_hint = cfg->token_hint,
         .token_hint_host = cfg->token_hint_host,
+        .http_host = cfg->http_host,
+        .http_port = cfg->http_port,
         .tls_cert = cfg->tls_cert,
         .tls_key = cfg->tls_key,
         .tls_ca = cfg->tls_ca,
