@@ -181,6 +181,8 @@ static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t 
                 clk[nc++] = p->tel->gpus[i].sm_clock;
         }
     }
+    if (n < 2)
+        goto out; /* no peers to compare with (and qsort must not get NULL) */
     qsort(util, nu, sizeof(*util), cmp_i32);
     qsort(clk, nc, sizeof(*clk), cmp_i32);
     for (size_t k = 0; k < n; k++) {
