@@ -331,19 +331,12 @@ static int check_rdzv_id(struct parse *p, const char *id)
     return launcher__cfg_fail(p, "%s %s", src, why);
 }
 
-/* --http [HOST:]PORT: PORT or :PORT alone is loopback, as muster server's */
+/* --http [HOST:]PORT, as muster server's */
 static int parse_http(struct parse *p)
 {
     const char *v = p->val[O_HTTP];
-    char full[300];
-    int digits;
 
-    if (v == NULL)
-        return 0;
-    digits = v[0] != '\0' && v[strspn(v, "0123456789")] == '\0';
-    snprintf(full, sizeof(full), "%s%s", digits ? "127.0.0.1:" : v[0] == ':' ? "127.0.0.1" : "", v);
-    if (strlen(v) > 255 ||
-        launcher_parse_endpoint(full, 8080, &p->cfg->http_host, &p->cfg->http_port) != 0)
+    if (v != NULL && launcher_parse_http(v, &p->cfg->http_host, &p->cfg->http_port) != 0)
         return launcher__cfg_fail(p, "--http must be PORT or HOST:PORT ([IPV6]:PORT), not '%s'", v);
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "endpoint.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,4 +42,15 @@ int launcher_parse_endpoint(const char *v, unsigned defport, char **host, unsign
         return -EINVAL;
     *host = strndup(h, hlen);
     return *host ? 0 : -ENOMEM;
+}
+
+int launcher_parse_http(const char *v, char **host, unsigned *port)
+{
+    char full[300];
+    int digits = v[0] != '\0' && v[strspn(v, "0123456789")] == '\0';
+
+    if (strlen(v) > 255)
+        return -EINVAL;
+    snprintf(full, sizeof(full), "%s%s", digits ? "127.0.0.1:" : v[0] == ':' ? "127.0.0.1" : "", v);
+    return launcher_parse_endpoint(full, 8080, host, port);
 }

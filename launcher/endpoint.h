@@ -6,4 +6,8 @@
  * frees. Returns 0, -EINVAL for a malformed endpoint or -ENOMEM. */
 int launcher_parse_endpoint(const char *v, unsigned defport, char **host, unsigned *port);
 
+/* An --http address (`muster server`, `muster run`): "PORT" or ":PORT" alone is loopback, the
+ * safe default for a port without TLS; else as launcher_parse_endpoint, default port 8080. */
+int launcher_parse_http(const char *v, char **host, unsigned *port);
+
 #endif

@@ -338,19 +338,8 @@ static int start(struct server_cmd *c, const struct server_args *a, const char *
     unsigned port, hport, bound;
     int rc;
 
-    char http[300];
-
-    /* --http PORT or --http :PORT: loopback, the safe default for an unauthenticated port */
-    if (a->http != NULL) {
-        int digits = a->http[strspn(a->http, "0123456789")] == '\0';
-        snprintf(http, sizeof(http), "%s%s",
-                 digits              ? "127.0.0.1:"
-                 : a->http[0] == ':' ? "127.0.0.1"
-                                     : "",
-                 a->http);
-    }
     if (launcher_parse_endpoint(a->listen, 29400, &host, &port) != 0 ||
-        (a->http && launcher_parse_endpoint(http, 8080, &hhost, &hport) != 0)) {
+        (a->http && launcher_parse_http(a->http, &hhost, &hport) != 0)) {
         mc_error("addresses must be HOST:PORT or [IPV6]:PORT");
         rc = AGENT_EXIT_USAGE;
         goto out;
