@@ -956,9 +956,7 @@ static int new_client(struct agent *a, const char *host, unsigned port)
 static void start_http(struct agent *a)
 {
     const struct agent_rdzv_opts *r = &a->o->rdzv;
-    unsigned char master[RDZV_KEY_LEN];
     char text[RDZV_CRED_TEXT_MAX + 1], shown[300];
-    struct rdzv_cred c = {0};
     const char *tmp = getenv("TMPDIR");
     unsigned bound = 0;
     int rc;
@@ -975,12 +973,7 @@ static void start_http(struct agent *a)
                 shown);
         return;
     }
-    rdzv_cred_master(r->token, master);
-    rc = rdzv_cred_derive(master, RDZV_CRED_OBSERVER, "", &c);
-    if (rc == 0)
-        rc = rdzv_cred_format(&c, text, sizeof(text));
-    explicit_bzero(master, sizeof(master));
-    rdzv_cred_wipe(&c);
+    rc = rdzv_cred_mint(r->token, RDZV_CRED_OBSERVER, "", text, sizeof(text));
     snprintf(a->http_cred, sizeof(a->http_cred), "%s/muster-dashboard-%d.cred",
              tmp != NULL && tmp[0] == '/' ? tmp : "/tmp", (int)getpid());
     if (rc != 0 || (rc = mc_secret_write_new(a->http_cred, text)) != 0) {

@@ -144,8 +144,6 @@ static int write_out(const char *path, const char *text)
 int launcher_token(int argc, char **argv)
 {
     struct token_args a = {0};
-    unsigned char master[RDZV_KEY_LEN];
-    struct rdzv_cred c = {0};
     char *secret = NULL, text[RDZV_CRED_TEXT_MAX + 1];
     int rc = parse(argc, argv, &a);
 
@@ -154,11 +152,8 @@ int launcher_token(int argc, char **argv)
     launcher_secret_protect_process();
     if ((a.job != NULL && (rc = check_scope(a.job)) != 0) || (rc = read_secret(&a, &secret)))
         goto out;
-    rdzv_cred_master(secret, master);
-    rc = rdzv_cred_derive(master, a.job != NULL ? RDZV_CRED_JOB : RDZV_CRED_OBSERVER,
-                          a.job != NULL ? a.job : "", &c);
-    if (rc == 0)
-        rc = rdzv_cred_format(&c, text, sizeof(text));
+    rc = rdzv_cred_mint(secret, a.job != NULL ? RDZV_CRED_JOB : RDZV_CRED_OBSERVER,
+                        a.job != NULL ? a.job : "", text, sizeof(text));
     if (rc != 0) {
         rc = usage("%s", "cannot derive the credential");
         goto out;
@@ -168,8 +163,6 @@ int launcher_token(int argc, char **argv)
     else
         printf("%s\n", text);
 out:
-    memset(master, 0, sizeof(master));
-    rdzv_cred_wipe(&c);
     memset(text, 0, sizeof(text));
     launcher_secret_free(secret);
     return rc;

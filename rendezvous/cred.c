@@ -325,3 +325,19 @@ int rdzv_node_secret_new(unsigned char secret[RDZV_KEY_LEN], uint64_t *node_id)
     *node_id = rdzv_node_id_of(secret);
     return 0;
 }
+
+int rdzv_cred_mint(const char *secret, enum rdzv_cred_kind kind, const char *scope, char *text,
+                   size_t len)
+{
+    unsigned char master[RDZV_KEY_LEN];
+    struct rdzv_cred c = {0};
+    int rc;
+
+    rdzv_cred_master(secret, master);
+    rc = rdzv_cred_derive(master, kind, scope, &c);
+    if (rc == 0)
+        rc = rdzv_cred_format(&c, text, len);
+    mbedtls_platform_zeroize(master, sizeof(master));
+    rdzv_cred_wipe(&c);
+    return rc;
+}

@@ -65,6 +65,12 @@ int rdzv_cred_derive(const unsigned char master[RDZV_KEY_LEN], enum rdzv_cred_ki
  * -EINVAL for a server or certificate credential (they have no string form of their own). */
 int rdzv_cred_format(const struct rdzv_cred *c, char *buf, size_t len);
 
+/* The string form of the credential of kind and scope (as rdzv_cred_derive) minted from the
+ * server secret, into text (RDZV_CRED_TEXT_MAX + 1 bytes); the keys in between are wiped.
+ * `muster token` and `muster run --http`. Returns 0 or -EINVAL. */
+int rdzv_cred_mint(const char *secret, enum rdzv_cred_kind kind, const char *scope, char *text,
+                   size_t len);
+
 /* The TLS PSK identity of c into buf (RDZV_CRED_IDENTITY_MAX + 1 bytes). Returns its length. */
 size_t rdzv_cred_identity(const struct rdzv_cred *c, char *buf, size_t len);
 
