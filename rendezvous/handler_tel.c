@@ -10,15 +10,15 @@
 #include "handler.h"
 #include "sjob.h"
 
-/* Adds w to the job's warnings unless it is there already (at most SJOB_WARN_MAX). Returns 1
- * when it was added. */
+/* Adds w, cut to RDZV_TEL_WARN_LEN bytes, to the job's warnings unless it is there already (at
+ * most SJOB_WARN_MAX). Returns 1 when it was added. */
 static int add_warning(struct sjob *sj, const char *w)
 {
     if (w[0] == '\0')
         return 0;
     for (unsigned i = 0; i < sj->n_warnings; i++)
-        if (strcmp(sj->warnings[i], w) == 0)
-            return 0;
+        if (strncmp(sj->warnings[i], w, RDZV_TEL_WARN_LEN) == 0)
+            return 0; /* the same text, as far as it is kept */
     if (sj->n_warnings >= SJOB_WARN_MAX)
         return 0;
     if (sj->warnings == NULL &&
@@ -91,17 +91,10 @@ struct tel_gpu_ref {
     uint32_t i; /* index in p->tel->gpus */
 };
 
-/* w cut to what a warning holds (host names are up to 255 bytes), so that it compares equal to
- * itself next time */
 static void say(struct rdzv_server *srv, struct sjob *sj, const char *w)
 {
-    char cut[RDZV_TEL_WARN_LEN + 1];
-    size_t n = strnlen(w, RDZV_TEL_WARN_LEN);
-
-    memcpy(cut, w, n);
-    cut[n] = '\0';
-    if (add_warning(sj, cut))
-        rdzv__log(srv, "job %s: %s", sj->job->id, cut);
+    if (add_warning(sj, w)) /* logged as kept */
+        rdzv__log(srv, "job %s: %s", sj->job->id, sj->warnings[sj->n_warnings - 1]);
 }
 
 static void judge_memory(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
@@ -149,31 +142,29 @@ static void judge_memory(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
 static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
 {
     const struct rdzv_job *job = sj->job;
-    struct tel_gpu_ref *g = NULL;
-    int32_t *util = NULL, *clk = NULL;
+    struct tel_gpu_ref *g;
+    int32_t *util, *clk;
     size_t n = 0, nu = 0, nc = 0, cap = 0;
     char w[640];
 
+    for (size_t k = 0; k < job->n_members; k++) {
+        const struct peer *p = job->members[k].peer;
+
+        cap += p != NULL && p->tel != NULL ? p->tel->ngpus : 0;
+    }
+    if (cap < 2)
+        return; /* no peers to compare with */
+    g = malloc(cap * sizeof(*g));
+    util = malloc(2 * cap * sizeof(*util));
+    clk = util != NULL ? util + cap : NULL;
+    if (g == NULL || util == NULL)
+        goto out;
     for (size_t k = 0; k < job->n_members; k++) {
         struct peer *p = job->members[k].peer;
 
         for (uint32_t i = 0; p != NULL && p->tel != NULL && i < p->tel->ngpus; i++) {
             if (!holds_rank(&p->tel->gpus[i]))
                 continue;
-            if (n == cap) {
-                size_t c = cap ? 2 * cap : 16;
-                void *a = realloc(g, c * sizeof(*g)), *b = NULL, *d = NULL;
-
-                if (a != NULL)
-                    g = a;
-                if (a == NULL || (b = realloc(util, c * sizeof(*util))) == NULL)
-                    goto out;
-                util = b;
-                if ((d = realloc(clk, c * sizeof(*clk))) == NULL)
-                    goto out;
-                clk = d;
-                cap = c;
-            }
             g[n++] = (struct tel_gpu_ref){p, &job->members[k], i};
             if (p->tel->gpus[i].util >= 0)
                 util[nu++] = p->tel->gpus[i].util;
@@ -182,7 +173,7 @@ static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t 
         }
     }
     if (n < 2)
-        goto out; /* no peers to compare with (and qsort must not get NULL) */
+        goto out; /* no peers to compare with */
     qsort(util, nu, sizeof(*util), cmp_i32);
     qsort(clk, nc, sizeof(*clk), cmp_i32);
     for (size_t k = 0; k < n; k++) {
@@ -217,8 +208,7 @@ static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t 
     }
 out:
     free(g);
-    free(util);
-    free(clk);
+    free(util); /* clk lives in it */
 }
 
 void rdzv__handle_telemetry(struct peer *p, const struct rdzv_telemetry *t)
