@@ -459,10 +459,9 @@ static void log_families(FILE *f, struct rdzv_server *srv)
     }
 }
 
-/* The latest TELEMETRY of each member (handler_tel.c, docs/TELEMETRY.md): per job, node, GPU. */
-/* Per rank: the GPU memory of its processes (a rank's worker and its descendants) and the
- * utilisation of the GPUs they are on, from its node's latest sample. A process on two GPUs,
- * or two of a rank's on one, add up to the one series of (job, rank, node, gpu). */
+/* Per rank: the GPU memory of its processes (a rank's worker and its descendants) on each GPU,
+ * from its node's latest sample; two of a rank's processes on one GPU add up to the one series
+ * of (job, rank, node, gpu). */
 static void rank_families(FILE *f, struct rdzv_server *srv)
 {
     fputs("# HELP muster_rank_gpu_memory_bytes GPU memory held by a rank's processes, per GPU.\n"
@@ -482,8 +481,8 @@ static void rank_families(FILE *f, struct rdzv_server *srv)
 
                     if (rank < 0)
                         continue;
-                    for (uint32_t j = 0; j < x->nprocs && first; j++)
-                        first = !(j < k && x->procs[j].rank == rank);
+                    for (uint32_t j = 0; j < k && first; j++)
+                        first = x->procs[j].rank != rank;
                     if (!first)
                         continue; /* that rank's series is out already */
                     for (uint32_t j = k; j < x->nprocs; j++)
@@ -500,6 +499,7 @@ static void rank_families(FILE *f, struct rdzv_server *srv)
     }
 }
 
+/* The latest TELEMETRY of each member (handler_tel.c, docs/TELEMETRY.md): per job, node, GPU. */
 static void gpu_families(FILE *f, struct rdzv_server *srv)
 {
     static const struct {
@@ -726,11 +726,31 @@ static const struct {
 #define LOGS_PER_S 50
 #define LOGS_MAX_LINES 200
 
+/* The query's number name into *out when present (else *out stays): 0, or -EINVAL when it is not
+ * a whole number from lo to hi. */
+static int query_num(const char *q, const char *name, long lo, long hi, long *out)
+{
+    char v[32], *end;
+    int rc = rdzv_http_query(q, name, v, sizeof(v));
+    long n;
+
+    if (rc == -ENOENT)
+        return 0;
+    if (rc != 0)
+        return rc;
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || n < lo || n > hi)
+        return -EINVAL;
+    *out = n;
+    return 0;
+}
+
 static void serve_logs(struct http_conn *c, const struct rdzv_http_req *req, int only)
 {
     struct rdzv_http *h = c->http;
     uint64_t now = uv_now(h->srv->loop);
-    char job[RDZV_ID_MAX + 1], v[32], *end, *text;
+    char job[RDZV_ID_MAX + 1], *text;
     long rank = -1, n = 50;
     int status;
 
@@ -745,25 +765,11 @@ static void serve_logs(struct http_conn *c, const struct rdzv_http_req *req, int
                       "Retry-After: 1\r\n", busy, sizeof(busy) - 1, only);
         return;
     }
-    if (rdzv_http_query(req->query, "job", job, sizeof(job)) != 0 || job[0] == '\0') {
+    if (rdzv_http_query(req->query, "job", job, sizeof(job)) != 0 || job[0] == '\0' ||
+        query_num(req->query, "rank", -1, INT32_MAX, &rank) != 0 ||
+        query_num(req->query, "n", 1, LOGS_MAX_LINES, &n) != 0) {
         respond_text(c, 400, "Bad Request", only);
         return;
-    }
-    if (rdzv_http_query(req->query, "rank", v, sizeof(v)) == 0) {
-        errno = 0;
-        rank = strtol(v, &end, 10);
-        if (errno != 0 || end == v || *end != '\0' || rank < -1 || rank > INT32_MAX) {
-            respond_text(c, 400, "Bad Request", only);
-            return;
-        }
-    }
-    if (rdzv_http_query(req->query, "n", v, sizeof(v)) == 0) {
-        errno = 0;
-        n = strtol(v, &end, 10);
-        if (errno != 0 || end == v || *end != '\0' || n < 1 || n > LOGS_MAX_LINES) {
-            respond_text(c, 400, "Bad Request", only);
-            return;
-        }
     }
     if ((text = rdzv__log_tail(h->srv, job, (int32_t)rank, (size_t)n, &status)) == NULL) {
         if (status == 404)
