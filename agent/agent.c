@@ -246,6 +246,7 @@ static void join(struct agent *a)
                           .same_failure = o->restart.max_same_failure == RDZV_SAME_FAILURE_DEFAULT
                                               ? 0
                                               : o->restart.max_same_failure + 1,
+                          .stragglers = o->restart.exclude_stragglers,
                           .last_call_ms = r->last_call_ms,
                           .join_timeout_ms = r->join_timeout_ms,
                           .keep_alive_ms = r->keep_alive_ms,

@@ -83,6 +83,9 @@ struct agent_restart_opts {
      * once K attempts in a row ended with the same retry-limited failure signature
      * (signature.h) and no newer checkpoint; 0: never */
     unsigned max_same_failure;
+    /* --exclude-stragglers K, sent in JOIN: the server excludes a node whose GPU it named a
+     * straggler K times (rendezvous/handler_tel.c); 0: never */
+    unsigned exclude_stragglers;
     /* --spare, sent in JOIN (RDZV_JOIN_SPARE): wait to replace a lost or excluded node */
     int spare;
     unsigned shutdown_timeout_ms;

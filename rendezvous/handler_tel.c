@@ -38,7 +38,10 @@ static int add_warning(struct sjob *sj, const char *w)
  *   TEL_APART_MIN_BYTES more (uneven shards, a leak in one rank);
  * - a straggler: a GPU holding a rank whose utilisation is under half its peers' median and
  *   TEL_SLOW_UTIL_POINTS below it, or whose SM clock is under TEL_SLOW_CLOCK_PCT % of theirs
- *   (its peers: every other GPU of the job that holds a rank). */
+ *   (its peers: every other GPU of the job that holds a rank). A straggler is named once
+ *   for every grace it goes on lagging; its warning is said the first time. With
+ *   --exclude-stragglers K the node whose GPU was named K times is handed to the exclusion
+ *   policy (rdzv_job_exclude): refused from then on, the round restarts without it. */
 #define TEL_EVAL_MS 1000
 #define TEL_APART_RATIO 2
 #define TEL_APART_MIN_BYTES (1ull << 30)
@@ -129,8 +132,9 @@ static void judge_memory(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
     }
     if (sj->mem_apart_since == 0)
         sj->mem_apart_since = now;
-    if (now - sj->mem_apart_since < grace_ms())
+    if (sj->mem_apart_said || now - sj->mem_apart_since < grace_ms())
         return;
+    sj->mem_apart_said = 1; /* its figures change from sample to sample: said once, not each */
     snprintf(w, sizeof(w),
              "GPU memory far apart across the ranks: rank %d holds %.1f GiB (GPU %u of %s), "
              "rank %d %.1f GiB (GPU %u of %s)",
@@ -139,10 +143,14 @@ static void judge_memory(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
     say(srv, sj, w);
 }
 
-static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
+/* Judges the job's GPUs; returns the node to exclude (--exclude-stragglers: one of its GPUs
+ * was named a straggler K times; why says so) or NULL. */
+static struct peer *judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t now,
+                                     char *why, size_t why_cap)
 {
     const struct rdzv_job *job = sj->job;
     struct tel_gpu_ref *g;
+    struct peer *out = NULL;
     int32_t *util, *clk;
     size_t n = 0, nu = 0, nc = 0, cap = 0;
     char w[640];
@@ -153,7 +161,7 @@ static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t 
         cap += p != NULL && p->tel != NULL ? p->tel->ngpus : 0;
     }
     if (cap < 2)
-        return; /* no peers to compare with */
+        return NULL; /* no peers to compare with */
     g = malloc(cap * sizeof(*g));
     util = malloc(2 * cap * sizeof(*util));
     clk = util != NULL ? util + cap : NULL;
@@ -184,16 +192,22 @@ static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t 
         int by_util = mu >= 0 && x->util < mu / 2 && mu - x->util >= TEL_SLOW_UTIL_POINTS;
         int by_clock = mc > 0 && x->sm_clock * 100.0 < mc * TEL_SLOW_CLOCK_PCT;
 
-        if (p->tel_slow_since == NULL)
+        struct rdzv__tel_judge *jd = p->tel_judge;
+        uint32_t i = g[k].i;
+
+        if (jd == NULL)
             continue;
         if (!by_util && !by_clock) {
-            p->tel_slow_since[g[k].i] = 0;
+            jd->slow_since[i] = 0;
             continue;
         }
-        if (p->tel_slow_since[g[k].i] == 0)
-            p->tel_slow_since[g[k].i] = now;
-        if (now - p->tel_slow_since[g[k].i] < grace_ms())
+        if (jd->slow_since[i] == 0)
+            jd->slow_since[i] = now;
+        if (now - jd->slow_since[i] < grace_ms())
             continue;
+        /* named: once more for every grace it keeps lagging, said only the first time */
+        jd->slow_since[i] = now;
+        jd->named++;
         if (by_util)
             snprintf(w, sizeof(w),
                      "GPU %u of %s (node %u) is a straggler: %d %% busy while its peers' median "
@@ -204,16 +218,27 @@ static void judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t 
                      "GPU %u of %s (node %u) is a straggler: SM clock %d MHz while its peers' "
                      "median is %.0f MHz",
                      x->gpu, g[k].m->host, g[k].m->group_rank, (int)x->sm_clock, mc);
-        say(srv, sj, w);
+        if (!jd->said[i]) {
+            jd->said[i] = 1;
+            say(srv, sj, w);
+        }
+        if (job->exclude_stragglers > 0 && jd->named >= job->exclude_stragglers && out == NULL) {
+            out = p; /* handed to the exclusion policy below, once the loop is done */
+            snprintf(why, why_cap, "its GPU was named a straggler %u times (last: %.200s)",
+                     jd->named, w);
+        }
     }
 out:
     free(g);
     free(util); /* clk lives in it */
+    return out;
 }
 
 void rdzv__handle_telemetry(struct peer *p, const struct rdzv_telemetry *t)
 {
     struct sjob *sj = p->job;
+    struct peer *slow;
+    char why[RDZV_JOB_EXCLUDE_REASON_MAX];
 
     if (sj == NULL) {
         rdzv__peer_event(p, SRV_EV_PROTOCOL, "TELEMETRY before JOIN");
@@ -225,8 +250,8 @@ void rdzv__handle_telemetry(struct peer *p, const struct rdzv_telemetry *t)
         return; /* a spare or a node waiting for a round: it holds no ranks to report on */
     if (p->tel == NULL && (p->tel = malloc(sizeof(*p->tel))) == NULL)
         return; /* out of memory: telemetry is display only */
-    if (p->tel_slow_since == NULL)
-        p->tel_slow_since = calloc(RDZV_TEL_GPUS_MAX, sizeof(*p->tel_slow_since));
+    if (p->tel_judge == NULL)
+        p->tel_judge = calloc(1, sizeof(*p->tel_judge));
     memcpy(p->tel, t, sizeof(*t));
     for (uint32_t i = 0; i < t->nwarn; i++)
         (void)add_warning(sj, t->warn[i]);
@@ -236,5 +261,11 @@ void rdzv__handle_telemetry(struct peer *p, const struct rdzv_telemetry *t)
         return;
     sj->tel_judged_ms = now;
     judge_memory(p->srv, sj, now);
-    judge_stragglers(p->srv, sj, now);
+    if ((slow = judge_stragglers(p->srv, sj, now, why, sizeof(why))) != NULL) {
+        int k = rdzv_job_find(sj->job, slow);
+
+        rdzv__log(p->srv, "job %s: excluding node %s (--exclude-stragglers %u): %s", sj->job->id,
+                  k >= 0 ? sj->job->members[k].host : "?", sj->job->exclude_stragglers, why);
+        rdzv__sjob_apply(sj, rdzv_job_exclude(sj->job, slow, why, now, mc_wall_ms()));
+    }
 }

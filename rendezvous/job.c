@@ -52,6 +52,8 @@ int rdzv_job_new(const struct rdzv_join *j, struct rdzv_job **out)
     job->exclude_window_ms =
         j->exclude_window_ms ? j->exclude_window_ms : RDZV_JOB_EXCLUDE_WINDOW_MS;
     job->max_same_failure = j->same_failure ? j->same_failure - 1 : RDZV_SAME_FAILURE_DEFAULT;
+    job->exclude_stragglers =
+        j->stragglers > RDZV_STRAGGLERS_MAX ? RDZV_STRAGGLERS_MAX : j->stragglers;
     job->ckpt_step = -1;
     job->state = RDZV_JOB_FILLING;
     *out = job;
@@ -930,6 +932,37 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
     snprintf(f.sig, sizeof(f.sig), "lost node");
     who = *m; /* remove_member() moves it */
     remove_member(job, (size_t)i);
+    return restart_or_fail(job, &f, &who, now_ms);
+}
+
+enum rdzv_job_event rdzv_job_exclude(struct rdzv_job *job, void *peer, const char *reason,
+                                     uint64_t now_ms, uint64_t wall_ms)
+{
+    int i = rdzv_job_find(job, peer);
+    struct rdzv_job_node *n;
+    struct rdzv_job_member *m, who;
+    struct rdzv_failure f;
+
+    if (job->state != RDZV_JOB_RUNNING || i < 0)
+        return RDZV_JOB_EV_NONE;
+    m = &job->members[i];
+    if ((n = ledger_add(job, m)) == NULL)
+        return RDZV_JOB_EV_NONE; /* the ledger is full: nothing would keep it out */
+    if (!n->excluded) {
+        n->excluded = 1;
+        snprintf(n->reason, sizeof(n->reason), "%s", reason);
+        mc_utf8_sanitize(n->reason);
+    }
+    memset(&f, 0, sizeof(f));
+    f.round = job->round;
+    f.rank = -1;
+    f.local_rank = -1;
+    f.exit_code = -1;
+    f.time_ms = wall_ms;
+    snprintf(f.host, sizeof(f.host), "%s", m->host);
+    snprintf(f.text, sizeof(f.text), "node %s (%s) excluded: %s", m->host, m->addr, reason);
+    who = *m; /* new_round() moves the members */
+    /* the member stays: it gets RESTART with the others, and its JOIN is refused */
     return restart_or_fail(job, &f, &who, now_ms);
 }
 

@@ -167,6 +167,9 @@ struct rdzv_job {
 
     /* failure ledger per node; exclude_after 0: count only, never exclude */
     uint32_t exclude_after, exclude_window_ms;
+    /* --exclude-stragglers K of the first JOIN: the server (handler_tel.c) excludes a node it
+     * named a straggler K times (rdzv_job_exclude); 0: never */
+    uint32_t exclude_stragglers;
     struct rdzv_job_node *nodes;
     size_t n_nodes, cap_nodes;
 };
@@ -251,6 +254,14 @@ enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t rou
  * that closed the round, WAITING when the round's members changed, else NONE. */
 enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *reason,
                                   uint64_t now_ms, uint64_t wall_ms);
+
+/* The member `peer` of the running round is refused from now on (its ledger entry excluded
+ * with `reason`, as --exclude-after does) and the round restarts without it: RESTART or FAILED
+ * as for a failure it caused, the text "node <host> (<addr>) excluded: <reason>". It stays a
+ * member until then: it gets RESTART like the others and its JOIN is refused. NONE when the
+ * round is not running, peer is no member, or the ledger is full. */
+enum rdzv_job_event rdzv_job_exclude(struct rdzv_job *job, void *peer, const char *reason,
+                                     uint64_t now_ms, uint64_t wall_ms);
 
 /* REJOIN `rj` (borrowed, running = 1) from `peer` reached at `addr`, seen at `seen` (as for
  * rdzv_job_join), on this server.

@@ -610,11 +610,11 @@ static uint32_t join_tail_first(const struct rdzv_join *j)
 }
 
 /* JOIN's optional tail: written only when a field is set and read only when present,
- * so a JOIN that does not use it keeps the layout that servers built before it accept. Three
+ * so a JOIN that does not use it keeps the layout that servers built before it accept. Four
  * parts: the backoff and exclusion fields, then `flags` (hot spares), then `same_failure`
- * (--max-same-failure), each written only when it or a later part is non-zero (an earlier part
- * may then be zeros). Canonical: a part of zeros at the end is sent as no part, so one is never
- * accepted. Also the end of REJOIN (its copy of JOIN). */
+ * (--max-same-failure), then `stragglers` (--exclude-stragglers), each written only when it or a
+ * later part is non-zero (an earlier part may then be zeros). Canonical: a part of zeros at the end
+ * is sent as no part, so one is never accepted. Also the end of REJOIN (its copy of JOIN). */
 static int tail_end(struct io *c, int more)
 {
     return c->w != NULL ? !more : c->r->pos == c->r->len;
@@ -622,25 +622,35 @@ static int tail_end(struct io *c, int more)
 
 static void io_join_tail(struct io *c, struct rdzv_join *j)
 {
-    if (tail_end(c, join_tail_first(j) != 0 || j->flags != 0 || j->same_failure != 0))
+    int later = j->stragglers != 0;
+
+    if (tail_end(c, join_tail_first(j) != 0 || j->flags != 0 || j->same_failure != 0 || later))
         return;
     IO_U32(c, j->backoff_min_ms);
     IO_U32(c, j->backoff_max_ms);
     IO_U32(c, j->exclude_after);
     IO_U32(c, j->exclude_window_ms);
-    if (tail_end(c, j->flags != 0 || j->same_failure != 0)) {
+    if (tail_end(c, j->flags != 0 || j->same_failure != 0 || later)) {
         if (c->r != NULL && join_tail_first(j) == 0)
             c->r->err = -EPROTO;
         return;
     }
     IO_U32(c, j->flags);
-    if (tail_end(c, j->same_failure != 0)) {
+    if (tail_end(c, j->same_failure != 0 || later)) {
         if (c->r != NULL && j->flags == 0)
             c->r->err = -EPROTO;
         return;
     }
-    IO_U32(c, j->same_failure);
-    if (c->r != NULL && (j->same_failure == 0 || j->same_failure > RDZV_SAME_FAILURE_MAX + 1))
+    IO_U32(c, j->same_failure); /* 0 (the default) only when a later part follows */
+    if (c->r != NULL && j->same_failure > RDZV_SAME_FAILURE_MAX + 1)
+        c->r->err = -EPROTO;
+    if (tail_end(c, later)) {
+        if (c->r != NULL && j->same_failure == 0)
+            c->r->err = -EPROTO;
+        return;
+    }
+    IO_U32(c, j->stragglers);
+    if (c->r != NULL && (j->stragglers == 0 || j->stragglers > RDZV_STRAGGLERS_MAX))
         c->r->err = -EPROTO;
 }
 

@@ -141,10 +141,16 @@ struct rdzv_join {
      * default too, but its FAILED carries no signature, so nothing of it is limited. Fixed by
      * the job's first JOIN. */
     uint32_t same_failure;
+    /* the tail's fourth part, sent only when non-zero (the parts before it may then be zeros):
+     * --exclude-stragglers K, a node whose GPU the server names a straggler K times
+     * (rendezvous/handler_tel.c) is excluded as --exclude-after's are; 0: never. Fixed by the
+     * job's first JOIN. */
+    uint32_t stragglers;
 };
 
 #define RDZV_SAME_FAILURE_DEFAULT 2u
 #define RDZV_SAME_FAILURE_MAX 1000u /* K at most (the wire refuses more) */
+#define RDZV_STRAGGLERS_MAX 1000u   /* --exclude-stragglers K at most (the wire refuses more) */
 
 /* JOIN.flags. A spare (--spare) waits in the server without filling a slot of a filling round
  * or counting toward min_nodes; it enters a new round in the place of a lost or excluded node. */

@@ -283,7 +283,7 @@ static void peer_release(struct peer *p)
     rdzv__scope_put(&srv->scopes, p->scope);
     free(p->local_addr);
     free(p->tel);
-    free(p->tel_slow_since);
+    free(p->tel_judge);
     free(p);
     rdzv__handle_closed(srv);
 }

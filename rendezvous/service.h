@@ -31,6 +31,13 @@ struct rdzv__source;
 struct rdzv_hslimit;
 
 /* One accepted connection: an agent, a worker (KV) or an observer (STATUS). */
+/* One node's GPUs judged against their peers in its job (handler_tel.c "stragglers"). */
+struct rdzv__tel_judge {
+    uint64_t slow_since[RDZV_TEL_GPUS_MAX]; /* uv_now since which the GPU lags (0: it does not) */
+    uint8_t said[RDZV_TEL_GPUS_MAX];        /* its warning was given (once per job) */
+    uint32_t named;                         /* times one of its GPUs was named a straggler */
+};
+
 struct peer {
     struct rdzv_conn conn; /* conn.data = this peer */
     uv_timer_t timer;      /* the one deadline that applies now: see peer_deadline() */
@@ -69,9 +76,9 @@ struct peer {
     struct peer **debug_slot;
     /* agent in a job: its node's latest TELEMETRY (handler_tel.c); NULL before one */
     struct rdzv_telemetry *tel;
-    /* uv_now since which each of its GPUs has lagged its peers in the job (0: it does not),
-     * allocated with tel (handler_tel.c "stragglers") */
-    uint64_t *tel_slow_since;
+    /* the server's judgement of its GPUs against their peers in the job (handler_tel.c
+     * "stragglers"), allocated with tel; NULL before */
+    struct rdzv__tel_judge *tel_judge;
 };
 
 /* One checkpoint replica being relayed (handler_repl.c). */
@@ -141,6 +148,7 @@ struct sjob {
     char (*warnings)[RDZV_TEL_WARN_LEN + 1];
     unsigned n_warnings;
     uint64_t mem_apart_since; /* uv_now since which its ranks' GPU memory is far apart; 0 not */
+    int mem_apart_said;       /* that warning was given (once per job) */
     uint64_t tel_judged_ms;   /* uv_now of the last comparison of its nodes' telemetry */
 };
 #define SJOB_WARN_MAX 32 /* warnings one job keeps; later ones are not shown */

@@ -8,6 +8,11 @@
 #   each once.
 # clock: both 95-97 % busy with the same memory, node 1's SM clock 900 MHz against 1980: "... is a
 #   straggler: SM clock 900 MHz", and no memory warning.
+# drift: node 1's straggling figures change from sample to sample (20, 21, 22 ... % busy): the
+#   straggler and memory warnings are still said once each.
+# exclude: --nnodes 1:2 with --exclude-stragglers 2: node 1 straggles, is named twice (one
+#   grace each), excluded (the server's log, /status's exclusions with the reason, its agent
+#   refused with the exclusion line, exit 3) and node 0 goes on alone in round 1 and finishes.
 # healthy: 97 % and 94 %, 30 and 29 GiB, 1980 and 1965 MHz: no warning at all, past the grace.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
@@ -37,14 +42,15 @@ proc 0 $T/w/pid.$1.n$2 $(($4 * GiB))
 SCN
 }
 
-# run_job JOB: the two agents of job JOB
+# run_job JOB [OPTION...]: the two agents of job JOB (--nnodes 2 unless an OPTION says)
 run_job() {
     local job=$1 i
+    shift
     for i in 0 1; do
         agent "$job$i" MUSTER_NVML_LIBRARY="$FAKE_NVML" FAKE_NVML_SCENARIO="$T/$job.$i.scn" \
             WDIR="$T/w" JOB="$job" NODE=$i MUSTER_TELEMETRY_GRACE_MS=1500 -- --nnodes 2 --nproc-per-node 1 \
             --no-python --gpu-telemetry 0.5 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id "$job" \
-            --rdzv-conf join_timeout=30 --local-addr 127.0.0.$((i + 1)) "$T/w.sh"
+            --rdzv-conf join_timeout=30,last_call_timeout=1 --local-addr 127.0.0.$((i + 1)) "$@" "$T/w.sh"
     done
 }
 
@@ -105,6 +111,41 @@ placed
 grep -q "GPU 0 of .* (node $R1) is a straggler: SM clock 900 MHz while its peers' median is 1980 MHz" "$T/job.json" ||
     { cat "$T/job.json" >&2; fail "no clock straggler warning"; }
 finish_job clock
+
+# --- drift: the straggler's figures change every sample; each warning is still said once ---
+scn drift 0 97 30 1980
+scn drift 1 20 2 1980
+run_job drift
+wait_for 30 both_seen drift || { show_all; fail "job drift: /status never showed both nodes"; }
+for u in 21 22 23 24 25 26 27 28; do # 4 s: samples every 0.5 s, judged every second
+    scn drift 1 $u $((u - 18)) 1980
+    sleep 0.5
+done
+job_status drift
+expect_eq "job drift's warnings" 2 "$(jq '.warnings | length' "$T/job.json")"
+expect_eq "drift: straggler warnings in the server's log" 1 "$(grep -c 'job drift: GPU 0 of .* is a straggler' "$SERR")"
+expect_eq "drift: memory warnings in the server's log" 1 "$(grep -c 'job drift: GPU memory far apart' "$SERR")"
+finish_job drift
+
+# --- exclude: node 1 straggles, named twice, excluded; node 0 goes on alone ---
+scn excl 0 97 30 1980
+scn excl 1 20 30 1980
+run_job excl --nnodes 1:2 --exclude-stragglers 2 --max-restarts 3
+wait_for 30 both_seen excl || { show_all; fail "job excl: /status never showed both nodes"; }
+agent_wait excl1 40
+expect_agent_rc excl1 3 # refused: a rendezvous failure
+grep -q "node .* (127.0.0.2) is excluded from job excl: its GPU was named a straggler 2 times (last: GPU 0 of .* is a straggler: 20 % busy" "$T/excl1.err" \
+    || { show_all; fail "agent excl1's stderr lacks the exclusion line"; }
+grep -q "job excl: excluding node .* (--exclude-stragglers 2): its GPU was named a straggler 2 times" "$SERR" \
+    || { cat "$SERR" >&2; fail "the server did not log the straggler's exclusion"; }
+expect_eq "straggler warnings of job excl" 1 "$(grep -c 'job excl: GPU 0 of .* is a straggler' "$SERR")"
+job_status excl
+jq -e '[.node_failures[] | select(.addr == "127.0.0.2" and .excluded and (.reason | test("^its GPU was named a straggler 2 times")))] | length == 1' "$T/job.json" > /dev/null ||
+    { cat "$T/job.json" >&2; fail "/status does not list node 1 as excluded for straggling"; }
+grep -q 'restarting workers (restart 1/3)' "$T/excl0.err" || { show_all; fail "node 0 did not restart without node 1"; }
+touch "$T/w/stop.excl"
+agent_wait excl0 60
+expect_agent_rc excl0 0
 
 # --- healthy: close figures, nothing said ---
 scn good 0 97 30 1980

@@ -1038,6 +1038,37 @@ static void test_spare_replaces_excluded(void **state)
     rdzv_job_free(job);
 }
 
+/* rdzv_job_exclude (--exclude-stragglers): a running member is excluded without failing; the
+ * round restarts with the text naming it, it gets RESTART and is refused when it joins again,
+ * the spare takes its place. Not running, or no member: nothing happens. */
+static void test_exclude_member(void **state)
+{
+    struct rdzv_job *job = new_job_with(2, 2, 5, 0);
+    struct rdzv_join j = mkjoin(1, 2, 2, 1);
+    const struct rdzv_job_node *n;
+    struct rdzv_assign a;
+    enum rdzv_job_event ev;
+
+    (void)state;
+    assert_int_equal(rdzv_job_exclude(job, &peers[0], "slow", 10, 0), RDZV_JOB_EV_NONE);
+    join_n(job, 2);
+    join_spare(job, 5, 0);
+    assert_int_equal(rdzv_job_exclude(job, &peers[7], "slow", 20, 0), RDZV_JOB_EV_NONE);
+    assert_int_equal(rdzv_job_exclude(job, &peers[1], "a straggler 3 times", 30, 12345),
+                     RDZV_JOB_EV_RESTART);
+    assert_string_equal(job->cause.text, "node node1 (10.0.0.1) excluded: a straggler 3 times");
+    assert_int_equal(job->cause.time_ms, 12345);
+    assert_int_equal(job->restart_count, 1);
+    assert_non_null(n = rdzv_job_excluded(job, "node1", "10.0.0.1", "10.0.0.1"));
+    assert_string_equal(n->reason, "a straggler 3 times");
+    assert_int_equal(job->n_prev, 2); /* RESTART reaches the excluded node too */
+    assert_int_equal(rdzv_job_join(job, &j, "10.0.0.1", "10.0.0.1", &peers[1], 40, &ev), -EPERM);
+    assert_int_equal(join(job, 0, 1, 50), RDZV_JOB_EV_ASSIGNED);
+    rdzv_job_assign(job, (size_t)rdzv_job_find(job, &peers[5]), &a);
+    assert_int_equal(a.group_rank, 1);
+    rdzv_job_free(job);
+}
+
 /* A failure that excludes nobody keeps every place for its node: the spare waits. When a
  * previous member's connection then goes away before it joined again, the spare takes its
  * place and its group rank. */
@@ -1296,6 +1327,7 @@ int main(void)
         cmocka_unit_test(test_spare_no_scale_up),
         cmocka_unit_test(test_spare_replaces_lost),
         cmocka_unit_test(test_spare_replaces_excluded),
+        cmocka_unit_test(test_exclude_member),
         cmocka_unit_test(test_spare_after_prev_lost_while_filling),
         cmocka_unit_test(test_spare_after_leave_while_filling),
         cmocka_unit_test(test_spare_arrives_late),

@@ -581,6 +581,49 @@ static void test_join_same_failure_tail(void **state)
     assert_int_equal(out.u.rejoin.join.same_failure, 6);
 }
 
+/* JOIN's tail, fourth part: --exclude-stragglers K, sent only when non-zero, behind the other
+ * three (zeros there then, same_failure's 0 included: the default); 0 or more than
+ * RDZV_STRAGGLERS_MAX sent are refused, and so is a same_failure of 0 as the last part. */
+static void test_join_stragglers_tail(void **state)
+{
+    size_t len, len0;
+    uint32_t plen;
+    static struct rdzv_msg in, out;
+
+    (void)state;
+    len0 = example_len(RDZV_MSG_JOIN, &in);
+    in.u.join.stragglers = 3;
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(len, len0 + 28);
+    assert_int_equal(out.u.join.stragglers, 3);
+    assert_int_equal(out.u.join.same_failure, 0); /* the default, sent as 0 before it */
+    /* cut before it: a same_failure of 0 at the end is not canonical */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4); /* 0 sent: not canonical */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    in.u.join.stragglers = RDZV_STRAGGLERS_MAX + 1;
+    plen = roundtrip_raw(&in, &len);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    /* with every other part set: all four come back; an older server's reading of three
+     * parts is what it was */
+    in.u.join.stragglers = RDZV_STRAGGLERS_MAX;
+    in.u.join.same_failure = 4;
+    in.u.join.flags = RDZV_JOIN_SPARE;
+    in.u.join.exclude_after = 2;
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(out.u.join.stragglers, RDZV_STRAGGLERS_MAX);
+    assert_int_equal(out.u.join.same_failure, 4);
+    assert_int_equal(out.u.join.exclude_after, 2);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(out.u.join.stragglers, 0);
+    assert_int_equal(out.u.join.same_failure, 4);
+    /* REJOIN keeps it */
+    example_len(RDZV_MSG_REJOIN, &in);
+    in.u.rejoin.join.stragglers = 2;
+    roundtrip(&in, &out, &len);
+    assert_int_equal(out.u.rejoin.join.stragglers, 2);
+}
+
 /* The signature tail of FAILED, LEAVE and JOB_FAILED: u8 class + text, sent only with both;
  * a class of 0, an empty text, a text over RDZV_SIG_MAX or cut short are refused; a class this
  * build does not know is kept (the server does not limit it); invalid UTF-8 is made valid. An
@@ -785,6 +828,7 @@ int main(void)
         cmocka_unit_test(test_optional_tails),
         cmocka_unit_test(test_join_flags_tail),
         cmocka_unit_test(test_join_same_failure_tail),
+        cmocka_unit_test(test_join_stragglers_tail),
         cmocka_unit_test(test_failure_sig_tail),
         cmocka_unit_test(test_small_buffer),
         cmocka_unit_test(test_overlong_strings),
