@@ -877,7 +877,15 @@ static void on_repl(struct rdzv_client *c, const struct rdzv_msg *m)
     agent__ft_repl_msg(rdzv_client_data(c), m);
 }
 
+/* A warning the server found about the job (its nodes compared): one line, as the agent's own. */
+static void on_notice(struct rdzv_client *c, const char *text)
+{
+    (void)c;
+    mc_warn("%s", text);
+}
+
 static const struct rdzv_client_cbs client_cbs = {
+    .notice_cb = on_notice,
     .repl_cb = on_repl,
     .collect_cb = on_collect,
     .waiting_cb = on_waiting,

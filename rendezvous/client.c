@@ -857,6 +857,10 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
         if (c->state == CLIENT_READY && c->cbs->collect_cb != NULL)
             c->cbs->collect_cb(c, &m->u.collect);
         break;
+    case RDZV_MSG_NOTICE:
+        if (c->cbs->notice_cb != NULL)
+            c->cbs->notice_cb(c, m->u.notice.text);
+        break;
     case RDZV_MSG_REPL_BEGIN:
     case RDZV_MSG_REPL_DATA:
     case RDZV_MSG_REPL_ACK:

@@ -74,6 +74,9 @@ struct rdzv_client_cbs {
     /* Optional (NULL allowed: COLLECT is ignored). The server wants this node's evidence of
      * a round (agent/evidence.h); borrowed for the call. */
     void (*collect_cb)(struct rdzv_client *c, const struct rdzv_collect *col);
+    /* Optional (NULL allowed: NOTICE is ignored). A warning the server found about the job, to
+     * be shown once (its text is valid UTF-8 of up to RDZV_TEL_WARN_LEN bytes); borrowed. */
+    void (*notice_cb)(struct rdzv_client *c, const char *text);
 };
 
 /* Allocates a client that speaks TLS in token mode: the token is the pre-shared key (tls.h) and

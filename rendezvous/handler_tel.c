@@ -94,10 +94,24 @@ struct tel_gpu_ref {
     uint32_t i; /* index in p->tel->gpus */
 };
 
+/* A warning of the server's own: kept for /status, logged, and sent as NOTICE to the members
+ * that report TELEMETRY (and so understand NOTICE), for their consoles. */
 static void say(struct rdzv_server *srv, struct sjob *sj, const char *w)
 {
-    if (add_warning(sj, w)) /* logged as kept */
-        rdzv__log(srv, "job %s: %s", sj->job->id, sj->warnings[sj->n_warnings - 1]);
+    const struct rdzv_job *job = sj->job;
+    struct rdzv_msg m;
+
+    if (!add_warning(sj, w))
+        return;
+    rdzv__log(srv, "job %s: %s", job->id, sj->warnings[sj->n_warnings - 1]); /* as kept */
+    rdzv_msg_init(&m, RDZV_MSG_NOTICE);
+    memcpy(m.u.notice.text, sj->warnings[sj->n_warnings - 1], sizeof(m.u.notice.text));
+    for (size_t i = 0; i < job->n_members; i++) {
+        struct peer *p = job->members[i].peer;
+
+        if (p != NULL && p->tel != NULL)
+            rdzv__send(p, &m);
+    }
 }
 
 static void judge_memory(struct rdzv_server *srv, struct sjob *sj, uint64_t now)

@@ -44,6 +44,7 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_EVIDENCE] = "EVIDENCE",
     [RDZV_MSG_DEBUG_REQ] = "DEBUG_REQ",
     [RDZV_MSG_TELEMETRY] = "TELEMETRY",
+    [RDZV_MSG_NOTICE] = "NOTICE",
     [RDZV_MSG_LOG] = "LOG",
     [RDZV_MSG_LOGS_REQ] = "LOGS_REQ",
     [RDZV_MSG_LOGS] = "LOGS",
@@ -984,6 +985,9 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
     case RDZV_MSG_TELEMETRY:
         io_telemetry(c, &m->u.telemetry);
         return 1;
+    case RDZV_MSG_NOTICE:
+        io_text(c, m->u.notice.text, RDZV_TEL_WARN_LEN);
+        return 1;
     case RDZV_MSG_LOG:
     case RDZV_MSG_LOGS:
         io_log(c, &m->u.log, m->type == RDZV_MSG_LOGS);
@@ -1163,6 +1167,8 @@ size_t rdzv_msg_body_size(unsigned type)
         return sizeof(m->u.debug_req);
     case RDZV_MSG_TELEMETRY:
         return sizeof(m->u.telemetry);
+    case RDZV_MSG_NOTICE:
+        return sizeof(m->u.notice);
     case RDZV_MSG_LOG:
     case RDZV_MSG_LOGS:
         return sizeof(m->u.log);

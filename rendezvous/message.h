@@ -67,6 +67,8 @@ enum rdzv_msg_type {
     RDZV_MSG_LOG = 34,      /* agent->S a batch of its ranks' output lines; no reply */
     RDZV_MSG_LOGS_REQ = 35, /* observer->S lines of a job after a sequence number */
     RDZV_MSG_LOGS = 36,     /* S->observer the lines asked for */
+    /* --- the server's warnings on the agents' consoles (docs/TELEMETRY.md "Warnings") ------ */
+    RDZV_MSG_NOTICE = 37, /* S->agent one warning about its job, for its console; no reply */
     RDZV_MSG_TYPE_MAX_
 };
 
@@ -562,6 +564,13 @@ struct rdzv_telemetry {
     char warn[RDZV_TEL_WARN_MAX][RDZV_TEL_WARN_LEN + 1];
 };
 
+/* NOTICE: a warning the server found about the job (handler_tel.c: its nodes compared), sent
+ * once to each member that reports TELEMETRY (an agent that sends TELEMETRY understands NOTICE:
+ * the two came in one release) and printed on its console. */
+struct rdzv_notice {
+    char text[RDZV_TEL_WARN_LEN + 1];
+};
+
 /* One decoded message. `type` selects the member. */
 struct rdzv_msg {
     uint8_t type;
@@ -594,6 +603,7 @@ struct rdzv_msg {
         struct rdzv_log log; /* LOG and LOGS */
         struct rdzv_logs_req logs_req;
         struct rdzv_telemetry telemetry;
+        struct rdzv_notice notice;
     } u;
 };
 

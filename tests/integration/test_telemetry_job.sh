@@ -3,9 +3,9 @@
 # a real `muster server` (grace cut to 1.5 s by MUSTER_TELEMETRY_GRACE_MS) and a 2-node job of
 # one worker per node on loopback, each agent with its own fake NVML scenario
 # (tests/peers/fake_nvml.c: one GPU per node, the node's rank on it).
-# apart: rank 0 holds 30 GiB at 97 % busy, rank 1 2 GiB at 20 %: /status and the server's log say
-#   "GPU memory far apart across the ranks" and "GPU 0 of ... (node N) is a straggler: 20 % busy",
-#   each once.
+# apart: rank 0 holds 30 GiB at 97 % busy, rank 1 2 GiB at 20 %: /status, the server's log and
+#   both agents' consoles (NOTICE) say "GPU memory far apart across the ranks" and "GPU 0 of ...
+#   (node N) is a straggler: 20 % busy", each once.
 # clock: both 95-97 % busy with the same memory, node 1's SM clock 900 MHz against 1980: "... is a
 #   straggler: SM clock 900 MHz", and no memory warning.
 # drift: node 1's straggling figures change from sample to sample (20, 21, 22 ... % busy): the
@@ -99,6 +99,11 @@ job_status apart
 expect_eq "job apart's warnings after more samples" 2 "$(jq '.warnings | length' "$T/job.json")"
 expect_eq "memory warnings in the server's log" 1 "$(grep -c 'job apart: GPU memory far apart' "$SERR")"
 expect_eq "straggler warnings in the server's log" 1 "$(grep -c 'job apart: GPU 0 of .* is a straggler' "$SERR")"
+# and on both agents' consoles (NOTICE), once each
+for a in apart0 apart1; do
+    expect_eq "straggler warnings on $a's console" 1 "$(grep -c "GPU 0 of .* (node $R1) is a straggler: 20 % busy" "$T/$a.err")"
+    expect_eq "memory warnings on $a's console" 1 "$(grep -c 'GPU memory far apart across the ranks' "$T/$a.err")"
+done
 finish_job apart
 
 # --- clock: the same work, node 1's clock far below ---
@@ -125,6 +130,7 @@ job_status drift
 expect_eq "job drift's warnings" 2 "$(jq '.warnings | length' "$T/job.json")"
 expect_eq "drift: straggler warnings in the server's log" 1 "$(grep -c 'job drift: GPU 0 of .* is a straggler' "$SERR")"
 expect_eq "drift: memory warnings in the server's log" 1 "$(grep -c 'job drift: GPU memory far apart' "$SERR")"
+expect_eq "drift: straggler warnings on node 0's console" 1 "$(grep -c 'is a straggler' "$T/drift0.err")"
 finish_job drift
 
 # --- exclude: node 1 straggles, named twice, excluded; node 0 goes on alone ---

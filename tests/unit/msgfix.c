@@ -244,6 +244,10 @@ static void example3(uint8_t type, struct rdzv_msg *m)
     case RDZV_MSG_TELEMETRY:
         msgfix_telemetry(&m->u.telemetry);
         break;
+    case RDZV_MSG_NOTICE:
+        strcpy(m->u.notice.text, "GPU 0 of node1 (node 1) is a straggler: 20 % busy while its "
+                                 "peers' median is 97 %");
+        break;
     case RDZV_MSG_LOG:
     case RDZV_MSG_LOGS: {
         static const char *const text[] = {"step 10 loss 2.31", "", "\xff\x1b[2J warn\r"};

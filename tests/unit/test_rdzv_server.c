@@ -125,7 +125,7 @@ static void error_cb(struct rdzv_client *c, int err, const char *text)
 
 static const struct rdzv_client_cbs cbs = {waiting_cb,    assign_cb, restart_cb, job_done_cb,
                                            job_failed_cb, error_cb,  NULL,       NULL,
-                                           NULL,          NULL,      NULL};
+                                           NULL,          NULL,      NULL,       NULL};
 
 /* --- fixture ------------------------------------------------------------------------------- */
 static int setup_token(void **state, const char *token)
