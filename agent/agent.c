@@ -63,9 +63,10 @@ static int telem_workers(void *ctx, struct agent_telem_worker *w, int cap)
         return 0;
     for (int i = 0; i < a->group->n && n < cap; i++)
         if (a->group->workers[i].alive)
-            w[n++] =
-                (struct agent_telem_worker){a->group->workers[i].pid, a->group->workers[i].rank,
-                                            a->group->workers[i].local_rank};
+            w[n++] = (struct agent_telem_worker){.pid = a->group->workers[i].pid,
+                                                 .rank = a->group->workers[i].rank,
+                                                 .local_rank = a->group->workers[i].local_rank,
+                                                 .gpu = AGENT_TELEM_GPU_OWN};
     return n;
 }
 

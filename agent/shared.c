@@ -24,6 +24,7 @@
 #include "path.h"
 #include "port.h"
 #include "proctree.h"
+#include "telemetry.h"
 
 extern char **environ;
 
@@ -61,6 +62,7 @@ struct shared {
     int finished;
     struct agent_logdir logdir;
     struct agent_mps mps;
+    struct agent_telem *telem; /* --gpu-telemetry: warnings on the console only; NULL off */
 };
 
 int agent_shared_task_env(const struct agent_shared_options *o, unsigned task, unsigned master_port,
@@ -345,6 +347,8 @@ static void finish(struct shared *s)
     if (s->finished)
         return;
     s->finished = 1;
+    agent_telem_close(s->telem);
+    s->telem = NULL;
     for (int i = 0; i < NSTOP; i++)
         uv_close((uv_handle_t *)&s->sig[i], close_handle_cb);
     for (unsigned i = 0; i < s->ntasks; i++) {
@@ -353,6 +357,46 @@ static void finish(struct shared *s)
         s->tasks[i].group = NULL;
         release_port(&s->tasks[i]);
     }
+}
+
+/* The running tasks, for the telemetry: each named by its index, on the GPU it was given, with
+ * its memory cap (MPS's pinned limit, else its --gpu-mem-fraction share). */
+static int telem_workers(void *ctx, struct agent_telem_worker *w, int cap)
+{
+    struct shared *s = ctx;
+    int n = 0;
+
+    for (unsigned i = 0; i < s->ntasks && n < cap; i++) {
+        const struct task *t = &s->tasks[i];
+        const char *id = s->o->gpu_ids[t->gpu];
+        char *end;
+        long idx = strtol(id, &end, 10);
+
+        if (t->group == NULL || !t->group->workers[0].alive)
+            continue;
+        w[n++] = (struct agent_telem_worker){
+            .pid = t->group->workers[0].pid,
+            .rank = (int)i,
+            .local_rank = (int)i,
+            .gpu = end != id && *end == '\0' && idx >= 0 && idx < INT_MAX ? (int)idx
+                                                                          : AGENT_TELEM_GPU_GIVEN,
+            .cap_bytes = s->mps.on ? s->mps.limit_mib << 20 : 0,
+            .cap_frac = s->o->mem_fraction / s->o->per_gpu};
+    }
+    return n;
+}
+
+static void start_telemetry(struct shared *s)
+{
+    char host[256] = "";
+
+    if (s->o->telemetry_ms == 0)
+        return;
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        snprintf(host, sizeof(host), "this node");
+    s->telem = agent_telem_new(&s->loop, s->o->telemetry_ms, host,
+                               &(struct agent_telem_io){.workers = telem_workers, .ctx = s});
+    agent_telem_attempt(s->telem, uv_now(&s->loop));
 }
 
 static int wants_files(const struct agent_shared_options *o, unsigned n)
@@ -450,6 +494,8 @@ int agent_shared_run(const struct agent_shared_options *o)
     code = prepare(&s);
     if (code != 0)
         finish(&s);
+    if (code == 0)
+        start_telemetry(&s);
     for (unsigned i = 0; code == 0 && i < s.ntasks && !s.finished; i++)
         start_task(&s.tasks[i]);
     uv_run(&s.loop, UV_RUN_DEFAULT);

@@ -31,6 +31,7 @@ struct agent_shared_options {
         *shown;             /* per task (ngpus * K entries), as agent_options */
     const char *batch_size; /* exported as MUSTER_BATCH_SIZE, or NULL */
     const char *signals_to_handle;
+    unsigned telemetry_ms; /* --gpu-telemetry period; 0: off (agent/telemetry.h) */
 };
 
 /* Task i's variables (RANK 0 ... MUSTER_TASK_INDEX, CUDA_VISIBLE_DEVICES, fraction; not the

@@ -37,6 +37,16 @@ struct nvml_proc {
 #define TR_HW_THERMAL 0x40ULL
 #define TR_HW_POWER_BRAKE 0x80ULL
 #define TR_WARN (TR_SW_POWER | TR_HW_SLOWDOWN | TR_SW_THERMAL | TR_HW_THERMAL | TR_HW_POWER_BRAKE)
+#define NVML_EVENT_XID 0x8ULL /* nvmlEventTypeXidCriticalError */
+#define NVML_TIMEOUT 10
+#define XID_EVENTS_MAX 32 /* events taken per sample: the rest wait for the next */
+
+/* nvmlEventData_t */
+struct nvml_event {
+    nvml_dev device;
+    unsigned long long type, data;
+    unsigned int gpu_instance, compute_instance;
+};
 
 struct nvml {
     void *lib;
@@ -50,6 +60,10 @@ struct nvml {
     int (*reasons)(nvml_dev, unsigned long long *);
     int (*procs)(nvml_dev, unsigned int *, struct nvml_proc *);
     int (*ecc)(nvml_dev, int, int, unsigned long long *);
+    int (*ev_create)(void **);
+    int (*ev_register)(nvml_dev, unsigned long long, void *);
+    int (*ev_wait)(void *, struct nvml_event *, unsigned int);
+    void *evset; /* Xid events of every GPU; NULL: none (no such functions, or refused) */
 };
 
 #define FINDINGS_MAX RDZV_TEL_WARN_MAX
@@ -68,6 +82,9 @@ struct agent_telem {
     int dead; /* no NVML or no GPU: sampling stopped */
     int loaded;
     struct nvml nv;
+    int registered;                       /* the GPUs were registered for Xid events */
+    nvml_dev dev[RDZV_TEL_GPUS_MAX];      /* each GPU's handle, to map an event to its GPU */
+    uint32_t xid_last[RDZV_TEL_GPUS_MAX]; /* the last Xid of each GPU (by NVML index) */
     struct agent_telem_worker w[AGENT_TELEM_WORKERS_MAX];
     int nw;
     struct rdzv_msg msg; /* the sample, built in the work thread */
@@ -101,10 +118,32 @@ static int load(struct nvml *nv)
     if ((*(void **)&nv->procs = dlsym(nv->lib, "nvmlDeviceGetComputeRunningProcesses_v3")) == NULL)
         *(void **)&nv->procs = dlsym(nv->lib, "nvmlDeviceGetComputeRunningProcesses_v2");
     *(void **)&nv->ecc = dlsym(nv->lib, "nvmlDeviceGetTotalEccErrors");
+    *(void **)&nv->ev_create = dlsym(nv->lib, "nvmlEventSetCreate");
+    *(void **)&nv->ev_register = dlsym(nv->lib, "nvmlDeviceRegisterEvents");
+    *(void **)&nv->ev_wait = dlsym(nv->lib, "nvmlEventSetWait_v2");
     /* the library stays loaded: unloading NVML is not worth its teardown risks */
     if (init == NULL || nv->count == NULL || nv->by_index == NULL || init() != 0)
         return -1;
+    if (nv->ev_create == NULL || nv->ev_register == NULL || nv->ev_wait == NULL ||
+        nv->ev_create(&nv->evset) != 0)
+        nv->evset = NULL; /* no Xid events: the rest is sampled all the same */
     return 0;
+}
+
+/* The Xid events since the last sample (never waiting: timeout 0) into t->xid_last. */
+static void take_xids(struct agent_telem *t, unsigned count)
+{
+    struct nvml_event e;
+
+    for (int n = 0; t->nv.evset != NULL && n < XID_EVENTS_MAX; n++) {
+        if (t->nv.ev_wait(t->nv.evset, &e, 0) != 0)
+            break; /* NVML_TIMEOUT: none left (or an error: try again next sample) */
+        if (!(e.type & NVML_EVENT_XID))
+            continue;
+        for (unsigned i = 0; i < count && i < RDZV_TEL_GPUS_MAX; i++)
+            if (t->dev[i] == e.device && e.data > 0)
+                t->xid_last[i] = e.data > UINT32_MAX ? UINT32_MAX : (uint32_t)e.data;
+    }
 }
 
 /* The parent of pid from /proc/<pid>/stat; 0 when it cannot be read. */
@@ -199,12 +238,21 @@ static void work_cb(uv_work_t *req)
     }
     rdzv_msg_init(&t->msg, RDZV_MSG_TELEMETRY);
     s->t_ms = mc_wall_ms();
-    for (unsigned i = 0; i < count && s->ngpus < RDZV_TEL_GPUS_MAX; i++) {
+    for (unsigned i = 0; i < count && i < RDZV_TEL_GPUS_MAX; i++) {
         nvml_dev d = NULL;
 
-        if (t->nv.by_index(i, &d) == 0)
-            sample_gpu(t, i, d, &s->gpus[s->ngpus++]);
+        if (t->nv.by_index(i, &d) != 0)
+            continue;
+        t->dev[i] = d;
+        sample_gpu(t, i, d, &s->gpus[s->ngpus++]);
+        /* a GPU that cannot report Xids (a VM's, a MIG instance) still reports the rest */
+        if (!t->registered && t->nv.evset != NULL)
+            (void)t->nv.ev_register(d, NVML_EVENT_XID, t->nv.evset);
     }
+    t->registered = 1;
+    take_xids(t, count);
+    for (uint32_t i = 0; i < s->ngpus; i++)
+        s->gpus[i].xid = t->xid_last[s->gpus[i].gpu];
     t->ok = s->ngpus > 0;
 }
 
@@ -266,6 +314,92 @@ static void throttle_text(uint64_t bits, char *out, size_t cap)
             len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", why[i].name);
 }
 
+/* What an Xid means, for the ones a training job meets (NVIDIA's Xid catalogue). */
+static const char *xid_text(uint32_t xid)
+{
+    switch (xid) {
+    case 13:
+        return "graphics engine exception: often a bug in a kernel, an illegal address";
+    case 31:
+        return "GPU memory page fault: often an illegal address in a kernel";
+    case 43:
+        return "GPU stopped processing";
+    case 45:
+        return "preemptive cleanup after earlier errors";
+    case 48:
+        return "double-bit ECC error: the GPU needs a reset";
+    case 61:
+    case 62:
+        return "internal micro-controller error";
+    case 63:
+        return "ECC page retirement or row remapping recorded";
+    case 64:
+        return "ECC page retirement or row remapping failed";
+    case 74:
+        return "NVLink error";
+    case 79:
+        return "GPU has fallen off the bus";
+    case 92:
+        return "high single-bit ECC error rate";
+    case 94:
+        return "contained ECC error";
+    case 95:
+        return "uncontained ECC error: the GPU needs a reset";
+    case 119:
+    case 120:
+        return "GSP error";
+    case 999:
+        return "an Xid NVML does not know";
+    default:
+        return "see NVIDIA's Xid catalogue";
+    }
+}
+
+/* The worker of rank, or NULL. */
+static const struct agent_telem_worker *worker_of(const struct agent_telem_worker *w, int nw,
+                                                  int rank)
+{
+    for (int i = 0; i < nw; i++)
+        if (w[i].rank == rank)
+            return &w[i];
+    return NULL;
+}
+
+/* A worker within AGENT_TELEM_CAP_PCT % of its memory cap (shared-GPU mode): the memory of its
+ * processes (on any GPU) against its cap, on the GPU its processes are on. */
+static int near_cap(const struct rdzv_telemetry *s, const struct agent_telem_worker *w,
+                    const char *host, struct agent_telem_finding *out)
+{
+    uint64_t used = 0, cap = w->cap_bytes;
+    const struct rdzv_tel_gpu *on = NULL;
+
+    if (w->cap_bytes == 0 && w->cap_frac <= 0)
+        return 0;
+    for (uint32_t i = 0; i < s->ngpus; i++)
+        for (uint32_t k = 0; k < s->gpus[i].nprocs; k++) {
+            const struct rdzv_tel_proc *q = &s->gpus[i].procs[k];
+
+            if (q->rank != w->rank || q->mem == UINT64_MAX)
+                continue;
+            used += q->mem;
+            if (on == NULL)
+                on = &s->gpus[i];
+        }
+    if (on == NULL)
+        return 0;
+    if (cap == 0)
+        cap = (uint64_t)(w->cap_frac * (double)on->mem_total);
+    if (cap == 0 || used * 100.0 < cap * (100.0 - AGENT_TELEM_CAP_PCT))
+        return 0;
+    snprintf(out->key, sizeof(out->key), "cap:%d", w->rank);
+    snprintf(out->text, sizeof(out->text),
+             "task %d (GPU %u of %s) uses %.1f GiB of its %.1f GiB memory cap (%.0f %%): it "
+             "will fail to allocate more",
+             w->rank, on->gpu, host, (double)used / (1 << 30), (double)cap / (1 << 30),
+             100.0 * (double)used / (double)cap);
+    return 1;
+}
+
 int agent_telem_findings(const struct rdzv_telemetry *s, const struct agent_telem_worker *w, int nw,
                          const char *host, uint64_t ran_ms, uint64_t grace_ms,
                          struct agent_telem_finding *out, int cap)
@@ -280,15 +414,19 @@ int agent_telem_findings(const struct rdzv_telemetry *s, const struct agent_tele
         used += had;
         any |= had;
     }
-    /* several ranks on one GPU while a GPU that one of them could have had has none */
+    /* several ranks on one GPU while a GPU that one of them could have had has none; a worker
+     * given its GPU (shared-GPU mode: K tasks on each) is where it belongs */
     for (uint32_t i = 0; i < s->ngpus && n < cap; i++) {
         const struct rdzv_tel_gpu *g = &s->gpus[i];
         int r[RDZV_TEL_PROCS_MAX], nr = 0, want = nw < (int)s->ngpus ? nw : (int)s->ngpus;
         char list[96], idle[48];
 
-        for (uint32_t k = 0; k < g->nprocs; k++)
-            if (g->procs[k].rank >= 0)
+        for (uint32_t k = 0; k < g->nprocs; k++) {
+            const struct agent_telem_worker *x = worker_of(w, nw, g->procs[k].rank);
+
+            if (g->procs[k].rank >= 0 && (x == NULL || x->gpu == AGENT_TELEM_GPU_OWN))
                 nr = add_rank(r, nr, g->procs[k].rank);
+        }
         if (nr < 2 || used >= want)
             continue;
         ranks_text(r, nr, list, sizeof(list));
@@ -302,18 +440,42 @@ int agent_telem_findings(const struct rdzv_telemetry *s, const struct agent_tele
                  g->gpu, host, idle);
         n++;
     }
-    /* a GPU without the process of its rank (one GPU per local rank, in NVML's order), once
-     * the job uses GPUs at all and has run for a while */
-    for (int i = 0; any && ran_ms >= grace_ms && nw <= (int)s->ngpus && i < nw && n < cap; i++) {
-        const struct rdzv_tel_gpu *g =
-            &s->gpus[w[i].local_rank < (int)s->ngpus ? w[i].local_rank : 0];
+    /* a GPU without the process of its rank (one GPU per local rank, in NVML's order, or the
+     * GPU the worker was given), once the job uses GPUs at all and has run for a while */
+    for (int i = 0; any && ran_ms >= grace_ms && i < nw && n < cap; i++) {
+        int idx = w[i].gpu >= 0 ? w[i].gpu : w[i].local_rank;
+        const struct rdzv_tel_gpu *g = NULL;
 
-        if (w[i].local_rank >= (int)s->ngpus || gpu_has_rank(g, w[i].rank))
+        if (w[i].gpu == AGENT_TELEM_GPU_OWN && nw > (int)s->ngpus)
+            break; /* more workers than GPUs: no GPU of its own to miss it on */
+        if (w[i].gpu == AGENT_TELEM_GPU_GIVEN)
+            continue; /* which GPU that is, NVML's index does not say */
+        for (uint32_t k = 0; k < s->ngpus; k++)
+            if ((int)s->gpus[k].gpu == idx)
+                g = &s->gpus[k];
+        if (g == NULL || gpu_has_rank(g, w[i].rank))
             continue;
         snprintf(out[n].key, sizeof(out[n].key), "noproc:%d", w[i].rank);
-        snprintf(out[n].text, sizeof(out[n].text),
-                 "GPU %u of %s has no process of rank %d (local rank %d) after %llu s", g->gpu,
-                 host, w[i].rank, w[i].local_rank, (unsigned long long)(ran_ms / 1000));
+        if (w[i].gpu >= 0)
+            snprintf(out[n].text, sizeof(out[n].text),
+                     "GPU %u of %s has no process of task %d after %llu s", g->gpu, host, w[i].rank,
+                     (unsigned long long)(ran_ms / 1000));
+        else
+            snprintf(out[n].text, sizeof(out[n].text),
+                     "GPU %u of %s has no process of rank %d (local rank %d) after %llu s", g->gpu,
+                     host, w[i].rank, w[i].local_rank, (unsigned long long)(ran_ms / 1000));
+        n++;
+    }
+    for (int i = 0; i < nw && n < cap; i++)
+        n += near_cap(s, &w[i], host, &out[n]);
+    for (uint32_t i = 0; i < s->ngpus && n < cap; i++) {
+        const struct rdzv_tel_gpu *g = &s->gpus[i];
+
+        if (g->xid == 0)
+            continue;
+        snprintf(out[n].key, sizeof(out[n].key), "xid:%u:%u", g->gpu, g->xid);
+        snprintf(out[n].text, sizeof(out[n].text), "GPU %u of %s reported Xid %u (%s)", g->gpu,
+                 host, g->xid, xid_text(g->xid));
         n++;
     }
     for (uint32_t i = 0; i < s->ngpus && n < cap; i++) {
@@ -378,7 +540,8 @@ static void after_cb(uv_work_t *req, int status)
     s->nwarn = (uint32_t)t->nsaid;
     for (int i = 0; i < t->nsaid; i++)
         memcpy(s->warn[i], t->said[i].text, sizeof(s->warn[i]));
-    t->io.send(t->io.ctx, &t->msg);
+    if (t->io.send != NULL)
+        t->io.send(t->io.ctx, &t->msg);
 }
 
 static void tick(uv_timer_t *timer)

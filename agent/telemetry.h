@@ -19,11 +19,20 @@
 /* A GPU without the process of its rank is named once the attempt has run this long;
  * MUSTER_TELEMETRY_GRACE_MS replaces it (tests). */
 #define AGENT_TELEM_GRACE_MS 60000
+#define AGENT_TELEM_GPU_OWN (-1)
+#define AGENT_TELEM_GPU_GIVEN (-2)
+/* A worker using this close to its memory cap (in % of it) is warned of. */
+#define AGENT_TELEM_CAP_PCT 5
 
-/* One running worker: its pid and ranks. */
+/* One running worker: its pid and ranks. Shared-GPU mode (agent/shared.c) names each task by
+ * its index (rank and local rank), the GPU it was given and its memory cap. */
 struct agent_telem_worker {
     pid_t pid;
     int rank, local_rank;
+    int gpu; /* the NVML index of the GPU it was given; AGENT_TELEM_GPU_OWN: its local rank's;
+              * AGENT_TELEM_GPU_GIVEN: one it was given, index unknown (a UUID) */
+    uint64_t cap_bytes; /* its memory cap (MPS's pinned limit); 0: cap_frac of its GPU's */
+    double cap_frac;    /* its share of its GPU's memory (--gpu-mem-fraction / K); 0: no cap */
 };
 
 struct agent_telem_io {
@@ -36,8 +45,9 @@ struct agent_telem_io {
 
 struct agent_telem;
 
-/* Starts sampling every period_ms (> 0). host names the node in the warnings. NULL when out of
- * memory (the job runs without telemetry). */
+/* Starts sampling every period_ms (> 0). host names the node in the warnings. io->send may be
+ * NULL (shared-GPU mode: no server, the console only). NULL when out of memory (the job runs
+ * without telemetry). */
 struct agent_telem *agent_telem_new(uv_loop_t *loop, unsigned period_ms, const char *host,
                                     const struct agent_telem_io *io);
 

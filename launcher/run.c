@@ -270,6 +270,7 @@ static void shared_options(const struct launcher_config *cfg, char **argv,
     o->tee = flags + n;
     o->shown = flags + 2 * n;
     o->signals_to_handle = cfg->signals_to_handle;
+    o->telemetry_ms = cfg->health.telemetry_ms;
 }
 
 /* --dry-run of shared-GPU mode: every task's environment, one port per task. */

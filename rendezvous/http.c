@@ -514,6 +514,8 @@ static void gpu_families(FILE *f, struct rdzv_server *srv)
         {"muster_gpu_power_watts", "Power draw."},
         {"muster_gpu_throttle_reasons", "NVML clocks event reasons (bits; 0: none)."},
         {"muster_gpu_processes", "Compute processes on the GPU."},
+        {"muster_gpu_last_xid", "The last Xid critical error event of the GPU (0: none)."},
+        {"muster_gpu_ecc_errors", "Volatile uncorrected ECC errors."},
     };
 
     for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++) {
@@ -525,11 +527,19 @@ static void gpu_families(FILE *f, struct rdzv_server *srv)
 
                 for (uint32_t g = 0; t != NULL && g < t->ngpus; g++) {
                     const struct rdzv_tel_gpu *x = &t->gpus[g];
-                    double v[] = {x->util / 100.0,   (double)x->mem_used, (double)x->mem_total,
-                                  x->sm_clock,       x->mem_clock,        x->temp,
-                                  x->power_mw / 1e3, (double)x->throttle, x->nprocs};
-                    int64_t known[] = {x->util,     0, 0, x->sm_clock, x->mem_clock, x->temp,
-                                       x->power_mw, 0, 0};
+                    double v[] = {x->util / 100.0,
+                                  (double)x->mem_used,
+                                  (double)x->mem_total,
+                                  x->sm_clock,
+                                  x->mem_clock,
+                                  x->temp,
+                                  x->power_mw / 1e3,
+                                  (double)x->throttle,
+                                  x->nprocs,
+                                  x->xid,
+                                  (double)x->ecc};
+                    int64_t known[] = {
+                        x->util, 0, 0, x->sm_clock, x->mem_clock, x->temp, x->power_mw, 0, 0, 0, 0};
 
                     if (known[i] < 0)
                         continue;

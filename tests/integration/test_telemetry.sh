@@ -131,6 +131,23 @@ expect_eq "GPU 1's process" 1 "$(jq -c '[.nodes[0].telemetry.gpus[1].procs[].ran
 finish_job good
 grep -qE 'ignores LOCAL_RANK|is throttled|has no process' "$T/good.err" && { cat "$T/good.err" >&2; fail "the healthy job was warned of"; }
 
+# --- xid: Xid critical error events (nvmlEventSetWait_v2) appear while the job runs ---
+scenario xid 0 1 0
+run_job xid
+wait_for 30 procs_mapped xid || { show_all; fail "job xid: /status never showed its processes"; }
+printf 'xid 1 79\nxid 1 79\nxid 0 48\n' >> "$T/xid.scn"
+xid_said() { grep -q 'GPU 1 of .* reported Xid 79 (GPU has fallen off the bus)$' "$T/xid.err" && grep -q 'GPU 0 of .* reported Xid 48 (double-bit ECC error: the GPU needs a reset)$' "$T/xid.err"; }
+wait_for 10 xid_said || { show_agent xid; fail "the agent did not warn of the Xids"; }
+sleep 1.2 # the warnings travel with the next sample
+job_status xid
+expect_eq "the GPUs' last Xids in /status" "[48,79]" "$(jq -c '[.nodes[0].telemetry.gpus[].xid]' "$T/job.json")"
+expect_eq "Xid warnings in /status" 2 "$(jq '[.warnings[] | select(test("reported Xid"))] | length' "$T/job.json")"
+http_get "$SHTTP" /metrics
+grep -q '^muster_gpu_last_xid{job="xid",node="[^"]*",gpu="1"} 79$' "$T/http.body" || { grep xid "$T/http.body" >&2; fail "/metrics lacks GPU 1's Xid"; }
+finish_job xid
+expect_eq "Xid 79 warnings on the console (two events, one line)" 1 "$(grep -c 'reported Xid 79' "$T/xid.err")"
+grep -qE 'ignores LOCAL_RANK|is throttled|has no process' "$T/xid.err" && { cat "$T/xid.err" >&2; fail "job xid was warned of something else"; }
+
 # --- off, and a bad value ---
 scenario off 0 0 0x44
 agent off MUSTER_NVML_LIBRARY="$FAKE_NVML" FAKE_NVML_SCENARIO="$T/off.scn" WDIR="$T/w" JOB=off \

@@ -5,11 +5,14 @@
  *
  *   gpu UTIL MEM_USED MEM_TOTAL SM_MHZ MEM_MHZ TEMP_C POWER_MW THROTTLE_BITS
  *   proc GPU_INDEX PIDFILE MEM_BYTES
+ *   xid GPU_INDEX CODE
  *
  * GPUs are numbered in order; a proc line lists the pid written in PIDFILE (a worker writes
  * its own) as a compute process of that GPU, and is skipped while the file is missing or
- * empty. No scenario file (or an unreadable one): nvmlInit_v2 fails, as on a host without a
- * driver. */
+ * empty. Each xid line is one Xid critical error event of that GPU, delivered once by
+ * nvmlEventSetWait_v2 (to a set the GPU was registered with) in the order of the lines: a test
+ * appends a line to raise one more. No scenario file (or an unreadable one): nvmlInit_v2 fails, as
+ * on a host without a driver. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +46,12 @@ static struct gpu g_gpu[GPUS];
 static unsigned g_ngpu;
 static struct proc g_proc[PROCS];
 static unsigned g_nproc;
+#define XIDS 64
+static struct {
+    unsigned gpu, code;
+} g_xid[XIDS];
+static unsigned g_nxid, g_xid_sent;
+static unsigned long long g_registered; /* GPUs registered for Xid events (bits) */
 
 static unsigned read_pid(const char *path)
 {
@@ -65,7 +74,7 @@ static int load(void)
 
     if (path == NULL || (f = fopen(path, "r")) == NULL)
         return -1;
-    g_ngpu = g_nproc = 0;
+    g_ngpu = g_nproc = g_nxid = 0;
     while (fgets(line, sizeof(line), f) != NULL) {
         struct gpu *g = &g_gpu[g_ngpu];
         struct proc *p = &g_proc[g_nproc];
@@ -78,6 +87,9 @@ static int load(void)
                  sscanf(line, "proc %u %899s %llu", &p->gpu, file, &p->mem) == 3 &&
                  (p->pid = read_pid(file)) != 0)
             g_nproc++;
+        else if (g_nxid < XIDS &&
+                 sscanf(line, "xid %u %u", &g_xid[g_nxid].gpu, &g_xid[g_nxid].code) == 2)
+            g_nxid++;
     }
     fclose(f);
     return 0;
@@ -199,5 +211,51 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void *d, unsigned int *n, struct nvm
         return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
     }
     *n = k;
+    return 0;
+}
+
+/* Xid events (nvmlEventSet*, nvmlEventTypeXidCriticalError = 0x8) */
+struct nvml_event {
+    void *device;
+    unsigned long long type, data;
+    unsigned int gpu_instance, compute_instance;
+};
+
+int nvmlEventSetCreate(void **set)
+{
+    *set = (void *)(uintptr_t)0x5e7;
+    return 0;
+}
+
+int nvmlDeviceRegisterEvents(void *d, unsigned long long types, void *set)
+{
+    uintptr_t i = (uintptr_t)d;
+
+    if (set != (void *)(uintptr_t)0x5e7 || dev(d) == NULL)
+        return 2;
+    if (types & 0x8)
+        g_registered |= 1ull << (i - 1);
+    return 0;
+}
+
+int nvmlEventSetWait_v2(void *set, struct nvml_event *e, unsigned int timeout_ms)
+{
+    (void)timeout_ms; /* never waits: the scenario has the events already or not at all */
+    if (set != (void *)(uintptr_t)0x5e7)
+        return 2;
+    while (g_xid_sent < g_nxid) {
+        unsigned k = g_xid_sent++;
+
+        if (g_xid[k].gpu >= g_ngpu || !(g_registered & (1ull << g_xid[k].gpu)))
+            continue;
+        *e = (struct nvml_event){(void *)(uintptr_t)(g_xid[k].gpu + 1), 0x8, g_xid[k].code, 0, 0};
+        return 0;
+    }
+    return 10; /* NVML_ERROR_TIMEOUT */
+}
+
+int nvmlEventSetFree(void *set)
+{
+    (void)set;
     return 0;
 }

@@ -25,14 +25,21 @@ static void node(uint32_t ngpus, int nw)
         s.gpus[i] = (struct rdzv_tel_gpu){
             .gpu = i, .util = 50, .sm_clock = 1980, .temp = 60, .power_mw = 400000};
     for (int i = 0; i < nw; i++)
-        w[i] = (struct agent_telem_worker){.pid = 100 + i, .rank = 10 + i, .local_rank = i};
+        w[i] = (struct agent_telem_worker){
+            .pid = 100 + i, .rank = 10 + i, .local_rank = i, .gpu = AGENT_TELEM_GPU_OWN};
+}
+
+static void on_mem(uint32_t gpu, int rank, uint64_t mem)
+{
+    struct rdzv_tel_gpu *g = &s.gpus[gpu];
+
+    g->procs[g->nprocs++] =
+        (struct rdzv_tel_proc){.pid = 500u + g->nprocs, .rank = rank, .mem = mem};
 }
 
 static void on(uint32_t gpu, int rank)
 {
-    struct rdzv_tel_gpu *g = &s.gpus[gpu];
-
-    g->procs[g->nprocs++] = (struct rdzv_tel_proc){.pid = 500u + g->nprocs, .rank = rank, .mem = 1};
+    on_mem(gpu, rank, 1);
 }
 
 static int findings(int nw, uint64_t ran_ms)
@@ -111,13 +118,91 @@ static void test_throttled(void **state)
                                    "(SM clock 1100 MHz, 91 C, 180 W)");
 }
 
+/* Shared-GPU mode: tasks 0-3 given GPU 0 of an 8-GPU node (K = 4, the others unused), each
+ * capped at a quarter of 80 GiB (cap_frac), or at MPS's pinned limit (cap_bytes). */
+#define GiB (1ull << 30)
+static void shared_node(void)
+{
+    node(8, 4);
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct agent_telem_worker){
+            .pid = 100 + i, .rank = i, .local_rank = i, .gpu = 0, .cap_frac = 0.25};
+        s.gpus[i].mem_total = 80 * GiB;
+    }
+    s.gpus[0].mem_total = 80 * GiB;
+}
+
+static void test_shared_gpu(void **state)
+{
+    (void)state;
+    /* 4 tasks on their GPU 0 while 7 GPUs idle: where they belong, no LOCAL_RANK warning */
+    shared_node();
+    for (int i = 0; i < 4; i++)
+        on_mem(0, i, 12 * GiB);
+    assert_int_equal(findings(4, 3600000), 0);
+    /* task 2 has no process on its GPU past the grace; a process on another GPU is not its */
+    shared_node();
+    on_mem(0, 0, GiB);
+    on_mem(0, 1, GiB);
+    on_mem(3, 2, GiB);
+    on_mem(0, 3, GiB);
+    assert_int_equal(findings(4, 59999), 0);
+    assert_int_equal(findings(4, 60000), 1);
+    assert_string_equal(f[0].key, "noproc:2");
+    assert_string_equal(f[0].text, "GPU 0 of n1 has no process of task 2 after 60 s");
+}
+
+static void test_near_cap(void **state)
+{
+    (void)state;
+    /* cap 20 GiB: 18.9 GiB (94.4 %) is fine, 19.1 GiB (95.0 %) is not; a child's memory counts */
+    shared_node();
+    on_mem(0, 0, 18 * GiB + 900 * (GiB >> 10));
+    on_mem(0, 1, 19 * GiB);
+    on_mem(0, 1, GiB / 10);
+    on_mem(0, 2, 20 * GiB);
+    on_mem(0, 3, UINT64_MAX); /* NVML could not say: no finding */
+    assert_int_equal(findings(4, 0), 2);
+    assert_string_equal(f[0].key, "cap:1");
+    assert_string_equal(f[0].text, "task 1 (GPU 0 of n1) uses 19.1 GiB of its 20.0 GiB memory "
+                                   "cap (95 %): it will fail to allocate more");
+    assert_string_equal(f[1].key, "cap:2");
+    /* MPS's pinned limit (cap_bytes) wins over the fraction */
+    shared_node();
+    w[0].cap_bytes = 10 * GiB;
+    on_mem(0, 0, 9 * GiB + GiB / 2);
+    assert_int_equal(findings(4, 0), 1);
+    assert_string_equal(f[0].text, "task 0 (GPU 0 of n1) uses 9.5 GiB of its 10.0 GiB memory "
+                                   "cap (95 %): it will fail to allocate more");
+    /* no cap: nothing, however full */
+    shared_node();
+    w[0].cap_frac = 0;
+    on_mem(0, 0, 80 * GiB);
+    assert_int_equal(findings(4, 0), 0);
+}
+
+static void test_xid(void **state)
+{
+    (void)state;
+    node(2, 2);
+    on(0, 10);
+    on(1, 11);
+    s.gpus[1].xid = 79;
+    s.gpus[0].xid = 12345; /* one this build has no words for */
+    assert_int_equal(findings(2, 0), 2);
+    assert_string_equal(f[0].key, "xid:0:12345");
+    assert_string_equal(f[0].text, "GPU 0 of n1 reported Xid 12345 (see NVIDIA's Xid catalogue)");
+    assert_string_equal(f[1].key, "xid:1:79");
+    assert_string_equal(f[1].text, "GPU 1 of n1 reported Xid 79 (GPU has fallen off the bus)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_healthy),
-        cmocka_unit_test(test_ignores_local_rank),
-        cmocka_unit_test(test_no_process),
-        cmocka_unit_test(test_throttled),
+        cmocka_unit_test(test_healthy),    cmocka_unit_test(test_ignores_local_rank),
+        cmocka_unit_test(test_no_process), cmocka_unit_test(test_throttled),
+        cmocka_unit_test(test_shared_gpu), cmocka_unit_test(test_near_cap),
+        cmocka_unit_test(test_xid),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
