@@ -221,7 +221,10 @@ static struct peer *judge_stragglers(struct rdzv_server *srv, struct sjob *sj, u
             continue;
         /* named: once more for every grace it keeps lagging, said only the first time */
         jd->slow_since[i] = now;
-        jd->named++;
+        if (jd->named_at != now) { /* a node with several slow GPUs is named once a grace */
+            jd->named_at = now;
+            jd->named++;
+        }
         if (by_util)
             snprintf(w, sizeof(w),
                      "GPU %u of %s (node %u) is a straggler: %d %% busy while its peers' median "
