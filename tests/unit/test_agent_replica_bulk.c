@@ -418,6 +418,55 @@ static void test_window_bounds_the_sender(void **state)
     close(rd.s);
 }
 
+/* The process's resident set, in KiB (/proc/self/statm). */
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, rss = 0;
+
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%ld %ld", &size, &rss), 2);
+    fclose(f);
+    return rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* A receiver of the right key that confirms as written every byte the sender took and reads
+ * nothing (issue 30's "acks without reading"): the window no longer holds the sender back, the
+ * sockets do. Its streams' threads wait on full sockets with a chunk each; the sender takes
+ * from its file only what the kernel's buffers hold, and the process grows by well under 64 MB
+ * for a 192 MiB copy. */
+static void test_lying_receiver_bounded(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t salt[32];
+    int s[2];
+    long rss0, grown;
+    uint64_t taken;
+    uint16_t port;
+
+    make_file(fx, 192ull << 20);
+    port = serve(fx, 2, salt);
+    for (int i = 0; i < 2; i++) {
+        s[i] = raw_connect(port);
+        send_hello(s[i], fx->key, salt, (unsigned)i);
+    }
+    rss0 = rss_kib();
+    for (int k = 0; k < 30; k++) {
+        agent_replica_bulk_confirmed(fx->snd, agent_replica_bulk_taken(fx->snd));
+        harness_run_for(&fx->h, 50);
+    }
+    taken = agent_replica_bulk_taken(fx->snd);
+    grown = rss_kib() - rss0;
+    print_message("lying receiver: the sender took %llu KiB of 196608, the process grew %ld KiB\n",
+                  (unsigned long long)(taken >> 10), grown);
+    assert_true(taken > 0);
+    assert_true(taken < fx->size / 4); /* the full sockets stopped it */
+    assert_true(grown < 64 * 1024);
+    assert_int_equal(fx->sent, 0);
+    for (int i = 0; i < 2; i++)
+        close(s[i]);
+}
+
 /* A lying sender, played by the test: it takes the receiver's stream and sends one record. */
 enum lie { BAD_OFFSET, SHORT_CHUNK, PAST_SIZE, TWICE, ALTERED, OTHER_KEY, GONE };
 
@@ -575,6 +624,7 @@ int main(void)
         BULK_TEST(test_strangers_closed),
         BULK_TEST(test_window_bounds_the_sender),
         BULK_TEST(test_lying_sender_refused),
+        BULK_TEST(test_lying_receiver_bounded),
         BULK_TEST(test_receiver_never_comes),
     };
 
