@@ -100,6 +100,30 @@ static int store_write(void *target, const uint8_t *p, size_t n, char *why, size
     return 0;
 }
 
+static int store_positional(void *target)
+{
+    return !((struct agent_replica_store *)target)->is_dir;
+}
+
+/* A file's chunk at its offset, from one of the writer's helpers (replica_write.h). The
+ * writeback hint as store_write's, for each STORE_WRITEBACK_EVERY boundary the chunk ends
+ * past: the range before it is (nearly always) placed by then, and a hint for a page not yet
+ * written does nothing. */
+static int store_write_at(void *target, const uint8_t *p, size_t n, uint64_t off, char *why,
+                          size_t whylen)
+{
+    struct agent_replica_store *s = target;
+    uint64_t end = off + n, mark = end / STORE_WRITEBACK_EVERY * STORE_WRITEBACK_EVERY;
+    int rc;
+
+    if ((rc = pwrite_all(s->fd, p, n, off)) != 0)
+        return fail(why, whylen, "writing", rc);
+    if (mark > off && mark >= STORE_WRITEBACK_EVERY)
+        (void)sync_file_range(s->fd, (off_t)(mark - STORE_WRITEBACK_EVERY),
+                              (off_t)STORE_WRITEBACK_EVERY, SYNC_FILE_RANGE_WRITE);
+    return 0;
+}
+
 static int fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
@@ -192,5 +216,9 @@ static void store_close(void *target, int kept)
     free(s);
 }
 
-const struct agent_replica_write_ops agent_replica_store_ops = {
-    .open = store_open, .write = store_write, .finish = store_finish, .close = store_close};
+const struct agent_replica_write_ops agent_replica_store_ops = {.open = store_open,
+                                                                .write = store_write,
+                                                                .finish = store_finish,
+                                                                .close = store_close,
+                                                                .positional = store_positional,
+                                                                .write_at = store_write_at};

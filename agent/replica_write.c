@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "ckpt_hash.h"
@@ -21,6 +22,15 @@ struct chunk {
 };
 
 enum { RUNNING, DONE, FAILED };
+
+/* One chunk handed to a helper (positional targets): placed at off, then rc and done. */
+struct job {
+    struct chunk *c;
+    uint64_t off;
+    int rc, done, taken;
+    char why[256];
+};
+#define JOBS_MAX (2 * AGENT_REPLICA_WRITE_HELPERS_MAX) /* chunks being placed at once */
 
 struct agent_replica_writer {
     uv_loop_t *loop;
@@ -40,8 +50,16 @@ struct agent_replica_writer {
     int stopping;  /* closed: the thread cleans up and ends */
     uint64_t written;
     uint64_t fed; /* bytes agent_replica_writer_feed queued */
-    int outcome;  /* RUNNING, DONE, FAILED */
-    int ended;    /* the thread is returning: it touches nothing of w any more */
+    /* positional targets: the helpers and the ring of chunks being placed, oldest at jhead */
+    uv_thread_t helper[AGENT_REPLICA_WRITE_HELPERS_MAX];
+    int nhelpers, want_helpers; /* started; to start (helpers_wanted, read at the start) */
+    uv_cond_t hcv;              /* a job for the helpers, or quit */
+    uv_cond_t dcv;              /* a job done */
+    struct job job[JOBS_MAX];
+    unsigned jhead, jn, jnext; /* the oldest job, jobs in the ring, the next one to take */
+    int quit;                  /* the helpers end */
+    int outcome;               /* RUNNING, DONE, FAILED */
+    int ended;                 /* the thread is returning: it touches nothing of w any more */
     char why[PATH_MAX + 128];
     /* loop only */
     uint64_t pushed, seen; /* bytes pushed; written as last reported */
@@ -85,15 +103,141 @@ static void set_outcome(struct agent_replica_writer *w, int rc, const char *why)
     tell(w);
 }
 
-/* Writes chunks until every byte is there (then verifies and finishes) or something failed;
- * 0 or a negative errno with why, -ECANCELED when closed meanwhile. */
-static int write_all(struct agent_replica_writer *w, XXH3_state_t *h, char *why, size_t whylen)
+/* The next chunk if one is queued, without waiting; as take() otherwise. */
+static struct chunk *take_now(struct agent_replica_writer *w, int *finishing)
+{
+    struct chunk *c = NULL;
+
+    uv_mutex_lock(&w->mu);
+    if (!w->stopping && w->head != NULL) {
+        c = w->head;
+        w->head = c->next;
+        if (w->head == NULL)
+            w->tail = NULL;
+    }
+    *finishing = w->finishing && !w->stopping && c == NULL && w->head == NULL;
+    uv_mutex_unlock(&w->mu);
+    return c;
+}
+
+/* The oldest job no helper took yet, or NULL (under mu). */
+static struct job *untaken(struct agent_replica_writer *w)
+{
+    for (unsigned k = 0; k < w->jn; k++) {
+        struct job *x = &w->job[(w->jhead + k) % JOBS_MAX];
+
+        if (!x->taken)
+            return x;
+    }
+    return NULL;
+}
+
+/* A helper: places the chunks of the ring's jobs (write_at) until told to quit, which comes
+ * only once every job is done (write_placed drains the ring before it returns). */
+static void helper(void *arg)
+{
+    struct agent_replica_writer *w = arg;
+    sigset_t all;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    uv_mutex_lock(&w->mu);
+    for (;;) {
+        struct job *j = NULL;
+
+        while (!w->quit && (j = untaken(w)) == NULL)
+            uv_cond_wait(&w->hcv, &w->mu);
+        if (w->quit)
+            break;
+        j->taken = 1;
+        uv_mutex_unlock(&w->mu);
+        /* the writer touches neither this slot nor the chunk until done is set */
+        j->rc = w->ops->write_at(w->target, j->c->data, j->c->n, j->off, j->why, sizeof(j->why));
+        uv_mutex_lock(&w->mu);
+        j->done = 1;
+        uv_cond_broadcast(&w->dcv);
+    }
+    uv_mutex_unlock(&w->mu);
+}
+
+static int helpers_wanted(void)
+{
+    const char *e = getenv("MUSTER_REPLICA_WRITE_HELPERS");
+    long n = e != NULL && e[0] != '\0' ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN) / 4;
+
+    return n < 1                                 ? 1
+           : n > AGENT_REPLICA_WRITE_HELPERS_MAX ? AGENT_REPLICA_WRITE_HELPERS_MAX
+                                                 : (int)n;
+}
+
+static void helpers_stop(struct agent_replica_writer *w)
+{
+    uv_mutex_lock(&w->mu);
+    w->quit = 1;
+    uv_cond_broadcast(&w->hcv);
+    uv_mutex_unlock(&w->mu);
+    for (int i = 0; i < w->nhelpers; i++)
+        uv_thread_join(&w->helper[i]);
+    w->nhelpers = 0;
+}
+
+/* Positional targets: chunks go to the helpers in order (hashed here as they go) and count as
+ * written once they and all before them are placed. Same contract as write_seq. */
+static int write_placed(struct agent_replica_writer *w, XXH3_state_t *h, char *why, size_t whylen,
+                        int *finishing)
+{
+    uint64_t off = 0;
+    int rc = 0;
+
+    *finishing = 0;
+    for (;;) {
+        struct chunk *c = NULL;
+
+        /* as many chunks as there is room for: waiting for one only when none is being placed */
+        while (rc == 0 && w->jn < JOBS_MAX) {
+            c = w->jn == 0 ? take(w, finishing) : take_now(w, finishing);
+            if (c == NULL)
+                break;
+            uv_mutex_lock(&w->mu);
+            w->job[(w->jhead + w->jn) % JOBS_MAX] = (struct job){.c = c, .off = off};
+            w->jn++;
+            uv_cond_signal(&w->hcv);
+            uv_mutex_unlock(&w->mu);
+            agent_ckpt_xxh3_update(h, c->data, c->n); /* while the helpers place it */
+            off += c->n;
+        }
+        if (w->jn == 0)
+            return rc != 0 ? rc : *finishing ? 0 : -ECANCELED;
+        /* the oldest placed: written */
+        uv_mutex_lock(&w->mu);
+        struct job *j = &w->job[w->jhead];
+
+        while (!j->done)
+            uv_cond_wait(&w->dcv, &w->mu);
+        if (rc == 0 && j->rc != 0) {
+            rc = j->rc;
+            snprintf(why, whylen, "%s", j->why);
+        }
+        w->written += rc == 0 ? j->c->n : 0;
+        free(j->c);
+        w->jhead = (w->jhead + 1) % JOBS_MAX;
+        w->jn--;
+        uv_mutex_unlock(&w->mu);
+        if (rc == 0)
+            tell(w);
+        /* after a failure, what is being placed still ends before the target may go */
+    }
+}
+
+/* Every byte through write, in order; 0 when every byte is written and it is finishing,
+ * a negative errno with why, -ECANCELED when closed meanwhile. */
+static int write_seq(struct agent_replica_writer *w, XXH3_state_t *h, char *why, size_t whylen,
+                     int *finishing)
 {
     struct chunk *c;
-    int finishing, rc;
-    uint64_t sum;
+    int rc;
 
-    while ((c = take(w, &finishing)) != NULL) {
+    while ((c = take(w, finishing)) != NULL) {
         rc = w->ops->write(w->target, c->data, c->n, why, whylen);
         agent_ckpt_xxh3_update(h, c->data, c->n);
         uv_mutex_lock(&w->mu);
@@ -104,8 +248,27 @@ static int write_all(struct agent_replica_writer *w, XXH3_state_t *h, char *why,
             return rc;
         tell(w);
     }
-    if (!finishing)
-        return -ECANCELED;
+    return *finishing ? 0 : -ECANCELED;
+}
+
+/* Writes chunks until every byte is there (then verifies and finishes) or something failed;
+ * 0 or a negative errno with why, -ECANCELED when closed meanwhile. */
+static int write_all(struct agent_replica_writer *w, XXH3_state_t *h, char *why, size_t whylen)
+{
+    int finishing, rc, placed = 0;
+    uint64_t sum;
+
+    if (w->ops->positional != NULL && w->ops->write_at != NULL && w->ops->positional(w->target)) {
+        for (; w->nhelpers < w->want_helpers; w->nhelpers++)
+            if (uv_thread_create(&w->helper[w->nhelpers], helper, w) != 0)
+                break;
+        placed = w->nhelpers > 0;
+    }
+    rc = placed ? write_placed(w, h, why, whylen, &finishing)
+                : write_seq(w, h, why, whylen, &finishing);
+    helpers_stop(w); /* none is placing anything from here on */
+    if (rc != 0)
+        return rc;
     if ((sum = XXH3_64bits_digest(h)) != w->checksum) {
         snprintf(why, whylen, "checksum %016" PRIx64 " != announced %016" PRIx64, sum, w->checksum);
         return -EBADMSG;
@@ -128,7 +291,7 @@ static void run(void *arg)
     if (rc == 0)
         rc = w->ops->open(w->target, why, sizeof(why));
     if (rc == 0)
-        rc = write_all(w, h, why, sizeof(why));
+        rc = write_all(w, h, why, sizeof(why)); /* its helpers have ended when it returns */
     if (rc != -ECANCELED)
         set_outcome(w, rc, why);
     uv_mutex_lock(&w->mu);
@@ -161,6 +324,8 @@ static void on_closed(uv_handle_t *h)
     struct agent_replica_writer *w = h->data;
 
     free_chunks(w->head);
+    uv_cond_destroy(&w->dcv);
+    uv_cond_destroy(&w->hcv);
     uv_cond_destroy(&w->cv);
     uv_mutex_destroy(&w->mu);
     free(w);
@@ -214,10 +379,15 @@ int agent_replica_writer_start(uv_loop_t *loop, const struct agent_replica_write
                                        .max = max,
                                        .cb = cb,
                                        .data = data};
+    w->want_helpers = helpers_wanted(); /* the environment is read here, not on a thread */
     if ((rc = uv_mutex_init(&w->mu)) != 0)
         goto no_mutex;
     if ((rc = uv_cond_init(&w->cv)) != 0)
         goto no_cond;
+    if ((rc = uv_cond_init(&w->hcv)) != 0)
+        goto no_hcv;
+    if ((rc = uv_cond_init(&w->dcv)) != 0)
+        goto no_dcv;
     if ((rc = uv_async_init(loop, &w->async, on_async)) != 0)
         goto no_async;
     w->async.data = w;
@@ -229,6 +399,10 @@ int agent_replica_writer_start(uv_loop_t *loop, const struct agent_replica_write
     *out = w;
     return 0;
 no_async:
+    uv_cond_destroy(&w->dcv);
+no_dcv:
+    uv_cond_destroy(&w->hcv);
+no_hcv:
     uv_cond_destroy(&w->cv);
 no_cond:
     uv_mutex_destroy(&w->mu);

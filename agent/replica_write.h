@@ -15,6 +15,11 @@
  * keeps its window never reaches a bound of one window, and a disk slower than the link slows
  * the sender, never the loop.
  *
+ * A target whose bytes land at offsets (a file: ops->positional) has its chunks placed by
+ * helper threads at once (write_at) while the writer's thread hashes them in order: one
+ * thread's pwrite into fresh page-cache pages was what bound a 2 GB copy on a 16-core host
+ * (docs/BENCHMARKS.md "Replicas on bulk streams").
+ *
  * The loop never waits for the thread: close returns at once; the thread finishes the call in
  * flight, lets the target clean up (remove what is not finished), and the writer frees itself
  * once the thread ended. No callback runs after close, so its owner may go at once. */
@@ -35,7 +40,22 @@ struct agent_replica_write_ops {
     int (*finish)(void *target, char *why, size_t whylen);
     /* kept: finish succeeded (the copy stays); else remove what open made. Frees target. */
     void (*close)(void *target, int kept);
+    /* Optional (NULL: every byte goes through write, in order). After open: 1 when the
+     * target's bytes land at their offsets (a file), so that write_at may place chunks from
+     * several threads at once; then write is never called. */
+    int (*positional)(void *target);
+    /* n bytes at offset off, from any of the writer's threads, several at once at distinct
+     * offsets; 0 or a negative errno with why (of whylen bytes, the calling thread's). */
+    int (*write_at)(void *target, const uint8_t *p, size_t n, uint64_t off, char *why,
+                    size_t whylen);
 };
+
+/* Helper threads that place a positional target's chunks (write_at), so that its page cache
+ * fills on several cores while the writer's thread hashes in order: a quarter of the cores,
+ * 1 to AGENT_REPLICA_WRITE_HELPERS_MAX (MUSTER_REPLICA_WRITE_HELPERS sets it, for tests and
+ * benchmarks). A chunk counts as written once it and every chunk
+ * before it are placed. */
+#define AGENT_REPLICA_WRITE_HELPERS_MAX 4
 
 enum agent_replica_write_event {
     AGENT_REPLICA_WRITE_PROGRESS, /* agent_replica_writer_written grew */

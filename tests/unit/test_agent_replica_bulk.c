@@ -75,7 +75,8 @@ static void mem_close(void *t, int kept)
     (void)kept;
 }
 
-static const struct agent_replica_write_ops mem_ops = {mem_open, mem_write, mem_finish, mem_close};
+static const struct agent_replica_write_ops mem_ops = {
+    .open = mem_open, .write = mem_write, .finish = mem_finish, .close = mem_close};
 
 struct fixture {
     uv_loop_t loop;

@@ -39,6 +39,9 @@ struct fake {
     int held;    /* a write waits at the gate */
     int fail_at; /* the write of this number (from 1) fails; 0: none */
     unsigned writes, opens, finishes, closes;
+    unsigned seq_writes; /* calls of write (a positional target must get none) */
+    unsigned max_held;   /* most write_at calls waiting at the gate at once */
+    long fail_off;       /* write_at at this offset fails; 0: none (the first never fails) */
     int kept;
     int on_loop_thread; /* a call ran on the loop's thread */
     pthread_t loop_thread;
@@ -126,6 +129,57 @@ static void fake_close(void *target, int kept)
 
 static const struct agent_replica_write_ops fake_ops = {
     .open = fake_open, .write = fake_write, .finish = fake_finish, .close = fake_close};
+
+/* The fake as a positional target: write_at places at the offset, from the helpers. */
+static int fake_seq_write(void *target, const uint8_t *p, size_t n, char *why, size_t whylen)
+{
+    struct fake *f = target;
+
+    uv_mutex_lock(&f->mu);
+    f->seq_writes++;
+    uv_mutex_unlock(&f->mu);
+    return fake_write(target, p, n, why, whylen);
+}
+
+static int fake_positional(void *target)
+{
+    (void)target;
+    return 1;
+}
+
+static int fake_write_at(void *target, const uint8_t *p, size_t n, uint64_t off, char *why,
+                         size_t whylen)
+{
+    struct fake *f = target;
+    int rc = 0;
+
+    uv_mutex_lock(&f->mu);
+    seen_thread(f);
+    f->held++;
+    if ((unsigned)f->held > f->max_held)
+        f->max_held = (unsigned)f->held;
+    while (f->shut)
+        uv_cond_wait(&f->cv, &f->mu);
+    f->held--;
+    f->writes++;
+    if (f->fail_off > 0 && off == (uint64_t)f->fail_off) {
+        snprintf(why, whylen, "writing: disk on fire");
+        rc = -EIO;
+    } else if (off + n <= sizeof(f->got)) {
+        memcpy(f->got + off, p, n);
+        if (off + n > f->n)
+            f->n = off + n;
+    }
+    uv_mutex_unlock(&f->mu);
+    return rc;
+}
+
+static const struct agent_replica_write_ops fake_at_ops = {.open = fake_open,
+                                                           .write = fake_seq_write,
+                                                           .finish = fake_finish,
+                                                           .close = fake_close,
+                                                           .positional = fake_positional,
+                                                           .write_at = fake_write_at};
 
 /* What the fake holds, read under its lock (the thread writes it). */
 static unsigned fake_get(struct fake *f, const unsigned *field)
@@ -424,6 +478,114 @@ static int temporaries(const char *dir)
     return system(cmd) == 0;
 }
 
+/* A positional target: the chunks are placed at their offsets by the helpers (write never
+ * runs), off the loop, 4 at once; while the gate holds them nothing counts as written; a failure of
+ * the third chunk leaves written at the two before it, however many after it were placed. */
+static void test_placed_by_helpers(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t b[CHUNK];
+
+    gate(&fx->f, 1);
+    setenv("MUSTER_REPLICA_WRITE_HELPERS", "4", 1); /* 4 whatever the cores */
+    assert_int_equal(agent_replica_writer_start(&fx->loop, &fake_at_ops, &fx->f,
+                                                sum_of_chunks(NCHUNKS), NCHUNKS * CHUNK, on_event,
+                                                fx, &fx->w),
+                     0);
+    unsetenv("MUSTER_REPLICA_WRITE_HELPERS"); /* read by start */
+    for (unsigned i = 0; i < NCHUNKS; i++) {
+        fill(b, i);
+        assert_int_equal(agent_replica_writer_push(fx->w, b, CHUNK), 0);
+    }
+    HARNESS_RUN_UNTIL(&fx->h, fake_held(&fx->f) >= 4); /* the 4 helpers, each on a chunk */
+    harness_run_for(&fx->h, 50);
+    assert_int_equal(fake_held(&fx->f), 4);
+    assert_int_equal(agent_replica_writer_written(fx->w), 0); /* held: not written yet */
+    gate(&fx->f, 0);
+    assert_int_equal(agent_replica_writer_finish(fx->w), 0);
+    HARNESS_RUN_UNTIL(&fx->h, fx->done == 1);
+    assert_int_equal(fx->failed, 0);
+    assert_int_equal(agent_replica_writer_written(fx->w), NCHUNKS * CHUNK);
+    assert_int_equal(fake_get(&fx->f, &fx->f.writes), NCHUNKS);
+    assert_int_equal(fake_get(&fx->f, &fx->f.seq_writes), 0);
+    assert_int_equal(fx->f.n, NCHUNKS * CHUNK);
+    for (unsigned i = 0; i < NCHUNKS; i++) {
+        fill(b, i);
+        assert_memory_equal(fx->f.got + i * CHUNK, b, CHUNK);
+    }
+    assert_int_equal(fx->f.on_loop_thread, 0);
+    assert_int_equal(fx->f.max_held, 4);
+    close_writer(fx);
+    HARNESS_RUN_UNTIL(&fx->h, fake_get(&fx->f, &fx->f.closes) == 1);
+    assert_int_equal(fx->f.kept, 1);
+}
+
+static void test_placed_failure(void **state)
+{
+    struct fixture *fx = *state;
+    uint8_t b[CHUNK];
+
+    fx->f.fail_off = 2 * CHUNK; /* the third chunk, whichever helper places it when */
+    setenv("MUSTER_REPLICA_WRITE_HELPERS", "4", 1);
+    assert_int_equal(agent_replica_writer_start(&fx->loop, &fake_at_ops, &fx->f, sum_of_chunks(16),
+                                                16 * CHUNK, on_event, fx, &fx->w),
+                     0);
+    unsetenv("MUSTER_REPLICA_WRITE_HELPERS"); /* read by start */
+    for (unsigned i = 0; i < 16; i++) {
+        fill(b, i);
+        assert_int_equal(agent_replica_writer_push(fx->w, b, CHUNK), 0);
+    }
+    HARNESS_RUN_UNTIL(&fx->h, fx->failed == 1);
+    assert_string_equal(fx->why, "writing: disk on fire");
+    assert_int_equal(agent_replica_writer_written(fx->w), 2 * CHUNK);
+    assert_int_equal(agent_replica_writer_finish(fx->w), -EPIPE);
+    close_writer(fx);
+    HARNESS_RUN_UNTIL(&fx->h, fake_get(&fx->f, &fx->f.closes) == 1);
+    assert_int_equal(fx->f.kept, 0);
+    assert_int_equal(fx->done, 0);
+}
+
+/* The agent's store places a file's chunks at their offsets: 2 MiB in 100 pushes of uneven
+ * sizes lands byte for byte. */
+static void test_store_file_placed(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_replica_store *s;
+    size_t n = 2u << 20, off = 0;
+    uint8_t *p = malloc(n), *back = malloc(n);
+    char tmpl[300], path[300];
+    FILE *f;
+
+    assert_non_null(p);
+    assert_non_null(back);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(i * 31 + (i >> 13));
+    snprintf(tmpl, sizeof(tmpl), "%s/.tmp.XXXXXX", fx->tmp);
+    assert_int_equal(agent_replica_store_new(fx->tmp, "big.pt", tmpl, 0, 0600, &s), 0);
+    assert_int_equal(agent_replica_writer_start(&fx->loop, &agent_replica_store_ops, s,
+                                                XXH3_64bits(p, n), n, on_event, fx, &fx->w),
+                     0);
+    for (unsigned k = 0; off < n; k++) {
+        size_t len = (k % 7 + 1) * 3001;
+
+        if (len > n - off)
+            len = n - off;
+        assert_int_equal(agent_replica_writer_push(fx->w, p + off, len), 0);
+        off += len;
+    }
+    assert_int_equal(agent_replica_writer_finish(fx->w), 0);
+    HARNESS_RUN_UNTIL(&fx->h, fx->done + fx->failed == 1);
+    assert_int_equal(fx->done, 1);
+    snprintf(path, sizeof(path), "%s/big.pt", fx->tmp);
+    assert_non_null(f = fopen(path, "rb"));
+    assert_int_equal(fread(back, 1, n, f), n);
+    assert_int_equal(fgetc(f), EOF);
+    fclose(f);
+    assert_memory_equal(back, p, n);
+    free(p);
+    free(back);
+}
+
 static void test_store_modes(void **state)
 {
     struct fixture *fx = *state;
@@ -511,6 +673,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_mid_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_from_callback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_placed_by_helpers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_placed_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_file_placed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_half_written_removed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_keeps_empty_dir, setup, teardown),
