@@ -526,15 +526,22 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
     }
     if (a->status == RDZV_REPL_DONE) {
         uint64_t ms = uv_now(r->pace.loop) - r->started_ms;
+        char times[180] = "";
 
+        if (o->bulk != NULL) {
+            times[0] = ';';
+            times[1] = ' ';
+            agent_replica_bulk_times(o->bulk, times + 2, sizeof(times) - 2);
+        }
         logf_(r,
               "checkpoint %s replicated to group rank %" PRIu32 " (%" PRIu64 " bytes in %" PRIu64
-              " ms, %s)",
+              " ms, %s)%s",
               r->cur.name, o->rank, r->xsize, ms,
               a->text[0]        ? a->text
               : o->bulk != NULL ? "direct link, bulk streams"
               : o->direct       ? "direct link"
-                                : "relayed by the server");
+                                : "relayed by the server",
+              times);
     } else {
         out_failed(r, o, a->text);
         return;
@@ -737,6 +744,7 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
 static void stored_in(struct agent_replica *r, struct agent_replica_in *in)
 {
     struct timespec now;
+    char wtimes[160];
 
     if (in->dir)
         in->e.size = in->store->content; /* the members' bytes, not the stream's */
@@ -744,13 +752,14 @@ static void stored_in(struct agent_replica *r, struct agent_replica_in *in)
     clock_gettime(CLOCK_REALTIME, &now);
     in->e.recorded_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
     agent_ckptwatch_adopt(r->watch, &in->e);
+    agent_replica_writer_times(in->wr, wtimes, sizeof(wtimes));
     logf_(r,
           "checkpoint %s stored as a replica from group rank %" PRIu32 " (step %lld, %" PRIu64
           " bytes, xxh3 %016" PRIx64 "; %" PRIu64 " ms: received in %" PRIu64 ", durable %" PRIu64
-          " ms later)",
+          " ms later); %s%s%s",
           in->e.name, in->from, (long long)in->e.step, in->e.size, in->e.checksum,
           uv_now(r->loop) - in->begin_ms, in->received_ms - in->begin_ms,
-          uv_now(r->loop) - in->received_ms);
+          uv_now(r->loop) - in->received_ms, in->bulk_times, in->bulk_times[0] ? "; " : "", wtimes);
     if (r->cbs.stored != NULL)
         r->cbs.stored(r->data, &in->e);
     send_ack(r, in->xfer, in->got, RDZV_REPL_DONE, "");
@@ -921,6 +930,7 @@ static void on_bulk_in(void *data, enum agent_replica_bulk_event ev, const char 
     if (ev == AGENT_REPLICA_BULK_RECEIVED) {
         in->got = in->xsize; /* every byte is with the writer */
         in->received_ms = uv_now(r->loop);
+        agent_replica_bulk_times(in->bulk, in->bulk_times, sizeof(in->bulk_times));
         agent_replica_writer_finish(in->wr);
         return;
     }

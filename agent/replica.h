@@ -91,6 +91,7 @@ struct agent_replica_in { /* one copy being received */
     char host[RDZV_HOST_MAX + 1];      /* the sender's, where its link and bulk port are */
     uint8_t key[32];                   /* the link's key (the bulk key's), wiped at the end */
     uint64_t begin_ms, received_ms;    /* loop time of REPL_BEGIN, and of the last byte */
+    char bulk_times[160]; /* where its bulk streams' time went (replica_bulk.h); "" none */
 };
 
 struct agent_replica {

@@ -66,6 +66,10 @@ struct agent_replica_bulk {
     int refs;    /* threads + the loop's (dropped when the async closed) */
     int told;    /* the outcome went to the loop */
     int outcome; /* 0 running, 1 done, 2 failed */
+    /* where the streams' time went, summed over them (agent_replica_bulk_times): sender read,
+     * seal, send, waiting for the window; receiver receive, open, waiting for the chunks
+     * before its own */
+    uint64_t phase_ns[4];
 };
 
 struct thread_arg {
@@ -550,7 +554,7 @@ static void *send_thread(void *arg)
         malloc(AGENT_REPLICA_BULK_HDR + AGENT_REPLICA_BULK_CHUNK + AGENT_REPLICA_BULK_TAG);
     EVP_CIPHER_CTX *enc = cipher(b->key, 1), *dec = cipher(b->key, 0);
     unsigned stream = AGENT_REPLICA_BULK_STREAMS_MAX;
-    uint64_t seq = 1;
+    uint64_t seq = 1, t_read = 0, t_seal = 0, t_send = 0;
     int s = -1;
 
     free(arg);
@@ -570,10 +574,13 @@ static void *send_thread(void *arg)
     }
     for (;;) {
         uint64_t off, limit = now_ns() + (uint64_t)AGENT_REPLICA_BULK_STALL_MS * 1000000u;
+        uint64_t t0 = now_ns(), t1, t2, t3;
         uint32_t len;
         int rc;
 
         uv_mutex_lock(&b->mu);
+        b->phase_ns[0] += t_read, b->phase_ns[1] += t_seal, b->phase_ns[2] += t_send;
+        t_read = t_seal = t_send = 0;
         while (!b->stop && b->next_off < b->size &&
                b->next_off + AGENT_REPLICA_BULK_CHUNK - b->confirmed > AGENT_REPLICA_BULK_WINDOW) {
             if (now_ns() >= limit) {
@@ -598,10 +605,20 @@ static void *send_thread(void *arg)
             while (!b->stop && now_ns() < due)
                 uv_cond_timedwait(&b->cv, &b->mu, due - now_ns());
         }
+        t1 = now_ns();
+        b->phase_ns[3] += t1 - t0;
         uv_mutex_unlock(&b->mu);
-        if ((rc = read_chunk(b, buf + AGENT_REPLICA_BULK_HDR, len, off)) != 0 ||
-            (rc = seal(enc, stream, seq++, AGENT_REPLICA_BULK_DATA, off, buf, len)) != 0 ||
-            (rc = send_all(s, buf, AGENT_REPLICA_BULK_HDR + len + AGENT_REPLICA_BULK_TAG)) != 0) {
+        rc = read_chunk(b, buf + AGENT_REPLICA_BULK_HDR, len, off);
+        t2 = now_ns();
+        t_read += t2 - t1;
+        if (rc == 0)
+            rc = seal(enc, stream, seq++, AGENT_REPLICA_BULK_DATA, off, buf, len);
+        t3 = now_ns();
+        t_seal += t3 - t2;
+        if (rc == 0)
+            rc = send_all(s, buf, AGENT_REPLICA_BULK_HDR + len + AGENT_REPLICA_BULK_TAG);
+        t_send += now_ns() - t3;
+        if (rc != 0) {
             int err = errno;
 
             uv_mutex_lock(&b->mu);
@@ -616,6 +633,9 @@ static void *send_thread(void *arg)
         }
     }
 out:
+    uv_mutex_lock(&b->mu);
+    b->phase_ns[0] += t_read, b->phase_ns[1] += t_seal, b->phase_ns[2] += t_send;
+    uv_mutex_unlock(&b->mu);
     EVP_CIPHER_CTX_free(enc);
     EVP_CIPHER_CTX_free(dec);
     free(buf);
@@ -707,6 +727,25 @@ void agent_replica_bulk_confirmed(struct agent_replica_bulk *b, uint64_t written
     uv_mutex_unlock(&b->mu);
 }
 
+void agent_replica_bulk_times(struct agent_replica_bulk *b, char *out, size_t cap)
+{
+    uint64_t t[4];
+
+    uv_mutex_lock(&b->mu);
+    memcpy(t, b->phase_ns, sizeof(t));
+    uv_mutex_unlock(&b->mu);
+    if (b->sender)
+        snprintf(out, cap,
+                 "%u streams' threads: read %" PRIu64 ", seal %" PRIu64 ", send %" PRIu64
+                 ", waiting for the window %" PRIu64 " ms",
+                 b->streams, t[0] / 1000000, t[1] / 1000000, t[2] / 1000000, t[3] / 1000000);
+    else
+        snprintf(out, cap,
+                 "%u streams' threads: receive %" PRIu64 ", open %" PRIu64
+                 ", waiting for the chunks before %" PRIu64 " ms",
+                 b->streams, t[0] / 1000000, t[1] / 1000000, t[2] / 1000000);
+}
+
 uint64_t agent_replica_bulk_taken(struct agent_replica_bulk *b)
 {
     uint64_t n;
@@ -757,12 +796,14 @@ static int dial(struct agent_replica_bulk *b)
 /* Hands the chunk at off (a buffer of agent_replica_writer_buf's) to the writer once every byte
  * before it is there: 0 (the writer took p), or -1 when the transfer ended (failed here, or
  * stopped; p is still the caller's). */
-static int deliver(struct agent_replica_bulk *b, uint8_t *p, uint32_t len, uint64_t off)
+static int deliver(struct agent_replica_bulk *b, uint8_t *p, uint32_t len, uint64_t off,
+                   uint64_t recv_ns, uint64_t open_ns)
 {
-    uint64_t limit = now_ns() + (uint64_t)AGENT_REPLICA_BULK_STALL_MS * 1000000u;
+    uint64_t t0 = now_ns(), limit = t0 + (uint64_t)AGENT_REPLICA_BULK_STALL_MS * 1000000u;
     int rc = -1;
 
     uv_mutex_lock(&b->mu);
+    b->phase_ns[0] += recv_ns, b->phase_ns[1] += open_ns;
     while (!b->stop && b->delivered < off) {
         if (now_ns() >= limit) {
             fail_locked(b, "bulk chunk at offset %" PRIu64 " waited %d s for the ones before it",
@@ -786,6 +827,7 @@ static int deliver(struct agent_replica_bulk *b, uint8_t *p, uint32_t len, uint6
         rc = -1;
     } else {
         b->delivered += len;
+        b->phase_ns[2] += now_ns() - t0;
         uv_cond_broadcast(&b->cv);
         if (b->delivered == b->size)
             tell_locked(b);
@@ -835,7 +877,7 @@ static void *recv_thread(void *arg)
     }
     for (;;) {
         uint32_t len;
-        uint64_t off, want;
+        uint64_t off, want, t0 = now_ns(), t1, t2;
         int got = recv_all(s, hdr, sizeof(hdr), 1);
         const char *bad = NULL;
 
@@ -877,8 +919,10 @@ static void *recv_thread(void *arg)
             uv_mutex_unlock(&b->mu);
             break;
         }
+        t1 = now_ns();
         if (bad == NULL && open_rec(dec, stream, seq++, hdr, data, len) != 0)
             bad = "a record that does not verify (wrong key, or altered)";
+        t2 = now_ns();
         if (bad != NULL) {
             uv_mutex_lock(&b->mu);
             b->refused = !b->failed && !b->stop;
@@ -891,7 +935,7 @@ static void *recv_thread(void *arg)
         }
         first = 0;
         last_end = off + len;
-        if (deliver(b, data, len, off) != 0)
+        if (deliver(b, data, len, off, t1 - t0, t2 - t1) != 0)
             break;
         data = NULL; /* the writer's now */
     }

@@ -71,6 +71,11 @@ int agent_replica_bulk_serve(uv_loop_t *loop, const char *bind_addr, unsigned po
 /* Sender: the receiver confirmed this many bytes written (its PROGRESS on the link). */
 void agent_replica_bulk_confirmed(struct agent_replica_bulk *b, uint64_t written);
 
+/* Where the streams' time went, summed over their threads, as one line: the sender's read,
+ * seal, send and wait for the window; the receiver's receive, open and wait for the chunks
+ * before its own (in order to the writer). For the log of a finished copy and benchmarks. */
+void agent_replica_bulk_times(struct agent_replica_bulk *b, char *out, size_t cap);
+
 /* Receiver: connects `streams` streams to host:port and feeds size bytes, verified and in
  * order, to wr (agent_replica_writer_feed) with at most `window` bytes queued there. */
 int agent_replica_bulk_fetch(uv_loop_t *loop, const char *host, unsigned port,

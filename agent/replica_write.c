@@ -58,8 +58,10 @@ struct agent_replica_writer {
     struct job job[JOBS_MAX];
     unsigned jhead, jn, jnext; /* the oldest job, jobs in the ring, the next one to take */
     int quit;                  /* the helpers end */
-    int outcome;               /* RUNNING, DONE, FAILED */
-    int ended;                 /* the thread is returning: it touches nothing of w any more */
+    /* under mu: where the time went (agent_replica_writer_times) */
+    uint64_t hash_ns, write_ns, wait_ns;
+    int outcome; /* RUNNING, DONE, FAILED */
+    int ended;   /* the thread is returning: it touches nothing of w any more */
     char why[PATH_MAX + 128];
     /* loop only */
     uint64_t pushed, seen; /* bytes pushed; written as last reported */
@@ -69,6 +71,11 @@ struct agent_replica_writer {
 };
 
 /* --- the thread -------------------------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    return uv_hrtime();
+}
 
 static void tell(struct agent_replica_writer *w)
 {
@@ -152,8 +159,12 @@ static void helper(void *arg)
         j->taken = 1;
         uv_mutex_unlock(&w->mu);
         /* the writer touches neither this slot nor the chunk until done is set */
+        uint64_t t0 = now_ns();
+
         j->rc = w->ops->write_at(w->target, j->c->data, j->c->n, j->off, j->why, sizeof(j->why));
+        t0 = now_ns() - t0;
         uv_mutex_lock(&w->mu);
+        w->write_ns += t0;
         j->done = 1;
         uv_cond_broadcast(&w->dcv);
     }
@@ -203,7 +214,13 @@ static int write_placed(struct agent_replica_writer *w, XXH3_state_t *h, char *w
             w->jn++;
             uv_cond_signal(&w->hcv);
             uv_mutex_unlock(&w->mu);
+            uint64_t t0 = now_ns();
+
             agent_ckpt_xxh3_update(h, c->data, c->n); /* while the helpers place it */
+            t0 = now_ns() - t0;
+            uv_mutex_lock(&w->mu);
+            w->hash_ns += t0;
+            uv_mutex_unlock(&w->mu);
             off += c->n;
         }
         if (w->jn == 0)
@@ -211,9 +228,11 @@ static int write_placed(struct agent_replica_writer *w, XXH3_state_t *h, char *w
         /* the oldest placed: written */
         uv_mutex_lock(&w->mu);
         struct job *j = &w->job[w->jhead];
+        uint64_t t0 = now_ns();
 
         while (!j->done)
             uv_cond_wait(&w->dcv, &w->mu);
+        w->wait_ns += now_ns() - t0;
         if (rc == 0 && j->rc != 0) {
             rc = j->rc;
             snprintf(why, whylen, "%s", j->why);
@@ -238,9 +257,14 @@ static int write_seq(struct agent_replica_writer *w, XXH3_state_t *h, char *why,
     int rc;
 
     while ((c = take(w, finishing)) != NULL) {
+        uint64_t t0 = now_ns(), t1;
+
         rc = w->ops->write(w->target, c->data, c->n, why, whylen);
+        t1 = now_ns();
         agent_ckpt_xxh3_update(h, c->data, c->n);
         uv_mutex_lock(&w->mu);
+        w->write_ns += t1 - t0;
+        w->hash_ns += now_ns() - t1;
         w->written += rc == 0 ? c->n : 0;
         uv_mutex_unlock(&w->mu);
         free(c);
@@ -523,4 +547,23 @@ void agent_replica_writer_close(struct agent_replica_writer *w)
     w->stopping = 1;
     uv_cond_signal(&w->cv);
     uv_mutex_unlock(&w->mu);
+}
+
+void agent_replica_writer_times(struct agent_replica_writer *w, char *out, size_t cap)
+{
+    uint64_t hash, write, wait;
+    int helpers;
+
+    uv_mutex_lock(&w->mu);
+    hash = w->hash_ns, write = w->write_ns, wait = w->wait_ns;
+    helpers = w->nhelpers > 0 ? w->nhelpers : w->want_helpers;
+    uv_mutex_unlock(&w->mu);
+    if (w->ops->positional != NULL && wait > 0)
+        snprintf(out, cap,
+                 "writer: hash %" PRIu64 " ms, placing by %d helpers %" PRIu64
+                 " ms (summed), waiting for them %" PRIu64 " ms",
+                 hash / 1000000, helpers, write / 1000000, wait / 1000000);
+    else
+        snprintf(out, cap, "writer: hash %" PRIu64 " ms, write %" PRIu64 " ms", hash / 1000000,
+                 write / 1000000);
 }

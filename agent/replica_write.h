@@ -95,6 +95,10 @@ int agent_replica_writer_feed(struct agent_replica_writer *w, uint8_t *data, siz
 uint8_t *agent_replica_writer_buf(size_t n);
 void agent_replica_writer_buf_free(uint8_t *data);
 
+/* Where the writer's time went, as one line: hashing, writing (placing, summed over the
+ * helpers) and waiting for the helpers. For the log of a finished copy and benchmarks. */
+void agent_replica_writer_times(struct agent_replica_writer *w, char *out, size_t cap);
+
 /* The bytes allowed queued from now on (a direct link that became a bulk path's). */
 void agent_replica_writer_set_max(struct agent_replica_writer *w, size_t max);
 
