@@ -16,6 +16,8 @@
 #    8, and with 0 (the chunks on the TLS link, as before the bulk path).
 # The agents run with --preflight off: two agents of one job on one GPU are rightly refused by
 # the pre-flight, and nothing here is about the GPU.
+# REPLICA_DIR (default /tmp) holds the checkpoints and the loopback part's files: /dev/shm takes the
+# disk out of the figures (what the data path itself reaches).
 # Results: OUT_DIR/summary.txt.
 . "$(dirname "$0")/lib.sh"
 gpu_init "$@" /tmp/muster-gpu-replica
@@ -31,7 +33,7 @@ else
     log "netns: not measured (exit $rc): $(grep -m1 -E 'SKIP|FAIL' "$OUT/netns.err")"
 fi
 
-W=$(mktemp -d /tmp/muster-rb.XXXXXX)
+W=$(mktemp -d "${REPLICA_DIR:-/tmp}/muster-rb.XXXXXX") # REPLICA_DIR=/dev/shm: no disk under the copies
 head -c ${MB}M /dev/urandom > "$W/blob"
 cat "$W/blob" > /dev/null
 cat > "$W/sink.py" <<'EOP'
