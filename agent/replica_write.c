@@ -56,8 +56,8 @@ struct agent_replica_writer {
     uv_cond_t hcv;              /* a job for the helpers, or quit */
     uv_cond_t dcv;              /* a job done */
     struct job job[JOBS_MAX];
-    unsigned jhead, jn, jnext; /* the oldest job, jobs in the ring, the next one to take */
-    int quit;                  /* the helpers end */
+    unsigned jhead, jn; /* the oldest job, jobs in the ring */
+    int quit;           /* the helpers end */
     /* under mu: where the time went (agent_replica_writer_times) */
     uint64_t hash_ns, write_ns, wait_ns;
     int outcome; /* RUNNING, DONE, FAILED */
@@ -552,11 +552,10 @@ void agent_replica_writer_close(struct agent_replica_writer *w)
 void agent_replica_writer_times(struct agent_replica_writer *w, char *out, size_t cap)
 {
     uint64_t hash, write, wait;
-    int helpers;
+    int helpers = w->want_helpers; /* set before the thread started */
 
     uv_mutex_lock(&w->mu);
     hash = w->hash_ns, write = w->write_ns, wait = w->wait_ns;
-    helpers = w->nhelpers > 0 ? w->nhelpers : w->want_helpers;
     uv_mutex_unlock(&w->mu);
     if (w->ops->positional != NULL && wait > 0)
         snprintf(out, cap,
