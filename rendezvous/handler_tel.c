@@ -41,7 +41,9 @@ static int add_warning(struct sjob *sj, const char *w)
  *   (its peers: every other GPU of the job that holds a rank). A straggler is named once
  *   for every grace it goes on lagging; its warning is said the first time. With
  *   --exclude-stragglers K the node whose GPU was named K times is handed to the exclusion
- *   policy (rdzv_job_exclude): refused from then on, the round restarts without it. */
+ *   policy (rdzv_job_exclude): refused from then on, the round restarts without it. A naming
+ *   counts for that only when the GPU also lags the other nodes' own figures, each node once,
+ *   with at least two other nodes (lags_nodes): one lying node cannot get others excluded. */
 #define TEL_EVAL_MS 1000
 #define TEL_APART_RATIO 2
 #define TEL_APART_MIN_BYTES (1ull << 30)
@@ -157,6 +159,67 @@ static void judge_memory(struct rdzv_server *srv, struct sjob *sj, uint64_t now)
     say(srv, sj, w);
 }
 
+/* The median of the sorted n values a[] (n >= 1). */
+static double median_of(const int32_t *a, size_t n)
+{
+    return n % 2 ? a[n / 2] : (a[n / 2 - 1] + a[n / 2]) / 2.0;
+}
+
+/* A node's own figure: the median utilisation (clock: SM clock) of its GPUs that hold a rank;
+ * -1 when it reports none. */
+static double node_figure(const struct peer *p, int clock)
+{
+    int32_t v[RDZV_TEL_GPUS_MAX];
+    size_t n = 0;
+
+    for (uint32_t i = 0; p != NULL && p->tel != NULL && i < p->tel->ngpus; i++) {
+        const struct rdzv_tel_gpu *x = &p->tel->gpus[i];
+        int32_t f = clock ? x->sm_clock : x->util;
+
+        if (holds_rank(x) && (clock ? f > 0 : f >= 0))
+            v[n++] = f;
+    }
+    if (n == 0)
+        return -1;
+    qsort(v, n, sizeof(*v), cmp_i32);
+    return median_of(v, n);
+}
+
+/* Whether GPU x of node p also lags against the other nodes, each node counted once by its own
+ * figure: what --exclude-stragglers acts on. A node that lies about its GPUs (sixteen at
+ * 100 %) then moves the peers' median by one node, not by sixteen GPUs, and with fewer than
+ * two other nodes to compare with nobody can tell the liar from the straggler: no exclusion. */
+static int lags_nodes(const struct rdzv_job *job, const struct peer *p,
+                      const struct rdzv_tel_gpu *x, int by_util)
+{
+    int32_t *v = malloc(job->n_members * sizeof(*v));
+    size_t n = 0;
+    double m;
+    int lags;
+
+    if (v == NULL)
+        return 0;
+    for (size_t k = 0; k < job->n_members; k++) {
+        double f;
+
+        if (job->members[k].peer == p || (f = node_figure(job->members[k].peer, !by_util)) < 0)
+            continue;
+        v[n++] = (int32_t)f;
+    }
+    if (n < 2) {
+        free(v);
+        return 0;
+    }
+    qsort(v, n, sizeof(*v), cmp_i32);
+    m = median_of(v, n);
+    free(v);
+    if (by_util)
+        lags = x->util < m / 2 && m - x->util >= TEL_SLOW_UTIL_POINTS;
+    else
+        lags = x->sm_clock * 100.0 < m * TEL_SLOW_CLOCK_PCT;
+    return lags;
+}
+
 /* Judges the job's GPUs; returns the node to exclude (--exclude-stragglers: one of its GPUs
  * was named a straggler K times; why says so) or NULL. */
 static struct peer *judge_stragglers(struct rdzv_server *srv, struct sjob *sj, uint64_t now,
@@ -219,10 +282,11 @@ static struct peer *judge_stragglers(struct rdzv_server *srv, struct sjob *sj, u
             jd->slow_since[i] = now;
         if (now - jd->slow_since[i] < grace_ms())
             continue;
-        /* named: once more for every grace it keeps lagging, said only the first time */
+        /* named: once more for every grace it keeps lagging, said only the first time;
+         * counted for --exclude-stragglers only when it lags the other nodes too */
         jd->slow_since[i] = now;
-        if (jd->named_at != now) { /* a node with several slow GPUs is named once a grace */
-            jd->named_at = now;
+        if (jd->named_at != now && lags_nodes(job, p, x, by_util)) {
+            jd->named_at = now; /* a node with several slow GPUs is named once a grace */
             jd->named++;
         }
         if (by_util)

@@ -35,7 +35,8 @@ struct rdzv_hslimit;
 struct rdzv__tel_judge {
     uint64_t slow_since[RDZV_TEL_GPUS_MAX]; /* uv_now since which the GPU lags (0: it does not) */
     uint8_t said[RDZV_TEL_GPUS_MAX];        /* its warning was given (once per job) */
-    uint32_t named;    /* times it was named a straggler (once a grace, however many GPUs) */
+    uint32_t named;    /* times it was named a straggler against the other nodes too (once a
+                        * grace, however many GPUs): what --exclude-stragglers counts */
     uint64_t named_at; /* uv_now of the last of them */
 };
 

@@ -10,9 +10,11 @@
 #   straggler: SM clock 900 MHz", and no memory warning.
 # drift: node 1's straggling figures change from sample to sample (20, 21, 22 ... % busy): the
 #   straggler and memory warnings are still said once each.
-# exclude: --nnodes 1:2 with --exclude-stragglers 2: node 1 straggles, is named twice (one
-#   grace each), excluded (the server's log, /status's exclusions with the reason, its agent
-#   refused with the exclusion line, exit 3) and node 0 goes on alone in round 1 and finishes.
+# exclude: 3 nodes, --nnodes 2:3 with --exclude-stragglers 2: node 1 straggles, is named twice
+#   (one grace each), excluded (the server's log, /status's exclusions with the reason, its
+#   agent refused with the exclusion line, exit 3) and nodes 0 and 2 go on in round 1 and finish.
+# liar: node 0 claims 16 GPUs at 100 %, nodes 1 and 2 run at 40 %: warned of, but each node
+#   counted once they do not lag the others, so --exclude-stragglers 1 excludes nobody.
 # healthy: 97 % and 94 %, 30 and 29 GiB, 1980 and 1965 MHz: no warning at all, past the grace.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/multi.sh"
@@ -54,6 +56,18 @@ run_job() {
     done
 }
 
+# run_job3 JOB OPTION...: the three agents of job JOB (127.0.0.1-3)
+run_job3() {
+    local job=$1 i
+    shift
+    for i in 0 1 2; do
+        agent "$job$i" MUSTER_NVML_LIBRARY="$FAKE_NVML" FAKE_NVML_SCENARIO="$T/$job.$i.scn" \
+            WDIR="$T/w" JOB="$job" NODE=$i MUSTER_TELEMETRY_GRACE_MS=1500 -- --nproc-per-node 1 \
+            --no-python --gpu-telemetry 0.5 --rdzv-endpoint 127.0.0.1:$SPORT --rdzv-id "$job" \
+            --rdzv-conf join_timeout=30,last_call_timeout=1 --local-addr 127.0.0.$((i + 1)) "$@" "$T/w.sh"
+    done
+}
+
 job_status() {
     http_get "$SHTTP" /status
     jq -c --arg j "$1" '.jobs[] | select(.id == $j)' "$T/http.body" > "$T/job.json" 2>/dev/null
@@ -63,6 +77,12 @@ job_status() {
 both_seen() {
     job_status "$1"
     [ "$(jq -c '[.nodes[].telemetry.gpus[0].procs[0].rank] | sort' "$T/job.json" 2>/dev/null)" = "[0,1]" ]
+}
+
+# all_seen JOB N: N nodes' telemetry in /status shows its rank's process
+all_seen() {
+    job_status "$1"
+    [ "$(jq '[.nodes[].telemetry.gpus[0].procs[0].rank | select(. != null)] | length' "$T/job.json" 2>/dev/null)" = "$2" ]
 }
 
 # placed: R1, the group rank (and the rank: one worker per node) of agent 1 (127.0.0.2), and R0
@@ -133,11 +153,12 @@ expect_eq "drift: memory warnings in the server's log" 1 "$(grep -c 'job drift: 
 expect_eq "drift: straggler warnings on node 0's console" 1 "$(grep -c 'is a straggler' "$T/drift0.err")"
 finish_job drift
 
-# --- exclude: node 1 straggles, named twice, excluded; node 0 goes on alone ---
+# --- exclude: node 1 straggles, named twice, excluded; nodes 0 and 2 go on ---
 scn excl 0 97 30 1980
 scn excl 1 20 30 1980
-run_job excl --nnodes 1:2 --exclude-stragglers 2 --max-restarts 3
-wait_for 30 both_seen excl || { show_all; fail "job excl: /status never showed both nodes"; }
+scn excl 2 95 30 1980
+run_job3 excl --nnodes 2:3 --exclude-stragglers 2 --max-restarts 3
+wait_for 30 all_seen excl 3 || { show_all; fail "job excl: /status never showed the 3 nodes"; }
 agent_wait excl1 40
 expect_agent_rc excl1 3 # refused: a rendezvous failure
 grep -q "node .* (127.0.0.2) is excluded from job excl: its GPU was named a straggler 2 times (last: GPU 0 of .* is a straggler: 20 % busy" "$T/excl1.err" \
@@ -148,10 +169,31 @@ expect_eq "straggler warnings of job excl" 1 "$(grep -c 'job excl: GPU 0 of .* i
 job_status excl
 jq -e '[.node_failures[] | select(.addr == "127.0.0.2" and .excluded and (.reason | test("^its GPU was named a straggler 2 times")))] | length == 1' "$T/job.json" > /dev/null ||
     { cat "$T/job.json" >&2; fail "/status does not list node 1 as excluded for straggling"; }
-grep -q 'restarting workers (restart 1/3)' "$T/excl0.err" || { show_all; fail "node 0 did not restart without node 1"; }
+for a in excl0 excl2; do
+    grep -q 'restarting workers (restart 1/3)' "$T/$a.err" || { show_all; fail "$a did not restart without node 1"; }
+done
 touch "$T/w/stop.excl"
-agent_wait excl0 60
-expect_agent_rc excl0 0
+agents_exit 60 0 excl0 excl2
+
+# --- liar: node 0 claims 16 GPUs at 100 %, nodes 1 and 2 run at 40 %: the per-GPU judgement
+# names them stragglers (a warning), but against the other nodes, each counted once, they do
+# not lag (40 against the median of 100 and 40): --exclude-stragglers 1 excludes nobody ---
+{
+    echo "# util used total sm mem temp power_mw throttle"
+    for g in $(seq 0 15); do echo "gpu 100 $((31 * GiB)) $((80 * GiB)) 1980 2619 61 412000 0"; done
+    for g in $(seq 0 15); do echo "proc $g $T/w/pid.liar.n0 $((30 * GiB))"; done
+} > "$T/liar.0.scn"
+scn liar 1 40 30 1980
+scn liar 2 40 30 1980
+run_job3 liar --nnodes 3 --exclude-stragglers 1 --max-restarts 3
+wait_for 30 all_seen liar 3 || { show_all; fail "job liar: /status never showed the 3 nodes"; }
+sleep 5 # more than three graces
+job_status liar
+expect_eq "nodes excluded by a lying node's figures" 0 "$(jq '[.node_failures[]? | select(.excluded)] | length' "$T/job.json")"
+grep -q 'job liar: excluding' "$SERR" && { cat "$SERR" >&2; fail "a lying node's figures got another node excluded"; }
+touch "$T/w/stop.liar"
+agents_exit 60 0 liar0 liar1 liar2
+grep -q 'restarting workers' "$T/liar1.err" && { show_all; fail "job liar restarted"; }
 
 # --- healthy: close figures, nothing said ---
 scn good 0 97 30 1980
