@@ -82,13 +82,14 @@ static void tell(struct agent_replica_writer *w)
     uv_async_send(&w->async);
 }
 
-/* The next chunk, waiting for one; NULL once finishing with nothing left, or stopping. */
-static struct chunk *take(struct agent_replica_writer *w, int *finishing)
+/* The next chunk, waiting for one if wait; NULL once finishing with nothing left, or stopping
+ * (or, not waiting, when none is queued). */
+static struct chunk *take(struct agent_replica_writer *w, int wait, int *finishing)
 {
     struct chunk *c = NULL;
 
     uv_mutex_lock(&w->mu);
-    while (w->head == NULL && !w->finishing && !w->stopping)
+    while (wait && w->head == NULL && !w->finishing && !w->stopping)
         uv_cond_wait(&w->cv, &w->mu);
     if (!w->stopping && w->head != NULL) {
         c = w->head;
@@ -108,23 +109,6 @@ static void set_outcome(struct agent_replica_writer *w, int rc, const char *why)
     snprintf(w->why, sizeof(w->why), "%s", rc == 0 ? "" : why[0] ? why : strerror(-rc));
     uv_mutex_unlock(&w->mu);
     tell(w);
-}
-
-/* The next chunk if one is queued, without waiting; as take() otherwise. */
-static struct chunk *take_now(struct agent_replica_writer *w, int *finishing)
-{
-    struct chunk *c = NULL;
-
-    uv_mutex_lock(&w->mu);
-    if (!w->stopping && w->head != NULL) {
-        c = w->head;
-        w->head = c->next;
-        if (w->head == NULL)
-            w->tail = NULL;
-    }
-    *finishing = w->finishing && !w->stopping && c == NULL && w->head == NULL;
-    uv_mutex_unlock(&w->mu);
-    return c;
 }
 
 /* The oldest job no helper took yet, or NULL (under mu). */
@@ -206,7 +190,7 @@ static int write_placed(struct agent_replica_writer *w, XXH3_state_t *h, char *w
 
         /* as many chunks as there is room for: waiting for one only when none is being placed */
         while (rc == 0 && w->jn < JOBS_MAX) {
-            c = w->jn == 0 ? take(w, finishing) : take_now(w, finishing);
+            c = take(w, w->jn == 0, finishing);
             if (c == NULL)
                 break;
             uv_mutex_lock(&w->mu);
@@ -256,7 +240,7 @@ static int write_seq(struct agent_replica_writer *w, XXH3_state_t *h, char *why,
     struct chunk *c;
     int rc;
 
-    while ((c = take(w, finishing)) != NULL) {
+    while ((c = take(w, 1, finishing)) != NULL) {
         uint64_t t0 = now_ns(), t1;
 
         rc = w->ops->write(w->target, c->data, c->n, why, whylen);

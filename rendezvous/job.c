@@ -895,6 +895,20 @@ enum rdzv_job_event rdzv_job_done(struct rdzv_job *job, void *peer, uint32_t rou
     return RDZV_JOB_EV_DONE;
 }
 
+/* A failure the member m itself is (lost, excluded): no rank, no exit code, its host; text and
+ * signature are the caller's. */
+static void node_failure(const struct rdzv_job *job, const struct rdzv_job_member *m,
+                         uint64_t wall_ms, struct rdzv_failure *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->round = job->round;
+    f->rank = -1;
+    f->local_rank = -1;
+    f->exit_code = -1;
+    f->time_ms = wall_ms;
+    snprintf(f->host, sizeof(f->host), "%s", m->host);
+}
+
 enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *reason,
                                   uint64_t now_ms, uint64_t wall_ms)
 {
@@ -920,13 +934,7 @@ enum rdzv_job_event rdzv_job_lost(struct rdzv_job *job, void *peer, const char *
         remove_member(job, (size_t)i);
         return refill(job, now_ms, RDZV_JOB_EV_WAITING);
     }
-    memset(&f, 0, sizeof(f));
-    f.round = job->round;
-    f.rank = -1;
-    f.local_rank = -1;
-    f.exit_code = -1;
-    f.time_ms = wall_ms;
-    snprintf(f.host, sizeof(f.host), "%s", m->host);
+    node_failure(job, m, wall_ms, &f);
     snprintf(f.text, sizeof(f.text), "lost node %s (%s): %s", m->host, m->addr, reason);
     f.sig_class = RDZV_SIG_LOST;
     snprintf(f.sig, sizeof(f.sig), "lost node");
@@ -953,13 +961,7 @@ enum rdzv_job_event rdzv_job_exclude(struct rdzv_job *job, void *peer, const cha
         snprintf(n->reason, sizeof(n->reason), "%s", reason);
         mc_utf8_sanitize(n->reason);
     }
-    memset(&f, 0, sizeof(f));
-    f.round = job->round;
-    f.rank = -1;
-    f.local_rank = -1;
-    f.exit_code = -1;
-    f.time_ms = wall_ms;
-    snprintf(f.host, sizeof(f.host), "%s", m->host);
+    node_failure(job, m, wall_ms, &f);
     snprintf(f.text, sizeof(f.text), "node %s (%s) excluded: %s", m->host, m->addr, reason);
     who = *m; /* new_round() moves the members */
     /* the member stays: it gets RESTART with the others, and its JOIN is refused */
