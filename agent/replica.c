@@ -526,22 +526,19 @@ static void on_ack_out(struct agent_replica *r, const struct rdzv_repl_ack *a)
     }
     if (a->status == RDZV_REPL_DONE) {
         uint64_t ms = uv_now(r->pace.loop) - r->started_ms;
-        char times[180] = "";
+        char times[160] = "";
 
-        if (o->bulk != NULL) {
-            times[0] = ';';
-            times[1] = ' ';
-            agent_replica_bulk_times(o->bulk, times + 2, sizeof(times) - 2);
-        }
+        if (o->bulk != NULL)
+            agent_replica_bulk_times(o->bulk, times, sizeof(times));
         logf_(r,
               "checkpoint %s replicated to group rank %" PRIu32 " (%" PRIu64 " bytes in %" PRIu64
-              " ms, %s)%s",
+              " ms, %s)%s%s",
               r->cur.name, o->rank, r->xsize, ms,
               a->text[0]        ? a->text
               : o->bulk != NULL ? "direct link, bulk streams"
               : o->direct       ? "direct link"
                                 : "relayed by the server",
-              times);
+              times[0] ? "; " : "", times);
     } else {
         out_failed(r, o, a->text);
         return;

@@ -579,8 +579,6 @@ static void *send_thread(void *arg)
         int rc;
 
         uv_mutex_lock(&b->mu);
-        b->phase_ns[0] += t_read, b->phase_ns[1] += t_seal, b->phase_ns[2] += t_send;
-        t_read = t_seal = t_send = 0;
         while (!b->stop && b->next_off < b->size &&
                b->next_off + AGENT_REPLICA_BULK_CHUNK - b->confirmed > AGENT_REPLICA_BULK_WINDOW) {
             if (now_ns() >= limit) {
@@ -633,6 +631,7 @@ static void *send_thread(void *arg)
         }
     }
 out:
+    /* before thread_end: SENT comes once every thread ended, with every thread's time in */
     uv_mutex_lock(&b->mu);
     b->phase_ns[0] += t_read, b->phase_ns[1] += t_seal, b->phase_ns[2] += t_send;
     uv_mutex_unlock(&b->mu);

@@ -36,6 +36,7 @@ struct shared;
 struct task {
     struct shared *s;
     unsigned index, gpu;
+    int nvml_gpu; /* the GPU's NVML index for the telemetry (AGENT_TELEM_GPU_GIVEN: a UUID) */
     unsigned restarts;
     struct agent_group *group; /* the running attempt; NULL between attempts and once ended */
     int port_fd;               /* MASTER_PORT kept reserved while the attempt runs */
@@ -368,20 +369,15 @@ static int telem_workers(void *ctx, struct agent_telem_worker *w, int cap)
 
     for (unsigned i = 0; i < s->ntasks && n < cap; i++) {
         const struct task *t = &s->tasks[i];
-        const char *id = s->o->gpu_ids[t->gpu];
-        char *end;
-        long idx = strtol(id, &end, 10);
 
         if (t->group == NULL || !t->group->workers[0].alive)
             continue;
-        w[n++] = (struct agent_telem_worker){
-            .pid = t->group->workers[0].pid,
-            .rank = (int)i,
-            .local_rank = (int)i,
-            .gpu = end != id && *end == '\0' && idx >= 0 && idx < INT_MAX ? (int)idx
-                                                                          : AGENT_TELEM_GPU_GIVEN,
-            .cap_bytes = s->mps.on ? s->mps.limit_mib << 20 : 0,
-            .cap_frac = s->o->mem_fraction / s->o->per_gpu};
+        w[n++] = (struct agent_telem_worker){.pid = t->group->workers[0].pid,
+                                             .rank = (int)i,
+                                             .local_rank = (int)i,
+                                             .gpu = t->nvml_gpu,
+                                             .cap_bytes = s->mps.on ? s->mps.limit_mib << 20 : 0,
+                                             .cap_frac = s->o->mem_fraction / s->o->per_gpu};
     }
     return n;
 }
@@ -441,8 +437,20 @@ static int init(struct shared *s, const struct agent_shared_options *o)
         return -EINVAL;
     if ((s->tasks = calloc(s->ntasks, sizeof(*s->tasks))) == NULL)
         return -ENOMEM;
-    for (unsigned i = 0; i < s->ntasks; i++)
-        s->tasks[i] = (struct task){.s = s, .index = i, .gpu = i / o->per_gpu, .port_fd = -1};
+    for (unsigned i = 0; i < s->ntasks; i++) {
+        const char *id = o->gpu_ids[i / o->per_gpu];
+        char *end;
+        long idx = strtol(id, &end, 10);
+
+        s->tasks[i] =
+            (struct task){.s = s,
+                          .index = i,
+                          .gpu = i / o->per_gpu,
+                          .nvml_gpu = end != id && *end == '\0' && idx >= 0 && idx < INT_MAX
+                                          ? (int)idx
+                                          : AGENT_TELEM_GPU_GIVEN,
+                          .port_fd = -1};
+    }
     if ((rc = uv_loop_init(&s->loop)) != 0)
         return rc;
     for (unsigned i = 0; i < s->ntasks; i++) {
