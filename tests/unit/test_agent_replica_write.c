@@ -361,11 +361,13 @@ static void test_write_failure(void **state)
     uint8_t b[CHUNK];
 
     fx->f.fail_at = 3;
+    gate(&fx->f, 1); /* every chunk is pushed before the third write can fail */
     start(fx, sum_of_chunks(8), 8 * CHUNK);
     for (unsigned i = 0; i < 8; i++) {
         fill(b, i);
         assert_int_equal(agent_replica_writer_push(fx->w, b, CHUNK), 0);
     }
+    gate(&fx->f, 0);
     HARNESS_RUN_UNTIL(&fx->h, fx->failed == 1);
     assert_string_equal(fx->why, "writing: disk on fire");
     assert_int_equal(agent_replica_writer_written(fx->w), 2 * CHUNK);
