@@ -242,7 +242,9 @@ static void join(struct agent *a)
                           .backoff_max_ms = o->restart.backoff_max_ms,
                           .exclude_after = o->restart.exclude_after,
                           .exclude_window_ms = o->restart.exclude_window_ms,
-                          .flags = o->restart.spare ? RDZV_JOIN_SPARE : 0,
+                          .flags =
+                              (o->restart.spare ? RDZV_JOIN_SPARE : 0) |
+                              (o->ckpt.dir != NULL && o->ckpt.replicate > 0 ? RDZV_JOIN_PARTS : 0),
                           /* the default is sent as nothing: older servers take that JOIN */
                           .same_failure = o->restart.max_same_failure == RDZV_SAME_FAILURE_DEFAULT
                                               ? 0

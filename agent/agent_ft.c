@@ -44,18 +44,66 @@ static void log_resume(const struct agent *a)
                 (long long)ft->my_resume_step, (long long)as->resume_step);
 }
 
+/* A sharded checkpoint (ASSIGN.resume_parts): the members of the round hold its parts between
+ * them; this node's are its own part (DIR/NAME) and the copies of other nodes' parts it keeps
+ * (agent_ckpt_part_name), as its registry lists them. MUSTER_RESUME_FROM is its own part (or
+ * the first it holds), MUSTER_RESUME_PARTS every one of them, ':' between. In memory and a stat
+ * per part: bounded by the parts this node holds of one checkpoint. */
+static void prepare_parts(struct agent *a)
+{
+    struct agent_ft *ft = &a->ft;
+    const struct agent_ckpt_registry *reg = &ft->ckpt.reg;
+    const char *dir = a->o->ckpt.dir, *name = a->as.resume;
+    size_t len = 0, cap = 0, held = 0;
+    char path[PATH_MAX];
+    struct stat st;
+
+    for (size_t i = 0; i < reg->n; i++) {
+        const struct agent_ckpt_entry *e = &reg->entries[i];
+        size_t n;
+        char *t;
+
+        if (strcmp(agent_ckpt_part_of(e->name), name) != 0 ||
+            (e->part != 0 && e->parts != a->as.resume_parts) ||
+            snprintf(path, sizeof(path), "%s/%s", dir, e->name) >= (int)sizeof(path) ||
+            lstat(path, &st) != 0 || strchr(path, ':') != NULL)
+            continue;
+        n = strlen(path);
+        if (len + n + 2 > cap) {
+            cap = (len + n + 2) * 2;
+            if ((t = realloc(ft->resume_parts, cap)) == NULL)
+                break;
+            ft->resume_parts = t;
+        }
+        if (len > 0)
+            ft->resume_parts[len++] = ':';
+        memcpy(ft->resume_parts + len, path, n + 1);
+        len += n;
+        if (held++ == 0 || strcmp(e->name, name) == 0)
+            snprintf(ft->resume_from, sizeof(ft->resume_from), "%s", path);
+    }
+    mc_info("attempt %u resumes from sharded checkpoint %s (step %lld): %zu of its %u parts "
+            "on this node",
+            a->as.restart_count, name, (long long)a->as.resume_step, held, a->as.resume_parts);
+}
+
 void agent__ft_prepare(struct agent *a)
 {
     struct agent_ft *ft = &a->ft;
     const struct rdzv_assign *as = &a->as;
 
     ft->resume_from[0] = '\0';
+    if (ft->resume_parts != NULL)
+        ft->resume_parts[0] = '\0';
     if (ft->ckpt_on) {
         agent_ckptwatch_set_recording(&ft->ckpt, as->group_rank == 0);
-        if (as->resume[0] != '\0')
+        if (as->resume[0] != '\0' && as->resume_parts > 0)
+            prepare_parts(a);
+        else if (as->resume[0] != '\0')
             snprintf(ft->resume_from, sizeof(ft->resume_from), "%.3800s/%s", a->o->ckpt.dir,
                      as->resume);
-        log_resume(a);
+        if (as->resume_parts == 0)
+            log_resume(a);
     }
     if (ft->hang_on)
         agent_hang_start(&ft->hang, as->restart_count);
@@ -77,6 +125,8 @@ void agent__ft_sync(struct agent *a, int clean)
 
 void agent__ft_close(struct agent *a)
 {
+    free(a->ft.resume_parts);
+    a->ft.resume_parts = NULL;
     if (a->ft.repl_on)
         agent_replica_close(&a->ft.repl);
     a->ft.repl_on = 0;
@@ -260,6 +310,41 @@ static void goodput_ckpt(struct agent *a, const struct agent_ckpt_entry *e)
         agent__goodput_report(a);
 }
 
+/* This node's part of a sharded checkpoint (CKPT_PART): recorded, or none here (an empty part,
+ * so the server can tell the checkpoint is complete without it); sent to the next nodes like
+ * rank 0's whole ones. A part that is cut or unreadable is not reported: no round resumes from
+ * that checkpoint. */
+static void on_part(void *data, int rc, const struct agent_ckpt_entry *e)
+{
+    struct agent *a = data;
+    struct rdzv_ckpt ck = {.step = e->step,
+                           .part = e->part,
+                           .parts = e->parts,
+                           .time_ms = (uint64_t)time(NULL) * 1000};
+
+    if (a->client == NULL || (rc != 0 && rc != -ENOENT) || !rdzv_ckpt_name_ok(e->name))
+        return;
+    snprintf(ck.name, sizeof(ck.name), "%s", e->name);
+    if (rc == 0) {
+        ck.size = e->size;
+        ck.checksum = e->checksum;
+        ck.time_ms = (uint64_t)(e->recorded_ns / 1000000);
+    } else {
+        ck.part_flags = RDZV_CKPT_PART_EMPTY;
+    }
+    rdzv_client_report_ckpt(a->client, &ck);
+    if (rc == 0 && a->ft.repl_on && a->state == AGENT_S_RUNNING)
+        agent_replica_offer(&a->ft.repl, e, a->as.round, a->as.group_rank, a->as.group_world_size);
+}
+
+static void on_ckpt_part(struct agent *a, const struct rdzv_ckpt_part *cp)
+{
+    if (!a->ft.ckpt_on || cp->round != a->as.round || cp->part != a->as.group_rank + 1 ||
+        cp->parts != a->as.group_world_size)
+        return; /* a round that ended meanwhile, or not this node's place */
+    agent_ckptwatch_part(&a->ft.ckpt, cp->name, cp->part, cp->parts, on_part, a);
+}
+
 static void on_ckpt_recorded(void *data, const struct agent_ckpt_entry *e)
 {
     struct agent *a = data;
@@ -289,10 +374,12 @@ static void repl_stored(void *data, const struct agent_ckpt_entry *e)
                            .checksum = e->checksum,
                            .time_ms = (uint64_t)(e->recorded_ns / 1000000)};
 
-    if (a->client == NULL || !rdzv_ckpt_name_ok(e->name))
+    if (a->client == NULL || !rdzv_ckpt_name_ok(agent_ckpt_part_of(e->name)))
         return;
-    snprintf(ck.name, sizeof(ck.name), "%s", e->name);
+    snprintf(ck.name, sizeof(ck.name), "%s", agent_ckpt_part_of(e->name));
     snprintf(ck.holder, sizeof(ck.holder), "%s", a->host[0] ? a->host : "?");
+    ck.part = e->part;
+    ck.parts = e->parts;
     rdzv_client_report_ckpt(a->client, &ck);
 }
 
@@ -304,9 +391,11 @@ static void on_ckpt_pruned(void *data, const struct agent_ckpt_entry *e)
     struct rdzv_ckpt ck = {
         .step = e->step, .size = e->size, .checksum = e->checksum, .verified_bad = 1};
 
-    if (a->client == NULL || !rdzv_ckpt_name_ok(e->name))
+    if (a->client == NULL || !rdzv_ckpt_name_ok(agent_ckpt_part_of(e->name)))
         return;
-    snprintf(ck.name, sizeof(ck.name), "%s", e->name);
+    snprintf(ck.name, sizeof(ck.name), "%s", agent_ckpt_part_of(e->name));
+    ck.part = e->part;
+    ck.parts = e->parts;
     snprintf(ck.reason, sizeof(ck.reason), "pruned (--keep-checkpoints)");
     snprintf(ck.holder, sizeof(ck.holder), "%s", a->host[0] ? a->host : "?");
     rdzv_client_report_ckpt(a->client, &ck);
@@ -328,6 +417,10 @@ void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m)
 {
     struct rdzv_msg ack;
 
+    if (m->type == RDZV_MSG_CKPT_PART) {
+        on_ckpt_part(a, &m->u.ckpt_part);
+        return;
+    }
     if (a->ft.repl_on) {
         agent_replica_on_msg(&a->ft.repl, m);
         return;
@@ -407,6 +500,7 @@ int agent__ft_start(struct agent *a, agent_hang_cb hang_cb)
         if (rc != 0)
             return rc;
         agent_replica_bind(&ft->repl, o->rdzv.local_addr, o->ckpt.replicate_port);
+        agent_replica_parts(&ft->repl, o->ckpt.replicate > 0);
         ft->repl_on = 1;
         /* one node, or ranks fixed by the flags: this node's rank is known now */
         if (o->rdzv.max_nodes <= 1 && !o->static_ranks.on)

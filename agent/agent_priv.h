@@ -56,9 +56,10 @@ struct agent_ft {
     struct agent_ckptwatch ckpt;
     int ckpt_on;
     char resume_from[PATH_MAX]; /* MUSTER_RESUME_FROM of the current attempt, "" = fresh */
-    int64_t my_resume_step;     /* this node's own pick at the last JOIN, -1 none */
-    int was_rank0;              /* this node held group rank 0 in the last round */
-    struct agent_replica repl;  /* checkpoint replicas sent and received */
+    char *resume_parts; /* MUSTER_RESUME_PARTS: a sharded checkpoint's parts here, ':' between */
+    int64_t my_resume_step;    /* this node's own pick at the last JOIN, -1 none */
+    int was_rank0;             /* this node held group rank 0 in the last round */
+    struct agent_replica repl; /* checkpoint replicas sent and received */
     int repl_on;
     struct rdzv_join *pick_join; /* the JOIN waiting for this node's resume candidate */
     void (*pick_done)(struct agent *a);

@@ -81,6 +81,7 @@ static void worker_info(const struct agent *a, int i, const char *error_file,
     w->round = as->round;
     w->checkpoint_dir = o->ckpt.dir;
     w->resume_from = a->ft.resume_from;
+    w->resume_parts = a->ft.resume_parts;
     w->virtual_local_rank = o->work.virtual_local_rank;
     w->signals_to_handle = o->work.signals_to_handle;
     w->agent_store = a->use_agent_store;

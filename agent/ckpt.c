@@ -154,6 +154,8 @@ static int newest_verified(const struct agent_ckpt_registry *reg, const char *di
     char why[256];
 
     for (size_t i = 0; i < reg->n; i++) {
+        if (reg->entries[i].part != 0) /* one node's part: the server decides (ASSIGN) */
+            continue;
         if (agent_ckpt_entry_verify(&reg->entries[i], dir, why, sizeof(why)) == 0) {
             *index = i;
             return 0;
@@ -215,7 +217,11 @@ int agent_ckpt_registry_prune(struct agent_ckpt_registry *reg, const char *dir, 
     first = keep > good + 1 ? keep : good + 1;
     for (size_t i = reg->n; i-- > first;) {
         struct agent_ckpt_entry *e = &reg->entries[i];
-        int rc = remove_tree(dir, e->name);
+        int rc;
+
+        if (e->part != 0) /* parts of sharded checkpoints stay (docs/FAULT_TOLERANCE.md) */
+            continue;
+        rc = remove_tree(dir, e->name);
         if (rc != 0 && rc != -ENOENT) {
             logf_line(log, log_arg, MC_LOG_INFO, "checkpoint %s not pruned: %s", e->name,
                       strerror(-rc));
@@ -234,10 +240,20 @@ static json_t *entry_to_json(const struct agent_ckpt_entry *e)
 {
     char sum[17];
 
+    json_t *o;
+
     snprintf(sum, sizeof(sum), "%016" PRIx64, e->checksum);
-    return json_pack("{s:s, s:I, s:I, s:s, s:I, s:I}", "name", e->name, "step", (json_int_t)e->step,
-                     "size", (json_int_t)e->size, "checksum", sum, "mtime_ns",
-                     (json_int_t)e->mtime_ns, "recorded_ns", (json_int_t)e->recorded_ns);
+    o = json_pack("{s:s, s:I, s:I, s:s, s:I, s:I}", "name", e->name, "step", (json_int_t)e->step,
+                  "size", (json_int_t)e->size, "checksum", sum, "mtime_ns", (json_int_t)e->mtime_ns,
+                  "recorded_ns", (json_int_t)e->recorded_ns);
+    /* a part's two fields only when it is one: a registry without parts reads as before */
+    if (o != NULL && e->part != 0 &&
+        (json_object_set_new(o, "part", json_integer(e->part)) != 0 ||
+         json_object_set_new(o, "parts", json_integer(e->parts)) != 0)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static json_t *registry_to_json(const struct agent_ckpt_registry *reg)
@@ -282,13 +298,17 @@ int agent_ckpt_registry_save(const struct agent_ckpt_registry *reg, const char *
 static int entry_from_json(json_t *o, struct agent_ckpt_entry *e)
 {
     const char *name, *sum;
-    json_int_t step, size, mtime, recorded;
+    json_int_t step, size, mtime, recorded, part = 0, parts = 0;
     char *end;
 
-    if (json_unpack(o, "{s:s, s:I, s:I, s:s, s:I, s:I}", "name", &name, "step", &step, "size",
-                    &size, "checksum", &sum, "mtime_ns", &mtime, "recorded_ns", &recorded) != 0)
+    if (json_unpack(o, "{s:s, s:I, s:I, s:s, s:I, s:I, s?I, s?I}", "name", &name, "step", &step,
+                    "size", &size, "checksum", &sum, "mtime_ns", &mtime, "recorded_ns", &recorded,
+                    "part", &part, "parts", &parts) != 0)
         return -EINVAL;
     if (!agent_ckpt_name_valid(name) || step < -1 || size < 0 || strlen(sum) != 16)
+        return -EINVAL;
+    if (part < 0 || parts < 0 || part > parts || parts > AGENT_CKPT_PARTS_MAX ||
+        (part == 0) != (parts == 0))
         return -EINVAL;
     memset(e, 0, sizeof(*e));
     snprintf(e->name, sizeof(e->name), "%s", name);
@@ -300,6 +320,8 @@ static int entry_from_json(json_t *o, struct agent_ckpt_entry *e)
     e->size = (uint64_t)size;
     e->mtime_ns = mtime;
     e->recorded_ns = recorded;
+    e->part = (uint32_t)part;
+    e->parts = (uint32_t)parts;
     return 0;
 }
 
@@ -361,4 +383,30 @@ out:
     json_decref(root);
     fclose(f);
     return rc;
+}
+
+#define PART_PREFIX ".muster-part-"
+
+int agent_ckpt_part_name(char *out, size_t len, const char *name, uint32_t part, uint32_t parts)
+{
+    int n = snprintf(out, len, PART_PREFIX "%" PRIu32 "-of-%" PRIu32 ".%s", part, parts, name);
+
+    return n < 0 || (size_t)n >= len || (size_t)n >= AGENT_CKPT_NAME_MAX ? -ENAMETOOLONG : 0;
+}
+
+const char *agent_ckpt_part_of(const char *local)
+{
+    const char *p = local;
+
+    if (strncmp(p, PART_PREFIX, strlen(PART_PREFIX)) != 0)
+        return local;
+    p += strlen(PART_PREFIX);
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (strncmp(p, "-of-", 4) != 0)
+        return local;
+    p += 4;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return *p == '.' && p[1] != '\0' ? p + 1 : local;
 }

@@ -39,7 +39,21 @@ struct agent_ckpt_entry {
     uint64_t checksum;              /* XXH3-64, see above */
     int64_t mtime_ns;               /* a directory: newest of itself and everything in it */
     int64_t recorded_ns;            /* CLOCK_REALTIME when it was scanned (or recorded) */
+    /* A part of a sharded checkpoint (docs/FAULT_TOLERANCE.md "Sharded checkpoints"): 1 + the
+     * group rank whose ranks wrote it, of `parts` nodes; 0: a whole checkpoint. Never a resume
+     * candidate of its own (agent_ckpt_registry_pick skips it). */
+    uint32_t part, parts;
 };
+#define AGENT_CKPT_PARTS_MAX 4096u /* = RDZV_PARTS_MAX */
+
+/* Where a node keeps a copy of another node's part of a sharded checkpoint, beside its own part
+ * of that name: ".muster-part-K-of-N.NAME" in --checkpoint-dir (a temporary name to the watcher,
+ * which never examines it). Returns 0 or -ENAMETOOLONG. */
+int agent_ckpt_part_name(char *out, size_t len, const char *name, uint32_t part, uint32_t parts);
+
+/* The checkpoint a name made by agent_ckpt_part_name is a part of (a pointer into local), or
+ * local itself for any other name. */
+const char *agent_ckpt_part_of(const char *local);
 
 /* An incremental hash in progress; see agent_ckpt_hash_begin. Fields are private. */
 struct agent_ckpt_hash {

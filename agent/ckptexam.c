@@ -404,6 +404,21 @@ void agent_ckpt_examine(struct agent_ckpt_exam *x)
         return;
     }
     agent_ckpt_layout_check(x->dir, x->name, x->marker, &x->layout);
+    if (x->mode == AGENT_CKPT_EXAM_PART && !x->sig.is_dir) {
+        result(x, AGENT_CKPT_EXAM_WHOLE, "not a directory");
+        return;
+    }
+    if (x->mode == AGENT_CKPT_EXAM_PART && x->layout.state == AGENT_CKPT_LAYOUT_COMPLETE) {
+        result(x, AGENT_CKPT_EXAM_WHOLE, "whole (a directory shared with the node of rank 0?)");
+        return;
+    }
+    /* a part lacks only what the coordinator writes; a member cut short is still a cut */
+    if (x->mode == AGENT_CKPT_EXAM_PART && x->layout.state == AGENT_CKPT_LAYOUT_INCOMPLETE &&
+        x->layout.kind != NULL &&
+        (strcmp(x->layout.kind, "DCP") == 0 ||
+         strcmp(x->layout.kind, "HF Trainer checkpoint") == 0 ||
+         strcmp(x->layout.kind, "--checkpoint-marker") == 0))
+        x->layout.state = AGENT_CKPT_LAYOUT_UNKNOWN;
     if (x->layout.state == AGENT_CKPT_LAYOUT_INCOMPLETE) {
         result(x, AGENT_CKPT_EXAM_INCOMPLETE, x->layout.why);
         return;

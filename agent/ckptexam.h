@@ -51,6 +51,10 @@ enum agent_ckpt_exam_mode {
     AGENT_CKPT_EXAM_LAYOUT,  /* only a layout that says complete (a close-after-write just now) */
     AGENT_CKPT_EXAM_SETTLED, /* nothing changed for the settle time: unknown formats count */
     AGENT_CKPT_EXAM_RENAMED, /* renamed into place: unknown formats count */
+    /* this node's part of a sharded checkpoint the node of group rank 0 recorded (so every rank
+     * finished writing it): a directory whose members are whole, without the coordinator's file
+     * (a DCP .metadata, an HF trainer_state.json, the --checkpoint-marker) */
+    AGENT_CKPT_EXAM_PART,
 };
 
 enum agent_ckpt_exam_result {
@@ -63,6 +67,7 @@ enum agent_ckpt_exam_result {
     AGENT_CKPT_EXAM_CANCELLED,  /* *cancel was set */
     AGENT_CKPT_EXAM_ERROR,      /* cannot be read: why says how */
     AGENT_CKPT_EXAM_ALTERED,    /* distrust_known and it is not what was recorded */
+    AGENT_CKPT_EXAM_WHOLE,      /* PART: not a part (a file, or whole: a shared directory) */
 };
 
 struct agent_ckpt_exam {

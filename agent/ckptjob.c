@@ -346,6 +346,7 @@ static void work_cb(uv_work_t *req)
 
     switch (j->kind) {
     case CKW_EXAM:
+    case CKW_PART:
         agent_ckpt_examine(&j->x);
         break;
     case CKW_SCAN:

@@ -334,7 +334,7 @@ static void prune(struct agent_ckptwatch *w, const char *verified)
         /* a name without a step is rewritten in place (ckpt.pt, last.ckpt) or is a trainer's
          * final output (HF's model.safetensors beside its checkpoint-N/): never muster's to
          * delete */
-        if (e.step < 0)
+        if (e.step < 0 || e.part != 0) /* parts: docs/FAULT_TOLERANCE.md "Sharded" */
             continue;
         snprintf(j->names[j->nnames++], sizeof(*j->names), "%s", e.name);
         agent_ckpt_registry_add(&j->snap, &e); /* for pruned_cb */
@@ -609,6 +609,59 @@ static void pick_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
         j->pick_cb(j->cb_data, j->rc, &j->e);
 }
 
+static void load(struct agent_ckptwatch *w);
+
+static void part_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
+{
+    const struct agent_ckpt_entry *known;
+    struct agent_ckpt_entry e = j->x.entry;
+    int rc = -ENOENT;
+
+    if (!w->recording)
+        load(w); /* as adopt: the file is what this node's registry holds now */
+    known = agent_ckpt_registry_find(&w->reg, j->x.name);
+    if (known != NULL && known->part == 0) {
+        rc = -ENOENT; /* a whole checkpoint of that name (a copy of rank 0's, or its own) */
+    } else if (j->x.result == AGENT_CKPT_EXAM_RECORD) {
+        e.part = j->part;
+        e.parts = j->parts;
+        rc = agent_ckpt_registry_add(&w->reg, &e);
+        if (rc == 0) {
+            logf_(w, MC_LOG_INFO,
+                  "checkpoint %s recorded as part %" PRIu32 " of %" PRIu32
+                  " (this node's ranks' files: %llu bytes, xxh3 %016llx)",
+                  e.name, e.part, e.parts, (unsigned long long)e.size,
+                  (unsigned long long)e.checksum);
+            save(w);
+        }
+    } else if (j->x.result != AGENT_CKPT_EXAM_GONE && j->x.result != AGENT_CKPT_EXAM_WHOLE) {
+        rc = -EIO;
+        logf_(w, MC_LOG_WARN, "checkpoint %s: this node's part not recorded: %s", j->x.name,
+              j->x.why[0] ? j->x.why : "changed while it was read");
+    }
+    if (j->part_cb != NULL)
+        j->part_cb(j->cb_data, rc, rc == 0 ? &e : NULL);
+}
+
+void agent_ckptwatch_part(struct agent_ckptwatch *w, const char *name, uint32_t part,
+                          uint32_t parts, agent_ckptwatch_part_cb cb, void *data)
+{
+    struct agent_ckptwatch_job *j;
+
+    if (!w->open || !agent_ckpt_name_valid(name) || (j = new_job(w, CKW_PART)) == NULL)
+        return;
+    snprintf(j->x.dir, sizeof(j->x.dir), "%s", w->dir);
+    snprintf(j->x.name, sizeof(j->x.name), "%s", name);
+    snprintf(j->x.marker, sizeof(j->x.marker), "%s", w->marker);
+    j->x.mode = AGENT_CKPT_EXAM_PART;
+    j->x.cancel = &j->cancel;
+    j->part = part;
+    j->parts = parts;
+    j->part_cb = cb;
+    j->cb_data = data;
+    agent__ckptwatch_enqueue(w, j);
+}
+
 static void prune_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
 {
     emit_lines(w, &j->lines);
@@ -669,6 +722,9 @@ void agent__ckptwatch_job_done(struct agent_ckptwatch *w, struct agent_ckptwatch
         break;
     case CKW_PICK:
         pick_done(w, j);
+        break;
+    case CKW_PART:
+        part_done(w, j);
         break;
     case CKW_BARRIER:
         if (barrier_again(w, j))

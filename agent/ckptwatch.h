@@ -114,6 +114,19 @@ void agent_ckptwatch_flush(struct agent_ckptwatch *w, int clean, agent_ckptwatch
  * negative errno (logged). */
 int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e);
 
+/* rc 0: e is this node's part, recorded (valid during the call); -ENOENT: this node holds none
+ * of it of its own (no such directory, a file, a whole checkpoint: a directory shared with the
+ * node of rank 0, or a copy of its checkpoint); another negative errno: it is cut or cannot be
+ * read (logged). */
+typedef void (*agent_ckptwatch_part_cb)(void *data, int rc, const struct agent_ckpt_entry *e);
+
+/* The node of group rank 0 recorded `name` (a sharded checkpoint's first part: every rank
+ * finished writing it): examines this node's dir/name off the loop as part `part` (1 + this
+ * node's group rank) of `parts`, records it (registry saved) and calls cb(data, ...) on the
+ * loop, never from inside this call; not after _close. */
+void agent_ckptwatch_part(struct agent_ckptwatch *w, const char *name, uint32_t part,
+                          uint32_t parts, agent_ckptwatch_part_cb cb, void *data);
+
 /* rc 0: chosen is the checkpoint to resume from (valid during the call); restored: it was put
  * back in place from its last good copy. rc -ENOENT: none verifies, a fresh start. */
 typedef void (*agent_ckptwatch_pick_cb)(void *data, int rc, const struct agent_ckpt_entry *chosen);

@@ -29,6 +29,7 @@ enum agent_ckptwatch_job_kind {
     CKW_COPY,    /* keep a last good copy */
     CKW_PICK,    /* verify, maybe restore, choose */
     CKW_BARRIER, /* nothing: its callback runs after every job before it */
+    CKW_PART,    /* examine (and hash) this node's part of a sharded checkpoint */
 };
 
 enum agent_ckptwatch_origin { CKW_FROM_EVENT, CKW_FROM_STARTUP, CKW_FROM_FLUSH };
@@ -72,6 +73,8 @@ struct agent_ckptwatch_job {
     int restored;                    /* PICK */
     agent_ckptwatch_done_cb done;    /* BARRIER, SCAN of a flush */
     agent_ckptwatch_pick_cb pick_cb; /* PICK */
+    agent_ckptwatch_part_cb part_cb; /* PART */
+    uint32_t part, parts;            /* PART */
     void *cb_data;
 };
 

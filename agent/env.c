@@ -175,6 +175,8 @@ int agent_env_for_worker(struct agent_env *env, const struct agent_worker_info *
         rc |= agent_env_set(env, "MUSTER_CHECKPOINT_DIR", w->checkpoint_dir);
     if (w->resume_from != NULL && w->resume_from[0] != '\0')
         rc |= agent_env_set(env, "MUSTER_RESUME_FROM", w->resume_from);
+    if (w->resume_parts != NULL && w->resume_parts[0] != '\0')
+        rc |= agent_env_set(env, "MUSTER_RESUME_PARTS", w->resume_parts);
     if (w->heartbeat_file != NULL && w->heartbeat_file[0] != '\0')
         rc |= agent_env_set(env, "MUSTER_HEARTBEAT_FILE", w->heartbeat_file);
     if (w->signals_to_handle != NULL)

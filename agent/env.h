@@ -30,6 +30,7 @@ struct agent_worker_info {
     /* fault tolerance (each NULL or "": not exported) */
     const char *checkpoint_dir; /* MUSTER_CHECKPOINT_DIR */
     const char *resume_from;    /* MUSTER_RESUME_FROM: the checkpoint to resume from */
+    const char *resume_parts;   /* MUSTER_RESUME_PARTS: its parts on this node (sharded) */
     const char *heartbeat_file; /* MUSTER_HEARTBEAT_FILE (--hang-timeout) */
     /* --signals-to-handle: TORCHELASTIC_SIGNALS_TO_HANDLE (NULL: not exported) */
     const char *signals_to_handle;

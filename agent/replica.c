@@ -291,6 +291,13 @@ static void begin_out(struct agent_replica *r, struct agent_replica_out *o)
                                               .mode = r->mode};
     if (r->src.dirfd >= 0)
         m.u.repl_begin.flags = RDZV_REPL_BEGIN_DIR;
+    if (r->cur.part != 0) {
+        m.u.repl_begin.part = r->cur.part;
+        m.u.repl_begin.parts = r->cur.parts;
+    } else if (r->parts && r->src.dirfd >= 0 && r->world >= 2 && r->world <= RDZV_PARTS_MAX) {
+        m.u.repl_begin.part = 1;
+        m.u.repl_begin.parts = r->world;
+    }
     snprintf(m.u.repl_begin.name, sizeof(m.u.repl_begin.name), "%s", r->cur.name);
     if (r->link_port != 0) {
         m.u.repl_begin.port = r->link_port;
@@ -381,6 +388,7 @@ static void begin_copies(struct agent_replica *r, const struct agent_ckpt_entry 
         r->link_warned = 1;
     }
     r->round = round;
+    r->world = world;
     r->link_port = port > 0 ? (uint32_t)port : 0;
     memcpy(r->link_key, key, sizeof(key));
     for (unsigned i = 0; i < n; i++) {
@@ -464,6 +472,11 @@ static void start_listing(struct agent_replica *r, const struct agent_ckpt_entry
     j->work.data = j;
     r->listing = 1;
     (void)uv_queue_work(r->loop, &j->work, list_work, list_done); /* fails only on NULL */
+}
+
+void agent_replica_parts(struct agent_replica *r, int on)
+{
+    r->parts = on;
 }
 
 void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry *e, uint32_t round,
@@ -629,7 +642,7 @@ static void in_refuse(struct agent_replica *r, struct agent_replica_in *in, uint
 
 /* The copy this node already holds, verified by the registry (a shared --checkpoint-dir, or a
  * replica received before): nothing to transfer. */
-static int already_here(struct agent_replica *r, const struct rdzv_repl_begin *b)
+static int already_here(struct agent_replica *r, const struct rdzv_repl_begin *b, const char *local)
 {
     struct agent_ckptwatch *w = r->watch;
     char path[PATH_MAX];
@@ -640,8 +653,8 @@ static int already_here(struct agent_replica *r, const struct rdzv_repl_begin *b
     for (size_t i = 0; i < w->reg.n; i++) {
         const struct agent_ckpt_entry *e = &w->reg.entries[i];
 
-        if (strcmp(e->name, b->name) != 0 || e->checksum != b->checksum ||
-            snprintf(path, sizeof(path), "%s/%s", w->dir, b->name) >= (int)sizeof(path) ||
+        if (strcmp(e->name, local) != 0 || e->checksum != b->checksum ||
+            snprintf(path, sizeof(path), "%s/%s", w->dir, local) >= (int)sizeof(path) ||
             lstat(path, &st) != 0)
             continue;
         if (b->flags & RDZV_REPL_BEGIN_DIR) /* the size sent is the stream's */
@@ -684,22 +697,45 @@ static void bulk_out(struct agent_replica *r, struct agent_replica_out *o, unsig
 static void bulk_in(struct agent_replica *r, struct agent_replica_in *in,
                     const struct rdzv_repl_ack *a);
 
+/* Where the copy goes: under its own name, or, for another node's part of a sharded checkpoint
+ * (a part other than the first, or the first where this node holds a part of that name
+ * itself), beside this node's own part. Returns 1 when it is kept as a part, -1 when its name
+ * is too long for that. */
+static int local_name(const struct agent_replica *r, const struct rdzv_repl_begin *b, char *local,
+                      size_t len)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    snprintf(local, len, "%s", b->name);
+    if (b->part == 0)
+        return 0;
+    if (b->part == 1 &&
+        (snprintf(path, sizeof(path), "%s/%s", r->watch->dir, b->name) >= (int)sizeof(path) ||
+         lstat(path, &st) != 0))
+        return 0; /* rank 0's: nothing of its own of that name here */
+    return agent_ckpt_part_name(local, len, b->name, b->part, b->parts) == 0 ? 1 : -1;
+}
+
 static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
 {
     struct agent_replica_in *in;
     const char *why = begin_problem(r, b);
-    int rc;
+    char local[AGENT_CKPT_NAME_MAX];
+    int rc, as_part = 0;
 
+    if (why == NULL && (as_part = local_name(r, b, local, sizeof(local))) < 0)
+        why = "name too long to keep as another node's part";
     if (why != NULL) {
         logf_(r, "replica of checkpoint %s refused: %s", b->name, why);
         send_ack(r, b->xfer, 0, RDZV_REPL_ABORT, why);
         return;
     }
-    if (already_here(r, b)) {
+    if (already_here(r, b, local)) {
         send_ack(r, b->xfer, 0, RDZV_REPL_DONE, "already here");
         return;
     }
-    if ((in = in_slot(r, b->name)) == NULL) {
+    if ((in = in_slot(r, local)) == NULL) {
         send_ack(r, b->xfer, 0, RDZV_REPL_ABORT, "too many copies in flight to this node");
         return;
     }
@@ -708,7 +744,11 @@ static void on_begin(struct agent_replica *r, const struct rdzv_repl_begin *b)
     in->begin_ms = uv_now(r->loop);
     in->xfer = b->xfer;
     in->from = b->rank;
-    snprintf(in->e.name, sizeof(in->e.name), "%s", b->name);
+    snprintf(in->e.name, sizeof(in->e.name), "%s", local);
+    if (as_part) {
+        in->e.part = b->part;
+        in->e.parts = b->parts;
+    }
     in->e.step = b->step;
     in->e.size = b->size;
     in->e.checksum = b->checksum;

@@ -115,6 +115,8 @@ struct agent_replica {
     uint64_t listing_id;          /* which: only that one's copies start */
     struct agent_ckpt_entry cur;
     uint32_t round;       /* the round the checkpoint is offered in */
+    uint32_t world;       /* its nodes */
+    int parts;            /* agent_replica_parts: rank 0's directories go as part 1 of world */
     uint32_t link_port;   /* its direct link's port, 0: relayed */
     uint8_t link_key[32]; /* its direct link's key, wiped once every copy ended */
     uv_timer_t retry;     /* copies started again after a failure */
@@ -149,6 +151,12 @@ void agent_replica_bind(struct agent_replica *r, const char *addr, unsigned port
  * it to the next R nodes by group rank (my_rank+1, ...), superseding a transfer in flight. */
 void agent_replica_offer(struct agent_replica *r, const struct agent_ckpt_entry *e, uint32_t round,
                          uint32_t my_rank, uint32_t world);
+
+/* The job's other nodes record their parts of sharded checkpoints (RDZV_JOIN_PARTS): a directory
+ * checkpoint this node sends as group rank 0 is offered as part 1 of the round's nodes, and a
+ * receiver that holds its own part of that name keeps the copy beside it
+ * (agent_ckpt_part_name). An entry that is a part (e->part) is always sent as one. */
+void agent_replica_parts(struct agent_replica *r, int on);
 
 /* A REPL_* message from the server. */
 void agent_replica_on_msg(struct agent_replica *r, const struct rdzv_msg *m);

@@ -864,6 +864,7 @@ static void msg_cb(struct rdzv_conn *conn, const struct rdzv_msg *m)
     case RDZV_MSG_REPL_BEGIN:
     case RDZV_MSG_REPL_DATA:
     case RDZV_MSG_REPL_ACK:
+    case RDZV_MSG_CKPT_PART:
         if (c->state == CLIENT_READY && c->cbs->repl_cb != NULL)
             c->cbs->repl_cb(c, m);
         break;

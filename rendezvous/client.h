@@ -69,7 +69,8 @@ struct rdzv_client_cbs {
      * attempt. Runs at every failed attempt. */
     void (*server_wait_cb)(struct rdzv_client *c, int err, uint64_t waited_ms);
     /* Optional (NULL allowed: replicas are refused). A checkpoint replica message relayed by
-     * the server: REPL_BEGIN, REPL_DATA or REPL_ACK; m is borrowed for the call. */
+     * the server: REPL_BEGIN, REPL_DATA or REPL_ACK, or the server's CKPT_PART; m is borrowed
+     * for the call. */
     void (*repl_cb)(struct rdzv_client *c, const struct rdzv_msg *m);
     /* Optional (NULL allowed: COLLECT is ignored). The server wants this node's evidence of
      * a round (agent/evidence.h); borrowed for the call. */

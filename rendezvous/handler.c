@@ -305,6 +305,62 @@ void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
 /* CKPT: bookkeeping for STATUS, and progress for --max-same-failure (rdzv_job_checkpoint);
  * the resume point travels in JOIN and ASSIGN. The job is the one this connection joined: a
  * CKPT names none, so an agent cannot write into another job's records. */
+/* A part of a sharded checkpoint (parts.h), filed under the member this connection is: a node
+ * speaks only for what it holds itself. */
+static void ckpt_part(struct sjob *sj, struct peer *p, const struct rdzv_ckpt *ck)
+{
+    int me = rdzv_job_find(sj->job, p);
+
+    if (me < 0)
+        return; /* a new round began meanwhile: the agent reports again after its JOIN */
+    if (ck->verified_bad)
+        rdzv_parts_drop(sj->job->parts, ck, sj->job->members[me].node_id);
+    else if (rdzv_parts_add(&sj->job->parts, ck, sj->job->members[me].node_id) < 0)
+        rdzv__peer_event(p, SRV_EV_PROTOCOL, "part of %s not recorded: out of memory", ck->name);
+}
+
+/* A record of a whole checkpoint. Rank 0's own is part 1 of the round's nodes: every other
+ * member that records parts (RDZV_JOIN_PARTS) is told to record its part of it (CKPT_PART).
+ * A copy of it is that part too, held by the copy's holder. */
+static void ckpt_whole(struct sjob *sj, struct peer *p, int me, const struct rdzv_ckpt *ck)
+{
+    struct rdzv_job *job = sj->job;
+    struct rdzv_ckpt part = *ck;
+    struct rdzv_msg m;
+
+    if (me < 0 || job->state != RDZV_JOB_RUNNING)
+        return;
+    if (ck->holder[0] != '\0') {
+        part.part = 1;
+        part.parts = rdzv_parts_whole(job->parts, ck->name, ck->checksum);
+        if (ck->verified_bad)
+            rdzv_parts_drop(job->parts, &part, job->members[me].node_id);
+        else if (part.parts != 0)
+            (void)rdzv_parts_add(&job->parts, &part, job->members[me].node_id);
+        return;
+    }
+    if (ck->verified_bad || job->members[me].group_rank != 0 || job->n_members < 2 ||
+        job->n_members > RDZV_PARTS_MAX)
+        return;
+    part.part = 1;
+    part.parts = (uint32_t)job->n_members;
+    if (rdzv_parts_add(&job->parts, &part, job->members[me].node_id) < 0)
+        return;
+    rdzv_msg_init(&m, RDZV_MSG_CKPT_PART);
+    snprintf(m.u.ckpt_part.name, sizeof(m.u.ckpt_part.name), "%s", ck->name);
+    m.u.ckpt_part.step = ck->step;
+    m.u.ckpt_part.checksum = ck->checksum;
+    m.u.ckpt_part.round = job->round;
+    m.u.ckpt_part.parts = (uint32_t)job->n_members;
+    for (size_t i = 0; i < job->n_members; i++) {
+        const struct rdzv_job_member *o = &job->members[i];
+        if ((int)i == me || !o->parts || o->peer == NULL)
+            continue;
+        m.u.ckpt_part.part = o->group_rank + 1;
+        rdzv__send(o->peer, &m);
+    }
+}
+
 void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
 {
     struct sjob *sj = p->job;
@@ -322,6 +378,10 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
      * FAILED of its attempt (recorded in the thread pool, or at the attempt's end): counted
      * then toward the next failure, which at worst costs one attempt more. A lying agent of
      * the job can only spare its job a stop, which it could as well by failing differently. */
+    if (ck->part != 0) { /* one node's part of a sharded checkpoint: parts.h, not the log */
+        ckpt_part(sj, p, ck);
+        return;
+    }
     if (!ck->verified_bad && ck->holder[0] == '\0')
         rdzv_job_checkpoint(sj->job, ck->name, ck->step);
     if (sj->ckpts == NULL && rdzv_ckptlog_new(&sj->ckpts) < 0)
@@ -329,6 +389,7 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
     int me = rdzv_job_find(sj->job, p);
     const char *host = me >= 0 ? sj->job->members[me].host : "";
 
+    ckpt_whole(sj, p, me, ck);
     if (ck->holder[0] != '\0') {
         /* a replica: the holder is the node this connection joined as, not what it claims */
         struct rdzv_ckpt rep = *ck;

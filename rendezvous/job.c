@@ -71,6 +71,7 @@ void rdzv_job_free(struct rdzv_job *job)
     free(job->by_rank);
     free(job->pending);
     free(job->nodes);
+    free(job->parts);
     free(job);
 }
 
@@ -291,6 +292,30 @@ static void newest_to_rank0(struct rdzv_job *job)
     job->by_rank[0] = (uint32_t)best + 1;
 }
 
+/* A job that writes sharded checkpoints (every node its part, parts.h) resumes from the newest
+ * one whose every part the members of the new round hold between them, not from rank 0's pick:
+ * rank 0's own part of a newer step is no checkpoint once another part is lost with its node.
+ * None complete: from scratch. */
+static void resume_sharded(struct rdzv_job *job)
+{
+    size_t n = job->n_members;
+    uint64_t *ids;
+
+    job->resume_parts = 0;
+    if (!rdzv_parts_sharded(job->parts))
+        return;
+    if ((ids = malloc(n * sizeof(*ids))) == NULL)
+        return; /* rank 0's pick, as without parts */
+    for (size_t i = 0; i < n; i++)
+        ids[i] = job->members[i].node_id;
+    if (!rdzv_parts_complete(job->parts, ids, n, job->resume, sizeof(job->resume),
+                             &job->resume_step, &job->resume_parts)) {
+        job->resume[0] = '\0';
+        job->resume_step = -1;
+    }
+    free(ids);
+}
+
 /* A node that asks for a group rank (JOIN.want_rank: --node-rank of torchrun's static recipe)
  * gets it when it fits and is free; nodes of the previous round keep their group rank when it
  * still fits (rank 0 is where the newest checkpoint is); the others fill the gaps in join order.
@@ -341,6 +366,7 @@ static void close_round(struct rdzv_job *job, uint64_t now_ms)
      * every node resumes, or nodes would load different steps and diverge silently. */
     snprintf(job->resume, sizeof(job->resume), "%s", job->members[job->master].resume);
     job->resume_step = job->members[job->master].resume_step;
+    resume_sharded(job);
     job->world_size = (uint32_t)offset;
     job->keep_nodes = (uint32_t)n; /* the size spares keep the job at */
     job->n_done = 0;
@@ -372,6 +398,7 @@ static void make_member(struct rdzv_job_member *m, const struct rdzv_join *j, co
     snprintf(m->resume, sizeof(m->resume), "%s", j->resume);
     m->resume_step = j->resume[0] != '\0' ? j->resume_step : -1;
     m->spare = (j->flags & RDZV_JOIN_SPARE) != 0;
+    m->parts = (j->flags & RDZV_JOIN_PARTS) != 0;
 }
 
 /* Appends m to the filling round (capacity reserved by the caller); returns ASSIGNED when that
@@ -585,6 +612,7 @@ void rdzv_job_assign(const struct rdzv_job *job, size_t i, struct rdzv_assign *a
     a->master_port = master->master_port;
     snprintf(a->resume, sizeof(a->resume), "%s", job->resume);
     a->resume_step = job->resume_step;
+    a->resume_parts = job->resume[0] != '\0' ? job->resume_parts : 0;
 }
 
 void rdzv_job_timeout_text(const struct rdzv_job *job, char *buf, size_t len)
@@ -992,6 +1020,7 @@ static void adopt(struct rdzv_job *job, const struct rdzv_assign *a, uint64_t no
     /* The round was decided before the restart: keep its resume point, not a member's JOIN. */
     snprintf(job->resume, sizeof(job->resume), "%s", a->resume);
     job->resume_step = a->resume_step;
+    job->resume_parts = 0; /* REJOIN's ASSIGN carries none: rank 0's pick */
     job->running_since_ms = now_ms;
     job->n_done = 0;
     job->grace_deadline_ms = now_ms + job->reconnect_grace_ms;

@@ -14,6 +14,7 @@
 
 #include "backoff.h"
 #include "message.h"
+#include "parts.h"
 
 /* Nodes that may wait in pending[] (joiners of a running job, spares): max_nodes + this. */
 #define RDZV_JOB_PENDING_SLACK 64u
@@ -60,6 +61,7 @@ struct rdzv_job_member {
     char resume[RDZV_CKPT_NAME_MAX + 1]; /* from its JOIN: where this node would resume */
     int64_t resume_step;
     int spare; /* its JOIN said RDZV_JOIN_SPARE; matters while it waits in pending[] */
+    int parts; /* its JOIN said RDZV_JOIN_PARTS: it records its part of sharded checkpoints */
 };
 
 /* Bad-node exclusion: --exclude-after N[:WINDOW] of the first JOIN. */
@@ -134,6 +136,11 @@ struct rdzv_job {
      * even if rank 0's connection is gone when a late ASSIGN is built. Valid while RUNNING. */
     char resume[RDZV_CKPT_NAME_MAX + 1];
     int64_t resume_step;
+    /* A sharded checkpoint: the parts every node of the round holds between them
+     * (ASSIGN.resume_parts); 0: rank 0's pick, as above. parts: what the agents reported
+     * (parts.h), NULL until the first part. */
+    uint32_t resume_parts;
+    struct rdzv_parts *parts;
 
     /* Rebuilt from REJOINs after a server restart: members[] fills up to `expected` nodes
      * (the round's group world size) until grace_deadline_ms; see rdzv_job_rejoin(). */

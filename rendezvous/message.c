@@ -45,6 +45,7 @@ static const char *const msg_names[RDZV_MSG_TYPE_MAX_] = {
     [RDZV_MSG_DEBUG_REQ] = "DEBUG_REQ",
     [RDZV_MSG_TELEMETRY] = "TELEMETRY",
     [RDZV_MSG_NOTICE] = "NOTICE",
+    [RDZV_MSG_CKPT_PART] = "CKPT_PART",
     [RDZV_MSG_LOG] = "LOG",
     [RDZV_MSG_LOGS_REQ] = "LOGS_REQ",
     [RDZV_MSG_LOGS] = "LOGS",
@@ -415,19 +416,70 @@ static void io_ckpt(struct io *c, struct rdzv_ckpt *k)
     IO_U64(c, k->time_ms);
     IO_U8(c, k->verified_bad);
     io_text(c, k->reason, RDZV_TEXT_MAX);
-    /* the replicas' optional tail: only a replica's record has it; "" is sent as no tail */
-    if ((c->w != NULL && k->holder[0] == '\0') || (c->r != NULL && c->r->pos == c->r->len))
+    /* the optional tail: the holder (only a replica's record has one), then the part (only a
+     * sharded checkpoint's); each written only when it or the part after it is set */
+    if ((c->w != NULL && k->holder[0] == '\0' && k->part == 0) ||
+        (c->r != NULL && c->r->pos == c->r->len))
         return;
     io_str(c, k->holder, RDZV_HOST_MAX);
-    if (c->r != NULL && !c->r->err && k->holder[0] == '\0')
-        c->r->err = -EPROTO;
+    if ((c->w != NULL && k->part == 0) || (c->r != NULL && c->r->pos == c->r->len)) {
+        if (c->r != NULL && !c->r->err && k->holder[0] == '\0')
+            c->r->err = -EPROTO;
+        return;
+    }
+    IO_U32(c, k->part);
+    IO_U32(c, k->parts);
+    IO_U32(c, k->part_flags);
+    if (k->part == 0 || k->part > k->parts || k->parts > RDZV_PARTS_MAX ||
+        (k->part_flags & ~RDZV_CKPT_PART_EMPTY) != 0) {
+        if (c->w != NULL)
+            c->w->err = -EINVAL;
+        else if (!c->r->err)
+            c->r->err = -EPROTO;
+    }
 }
 
-/* The third part of REPL_BEGIN's tail: the original's mode, written only when not 0; flags of
- * 0 before it are canonical only when it follows. */
+static void io_ckpt_part(struct io *c, struct rdzv_ckpt_part *k)
+{
+    io_ckpt_name(c, k->name);
+    IO_I64(c, k->step);
+    IO_U64(c, k->checksum);
+    IO_U32(c, k->round);
+    IO_U32(c, k->part);
+    IO_U32(c, k->parts);
+    if (k->name[0] == '\0' || k->part == 0 || k->part > k->parts || k->parts > RDZV_PARTS_MAX) {
+        if (c->w != NULL)
+            c->w->err = -EINVAL;
+        else if (!c->r->err)
+            c->r->err = -EPROTO;
+    }
+}
+
+/* The fourth part of REPL_BEGIN's tail: the part of a sharded checkpoint, written only when not
+ * 0; a mode of 0 before it is canonical only when it follows. */
+static void io_repl_begin_part(struct io *c, struct rdzv_repl_begin *b)
+{
+    if ((c->w != NULL && b->part == 0) || (c->r != NULL && c->r->pos == c->r->len)) {
+        if (c->r != NULL && !c->r->err && b->mode == 0)
+            c->r->err = -EPROTO;
+        return;
+    }
+    IO_U32(c, b->part);
+    IO_U32(c, b->parts);
+    if (b->part == 0 || b->part > b->parts || b->parts > RDZV_PARTS_MAX) {
+        if (c->w != NULL)
+            c->w->err = -EINVAL;
+        else if (!c->r->err)
+            c->r->err = -EPROTO;
+    }
+}
+
+/* The third part of REPL_BEGIN's tail: the original's mode, written only when it or the part
+ * is not 0; flags of 0 before it are canonical only when it follows. */
 static void io_repl_begin_mode(struct io *c, struct rdzv_repl_begin *b)
 {
-    if ((c->w != NULL && b->mode == 0) || (c->r != NULL && c->r->pos == c->r->len)) {
+    if ((c->w != NULL && b->mode == 0 && b->part == 0) ||
+        (c->r != NULL && c->r->pos == c->r->len)) {
         if (c->r != NULL && !c->r->err && b->flags == 0)
             c->r->err = -EPROTO;
         return;
@@ -435,8 +487,9 @@ static void io_repl_begin_mode(struct io *c, struct rdzv_repl_begin *b)
     IO_U32(c, b->mode);
     if (c->w != NULL && (b->mode & ~RDZV_REPL_MODE_BITS) != 0)
         c->w->err = -EINVAL;
-    if (c->r != NULL && !c->r->err && (b->mode == 0 || (b->mode & ~RDZV_REPL_MODE_BITS) != 0))
+    if (c->r != NULL && !c->r->err && (b->mode & ~RDZV_REPL_MODE_BITS) != 0)
         c->r->err = -EPROTO;
+    io_repl_begin_part(c, b);
 }
 
 static void io_repl_begin(struct io *c, struct rdzv_repl_begin *b)
@@ -455,7 +508,7 @@ static void io_repl_begin(struct io *c, struct rdzv_repl_begin *b)
     /* the optional tail, canonical: the direct link (port 0: none), flags, then the mode, each
      * written only when it or a later part is set; a tail whose parts are all zero is sent as
      * no tail */
-    if ((c->w != NULL && b->port == 0 && b->flags == 0 && b->mode == 0) ||
+    if ((c->w != NULL && b->port == 0 && b->flags == 0 && b->mode == 0 && b->part == 0) ||
         (c->r != NULL && c->r->pos == c->r->len))
         return;
     IO_U32(c, b->port);
@@ -466,7 +519,7 @@ static void io_repl_begin(struct io *c, struct rdzv_repl_begin *b)
         c->w->err = -EINVAL;
     if (c->r != NULL && !c->r->err && b->port > 65535)
         c->r->err = -EPROTO;
-    if ((c->w != NULL && b->flags == 0 && b->mode == 0) ||
+    if ((c->w != NULL && b->flags == 0 && b->mode == 0 && b->part == 0) ||
         (c->r != NULL && c->r->pos == c->r->len)) {
         if (c->r != NULL && !c->r->err && b->port == 0)
             c->r->err = -EPROTO;
@@ -988,6 +1041,9 @@ static int io_payload3(struct io *c, struct rdzv_msg *m)
     case RDZV_MSG_NOTICE:
         io_text(c, m->u.notice.text, RDZV_TEL_WARN_LEN);
         return 1;
+    case RDZV_MSG_CKPT_PART:
+        io_ckpt_part(c, &m->u.ckpt_part);
+        return 1;
     case RDZV_MSG_LOG:
     case RDZV_MSG_LOGS:
         io_log(c, &m->u.log, m->type == RDZV_MSG_LOGS);
@@ -1029,6 +1085,18 @@ static void io_payload(struct io *c, struct rdzv_msg *m)
         break;
     case RDZV_MSG_ASSIGN:
         io_assign(c, &m->u.assign);
+        /* its tail, ASSIGN only (REJOIN carries io_assign's fields in the middle) */
+        if ((c->w != NULL && m->u.assign.resume_parts == 0) ||
+            (c->r != NULL && c->r->pos == c->r->len))
+            break;
+        IO_U32(c, m->u.assign.resume_parts);
+        if (m->u.assign.resume_parts == 0 || m->u.assign.resume_parts > RDZV_PARTS_MAX ||
+            m->u.assign.resume[0] == '\0') {
+            if (c->w != NULL)
+                c->w->err = -EINVAL;
+            else if (!c->r->err)
+                c->r->err = -EPROTO;
+        }
         break;
     case RDZV_MSG_FAILED:
     case RDZV_MSG_LEAVE:
@@ -1169,6 +1237,8 @@ size_t rdzv_msg_body_size(unsigned type)
         return sizeof(m->u.telemetry);
     case RDZV_MSG_NOTICE:
         return sizeof(m->u.notice);
+    case RDZV_MSG_CKPT_PART:
+        return sizeof(m->u.ckpt_part);
     case RDZV_MSG_LOG:
     case RDZV_MSG_LOGS:
         return sizeof(m->u.log);

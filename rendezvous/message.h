@@ -69,6 +69,9 @@ enum rdzv_msg_type {
     RDZV_MSG_LOGS = 36,     /* S->observer the lines asked for */
     /* --- the server's warnings on the agents' consoles (docs/TELEMETRY.md "Warnings") ------ */
     RDZV_MSG_NOTICE = 37, /* S->agent one warning about its job, for its console; no reply */
+    /* S->agent the node of group rank 0 recorded a checkpoint: record this node's part of it
+     * (sharded checkpoints); only to agents whose JOIN set RDZV_JOIN_PARTS; no reply */
+    RDZV_MSG_CKPT_PART = 38,
     RDZV_MSG_TYPE_MAX_
 };
 
@@ -157,7 +160,11 @@ struct rdzv_join {
 /* JOIN.flags. A spare (--spare) waits in the server without filling a slot of a filling round
  * or counting toward min_nodes; it enters a new round in the place of a lost or excluded node. */
 #define RDZV_JOIN_SPARE 1u
-#define RDZV_JOIN_FLAGS_KNOWN RDZV_JOIN_SPARE
+/* The agent records its own part of every checkpoint the node of group rank 0 records, and
+ * replicates it (--replicate-checkpoints with a --checkpoint-dir): it understands CKPT_PART and
+ * ASSIGN.resume_parts. */
+#define RDZV_JOIN_PARTS 2u
+#define RDZV_JOIN_FLAGS_KNOWN (RDZV_JOIN_SPARE | RDZV_JOIN_PARTS)
 
 struct rdzv_waiting {
     uint32_t joined, min_nodes, max_nodes;
@@ -179,6 +186,11 @@ struct rdzv_assign {
     /* version 3: the PSK of the job's worker credential (cred.h): the agent hands its workers
      * this, never its own credential. All zero in a REJOIN's copy (the server ignores it). */
     uint8_t worker_key[32];
+    /* ASSIGN's optional tail (not in REJOIN's copy), sent only when not 0: `resume` is a sharded
+     * checkpoint written by `resume_parts` nodes, every part of which the members of this round
+     * hold between them (the server's part records); each node resumes from the parts it
+     * holds. 0: resume names one node's whole checkpoint, as above. */
+    uint32_t resume_parts;
 };
 
 /* A failure's signature class (agent/signature.h derives it; the wire's u8). Append-only. */
@@ -359,6 +371,24 @@ struct rdzv_ckpt {
      * holds this checkpoint as a verified replica (--replicate-checkpoints); "" = the record
      * of the node that wrote it */
     char holder[RDZV_HOST_MAX + 1];
+    /* a second part, sent only when part != 0 (behind the holder, which may then be ""): the
+     * record is one node's part of a sharded checkpoint: 1 + the group rank that wrote it, of
+     * `parts` nodes in the round that wrote it (1 <= part <= parts <= RDZV_PARTS_MAX). With
+     * RDZV_CKPT_PART_EMPTY that node wrote nothing of it (size and checksum 0). */
+    uint32_t part, parts;
+    uint32_t part_flags;
+};
+#define RDZV_CKPT_PART_EMPTY 1u
+#define RDZV_PARTS_MAX 4096u
+
+/* CKPT_PART: the node of group rank 0 of `round` recorded `name`; the receiver examines its
+ * own --checkpoint-dir/name as its part `part` (1 + its group rank) of `parts` and answers
+ * with a CKPT carrying the part (RDZV_CKPT_PART_EMPTY when it has none). */
+struct rdzv_ckpt_part {
+    char name[RDZV_CKPT_NAME_MAX + 1];
+    int64_t step;
+    uint64_t checksum; /* of rank 0's part */
+    uint32_t round, part, parts;
 };
 
 /* GOODPUT: where this agent's time went since it started, cumulative, in ms of its monotonic
@@ -422,6 +452,10 @@ struct rdzv_repl_begin {
      * checkpoint), which the receiver gives its copy, never wider (agent/replica_store.h);
      * 0 = not known (a sender before modes, or an original of mode 0000) */
     uint32_t mode;
+    /* a fourth part, sent only when not 0 (the parts before it may then be zeros): the copy is
+     * the sender's part of a sharded checkpoint: 1 + the group rank that wrote it, of `parts`
+     * nodes (rdzv_ckpt.part); the receiver keeps it beside its own part (replica.h) */
+    uint32_t part, parts;
 };
 /* The copy is a directory checkpoint, sent as the stream its checksum reads (agent/replica_dir.h):
  * `size` is the stream's length, not the sum of its files. */
@@ -604,6 +638,7 @@ struct rdzv_msg {
         struct rdzv_logs_req logs_req;
         struct rdzv_telemetry telemetry;
         struct rdzv_notice notice;
+        struct rdzv_ckpt_part ckpt_part;
     } u;
 };
 
