@@ -639,8 +639,15 @@ static void part_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
         logf_(w, MC_LOG_WARN, "checkpoint %s: this node's part not recorded: %s", j->x.name,
               j->x.why[0] ? j->x.why : "changed while it was read");
     }
+    if (rc != 0) { /* what the callback reports: the name, its step, the part */
+        memset(&e, 0, sizeof(e));
+        snprintf(e.name, sizeof(e.name), "%s", j->x.name);
+        e.step = agent_ckpt_parse_step(e.name);
+        e.part = j->part;
+        e.parts = j->parts;
+    }
     if (j->part_cb != NULL)
-        j->part_cb(j->cb_data, rc, rc == 0 ? &e : NULL);
+        j->part_cb(j->cb_data, rc, &e);
 }
 
 void agent_ckptwatch_part(struct agent_ckptwatch *w, const char *name, uint32_t part,

@@ -114,7 +114,8 @@ void agent_ckptwatch_flush(struct agent_ckptwatch *w, int clean, agent_ckptwatch
  * negative errno (logged). */
 int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e);
 
-/* rc 0: e is this node's part, recorded (valid during the call); -ENOENT: this node holds none
+/* e: the name, its step and the part asked for (valid during the call); with rc 0 it is this
+ * node's part as recorded (size, checksum); -ENOENT: this node holds none
  * of it of its own (no such directory, a file, a whole checkpoint: a directory shared with the
  * node of rank 0, or a copy of its checkpoint); another negative errno: it is cut or cannot be
  * read (logged). */

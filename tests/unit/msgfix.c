@@ -244,6 +244,14 @@ static void example3(uint8_t type, struct rdzv_msg *m)
     case RDZV_MSG_TELEMETRY:
         msgfix_telemetry(&m->u.telemetry);
         break;
+    case RDZV_MSG_CKPT_PART:
+        strcpy(m->u.ckpt_part.name, "step-00000042");
+        m->u.ckpt_part.step = 42;
+        m->u.ckpt_part.checksum = 0xfedcba9876543210ULL;
+        m->u.ckpt_part.round = 3;
+        m->u.ckpt_part.part = 2;
+        m->u.ckpt_part.parts = 3;
+        break;
     case RDZV_MSG_NOTICE:
         strcpy(m->u.notice.text, "GPU 0 of node1 (node 1) is a straggler: 20 % busy while its "
                                  "peers' median is 97 %");

@@ -952,7 +952,7 @@ static void test_spare_waits(void **state)
     struct rdzv_join j = mkjoin(0, 2, 2, 1);
 
     (void)state;
-    j.flags = 2;
+    j.flags = 4;
     assert_int_equal(rdzv_job_validate_join(&j), -EINVAL);
     j.flags = RDZV_JOIN_SPARE;
     assert_int_equal(rdzv_job_validate_join(&j), 0);

@@ -503,6 +503,92 @@ static void test_optional_tails(void **state)
     assert_int_equal(out.u.repl_begin.flags, RDZV_REPL_BEGIN_DIR);
 }
 
+/* Sharded checkpoints: CKPT's part (behind the holder, "" allowed there then), REPL_BEGIN's
+ * fourth part (behind the mode, 0 allowed there then), ASSIGN's resume_parts and CKPT_PART,
+ * each checked: 1 <= part <= parts <= RDZV_PARTS_MAX, known flags, a name; zeros sent as a
+ * part are not canonical. */
+static void test_parts_tails(void **state)
+{
+    static struct rdzv_msg in, out;
+    uint32_t plen;
+    size_t len, len0;
+
+    (void)state;
+    len0 = example_len(RDZV_MSG_CKPT, &in);
+    in.u.ckpt.part = 2;
+    in.u.ckpt.parts = 3;
+    in.u.ckpt.part_flags = RDZV_CKPT_PART_EMPTY;
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(len, len0 + 2 + 12);
+    assert_string_equal(out.u.ckpt.holder, "");
+    assert_int_equal(out.u.ckpt.part, 2);
+    assert_int_equal(out.u.ckpt.parts, 3);
+    assert_int_equal(out.u.ckpt.part_flags, RDZV_CKPT_PART_EMPTY);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), -EPROTO);
+    /* without the part, a holder of "" is not canonical */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 12, &out), -EPROTO);
+    buf[RDZV_HEADER_SIZE + plen - 1] = 2; /* a flag nobody defined */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    strcpy(in.u.ckpt.holder, "node-b");
+    in.u.ckpt.part_flags = 0;
+    plen = roundtrip(&in, &out, &len);
+    assert_string_equal(out.u.ckpt.holder, "node-b");
+    assert_int_equal(out.u.ckpt.part, 2);
+    buf[RDZV_HEADER_SIZE + plen - 12 + 3] = 4; /* part 4 of 3 */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    buf[RDZV_HEADER_SIZE + plen - 12 + 3] = 0; /* part 0: sent as no part */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    in.u.ckpt.part = 4;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
+    in.u.ckpt.part = 1;
+    in.u.ckpt.parts = RDZV_PARTS_MAX + 1;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
+
+    len0 = example_len(RDZV_MSG_REPL_BEGIN, &in);
+    in.u.repl_begin.part = 3;
+    in.u.repl_begin.parts = 3;
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(len, len0 + 4 + 4 + 32 + 2 + 4 + 4 + 8);
+    assert_int_equal(out.u.repl_begin.part, 3);
+    assert_int_equal(out.u.repl_begin.parts, 3);
+    assert_int_equal(out.u.repl_begin.mode, 0);
+    /* without the part, a mode of 0 is not canonical */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 8, &out), -EPROTO);
+    in.u.repl_begin.part = 0;
+    in.u.repl_begin.parts = 0;
+    in.u.repl_begin.mode = 0600; /* a BEGIN with a mode and no part decodes as before */
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(out.u.repl_begin.part, 0);
+    in.u.repl_begin.part = 2;
+    in.u.repl_begin.parts = 1;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
+
+    len0 = example_len(RDZV_MSG_ASSIGN, &in);
+    in.u.assign.resume_parts = 3;
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(len, len0 + 4);
+    assert_int_equal(out.u.assign.resume_parts, 3);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen - 4, &out), 0);
+    assert_int_equal(out.u.assign.resume_parts, 0); /* an older server's ASSIGN */
+    memset(buf + RDZV_HEADER_SIZE + plen - 4, 0, 4);
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    in.u.assign.resume[0] = '\0'; /* parts of no checkpoint */
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
+
+    example_len(RDZV_MSG_CKPT_PART, &in);
+    plen = roundtrip(&in, &out, &len);
+    assert_int_equal(out.u.ckpt_part.part, 2);
+    assert_int_equal(out.u.ckpt_part.parts, 3);
+    assert_string_equal(out.u.ckpt_part.name, "step-00000042");
+    buf[RDZV_HEADER_SIZE + plen - 5] = 9; /* part 9 of 3 */
+    assert_int_equal(rdzv_msg_decode(in.type, buf + RDZV_HEADER_SIZE, plen, &out), -EPROTO);
+    in.u.ckpt_part.part = 0;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
+    strcpy(in.u.ckpt_part.name, "../x");
+    in.u.ckpt_part.part = 1;
+    assert_int_equal(rdzv_msg_encode(&in, buf, sizeof(buf), &len), -EINVAL);
+}
+
 /* JOIN's tail, second part (hot spares): flags go out only when set, behind the first part
  * (zeros allowed there then); a first part of zeros without flags, or flags of 0, are not
  * canonical; an older peer's JOIN without any tail still decodes with flags 0. */
@@ -826,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_unknown_type),
         cmocka_unit_test(test_truncated_and_trailing),
         cmocka_unit_test(test_optional_tails),
+        cmocka_unit_test(test_parts_tails),
         cmocka_unit_test(test_join_flags_tail),
         cmocka_unit_test(test_join_same_failure_tail),
         cmocka_unit_test(test_join_stragglers_tail),
