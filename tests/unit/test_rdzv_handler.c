@@ -55,7 +55,8 @@ struct raw {
     uint8_t logs_state;
     struct rdzv_repl_begin repl_begin; /* the last of each replica message */
     struct rdzv_repl_ack repl_ack;
-    uint64_t repl_bytes; /* REPL_DATA bytes received */
+    struct rdzv_ckpt_part ckpt_part; /* the last CKPT_PART */
+    uint64_t repl_bytes;             /* REPL_DATA bytes received */
     int connected;
     struct sendq q; /* sent once connected: TLS starts only then */
 };
@@ -72,6 +73,7 @@ struct fixture {
 static struct fixture *gfx;
 static struct rdzv_tls *g_tls;                       /* the clients' TLS configuration (TOKEN) */
 static uint32_t g_keep_alive, g_hb_timeout, g_grace; /* for agent()'s JOINs */
+static uint32_t g_join_flags;                        /* likewise */
 
 /* pred(fx) holds, or the watchdog fails the test (harness.h) */
 #define run_until(fx, pred) HARNESS_RUN_UNTIL(&(fx)->h, pred(fx))
@@ -101,6 +103,8 @@ static void record(struct raw *r, const struct rdzv_msg *m)
         r->repl_begin = m->u.repl_begin;
     else if (m->type == RDZV_MSG_REPL_ACK)
         r->repl_ack = m->u.repl_ack;
+    else if (m->type == RDZV_MSG_CKPT_PART)
+        r->ckpt_part = m->u.ckpt_part;
     else if (m->type == RDZV_MSG_REPL_DATA)
         r->repl_bytes += m->u.repl_data.len;
     else if (m->type == RDZV_MSG_LOGS) {
@@ -224,7 +228,8 @@ static struct raw *agent(struct fixture *fx, int i, const char *job, unsigned mi
                                  .join_timeout_ms = 5000,
                                  .keep_alive_ms = g_keep_alive,
                                  .heartbeat_timeout_ms = g_hb_timeout,
-                                 .reconnect_grace_ms = g_grace};
+                                 .reconnect_grace_ms = g_grace,
+                                 .flags = g_join_flags};
     r->join.node_id = test_node(r->join.node_secret, 1000 + (unsigned)i);
     snprintf(r->join.job_id, sizeof(r->join.job_id), "%s", job);
     snprintf(r->join.host, sizeof(r->join.host), "host%d", i);
@@ -1519,6 +1524,72 @@ static void test_ckpt_replica_pruned(void **state)
     free(text);
 }
 
+static int parts_told(struct fixture *fx)
+{
+    (void)fx;
+    return N(0, CKPT_PART) + N(1, CKPT_PART) >= 1 && N(3, ERROR) == 1;
+}
+
+static void send_ckpt(struct raw *r, const char *name, int64_t step)
+{
+    struct rdzv_msg *m = sendq_msg(RDZV_MSG_CKPT);
+
+    snprintf(m->u.ckpt.name, sizeof(m->u.ckpt.name), "%s", name);
+    m->u.ckpt.step = step;
+    m->u.ckpt.size = 4096;
+    m->u.ckpt.checksum = 0x1234;
+    send_msg(r, m);
+}
+
+/* Sharded checkpoints: rank 0's own record tells every other member that records parts
+ * (JOIN's RDZV_JOIN_PARTS) to record its part, with its own part number; a member without the
+ * flag (an older agent) is told nothing, nor is anyone told of another member's record; a
+ * CKPT_PART from an agent is refused (ERROR PROTOCOL, closed). */
+static void test_ckpt_parts(void **state)
+{
+    struct fixture *fx = *state;
+    struct rdzv_msg *m;
+    int r0 = -1;
+
+    g_join_flags = RDZV_JOIN_PARTS;
+    agent(fx, 0, "sh", 3, 3);
+    agent(fx, 1, "sh", 3, 3);
+    g_join_flags = 0;
+    agent(fx, 2, "sh", 3, 3);
+    run_until(fx, three_assigned);
+    for (int i = 0; i < 3; i++)
+        if (R(i)->assign.group_rank == 0)
+            r0 = i;
+    assert_true(r0 >= 0);
+    for (int i = 0; i < 3; i++)
+        if (i != r0)
+            send_ckpt(R(i), "step-3", 3); /* not rank 0's: nobody is told */
+    send_ckpt(R(r0), "step-5", 5);
+    raw_new(fx, 3, RDZV_ROLE_AGENT);
+    m = sendq_msg(RDZV_MSG_CKPT_PART);
+    snprintf(m->u.ckpt_part.name, sizeof(m->u.ckpt_part.name), "step-5");
+    m->u.ckpt_part.part = 1;
+    m->u.ckpt_part.parts = 1;
+    send_msg(R(3), m);
+    for (int i = 0; i < 3; i++)
+        handled(fx, i);
+    run_until(fx, parts_told);
+    for (int i = 0; i < 2; i++) {
+        if (i == r0) {
+            assert_int_equal(N(i, CKPT_PART), 0);
+            continue;
+        }
+        assert_int_equal(N(i, CKPT_PART), 1);
+        assert_string_equal(R(i)->ckpt_part.name, "step-5");
+        assert_int_equal(R(i)->ckpt_part.step, 5);
+        assert_int_equal(R(i)->ckpt_part.parts, 3);
+        assert_int_equal(R(i)->ckpt_part.part, R(i)->assign.group_rank + 1);
+        assert_int_equal(R(i)->ckpt_part.round, R(i)->assign.round);
+    }
+    assert_int_equal(N(2, CKPT_PART), 0); /* no flag */
+    assert_int_equal(R(3)->error.code, RDZV_ERR_PROTOCOL);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -1544,6 +1615,7 @@ int main(void)
         T(test_repl_hostile),
         T(test_repl_direct_link),
         T(test_ckpt_replica_pruned),
+        T(test_ckpt_parts),
     };
 #undef T
 

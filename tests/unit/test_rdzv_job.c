@@ -674,6 +674,77 @@ static void assert_all_resume(struct rdzv_job *job, const char *name, int64_t st
     }
 }
 
+/* node (its node id 100 + node) holds part `part` of `parts` of name (step); empty: it wrote
+ * nothing of it. */
+static void hold_part(struct rdzv_job *job, unsigned node, const char *name, int64_t step,
+                      uint32_t part, uint32_t parts, int empty)
+{
+    struct rdzv_ckpt ck = {.step = step, .part = part, .parts = parts, .checksum = 7 + part};
+
+    snprintf(ck.name, sizeof(ck.name), "%s", name);
+    ck.part_flags = empty ? RDZV_CKPT_PART_EMPTY : 0;
+    assert_int_equal(rdzv_parts_add(&job->parts, &ck, 100 + node), 0);
+}
+
+/* A sharded checkpoint: the new round resumes from the newest step whose every part its members
+ * hold between them, not from rank 0's pick, and ASSIGN says of how many parts; a step whose
+ * lost node's part has no copy on a member is no checkpoint; none complete: from scratch;
+ * dropped parts no longer count; only empty parts elsewhere is no sharded job at all. */
+static void test_resume_sharded(void **state)
+{
+    struct rdzv_job *job = new_job(2, 3);
+    struct rdzv_assign a;
+    struct rdzv_ckpt drop = {.part = 0};
+
+    (void)state;
+    join_resume_all(job, 3, "", -1, 0);
+    /* step-10: parts 1 (node 0), 2 (node 1), 3 (node 2) and node 2's copy on node 0 */
+    hold_part(job, 0, "step-10", 10, 1, 3, 0);
+    hold_part(job, 1, "step-10", 10, 2, 3, 0);
+    hold_part(job, 2, "step-10", 10, 3, 3, 0);
+    hold_part(job, 0, "step-10", 10, 3, 3, 0);
+    /* step-20: node 2's part has no copy yet */
+    hold_part(job, 0, "step-20", 20, 1, 3, 0);
+    hold_part(job, 1, "step-20", 20, 2, 3, 0);
+    hold_part(job, 2, "step-20", 20, 3, 3, 0);
+    assert_int_equal(lose(job, 2, 0), RDZV_JOB_EV_RESTART);
+    join_resume(job, 0, "step-20", 20, 10); /* rank 0's own pick: its part of step-20 */
+    join_resume(job, 1, "", -1, 20);
+    assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_all_resume(job, "step-10", 10);
+    rdzv_job_assign(job, 0, &a);
+    assert_int_equal(a.resume_parts, 3);
+
+    /* node 0's copy of node 2's part pruned: nothing complete among nodes 0 and 1 */
+    snprintf(drop.name, sizeof(drop.name), "step-10");
+    drop.part = 3;
+    rdzv_parts_drop(job->parts, &drop, 100);
+    assert_int_equal(lose(job, 1, 30), RDZV_JOB_EV_RESTART);
+    join_resume(job, 0, "step-20", 20, 40);
+    join_resume(job, 1, "", -1, 50);
+    assert_int_equal(rdzv_job_tick(job, 3000, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_all_resume(job, "", -1);
+    rdzv_job_assign(job, 0, &a);
+    assert_int_equal(a.resume_parts, 0);
+    rdzv_job_free(job);
+
+    /* parts that are all empty but rank 0's: a rank-0-only job, rank 0's pick as before */
+    job = new_job(2, 3);
+    join_resume_all(job, 3, "", -1, 0);
+    hold_part(job, 0, "ckpt.pt", -1, 1, 3, 0);
+    hold_part(job, 1, "ckpt.pt", -1, 2, 3, 1);
+    hold_part(job, 2, "ckpt.pt", -1, 3, 3, 1);
+    assert_int_equal(rdzv_parts_sharded(job->parts), 0);
+    assert_int_equal(lose(job, 2, 0), RDZV_JOB_EV_RESTART);
+    join_resume(job, 0, "ckpt.pt", -1, 10);
+    join_resume(job, 1, "", -1, 20);
+    assert_int_equal(rdzv_job_tick(job, 1020, 0), RDZV_JOB_EV_ASSIGNED);
+    assert_all_resume(job, "ckpt.pt", -1);
+    rdzv_job_assign(job, 0, &a);
+    assert_int_equal(a.resume_parts, 0);
+    rdzv_job_free(job);
+}
+
 /* Three nodes would resume from different checkpoints: all get group rank 0's. */
 static void test_resume_from_rank0(void **state)
 {
@@ -1315,6 +1386,7 @@ int main(void)
         cmocka_unit_test(test_lost_while_filling),
         cmocka_unit_test(test_timeout_with_min_closes),
         cmocka_unit_test(test_resume_from_rank0),
+        cmocka_unit_test(test_resume_sharded),
         cmocka_unit_test(test_resume_rank0_survives),
         cmocka_unit_test(test_resume_rank0_lost),
         cmocka_unit_test(test_resume_newest_takes_rank0),
