@@ -33,6 +33,7 @@ static const char run_help_tail[] =
     "TORCHELASTIC_SIGNALS_TO_HANDLE OMP_NUM_THREADS MUSTER_JOB_ID\n"
     "MUSTER_RESTART_COUNT MUSTER_ROUND MUSTER_ENDPOINT MUSTER_TOKEN (the job's worker credential,\n"
     "for libmuster's key-value store), MUSTER_CHECKPOINT_DIR MUSTER_RESUME_FROM\n"
+    "MUSTER_RESUME_PARTS (a sharded checkpoint's parts on this node, ':' between)\n"
     "MUSTER_HEARTBEAT_FILE (when enabled), on top of muster's own environment.\n"
     "TORCHELASTIC_USE_AGENT_STORE=True: group rank 0's agent serves the TCPStore on\n"
     "MASTER_ADDR:MASTER_PORT; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in muster's environment\n"
