@@ -316,7 +316,9 @@ static void pick_work(struct agent_ckptwatch_job *j)
         return;
     }
     for (size_t i = 0; i < j->snap.n; i++)
-        c[k++] = (struct cand){&j->snap.entries[i], 0};
+        if (j->snap.entries[i].part == 0) /* a part: the server decides (ASSIGN.resume_parts) */
+            c[k++] = (struct cand){&j->snap.entries[i], 0};
+    n = k + j->snap_good.n;
     for (size_t i = 0; i < j->snap_good.n; i++)
         c[k++] = (struct cand){&j->snap_good.entries[i], 1};
     qsort(c, n, sizeof(*c), cand_cmp);

@@ -346,6 +346,55 @@ static void prune(struct agent_ckptwatch *w, const char *verified)
     agent__ckptwatch_enqueue(w, j);
 }
 
+/* --keep-checkpoints for the parts of sharded checkpoints (this node's own and the copies it
+ * keeps of others'): parts of steps older than the newest `keep` steps of which it holds a part
+ * leave the registry now and the disk off the loop; pruned_cb tells the server, which stops
+ * counting them. This node cannot know which step is complete everywhere (the server does), so
+ * it counts steps, not parts: with keep >= 2 a step whose last copy is still on its way never
+ * costs the one before it. */
+static void prune_parts(struct agent_ckptwatch *w)
+{
+    struct agent_ckptwatch_job *j;
+    unsigned steps = 0;
+    int64_t last = -1, cut = -1;
+    size_t n = 0;
+
+    if (w->keep == 0)
+        return;
+    for (size_t i = 0; i < w->reg.n; i++) { /* newest first */
+        const struct agent_ckpt_entry *e = &w->reg.entries[i];
+
+        if (e->part == 0 || e->step < 0)
+            continue;
+        if (cut >= 0 && e->step < cut) {
+            n++;
+            continue;
+        }
+        if (e->step != last && ++steps == w->keep)
+            cut = e->step;
+        last = e->step;
+    }
+    if (n == 0 || (j = new_job(w, CKW_PRUNE)) == NULL)
+        return;
+    if ((j->names = calloc(n, sizeof(*j->names))) == NULL) {
+        agent__ckptwatch_job_free(j);
+        return;
+    }
+    for (size_t i = w->reg.n; i-- > 0;) {
+        struct agent_ckpt_entry e = w->reg.entries[i];
+
+        if (e.part == 0 || e.step < 0 || e.step >= cut)
+            continue;
+        snprintf(j->names[j->nnames++], sizeof(*j->names), "%s", e.name);
+        agent_ckpt_registry_add(&j->snap, &e); /* for pruned_cb */
+        agent_ckpt_registry_remove(&w->reg, e.name);
+        logf_(w, MC_LOG_INFO, "checkpoint %s (part %" PRIu32 " of %" PRIu32
+              ") pruned (keeping the parts of the newest %u steps)", e.name, e.part, e.parts,
+              w->keep);
+    }
+    agent__ckptwatch_enqueue(w, j);
+}
+
 /* A name written again in place, or one that has no step (it will be): keep its last good
  * version aside, since the next write destroys the only copy. */
 static void keep_copy(struct agent_ckptwatch *w, const struct agent_ckpt_entry *e, int rewritten)
@@ -632,6 +681,7 @@ static void part_done(struct agent_ckptwatch *w, struct agent_ckptwatch_job *j)
                   " (this node's ranks' files: %llu bytes, xxh3 %016llx)",
                   e.name, e.part, e.parts, (unsigned long long)e.size,
                   (unsigned long long)e.checksum);
+            prune_parts(w);
             save(w);
         }
     } else if (j->x.result != AGENT_CKPT_EXAM_GONE && j->x.result != AGENT_CKPT_EXAM_WHOLE) {
@@ -898,7 +948,10 @@ int agent_ckptwatch_adopt(struct agent_ckptwatch *w, const struct agent_ckpt_ent
         return rc;
     }
     agent_ckpt_registry_remove(&w->good, e->name); /* a copy of another version is stale */
-    prune(w, e->name);
+    if (e->part != 0)
+        prune_parts(w);
+    else
+        prune(w, e->name);
     save(w);
     return 0;
 }

@@ -544,6 +544,10 @@ static void test_json_round_trip(void **state)
     assert_int_equal(agent_ckpt_registry_add(&fx->reg, &e), 0);
     e = mk("tie_b", -1, 5);
     assert_int_equal(agent_ckpt_registry_add(&fx->reg, &e), 0);
+    e = mk(".muster-part-3-of-3.step-10", 10, 5); /* a copy of another node's part */
+    e.part = 3;
+    e.parts = 3;
+    assert_int_equal(agent_ckpt_registry_add(&fx->reg, &e), 0);
 
     sub(fx->dir, "registry.json", file);
     assert_int_equal(agent_ckpt_registry_save(&fx->reg, file), 0);
@@ -559,13 +563,34 @@ static void test_json_round_trip(void **state)
         assert_true(a->checksum == b->checksum);
         assert_int_equal(a->mtime_ns, b->mtime_ns);
         assert_int_equal(a->recorded_ns, b->recorded_ns);
+        assert_int_equal(a->part, b->part);
+        assert_int_equal(a->parts, b->parts);
     }
-    /* What was remembered verifies against the disk. */
+    assert_int_equal(agent_ckpt_registry_find(&back, ".muster-part-3-of-3.step-10")->part, 3);
+    /* What was remembered verifies against the disk (a part, newer, is no candidate). */
     assert_int_equal(agent_ckpt_registry_pick(&back, fx->dir, &e, NULL, NULL), 0);
     assert_string_equal(e.name, "step-9");
     agent_ckpt_registry_close(&back);
     agent_ckpt_registry_close(&back);
     agent_ckpt_registry_close(NULL);
+}
+
+/* Where a copy of another node's part is kept, and back. */
+static void test_part_names(void **state)
+{
+    char out[AGENT_CKPT_NAME_MAX], longname[AGENT_CKPT_NAME_MAX];
+
+    (void)state;
+    assert_int_equal(agent_ckpt_part_name(out, sizeof(out), "step-5", 2, 3), 0);
+    assert_string_equal(out, ".muster-part-2-of-3.step-5");
+    assert_true(agent_ckpt_name_is_temp(out)); /* the watcher never examines it */
+    assert_string_equal(agent_ckpt_part_of(out), "step-5");
+    assert_string_equal(agent_ckpt_part_of("step-5"), "step-5");
+    assert_string_equal(agent_ckpt_part_of(".muster-part-2-of-3."), ".muster-part-2-of-3.");
+    assert_string_equal(agent_ckpt_part_of(".muster-part-x-of-3.a"), ".muster-part-x-of-3.a");
+    memset(longname, 'n', sizeof(longname) - 10);
+    longname[sizeof(longname) - 10] = '\0';
+    assert_int_equal(agent_ckpt_part_name(out, sizeof(out), longname, 2, 3), -ENAMETOOLONG);
 }
 
 static void test_json_errors(void **state)
@@ -584,6 +609,12 @@ static void test_json_errors(void **state)
         "{\"version\":1,\"entries\":[{\"name\":\"a\",\"step\":1,\"size\":1,"
         "\"checksum\":\"xyz0000000000001\",\"mtime_ns\":0,\"recorded_ns\":0}]}",
         "{\"version\":1,\"entries\":[{\"name\":\"a\",\"step\":1,\"size\":1}]}",
+        /* a part beyond its parts, a part without parts */
+        "{\"version\":1,\"entries\":[{\"name\":\"a\",\"step\":1,\"size\":1,"
+        "\"checksum\":\"0000000000000001\",\"mtime_ns\":0,\"recorded_ns\":0,\"part\":4,"
+        "\"parts\":3}]}",
+        "{\"version\":1,\"entries\":[{\"name\":\"a\",\"step\":1,\"size\":1,"
+        "\"checksum\":\"0000000000000001\",\"mtime_ns\":0,\"recorded_ns\":0,\"part\":1}]}",
     };
 
     assert_int_equal(agent_ckpt_registry_add(&fx->reg, &e), 0);
@@ -624,6 +655,7 @@ int main(void)
         T(test_prune_never_last_verified),
         T(test_json_round_trip),
         T(test_json_errors),
+        cmocka_unit_test(test_part_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

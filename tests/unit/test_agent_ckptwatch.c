@@ -477,6 +477,92 @@ static void test_keep_prunes(void **state)
     assert_string_equal(fx->last_pruned, "ckpt_2.pt");
 }
 
+static int part_calls, part_rc;
+static struct agent_ckpt_entry part_e;
+
+static void on_part(void *data, int rc, const struct agent_ckpt_entry *e)
+{
+    (void)data;
+    part_calls++;
+    part_rc = rc;
+    part_e = *e;
+}
+
+/* This node's part of what rank 0 recorded (a node that does not record), asked and answered
+ * off the loop, never from inside the call. */
+static int part(struct fixture *fx, const char *name, uint32_t k, uint32_t n)
+{
+    int before = part_calls;
+
+    agent_ckptwatch_part(&fx->w, name, k, n, on_part, fx);
+    assert_int_equal(part_calls, before);
+    HARNESS_RUN_UNTIL(&fx->h, part_calls == before + 1);
+    assert_string_equal(part_e.name, name);
+    assert_int_equal(part_e.part, k);
+    assert_int_equal(part_e.parts, n);
+    return part_rc;
+}
+
+/* Sharded checkpoints: a directory of this node's ranks' shards without the coordinator's
+ * .metadata is recorded as its part (saved with the part, never a resume pick of its own); a
+ * whole directory (shared with rank 0's node), a file, a missing name are no part of its own;
+ * a shard cut short is no part either; --keep-checkpoints 2 keeps the parts of the newest two
+ * steps and reports those it removed. */
+static void test_parts(void **state)
+{
+    struct fixture *fx = *state;
+    unsigned char zip[256];
+    size_t n = make_zip(zip, 100, 'z');
+    char path[512];
+    struct stat st;
+
+    start(fx, 2, 0); /* a node that does not hold group rank 0 */
+    for (int step = 5; step <= 15; step += 5) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "step-%d", step);
+        path_of(fx, rel, path, sizeof(path));
+        assert_int_equal(mkdir(path, 0700), 0);
+        snprintf(rel, sizeof(rel), "step-%d/__2_0.distcp", step);
+        mkfile(fx, rel, "shard 2");
+        snprintf(rel, sizeof(rel), "step-%d/__3_0.distcp", step);
+        path_of(fx, rel, path, sizeof(path));
+        write_bytes(path, zip, n);
+    }
+    assert_int_equal(part(fx, "step-5", 2, 3), 0);
+    assert_int_equal(part_e.step, 5);
+    assert_true(part_e.size > 0);
+    assert_true(logged(fx, "checkpoint step-5 recorded as part 2 of 3"));
+    HARNESS_RUN_UNTIL(&fx->h, registry_has(fx, "registry.json", "step-5"));
+    assert_non_null(agent_ckpt_registry_find(&fx->w.reg, "step-5"));
+    assert_int_equal(agent_ckpt_registry_find(&fx->w.reg, "step-5")->part, 2);
+    assert_int_equal(pick(fx, NULL), -ENOENT); /* a part is no checkpoint of its own */
+    assert_int_equal(part(fx, "step-10", 2, 3), 0);
+    assert_int_equal(fx->pruned, 0);
+    assert_int_equal(part(fx, "step-15", 2, 3), 0);
+    HARNESS_RUN_UNTIL(&fx->h, fx->pruned == 1);
+    assert_string_equal(fx->last_pruned, "step-5");
+    path_of(fx, "step-5", path, sizeof(path));
+    HARNESS_RUN_UNTIL(&fx->h, stat(path, &st) != 0);
+    path_of(fx, "step-10", path, sizeof(path));
+    assert_int_equal(stat(path, &st), 0);
+
+    assert_int_equal(part(fx, "step-99", 2, 3), -ENOENT); /* nothing of that name here */
+    mkfile(fx, "ckpt_7.pt", "a file");
+    assert_int_equal(part(fx, "ckpt_7.pt", 2, 3), -ENOENT);
+    path_of(fx, "step-20", path, sizeof(path));
+    assert_int_equal(mkdir(path, 0700), 0);
+    mkfile(fx, "step-20/__2_0.distcp", "shard 2");
+    mkfile(fx, "step-20/.metadata", "meta"); /* whole: a directory shared with rank 0's node */
+    assert_int_equal(part(fx, "step-20", 2, 3), -ENOENT);
+    path_of(fx, "step-25", path, sizeof(path));
+    assert_int_equal(mkdir(path, 0700), 0);
+    path_of(fx, "step-25/__2_0.distcp", path, sizeof(path));
+    write_bytes(path, zip, n - 10); /* torch.save cut short */
+    assert_int_equal(part(fx, "step-25", 2, 3), -EIO);
+    assert_true(logged(fx, "checkpoint step-25: this node's part not recorded"));
+    assert_null(agent_ckpt_registry_find(&fx->w.reg, "step-25"));
+}
+
 /* pick: the newest entry that verifies; a damaged newer one is reported and skipped. */
 static void test_pick_skips_damaged(void **state)
 {
@@ -549,6 +635,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_superseded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_startup_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keep_prunes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pick_skips_damaged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_reloads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsafe_dir, setup, teardown),
