@@ -388,9 +388,10 @@ static void prune_parts(struct agent_ckptwatch *w)
         snprintf(j->names[j->nnames++], sizeof(*j->names), "%s", e.name);
         agent_ckpt_registry_add(&j->snap, &e); /* for pruned_cb */
         agent_ckpt_registry_remove(&w->reg, e.name);
-        logf_(w, MC_LOG_INFO, "checkpoint %s (part %" PRIu32 " of %" PRIu32
-              ") pruned (keeping the parts of the newest %u steps)", e.name, e.part, e.parts,
-              w->keep);
+        logf_(w, MC_LOG_INFO,
+              "checkpoint %s (part %" PRIu32 " of %" PRIu32
+              ") pruned (keeping the parts of the newest %u steps)",
+              e.name, e.part, e.parts, w->keep);
     }
     agent__ckptwatch_enqueue(w, j);
 }

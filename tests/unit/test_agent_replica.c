@@ -804,6 +804,66 @@ static void test_directory_checkpoint(void **state)
     assert_int_equal(fx->w[RECEIVER].reg.entries[0].size, e.size);
 }
 
+/* Sharded checkpoints: a node's part goes as a part and is kept beside the receiver's own part
+ * of that name (.muster-part-K-of-N.NAME, registered with the part, its own part untouched);
+ * rank 0's directory goes as part 1 and is kept beside too where the receiver has a directory of
+ * that name, else under its own name as before. */
+static void test_parts_kept_beside(void **state)
+{
+    struct fixture *fx = *state;
+    struct agent_ckpt_entry e;
+    const struct agent_ckpt_entry *r;
+    char root[300], a[600], b[600];
+
+    snprintf(root, sizeof(root), "%s/step-40", fx->dir[SENDER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, "__2_0.distcp", "rank two's shard");
+    snprintf(root, sizeof(root), "%s/step-40", fx->dir[RECEIVER]); /* the receiver's own part */
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, "__0_0.distcp", "rank zero's shard");
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-40", &e), 0);
+    e.part = 2;
+    e.parts = 2;
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 1, 2);
+    HARNESS_RUN_UNTIL(&fx->h, fx->stored == 1);
+    snprintf(a, sizeof(a), "%s/step-40/__2_0.distcp", fx->dir[SENDER]);
+    snprintf(b, sizeof(b), "%s/.muster-part-2-of-2.step-40/__2_0.distcp", fx->dir[RECEIVER]);
+    same_file(a, b);
+    snprintf(b, sizeof(b), "%s/step-40/__2_0.distcp", fx->dir[RECEIVER]);
+    assert_int_equal(access(b, F_OK), -1); /* its own part is left as it was */
+    r = agent_ckpt_registry_find(&fx->w[RECEIVER].reg, ".muster-part-2-of-2.step-40");
+    assert_non_null(r);
+    assert_int_equal(r->checksum, e.checksum); /* verified against the sender's on arrival */
+    assert_int_equal(r->part, 2);
+    assert_int_equal(r->parts, 2);
+    assert_int_equal(r->step, 40);
+
+    agent_replica_parts(&fx->r[SENDER], 1); /* rank 0's directories: part 1 */
+    snprintf(root, sizeof(root), "%s/step-50", fx->dir[SENDER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, ".metadata", "meta");
+    put(root, "__0_0.distcp", "shard");
+    snprintf(root, sizeof(root), "%s/step-50", fx->dir[RECEIVER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, "__1_0.distcp", "its own");
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-50", &e), 0);
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    HARNESS_RUN_UNTIL(&fx->h, fx->stored == 2);
+    r = agent_ckpt_registry_find(&fx->w[RECEIVER].reg, ".muster-part-1-of-2.step-50");
+    assert_non_null(r);
+    assert_int_equal(r->part, 1);
+
+    snprintf(root, sizeof(root), "%s/step-60", fx->dir[SENDER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, ".metadata", "meta");
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-60", &e), 0);
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    HARNESS_RUN_UNTIL(&fx->h, fx->stored == 3);
+    r = agent_ckpt_registry_find(&fx->w[RECEIVER].reg, "step-60"); /* nothing of its own there */
+    assert_non_null(r);
+    assert_int_equal(r->part, 0);
+}
+
 /* The same through the relay, and a directory with a symlink inside is not sent at all. */
 static void test_directory_relayed_and_symlink_refused(void **state)
 {
@@ -1023,6 +1083,7 @@ int main(void)
         REPLICA_TEST(test_failed_copy_tried_again),
         REPLICA_TEST(test_gives_up_after_the_tries),
         REPLICA_TEST(test_directory_checkpoint),
+        REPLICA_TEST(test_parts_kept_beside),
         REPLICA_TEST(test_directory_relayed_and_symlink_refused),
         REPLICA_TEST(test_directory_stream_hostile),
         REPLICA_TEST(test_drain_waits_for_a_listing),
