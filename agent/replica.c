@@ -687,6 +687,10 @@ static const char *begin_problem(struct agent_replica *r, const struct rdzv_repl
         return "not a checkpoint name";
     if ((b->xfer & XFER_OURS) != 0)
         return "bad transfer id";
+    /* a node copies its own part only: the server names the sender's group rank, in the round
+     * the part was written in */
+    if (b->part != 0 && b->part != b->rank + 1)
+        return "a part the sending node did not write";
     if (statvfs(r->watch->dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < b->size)
         return "not enough free space in --checkpoint-dir";
     return NULL;

@@ -70,6 +70,7 @@ struct fixture {
     uint16_t port;
     int direct;     /* as handler_repl.c: chunks must not come through here */
     int strip_mode; /* pass REPL_BEGIN on without its mode, as a sender before modes sent it */
+    uint32_t lie_rank; /* added to the sender's group rank of a part's REPL_BEGIN */
     int drains;     /* agent_replica_drain's callbacks */
     unsigned relayed, relay_asked, refused, dones, aborts;
     /* the receiver */
@@ -145,7 +146,8 @@ static int from_sender(void *data, const struct rdzv_msg *m)
         fx->port = (uint16_t)m->u.repl_begin.port;
         memcpy(fx->key, m->u.repl_begin.key, sizeof(fx->key));
         c.u.repl_begin.xfer = SRV_ID;
-        c.u.repl_begin.rank = 0;
+        /* the server names the sender's group rank: a part's writer (fx->lie_rank: another) */
+        c.u.repl_begin.rank = m->u.repl_begin.part ? m->u.repl_begin.part - 1 + fx->lie_rank : 0;
         snprintf(c.u.repl_begin.host, sizeof(c.u.repl_begin.host), "127.0.0.1");
         if (fx->break_port)
             c.u.repl_begin.port = dead_port();
@@ -862,6 +864,18 @@ static void test_parts_kept_beside(void **state)
     r = agent_ckpt_registry_find(&fx->w[RECEIVER].reg, "step-60"); /* nothing of its own there */
     assert_non_null(r);
     assert_int_equal(r->part, 0);
+
+    /* a node that sends a part it did not write (group rank 1 sending part 1) is refused */
+    fx->lie_rank = 1;
+    snprintf(root, sizeof(root), "%s/step-70", fx->dir[SENDER]);
+    assert_int_equal(mkdir(root, 0755), 0);
+    put(root, "__0_0.distcp", "forged");
+    assert_int_equal(agent_ckpt_scan_entry(fx->dir[SENDER], "step-70", &e), 0);
+    agent_replica_offer(&fx->r[SENDER], &e, 1, 0, 2);
+    HARNESS_RUN_UNTIL(&fx->h, logged(fx, RECEIVER, "a part the sending node did not write"));
+    assert_null(agent_ckpt_registry_find(&fx->w[RECEIVER].reg, "step-70"));
+    assert_null(agent_ckpt_registry_find(&fx->w[RECEIVER].reg, ".muster-part-1-of-2.step-70"));
+    assert_int_equal(fx->stored, 3);
 }
 
 /* The same through the relay, and a directory with a symlink inside is not sent at all. */
