@@ -68,10 +68,10 @@ struct fixture {
     uint32_t src_xfer; /* the sender's id of the copy */
     uint8_t key[32];   /* the key its REPL_BEGIN named */
     uint16_t port;
-    int direct;     /* as handler_repl.c: chunks must not come through here */
-    int strip_mode; /* pass REPL_BEGIN on without its mode, as a sender before modes sent it */
+    int direct;        /* as handler_repl.c: chunks must not come through here */
+    int strip_mode;    /* pass REPL_BEGIN on without its mode, as a sender before modes sent it */
     uint32_t lie_rank; /* added to the sender's group rank of a part's REPL_BEGIN */
-    int drains;     /* agent_replica_drain's callbacks */
+    int drains;        /* agent_replica_drain's callbacks */
     unsigned relayed, relay_asked, refused, dones, aborts;
     /* the receiver */
     int stored;
