@@ -319,6 +319,15 @@ static void ckpt_part(struct sjob *sj, struct peer *p, const struct rdzv_ckpt *c
         rdzv__peer_event(p, SRV_EV_PROTOCOL, "part of %s not recorded: out of memory", ck->name);
 }
 
+/* Whether a member other than members[me] records parts (RDZV_JOIN_PARTS). */
+static int any_parts(const struct rdzv_job *job, int me)
+{
+    for (size_t i = 0; i < job->n_members; i++)
+        if ((int)i != me && job->members[i].parts)
+            return 1;
+    return 0;
+}
+
 /* A record of a whole checkpoint. Rank 0's own is part 1 of the round's nodes: every other
  * member that records parts (RDZV_JOIN_PARTS) is told to record its part of it (CKPT_PART).
  * A copy of it is that part too, held by the copy's holder. */
@@ -340,8 +349,8 @@ static void ckpt_whole(struct sjob *sj, struct peer *p, int me, const struct rdz
         return;
     }
     if (ck->verified_bad || job->members[me].group_rank != 0 || job->n_members < 2 ||
-        job->n_members > RDZV_PARTS_MAX)
-        return;
+        job->n_members > RDZV_PARTS_MAX || !any_parts(job, me))
+        return; /* nobody records parts: nothing to keep */
     part.part = 1;
     part.parts = (uint32_t)job->n_members;
     if (rdzv_parts_add(&job->parts, &part, job->members[me].node_id) < 0)

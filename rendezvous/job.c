@@ -71,7 +71,7 @@ void rdzv_job_free(struct rdzv_job *job)
     free(job->by_rank);
     free(job->pending);
     free(job->nodes);
-    free(job->parts);
+    rdzv_parts_free(job->parts);
     free(job);
 }
 
@@ -296,24 +296,21 @@ static void newest_to_rank0(struct rdzv_job *job)
  * one whose every part the members of the new round hold between them, not from rank 0's pick:
  * rank 0's own part of a newer step is no checkpoint once another part is lost with its node.
  * None complete: from scratch. */
+static int is_member(void *arg, uint64_t id)
+{
+    return rdzv_job_find_node(arg, id) >= 0;
+}
+
 static void resume_sharded(struct rdzv_job *job)
 {
-    size_t n = job->n_members;
-    uint64_t *ids;
-
     job->resume_parts = 0;
     if (!rdzv_parts_sharded(job->parts))
         return;
-    if ((ids = malloc(n * sizeof(*ids))) == NULL)
-        return; /* rank 0's pick, as without parts */
-    for (size_t i = 0; i < n; i++)
-        ids[i] = job->members[i].node_id;
-    if (!rdzv_parts_complete(job->parts, ids, n, job->resume, sizeof(job->resume),
+    if (!rdzv_parts_complete(job->parts, is_member, job, job->resume, sizeof(job->resume),
                              &job->resume_step, &job->resume_parts)) {
         job->resume[0] = '\0';
         job->resume_step = -1;
     }
-    free(ids);
 }
 
 /* A node that asks for a group rank (JOIN.want_rank: --node-rank of torchrun's static recipe)

@@ -26,7 +26,15 @@ int rdzv_parts_add(struct rdzv_parts **pp, const struct rdzv_ckpt *ck, uint64_t 
     if (p == NULL && (p = *pp = calloc(1, sizeof(*p))) == NULL)
         return -ENOMEM;
     if ((r = find(p, ck->name, ck->part, holder)) == NULL) {
-        if (p->n == RDZV_PARTS_RECS) { /* the oldest report goes */
+        if (p->n == p->cap && p->cap < RDZV_PARTS_RECS) {
+            size_t cap = p->cap ? p->cap * 2 : 16;
+            struct rdzv_part_rec *t = realloc(p->recs, cap * sizeof(*t));
+            if (t == NULL)
+                return -ENOMEM;
+            p->recs = t;
+            p->cap = cap;
+        }
+        if (p->n == p->cap) { /* full: the oldest report goes */
             size_t old = 0;
             for (size_t i = 1; i < p->n; i++)
                 if (p->recs[i].seq < p->recs[old].seq)
@@ -79,60 +87,64 @@ int rdzv_parts_sharded(const struct rdzv_parts *p)
     return 0;
 }
 
-static int member(const uint64_t *members, size_t n, uint64_t id)
+void rdzv_parts_free(struct rdzv_parts *p)
 {
-    for (size_t i = 0; i < n; i++)
-        if (members[i] == id)
-            return 1;
-    return 0;
+    if (p == NULL)
+        return;
+    free(p->recs);
+    free(p);
 }
 
-/* Whether every part 1..parts of name is held by a member (or was empty). */
-static int whole_among(const struct rdzv_parts *p, const char *name, uint32_t parts,
-                       const uint64_t *members, size_t n, uint64_t *latest)
-{
-    *latest = 0;
-    for (uint32_t k = 1; k <= parts; k++) {
-        int held = 0;
-        for (size_t i = 0; i < p->n && !held; i++) {
-            const struct rdzv_part_rec *r = &p->recs[i];
-            if (r->part != k || r->parts != parts || strcmp(r->name, name) != 0)
-                continue;
-            if (r->empty || member(members, n, r->holder)) {
-                held = 1;
-                if (r->seq > *latest)
-                    *latest = r->seq;
-            }
-        }
-        if (!held)
-            return 0;
-    }
-    return 1;
-}
-
-int rdzv_parts_complete(const struct rdzv_parts *p, const uint64_t *members, size_t n, char *name,
-                        size_t namelen, int64_t *step, uint32_t *parts)
+int rdzv_parts_complete(const struct rdzv_parts *p, int (*is_member)(void *arg, uint64_t id),
+                        void *arg, char *name, size_t namelen, int64_t *step, uint32_t *parts)
 {
     const struct rdzv_part_rec *best = NULL;
     uint64_t best_seq = 0;
+    unsigned char *held, *seen;
+    int ok = 0;
 
-    for (size_t i = 0; p != NULL && i < p->n; i++) {
-        const struct rdzv_part_rec *r = &p->recs[i];
-        uint64_t latest;
-
-        if (r->part != 1) /* one candidate per name and parts: its first part's records */
-            continue;
-        if (best != NULL && (r->step < best->step || (r->step == best->step && r->seq <= best_seq)))
-            continue;
-        if (!whole_among(p, r->name, r->parts, members, n, &latest))
-            continue;
-        best = r;
-        best_seq = latest > r->seq ? latest : r->seq;
-    }
-    if (best == NULL)
+    if (p == NULL || p->n == 0)
         return 0;
-    snprintf(name, namelen, "%s", best->name);
-    *step = best->step;
-    *parts = best->parts;
-    return 1;
+    held = malloc(p->n);                  /* per record: a member holds it, or it is empty */
+    seen = calloc(RDZV_PARTS_MAX + 1, 1); /* per part number, for one candidate */
+    if (held == NULL || seen == NULL)
+        goto out;
+    for (size_t i = 0; i < p->n; i++)
+        held[i] = p->recs[i].empty || is_member(arg, p->recs[i].holder);
+    for (size_t i = 0; i < p->n; i++) {
+        const struct rdzv_part_rec *c = &p->recs[i];
+        uint64_t latest = 0;
+        uint32_t have = 0;
+
+        if (c->part != 1) /* one candidate per name and parts: its first part's records */
+            continue;
+        if (best != NULL && (c->step < best->step || (c->step == best->step && c->seq <= best_seq)))
+            continue;
+        memset(seen, 0, (size_t)c->parts + 1);
+        for (size_t k = 0; k < p->n; k++) {
+            const struct rdzv_part_rec *r = &p->recs[k];
+            if (!held[k] || r->parts != c->parts || strcmp(r->name, c->name) != 0)
+                continue;
+            if (!seen[r->part]) {
+                seen[r->part] = 1;
+                have++;
+            }
+            if (r->seq > latest)
+                latest = r->seq;
+        }
+        if (have != c->parts)
+            continue;
+        best = c;
+        best_seq = latest;
+    }
+    if (best != NULL) {
+        snprintf(name, namelen, "%s", best->name);
+        *step = best->step;
+        *parts = best->parts;
+        ok = 1;
+    }
+out:
+    free(held);
+    free(seen);
+    return ok;
 }

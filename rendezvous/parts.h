@@ -24,14 +24,14 @@ struct rdzv_part_rec {
 };
 
 struct rdzv_parts {
-    size_t n;
+    size_t n, cap; /* recs[] grows up to RDZV_PARTS_RECS */
     uint64_t seq;
-    struct rdzv_part_rec recs[RDZV_PARTS_RECS];
+    struct rdzv_part_rec *recs;
 };
 
 /* Records that node `holder` holds ck's part (ck->part != 0; copied). The same part of the same
- * name held by the same node is replaced. *pp is allocated at the first record. Returns 0 or
- * -ENOMEM (nothing recorded). */
+ * name held by the same node is replaced. *pp is allocated at the first record (free it with
+ * rdzv_parts_free). Returns 0 or -ENOMEM (nothing recorded). */
 int rdzv_parts_add(struct rdzv_parts **pp, const struct rdzv_ckpt *ck, uint64_t holder);
 
 /* The part of ck->name that `holder` held (ck->part; 0: every part of that name it held) is
@@ -46,10 +46,15 @@ uint32_t rdzv_parts_whole(const struct rdzv_parts *p, const char *name, uint64_t
  * a part with something in it. */
 int rdzv_parts_sharded(const struct rdzv_parts *p);
 
-/* The newest checkpoint (by step, then by the latest report) every part of which is held by one
- * of the nodes in members[0..n) or was empty: its name, step and parts count. Returns 1 when
- * there is one, else 0. */
-int rdzv_parts_complete(const struct rdzv_parts *p, const uint64_t *members, size_t n, char *name,
-                        size_t namelen, int64_t *step, uint32_t *parts);
+/* The newest checkpoint (by step, then by the latest report) every part of which is held by a
+ * node for which is_member(arg, node id) is true, or was empty: its name, step and parts count.
+ * Returns 1 when there is one, 0 when none (or out of memory). is_member is called once per
+ * record; the rest is linear in the records per candidate name (a member flooding reports costs
+ * the round's close at most RDZV_PARTS_RECS^2 steps). */
+int rdzv_parts_complete(const struct rdzv_parts *p, int (*is_member)(void *arg, uint64_t id),
+                        void *arg, char *name, size_t namelen, int64_t *step, uint32_t *parts);
+
+/* Frees p (NULL allowed). */
+void rdzv_parts_free(struct rdzv_parts *p);
 
 #endif

@@ -745,6 +745,35 @@ static void test_resume_sharded(void **state)
     rdzv_job_free(job);
 }
 
+/* A member flooding part reports: the table keeps the newest RDZV_PARTS_RECS (the oldest go),
+ * and a round still closes on what is complete. */
+static void test_parts_flood_bounded(void **state)
+{
+    struct rdzv_job *job = new_job(2, 2);
+    struct rdzv_ckpt ck = {.step = 1, .part = 2, .parts = RDZV_PARTS_MAX};
+    struct rdzv_assign a;
+
+    (void)state;
+    join_resume_all(job, 2, "", -1, 0);
+    for (unsigned i = 0; i < RDZV_PARTS_RECS + 500; i++) {
+        snprintf(ck.name, sizeof(ck.name), "junk-%u", i);
+        assert_int_equal(rdzv_parts_add(&job->parts, &ck, 101), 0);
+    }
+    assert_int_equal(job->parts->n, RDZV_PARTS_RECS);
+    for (size_t i = 0; i < job->parts->n; i++) /* the first ones went */
+        assert_string_not_equal(job->parts->recs[i].name, "junk-0");
+    hold_part(job, 0, "step-9", 9, 1, 2, 0);
+    hold_part(job, 1, "step-9", 9, 2, 2, 0);
+    assert_int_equal(job->parts->n, RDZV_PARTS_RECS);
+    assert_int_equal(lose(job, 1, 0), RDZV_JOB_EV_RESTART);
+    join_resume(job, 0, "", -1, 10);
+    assert_int_equal(join_resume(job, 1, "", -1, 20), RDZV_JOB_EV_ASSIGNED); /* max: at once */
+    assert_all_resume(job, "step-9", 9);
+    rdzv_job_assign(job, 0, &a);
+    assert_int_equal(a.resume_parts, 2);
+    rdzv_job_free(job);
+}
+
 /* Three nodes would resume from different checkpoints: all get group rank 0's. */
 static void test_resume_from_rank0(void **state)
 {
@@ -1387,6 +1416,7 @@ int main(void)
         cmocka_unit_test(test_timeout_with_min_closes),
         cmocka_unit_test(test_resume_from_rank0),
         cmocka_unit_test(test_resume_sharded),
+        cmocka_unit_test(test_parts_flood_bounded),
         cmocka_unit_test(test_resume_rank0_survives),
         cmocka_unit_test(test_resume_rank0_lost),
         cmocka_unit_test(test_resume_newest_takes_rank0),
