@@ -871,8 +871,8 @@ static void on_server_wait(struct rdzv_client *c, int err, uint64_t waited_ms)
 
 static void on_reconnected(struct rdzv_client *c)
 {
-    (void)c;
     mc_info("rendezvous server reached again; round re-registered");
+    agent__ft_reconnected(rdzv_client_data(c));
 }
 
 static void on_repl(struct rdzv_client *c, const struct rdzv_msg *m)

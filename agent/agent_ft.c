@@ -435,6 +435,39 @@ void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m)
     rdzv_client_send_repl(a->client, &ack);
 }
 
+/* Parts reported again after an outage, at most this many of the registry's newest entries. */
+#define REANNOUNCE_MAX 64
+
+void agent__ft_reconnected(struct agent *a)
+{
+    const struct agent_ckpt_registry *reg = &a->ft.ckpt.reg;
+    size_t sent = 0;
+
+    if (!a->ft.ckpt_on || !a->ft.repl_on || a->o->ckpt.replicate == 0 || a->client == NULL ||
+        a->as.group_world_size < 2)
+        return;
+    for (size_t i = 0; i < reg->n && sent < REANNOUNCE_MAX; i++) {
+        const struct agent_ckpt_entry *e = &reg->entries[i];
+        const char *name = agent_ckpt_part_of(e->name);
+        /* a whole entry is the first part: rank 0's own, or a copy of it; as an explicit part,
+         * so the server does not ask the other nodes to record theirs again */
+        struct rdzv_ckpt ck = {.step = e->step,
+                               .size = e->size,
+                               .checksum = e->checksum,
+                               .time_ms = (uint64_t)(e->recorded_ns / 1000000),
+                               .part = e->part != 0 ? e->part : 1,
+                               .parts = e->part != 0 ? e->parts : a->as.group_world_size};
+
+        if (e->step < 0 || !rdzv_ckpt_name_ok(name))
+            continue;
+        snprintf(ck.name, sizeof(ck.name), "%s", name);
+        if (name != e->name || (e->part == 0 && a->as.group_rank != 0)) /* a copy */
+            snprintf(ck.holder, sizeof(ck.holder), "%s", a->host[0] ? a->host : "?");
+        rdzv_client_report_ckpt(a->client, &ck);
+        sent++;
+    }
+}
+
 void agent__ft_disconnected(struct agent *a)
 {
     if (a->ft.repl_on)

@@ -203,6 +203,9 @@ int agent__ft_evidence(struct agent *a, const char *why, uint32_t req,
 /* A REPL_* message from the server; the connection broke (transfers are gone). */
 void agent__ft_repl_msg(struct agent *a, const struct rdzv_msg *m);
 void agent__ft_disconnected(struct agent *a);
+/* The server answered the REJOIN after an outage (it may have restarted and lost its part
+ * table): this node's parts of sharded checkpoints and its copies are reported again. */
+void agent__ft_reconnected(struct agent *a);
 
 /* agent_ft.c: sends the goodput figures so far (GOODPUT) when connected; display only. */
 void agent__goodput_report(struct agent *a);

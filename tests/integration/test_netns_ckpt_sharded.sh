@@ -4,7 +4,10 @@
 # each rank writes its slice of the state into step-N/ on its own host, and rank 0 adds
 # .metadata on host 1 only. With --replicate-checkpoints 1 each host records its own part when
 # rank 0 records step-N, and copies it to the next host (1 -> 2, 2 -> 3, 3 -> 1).
-# Host 3 is cut off and its agent SIGKILLed (its shards are gone with it). The job must go on
+# Training pauses after step 15 (a hold file) and the server is restarted: it forgets the parts
+# it was told of, and the agents report theirs again when they are back (REJOIN; without that
+# the round would resume from rank 0's part alone). Then host 3
+# is cut off and its agent SIGKILLed (its shards are gone with it). The job must go on
 # with hosts 1 and 2 (--nnodes 2:3, 4 ranks) from the newest step whose every part the two
 # survivors hold between them (host 3's from the copy on host 1), and end with weights
 # bit-identical to a fault-free run.
@@ -34,8 +37,9 @@ start_agent() { # start_agent K NAME DIR
         --local-addr "${HOST_ADDR[$1]}" --max-restarts 2 --checkpoint-dir "$3" \
         --replicate-checkpoints 1 \
         --rdzv-conf join_timeout=60,last_call_timeout=5,heartbeat_timeout=2,keep_alive_interval=0.5 \
-        "$PY" --ckpt_dir "$3" --steps $STEPS --step_sleep 0.25
+        "$PY" --ckpt_dir "$3" --steps $STEPS --step_sleep 0.25 --hold_at 15 --hold_file "$T/hold"
 }
+touch "$T/hold" 
 for k in 1 2 3; do
     start_agent $k a$k "$T/c$k"
     sleep 0.3 # join order = group rank in round 0
@@ -52,7 +56,17 @@ grep -q "checkpoint step-15 recorded as part 2 of 3" "$T/a2.err" ||
 [ ! -e "$T/c3/step-15/.metadata" ] && [ -f "$T/c3/step-15/__4_0.distcp" ] ||
     fail "host 3's step-15 is not its ranks' shards alone: $(ls -A "$T/c3/step-15")"
 
-# 3. host 3 cut off, its agent killed: no FIN reaches anyone
+# 3. the server restarted while training is held after step 15: the parts come back from the
+# agents, not from its memory
+stop_server
+ns_server 4 $P
+for k in 1 2 3; do
+    wait_for 60 grep_in "$T/a$k.err" "rendezvous server reached again" ||
+        { show_all; fail "agent $k did not get back to the restarted server"; }
+done
+sleep 2 # the reports sent at the reconnect reach the server
+
+# 4. host 3 cut off, its agent killed: no FIN reaches anyone
 ns_cut 3
 kill -9 "${APID[a3]}"
 wait "${APID[a3]}" 2>/dev/null
@@ -61,6 +75,7 @@ kept=$(sed -n 's/^muster: checkpoint \.muster-part-3-of-3\.step-\([0-9]*\) store
     "$T/a1.err" | sort -n | tail -1)
 note "newest copy of host 3's part on host 1: step-$kept"
 wait_for 20 grep_in "$T/a1.err" "restarting workers" || { show_all; fail "the cut of host 3 was not noticed"; }
+rm -f "$T/hold" 
 wait_for 60 grep_in "$T/a1.err" "attempt 1 resumes from" || { show_all; fail "round 1 did not start"; }
 line=$(resumes_of "$T/a1.err" | tail -1)
 step=$(printf '%s\n' "$line" | sed -n 's/^1 sharded checkpoint step-\([0-9]*\) (step [0-9]*): [0-9] of its 3 parts on this node$/\1/p')

@@ -14,7 +14,8 @@ FSDP with torch.distributed.checkpoint writes one): muster's "every node's check
     ranks exchange them (all_gather_object) and rebuild the state from the slices of the world
     that wrote it, whatever the world size is now.
 
-Rank 0 prints `resumed from step N: K of W shards on this node` and, at the end,
+`--hold_at S --hold_file F`: after saving step S every rank waits while F exists (a test's
+pause). Rank 0 prints `resumed from step N: K of W shards on this node` and, at the end,
 `final sha256 <hex> step <n>`.
 """
 import argparse
@@ -35,6 +36,9 @@ def parse_args():
     p.add_argument("--ckpt_every", type=int, default=5)
     p.add_argument("--step_sleep", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--hold_at", type=int, default=-1,
+                   help="after saving this step, wait while --hold_file exists (tests)")
+    p.add_argument("--hold_file", default="")
     return p.parse_args()
 
 
@@ -150,6 +154,8 @@ def main():
             time.sleep(args.step_sleep)
         if step % args.ckpt_every == 0:
             save(args, step, model, opt, rank, world)
+        while step == args.hold_at and args.hold_file and os.path.exists(args.hold_file):
+            time.sleep(0.1)
     if rank == 0:
         digest = hashlib.sha256(flat(model, opt).numpy().tobytes()).hexdigest()
         print(f"final sha256 {digest} step {step}", flush=True)
