@@ -47,7 +47,8 @@ static void log_resume(const struct agent *a)
 /* A sharded checkpoint (ASSIGN.resume_parts): the members of the round hold its parts between
  * them; this node's are its own part (DIR/NAME) and the copies of other nodes' parts it keeps
  * (agent_ckpt_part_name), as its registry lists them. MUSTER_RESUME_FROM is its own part (or
- * the first it holds), MUSTER_RESUME_PARTS every one of them, ':' between. In memory and a stat
+ * the first it holds; DIR/NAME, absent, when it holds none), MUSTER_RESUME_PARTS every one of
+ * them, ':' between. In memory and a stat
  * per part: bounded by the parts this node holds of one checkpoint. */
 static void prepare_parts(struct agent *a)
 {
@@ -82,6 +83,10 @@ static void prepare_parts(struct agent *a)
         if (held++ == 0 || strcmp(e->name, name) == 0)
             snprintf(ft->resume_from, sizeof(ft->resume_from), "%s", path);
     }
+    /* none here (a node taking a lost one's place): the workers must still know that the job
+     * resumes, and from which checkpoint, to take their shards from the other nodes */
+    if (held == 0)
+        snprintf(ft->resume_from, sizeof(ft->resume_from), "%.3800s/%s", dir, name);
     mc_info("attempt %u resumes from sharded checkpoint %s (step %lld): %zu of its %u parts "
             "on this node",
             a->as.restart_count, name, (long long)a->as.resume_step, held, a->as.resume_parts);

@@ -11,12 +11,17 @@
 # with hosts 1 and 2 (--nnodes 2:3, 4 ranks) from the newest step whose every part the two
 # survivors hold between them (host 3's from the copy on host 1), and end with weights
 # bit-identical to a fault-free run.
+# With SHARDED_REPLACE=1 (test_netns_ckpt_sharded_replace.sh) a replacement agent with an empty
+# directory joins on host 3 after the cut: the job goes on with 3 hosts (6 ranks) from the same
+# step; the newcomer holds none of it (MUSTER_RESUME_FROM names the checkpoint all the same) and
+# its ranks get their state from the shards the other two hosts hold.
 . "$(dirname "$0")/ft.sh"
 . "$(dirname "$0")/multi.sh"
 . "$(dirname "$0")/netns.sh"
 need_torch
 
 PY="$IT_DIR/trainers/sharded_style.py"
+REPLACE=${SHARDED_REPLACE:-0}
 STEPS=60
 digest_of() { sed -n 's/^\[rank0\]: final sha256 \([0-9a-f]*\) step .*/\1/p' "$1" | tail -1; }
 
@@ -75,7 +80,13 @@ kept=$(sed -n 's/^muster: checkpoint \.muster-part-3-of-3\.step-\([0-9]*\) store
     "$T/a1.err" | sort -n | tail -1)
 note "newest copy of host 3's part on host 1: step-$kept"
 wait_for 20 grep_in "$T/a1.err" "restarting workers" || { show_all; fail "the cut of host 3 was not noticed"; }
-rm -f "$T/hold" 
+rm -f "$T/hold"
+survivors=(a1 a2)
+if [ "$REPLACE" = 1 ]; then
+    ns_restore 3
+    start_agent 3 a3b "$T/c3b" # a replacement node with an empty directory
+    survivors+=(a3b)
+fi
 wait_for 60 grep_in "$T/a1.err" "attempt 1 resumes from" || { show_all; fail "round 1 did not start"; }
 line=$(resumes_of "$T/a1.err" | tail -1)
 step=$(printf '%s\n' "$line" | sed -n 's/^1 sharded checkpoint step-\([0-9]*\) (step [0-9]*): [0-9] of its 3 parts on this node$/\1/p')
@@ -83,13 +94,22 @@ step=$(printf '%s\n' "$line" | sed -n 's/^1 sharded checkpoint step-\([0-9]*\) (
 [ "$step" -ge "$kept" ] || fail "resumed from step-$step, older than step-$kept whose parts survived"
 grep -q "attempt 1 resumes from sharded checkpoint step-$step (step $step)" "$T/a2.err" ||
     { show_all; fail "host 2 does not resume from the same checkpoint step-$step"; }
-agents_exit 120 0 a1 a2
-cat "$T/a1.out" "$T/a2.out" > "$T/all.out"
+if [ "$REPLACE" = 1 ]; then
+    wait_for 60 grep_in "$T/a3b.err" "attempt 1 resumes from" || { show_all; fail "the replacement did not start"; }
+    grep -q "attempt 1 resumes from sharded checkpoint step-$step (step $step): 0 of its 3 parts on this node" "$T/a3b.err" ||
+        { show_all; fail "the replacement on host 3 does not resume from step-$step, holding nothing of it"; }
+fi
+agents_exit 120 0 "${survivors[@]}"
+for a in "${survivors[@]}"; do cat "$T/$a.out"; done > "$T/all.out"
 grep -q "^\[rank0\]: rank 0: resumed from step $step: [0-9] of 6 shards on this node" "$T/all.out" ||
     { cat "$T/all.out" >&2; fail "rank 0 did not resume from step $step"; }
+if [ "$REPLACE" = 1 ]; then
+    grep -qE "^\[rank[45]\]: rank [45]: resumed from step $step: 0 of 6 shards on this node" "$T/all.out" ||
+        { cat "$T/all.out" >&2; fail "the replacement's ranks did not resume from step $step"; }
+fi
 got=$(digest_of "$T/all.out")
 expect_eq "final weights after losing host 3's shards, resumed from its part's copy, vs fault-free" "$ref" "$got"
-note "resumed from step-$step on 2 hosts (host 3's part from its copy on host 1), digest identical"
+note "resumed from step-$step on ${#survivors[@]} hosts (host 3's part from its copy on host 1), digest identical"
 stop_server 2>/dev/null || true
 assert_no_marked_left "end of test" 10
 exit 0

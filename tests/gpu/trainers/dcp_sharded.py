@@ -68,6 +68,8 @@ def load(model, opt, rank, world):
         dirs = [os.environ["MUSTER_RESUME_FROM"]]
     mine = {}
     for d in dirs:
+        if not os.path.isdir(d):  # a node that holds none of it: the others send theirs
+            continue
         for f in sorted(os.listdir(d)):
             if f.endswith(".distcp") or f == ".metadata":
                 with open(os.path.join(d, f), "rb") as fh:
