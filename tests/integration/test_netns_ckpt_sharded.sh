@@ -4,7 +4,7 @@
 # each rank writes its slice of the state into step-N/ on its own host, and rank 0 adds
 # .metadata on host 1 only. With --replicate-checkpoints 1 each host records its own part when
 # rank 0 records step-N, and copies it to the next host (1 -> 2, 2 -> 3, 3 -> 1).
-# Training pauses after step 15 (a hold file) and the server is restarted: it forgets the parts
+# Training pauses after step 15 (a hold file; the steps are quick otherwise) and the server is restarted: it forgets the parts
 # it was told of, and the agents report theirs again when they are back (REJOIN; without that
 # the round would resume from rank 0's part alone). Then host 3
 # is cut off and its agent SIGKILLed (its shards are gone with it). The job must go on
@@ -22,7 +22,7 @@ need_torch
 
 PY="$IT_DIR/trainers/sharded_style.py"
 REPLACE=${SHARDED_REPLACE:-0}
-STEPS=60
+STEPS=40
 digest_of() { sed -n 's/^\[rank0\]: final sha256 \([0-9a-f]*\) step .*/\1/p' "$1" | tail -1; }
 
 ns_job nsshard 4 4
@@ -42,7 +42,7 @@ start_agent() { # start_agent K NAME DIR
         --local-addr "${HOST_ADDR[$1]}" --max-restarts 2 --checkpoint-dir "$3" \
         --replicate-checkpoints 1 \
         --rdzv-conf join_timeout=60,last_call_timeout=5,heartbeat_timeout=2,keep_alive_interval=0.5 \
-        "$PY" --ckpt_dir "$3" --steps $STEPS --step_sleep 0.25 --hold_at 15 --hold_file "$T/hold"
+        "$PY" --ckpt_dir "$3" --steps $STEPS --step_sleep 0.05 --hold_at 15 --hold_file "$T/hold"
 }
 touch "$T/hold" 
 for k in 1 2 3; do
