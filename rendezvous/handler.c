@@ -302,9 +302,6 @@ void rdzv__handle_rejoin(struct peer *p, const struct rdzv_rejoin *rj)
     rejoin_running(p, sj, rj);
 }
 
-/* CKPT: bookkeeping for STATUS, and progress for --max-same-failure (rdzv_job_checkpoint);
- * the resume point travels in JOIN and ASSIGN. The job is the one this connection joined: a
- * CKPT names none, so an agent cannot write into another job's records. */
 /* A part of a sharded checkpoint (parts.h), filed under the member this connection is: a node
  * speaks only for what it holds itself. */
 static void ckpt_part(struct sjob *sj, struct peer *p, const struct rdzv_ckpt *ck)
@@ -315,8 +312,8 @@ static void ckpt_part(struct sjob *sj, struct peer *p, const struct rdzv_ckpt *c
         return; /* a new round began meanwhile: the agent reports again after its JOIN */
     if (ck->verified_bad)
         rdzv_parts_drop(sj->job->parts, ck, sj->job->members[me].node_id);
-    else if (rdzv_parts_add(&sj->job->parts, ck, sj->job->members[me].node_id) < 0)
-        rdzv__peer_event(p, SRV_EV_PROTOCOL, "part of %s not recorded: out of memory", ck->name);
+    else /* out of memory: not kept, as if never reported (no round resumes from it) */
+        (void)rdzv_parts_add(&sj->job->parts, ck, sj->job->members[me].node_id);
 }
 
 /* Whether a member other than members[me] records parts (RDZV_JOIN_PARTS). */
@@ -370,6 +367,9 @@ static void ckpt_whole(struct sjob *sj, struct peer *p, int me, const struct rdz
     }
 }
 
+/* CKPT: bookkeeping for STATUS, and progress for --max-same-failure (rdzv_job_checkpoint);
+ * the resume point travels in JOIN and ASSIGN. The job is the one this connection joined: a
+ * CKPT names none, so an agent cannot write into another job's records. */
 void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
 {
     struct sjob *sj = p->job;
@@ -382,15 +382,15 @@ void rdzv__handle_ckpt(struct peer *p, const struct rdzv_ckpt *ck)
         rdzv__send_error(p, RDZV_ERR_PROTOCOL, "CKPT without a checkpoint name");
         return;
     }
+    if (ck->part != 0) { /* one node's part of a sharded checkpoint: parts.h, not the log */
+        ckpt_part(sj, p, ck);
+        return;
+    }
     /* a newer checkpoint is progress: the next failure is no repeat of the last one. The
      * writer's record only (not a replica's, not a bad one), also when it comes after the
      * FAILED of its attempt (recorded in the thread pool, or at the attempt's end): counted
      * then toward the next failure, which at worst costs one attempt more. A lying agent of
      * the job can only spare its job a stop, which it could as well by failing differently. */
-    if (ck->part != 0) { /* one node's part of a sharded checkpoint: parts.h, not the log */
-        ckpt_part(sj, p, ck);
-        return;
-    }
     if (!ck->verified_bad && ck->holder[0] == '\0')
         rdzv_job_checkpoint(sj->job, ck->name, ck->step);
     if (sj->ckpts == NULL && rdzv_ckptlog_new(&sj->ckpts) < 0)

@@ -292,14 +292,15 @@ static void newest_to_rank0(struct rdzv_job *job)
     job->by_rank[0] = (uint32_t)best + 1;
 }
 
-/* A job that writes sharded checkpoints (every node its part, parts.h) resumes from the newest
- * one whose every part the members of the new round hold between them, not from rank 0's pick:
- * rank 0's own part of a newer step is no checkpoint once another part is lost with its node.
- * None complete: from scratch. */
 static int is_member(void *arg, uint64_t id)
 {
     return rdzv_job_find_node(arg, id) >= 0;
 }
+
+/* A job that writes sharded checkpoints (every node its part, parts.h) resumes from the newest
+ * one whose every part the members of the new round hold between them, not from rank 0's pick:
+ * rank 0's own part of a newer step is no checkpoint once another part is lost with its node.
+ * None complete: from scratch. */
 
 static void resume_sharded(struct rdzv_job *job)
 {
