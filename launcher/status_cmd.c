@@ -425,13 +425,60 @@ static void where(json_t *ck, char *buf, size_t len)
     }
 }
 
+/* Appends to buf (cap bytes, *len used): what does not fit is cut, never written past it. */
+static void append(char *buf, size_t cap, size_t *len, const char *a, const char *b)
+{
+    int n;
+
+    if (*len >= cap - 1)
+        return;
+    n = snprintf(buf + *len, cap - *len, "%s%s", a, b);
+    *len = n < 0 ? *len : *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
+}
+
+/* A sharded job's checkpoints: per step, the parts the running round's nodes hold. */
+static void print_sharded(json_t *job)
+{
+    json_t *sh = json_object_get(job, "sharded"), *ck, *pt, *h;
+    size_t i, k, m;
+
+    if (json_array_size(sh) == 0)
+        return;
+    printf("  %-32s %-10s %-16s %s\n", "SHARDED CHECKPOINT", "STEP", "PARTS HELD", "WHERE");
+    json_array_foreach(sh, i, ck)
+    {
+        char held[48], on[512] = "", part[24];
+        size_t len = 0;
+
+        snprintf(held, sizeof(held), "%ld/%ld%s", num(ck, "held"), num(ck, "parts"),
+                 json_is_true(json_object_get(ck, "complete")) ? "" : " (incomplete)");
+        json_array_foreach(json_object_get(ck, "by_part"), k, pt)
+        {
+            snprintf(part, sizeof(part), "%ld:", num(pt, "part"));
+            append(on, sizeof(on), &len, k ? " " : "", part);
+            if (json_array_size(json_object_get(pt, "held_by")) == 0)
+                append(on, sizeof(on), &len, "", "-");
+            json_array_foreach(json_object_get(pt, "held_by"), m, h)
+            {
+                char shown[MC_ESCAPE_SIZE(256)]; /* a host name the server was told: escaped */
+
+                mc_escape(json_string_value(h) ? json_string_value(h) : "?", shown, sizeof(shown));
+                append(on, sizeof(on), &len, m ? "," : "", shown);
+            }
+        }
+        printf("  %-32s %-10ld %-16s %s\n", str(ck, "name"), num(ck, "step"), held, on);
+    }
+}
+
 static void print_checkpoints(json_t *job)
 {
     json_t *cks = json_object_get(job, "checkpoints"), *ck;
     size_t i;
 
     if (json_is_string(json_object_get(job, "resume")))
-        printf("  resumes from %s\n", str(job, "resume"));
+        printf("  resumes from %s%s\n", str(job, "resume"),
+               num(job, "resume_parts") > 0 ? " (sharded: every node's part)" : "");
+    print_sharded(job);
     if (json_array_size(cks) == 0)
         return;
     printf("  %-32s %-10s %-12s %-9s %-24s %s\n", "CHECKPOINT", "STEP", "BYTES", "STATE", "ON",

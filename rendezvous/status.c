@@ -128,6 +128,88 @@ static json_t *ckpt_json(const struct rdzv_ckptlog_rec *rec, uint64_t wall_now)
                      "replicas", reps);
 }
 
+#define SHARDED_SHOWN 8 /* sharded checkpoints listed per job, newest steps first */
+
+/* Who holds part k of (name, parts) among the members: their hosts; an empty part: "empty". */
+static json_t *holders_json(const struct rdzv_job *job, const struct rdzv_parts *p,
+                            const char *name, uint32_t parts, uint32_t k, int *held)
+{
+    json_t *a = json_array();
+
+    *held = 0;
+    for (size_t i = 0; a != NULL && i < p->n; i++) {
+        const struct rdzv_part_rec *r = &p->recs[i];
+        int m;
+
+        if (r->part != k || r->parts != parts || strcmp(r->name, name) != 0)
+            continue;
+        if (r->empty) {
+            *held = 1;
+            json_array_append_new(a, json_string("empty"));
+        } else if ((m = rdzv_job_find_node(job, r->holder)) >= 0) {
+            *held = 1;
+            json_array_append_new(a, json_string(job->members[m].host));
+        }
+    }
+    return a;
+}
+
+/* A sharded job's checkpoints (parts.h): per step, which member holds which part, and whether
+ * the members hold every part between them (what a new round would resume from). */
+static json_t *sharded_json(const struct rdzv_job *job)
+{
+    const struct rdzv_parts *p = job->parts;
+    const struct rdzv_part_rec *shown[SHARDED_SHOWN];
+    size_t n = 0;
+    json_t *a = json_array();
+
+    if (a == NULL || !rdzv_parts_sharded(p))
+        return a;
+    /* the newest SHARDED_SHOWN candidates (a part 1 record names one), one per name and parts */
+    for (size_t i = 0; i < p->n; i++) {
+        const struct rdzv_part_rec *r = &p->recs[i];
+        size_t at = n, dup = 0;
+
+        if (r->part != 1)
+            continue;
+        for (size_t k = 0; k < n && !dup; k++)
+            dup = shown[k]->parts == r->parts && strcmp(shown[k]->name, r->name) == 0;
+        if (dup)
+            continue;
+        while (at > 0 && shown[at - 1]->step < r->step)
+            at--;
+        if (at >= SHARDED_SHOWN)
+            continue;
+        if (n < SHARDED_SHOWN)
+            n++;
+        memmove(&shown[at + 1], &shown[at], (n - 1 - at) * sizeof(shown[0]));
+        shown[at] = r;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *parts = json_array();
+        uint32_t held = 0;
+
+        for (uint32_t k = 1; parts != NULL && k <= shown[i]->parts && k <= 64; k++) {
+            int h;
+            json_t *hosts = holders_json(job, p, shown[i]->name, shown[i]->parts, k, &h);
+            held += (uint32_t)h;
+            json_array_append_new(parts, json_pack("{s:I, s:o}", "part", (json_int_t)k, "held_by",
+                                                   hosts ? hosts : json_array()));
+        }
+        for (uint32_t k = 65; k <= shown[i]->parts; k++) { /* counted, not listed */
+            int h;
+            json_decref(holders_json(job, p, shown[i]->name, shown[i]->parts, k, &h));
+            held += (uint32_t)h;
+        }
+        json_array_append_new(a, json_pack("{s:s, s:I, s:I, s:I, s:b, s:o}", "name", shown[i]->name,
+                                           "step", (json_int_t)shown[i]->step, "parts",
+                                           (json_int_t)shown[i]->parts, "held", (json_int_t)held,
+                                           "complete", held == shown[i]->parts, "by_part",
+                                           parts ? parts : json_array()));
+    }
+    return a;
+}
+
 /* Newest first, as the log keeps them. */
 static json_t *ckpts_json(const struct rdzv_ckptlog *log)
 {
@@ -214,10 +296,12 @@ static json_t *job_json(struct rdzv_server *srv, const struct sjob *sj, int with
     if (o != NULL && job->state != RDZV_JOB_FILLING) {
         json_object_set_new(o, "resume", job->resume[0] ? json_string(job->resume) : json_null());
         json_object_set_new(o, "resume_step", json_integer(job->resume_step));
+        json_object_set_new(o, "resume_parts", json_integer(job->resume_parts));
     }
     if (o != NULL && with_nodes) {
         json_object_set_new(o, "nodes", nodes_json(srv, job, with_nodes > 1));
         json_object_set_new(o, "checkpoints", ckpts_json(sj->ckpts));
+        json_object_set_new(o, "sharded", sharded_json(job));
         json_object_set_new(o, "restarts", restarts_json(srv, sj));
         json_object_set_new(o, "restarts_seen", json_integer(sj->n_restarts));
         json_object_set_new(o, "node_failures", failures_json(job));

@@ -70,6 +70,9 @@ for k in 1 2 3; do
         { show_all; fail "agent $k did not get back to the restarted server"; }
 done
 sleep 2 # the reports sent at the reconnect reach the server
+st=$(ns_exec 1 "$MUSTER_BIN" status --rdzv-endpoint "${HOST_ADDR[4]}:$P" --rdzv-id "$JOB" 2>&1)
+printf '%s\n' "$st" | grep -qE '^  step-15 +15 +3/3 +1:[^ ]+ 2:[^ ]+ 3:[^ ]+,[^ ]+$' ||
+    { printf '%s\n' "$st" >&2; fail "muster status does not show step-15's 3 parts held (part 3 twice)"; }
 
 # 4. host 3 cut off, its agent killed: no FIN reaches anyone
 ns_cut 3
